@@ -1,0 +1,186 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// Client makes locks on one backend. It owns one renewal goroutine that
+// serves all of its leases, and at most one notification stream that serves
+// all of its waiters. A Client is safe for concurrent use; Close stops its
+// goroutines.
+type Client struct {
+	backend driver.Backend
+	batcher driver.BatchRenewer // nil when the backend has no batch renewal
+	opts    options
+	log     *slog.Logger
+	err     error // set by New for a nil backend or invalid options
+
+	renewer *renewer
+	hub     *waitHub
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	closed  bool
+	active  int // calls in progress, waited for by Close
+	closing chan struct{}
+
+	ctx    context.Context // cancelled by Close, for background store calls
+	cancel context.CancelFunc
+	bg     sync.WaitGroup // background clean-up calls
+}
+
+// New returns a Client that keeps its locks in backend. The options are the
+// defaults of every lock the Client makes. A nil backend or an invalid option
+// does not panic: every call on the Client then returns ErrInvalid.
+func New(backend driver.Backend, opts ...Option) *Client {
+	c := &Client{backend: backend, opts: defaultOptions(), closing: make(chan struct{})}
+	c.cond = sync.NewCond(&c.mu)
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&c.opts)
+		}
+	}
+	c.log = c.opts.logger
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case backend == nil:
+		c.err = invalid("backend: nil")
+	default:
+		// Check the defaults with a placeholder name, so that a bad TTL is
+		// reported at once rather than by every lock.
+		if err := c.opts.validate("x"); err != nil {
+			c.err = err
+		}
+	}
+	c.batcher, _ = backend.(driver.BatchRenewer)
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.renewer = newRenewer(c)
+	c.hub = newWaitHub(c)
+	return c
+}
+
+// Close releases every lease the Client still holds (their Err becomes a
+// *LostError with reason LostClosed), ends waits in progress with ErrClosed,
+// and stops the Client's goroutines before it returns. Calls after Close
+// return ErrClosed. Close returns the first error from releasing leases.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	close(c.closing)
+	for c.active > 0 {
+		c.cond.Wait()
+	}
+	c.mu.Unlock()
+
+	err := c.renewer.close()
+	c.hub.close()
+	c.cancel()
+	c.bg.Wait()
+	return err
+}
+
+// enter registers a call in progress; it fails once the Client is closed.
+func (c *Client) enter() error {
+	if c.err != nil {
+		return c.err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	c.active++
+	return nil
+}
+
+func (c *Client) exit() {
+	c.mu.Lock()
+	c.active--
+	if c.active == 0 {
+		c.cond.Broadcast()
+	}
+	c.mu.Unlock()
+}
+
+// Mutex returns a handle on the lock named name. Making a handle touches no
+// store; bad names and options are reported by its methods as ErrInvalid.
+func (c *Client) Mutex(name string, opts ...Option) *Mutex {
+	if c == nil {
+		return &Mutex{name: name, err: invalid("client: nil")}
+	}
+	m := &Mutex{c: c, name: name, opts: c.opts}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&m.opts)
+		}
+	}
+	m.err = m.opts.validate(name)
+	m.key = m.opts.keyPrefix + name
+	if m.opts.ownerID != "" {
+		m.token = m.opts.ownerID
+	} else if m.opts.reentrant {
+		m.token = newToken()
+	}
+	return m
+}
+
+// Do locks name, runs fn with a context that is cancelled when the lease is
+// lost (or ctx is done), and unlocks. It returns fn's error, joined with the
+// *LostError when the lease was lost while fn ran and with the Unlock error
+// when unlocking failed. The lock options are as for Mutex; Lock's errors are
+// returned as they are, without running fn.
+func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
+	if fn == nil {
+		return invalid("fn: nil")
+	}
+	lease, err := c.Mutex(name, opts...).Lock(ctx)
+	if err != nil {
+		return err
+	}
+	fnCtx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
+	fnErr := fn(fnCtx)
+	stop()
+	cancel(nil)
+
+	// Release even when the caller's context is done, within one TTL.
+	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), lease.g.ttl)
+	defer ucancel()
+	uerr := lease.Unlock(uctx)
+	if lost := lease.Err(); errors.Is(lost, ErrLost) {
+		return errors.Join(fnErr, lost)
+	}
+	return errors.Join(fnErr, uerr)
+}
+
+// cleanup removes what an acquire with an unknown outcome may have written,
+// in the background so that a cancelled Lock returns at once.
+func (c *Client) cleanup(key, token string, ttl time.Duration) {
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		ctx, cancel := context.WithTimeout(c.ctx, ttl)
+		defer cancel()
+		res, err := c.backend.Release(ctx, key, token)
+		if err != nil {
+			c.log.Warn("dlock: clean-up after an interrupted acquire failed; the lock expires after its TTL",
+				"key", key, "err", err)
+			return
+		}
+		if res.Held && res.Remaining == 0 {
+			c.hub.wakeKey(key)
+		}
+	}()
+}

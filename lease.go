@@ -1,0 +1,277 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Lease is one hold of a lock. It tells its holder, like a context.Context,
+// when the hold ends: Done is closed and Err set when it is unlocked or lost,
+// and Context is cancelled at the same moment. A lease that could not be
+// renewed is treated as lost at Deadline minus the safety margin, before the
+// store could give the lock to anyone else.
+//
+// A Lease is safe for concurrent use. The zero Lease is not valid: its methods
+// return ErrInvalid or act as if it were released.
+type Lease struct {
+	g    *grant
+	done chan struct{}
+
+	mu        sync.Mutex
+	err       error // nil while held
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	unlocking bool
+}
+
+func newLease(g *grant) *Lease {
+	return &Lease{g: g, done: make(chan struct{})}
+}
+
+// Name returns the lock's name, without the key prefix.
+func (l *Lease) Name() string {
+	if l == nil || l.g == nil {
+		return ""
+	}
+	return l.g.name
+}
+
+// Fence returns the grant's fencing token: larger than the fence of every
+// earlier grant of this lock on this store. Pass it to the resource the lock
+// protects so that it can refuse writes from a holder whose lease has already
+// run out (see the package documentation).
+func (l *Lease) Fence() uint64 {
+	if l == nil || l.g == nil {
+		return 0
+	}
+	return l.g.fence
+}
+
+// Owner returns the owner string stored with the lock:
+// "host|pid N|acquired-at", followed by "|metadata" when WithMetadata was
+// given.
+func (l *Lease) Owner() string {
+	if l == nil || l.g == nil {
+		return ""
+	}
+	return l.g.owner
+}
+
+// Done returns a channel that is closed when the lease ends: at Unlock, or
+// when it is lost.
+func (l *Lease) Done() <-chan struct{} {
+	if l == nil || l.g == nil {
+		return closedChan
+	}
+	return l.done
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// Err returns nil while the lease is held, ErrReleased after Unlock, and a
+// *LostError (errors.Is(err, ErrLost)) when it was lost: its Reason tells
+// whether it expired, went missing on the store, could not be renewed because
+// the store was unreachable, or the Client was closed.
+func (l *Lease) Err() error {
+	if l == nil || l.g == nil {
+		return invalid("lease: nil or not made by a Client")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Context returns a context that is cancelled when the lease ends; its
+// context.Cause is the lease's Err. Run the work the lock protects under it.
+func (l *Lease) Context() context.Context {
+	if l == nil || l.g == nil {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(invalid("lease: nil or not made by a Client"))
+		return ctx
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx == nil {
+		l.ctx, l.cancel = context.WithCancelCause(context.Background())
+		if l.err != nil {
+			l.cancel(l.err)
+		}
+	}
+	return l.ctx
+}
+
+// Deadline returns the local validity deadline: the moment the last
+// successful acquire or renewal was sent plus the TTL, on this process's
+// monotonic clock. The store cannot have let the lease go before then; the
+// lease is treated as lost at Deadline minus the safety margin if it could
+// not be renewed.
+func (l *Lease) Deadline() time.Time {
+	if l == nil || l.g == nil {
+		return time.Time{}
+	}
+	l.g.mu.Lock()
+	defer l.g.mu.Unlock()
+	return l.g.deadline
+}
+
+// finish ends the lease with err, once.
+func (l *Lease) finish(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return
+	}
+	l.err = err
+	close(l.done)
+	if l.cancel != nil {
+		l.cancel(err)
+	}
+}
+
+// Refresh renews the lease now, for leases without automatic renewal or to
+// renew early. It returns ErrNotHeld (and the lease is lost) when the store no
+// longer has it, ErrReleased after Unlock, and the store's error, wrapped,
+// when the store fails.
+func (l *Lease) Refresh(ctx context.Context) error {
+	if l == nil || l.g == nil {
+		return invalid("lease: nil or not made by a Client")
+	}
+	g := l.g
+	for {
+		if err := l.Err(); err != nil {
+			return heldErr("refresh", g.name, err)
+		}
+		g.mu.Lock()
+		if g.ended {
+			g.mu.Unlock()
+			continue // l.Err is set by now
+		}
+		if wait := g.inflight; wait != nil {
+			g.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return fmt.Errorf("dlock: refresh %q: %w", g.name, ctx.Err())
+			}
+		}
+		g.inflight = make(chan struct{})
+		g.mu.Unlock()
+		break
+	}
+	sent := time.Now()
+	held, err := g.c.backend.Renew(ctx, g.key, g.token, g.ttl)
+	g.mu.Lock()
+	close(g.inflight)
+	g.inflight = nil
+	g.applyRenewal(sent, held, err)
+	g.mu.Unlock()
+	switch {
+	case err != nil:
+		return wrapStore("refresh", g.name, err)
+	case !held:
+		return fmt.Errorf("dlock: refresh %q: %w", g.name, ErrNotHeld)
+	}
+	return nil
+}
+
+// Unlock releases this hold. Renewal of the lease stops before Unlock sends
+// the release (a renewal already in flight is waited for), so no renewal of it
+// reaches the store after Unlock returns. On a reentrant lock the last Unlock
+// releases the lock and wakes its waiters.
+//
+// Unlock returns ErrNotHeld when the lease had been lost or the store no
+// longer had it, ErrReleased when it was already unlocked, ErrInvalid for a
+// nil lease, and the store's error, wrapped, when the release could not be
+// sent; the lock then expires on the store after its TTL. In every case the
+// lease has ended when Unlock returns.
+func (l *Lease) Unlock(ctx context.Context) error {
+	if l == nil || l.g == nil {
+		return invalid("lease: nil or not made by a Client")
+	}
+	g := l.g
+	l.mu.Lock()
+	if l.err != nil || l.unlocking {
+		err := l.err
+		l.mu.Unlock()
+		if err == nil {
+			err = ErrReleased
+		}
+		return l.afterEnd(ctx, err)
+	}
+	l.unlocking = true
+	l.mu.Unlock()
+
+	g.mu.Lock()
+	if g.ended { // lost meanwhile: l.err is set
+		g.mu.Unlock()
+		return l.afterEnd(ctx, l.Err())
+	}
+	for i, x := range g.leases {
+		if x == l {
+			g.leases = append(g.leases[:i], g.leases[i+1:]...)
+			break
+		}
+	}
+	var inflight <-chan struct{}
+	if len(g.leases) == 0 {
+		inflight = g.stopRenewal()
+	}
+	g.mu.Unlock()
+
+	if inflight != nil {
+		select {
+		case <-inflight:
+		case <-ctx.Done():
+			l.finish(ErrReleased)
+			return fmt.Errorf("dlock: unlock %q: %w", g.name, ctx.Err())
+		}
+	}
+	res, err := g.c.backend.Release(ctx, g.key, g.token)
+	switch {
+	case err != nil:
+		l.finish(ErrReleased)
+		return wrapStore("unlock", g.name, err)
+	case !res.Held:
+		lost := &LostError{Name: g.name, Reason: LostMissing}
+		g.mu.Lock()
+		g.lose(LostMissing, nil)
+		g.mu.Unlock()
+		l.finish(lost)
+		return fmt.Errorf("dlock: unlock %q: %w", g.name, ErrNotHeld)
+	}
+	l.finish(ErrReleased)
+	if res.Remaining == 0 {
+		g.c.hub.wakeKey(g.key)
+	}
+	return nil
+}
+
+// afterEnd is Unlock of a lease that had already ended with err. A lease lost
+// because the store could not be reached may still be on the store: release
+// it, best effort, so that others need not wait for its TTL.
+func (l *Lease) afterEnd(ctx context.Context, err error) error {
+	g := l.g
+	var lost *LostError
+	if errors.As(err, &lost) && (lost.Reason == LostUnreachable || lost.Reason == LostExpired) {
+		if res, rerr := g.c.backend.Release(ctx, g.key, g.token); rerr == nil && res.Held && res.Remaining == 0 {
+			g.c.hub.wakeKey(g.key)
+		}
+	}
+	return heldErr("unlock", g.name, err)
+}
+
+// heldErr describes an operation on a lease that has ended with err.
+func heldErr(op, name string, err error) error {
+	if errors.Is(err, ErrReleased) {
+		return fmt.Errorf("dlock: %s %q: %w", op, name, ErrReleased)
+	}
+	return fmt.Errorf("dlock: %s %q: %w (%w)", op, name, ErrNotHeld, err)
+}
+
+func wrapStore(op, name string, err error) error {
+	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
+}

@@ -1,0 +1,194 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// Mutex is a handle on one named lock. A handle is an owner: a reentrant
+// handle (Reentrant) keeps one owner token for its life and may hold the lock
+// several times; any other handle draws a new token for every Lock, so a
+// second Lock on it waits like any other owner. A Mutex is safe for concurrent
+// use.
+type Mutex struct {
+	c     *Client
+	name  string
+	key   string
+	opts  options
+	err   error  // invalid name or options
+	token string // fixed token of a reentrant handle or of WithOwnerID; else ""
+
+	mu   sync.Mutex
+	held *grant // a reentrant handle's current grant
+}
+
+// Name returns the lock's name, without the key prefix.
+func (m *Mutex) Name() string { return m.name }
+
+// TryLock makes one attempt to obtain the lock. It returns a
+// *NotObtainedError (errors.Is(err, ErrNotObtained)) naming the holder when
+// another owner holds it, ErrInvalid for a bad name or option, ErrClosed
+// after Client.Close, and the store's error, wrapped, when the store fails.
+func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
+	if err := m.enter(); err != nil {
+		return nil, err
+	}
+	defer m.c.exit()
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(&NotObtainedError{Name: m.name}, err)
+	}
+	l, res, err := m.try(ctx, m.tokenFor())
+	if err != nil || l != nil {
+		return l, m.tryErr(ctx, err)
+	}
+	return nil, m.notObtained(res)
+}
+
+// Lock obtains the lock, waiting as long as ctx allows and WithWait permits.
+// A waiter subscribes to release notifications before each attempt, and also
+// tries again when the holder's TTL runs out and, as a safety net, on the
+// WithRetry schedule. Among the goroutines of one Client waiting on one name,
+// only one at a time queries the store.
+//
+// When the wait ends first, Lock returns errors.Join(*NotObtainedError,
+// ctx.Err()) (context.DeadlineExceeded when WithWait elapsed), promptly and
+// leaving nothing on the store. Its other errors are TryLock's.
+func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
+	if err := m.enter(); err != nil {
+		return nil, err
+	}
+	defer m.c.exit()
+	if m.opts.wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, m.opts.wait)
+		defer cancel()
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(&NotObtainedError{Name: m.name}, err)
+	}
+	token := m.tokenFor()
+	l, res, err := m.try(ctx, token)
+	if err != nil || l != nil {
+		return l, m.tryErr(ctx, err)
+	}
+	return m.c.hub.wait(ctx, m, token, res)
+}
+
+func (m *Mutex) enter() error {
+	if m == nil {
+		return invalid("mutex: nil")
+	}
+	if m.err != nil {
+		return m.err
+	}
+	if m.c == nil {
+		return invalid("mutex: not made by a Client")
+	}
+	return m.c.enter()
+}
+
+// tokenFor returns the owner token for one Lock call.
+func (m *Mutex) tokenFor() string {
+	if m.token != "" {
+		return m.token
+	}
+	return newToken()
+}
+
+// tryErr turns an acquire error into Lock's error: a wait ended by ctx is
+// "not obtained".
+func (m *Mutex) tryErr(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return errors.Join(&NotObtainedError{Name: m.name}, cerr)
+	}
+	return err
+}
+
+func (m *Mutex) notObtained(res driver.AcquireResult) *NotObtainedError {
+	return &NotObtainedError{Name: m.name, Holder: res.Holder, HolderTTL: res.HolderTTL}
+}
+
+// try makes one acquire attempt with token. It returns a lease when the lock
+// was obtained, the store's answer when it was not, or an error when the
+// store failed; then what the attempt may have written is removed.
+func (m *Mutex) try(ctx context.Context, token string) (*Lease, driver.AcquireResult, error) {
+	var joined *grant
+	if m.opts.reentrant {
+		m.mu.Lock()
+		if m.held != nil {
+			m.held.mu.Lock()
+			if !m.held.ended {
+				joined = m.held
+			}
+			m.held.mu.Unlock()
+		}
+		m.mu.Unlock()
+	}
+	req := driver.AcquireRequest{
+		Key:       m.key,
+		Token:     token,
+		TTL:       m.opts.ttl,
+		Reentrant: m.opts.reentrant,
+	}
+	sent := time.Now()
+	if joined != nil {
+		req.Owner = joined.owner
+		// Re-entry is one round trip that never waits. Its outcome must be
+		// known, or the hold count could be left wrong, so it is not cut
+		// short by ctx, only bounded by the TTL.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), m.opts.ttl)
+		defer cancel()
+	} else {
+		req.Owner = ownerString(sent, m.opts.metadata)
+	}
+	res, err := m.c.backend.Acquire(ctx, req)
+	if err != nil {
+		if joined == nil {
+			m.c.cleanup(m.key, token, m.opts.ttl)
+		}
+		return nil, res, wrapStore("acquire", m.name, err)
+	}
+	if !res.Acquired {
+		return nil, res, nil
+	}
+	return m.grantLease(joined, token, req.Owner, res, sent), res, nil
+}
+
+// grantLease makes the lease for a successful acquire sent at sent.
+func (m *Mutex) grantLease(joined *grant, token, owner string, res driver.AcquireResult, sent time.Time) *Lease {
+	if joined != nil {
+		joined.mu.Lock()
+		if !joined.ended {
+			l := newLease(joined)
+			joined.leases = append(joined.leases, l)
+			if d := sent.Add(joined.ttl); d.After(joined.deadline) {
+				joined.deadline = d
+				joined.renewAt = sent.Add(joined.ttl / 3)
+				m.c.renewer.reschedule(joined)
+			}
+			joined.mu.Unlock()
+			return l
+		}
+		joined.mu.Unlock() // lost while re-entering: start a grant of its own
+	}
+	g := newGrant(m.c, m, token, owner, res.Fence, sent)
+	l := newLease(g)
+	g.mu.Lock()
+	g.leases = append(g.leases, l)
+	m.c.renewer.reschedule(g)
+	g.mu.Unlock()
+	if m.opts.reentrant {
+		m.mu.Lock()
+		m.held = g
+		m.mu.Unlock()
+	}
+	return l
+}

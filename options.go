@@ -1,0 +1,208 @@
+package dlock
+
+import (
+	"log/slog"
+	"math/rand/v2"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits on user input. Calls given values outside them return ErrInvalid.
+const (
+	// MaxNameLength is the longest lock name in bytes, key prefix included.
+	MaxNameLength = 255
+	// MinTTL is the shortest lease time to live.
+	MinTTL = 50 * time.Millisecond
+	// MaxMetadataLength is the longest WithMetadata text in bytes.
+	MaxMetadataLength = 512
+	// MaxOwnerIDLength is the longest WithOwnerID value in bytes.
+	MaxOwnerIDLength = 128
+)
+
+// DefaultTTL is the lease time to live when WithTTL is not given.
+const DefaultTTL = 10 * time.Second
+
+// Option configures a Client (as the default for every lock it makes) or one
+// lock (Client.Mutex, Client.Do). Options given to a lock override the
+// Client's.
+type Option interface{ apply(*options) }
+
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
+
+type options struct {
+	ttl       time.Duration
+	autoRenew bool
+	wait      time.Duration
+	retry     RetryStrategy
+	ownerID   string
+	metadata  string
+	logger    *slog.Logger
+	keyPrefix string
+	reentrant bool
+	margin    time.Duration // < 0: default, TTL/10
+}
+
+func defaultOptions() options {
+	return options{ttl: DefaultTTL, autoRenew: true, margin: -1}
+}
+
+// WithTTL sets the lease time to live: how long the store keeps the lock
+// after the last successful acquire or renewal. It must be at least MinTTL.
+// The default is DefaultTTL (10s).
+func WithTTL(ttl time.Duration) Option { return optionFunc(func(o *options) { o.ttl = ttl }) }
+
+// WithAutoRenew turns automatic renewal on or off. When on, the Client renews
+// the lease every TTL/3 until Unlock, batching renewals that fall due
+// together; when off, the lease ends at its TTL unless Refresh is called. The
+// default is on.
+func WithAutoRenew(on bool) Option { return optionFunc(func(o *options) { o.autoRenew = on }) }
+
+// WithWait bounds how long Lock waits for the lock, independently of the TTL
+// and of the context. Zero means Lock waits until the context is done. The
+// default is 0.
+func WithWait(d time.Duration) Option { return optionFunc(func(o *options) { o.wait = d }) }
+
+// WithRetry sets how long a waiter sleeps between attempts when no release
+// notification arrives. Waiters are woken by release notifications on stores
+// that have them, and when the holder's TTL runs out; the strategy is the
+// safety net and the only mechanism on stores without notification. A delay
+// never exceeds the holder's remaining TTL. The default is
+// ExponentialBackoff(100ms, 2s) on stores with notification and
+// ExponentialBackoff(5ms, 500ms) on others.
+func WithRetry(s RetryStrategy) Option { return optionFunc(func(o *options) { o.retry = s }) }
+
+// WithOwnerID sets the owner token instead of a random one, so that several
+// handles or processes that use the same ID count as one owner (for reentrancy)
+// and can release each other's holds. Keep IDs secret and unique per owner:
+// anyone who knows one can release the lock. At most MaxOwnerIDLength bytes.
+// The default is a random 128-bit token per handle (reentrant) or per Lock
+// call (not reentrant).
+func WithOwnerID(id string) Option { return optionFunc(func(o *options) { o.ownerID = id }) }
+
+// WithMetadata adds free text to the owner string stored with the lock, shown
+// to waiters that fail to obtain it and by dlock ls. At most
+// MaxMetadataLength bytes. The default is empty.
+func WithMetadata(text string) Option { return optionFunc(func(o *options) { o.metadata = text }) }
+
+// WithLogger sets the logger for renewals, losses and store errors. The
+// default discards everything.
+func WithLogger(l *slog.Logger) Option { return optionFunc(func(o *options) { o.logger = l }) }
+
+// WithKeyPrefix puts prefix in front of every lock name, to keep several
+// applications apart on one store. The prefix counts toward MaxNameLength.
+// The default is empty.
+func WithKeyPrefix(prefix string) Option {
+	return optionFunc(func(o *options) { o.keyPrefix = prefix })
+}
+
+// WithSafetyMargin sets how long before the local validity deadline a lease
+// is treated as lost when it could not be renewed: Lease.Context is cancelled
+// and Done closed at Deadline minus this margin, so the holder has time to
+// stop before another owner can get the lock. It must be between 0 and half
+// the TTL. The default is TTL/10.
+func WithSafetyMargin(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.margin = d })
+}
+
+// Reentrant makes a Mutex reentrant: while the handle holds the lock, Lock and
+// TryLock succeed at once and add one hold (counted on the store); each lease
+// must be unlocked, and the last Unlock releases the lock. Without it, a
+// second Lock on the same handle waits like any other owner.
+func Reentrant() Option { return optionFunc(func(o *options) { o.reentrant = true }) }
+
+func (o *options) safetyMargin() time.Duration {
+	if o.margin < 0 {
+		return o.ttl / 10
+	}
+	return o.margin
+}
+
+// validate checks the options and the full key (prefix + name).
+func (o *options) validate(name string) error {
+	if err := validateName("name", name); err != nil {
+		return err
+	}
+	if len(o.keyPrefix)+len(name) > MaxNameLength {
+		return invalid("name: %d bytes with key prefix, over MaxNameLength (%d)", len(o.keyPrefix)+len(name), MaxNameLength)
+	}
+	if o.keyPrefix != "" {
+		if err := validateName("key prefix", o.keyPrefix); err != nil {
+			return err
+		}
+	}
+	if o.ttl < MinTTL {
+		return invalid("ttl: %v is below MinTTL (%v)", o.ttl, MinTTL)
+	}
+	if o.wait < 0 {
+		return invalid("wait: %v is negative", o.wait)
+	}
+	if m := o.safetyMargin(); m > o.ttl/2 {
+		return invalid("safety margin: %v is over half the TTL (%v)", m, o.ttl)
+	}
+	if len(o.metadata) > MaxMetadataLength {
+		return invalid("metadata: %d bytes, over MaxMetadataLength (%d)", len(o.metadata), MaxMetadataLength)
+	}
+	if !utf8.ValidString(o.metadata) {
+		return invalid("metadata: not valid UTF-8")
+	}
+	if len(o.ownerID) > MaxOwnerIDLength {
+		return invalid("owner ID: %d bytes, over MaxOwnerIDLength (%d)", len(o.ownerID), MaxOwnerIDLength)
+	}
+	if o.ownerID != "" {
+		if err := validateName("owner ID", o.ownerID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validateName(field, s string) error {
+	if s == "" {
+		return invalid("%s: empty", field)
+	}
+	if len(s) > MaxNameLength {
+		return invalid("%s: %d bytes, over MaxNameLength (%d)", field, len(s), MaxNameLength)
+	}
+	if !utf8.ValidString(s) {
+		return invalid("%s: not valid UTF-8", field)
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return invalid("%s: %q contains a control character", field, s)
+		}
+	}
+	return nil
+}
+
+// RetryStrategy gives the pause before the next attempt of a waiter that was
+// not woken by a notification. attempt counts from 1.
+type RetryStrategy interface {
+	Delay(attempt int) time.Duration
+}
+
+// ExponentialBackoff returns a RetryStrategy that starts at min, doubles on
+// every attempt up to max, and picks each delay at random between half and
+// all of that value, so that waiters of many clients spread out.
+func ExponentialBackoff(min, max time.Duration) RetryStrategy {
+	if min <= 0 {
+		min = time.Millisecond
+	}
+	if max < min {
+		max = min
+	}
+	return expBackoff{min: min, max: max}
+}
+
+type expBackoff struct{ min, max time.Duration }
+
+func (b expBackoff) Delay(attempt int) time.Duration {
+	d := b.min
+	for i := 1; i < attempt && d < b.max; i++ {
+		d *= 2
+	}
+	d = min(d, b.max)
+	return d/2 + rand.N(d/2+1)
+}

@@ -1,0 +1,257 @@
+package dlock
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// renewer is the one goroutine per Client that renews leases and ends those
+// whose local deadline has passed. Its heap holds every live grant ordered by
+// the time of its next event: a renewal (every TTL/3) or the safety deadline
+// (Deadline minus the safety margin). Renewals that fall due together are sent
+// as one batch in a goroutine of their own, so that a store that does not
+// answer can never delay the safety deadline of any lease.
+type renewer struct {
+	c *Client
+
+	mu     sync.Mutex
+	h      grantHeap
+	wakeup chan struct{} // capacity 1: the heap's head changed
+	stop   chan struct{}
+	done   chan struct{}
+	ctx    context.Context // cancelled at close, for batches in flight
+	cancel context.CancelFunc
+	calls  sync.WaitGroup // batches in flight
+
+	once    sync.Once
+	started bool // set inside once
+}
+
+func newRenewer(c *Client) *renewer {
+	r := &renewer{
+		c:      c,
+		wakeup: make(chan struct{}, 1),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	return r
+}
+
+// start runs the loop on first use, so that a Client that never holds a lease
+// (or was made with bad arguments) has no goroutine.
+func (r *renewer) start() {
+	r.once.Do(func() {
+		r.started = true
+		go r.loop()
+	})
+}
+
+// reschedule moves g after its times changed and wakes the loop when g is
+// now first. The caller holds g.mu.
+func (r *renewer) reschedule(g *grant) {
+	if r.push(g) {
+		r.kick()
+	}
+}
+
+// push (re)places g in the heap and reports whether it is now first. The
+// caller holds g.mu.
+func (r *renewer) push(g *grant) bool {
+	r.start()
+	r.mu.Lock()
+	g.at = g.nextEvent()
+	if g.index >= 0 {
+		heap.Fix(&r.h, g.index)
+	} else {
+		heap.Push(&r.h, g)
+	}
+	first := g.index == 0
+	r.mu.Unlock()
+	return first
+}
+
+// remove unschedules g. The caller holds g.mu.
+func (r *renewer) remove(g *grant) {
+	r.mu.Lock()
+	if g.index >= 0 {
+		heap.Remove(&r.h, g.index)
+	}
+	r.mu.Unlock()
+}
+
+func (r *renewer) kick() {
+	select {
+	case r.wakeup <- struct{}{}:
+	default:
+	}
+}
+
+func (r *renewer) loop() {
+	defer close(r.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var due []*grant
+	for {
+		now := time.Now()
+		r.mu.Lock()
+		due = due[:0]
+		for len(r.h) > 0 && !r.h[0].at.After(now) {
+			due = append(due, heap.Pop(&r.h).(*grant))
+		}
+		r.mu.Unlock()
+
+		var batch []*grant
+		for _, g := range due {
+			g.mu.Lock()
+			switch {
+			case g.ended:
+			case !now.Before(g.safeUntil()):
+				g.lose(g.lossReason(), g.lastErr)
+			case g.renewDue(now):
+				g.inflight = make(chan struct{})
+				batch = append(batch, g)
+				r.push(g)
+			default:
+				r.push(g)
+			}
+			g.mu.Unlock()
+		}
+		if len(batch) > 0 {
+			r.calls.Add(1)
+			go r.renewBatch(batch)
+		}
+
+		r.mu.Lock()
+		wait := time.Hour
+		if len(r.h) > 0 {
+			wait = max(time.Until(r.h[0].at), 0)
+		}
+		r.mu.Unlock()
+		timer.Reset(wait)
+		select {
+		case <-timer.C:
+		case <-r.wakeup:
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		case <-r.stop:
+			return
+		}
+	}
+}
+
+// renewBatch renews the grants of one batch in one round trip when the
+// backend can, and applies the results.
+func (r *renewer) renewBatch(batch []*grant) {
+	defer r.calls.Done()
+	sent := time.Now()
+	// Give up on the call when the first lease of the batch reaches its safety
+	// deadline: by then the answer no longer matters for it.
+	limit := time.Duration(1<<63 - 1)
+	reqs := make([]driver.RenewRequest, len(batch))
+	for i, g := range batch {
+		g.mu.Lock()
+		limit = min(limit, g.safeUntil().Sub(sent))
+		g.mu.Unlock()
+		reqs[i] = driver.RenewRequest{Key: g.key, Token: g.token, TTL: g.ttl}
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, max(limit, 10*time.Millisecond))
+	defer cancel()
+
+	results := make([]driver.RenewResult, len(batch))
+	if r.c.batcher != nil && len(batch) > 1 {
+		results = r.c.batcher.RenewBatch(ctx, reqs)
+	} else {
+		for i, q := range reqs {
+			results[i].Held, results[i].Err = r.c.backend.Renew(ctx, q.Key, q.Token, q.TTL)
+		}
+	}
+	for i, g := range batch {
+		res := driver.RenewResult{Err: errors.New("dlock: backend returned too few renew results")}
+		if i < len(results) {
+			res = results[i]
+		}
+		g.mu.Lock()
+		close(g.inflight)
+		g.inflight = nil
+		g.applyRenewal(sent, res.Held, res.Err)
+		g.mu.Unlock()
+	}
+}
+
+// close stops the loop, waits for batches in flight, and releases what is
+// still held.
+func (r *renewer) close() error {
+	r.once.Do(func() {}) // no start after close
+	close(r.stop)
+	if r.started {
+		<-r.done
+	}
+	r.cancel()
+	r.calls.Wait()
+
+	r.mu.Lock()
+	grants := append([]*grant(nil), r.h...)
+	r.mu.Unlock()
+
+	var first error
+	for _, g := range grants {
+		g.mu.Lock()
+		if g.ended {
+			g.mu.Unlock()
+			continue
+		}
+		holds := len(g.leases)
+		g.lose(LostClosed, nil)
+		g.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), g.ttl)
+		for range holds {
+			res, err := r.c.backend.Release(ctx, g.key, g.token)
+			if err != nil {
+				if first == nil {
+					first = wrapStore("release", g.name, err)
+				}
+				break
+			}
+			if !res.Held || res.Remaining == 0 {
+				break
+			}
+		}
+		cancel()
+	}
+	return first
+}
+
+// grantHeap orders grants by their next event.
+type grantHeap []*grant
+
+func (h grantHeap) Len() int           { return len(h) }
+func (h grantHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h grantHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index = i
+	h[j].index = j
+}
+func (h *grantHeap) Push(x any) {
+	g := x.(*grant)
+	g.index = len(*h)
+	*h = append(*h, g)
+}
+func (h *grantHeap) Pop() any {
+	old := *h
+	n := len(old)
+	g := old[n-1]
+	old[n-1] = nil
+	g.index = -1
+	*h = old[:n-1]
+	return g
+}

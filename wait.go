@@ -1,0 +1,220 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// waitHub coordinates a Client's waiters. Waiters on one key form a group;
+// only the group's active waiter (the one that holds its gate) queries the
+// store, so a release costs one attempt per Client and key, not one per
+// goroutine. The hub owns the Client's one notification stream and routes
+// each release to the group of its key.
+type waitHub struct {
+	c        *Client
+	notifier driver.Notifier // nil when the backend has none
+
+	mu     sync.Mutex
+	groups map[string]*waitGroup
+
+	lmu      sync.Mutex // serialises opening the listener
+	listener driver.Listener
+	closed   bool
+}
+
+type waitGroup struct {
+	key        string
+	refs       int           // waiters in the group, guarded by waitHub.mu
+	gate       chan struct{} // capacity 1: held by the active waiter
+	wake       chan struct{} // capacity 1: a release of key was seen
+	subscribed bool          // touched only by the active waiter and the last to leave
+}
+
+func newWaitHub(c *Client) *waitHub {
+	h := &waitHub{c: c, groups: make(map[string]*waitGroup)}
+	h.notifier, _ = c.backend.(driver.Notifier)
+	return h
+}
+
+// notify is the listener's callback: wake the active waiter of key, or of
+// every key when key is "".
+func (h *waitHub) notify(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if key == "" {
+		for _, g := range h.groups {
+			signal(g.wake)
+		}
+		return
+	}
+	if g := h.groups[key]; g != nil {
+		signal(g.wake)
+	}
+}
+
+// wakeKey wakes local waiters of key at once when this Client released it,
+// without waiting for the store's notification.
+func (h *waitHub) wakeKey(key string) { h.notify(key) }
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+func (h *waitHub) join(key string) *waitGroup {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g := h.groups[key]
+	if g == nil {
+		g = &waitGroup{key: key, gate: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+		h.groups[key] = g
+	}
+	g.refs++
+	return g
+}
+
+func (h *waitHub) leave(g *waitGroup) {
+	h.mu.Lock()
+	g.refs--
+	last := g.refs == 0
+	if last {
+		delete(h.groups, g.key)
+	}
+	h.mu.Unlock()
+	if last && g.subscribed {
+		if l := h.currentListener(); l != nil {
+			ctx, cancel := context.WithTimeout(h.c.ctx, time.Second)
+			if err := l.Unsubscribe(ctx, g.key); err != nil {
+				h.c.log.Debug("dlock: unsubscribe failed", "key", g.key, "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+func (h *waitHub) currentListener() driver.Listener {
+	h.lmu.Lock()
+	defer h.lmu.Unlock()
+	return h.listener
+}
+
+// openListener opens the Client's notification stream on first use.
+func (h *waitHub) openListener() (driver.Listener, error) {
+	h.lmu.Lock()
+	defer h.lmu.Unlock()
+	if h.listener != nil || h.closed {
+		return h.listener, nil
+	}
+	l, err := h.notifier.Listen(h.c.ctx, h.notify)
+	if err != nil {
+		return nil, err
+	}
+	h.listener = l
+	return l, nil
+}
+
+// subscribe makes sure the active waiter of g gets release notifications
+// before it tries again. Without them it still works, by polling.
+func (h *waitHub) subscribe(ctx context.Context, g *waitGroup) {
+	if g.subscribed || h.notifier == nil {
+		return
+	}
+	l, err := h.openListener()
+	if err == nil && l != nil {
+		err = l.Subscribe(ctx, g.key)
+		g.subscribed = err == nil
+	}
+	if err != nil && ctx.Err() == nil {
+		h.c.log.Warn("dlock: release notifications unavailable; polling", "key", g.key, "err", err)
+	}
+}
+
+// wait is Lock after a failed first attempt.
+func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.AcquireResult) (*Lease, error) {
+	g := h.join(m.key)
+	defer h.leave(g)
+
+	notObtained := func(err error) error {
+		if err == nil {
+			err = ErrClosed
+		}
+		return errors.Join(m.notObtained(last), err)
+	}
+	select {
+	case g.gate <- struct{}{}:
+	case <-ctx.Done():
+		return nil, notObtained(ctx.Err())
+	case <-h.c.closing:
+		return nil, notObtained(nil)
+	}
+	defer func() { <-g.gate }()
+
+	retry := m.opts.retry
+	if retry == nil {
+		if h.notifier != nil {
+			retry = defaultNotifiedRetry
+		} else {
+			retry = defaultPolledRetry
+		}
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for attempt := 1; ; attempt++ {
+		h.subscribe(ctx, g)
+		// A release seen before this attempt is covered by the attempt.
+		select {
+		case <-g.wake:
+		default:
+		}
+		l, res, err := m.try(ctx, token)
+		if err != nil || l != nil {
+			return l, m.tryErr(ctx, err)
+		}
+		last = res
+
+		d := retry.Delay(attempt)
+		if res.HolderTTL > 0 && res.HolderTTL < d {
+			d = res.HolderTTL + time.Millisecond
+		}
+		timer.Reset(d)
+		select {
+		case <-g.wake:
+		case <-timer.C:
+		case <-ctx.Done():
+			return nil, notObtained(ctx.Err())
+		case <-h.c.closing:
+			return nil, notObtained(nil)
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+var (
+	defaultNotifiedRetry = ExponentialBackoff(100*time.Millisecond, 2*time.Second)
+	defaultPolledRetry   = ExponentialBackoff(5*time.Millisecond, 500*time.Millisecond)
+)
+
+// close ends the notification stream. Waiters have left by now.
+func (h *waitHub) close() {
+	h.lmu.Lock()
+	h.closed = true
+	l := h.listener
+	h.listener = nil
+	h.lmu.Unlock()
+	if l != nil {
+		if err := l.Close(); err != nil {
+			h.c.log.Debug("dlock: closing the notification stream", "err", err)
+		}
+	}
+}
