@@ -1,0 +1,80 @@
+// Package dlock provides distributed locks over the stores teams already run:
+// Redis (redislock), and, for tests and single processes, memory (memlock).
+//
+// A lock is held as a lease: a hold with a time to live on the store, renewed
+// automatically while the holder works, and told to the holder the moment it
+// can no longer be trusted.
+//
+//	c := dlock.New(redislock.New(rdb))
+//	defer c.Close()
+//
+//	lease, err := c.Mutex("orders:42", dlock.WithTTL(10*time.Second)).Lock(ctx)
+//	if err != nil {
+//		return err // errors.Is(err, dlock.ErrNotObtained) when the wait ended first
+//	}
+//	defer lease.Unlock(ctx)
+//	return updateOrder(lease.Context(), lease.Fence())
+//
+// # What makes it safe
+//
+// Owner tokens: every hold carries a random token, and the store compares it
+// before it renews or releases, so a process can never extend or release a
+// lock it does not hold.
+//
+// The loss signal: a lease has Done, Err and Context, like a
+// context.Context. Context is cancelled as soon as the store says the lease is
+// gone (renewal refused, key deleted), and in any case at Deadline minus a
+// safety margin when renewals have failed or had no answer — measured on this
+// process's monotonic clock from the moment the acquire or the last good
+// renewal was sent, so it fires before the store can have let the lock go,
+// whatever the store is doing. Run the protected work under lease.Context().
+//
+// Fencing: a lease can still outlive its welcome. A process can pause (garbage
+// collection, a stopped VM, swapping) after it checked its lease and before its
+// write lands. So every grant carries a fence, Lease.Fence, strictly greater
+// than every earlier grant of that lock on that store. Give the fence to the
+// resource you protect and let it refuse a write whose fence is lower than one
+// it has already seen:
+//
+//	UPDATE stock SET qty = ?, fence = ? WHERE item = ? AND fence <= ?
+//
+// and treat "no row updated" as "someone newer holds the lock". For resources
+// kept in Redis, redislock.FencedSet does the same in one script.
+//
+// The store's clock decides expiry (Redis PX), never a comparison of the wall
+// clocks of two machines.
+//
+// # Waiting
+//
+// Lock waits without polling where the store can notify: the waiter
+// subscribes to the lock's release channel before each attempt, so a release
+// is never missed, and it also tries again when the holder's TTL runs out and,
+// as a safety net, on a capped backoff (WithRetry). Goroutines of one Client
+// waiting on one name queue locally: only one of them queries the store at a
+// time. WithWait bounds a wait independently of the TTL; a cancelled wait
+// returns at once with errors.Join(*NotObtainedError, ctx.Err()) and leaves
+// nothing on the store.
+//
+// # Renewal
+//
+// With auto-renewal (the default) each lease is renewed every TTL/3 by one
+// goroutine per Client, which keeps every lease in a timer heap and sends the
+// renewals that fall due together in one batch (one pipelined round trip on
+// Redis). Unlock stops a lease's renewal before it sends the release, and
+// waits for a renewal already in flight, so no renewal reaches the store after
+// Unlock has returned.
+//
+// # Reentrancy
+//
+// A *Mutex is an owner. With Reentrant, a handle that holds the lock may Lock
+// it again; the hold count is kept on the store, every lease must be
+// unlocked, and the last Unlock releases. Without it, a second Lock on the same
+// handle waits like any other owner.
+//
+// # Errors
+//
+// Branch with errors.Is: ErrNotObtained (with *NotObtainedError naming the
+// holder), ErrNotHeld, ErrReleased, ErrLost (with *LostError and its
+// LostReason), ErrInvalid for bad arguments and ErrClosed. Store failures are
+// wrapped with the operation and the lock's name.
+package dlock

@@ -1,0 +1,95 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/memlock"
+)
+
+func Example() {
+	ctx := context.Background()
+	c := dlock.New(memlock.New()) // redislock.New(rdb) in production
+	defer c.Close()
+
+	lease, err := c.Mutex("orders:42", dlock.WithTTL(10*time.Second)).Lock(ctx)
+	if err != nil {
+		fmt.Println("not obtained:", err)
+		return
+	}
+	fmt.Println("holding", lease.Name(), "with fence", lease.Fence())
+
+	// Another owner is turned away and told who holds the lock.
+	_, err = c.Mutex("orders:42").TryLock(ctx)
+	fmt.Println(errors.Is(err, dlock.ErrNotObtained))
+
+	if err := lease.Unlock(ctx); err != nil {
+		fmt.Println(err)
+	}
+	fmt.Println(lease.Err())
+	// Output:
+	// holding orders:42 with fence 1
+	// true
+	// dlock: lease released
+}
+
+func ExampleClient_Do() {
+	c := dlock.New(memlock.New())
+	defer c.Close()
+
+	err := c.Do(context.Background(), "nightly-report", func(ctx context.Context) error {
+		// ctx is cancelled if the lease is lost: stop writing then.
+		fmt.Println("running the report")
+		return nil
+	}, dlock.WithTTL(30*time.Second))
+	fmt.Println("err:", err)
+	// Output:
+	// running the report
+	// err: <nil>
+}
+
+func ExampleReentrant() {
+	ctx := context.Background()
+	c := dlock.New(memlock.New())
+	defer c.Close()
+
+	m := c.Mutex("account:7", dlock.Reentrant())
+	outer, _ := m.Lock(ctx)
+	inner, _ := m.Lock(ctx) // the same handle holds it: one more hold
+	fmt.Println(outer.Fence() == inner.Fence())
+
+	_ = inner.Unlock(ctx)
+	_, err := c.Mutex("account:7").TryLock(ctx)
+	fmt.Println("free after the inner Unlock:", err == nil)
+	_ = outer.Unlock(ctx)
+	_, err = c.Mutex("account:7").TryLock(ctx)
+	fmt.Println("free after the outer Unlock:", err == nil)
+	// Output:
+	// true
+	// free after the inner Unlock: false
+	// free after the outer Unlock: true
+}
+
+func ExampleLease_Context() {
+	ctx := context.Background()
+	store := memlock.New()
+	c := dlock.New(store)
+	defer c.Close()
+
+	lease, _ := c.Mutex("ledger", dlock.WithTTL(300*time.Millisecond)).Lock(ctx)
+	work := lease.Context()
+
+	// An operator breaks the lock; the next renewal notices.
+	_, _, _ = store.ForceRelease(ctx, "ledger")
+
+	<-work.Done()
+	var lost *dlock.LostError
+	if errors.As(context.Cause(work), &lost) {
+		fmt.Println("stop writing:", lost.Reason)
+	}
+	// Output:
+	// stop writing: no longer held on the store
+}
