@@ -264,12 +264,36 @@ func (l *Lease) afterEnd(ctx context.Context, err error) error {
 	return heldErr("unlock", g.name, err)
 }
 
-// heldErr describes an operation on a lease that has ended with err.
+// heldErr describes an operation on a lease that has ended with err
+// (ErrReleased or a *LostError).
 func heldErr(op, name string, err error) error {
-	if errors.Is(err, ErrReleased) {
-		return fmt.Errorf("dlock: %s %q: %w", op, name, ErrReleased)
+	return &endedError{op: op, name: name, err: err}
+}
+
+// endedError is the error of an operation on a lease that has ended. It
+// matches ErrReleased, or ErrNotHeld and the *LostError.
+type endedError struct {
+	op, name string
+	err      error
+}
+
+func (e *endedError) Error() string {
+	var lost *LostError
+	if errors.As(e.err, &lost) {
+		msg := fmt.Sprintf("dlock: %s %q: lock not held: lease lost: %s", e.op, e.name, lost.Reason)
+		if lost.Cause != nil {
+			msg += ": " + lost.Cause.Error()
+		}
+		return msg
 	}
-	return fmt.Errorf("dlock: %s %q: %w (%w)", op, name, ErrNotHeld, err)
+	return fmt.Sprintf("dlock: %s %q: lease already released", e.op, e.name)
+}
+
+func (e *endedError) Unwrap() []error {
+	if errors.Is(e.err, ErrReleased) {
+		return []error{ErrReleased}
+	}
+	return []error{ErrNotHeld, e.err}
 }
 
 func wrapStore(op, name string, err error) error {
