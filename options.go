@@ -11,6 +11,7 @@ import (
 // Limits on user input. Calls given values outside them return ErrInvalid.
 const (
 	// MaxNameLength is the longest lock name in bytes, key prefix included.
+	// Names are UTF-8 without control characters and do not start with '}'.
 	MaxNameLength = 255
 	// MinTTL is the shortest lease time to live.
 	MinTTL = 50 * time.Millisecond
@@ -124,6 +125,11 @@ func (o *options) safetyMargin() time.Duration {
 func (o *options) validate(name string) error {
 	if err := validateName("name", name); err != nil {
 		return err
+	}
+	if key := o.keyPrefix + name; key[0] == '}' {
+		// A Redis hash tag around such a key would be empty, and the lock's
+		// keys would fall into different Cluster slots.
+		return invalid("name: %q may not start with '}'", key)
 	}
 	if len(o.keyPrefix)+len(name) > MaxNameLength {
 		return invalid("name: %d bytes with key prefix, over MaxNameLength (%d)", len(o.keyPrefix)+len(name), MaxNameLength)

@@ -8,7 +8,9 @@
 //
 // Every method is one atomic operation on the store (one script, one statement):
 // the client relies on that for its safety arguments. Keys arrive already
-// validated and prefixed; tokens are opaque strings chosen by the client.
+// validated and prefixed (1 to 255 bytes of UTF-8, no control characters, not
+// starting with '}' so that a Redis hash tag around the key is never empty);
+// tokens are opaque strings chosen by the client.
 //
 // "Someone else holds the lock" and "the token is not the holder" are normal
 // answers, reported in the result with a nil error. An error always means the
@@ -27,6 +29,10 @@ type Backend interface {
 	// increments the hold count. A new grant draws a fence strictly greater than
 	// every fence the store has granted for that key, in the same atomic step.
 	// Any grant sets the store-side time to live to req.TTL.
+	//
+	// When Acquire returns an error the outcome is unknown: the grant may
+	// have been made. The client then calls Release with the same token,
+	// which is harmless when nothing was granted.
 	Acquire(ctx context.Context, req AcquireRequest) (AcquireResult, error)
 
 	// Renew sets the time to live of key to ttl if token still holds it.
@@ -81,7 +87,8 @@ type Notifier interface {
 	// every lock released while that key is subscribed, and with "" when
 	// notifications may have been missed (for example after a reconnect), which
 	// tells the client to retry every key it waits on. fn must not block and is
-	// never called after Close returns.
+	// never called after Close returns. fn("") may come several times in a
+	// row. ctx bounds the call only: the stream lives until Close.
 	Listen(ctx context.Context, fn func(key string)) (Listener, error)
 }
 
@@ -90,9 +97,9 @@ type Listener interface {
 	// Subscribe starts notifications for key and returns only once the store
 	// has confirmed the subscription, so that a release that follows a failed
 	// acquire is never missed. Subscriptions are counted: each Subscribe needs
-	// its own Unsubscribe.
+	// its own Unsubscribe; a Subscribe that returned an error needs none.
 	Subscribe(ctx context.Context, key string) error
-	// Unsubscribe drops one subscription of key.
+	// Unsubscribe drops one subscription of key. After Close it does nothing.
 	Unsubscribe(ctx context.Context, key string) error
 	// Close ends the stream and waits for its goroutines.
 	Close() error
@@ -100,9 +107,9 @@ type Listener interface {
 
 // RenewRequest is one lease in a BatchRenewer call.
 type RenewRequest struct {
-	Key   string
-	Token string
-	TTL   time.Duration
+	Key   string        // the lock's key, as in Backend.Renew
+	Token string        // the owner token that must hold it
+	TTL   time.Duration // the new store-side time to live
 }
 
 // RenewResult is the outcome of one RenewRequest.

@@ -534,6 +534,7 @@ func testInvalidInput(t *testing.T, s *Store) {
 		{"prefix makes it long", c.Mutex(long[:dlock.MaxNameLength-2], dlock.WithKeyPrefix("app:")), "name"},
 		{"control character", c.Mutex("a\nb"), "name"},
 		{"invalid UTF-8", c.Mutex("a\xffb"), "name"},
+		{"leading brace", c.Mutex("}a"), "name"},
 		{"zero TTL", c.Mutex("x", dlock.WithTTL(0)), "ttl"},
 		{"negative TTL", c.Mutex("x", dlock.WithTTL(-time.Second)), "ttl"},
 		{"TTL below minimum", c.Mutex("x", dlock.WithTTL(dlock.MinTTL-1)), "ttl"},

@@ -1,0 +1,48 @@
+// Package redislock is a dlock backend on Redis: one node, Sentinel or
+// Cluster, through a go-redis UniversalClient.
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+//	client := dlock.New(redislock.New(rdb))
+//
+// # What it stores
+//
+// For a lock key K in namespace NS (WithNamespace, "dlock" by default):
+//
+//	NS:{K}        a hash: owner token → hold count, "owner" → the holder's
+//	              description, "fence" → the fence of the current grant.
+//	              It carries the lease's TTL and is deleted on release.
+//	NS:{K}:fence  the fence counter (INCR). It never expires.
+//	NS:{K}:rel    the pub/sub channel on which a release is announced.
+//
+// The braces are a Cluster hash tag, so one lock's keys share a slot and a
+// single script can touch them together. Acquire, renew and release are each
+// one Lua script (EVALSHA, with EVAL when the server has lost its script
+// cache), so each is one round trip and atomic; RenewBatch renews any number
+// of leases in one pipeline.
+//
+// The fence counter stays after release on purpose: one small key for every
+// name ever locked is the price of fences that never go back, even when a
+// name is released and locked again. Deleting it would restart the name's
+// fences at 1 and let a stale writer pass a fencing check. Names that are
+// made up per request (an order ID, say) therefore leave one counter each;
+// expire or delete NS:{K}:fence yourself only for names that will never be
+// locked again. FencedSet and FencedGet are the matching check for
+// resources kept in Redis.
+//
+// # Time and failure
+//
+// Redis's clock decides when a lease expires (PEXPIRE); the dlock client
+// measures on its own monotonic clock how long it may trust a lease, and
+// never compares the clocks of two machines.
+//
+// One Redis node is a single point of failure: if it is lost, so are its
+// locks, and an asynchronously replicated replica promoted by Sentinel may
+// not have seen the latest grants. Without persistence (appendonly with
+// fsync) a restarted node has forgotten its fence counters too. Locks that
+// must survive the loss of a node need a quorum of independent nodes
+// (Redlock, in a later package) or a consensus store such as etcd.
+//
+// Waiters are woken by pub/sub on one shared connection per dlock client:
+// see Backend.Listen. Release publishes with PUBLISH, which Cluster
+// broadcasts to every node.
+package redislock

@@ -1,0 +1,69 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrStaleFence is returned when a write carries a fence older than one the
+// resource has already accepted.
+var ErrStaleFence = errors.New("redislock: stale fence")
+
+// FencedSet sets key to value only if fence is at least the highest fence
+// key has accepted, in one script. It is the resource side of fencing: a
+// lease can outlive its welcome (a paused process, a slow network), so the
+// protected resource, not the lock, must refuse the late writer.
+//
+// Pass the fence of the lease under which the value was computed:
+//
+//	lease, err := mutex.Lock(ctx)
+//	...
+//	err = redislock.FencedSet(ctx, rdb, "report:today", lease.Fence(), report)
+//	if errors.Is(err, redislock.ErrStaleFence) {
+//		// a later holder has written already: drop this result
+//	}
+//
+// Equal fences are accepted, so one grant may write several times; a lower
+// fence returns an error wrapping ErrStaleFence and changes nothing. key is
+// stored as a hash with the fields "value" and "fence", so both live in one
+// Cluster slot; read it with FencedGet. Other errors come from Redis.
+func FencedSet(ctx context.Context, rdb redis.Scripter, key string, fence uint64, value string) error {
+	reply, err := fencedSetScript.Run(ctx, rdb, []string{key}, strconv.FormatUint(fence, 10), value).Slice()
+	if err != nil {
+		return fmt.Errorf("redislock: fenced set %q: %w", key, err)
+	}
+	if len(reply) == 0 {
+		return fmt.Errorf("redislock: fenced set %q: unexpected reply %v", key, reply)
+	}
+	if stored, _ := asInt64(reply[0]); stored == 1 {
+		return nil
+	}
+	var accepted any
+	if len(reply) > 1 {
+		accepted = reply[1]
+	}
+	return fmt.Errorf("redislock: fenced set %q: fence %d is older than accepted fence %v: %w", key, fence, accepted, ErrStaleFence)
+}
+
+// FencedGet returns the value FencedSet stored at key and the fence that
+// wrote it. When key does not exist the error wraps redis.Nil.
+func FencedGet(ctx context.Context, rdb redis.Scripter, key string) (value string, fence uint64, err error) {
+	reply, err := fencedGetScript.Run(ctx, rdb, []string{key}).Slice()
+	if err != nil {
+		return "", 0, fmt.Errorf("redislock: fenced get %q: %w", key, err)
+	}
+	if len(reply) != 2 || reply[0] == nil {
+		return "", 0, fmt.Errorf("redislock: fenced get %q: %w", key, redis.Nil)
+	}
+	value, _ = reply[0].(string)
+	if reply[1] != nil {
+		if fence, err = asUint64(reply[1]); err != nil {
+			return "", 0, fmt.Errorf("redislock: fenced get %q: %w", key, err)
+		}
+	}
+	return value, fence, nil
+}

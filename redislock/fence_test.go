@@ -1,0 +1,69 @@
+package redislock_test
+
+import (
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/redislock"
+)
+
+func TestFencedSet(t *testing.T) {
+	_, rdb, _ := setup(t)
+	ctx := t.Context()
+
+	steps := []struct {
+		fence     uint64
+		value     string
+		wantStale bool
+		wantValue string
+		wantFence uint64
+	}{
+		{fence: 5, value: "a", wantValue: "a", wantFence: 5},
+		{fence: 5, value: "b", wantValue: "b", wantFence: 5}, // the same grant writes again
+		{fence: 4, value: "stale", wantStale: true, wantValue: "b", wantFence: 5},
+		{fence: 7, value: "c", wantValue: "c", wantFence: 7},
+		{fence: 6, value: "stale", wantStale: true, wantValue: "c", wantFence: 7},
+		{fence: 10, value: "d", wantValue: "d", wantFence: 10}, // 10 > 7 although "10" < "7" as text
+		// Past 2^53 doubles cannot tell these apart; the script must.
+		{fence: 1<<53 + 1, value: "e", wantValue: "e", wantFence: 1<<53 + 1},
+		{fence: 1 << 53, value: "stale", wantStale: true, wantValue: "e", wantFence: 1<<53 + 1},
+		{fence: math.MaxUint64, value: "f", wantValue: "f", wantFence: math.MaxUint64},
+		{fence: math.MaxUint64 - 1, value: "stale", wantStale: true, wantValue: "f", wantFence: math.MaxUint64},
+	}
+	for _, s := range steps {
+		err := redislock.FencedSet(ctx, rdb, "report", s.fence, s.value)
+		if s.wantStale != errors.Is(err, redislock.ErrStaleFence) || (!s.wantStale && err != nil) {
+			t.Errorf("FencedSet(fence %d) = %v, want stale=%v", s.fence, err, s.wantStale)
+		}
+		value, fence, err := redislock.FencedGet(ctx, rdb, "report")
+		if err != nil || value != s.wantValue || fence != s.wantFence {
+			t.Errorf("after FencedSet(fence %d): FencedGet = %q, %d, %v; want %q, %d", s.fence, value, fence, err, s.wantValue, s.wantFence)
+		}
+	}
+}
+
+func TestFencedGetMissing(t *testing.T) {
+	_, rdb, _ := setup(t)
+	_, _, err := redislock.FencedGet(t.Context(), rdb, "missing")
+	if !errors.Is(err, redis.Nil) {
+		t.Errorf("FencedGet of a missing key: %v, want redis.Nil", err)
+	}
+}
+
+func TestFencedSetKeepsItsFieldsInOneHash(t *testing.T) {
+	_, rdb, _ := setup(t)
+	ctx := t.Context()
+	if err := redislock.FencedSet(ctx, rdb, "{orders:42}:total", 3, "99.50"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := rdb.HGetAll(ctx, "{orders:42}:total").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got["value"] != "99.50" || got["fence"] != "3" {
+		t.Errorf("stored hash = %v, want value and fence", got)
+	}
+}

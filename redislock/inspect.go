@@ -1,0 +1,134 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// scanCount is the COUNT hint of each SCAN call in List.
+const scanCount = 500
+
+// Inspect describes the lock named key in one script: its owner, the fence
+// of the current grant, the total hold count and the remaining TTL. ok is
+// false, with a nil error, when the lock is not held.
+func (b *Backend) Inspect(ctx context.Context, key string) (driver.LockInfo, bool, error) {
+	info, ok, err := parseInfo(key, inspectScript.Run(ctx, b.rdb, []string{b.lockKey(key)}))
+	if err != nil {
+		return driver.LockInfo{}, false, fmt.Errorf("redislock: inspect %q: %w", key, err)
+	}
+	return info, ok, nil
+}
+
+// ForceRelease deletes the lock named key whoever holds it, publishes on its
+// release channel and returns what it removed, all in one script. The fence
+// counter stays, so the next grant still gets a larger fence. ok is false,
+// with a nil error, when the lock was not held.
+func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.LockInfo, bool, error) {
+	cmd := forceReleaseScript.Run(ctx, b.rdb, []string{b.lockKey(key)}, b.channel(key))
+	info, ok, err := parseInfo(key, cmd)
+	if err != nil {
+		return driver.LockInfo{}, false, fmt.Errorf("redislock: force release %q: %w", key, err)
+	}
+	return info, ok, nil
+}
+
+// List describes every held lock whose key starts with prefix, sorted by
+// key. It walks the namespace with SCAN (on every master of a Cluster, on
+// every shard of a Ring) and inspects each page of keys in one pipeline, so
+// it costs one round trip per page; a lock taken or released during the walk
+// may or may not be listed.
+func (b *Backend) List(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
+	pattern := globEscape(b.ns) + ":{" + globEscape(prefix) + "*"
+	var (
+		mu    sync.Mutex
+		infos []driver.LockInfo
+	)
+	scan := func(ctx context.Context, node redis.Cmdable) error {
+		found, err := b.listNode(ctx, node, pattern)
+		mu.Lock()
+		infos = append(infos, found...)
+		mu.Unlock()
+		return err
+	}
+	var err error
+	switch c := b.rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return scan(ctx, node) })
+	case *redis.Ring:
+		err = c.ForEachShard(ctx, func(ctx context.Context, node *redis.Client) error { return scan(ctx, node) })
+	default:
+		err = scan(ctx, b.rdb)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redislock: list %q: %w", prefix, err)
+	}
+	slices.SortFunc(infos, func(a, b driver.LockInfo) int { return strings.Compare(a.Key, b.Key) })
+	// SCAN may return a key twice; keep the first.
+	infos = slices.CompactFunc(infos, func(a, b driver.LockInfo) bool { return a.Key == b.Key })
+	return infos, nil
+}
+
+// listNode scans one node for lock hashes matching pattern and inspects them.
+func (b *Backend) listNode(ctx context.Context, node redis.Cmdable, pattern string) ([]driver.LockInfo, error) {
+	var infos []driver.LockInfo
+	var cursor uint64
+	for {
+		names, next, err := node.Scan(ctx, cursor, pattern, scanCount).Result()
+		if err != nil {
+			return infos, err
+		}
+		var keys []string
+		var calls []scriptCall
+		for _, name := range names {
+			if key, ok := b.keyOfLock(name); ok {
+				keys = append(keys, key)
+				calls = append(calls, scriptCall{keys: []string{name}})
+			}
+		}
+		if len(calls) > 0 {
+			for i, cmd := range runPipelined(ctx, node, inspectScript, calls) {
+				info, ok, err := parseInfo(keys[i], cmd)
+				if err != nil {
+					return infos, fmt.Errorf("inspect %q: %w", keys[i], err)
+				}
+				if ok { // not released since the SCAN
+					infos = append(infos, info)
+				}
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return infos, nil
+		}
+	}
+}
+
+// parseInfo reads the reply of the inspect and force_release scripts:
+// {owner, fence, holds, pttl}, or nil when the lock is not held.
+func parseInfo(key string, cmd *redis.Cmd) (driver.LockInfo, bool, error) {
+	reply, err := cmd.Slice()
+	if errors.Is(err, redis.Nil) {
+		return driver.LockInfo{}, false, nil
+	}
+	if err != nil {
+		return driver.LockInfo{}, false, err
+	}
+	if len(reply) != 4 {
+		return driver.LockInfo{}, false, fmt.Errorf("unexpected reply %v", reply)
+	}
+	owner, _ := reply[0].(string)
+	fence, err1 := asUint64(reply[1])
+	holds, err2 := asInt64(reply[2])
+	pttl, err3 := asInt64(reply[3])
+	if err := firstErr(err1, err2, err3); err != nil {
+		return driver.LockInfo{}, false, err
+	}
+	return driver.LockInfo{Key: key, Owner: owner, Fence: fence, Holds: int(holds), TTL: ttlOf(pttl)}, true, nil
+}

@@ -1,0 +1,58 @@
+package redislock
+
+import (
+	"testing"
+	"time"
+)
+
+func TestMillisRoundsUp(t *testing.T) {
+	for _, c := range []struct {
+		ttl  time.Duration
+		want int64
+	}{
+		{time.Nanosecond, 1}, // never 0, which would delete the key
+		{time.Millisecond, 1},
+		{1500 * time.Microsecond, 2},
+		{10 * time.Second, 10000},
+		{10*time.Second + 1, 10001},
+	} {
+		if got := millis(c.ttl); got != c.want {
+			t.Errorf("millis(%v) = %d, want %d", c.ttl, got, c.want)
+		}
+	}
+}
+
+func TestKeyLayout(t *testing.T) {
+	b := New(nil, WithNamespace("app"))
+	if got := b.lockKey("orders:42"); got != "app:{orders:42}" {
+		t.Errorf("lockKey = %q", got)
+	}
+	if got := b.fenceKey("orders:42"); got != "app:{orders:42}:fence" {
+		t.Errorf("fenceKey = %q", got)
+	}
+	if got := b.channel("orders:42"); got != "app:{orders:42}:rel" {
+		t.Errorf("channel = %q", got)
+	}
+	for name, want := range map[string]string{
+		"app:{orders:42}":     "orders:42",
+		"app:{a}b}":           "a}b",
+		"app:{orders:42}:rel": "",
+		"app:{x}:fence":       "",
+		"app:{x}:fence}":      "x}:fence", // the lock of a key that happens to end in ":fence}"
+		"other:{x}":           "",
+	} {
+		got, ok := b.keyOfLock(name)
+		if got != want || ok != (want != "") {
+			t.Errorf("keyOfLock(%q) = %q, %v; want %q", name, got, ok, want)
+		}
+	}
+	if New(nil, WithNamespace("")).ns != DefaultNamespace {
+		t.Error("WithNamespace(\"\") did not keep the default")
+	}
+}
+
+func TestGlobEscape(t *testing.T) {
+	if got, want := globEscape(`a*b?c[d]e\f`), `a\*b\?c\[d\]e\\f`; got != want {
+		t.Errorf("globEscape = %q, want %q", got, want)
+	}
+}
