@@ -290,6 +290,31 @@ func testNotReentrantWaits(t *testing.T, s *Store) {
 	unlock(t, lock(t, m))
 }
 
+func testSharedOwnerID(t *testing.T, s *Store) {
+	a, b, other := client(t, s), client(t, s), client(t, s)
+	const name = "locktest/ownerid"
+	opts := []dlock.Option{dlock.WithOwnerID("job-7"), dlock.Reentrant()}
+	first := lock(t, a.Mutex(name, opts...))
+	// Another handle, in another Client, with the same owner ID is the same
+	// owner: it enters at once, into the same grant.
+	second, err := b.Mutex(name, opts...).TryLock(t.Context())
+	if err != nil {
+		t.Fatalf("TryLock with the holder's owner ID: %v", err)
+	}
+	if second.Fence() != first.Fence() {
+		t.Errorf("fences %d and %d, want the same grant", first.Fence(), second.Fence())
+	}
+	mustBeHeldByOther(t, other.Mutex(name))
+	unlock(t, first)
+	mustBeHeldByOther(t, other.Mutex(name))
+	unlock(t, second)
+	l, err := other.Mutex(name).TryLock(t.Context())
+	if err != nil {
+		t.Fatalf("TryLock after both holds were released: %v", err)
+	}
+	unlock(t, l)
+}
+
 func testWokenByRelease(t *testing.T, s *Store) {
 	a, b := client(t, s), client(t, s)
 	held := lock(t, a.Mutex("locktest/woken", dlock.WithTTL(time.Minute)))

@@ -80,6 +80,7 @@ var cases = []testCase{
 	{"StoreKilled", testStoreKilled},
 	{"Reentrant", testReentrant},
 	{"NotReentrantWaits", testNotReentrantWaits},
+	{"SharedOwnerID", testSharedOwnerID},
 	{"WokenByRelease", testWokenByRelease},
 	{"OneClientManyWaiters", testOneClientManyWaiters},
 	{"CancelledWaitLeavesNothing", testCancelledWaitLeavesNothing},
