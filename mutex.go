@@ -75,6 +75,7 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	if err != nil || l != nil {
 		return l, m.tryErr(ctx, err)
 	}
+	m.busy(res)
 	return m.c.hub.wait(ctx, m, token, res)
 }
 
@@ -109,6 +110,13 @@ func (m *Mutex) tryErr(ctx context.Context, err error) error {
 		return errors.Join(&NotObtainedError{Name: m.name}, cerr)
 	}
 	return err
+}
+
+// busy reports a failed attempt to the WithOnBusy function.
+func (m *Mutex) busy(res driver.AcquireResult) {
+	if m.opts.onBusy != nil {
+		m.opts.onBusy(m.notObtained(res))
+	}
 }
 
 func (m *Mutex) notObtained(res driver.AcquireResult) *NotObtainedError {

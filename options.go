@@ -44,6 +44,7 @@ type options struct {
 	keyPrefix string
 	reentrant bool
 	margin    time.Duration // < 0: default, TTL/10
+	onBusy    func(*NotObtainedError)
 }
 
 func defaultOptions() options {
@@ -106,6 +107,15 @@ func WithKeyPrefix(prefix string) Option {
 // the TTL. The default is TTL/10.
 func WithSafetyMargin(d time.Duration) Option {
 	return optionFunc(func(o *options) { o.margin = d })
+}
+
+// WithOnBusy sets a function that Lock calls after every attempt that found
+// the lock held, with the store's answer (holder and remaining TTL), for
+// progress reports such as "waiting for host-a|pid 42". Among the goroutines
+// of one Client waiting on one name, only the one querying the store calls it.
+// fn must not block. The default is none.
+func WithOnBusy(fn func(*NotObtainedError)) Option {
+	return optionFunc(func(o *options) { o.onBusy = fn })
 }
 
 // Reentrant makes a Mutex reentrant: while the handle holds the lock, Lock and

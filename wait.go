@@ -177,6 +177,7 @@ func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.
 			return l, m.tryErr(ctx, err)
 		}
 		last = res
+		m.busy(res)
 
 		d := retry.Delay(attempt)
 		if res.HolderTTL > 0 && res.HolderTTL < d {

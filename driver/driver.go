@@ -132,6 +132,9 @@ type LockInfo struct {
 	Fence uint64
 	Holds int
 	TTL   time.Duration // remaining store-side time to live
+	// HeldFor is how long the current grant has been held, by the store's
+	// clock, or 0 when the store does not know.
+	HeldFor time.Duration
 }
 
 // Inspector is implemented by backends that can describe the locks they hold.

@@ -59,10 +59,11 @@ type Backend struct {
 }
 
 type entry struct {
-	holds   map[string]int // token → hold count
-	owner   string
-	fence   uint64
-	expires time.Time
+	holds    map[string]int // token → hold count
+	acquired time.Time
+	owner    string
+	fence    uint64
+	expires  time.Time
 }
 
 // New returns an empty store.
@@ -131,10 +132,11 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	b.fences[req.Key]++
 	f := b.fences[req.Key]
 	b.locks[req.Key] = &entry{
-		holds:   map[string]int{req.Token: 1},
-		owner:   req.Owner,
-		fence:   f,
-		expires: now.Add(req.TTL),
+		holds:    map[string]int{req.Token: 1},
+		acquired: now,
+		owner:    req.Owner,
+		fence:    f,
+		expires:  now.Add(req.TTL),
 	}
 	return driver.AcquireResult{Acquired: true, Fence: f, Holds: 1}, nil
 }
@@ -226,7 +228,9 @@ func (b *Backend) info(key string, e *entry) driver.LockInfo {
 	for _, n := range e.holds {
 		holds += n
 	}
-	return driver.LockInfo{Key: key, Owner: e.owner, Fence: e.fence, Holds: holds, TTL: e.expires.Sub(b.clock.Now())}
+	now := b.clock.Now()
+	return driver.LockInfo{Key: key, Owner: e.owner, Fence: e.fence, Holds: holds,
+		TTL: e.expires.Sub(now), HeldFor: now.Sub(e.acquired)}
 }
 
 // List implements driver.Inspector.

@@ -15,6 +15,8 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   return {0, redis.call('HGET', KEYS[1], 'owner') or '', redis.call('PTTL', KEYS[1])}
 end
 local fence = redis.call('INCR', KEYS[2])
-redis.call('HSET', KEYS[1], ARGV[1], 1, 'owner', ARGV[2], 'fence', fence)
+local t = redis.call('TIME')
+local at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('HSET', KEYS[1], ARGV[1], 1, 'owner', ARGV[2], 'fence', fence, 'at', at)
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return {1, fence, 1}

@@ -124,6 +124,11 @@ func TestAcquireFreeLockStoresGrant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	serverMillis := time.Now().UnixMilli() // the test server runs on this machine's clock
+	if at, err := strconv.ParseInt(got["at"], 10, 64); err != nil || at < serverMillis-5000 || at > serverMillis {
+		t.Errorf("acquired-at field %q, want the server's time in ms (about %d)", got["at"], serverMillis)
+	}
+	delete(got, "at")
 	want := map[string]string{tok: "1", "owner": "host-a|pid 1", "fence": "1"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("lock hash = %v, want %v", got, want)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -111,7 +112,7 @@ func (b *Backend) listNode(ctx context.Context, node redis.Cmdable, pattern stri
 }
 
 // parseInfo reads the reply of the inspect and force_release scripts:
-// {owner, fence, holds, pttl}, or nil when the lock is not held.
+// {owner, fence, holds, pttl, held for in ms or -1}, or nil when the lock is not held.
 func parseInfo(key string, cmd *redis.Cmd) (driver.LockInfo, bool, error) {
 	reply, err := cmd.Slice()
 	if errors.Is(err, redis.Nil) {
@@ -120,15 +121,20 @@ func parseInfo(key string, cmd *redis.Cmd) (driver.LockInfo, bool, error) {
 	if err != nil {
 		return driver.LockInfo{}, false, err
 	}
-	if len(reply) != 4 {
+	if len(reply) != 5 {
 		return driver.LockInfo{}, false, fmt.Errorf("unexpected reply %v", reply)
 	}
 	owner, _ := reply[0].(string)
 	fence, err1 := asUint64(reply[1])
 	holds, err2 := asInt64(reply[2])
 	pttl, err3 := asInt64(reply[3])
-	if err := firstErr(err1, err2, err3); err != nil {
+	heldFor, err4 := asInt64(reply[4])
+	if err := firstErr(err1, err2, err3, err4); err != nil {
 		return driver.LockInfo{}, false, err
 	}
-	return driver.LockInfo{Key: key, Owner: owner, Fence: fence, Holds: int(holds), TTL: ttlOf(pttl)}, true, nil
+	info := driver.LockInfo{Key: key, Owner: owner, Fence: fence, Holds: int(holds), TTL: ttlOf(pttl)}
+	if heldFor >= 0 {
+		info.HeldFor = time.Duration(heldFor) * time.Millisecond
+	}
+	return info, true, nil
 }

@@ -31,6 +31,10 @@ func TestInspect(t *testing.T) {
 	if info.TTL <= 9*time.Second || info.TTL > 10*time.Second {
 		t.Errorf("Inspect TTL = %v, want about 10s", info.TTL)
 	}
+	time.Sleep(20 * time.Millisecond)
+	if info, _, _ := b.Inspect(ctx, "k"); info.HeldFor < 20*time.Millisecond || info.HeldFor > 5*time.Second {
+		t.Errorf("Inspect HeldFor = %v, want at least 20ms", info.HeldFor)
+	}
 }
 
 func TestList(t *testing.T) {

@@ -4,7 +4,8 @@ import "strings"
 
 // The key layout, in one place. For a lock key K and namespace NS:
 //
-//	NS:{K}        hash: token → hold count, "owner", "fence"; carries the TTL
+//	NS:{K}        hash: token → hold count, "owner", "fence", "at"
+//	              (acquired, ms, by the server's clock); carries the TTL
 //	NS:{K}:fence  the fence counter; never expires, survives release
 //	NS:{K}:rel    release channel (a channel name, not a key)
 //
