@@ -24,22 +24,24 @@ type Client struct {
 	renewer *renewer
 	hub     *waitHub
 
-	mu      sync.Mutex
-	cond    *sync.Cond
-	closed  bool
-	active  int // calls in progress, waited for by Close
-	closing chan struct{}
+	mu        sync.Mutex
+	cond      *sync.Cond
+	closed    bool
+	active    int           // calls in progress, waited for by Close
+	closing   chan struct{} // closed when Close begins
+	closeDone chan struct{} // closed when Close has finished
+	bgClosed  bool          // no more background work may start
+	bg        sync.WaitGroup
 
-	ctx    context.Context // cancelled by Close, for background store calls
+	ctx    context.Context // cancelled at the end of Close
 	cancel context.CancelFunc
-	bg     sync.WaitGroup // background clean-up calls
 }
 
 // New returns a Client that keeps its locks in backend. The options are the
 // defaults of every lock the Client makes. A nil backend or an invalid option
 // does not panic: every call on the Client then returns ErrInvalid.
 func New(backend driver.Backend, opts ...Option) *Client {
-	c := &Client{backend: backend, opts: defaultOptions(), closing: make(chan struct{})}
+	c := &Client{backend: backend, opts: defaultOptions(), closing: make(chan struct{}), closeDone: make(chan struct{})}
 	c.cond = sync.NewCond(&c.mu)
 	for _, o := range opts {
 		if o != nil {
@@ -68,13 +70,17 @@ func New(backend driver.Backend, opts ...Option) *Client {
 }
 
 // Close releases every lease the Client still holds (their Err becomes a
-// *LostError with reason LostClosed), ends waits in progress with ErrClosed,
-// and stops the Client's goroutines before it returns. Calls after Close
-// return ErrClosed. Close returns the first error from releasing leases.
+// *LostError with reason LostClosed; the releases are sent in parallel and
+// given at most CloseTimeout together), ends waits in progress with
+// ErrClosed, waits for Unlock calls in progress, and stops the Client's
+// goroutines before it returns. Calls after Close return ErrClosed. Close
+// returns the first error from releasing leases; a second Close waits for
+// the first and returns nil.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
+		<-c.closeDone
 		return nil
 	}
 	c.closed = true
@@ -86,10 +92,17 @@ func (c *Client) Close() error {
 
 	err := c.renewer.close()
 	c.hub.close()
+	c.mu.Lock()
+	c.bgClosed = true
+	c.mu.Unlock()
+	c.bg.Wait() // clean-ups in flight finish before their context goes
 	c.cancel()
-	c.bg.Wait()
+	close(c.closeDone)
 	return err
 }
+
+// CloseTimeout bounds how long Client.Close spends releasing leases.
+const CloseTimeout = 5 * time.Second
 
 // enter registers a call in progress; it fails once the Client is closed.
 func (c *Client) enter() error {
@@ -168,11 +181,7 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 // cleanup removes what an acquire with an unknown outcome may have written,
 // in the background so that a cancelled Lock returns at once.
 func (c *Client) cleanup(key, token string, ttl time.Duration) {
-	c.bg.Add(1)
-	go func() {
-		defer c.bg.Done()
-		ctx, cancel := context.WithTimeout(c.ctx, ttl)
-		defer cancel()
+	c.background(ttl, func(ctx context.Context) {
 		res, err := c.backend.Release(ctx, key, token)
 		if err != nil {
 			c.log.Warn("dlock: clean-up after an interrupted acquire failed; the lock expires after its TTL",
@@ -182,5 +191,52 @@ func (c *Client) cleanup(key, token string, ttl time.Duration) {
 		if res.Held && res.Remaining == 0 {
 			c.hub.wakeKey(key)
 		}
+	})
+}
+
+// background runs fn in a goroutine that Close waits for, with a context
+// that ends after timeout. Once Close no longer waits, fn runs in the caller.
+func (c *Client) background(timeout time.Duration, fn func(ctx context.Context)) {
+	c.mu.Lock()
+	if c.bgClosed {
+		c.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		fn(ctx)
+		return
+	}
+	c.bg.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.bg.Done()
+		ctx, cancel := context.WithTimeout(c.ctx, timeout)
+		defer cancel()
+		fn(ctx)
 	}()
 }
+
+// closeAware returns ctx, also cancelled with ErrClosed when Close begins, so
+// that a wait never holds Close up.
+func (c *Client) closeAware(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(closingContext{c.closing}, func() { cancel(ErrClosed) })
+	return ctx, func() {
+		stop()
+		cancel(nil)
+	}
+}
+
+// closingContext is a context that is done when Close begins.
+type closingContext struct{ done chan struct{} }
+
+func (closingContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c closingContext) Done() <-chan struct{}     { return c.done }
+func (c closingContext) Err() error {
+	select {
+	case <-c.done:
+		return context.Canceled
+	default:
+		return nil
+	}
+}
+func (closingContext) Value(any) any { return nil }

@@ -18,6 +18,12 @@ type grant struct {
 	ttl       time.Duration
 	margin    time.Duration
 	autoRenew bool
+	// reusedToken: the token outlives this grant (reentrant handle or
+	// WithOwnerID), so after a loss it may hold a newer grant.
+	reusedToken bool
+	// sharedToken: other handles or processes may hold with the same token
+	// (WithOwnerID), so the store's hold count is not all this handle's.
+	sharedToken bool
 
 	mu       sync.Mutex
 	leases   []*Lease      // live leases on this grant
@@ -26,6 +32,9 @@ type grant struct {
 	lastErr  error         // error of the last renewal attempt, nil after a good one
 	inflight chan struct{} // non-nil while a renewal is in flight; closed when it returns
 	ended    bool          // lost or released: no store call for this grant any more
+	// uncertain: the store may count more holds than this grant's leases (a
+	// re-entry or a release whose outcome is unknown).
+	uncertain bool
 
 	at    time.Time // next event, for the renewer's heap (guarded by renewer.mu)
 	index int       // position in the renewer's heap, -1 when not in it
@@ -33,18 +42,20 @@ type grant struct {
 
 func newGrant(c *Client, m *Mutex, token, owner string, fence uint64, sent time.Time) *grant {
 	g := &grant{
-		c:         c,
-		name:      m.name,
-		key:       m.key,
-		token:     token,
-		owner:     owner,
-		fence:     fence,
-		ttl:       m.opts.ttl,
-		margin:    m.opts.safetyMargin(),
-		autoRenew: m.opts.autoRenew,
-		deadline:  sent.Add(m.opts.ttl),
-		renewAt:   sent.Add(m.opts.ttl / 3),
-		index:     -1,
+		c:           c,
+		name:        m.name,
+		key:         m.key,
+		token:       token,
+		owner:       owner,
+		fence:       fence,
+		ttl:         m.opts.ttl,
+		margin:      m.opts.safetyMargin(),
+		autoRenew:   m.opts.autoRenew,
+		reusedToken: m.token != "",
+		sharedToken: m.opts.ownerID != "",
+		deadline:    sent.Add(m.opts.ttl),
+		renewAt:     sent.Add(m.opts.ttl / 3),
+		index:       -1,
 	}
 	return g
 }
@@ -80,10 +91,12 @@ func (g *grant) lossReason() LostReason {
 	return LostExpired
 }
 
-// lose ends the grant and every lease on it. The caller holds g.mu.
-func (g *grant) lose(reason LostReason, cause error) {
+// lose ends the grant and every lease on it, and returns the loss to log
+// once g.mu is released (nil when the grant had already ended). The caller
+// holds g.mu.
+func (g *grant) lose(reason LostReason, cause error) *LostError {
 	if g.ended {
-		return
+		return nil
 	}
 	g.ended = true
 	g.c.renewer.remove(g)
@@ -92,24 +105,23 @@ func (g *grant) lose(reason LostReason, cause error) {
 		l.finish(err)
 	}
 	g.leases = nil
-	g.c.log.Warn("dlock: lease lost", "name", g.name, "fence", g.fence, "reason", reason.String(), "err", cause)
+	return err
 }
 
-// applyRenewal records the outcome of a renewal sent at sent. The caller holds
-// g.mu.
-func (g *grant) applyRenewal(sent time.Time, held bool, err error) {
+// applyRenewal records the outcome of a renewal sent at sent and returns
+// what to log once g.mu is released. The caller holds g.mu.
+func (g *grant) applyRenewal(sent time.Time, held bool, err error) (lost *LostError, failed error) {
 	if g.ended {
-		return
+		return nil, nil
 	}
 	switch {
 	case err != nil:
 		g.lastErr = err
+		failed = err
 		// Try again soon, but not in a tight loop.
 		g.renewAt = time.Now().Add(min(max(g.ttl/10, 10*time.Millisecond), time.Second)).Add(g.renewSlack())
-		g.c.log.Warn("dlock: renewal failed", "name", g.name, "err", err)
 	case !held:
-		g.lose(LostMissing, nil)
-		return
+		return g.lose(LostMissing, nil), nil
 	default:
 		g.lastErr = nil
 		if d := sent.Add(g.ttl); d.After(g.deadline) {
@@ -118,10 +130,21 @@ func (g *grant) applyRenewal(sent time.Time, held bool, err error) {
 		g.renewAt = sent.Add(g.ttl / 3)
 	}
 	if !time.Now().Before(g.safeUntil()) {
-		g.lose(g.lossReason(), g.lastErr)
-		return
+		return g.lose(g.lossReason(), g.lastErr), failed
 	}
 	g.c.renewer.reschedule(g)
+	return nil, failed
+}
+
+// logLoss logs a loss and a failed renewal; call it without holding g.mu,
+// since a log handler may call back into the lease.
+func (c *Client) logLoss(name string, lost *LostError, failed error) {
+	if failed != nil {
+		c.log.Warn("dlock: renewal failed", "name", name, "err", failed)
+	}
+	if lost != nil {
+		c.log.Warn("dlock: lease lost", "name", name, "reason", lost.Reason.String(), "err", lost.Cause)
+	}
 }
 
 // stopRenewal ends the grant for a release and returns the channel of a

@@ -133,47 +133,54 @@ func (l *Lease) finish(err error) {
 
 // Refresh renews the lease now, for leases without automatic renewal or to
 // renew early. It returns ErrNotHeld (and the lease is lost) when the store no
-// longer has it, ErrReleased after Unlock, and the store's error, wrapped,
-// when the store fails.
+// longer has it, ErrReleased after or during Unlock, and the store's error,
+// wrapped, when the store fails.
 func (l *Lease) Refresh(ctx context.Context) error {
 	if l == nil || l.g == nil {
 		return invalid("lease: nil or not made by a Client")
 	}
 	g := l.g
 	for {
-		if err := l.Err(); err != nil {
+		l.mu.Lock()
+		err, unlocking := l.err, l.unlocking
+		l.mu.Unlock()
+		switch {
+		case err != nil:
 			return heldErr("refresh", g.name, err)
+		case unlocking:
+			return heldErr("refresh", g.name, ErrReleased)
 		}
 		g.mu.Lock()
+		wait := g.inflight
 		if g.ended {
-			g.mu.Unlock()
-			continue // l.Err is set by now
+			// Ending right now; l.err is set in a moment.
+			wait = l.done
 		}
-		if wait := g.inflight; wait != nil {
+		if wait == nil {
+			g.inflight = make(chan struct{})
 			g.mu.Unlock()
-			select {
-			case <-wait:
-				continue
-			case <-ctx.Done():
-				return fmt.Errorf("dlock: refresh %q: %w", g.name, ctx.Err())
-			}
+			break
 		}
-		g.inflight = make(chan struct{})
 		g.mu.Unlock()
-		break
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return fmt.Errorf("dlock: refresh %q: %w", g.name, ctx.Err())
+		}
 	}
 	sent := time.Now()
 	held, err := g.c.backend.Renew(ctx, g.key, g.token, g.ttl)
 	g.mu.Lock()
 	close(g.inflight)
 	g.inflight = nil
-	g.applyRenewal(sent, held, err)
+	lost, failed := g.applyRenewal(sent, held, err)
 	g.mu.Unlock()
+	g.c.logLoss(g.name, lost, failed)
 	switch {
 	case err != nil:
 		return wrapStore("refresh", g.name, err)
 	case !held:
-		return fmt.Errorf("dlock: refresh %q: %w", g.name, ErrNotHeld)
+		return heldErr("refresh", g.name, l.Err())
 	}
 	return nil
 }
@@ -181,32 +188,50 @@ func (l *Lease) Refresh(ctx context.Context) error {
 // Unlock releases this hold. Renewal of the lease stops before Unlock sends
 // the release (a renewal already in flight is waited for), so no renewal of it
 // reaches the store after Unlock returns. On a reentrant lock the last Unlock
-// releases the lock and wakes its waiters.
+// releases the lock and wakes its waiters. Unlock sends the release even when
+// the Client is being closed.
 //
 // Unlock returns ErrNotHeld when the lease had been lost or the store no
 // longer had it, ErrReleased when it was already unlocked, ErrInvalid for a
-// nil lease, and the store's error, wrapped, when the release could not be
-// sent; the lock then expires on the store after its TTL. In every case the
-// lease has ended when Unlock returns.
+// nil lease, ctx's error when ctx ends while a renewal is in flight (the
+// release is then sent in the background once the renewal is back), and the
+// store's error, wrapped, when the release failed; the lock then expires on
+// the store after its TTL. In every case the lease has ended when Unlock
+// returns.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if l == nil || l.g == nil {
 		return invalid("lease: nil or not made by a Client")
 	}
 	g := l.g
+	c := g.c
 	l.mu.Lock()
-	if l.err != nil || l.unlocking {
-		err := l.err
+	if err := l.err; err != nil {
 		l.mu.Unlock()
-		if err == nil {
-			err = ErrReleased
-		}
 		return l.afterEnd(ctx, err)
+	}
+	if l.unlocking { // another Unlock is on its way: wait for its outcome
+		l.mu.Unlock()
+		select {
+		case <-l.done:
+			if err := l.Err(); !errors.Is(err, ErrReleased) {
+				return heldErr("unlock", g.name, err)
+			}
+			return heldErr("unlock", g.name, ErrReleased)
+		case <-ctx.Done():
+			return fmt.Errorf("dlock: unlock %q: %w", g.name, ctx.Err())
+		}
 	}
 	l.unlocking = true
 	l.mu.Unlock()
 
+	// Count as a call in progress so that Close waits for this release;
+	// after Close has begun, go on unregistered.
+	if c.enter() == nil {
+		defer c.exit()
+	}
+
 	g.mu.Lock()
-	if g.ended { // lost meanwhile: l.err is set
+	if g.ended { // lost meanwhile: lose has set l.err
 		g.mu.Unlock()
 		return l.afterEnd(ctx, l.Err())
 	}
@@ -216,8 +241,9 @@ func (l *Lease) Unlock(ctx context.Context) error {
 			break
 		}
 	}
+	last := len(g.leases) == 0
 	var inflight <-chan struct{}
-	if len(g.leases) == 0 {
+	if last {
 		inflight = g.stopRenewal()
 	}
 	g.mu.Unlock()
@@ -227,36 +253,70 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		case <-inflight:
 		case <-ctx.Done():
 			l.finish(ErrReleased)
+			c.background(g.ttl, func(bctx context.Context) {
+				<-inflight
+				_, _ = g.release(bctx, true)
+			})
 			return fmt.Errorf("dlock: unlock %q: %w", g.name, ctx.Err())
 		}
 	}
-	res, err := g.c.backend.Release(ctx, g.key, g.token)
+	held, err := g.release(ctx, last)
 	switch {
 	case err != nil:
 		l.finish(ErrReleased)
 		return wrapStore("unlock", g.name, err)
-	case !res.Held:
+	case !held:
 		lost := &LostError{Name: g.name, Reason: LostMissing}
 		g.mu.Lock()
-		g.lose(LostMissing, nil)
+		if gl := g.lose(LostMissing, nil); gl != nil {
+			lost = gl
+		}
 		g.mu.Unlock()
 		l.finish(lost)
-		return fmt.Errorf("dlock: unlock %q: %w", g.name, ErrNotHeld)
+		c.logLoss(g.name, lost, nil)
+		return heldErr("unlock", g.name, lost)
 	}
 	l.finish(ErrReleased)
-	if res.Remaining == 0 {
+	return nil
+}
+
+// release sends one release of g's token, and when last is set and the hold
+// count on the store may be higher than the client knows (a re-entry or a
+// release with an unknown outcome), drains the handle's extra holds. It
+// reports whether the token held the lock.
+func (g *grant) release(ctx context.Context, last bool) (held bool, err error) {
+	res, err := g.c.backend.Release(ctx, g.key, g.token)
+	if err != nil {
+		g.mu.Lock()
+		g.uncertain = true // the hold may or may not be gone
+		g.mu.Unlock()
+		return false, err
+	}
+	g.mu.Lock()
+	drain := last && g.uncertain && !g.sharedToken
+	g.mu.Unlock()
+	for extra := res.Remaining; drain && res.Held && res.Remaining > 0 && extra > 0; extra-- {
+		res, err = g.c.backend.Release(ctx, g.key, g.token)
+		if err != nil {
+			return true, err
+		}
+	}
+	if res.Held && res.Remaining == 0 {
 		g.c.hub.wakeKey(g.key)
 	}
-	return nil
+	return res.Held, nil
 }
 
 // afterEnd is Unlock of a lease that had already ended with err. A lease lost
 // because the store could not be reached may still be on the store: release
-// it, best effort, so that others need not wait for its TTL.
+// it, best effort, so that others need not wait for its TTL. Only a token
+// drawn for this one grant is safe to release that way; a reused token may
+// hold a newer grant by now.
 func (l *Lease) afterEnd(ctx context.Context, err error) error {
 	g := l.g
 	var lost *LostError
-	if errors.As(err, &lost) && (lost.Reason == LostUnreachable || lost.Reason == LostExpired) {
+	if errors.As(err, &lost) && !g.reusedToken &&
+		(lost.Reason == LostUnreachable || lost.Reason == LostExpired) {
 		if res, rerr := g.c.backend.Release(ctx, g.key, g.token); rerr == nil && res.Held && res.Remaining == 0 {
 			g.c.hub.wakeKey(g.key)
 		}

@@ -49,10 +49,11 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 }
 
 // Lock obtains the lock, waiting as long as ctx allows and WithWait permits.
-// A waiter subscribes to release notifications before each attempt, and also
-// tries again when the holder's TTL runs out and, as a safety net, on the
-// WithRetry schedule. Among the goroutines of one Client waiting on one name,
-// only one at a time queries the store.
+// After a first attempt, a waiter subscribes to release notifications before
+// each further attempt, and also tries again when the holder's TTL runs out
+// and, as a safety net, on the WithRetry schedule. Among the goroutines of one
+// Client waiting on one name, only one at a time retries; the others queue
+// behind it without touching the store.
 //
 // When the wait ends first, Lock returns errors.Join(*NotObtainedError,
 // ctx.Err()) (context.DeadlineExceeded when WithWait elapsed), promptly and
@@ -106,8 +107,8 @@ func (m *Mutex) tryErr(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
-	if cerr := ctx.Err(); cerr != nil {
-		return errors.Join(&NotObtainedError{Name: m.name}, cerr)
+	if ctx.Err() != nil {
+		return errors.Join(&NotObtainedError{Name: m.name}, context.Cause(ctx))
 	}
 	return err
 }
@@ -161,6 +162,11 @@ func (m *Mutex) try(ctx context.Context, token string) (*Lease, driver.AcquireRe
 	if err != nil {
 		if joined == nil {
 			m.c.cleanup(m.key, token, m.opts.ttl)
+		} else {
+			// The hold may have been added: the last Unlock drains it.
+			joined.mu.Lock()
+			joined.uncertain = true
+			joined.mu.Unlock()
 		}
 		return nil, res, wrapStore("acquire", m.name, err)
 	}
@@ -173,7 +179,13 @@ func (m *Mutex) try(ctx context.Context, token string) (*Lease, driver.AcquireRe
 // grantLease makes the lease for a successful acquire sent at sent.
 func (m *Mutex) grantLease(joined *grant, token, owner string, res driver.AcquireResult, sent time.Time) *Lease {
 	if joined != nil {
+		var lost *LostError
 		joined.mu.Lock()
+		if !joined.ended && res.Fence != joined.fence {
+			// The store made a fresh grant: the one this handle held was
+			// gone (deleted, expired) without the client noticing yet.
+			lost = joined.lose(LostMissing, nil)
+		}
 		if !joined.ended {
 			l := newLease(joined)
 			joined.leases = append(joined.leases, l)
@@ -185,7 +197,8 @@ func (m *Mutex) grantLease(joined *grant, token, owner string, res driver.Acquir
 			joined.mu.Unlock()
 			return l
 		}
-		joined.mu.Unlock() // lost while re-entering: start a grant of its own
+		joined.mu.Unlock() // lost meanwhile: start a grant of its own
+		m.c.logLoss(joined.name, lost, nil)
 	}
 	g := newGrant(m.c, m, token, owner, res.Fence, sent)
 	l := newLease(g)

@@ -43,12 +43,13 @@ type options struct {
 	logger    *slog.Logger
 	keyPrefix string
 	reentrant bool
-	margin    time.Duration // < 0: default, TTL/10
+	margin    time.Duration // used when marginSet; else TTL/10
+	marginSet bool
 	onBusy    func(*NotObtainedError)
 }
 
 func defaultOptions() options {
-	return options{ttl: DefaultTTL, autoRenew: true, margin: -1}
+	return options{ttl: DefaultTTL, autoRenew: true}
 }
 
 // WithTTL sets the lease time to live: how long the store keeps the lock
@@ -89,8 +90,9 @@ func WithOwnerID(id string) Option { return optionFunc(func(o *options) { o.owne
 // MaxMetadataLength bytes. The default is empty.
 func WithMetadata(text string) Option { return optionFunc(func(o *options) { o.metadata = text }) }
 
-// WithLogger sets the logger for renewals, losses and store errors. The
-// default discards everything.
+// WithLogger sets the Client's logger for renewals, losses and store errors.
+// It is a Client option: given to a lock it is ignored. The default discards
+// everything.
 func WithLogger(l *slog.Logger) Option { return optionFunc(func(o *options) { o.logger = l }) }
 
 // WithKeyPrefix puts prefix in front of every lock name, to keep several
@@ -106,14 +108,14 @@ func WithKeyPrefix(prefix string) Option {
 // stop before another owner can get the lock. It must be between 0 and half
 // the TTL. The default is TTL/10.
 func WithSafetyMargin(d time.Duration) Option {
-	return optionFunc(func(o *options) { o.margin = d })
+	return optionFunc(func(o *options) { o.margin, o.marginSet = d, true })
 }
 
 // WithOnBusy sets a function that Lock calls after every attempt that found
 // the lock held, with the store's answer (holder and remaining TTL), for
-// progress reports such as "waiting for host-a|pid 42". Among the goroutines
-// of one Client waiting on one name, only the one querying the store calls it.
-// fn must not block. The default is none.
+// progress reports such as "waiting for host-a|pid 42": once for the first
+// attempt, then for each retry (only the goroutine that retries for its
+// Client and name makes them). fn must not block. The default is none.
 func WithOnBusy(fn func(*NotObtainedError)) Option {
 	return optionFunc(func(o *options) { o.onBusy = fn })
 }
@@ -125,7 +127,7 @@ func WithOnBusy(fn func(*NotObtainedError)) Option {
 func Reentrant() Option { return optionFunc(func(o *options) { o.reentrant = true }) }
 
 func (o *options) safetyMargin() time.Duration {
-	if o.margin < 0 {
+	if !o.marginSet {
 		return o.ttl / 10
 	}
 	return o.margin
@@ -155,8 +157,8 @@ func (o *options) validate(name string) error {
 	if o.wait < 0 {
 		return invalid("wait: %v is negative", o.wait)
 	}
-	if m := o.safetyMargin(); m > o.ttl/2 {
-		return invalid("safety margin: %v is over half the TTL (%v)", m, o.ttl)
+	if m := o.safetyMargin(); m < 0 || m > o.ttl/2 {
+		return invalid("safety margin: %v is not between 0 and half the TTL (%v)", m, o.ttl)
 	}
 	if len(o.metadata) > MaxMetadataLength {
 		return invalid("metadata: %d bytes, over MaxMetadataLength (%d)", len(o.metadata), MaxMetadataLength)

@@ -108,11 +108,12 @@ func (r *renewer) loop() {
 
 		var batch []*grant
 		for _, g := range due {
+			var lost *LostError
 			g.mu.Lock()
 			switch {
 			case g.ended:
 			case !now.Before(g.safeUntil()):
-				g.lose(g.lossReason(), g.lastErr)
+				lost = g.lose(g.lossReason(), g.lastErr)
 			case g.renewDue(now):
 				g.inflight = make(chan struct{})
 				batch = append(batch, g)
@@ -121,6 +122,7 @@ func (r *renewer) loop() {
 				r.push(g)
 			}
 			g.mu.Unlock()
+			r.c.logLoss(g.name, lost, nil)
 		}
 		if len(batch) > 0 {
 			r.calls.Add(1)
@@ -183,8 +185,9 @@ func (r *renewer) renewBatch(batch []*grant) {
 		g.mu.Lock()
 		close(g.inflight)
 		g.inflight = nil
-		g.applyRenewal(sent, res.Held, res.Err)
+		lost, failed := g.applyRenewal(sent, res.Held, res.Err)
 		g.mu.Unlock()
+		r.c.logLoss(g.name, lost, failed)
 	}
 }
 
@@ -203,31 +206,44 @@ func (r *renewer) close() error {
 	grants := append([]*grant(nil), r.h...)
 	r.mu.Unlock()
 
-	var first error
+	ctx, cancel := context.WithTimeout(context.Background(), CloseTimeout)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		slots = make(chan struct{}, 16) // releases in flight at once
+	)
 	for _, g := range grants {
 		g.mu.Lock()
-		if g.ended {
-			g.mu.Unlock()
+		holds := len(g.leases)
+		lost := g.lose(LostClosed, nil)
+		g.mu.Unlock()
+		if lost == nil {
 			continue
 		}
-		holds := len(g.leases)
-		g.lose(LostClosed, nil)
-		g.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), g.ttl)
-		for range holds {
-			res, err := r.c.backend.Release(ctx, g.key, g.token)
-			if err != nil {
-				if first == nil {
-					first = wrapStore("release", g.name, err)
+		r.c.logLoss(g.name, lost, nil)
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			for range holds {
+				res, err := r.c.backend.Release(ctx, g.key, g.token)
+				if err != nil {
+					mu.Lock()
+					if first == nil {
+						first = wrapStore("release", g.name, err)
+					}
+					mu.Unlock()
+					return
 				}
-				break
+				if !res.Held || res.Remaining == 0 {
+					return
+				}
 			}
-			if !res.Held || res.Remaining == 0 {
-				break
-			}
-		}
-		cancel()
+		}()
 	}
+	wg.Wait()
 	return first
 }
 

@@ -137,21 +137,17 @@ func (h *waitHub) subscribe(ctx context.Context, g *waitGroup) {
 
 // wait is Lock after a failed first attempt.
 func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.AcquireResult) (*Lease, error) {
+	// Close ends the wait, even in the middle of a store call.
+	ctx, stop := h.c.closeAware(ctx)
+	defer stop()
 	g := h.join(m.key)
 	defer h.leave(g)
 
-	notObtained := func(err error) error {
-		if err == nil {
-			err = ErrClosed
-		}
-		return errors.Join(m.notObtained(last), err)
-	}
+	notObtained := func() error { return errors.Join(m.notObtained(last), context.Cause(ctx)) }
 	select {
 	case g.gate <- struct{}{}:
 	case <-ctx.Done():
-		return nil, notObtained(ctx.Err())
-	case <-h.c.closing:
-		return nil, notObtained(nil)
+		return nil, notObtained()
 	}
 	defer func() { <-g.gate }()
 
@@ -179,7 +175,7 @@ func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.
 		last = res
 		m.busy(res)
 
-		d := retry.Delay(attempt)
+		d := max(retry.Delay(attempt), time.Millisecond)
 		if res.HolderTTL > 0 && res.HolderTTL < d {
 			d = res.HolderTTL + time.Millisecond
 		}
@@ -188,9 +184,7 @@ func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.
 		case <-g.wake:
 		case <-timer.C:
 		case <-ctx.Done():
-			return nil, notObtained(ctx.Err())
-		case <-h.c.closing:
-			return nil, notObtained(nil)
+			return nil, notObtained()
 		}
 		if !timer.Stop() {
 			select {

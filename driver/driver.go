@@ -28,14 +28,17 @@ type Backend interface {
 	// expired, or, when req.Reentrant is set and req.Token already holds it,
 	// increments the hold count. A new grant draws a fence strictly greater than
 	// every fence the store has granted for that key, in the same atomic step.
-	// Any grant sets the store-side time to live to req.TTL.
+	// A new grant sets the store-side time to live to req.TTL; a re-entry
+	// extends it to req.TTL from now but never shortens it (holders that share
+	// a token may use different TTLs).
 	//
 	// When Acquire returns an error the outcome is unknown: the grant may
 	// have been made. The client then calls Release with the same token,
 	// which is harmless when nothing was granted.
 	Acquire(ctx context.Context, req AcquireRequest) (AcquireResult, error)
 
-	// Renew sets the time to live of key to ttl if token still holds it.
+	// Renew extends the time to live of key to ttl from now if token still
+	// holds it and the lock has not expired; it never shortens it.
 	// It reports false, with a nil error, when token is not the holder.
 	Renew(ctx context.Context, key, token string, ttl time.Duration) (held bool, err error)
 

@@ -315,6 +315,67 @@ func testSharedOwnerID(t *testing.T, s *Store) {
 	unlock(t, l)
 }
 
+// A holder that shares the owner ID with a shorter TTL must not cut the
+// store-side TTL of the other's lease.
+func testSharedOwnerShorterTTL(t *testing.T, s *Store) {
+	a, b, other := client(t, s), client(t, s), client(t, s)
+	const name = "locktest/ownerttl"
+	long := lock(t, a.Mutex(name, dlock.WithOwnerID("job-8"), dlock.Reentrant(), dlock.WithTTL(3*time.Second)))
+	short := lock(t, b.Mutex(name, dlock.WithOwnerID("job-8"), dlock.Reentrant(), dlock.WithTTL(dlock.MinTTL)))
+	unlock(t, short)
+	time.Sleep(4 * dlock.MinTTL)
+	mustBeHeldByOther(t, other.Mutex(name))
+	if err := long.Err(); err != nil {
+		t.Fatalf("long lease ended: %v", err)
+	}
+	unlock(t, long)
+}
+
+// A reentrant handle whose grant vanished from the store gets a fresh grant on
+// its next Lock, not a share of the vanished one.
+func testReentryAfterLoss(t *testing.T, s *Store) {
+	a, other := client(t, s), client(t, s)
+	const name = "locktest/reentrylost"
+	m := a.Mutex(name, dlock.Reentrant(), dlock.WithTTL(ttl))
+	first := lock(t, m)
+	s.Delete(t, name)
+	second := lock(t, m)
+	if second.Fence() <= first.Fence() {
+		t.Errorf("fence %d after the grant vanished, want more than %d", second.Fence(), first.Fence())
+	}
+	if r := lostReason(t, first.Err()); r != dlock.LostMissing {
+		t.Errorf("first lease: reason %v, want %v", r, dlock.LostMissing)
+	}
+	if err := first.Unlock(t.Context()); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Unlock of the vanished lease = %v, want ErrNotHeld", err)
+	}
+	mustBeHeldByOther(t, other.Mutex(name))
+	if err := second.Err(); err != nil {
+		t.Fatalf("fresh lease ended: %v", err)
+	}
+	unlock(t, second)
+}
+
+// Unlock of an expired lease of a reentrant handle must not release the
+// handle's newer grant, which carries the same token.
+func testStaleReentrantUnlock(t *testing.T, s *Store) {
+	a, other := client(t, s), client(t, s)
+	const name = "locktest/stalereentrant"
+	m := a.Mutex(name, dlock.Reentrant(), dlock.WithTTL(ttl), dlock.WithAutoRenew(false))
+	old := lock(t, m)
+	waitDone(t, old, 2*ttl)
+	time.Sleep(ttl / 2) // the store lets it go too
+	fresh := lock(t, m)
+	if err := old.Unlock(t.Context()); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Unlock of the expired lease = %v, want ErrNotHeld", err)
+	}
+	mustBeHeldByOther(t, other.Mutex(name))
+	if err := fresh.Err(); err != nil {
+		t.Fatalf("fresh lease ended: %v", err)
+	}
+	unlock(t, fresh)
+}
+
 func testWokenByRelease(t *testing.T, s *Store) {
 	a, b := client(t, s), client(t, s)
 	held := lock(t, a.Mutex("locktest/woken", dlock.WithTTL(time.Minute)))
@@ -567,6 +628,7 @@ func testInvalidInput(t *testing.T, s *Store) {
 		{"long metadata", c.Mutex("x", dlock.WithMetadata(strings.Repeat("m", dlock.MaxMetadataLength+1))), "metadata"},
 		{"long owner ID", c.Mutex("x", dlock.WithOwnerID(strings.Repeat("o", dlock.MaxOwnerIDLength+1))), "owner ID"},
 		{"margin over half the TTL", c.Mutex("x", dlock.WithTTL(time.Second), dlock.WithSafetyMargin(600*time.Millisecond)), "safety margin"},
+		{"negative margin", c.Mutex("x", dlock.WithSafetyMargin(-time.Second)), "safety margin"},
 		{"nil backend", dlock.New(nil).Mutex("x"), "backend"},
 		{"nil client", (*dlock.Client)(nil).Mutex("x"), "client"},
 	} {

@@ -124,7 +124,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if e := b.live(req.Key); e != nil {
 		if n, ok := e.holds[req.Token]; ok && req.Reentrant {
 			e.holds[req.Token] = n + 1
-			e.expires = now.Add(req.TTL)
+			e.expires = later(e.expires, now.Add(req.TTL))
 			return driver.AcquireResult{Acquired: true, Fence: e.fence, Holds: n + 1}, nil
 		}
 		return driver.AcquireResult{Holder: e.owner, HolderTTL: e.expires.Sub(now)}, nil
@@ -159,8 +159,16 @@ func (b *Backend) renew(key, token string, ttl time.Duration) bool {
 	if _, ok := e.holds[token]; !ok {
 		return false
 	}
-	e.expires = b.clock.Now().Add(ttl)
+	e.expires = later(e.expires, b.clock.Now().Add(ttl))
 	return true
+}
+
+// later returns the later of a and b: renewals extend, never shorten.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // RenewBatch implements driver.BatchRenewer.

@@ -6,7 +6,9 @@ local holds = redis.call('HGET', KEYS[1], ARGV[1])
 if holds then
   if ARGV[4] == '1' then
     holds = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
-    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+    if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
+      redis.call('PEXPIRE', KEYS[1], ARGV[3]) -- extend, never shorten
+    end
     return {1, redis.call('HGET', KEYS[1], 'fence'), holds}
   end
   return {0, redis.call('HGET', KEYS[1], 'owner') or '', redis.call('PTTL', KEYS[1])}
