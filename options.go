@@ -177,6 +177,14 @@ func (o *options) validate(name string) error {
 	return nil
 }
 
+// CheckName reports whether name is a valid lock name (see MaxNameLength),
+// with the same ErrInvalid error Lock would return, so that programs can
+// check user input before they reach a store.
+func CheckName(name string) error {
+	o := defaultOptions()
+	return o.validate(name)
+}
+
 func validateName(field, s string) error {
 	if s == "" {
 		return invalid("%s: empty", field)

@@ -24,6 +24,7 @@ type waitHub struct {
 	lmu      sync.Mutex // serialises opening the listener
 	listener driver.Listener
 	closed   bool
+	failedAt time.Time // last failed Listen, to retry at most once a second
 }
 
 type waitGroup struct {
@@ -111,13 +112,20 @@ func (h *waitHub) openListener() (driver.Listener, error) {
 	if h.listener != nil || h.closed {
 		return h.listener, nil
 	}
+	if !h.failedAt.IsZero() && time.Since(h.failedAt) < time.Second {
+		return nil, errListenBackoff
+	}
 	l, err := h.notifier.Listen(h.c.ctx, h.notify)
 	if err != nil {
+		h.failedAt = time.Now()
 		return nil, err
 	}
 	h.listener = l
 	return l, nil
 }
+
+// errListenBackoff marks a Listen not retried yet after a recent failure.
+var errListenBackoff = errors.New("dlock: notifications unavailable; retrying later")
 
 // subscribe makes sure the active waiter of g gets release notifications
 // before it tries again. Without them it still works, by polling.
@@ -130,7 +138,7 @@ func (h *waitHub) subscribe(ctx context.Context, g *waitGroup) {
 		err = l.Subscribe(ctx, g.key)
 		g.subscribed = err == nil
 	}
-	if err != nil && ctx.Err() == nil {
+	if err != nil && ctx.Err() == nil && !errors.Is(err, errListenBackoff) {
 		h.c.log.Warn("dlock: release notifications unavailable; polling", "key", g.key, "err", err)
 	}
 }
@@ -169,8 +177,13 @@ func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.
 		default:
 		}
 		l, res, err := m.try(ctx, token)
-		if err != nil || l != nil {
-			return l, m.tryErr(ctx, err)
+		switch {
+		case l != nil:
+			return l, nil
+		case err != nil && ctx.Err() != nil:
+			return nil, notObtained() // names the holder last seen
+		case err != nil:
+			return nil, err
 		}
 		last = res
 		m.busy(res)

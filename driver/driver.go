@@ -63,7 +63,8 @@ type AcquireResult struct {
 	// Fence is the grant's fencing token when Acquired. A reentrant acquire
 	// returns the fence of the grant it joined.
 	Fence uint64
-	// Holds is the hold count of req.Token after the call when Acquired.
+	// Holds is the hold count of req.Token after the call when Acquired, or
+	// 0 when the store cannot tell without another round trip.
 	Holds int
 	// Holder is the owner description of the current holder when not Acquired.
 	Holder string

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 )
@@ -663,7 +661,7 @@ func testCloseStopsEverything(t *testing.T, s *Store) {
 	other := client(t, s)
 	otherMutex := other.Mutex("locktest/close")
 	backend := s.NewBackend(t)
-	ignore := goleak.IgnoreCurrent()
+	before := ownGoroutines()
 
 	c := dlock.New(backend)
 	held := lock(t, c.Mutex("locktest/close"))
@@ -685,7 +683,7 @@ func testCloseStopsEverything(t *testing.T, s *Store) {
 	if _, err := c.Mutex("locktest/close").TryLock(t.Context()); !errors.Is(err, dlock.ErrClosed) {
 		t.Errorf("TryLock after Close = %v, want ErrClosed", err)
 	}
-	goleak.VerifyNone(t, ignore)
+	checkNoNewGoroutines(t, before)
 	// Close released the lock on the store.
 	l, err := otherMutex.TryLock(t.Context())
 	if err != nil {

@@ -225,8 +225,12 @@ func tail(path string, n int) string {
 // packages names the Debian package that provides a binary, for the hint in
 // RequireBinary's message.
 var packages = map[string]string{
-	"redis-server": "redis-server",
-	"redis-cli":    "redis-server",
+	"redis-server":       "redis-server",
+	"redis-cli":          "redis-server",
+	"mariadbd":           "mariadb-server",
+	"mariadb-install-db": "mariadb-server",
+	"postgres":           "postgresql",
+	"initdb":             "postgresql",
 }
 
 // RequireBinary returns the path of the named binary. When it is not in PATH

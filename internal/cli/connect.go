@@ -1,0 +1,282 @@
+package cli
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/redis/go-redis/v9"
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+// defaultConnectTimeout bounds opening the store and its first answer.
+const defaultConnectTimeout = 5 * time.Second
+
+// sqliteBusyTimeout is how long SQLite waits for another process's write
+// lock on the file before it reports "database is locked". Statements of
+// dlock are short, so this is only reached when something is wrong.
+const sqliteBusyTimeout = 5000 // ms
+
+// store is an open backend and what must be closed with it.
+type store struct {
+	backend   driver.Backend
+	inspector driver.Inspector // nil when the backend cannot describe its locks
+	where     string
+	secrets   []string
+	closeFn   func() error
+}
+
+// Close closes the store's client or database handle.
+func (s *store) Close() error {
+	if s.closeFn == nil {
+		return nil
+	}
+	return s.closeFn()
+}
+
+// storeErr turns an error of the store into dlock's one-line message with
+// exit code 69, without passwords.
+func (s *store) storeErr(op string, err error) *exitError {
+	return fail(exitUnavailable, "%s: %s: %s", op, s.where, oneLine(scrub(err.Error(), s.secrets)))
+}
+
+// quietRedisLogger drops go-redis's own log lines (reconnects, sentinel
+// events), which would otherwise go to stderr between dlock's messages.
+type quietRedisLogger struct{}
+
+func (quietRedisLogger) Printf(context.Context, string, ...any) {}
+
+var silenceRedis sync.Once
+
+// connect opens the store b describes and checks that it answers, all
+// within timeout. Its errors are *exitError: 69 when the store cannot be
+// reached or fails.
+func connect(ctx context.Context, b *backendURL, timeout time.Duration) (*store, error) {
+	silenceRedis.Do(func() { redis.SetLogger(quietRedisLogger{}) })
+	s := &store{where: b.where, secrets: b.secrets}
+	var ping func(ctx context.Context) error
+	switch b.kind {
+	case kindRedis, kindSentinel, kindCluster:
+		rdb := newRedisClient(b, timeout, false)
+		s.closeFn = rdb.Close
+		ping = func(ctx context.Context) error {
+			if b.failover != nil {
+				if err := askSentinels(ctx, b.failover); err != nil {
+					return err
+				}
+			}
+			// A client of its own, without go-redis's retries, so that a
+			// refused connection is reported at once, not after backoff.
+			probe := newRedisClient(b, timeout, true)
+			defer probe.Close()
+			return probe.Ping(ctx).Err()
+		}
+		rb := redislock.New(rdb)
+		s.backend, s.inspector = rb, rb
+	case kindSQLite, kindMySQL, kindPostgres:
+		db, dialect, err := openSQL(b, timeout)
+		if err != nil {
+			return nil, err
+		}
+		s.closeFn = db.Close
+		ping = db.PingContext
+		be, err := newSQLBackend(db, dialect)
+		if err != nil {
+			_ = db.Close()
+			return nil, fail(exitUnavailable, "%s: %v", s.where, err)
+		}
+		s.backend = be
+		s.inspector, _ = be.(driver.Inspector)
+	default:
+		return nil, fail(exitUsage, "backend %q is not supported", b.kind)
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := ping(pctx); err != nil {
+		_ = s.Close()
+		var ne net.Error
+		timedOut := pctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+		if timedOut && ctx.Err() == nil {
+			return nil, fail(exitUnavailable, "no answer from %s within %v (--connect-timeout)", s.where, timeout)
+		}
+		return nil, fail(exitUnavailable, "cannot reach %s: %s", s.where, oneLine(scrub(err.Error(), s.secrets)))
+	}
+	return s, nil
+}
+
+// newRedisClient makes the go-redis client for b, with dial timeouts no
+// longer than the connect timeout, and socket deadlines taken from the
+// context of each call (ContextTimeoutEnabled): without it, a server that
+// accepts connections but never answers holds the first call for the full
+// read timeout, whatever --connect-timeout says.
+func newRedisClient(b *backendURL, timeout time.Duration, noRetries bool) redis.UniversalClient {
+	dial := func(d time.Duration) time.Duration {
+		if d <= 0 || d > timeout {
+			return timeout
+		}
+		return d
+	}
+	retries := func(n int) int {
+		if noRetries {
+			return -1
+		}
+		return n
+	}
+	switch {
+	case b.failover != nil:
+		o := *b.failover
+		o.DialTimeout = dial(o.DialTimeout)
+		o.ContextTimeoutEnabled = true
+		o.MaxRetries = retries(o.MaxRetries)
+		return redis.NewFailoverClient(&o)
+	case b.cluster != nil:
+		o := *b.cluster
+		o.DialTimeout = dial(o.DialTimeout)
+		o.ContextTimeoutEnabled = true
+		o.MaxRetries = retries(o.MaxRetries)
+		return redis.NewClusterClient(&o)
+	default:
+		o := *b.redis
+		o.DialTimeout = dial(o.DialTimeout)
+		o.ContextTimeoutEnabled = true
+		o.MaxRetries = retries(o.MaxRetries)
+		return redis.NewClient(&o)
+	}
+}
+
+// askSentinels asks each sentinel in turn for the master's address and
+// returns nil at the first answer. go-redis's failover client retries
+// unreachable sentinels until the context ends and then reports only that;
+// this says what went wrong.
+func askSentinels(ctx context.Context, o *redis.FailoverOptions) error {
+	var last error
+	for _, addr := range o.SentinelAddrs {
+		sc := redis.NewSentinelClient(&redis.Options{
+			Addr:                  addr,
+			Username:              o.SentinelUsername,
+			Password:              o.SentinelPassword,
+			DialTimeout:           o.DialTimeout,
+			MaxRetries:            -1,
+			ContextTimeoutEnabled: true,
+		})
+		_, err := sc.GetMasterAddrByName(ctx, o.MasterName).Result()
+		_ = sc.Close()
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, redis.Nil):
+			last = fmt.Errorf("sentinel %s knows no master named %q", addr, o.MasterName)
+		default:
+			last = fmt.Errorf("sentinel %s: %w", addr, err)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	return last
+}
+
+// sqlDialect names the SQL dialect for newSQLBackend.
+type sqlDialect int
+
+const (
+	dialectSQLite sqlDialect = iota + 1
+	dialectMySQL
+	dialectPostgres
+)
+
+// openSQL opens the database handle for b. It does no I/O except, for the
+// default SQLite file, creating its directory.
+func openSQL(b *backendURL, timeout time.Duration) (*sql.DB, sqlDialect, error) {
+	switch b.kind {
+	case kindSQLite:
+		dir := filepath.Dir(b.path)
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			return nil, 0, fail(exitUnavailable, "%s: directory %s does not exist", b.where, dir)
+		}
+		db, err := sql.Open("sqlite", sqliteDSN(b.path))
+		if err != nil {
+			return nil, 0, fail(exitUnavailable, "%s: %v", b.where, err)
+		}
+		return db, dialectSQLite, nil
+	case kindMySQL:
+		cfg := b.mysql.Clone()
+		if cfg.Timeout <= 0 || cfg.Timeout > timeout {
+			cfg.Timeout = timeout
+		}
+		conn, err := mysql.NewConnector(cfg)
+		if err != nil {
+			return nil, 0, fail(exitUsage, "%s: %s", b.where, oneLine(scrub(err.Error(), b.secrets)))
+		}
+		return sql.OpenDB(conn), dialectMySQL, nil
+	case kindPostgres:
+		cfg := b.postgres.Copy()
+		if cfg.ConnectTimeout <= 0 || cfg.ConnectTimeout > timeout {
+			cfg.ConnectTimeout = timeout
+		}
+		return stdlib.OpenDB(*cfg), dialectPostgres, nil
+	}
+	return nil, 0, errors.New("not an SQL backend")
+}
+
+// sqliteDSN is modernc.org/sqlite's data source name for the file at path:
+// a "file:" URI, so that any character may appear in the path, with a busy
+// timeout (set first, so that switching to WAL waits for other processes too)
+// and write-ahead logging, which lets readers (dlock ls) run beside writers.
+func sqliteDSN(path string) string {
+	u := url.URL{Path: path}
+	q := url.Values{"_pragma": {
+		fmt.Sprintf("busy_timeout(%d)", sqliteBusyTimeout),
+		"journal_mode(WAL)",
+	}}
+	return "file:" + u.EscapedPath() + "?" + q.Encode()
+}
+
+// defaultSQLitePath is the embedded default store: locks.db in
+// $XDG_STATE_HOME/dlock, or ~/.local/state/dlock when XDG_STATE_HOME is not
+// set (or not absolute, as the XDG spec asks).
+func defaultSQLitePath() (string, error) {
+	base := os.Getenv("XDG_STATE_HOME")
+	if !filepath.IsAbs(base) {
+		home, err := os.UserHomeDir()
+		if err != nil || home == "" {
+			return "", errors.New("neither XDG_STATE_HOME nor HOME is set; give --backend or DLOCK_BACKEND")
+		}
+		base = filepath.Join(home, ".local", "state")
+	}
+	return filepath.Join(base, "dlock", "locks.db"), nil
+}
+
+// defaultBackend returns the default store's URL, creating its directory
+// (mode 0700: lock names and owners are nobody else's business) on first use.
+func defaultBackend() (*backendURL, error) {
+	path, err := defaultSQLitePath()
+	if err != nil {
+		return nil, fail(exitUnavailable, "default store: %v", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fail(exitUnavailable, "default store: cannot create %s: %v", filepath.Dir(path), unwrapPathErr(err))
+	}
+	return &backendURL{kind: kindSQLite, path: path, where: "SQLite file " + path}, nil
+}
+
+// unwrapPathErr drops the path an *os.PathError repeats.
+func unwrapPathErr(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}

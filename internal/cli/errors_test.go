@@ -1,0 +1,180 @@
+package cli_test
+
+import (
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// closedPort returns a loopback port on which nothing listens.
+func closedPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	return port
+}
+
+// blackHole listens on a loopback port, accepts connections and never
+// answers, like a server that hangs; it stops when the test ends.
+func blackHole(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// oneLine checks that stderr is exactly one line.
+func oneLine(t *testing.T, r result) {
+	t.Helper()
+	if strings.Count(r.stderr, "\n") != 1 || !strings.HasSuffix(r.stderr, "\n") {
+		t.Errorf("stderr is not one line:\n%s", r.stderr)
+	}
+	if strings.Contains(r.stderr, "goroutine ") || strings.Contains(r.stderr, "panic") {
+		t.Errorf("stderr looks like a crash:\n%s", r.stderr)
+	}
+}
+
+// TestBadBackend: bad URLs are usage errors, unreachable stores exit 69;
+// each says so in one line, soon, without the password.
+func TestBadBackend(t *testing.T) {
+	closed := strconv.Itoa(closedPort(t))
+	hole := strconv.Itoa(blackHole(t))
+	cases := []struct {
+		name    string
+		backend string
+		args    []string
+		code    int
+		want    string
+	}{
+		{"unknown scheme", "memcached://localhost:11211", nil, 64, `unknown scheme "memcached"`},
+		{"not a URL", "localhost:6379", nil, 64, "not a URL"},
+		{"bad port", "redis://u:hunter2@localhost:99999/0", nil, 64, `"redis://u:xxxxx@localhost:99999/0": port 99999 is out of range`},
+		{"relative sqlite", "sqlite://locks.db", nil, 64, "three slashes"},
+		{"missing directory", "sqlite:///nonexistent-dir-dlock/locks.db", nil, 69, "directory /nonexistent-dir-dlock does not exist"},
+		{"redis refused", "redis://u:hunter2@127.0.0.1:" + closed + "/0", nil, 69, "cannot reach redis at 127.0.0.1:" + closed + " (db 0): "},
+		{"redis hangs", "redis://127.0.0.1:" + hole + "/0", []string{"--connect-timeout", "500ms"}, 69,
+			"no answer from redis at 127.0.0.1:" + hole + " (db 0) within 500ms"},
+		{"mysql refused", "mysql://root:hunter2@127.0.0.1:" + closed + "/locks", nil, 69, "cannot reach mysql at 127.0.0.1:" + closed},
+		{"mysql hangs", "mysql://root:hunter2@127.0.0.1:" + hole + "/locks", []string{"--connect-timeout", "500ms"}, 69, "within 500ms"},
+		{"postgres refused", "postgres://app:hunter2@127.0.0.1:" + closed + "/locks?sslmode=disable", nil, 69, "cannot reach postgres at 127.0.0.1:" + closed},
+		{"postgres hangs", "postgres://app:hunter2@127.0.0.1:" + hole + "/locks?sslmode=disable", []string{"--connect-timeout", "500ms"}, 69, "within 500ms"},
+		{"sentinel refused", "redis+sentinel://:hunter2@127.0.0.1:" + closed + "/mymaster", nil, 69, "cannot reach redis master"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			for _, how := range []string{"flag", "env"} {
+				var e *env
+				args := append([]string{}, c.args...)
+				if how == "flag" {
+					e = newEnv(t, "")
+					args = append(args, "ls", "--backend", c.backend)
+				} else {
+					e = newEnv(t, c.backend)
+					args = append(args, "run", "x", "--", "echo", "ran")
+				}
+				r := e.run(args...)
+				expect(t, r, c.code, c.want)
+				oneLine(t, r)
+				if strings.Contains(r.stderr, "hunter2") {
+					t.Errorf("stderr shows the password:\n%s", r.stderr)
+				}
+				if r.stdout != "" {
+					t.Errorf("stdout %q", r.stdout)
+				}
+				if limit := 4 * time.Second; r.elapsed > limit {
+					t.Errorf("took %v, want under %v", r.elapsed, limit)
+				}
+				if how == "env" && c.code == 64 && !strings.Contains(r.stderr, "DLOCK_BACKEND") {
+					t.Errorf("the message does not say the URL came from DLOCK_BACKEND:\n%s", r.stderr)
+				}
+			}
+		})
+	}
+}
+
+func TestUsage(t *testing.T) {
+	e := newEnv(t, sqliteURL(t))
+	cases := []struct {
+		args   []string
+		code   int
+		stdout string // a part of stdout
+		stderr string // a part of stderr
+	}{
+		{nil, 64, "", "no command given"},
+		{[]string{"frobnicate"}, 64, "", `unknown command "frobnicate"`},
+		{[]string{"--nope", "ls"}, 64, "", "flag provided but not defined: -nope"},
+		{[]string{"-h"}, 0, "Commands:", ""},
+		{[]string{"help"}, 0, "sqlite:///abs/path/locks.db", ""},
+		{[]string{"help", "run"}, 0, "Exit status:", ""},
+		{[]string{"run", "--help"}, 0, "--kill-grace DURATION", ""},
+		{[]string{"help", "nope"}, 64, "", `no help for "nope"`},
+		{[]string{"ls", "a", "b"}, 64, "", "at most one PREFIX"},
+		{[]string{"ls", "--jsn"}, 64, "", "flag provided but not defined: -jsn"},
+		{[]string{"inspect"}, 64, "", "want one lock NAME"},
+		{[]string{"release", "--force"}, 64, "", "want one lock NAME"},
+		{[]string{"version"}, 0, "dlock ", ""},
+		{[]string{"--version"}, 0, "dlock ", ""},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			t.Parallel()
+			r := e.run(c.args...)
+			if r.code != c.code || !strings.Contains(r.stdout, c.stdout) || !strings.Contains(r.stderr, c.stderr) {
+				t.Errorf("dlock %q: exit %d, stdout:\n%s\nstderr:\n%s\nwant exit %d, stdout with %q, stderr with %q",
+					c.args, r.code, r.stdout, r.stderr, c.code, c.stdout, c.stderr)
+			}
+			if c.code == 64 && !strings.Contains(r.stderr, "usage: dlock") {
+				t.Errorf("dlock %q: no usage after the error:\n%s", c.args, r.stderr)
+			}
+		})
+	}
+}
+
+// TestHelpRunListsExitCodes: the exit codes are documented where the user
+// looks for them.
+func TestHelpRunListsExitCodes(t *testing.T) {
+	r := newEnv(t, "").run("help", "run")
+	expect(t, r, 0)
+	for _, code := range []string{"128+N", "64", "69", "75", "76", "126", "127"} {
+		if !strings.Contains(r.stdout, "\n  "+code+" ") {
+			t.Errorf("help run does not list exit status %s:\n%s", code, r.stdout)
+		}
+	}
+}

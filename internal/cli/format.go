@@ -1,0 +1,51 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// fmtDuration formats d for people: 850ms, 4.2s, 3m05s, 2h03m, 3d04h.
+func fmtDuration(d time.Duration) string {
+	d = max(d, 0)
+	switch {
+	case d < time.Second:
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%.1fs", d.Truncate(100*time.Millisecond).Seconds())
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d/time.Minute), int(d%time.Minute/time.Second))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	}
+	return fmt.Sprintf("%dd%02dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
+}
+
+// ownerAcquired reads the acquisition time from an owner string written by
+// dlock, "host|pid N|2026-11-21T10:00:03Z" with "|metadata" after it when
+// there is some. ok is false for other owner strings.
+func ownerAcquired(owner string) (at time.Time, ok bool) {
+	parts := strings.SplitN(owner, "|", 4)
+	if len(parts) < 3 || !strings.HasPrefix(parts[1], "pid ") {
+		return time.Time{}, false
+	}
+	at, err := time.Parse(time.RFC3339, parts[2])
+	return at, err == nil
+}
+
+// heldFor returns how long the lock of info has been held: the store's own
+// measure when it has one, else an estimate from the acquisition time in the
+// owner string (by the holder's clock, to the second). ok is false when
+// neither is known.
+func heldFor(info driver.LockInfo, now time.Time) (d time.Duration, ok bool) {
+	if info.HeldFor > 0 {
+		return info.HeldFor, true
+	}
+	if at, ok := ownerAcquired(info.Owner); ok {
+		return max(now.Sub(at), 0), true
+	}
+	return 0, false
+}

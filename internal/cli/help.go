@@ -1,0 +1,220 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// synopses are the usage lines, printed after a usage error.
+var synopses = map[string]string{
+	"dlock":   "dlock [--backend URL] [--connect-timeout DURATION] COMMAND [ARGS...]",
+	"run":     "dlock run [flags] NAME -- COMMAND [ARGS...]",
+	"ls":      "dlock ls [PREFIX] [--json]",
+	"inspect": "dlock inspect NAME [--json]",
+	"release": "dlock release --force NAME",
+	"version": "dlock version",
+	"help":    "dlock help [COMMAND]",
+}
+
+const backendFlagsHelp = `  --backend URL              the store (default: $DLOCK_BACKEND, else the
+                             SQLite file in the state directory; see 'dlock help')
+  --connect-timeout DURATION longest wait for the store's first answer (default 5s)
+`
+
+const overviewHelp = `dlock runs commands under distributed locks and shows who holds them.
+
+usage: ` + "%s" + `
+
+Commands:
+%s
+Backends (--backend URL, or the DLOCK_BACKEND environment variable):
+  sqlite:///abs/path/locks.db        SQLite file (three slashes: absolute path)
+  sqlite:rel/path/locks.db           SQLite file relative to the current directory
+  redis://[user:pass@]host:6379/0    one Redis node; rediss:// for TLS
+  redis+sentinel://[user:pass@]h1:26379,h2:26379/MASTER[?db=N]
+                                     Redis via Sentinel; user and password are the
+                                     master's (sentinel_username= and
+                                     sentinel_password= parameters for the sentinels)
+  redis+cluster://[user:pass@]h1:7000,h2:7001
+                                     Redis Cluster
+  mysql://user:pass@host:3306/dbname MySQL or MariaDB
+  postgres://user:pass@host:5432/dbname
+                                     PostgreSQL (also postgresql://)
+Percent-encode '/', '?', '#' and '@' in passwords (%%2F, %%3F, %%23, %%40).
+
+With no backend given, dlock keeps its locks in the SQLite file
+$XDG_STATE_HOME/dlock/locks.db (~/.local/state/dlock/locks.db when
+XDG_STATE_HOME is not set), created on first use: locks between the processes
+of one machine, with no server to run.
+
+Global flags (also accepted after the command's name):
+` + backendFlagsHelp + `
+Run 'dlock help COMMAND' for a command's flags and exit status.
+`
+
+const runHelp = `usage: dlock run [flags] NAME -- COMMAND [ARGS...]
+
+Runs COMMAND while holding the lock NAME, and releases the lock when COMMAND
+ends.
+
+dlock takes the lock, waiting up to --wait for it, then starts COMMAND in a
+process group of its own, with DLOCK_NAME (the lock's name), DLOCK_FENCE (its
+fencing token, larger than that of every earlier holder) and DLOCK_OWNER (the
+owner string others see) added to its environment. SIGINT, SIGTERM, SIGHUP,
+SIGQUIT, SIGUSR1 and SIGUSR2 sent to dlock are passed on to that process group.
+dlock renews the lease every TTL/3 while COMMAND runs, and exits with COMMAND's
+exit status.
+
+If the lock is lost while COMMAND runs (the lock was deleted or broken with
+'dlock release --force', a renewal was refused, or the store could not be
+reached for too long), dlock sends SIGTERM to COMMAND's process group, then
+SIGKILL after --kill-grace, and exits 76. It starts early enough for COMMAND to
+be gone before the lease can have expired on the store: at the lease's local
+deadline minus --kill-grace minus 250ms. Pass $DLOCK_FENCE to what COMMAND
+writes to, so that it can refuse writes from a holder whose lease ran out.
+
+While it waits, dlock says on stderr who holds the lock (owner, held for,
+expires in), and again whenever the holder changes; when stderr is a terminal
+it also keeps a line showing how long it has waited.
+
+In the foreground of a terminal, COMMAND gets the terminal: it can read from
+it, and Ctrl-C reaches it directly. While the lock is held, Ctrl-Z does not
+suspend COMMAND or dlock: the lease would lapse, or be kept, for a command
+that is not running.
+
+Flags:
+  --ttl DURATION             the lease's time to live on the store (default 10s)
+  --wait DURATION            longest wait for the lock; 0 tries once, "forever"
+                             waits without limit (default 0)
+  --kill-grace DURATION      time between SIGTERM and SIGKILL when the lock is
+                             lost (default 2s); --kill-grace plus 250ms must be
+                             at most half of --ttl
+  --metadata TEXT            free text stored with the lock and shown to waiters
+                             and by 'dlock ls' (at most 512 bytes)
+` + backendFlagsHelp + `
+Exit status:
+  N       COMMAND's own exit status
+  128+N   COMMAND was killed by signal N, or dlock was interrupted by signal N
+          while it waited for the lock
+  64      usage error: bad flags, lock name or backend URL
+  69      the store could not be reached or failed
+  75      the lock was not obtained within --wait (the message names the holder)
+  76      the lock was lost while COMMAND ran, and COMMAND was stopped (or
+          the lock was found lost when COMMAND ended)
+  126     COMMAND could not be executed
+  127     COMMAND was not found
+COMMAND may itself exit with one of these numbers; dlock's message on stderr
+tells the cases apart.
+
+Examples:
+  dlock run nightly-report -- ./report.sh
+  dlock run --wait 5m --ttl 30s deploy -- make deploy
+  dlock run --backend redis://cache:6379/0 orders:42 -- sh -c 'echo "fence $DLOCK_FENCE"'
+`
+
+const lsHelp = `usage: dlock ls [PREFIX] [--json]
+
+Lists the held locks whose names start with PREFIX (all of them without one):
+name, owner, fence, how long it has been held, when it expires unless renewed,
+and the hold count. It prints "no locks held" when there are none.
+
+Flags:
+  --json                     one JSON array of objects for scripts, [] when
+                             none: name, owner, fence, holds, held_for_ms
+                             (null when unknown), expires_in_ms
+` + backendFlagsHelp + `
+Exit status: 0, 64 for a usage error, 69 when the store cannot be reached.
+`
+
+const inspectHelp = `usage: dlock inspect NAME [--json]
+
+Shows the lock NAME as 'dlock ls' does, or says that it is not held.
+
+Flags:
+  --json                     one JSON object: the fields of 'dlock ls --json'
+                             and "held"; {"name": NAME, "held": false} when
+                             the lock is not held
+` + backendFlagsHelp + `
+Exit status: 0 when the lock is held, 1 when it is not, 64 for a usage error,
+69 when the store cannot be reached.
+`
+
+const releaseHelp = `usage: dlock release --force NAME
+
+Breaks the lock NAME whoever holds it, wakes its waiters, and says whose lock
+it broke (owner and fence), or that it was not held.
+
+The holder is not told at once: it goes on believing it holds the lock until
+its next renewal (within a third of its TTL) is refused; a 'dlock run' holder
+then stops its command. Until then two holders may work at the same time, so
+--force is required: use it for a holder that is gone or stuck. The next
+holder gets a larger fence, which is what lets a fenced resource refuse the
+old holder's late writes.
+
+Flags:
+  --force                    required: really break the lock
+` + backendFlagsHelp + `
+Exit status: 0 (also when the lock was not held), 64 for a usage error or
+without --force, 69 when the store cannot be reached.
+`
+
+const versionHelp = `usage: dlock version
+
+Prints dlock's version, the commit it was built from when known, and the Go
+version.
+`
+
+const helpHelp = `usage: dlock help [COMMAND]
+
+Shows help for dlock, or for COMMAND.
+`
+
+var helps = map[string]string{
+	"run":     runHelp,
+	"ls":      lsHelp,
+	"inspect": inspectHelp,
+	"release": releaseHelp,
+	"version": versionHelp,
+	"help":    helpHelp,
+}
+
+// printHelp prints the help of cmd, or dlock's overview for "".
+func printHelp(w io.Writer, cmd string) {
+	if h, ok := helps[cmd]; ok {
+		fmt.Fprint(w, h)
+		return
+	}
+	var list strings.Builder
+	for _, c := range commandList() {
+		fmt.Fprintf(&list, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, overviewHelp, synopses["dlock"], list.String())
+}
+
+// printShortUsage prints the usage line of cmd ("dlock" for dlock's own)
+// after a usage error.
+func printShortUsage(w io.Writer, cmd string) {
+	fmt.Fprintf(w, "usage: %s\n", synopses[cmd])
+	if cmd == "dlock" {
+		fmt.Fprintln(w, "Run 'dlock help' for the commands and backends.")
+		return
+	}
+	fmt.Fprintf(w, "Run 'dlock help %s' for details.\n", cmd)
+}
+
+func cmdHelp(_ context.Context, a *app, args []string) error {
+	switch len(args) {
+	case 0:
+		printHelp(a.stdout, "")
+		return nil
+	case 1:
+		if _, ok := helps[args[0]]; !ok {
+			return usageErr("help", "no help for %q: not a command", printable(args[0], 40))
+		}
+		printHelp(a.stdout, args[0])
+		return nil
+	}
+	return usageErr("help", "help takes at most one command name")
+}

@@ -1,0 +1,36 @@
+package cli
+
+import (
+	"flag"
+	"strings"
+	"testing"
+)
+
+// TestHelpDocumentsEveryFlag: every command has help and a usage line, and
+// each flag a command's parser accepts appears in its help text.
+func TestHelpDocumentsEveryFlag(t *testing.T) {
+	flagSets := map[string]func(a *app) *flag.FlagSet{
+		"run": func(a *app) *flag.FlagSet {
+			var w waitFlag
+			return runFlags(a, &runOptions{}, &w)
+		},
+		"ls":      func(a *app) *flag.FlagSet { fs, _ := jsonFlags(a, "ls"); return fs },
+		"inspect": func(a *app) *flag.FlagSet { fs, _ := jsonFlags(a, "inspect"); return fs },
+		"release": func(a *app) *flag.FlagSet { fs, _ := releaseFlags(a); return fs },
+	}
+	for _, c := range commandList() {
+		if _, ok := helps[c.name]; !ok {
+			t.Errorf("no help for %s", c.name)
+		}
+		if _, ok := synopses[c.name]; !ok {
+			t.Errorf("no usage line for %s", c.name)
+		}
+	}
+	for cmd, mk := range flagSets {
+		mk(&app{connectTimeout: defaultConnectTimeout}).VisitAll(func(f *flag.Flag) {
+			if !strings.Contains(helps[cmd], "--"+f.Name+" ") {
+				t.Errorf("help %s does not document --%s", cmd, f.Name)
+			}
+		})
+	}
+}

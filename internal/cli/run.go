@@ -1,0 +1,454 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Defaults of dlock run's flags.
+const (
+	defaultKillGrace = 2 * time.Second
+	// killReserve is kept on top of --kill-grace in the lease's safety
+	// margin: the time dlock itself may need, after the grace, to see the
+	// loss, send SIGKILL and have the kernel end the group.
+	killReserve = 250 * time.Millisecond
+	// groupPoll is how often dlock checks that a stopped command's process
+	// group is gone.
+	groupPoll = 10 * time.Millisecond
+)
+
+// waitForever is the --wait value "forever".
+const waitForever = time.Duration(-1)
+
+// waitFlag is --wait: a duration, or "forever".
+type waitFlag struct{ d time.Duration }
+
+func (w *waitFlag) String() string {
+	if w == nil {
+		return "0s"
+	}
+	if w.d == waitForever {
+		return "forever"
+	}
+	return w.d.String()
+}
+
+func (w *waitFlag) Set(s string) error {
+	switch strings.ToLower(s) {
+	case "forever", "inf", "infinity":
+		w.d = waitForever
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		if n, nerr := strconv.Atoi(s); nerr == nil && n != 0 {
+			return fmt.Errorf("%q has no unit; write %ds or %dm", s, n, n)
+		}
+		return errors.New(`want a duration such as 30s or 5m, or "forever"`)
+	}
+	if d < 0 {
+		return errors.New(`negative; write "forever" to wait without limit`)
+	}
+	w.d = d
+	return nil
+}
+
+// runOptions are dlock run's parsed arguments.
+type runOptions struct {
+	name      string
+	command   []string
+	ttl       time.Duration
+	wait      time.Duration // 0: try once; waitForever: no limit
+	killGrace time.Duration
+	metadata  string
+}
+
+// runFlags returns run's flag set, which fills o and wait.
+func runFlags(a *app, o *runOptions, wait *waitFlag) *flag.FlagSet {
+	fs := a.newFlagSet("run")
+	fs.DurationVar(&o.ttl, "ttl", dlock.DefaultTTL, "")
+	fs.Var(wait, "wait", "")
+	fs.DurationVar(&o.killGrace, "kill-grace", defaultKillGrace, "")
+	fs.StringVar(&o.metadata, "metadata", "", "")
+	return fs
+}
+
+func parseRunArgs(a *app, args []string) (*runOptions, error) {
+	o := &runOptions{}
+	var wait waitFlag
+	fs := runFlags(a, o, &wait)
+	return o, o.parse(a, fs, &wait, args)
+}
+
+func (o *runOptions) parse(a *app, fs *flag.FlagSet, wait *waitFlag, args []string) error {
+	flags, positional, command, dash, first := splitArgs(fs, args)
+	if !dash && len(positional) > 1 {
+		// "dlock run NAME cmd -x": the command's flags are not dlock's.
+		return usageErr("run", "put -- between the lock NAME and the command: dlock run %s -- %s",
+			strings.Join(args[:first+1], " "), strings.Join(args[first+1:], " "))
+	}
+	if err := a.parse(fs, "run", flags); err != nil {
+		return err
+	}
+	positional = append(positional, fs.Args()...)
+	o.wait = wait.d
+	switch {
+	case len(positional) == 0 && !dash:
+		return usageErr("run", "missing the lock NAME and the command")
+	case len(positional) == 0:
+		return usageErr("run", "missing the lock NAME before --")
+	case !dash:
+		return usageErr("run", "missing -- and the command after the lock NAME: dlock run %s -- COMMAND [ARGS...]", positional[0])
+	case len(positional) > 1:
+		return usageErr("run", "one lock NAME before --, not %d (%s)", len(positional), strings.Join(positional, " "))
+	case len(command) == 0:
+		return usageErr("run", "no command after --")
+	}
+	o.name, o.command = positional[0], command
+	if o.ttl < dlock.MinTTL {
+		return usageErr("run", "--ttl %v is below the minimum, %v", o.ttl, dlock.MinTTL)
+	}
+	if o.killGrace < 0 {
+		return usageErr("run", "--kill-grace %v is negative", o.killGrace)
+	}
+	if margin := o.killGrace + killReserve; margin > o.ttl/2 {
+		return usageErr("run", "--kill-grace %v does not fit in half of --ttl %v: dlock stops the command %v (the grace plus %v) "+
+			"before the lease could expire, which must be at most half the TTL; raise --ttl to at least %v or lower --kill-grace",
+			o.killGrace, o.ttl, margin, killReserve, 2*margin)
+	}
+	return nil
+}
+
+// safetyMargin is the lease's safety margin: a lease that cannot be renewed
+// is given up this long before it could expire on the store, which leaves
+// the command --kill-grace to stop and dlock the reserve to kill it.
+func (o *runOptions) safetyMargin() time.Duration { return o.killGrace + killReserve }
+
+func cmdRun(ctx context.Context, a *app, args []string) error {
+	o, err := parseRunArgs(a, args)
+	if err != nil {
+		return err
+	}
+
+	// Catch the signals before anything else, so that one that comes while
+	// dlock connects or waits ends the wait cleanly (nothing is left on the
+	// store) instead of killing dlock, and one that comes while the command
+	// runs is passed on to it.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwardedSignals...)
+	defer signal.Stop(sigs)
+
+	lease, st, c, err := acquire(ctx, a, o, sigs)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	defer c.Close()
+	return runHolding(a, o, st, lease, sigs)
+}
+
+// interrupted is the error of a wait ended by a signal.
+func interrupted(name string, sig os.Signal) *exitError {
+	return fail(exitSignalBase+signalNumber(sig), "%s while waiting for %q; nothing was left on the store", signalName(sig), name)
+}
+
+// acquire connects to the store and takes the lock, watching sigs meanwhile.
+// On success the caller closes the Client and then the store.
+func acquire(ctx context.Context, a *app, o *runOptions, sigs <-chan os.Signal) (*dlock.Lease, *store, *dlock.Client, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		caught os.Signal
+		wg     sync.WaitGroup
+		stop   = make(chan struct{})
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case caught = <-sigs:
+			cancel()
+		case <-stop:
+		}
+	}()
+	// stopWatch ends the watcher and returns the signal it caught, if any.
+	stopWatch := func() os.Signal {
+		close(stop)
+		wg.Wait()
+		return caught
+	}
+
+	st, err := a.open(ctx)
+	if err != nil {
+		if sig := stopWatch(); sig != nil {
+			return nil, nil, nil, interrupted(o.name, sig)
+		}
+		return nil, nil, nil, err
+	}
+	c := dlock.New(st.backend)
+	closeAll := func() {
+		_ = c.Close()
+		_ = st.Close()
+	}
+	mopts := []dlock.Option{
+		dlock.WithTTL(o.ttl),
+		dlock.WithSafetyMargin(o.safetyMargin()),
+		dlock.WithMetadata(o.metadata),
+	}
+	var (
+		lease *dlock.Lease
+		rep   *waitReporter
+	)
+	if o.wait == 0 {
+		lease, err = c.Mutex(o.name, mopts...).TryLock(ctx)
+	} else {
+		rep = startWaitReporter(a.stderr, o.name, o.wait, st)
+		mopts = append(mopts, dlock.WithOnBusy(rep.busy))
+		if o.wait != waitForever {
+			mopts = append(mopts, dlock.WithWait(o.wait))
+		}
+		lease, err = c.Mutex(o.name, mopts...).Lock(ctx)
+		rep.Stop()
+	}
+	sig := stopWatch()
+	switch {
+	case err == nil && sig != nil:
+		// Obtained just as the signal came: give it back unused.
+		uctx, ucancel := context.WithTimeout(context.Background(), a.connectTimeout)
+		_ = lease.Unlock(uctx)
+		ucancel()
+		closeAll()
+		return nil, nil, nil, interrupted(o.name, sig)
+	case err == nil:
+		return lease, st, c, nil
+	}
+	defer closeAll()
+	var notObtained *dlock.NotObtainedError
+	switch {
+	case sig != nil:
+		return nil, nil, nil, interrupted(o.name, sig)
+	case errors.Is(err, dlock.ErrInvalid):
+		return nil, nil, nil, usageErr("run", "%s", strings.TrimPrefix(err.Error(), "dlock: invalid argument: "))
+	case errors.As(err, &notObtained):
+		return nil, nil, nil, notObtainedErr(st, o, notObtained)
+	}
+	return nil, nil, nil, st.storeErr(fmt.Sprintf("lock %q", o.name), err)
+}
+
+// notObtainedErr is exit 75, naming the holder.
+func notObtainedErr(st *store, o *runOptions, e *dlock.NotObtainedError) *exitError {
+	r := &waitReporter{name: o.name, store: st}
+	var b strings.Builder
+	if o.wait == 0 {
+		fmt.Fprintf(&b, "%q is held by %s", o.name, holderText(e.Holder))
+	} else {
+		fmt.Fprintf(&b, "%q not obtained within %s: held by %s", o.name, o.wait, holderText(e.Holder))
+	}
+	var details []string
+	if d, ok := r.holderHeldFor(e.Holder); ok && e.Holder != "" {
+		details = append(details, "held for "+fmtDuration(d))
+	}
+	if e.HolderTTL > 0 {
+		details = append(details, "expires in "+fmtDuration(e.HolderTTL))
+	}
+	if len(details) > 0 {
+		fmt.Fprintf(&b, " (%s)", strings.Join(details, ", "))
+	}
+	if o.wait == 0 {
+		b.WriteString("; not waiting (--wait 0)")
+	}
+	return fail(exitNotObtained, "%s", b.String())
+}
+
+// runHolding runs the command while lease holds the lock, and releases it.
+func runHolding(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-chan os.Signal) error {
+	cmd := exec.Command(o.command[0], o.command[1:]...)
+	cmd.Stdin = os.Stdin
+	cmd.Stdout = a.stdout
+	cmd.Stderr = a.stderr
+	cmd.Env = childEnv(os.Environ(), lease)
+	cmd.SysProcAttr = childProcAttr()
+	release := func() error {
+		// Bounded like connecting: a store that does not answer lets the
+		// lock expire after its TTL anyway.
+		ctx, cancel := context.WithTimeout(context.Background(), min(o.ttl, a.connectTimeout))
+		defer cancel()
+		return lease.Unlock(ctx)
+	}
+
+	w := &childWatch{stderr: a.stderr, o: o, lease: lease, sigs: sigs}
+	if len(suspendSignals) > 0 {
+		stops := make(chan os.Signal, 1)
+		signal.Notify(stops, suspendSignals...)
+		defer signal.Stop(stops)
+		w.stops = stops
+	}
+	if restore, ok := handTerminal(cmd.SysProcAttr); ok {
+		defer restore()
+		if len(childSignals) > 0 {
+			chld := make(chan os.Signal, 1)
+			signal.Notify(chld, childSignals...)
+			defer signal.Stop(chld)
+			w.chld = chld
+		}
+	}
+	becomeSubreaper()
+	if err := cmd.Start(); err != nil {
+		_ = release()
+		return startErr(o.command[0], err)
+	}
+	w.pgid = cmd.Process.Pid
+
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait() // the status is read from cmd.ProcessState
+		close(exited)
+	}()
+	w.exited = exited
+
+	lost := w.wait()
+	code, how := exitStatus(cmd.ProcessState)
+	if lost {
+		_ = release() // a lease lost for want of renewals may still be on the store
+		return fail(exitLost, "the command %s after the lock %q was lost", how, o.name)
+	}
+	err := release()
+	switch {
+	case err == nil:
+		return &exitError{code: code}
+	case errors.Is(err, dlock.ErrNotHeld):
+		return fail(exitLost, "lock %q was lost before the command ended (it %s); the command may have run unprotected at the end",
+			o.name, how)
+	}
+	fmt.Fprintf(a.stderr, "dlock: could not release %q; it expires on the store within %v: %s\n",
+		o.name, o.ttl, oneLine(scrub(err.Error(), st.secrets)))
+	return &exitError{code: code}
+}
+
+// childWatch follows a running command.
+type childWatch struct {
+	stderr io.Writer
+	o      *runOptions
+	lease  *dlock.Lease
+	pgid   int              // the command's process group (its PID)
+	sigs   <-chan os.Signal // signals to pass on
+	stops  <-chan os.Signal // SIGTSTP to dlock, nil where there is none
+	chld   <-chan os.Signal // SIGCHLD, when the command has the terminal
+	exited <-chan struct{}  // closed when the command has been waited for
+}
+
+// wait waits for the command to exit, passing signals on to its process
+// group. When the lease is lost first, it stops the group (SIGTERM, then
+// SIGKILL after --kill-grace), waits until the whole group is gone, and
+// reports true.
+//
+// The command is not allowed to be suspended, nor is dlock: renewals would
+// stop or go on for a command that does nothing, and the lease could lapse
+// while the command still runs. Ctrl-Z is answered with a message.
+func (w *childWatch) wait() (lost bool) {
+	var (
+		killTimer *time.Timer
+		killC     <-chan time.Time
+	)
+	leaseDone := w.lease.Done()
+	for {
+		select {
+		case <-w.exited:
+			if !lost {
+				return false
+			}
+			// The group leader is gone; others in its group may not be.
+			poll := time.NewTicker(groupPoll)
+			defer poll.Stop()
+			for reapGroup(w.pgid); groupAlive(w.pgid); reapGroup(w.pgid) {
+				select {
+				case <-poll.C:
+				case <-killC:
+					killC = nil
+					_ = signalGroup(w.pgid, sigKill)
+				}
+			}
+			killTimer.Stop()
+			return true
+		case sig := <-w.sigs:
+			if err := signalGroup(w.pgid, sig); err != nil {
+				fmt.Fprintf(w.stderr, "dlock: cannot pass %s on to the command: %v\n", signalName(sig), err)
+			}
+		case <-w.stops:
+			fmt.Fprintf(w.stderr, "\ndlock: not suspending while holding %q: its lease could lapse while the command runs\n", w.o.name)
+		case <-w.chld:
+			if stopped(w.pgid) && !lost {
+				fmt.Fprintf(w.stderr, "\ndlock: a command holding %q cannot be suspended; continuing it\n", w.o.name)
+				_ = signalGroup(w.pgid, sigCont)
+			}
+		case <-leaseDone:
+			leaseDone = nil
+			lost = true
+			fmt.Fprintf(w.stderr, "dlock: lost lock %q: %s; stopping the command: SIGTERM now, SIGKILL in %v\n",
+				w.o.name, lossReason(w.lease.Err()), w.o.killGrace)
+			_ = signalGroup(w.pgid, sigTerm)
+			_ = signalGroup(w.pgid, sigCont) // a stopped process would not see SIGTERM
+			killTimer = time.NewTimer(w.o.killGrace)
+			killC = killTimer.C
+		case <-killC:
+			killC = nil
+			_ = signalGroup(w.pgid, sigKill)
+		}
+	}
+}
+
+// lossReason says why a lease was lost.
+func lossReason(err error) string {
+	var lost *dlock.LostError
+	if errors.As(err, &lost) {
+		if lost.Cause != nil {
+			return lost.Reason.String() + " (" + oneLine(lost.Cause.Error()) + ")"
+		}
+		return lost.Reason.String()
+	}
+	if err == nil {
+		return "unknown reason"
+	}
+	return oneLine(err.Error())
+}
+
+// childEnv is env with the lock's variables set, replacing any already there.
+func childEnv(env []string, lease *dlock.Lease) []string {
+	vars := []string{
+		"DLOCK_NAME=" + lease.Name(),
+		"DLOCK_FENCE=" + strconv.FormatUint(lease.Fence(), 10),
+		"DLOCK_OWNER=" + lease.Owner(),
+	}
+	out := make([]string, 0, len(env)+len(vars))
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "DLOCK_NAME=") && !strings.HasPrefix(kv, "DLOCK_FENCE=") && !strings.HasPrefix(kv, "DLOCK_OWNER=") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, vars...)
+}
+
+// startErr is the error of a command that could not be started, with the
+// shell's exit codes.
+func startErr(name string, err error) *exitError {
+	var pe *os.PathError
+	switch {
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, os.ErrNotExist):
+		return fail(exitNotFound, "cannot run %q: command not found", name)
+	case errors.As(err, &pe):
+		return fail(exitCannotExecute, "cannot run %q: %v", name, pe.Err)
+	}
+	return fail(exitCannotExecute, "cannot run %q: %v", name, err)
+}

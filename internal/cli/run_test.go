@@ -1,0 +1,401 @@
+package cli_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestRunExcludes runs three dlock processes, two rounds each, on one lock;
+// their commands append "start" and "end" lines with nanosecond times and
+// their fence to one file. The intervals must never overlap, and the fences
+// must grow.
+func TestRunExcludes(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		out := filepath.Join(t.TempDir(), "log")
+		e := newEnv(t, backend, "OUT="+out)
+		const procs, rounds = 3, 2
+		script := `echo "start $(date +%s%N) $DLOCK_FENCE" >> "$OUT"; sleep 0.2; echo "end $(date +%s%N) $DLOCK_FENCE" >> "$OUT"`
+		var wg sync.WaitGroup
+		results := make(chan result, procs*rounds)
+		for range procs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range rounds {
+					results <- e.run("run", "--wait", "30s", "--ttl", "2s", "--kill-grace", "200ms", "shared", "--", "sh", "-c", script)
+				}
+			}()
+		}
+		wg.Wait()
+		close(results)
+		for r := range results {
+			expect(t, r, 0)
+		}
+
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if len(lines) != 2*procs*rounds {
+			t.Fatalf("%d lines, want %d:\n%s", len(lines), 2*procs*rounds, b)
+		}
+		var lastEnd int64
+		var lastFence uint64
+		for i := 0; i < len(lines); i += 2 {
+			start, sf := parseEvent(t, lines[i], "start")
+			end, ef := parseEvent(t, lines[i+1], "end")
+			if sf != ef {
+				t.Errorf("line %d: start of fence %d followed by end of fence %d:\n%s", i+1, sf, ef, b)
+			}
+			if start < lastEnd {
+				t.Errorf("line %d: interval starts %v before the previous one ended:\n%s", i+1, time.Duration(lastEnd-start), b)
+			}
+			if sf <= lastFence {
+				t.Errorf("line %d: fence %d after fence %d:\n%s", i+1, sf, lastFence, b)
+			}
+			lastEnd, lastFence = end, sf
+		}
+	})
+}
+
+func parseEvent(t *testing.T, line, kind string) (at int64, fence uint64) {
+	t.Helper()
+	f := strings.Fields(line)
+	if len(f) != 3 || f[0] != kind {
+		t.Fatalf("line %q, want %q TIME FENCE", line, kind)
+	}
+	at, err1 := strconv.ParseInt(f[1], 10, 64)
+	fence, err2 := strconv.ParseUint(f[2], 10, 64)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("line %q: %v %v", line, err1, err2)
+	}
+	return at, fence
+}
+
+func TestRunChildEnvironmentAndExitCode(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		e := newEnv(t, backend, "DLOCK_FENCE=stale")
+		r := e.run("run", "--metadata", "nightly job", "env-test", "--", "sh", "-c",
+			`printf '%s\n%s\n%s\n' "$DLOCK_NAME" "$DLOCK_FENCE" "$DLOCK_OWNER"; exit 7`)
+		expect(t, r, 7)
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		if len(lines) != 3 {
+			t.Fatalf("stdout %q, want three lines", r.stdout)
+		}
+		if lines[0] != "env-test" {
+			t.Errorf("DLOCK_NAME = %q", lines[0])
+		}
+		if n, err := strconv.ParseUint(lines[1], 10, 64); err != nil || n == 0 {
+			t.Errorf("DLOCK_FENCE = %q, want a fence", lines[1])
+		}
+		if !strings.Contains(lines[2], "|pid ") || !strings.HasSuffix(lines[2], "|nightly job") {
+			t.Errorf("DLOCK_OWNER = %q, want host|pid N|time|nightly job", lines[2])
+		}
+
+		// The lock was released: the next run gets it at once, with a larger fence.
+		r = e.run("run", "env-test", "--", "sh", "-c", `echo "$DLOCK_FENCE"; kill -TERM $$`)
+		expect(t, r, 128+int(syscall.SIGTERM))
+		if next, _ := strconv.ParseUint(strings.TrimSpace(r.stdout), 10, 64); next <= mustUint(t, lines[1]) {
+			t.Errorf("second fence %q is not above the first, %s", r.stdout, lines[1])
+		}
+	})
+}
+
+func mustUint(t *testing.T, s string) uint64 {
+	t.Helper()
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestRunCommandNotFound(t *testing.T) {
+	e := newEnv(t, sqliteURL(t))
+	expect(t, e.run("run", "x", "--", "no-such-command-dlock-test"), 127, `cannot run "no-such-command-dlock-test": command not found`)
+	expect(t, e.run("run", "x", "--", t.TempDir()), 126, "cannot run")
+	// The lock was given back each time.
+	expect(t, e.run("run", "x", "--", "true"), 0)
+}
+
+// TestRunForwardsSignals sends SIGTERM to dlock run: its command's trap
+// sees it, and dlock exits with the command's status and releases the lock.
+func TestRunForwardsSignals(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		dir := t.TempDir()
+		ready, trapped := filepath.Join(dir, "ready"), filepath.Join(dir, "trapped")
+		e := newEnv(t, backend, "READY="+ready, "TRAPPED="+trapped)
+		p := e.start("run", "sig", "--", "sh", "-c",
+			`trap 'echo TERM > "$TRAPPED"; exit 3' TERM; echo $$ > "$READY"; while :; do sleep 0.05; done`)
+		waitFile(t, ready, p)
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		r := p.wait()
+		expect(t, r, 3)
+		if got := waitFile(t, trapped, nil); strings.TrimSpace(got) != "TERM" {
+			t.Errorf("trap wrote %q", got)
+		}
+		expect(t, e.run("run", "sig", "--", "true"), 0) // released
+	})
+}
+
+// TestRunInterruptedWhileWaiting: a signal during the wait ends dlock with
+// 128+N and leaves the holder alone.
+func TestRunInterruptedWhileWaiting(t *testing.T) {
+	backend, _ := redisURL(t)
+	ready := filepath.Join(t.TempDir(), "ready")
+	e := newEnv(t, backend, "READY="+ready)
+	holder := e.start("run", "busy", "--", "sh", "-c", `echo x > "$READY"; sleep 30`)
+	waitFile(t, ready, holder)
+	waiter := e.start("run", "--wait", "forever", "busy", "--", "true")
+	waitStderr(t, waiter, "is held by")
+	_ = waiter.cmd.Process.Signal(syscall.SIGINT)
+	expect(t, waiter.wait(), 128+int(syscall.SIGINT), "SIGINT while waiting")
+	r := e.run("inspect", "busy")
+	if r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf("pid %d", holder.cmd.Process.Pid)) {
+		t.Errorf("after the interrupted wait, inspect: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// waitStderr waits until p's stderr shows want.
+func waitStderr(t *testing.T, p *proc, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if strings.Contains(p.stderrSoFar(), want) {
+			return
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("dlock exited (%d) before its stderr showed %q:\n%s", p.res.code, want, p.res.stderr)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	t.Fatalf("stderr did not show %q within 30s", want)
+}
+
+func TestRunNotObtained(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		ready := filepath.Join(t.TempDir(), "ready")
+		e := newEnv(t, backend, "READY="+ready)
+		holder := e.start("run", "--metadata", "the holder", "busy", "--", "sh", "-c", `echo x > "$READY"; sleep 30`)
+		waitFile(t, ready, holder)
+		holderPID := fmt.Sprintf("|pid %d|", holder.cmd.Process.Pid)
+
+		r := e.run("run", "--wait", "0", "busy", "--", "echo", "ran")
+		expect(t, r, 75, `"busy" is held by`, holderPID, "the holder", "expires in", "not waiting")
+		if r.stdout != "" {
+			t.Errorf("the command ran: %q", r.stdout)
+		}
+		if n := strings.Count(strings.TrimSpace(r.stderr), "\n"); n != 0 {
+			t.Errorf("stderr has %d lines, want one:\n%s", n+1, r.stderr)
+		}
+
+		r = e.run("run", "--wait", "700ms", "busy", "--", "echo", "ran")
+		expect(t, r, 75, "not obtained within 700ms", holderPID, "waiting up to 700ms")
+		if r.elapsed < 700*time.Millisecond || r.elapsed > 5*time.Second {
+			t.Errorf("gave up after %v, want about 700ms", r.elapsed)
+		}
+		if strings.Count(r.stderr, "is held by") != 1 {
+			t.Errorf("the holder was announced more than once:\n%s", r.stderr)
+		}
+	})
+}
+
+// TestRunWaitAnnouncesNewHolder: a waiter says who holds the lock, and again
+// when the holder changes; then it gets the lock.
+func TestRunWaitAnnouncesNewHolder(t *testing.T) {
+	backend, _ := redisURL(t)
+	dir := t.TempDir()
+	e := newEnv(t, backend, "DIR="+dir)
+	first := e.start("run", "--metadata", "first", "relay", "--", "sh", "-c", `touch "$DIR/1"; sleep 1`)
+	waitExists(t, filepath.Join(dir, "1"), first)
+	second := e.start("run", "--wait", "20s", "--metadata", "second", "relay", "--", "sh", "-c", `touch "$DIR/2"; sleep 1`)
+	third := e.start("run", "--wait", "20s", "--metadata", "third", "relay", "--", "true")
+	for _, p := range []*proc{first, second, third} {
+		expect(t, p.wait(), 0)
+	}
+	r := third.res
+	if strings.Count(r.stderr, "held by") < 1 {
+		t.Errorf("the third waiter did not say who held the lock:\n%s", r.stderr)
+	}
+	if strings.Contains(r.stderr, "second") && !strings.Contains(r.stderr, "is now held by") {
+		t.Errorf("the holder changed without a message:\n%s", r.stderr)
+	}
+}
+
+// waitExists waits for a file to exist, even empty.
+func waitExists(t *testing.T, path string, p *proc) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("dlock exited (%d) before %s appeared:\n%s", p.res.code, path, p.res.stderr)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	t.Fatalf("%s did not appear", path)
+}
+
+// TestRunLockLost deletes the lock behind a running dlock run: the command
+// is stopped, dlock exits 76, and all of it happens well before the old
+// lease could have expired on the store.
+func TestRunLockLost(t *testing.T) {
+	const ttl = 6 * time.Second
+	// With renewals every TTL/3, the store's expiry of a healthy lease is
+	// always at least 2/3 TTL away: the command must be gone by then.
+	const limit = 2 * ttl / 3
+	cases := []struct {
+		name   string
+		script string // writes its PID to $READY, then runs until stopped
+	}{
+		{"stops on SIGTERM", `echo $$ > "$READY"; sleep 30`},
+		{"ignores SIGTERM", `trap '' TERM; echo $$ > "$READY"; while :; do sleep 0.05; done`},
+	}
+	backends := []struct {
+		name   string
+		url    func(t *testing.T) (string, func(t *testing.T, e *env))
+		reason string
+	}{
+		{"sqlite", func(t *testing.T) (string, func(*testing.T, *env)) {
+			return sqliteURL(t), func(t *testing.T, e *env) {
+				r := e.run("release", "--force", "lost")
+				if r.code != 0 || !strings.Contains(r.stdout, `released "lost"`) {
+					t.Errorf("release --force: %d\n%s%s", r.code, r.stdout, r.stderr)
+				}
+			}
+		}, "no longer held"},
+		{"redis", func(t *testing.T) (string, func(*testing.T, *env)) {
+			u, srv := redisURL(t)
+			return u, func(t *testing.T, _ *env) {
+				if n, err := srv.Client(t).Del(t.Context(), "dlock:{lost}").Result(); err != nil || n != 1 {
+					t.Errorf("DEL dlock:{lost} = %d, %v", n, err)
+				}
+			}
+		}, "no longer held"},
+	}
+	for _, b := range backends {
+		for _, c := range cases {
+			t.Run(b.name+"/"+c.name, func(t *testing.T) {
+				t.Parallel()
+				url, deleteLock := b.url(t)
+				ready := filepath.Join(t.TempDir(), "ready")
+				e := newEnv(t, url, "READY="+ready)
+				p := e.start("run", "--ttl", ttl.String(), "--kill-grace", "300ms", "lost", "--", "sh", "-c", c.script)
+				pid, err := strconv.Atoi(strings.TrimSpace(waitFile(t, ready, p)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				deleted := time.Now()
+				deleteLock(t, e)
+				r := p.wait()
+				gone := time.Since(deleted)
+				expect(t, r, 76, `lost lock "lost"`, b.reason, "SIGTERM now, SIGKILL in 300ms")
+				if gone > limit {
+					t.Errorf("dlock exited %v after the lock was deleted, want under %v", gone, limit)
+				}
+				if err := syscall.Kill(-pid, 0); !errors.Is(err, syscall.ESRCH) {
+					t.Errorf("the command's process group %d is still there after dlock exited: %v", pid, err)
+				}
+			})
+		}
+	}
+}
+
+func TestRunUsageErrors(t *testing.T) {
+	e := newEnv(t, sqliteURL(t))
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run"}, "missing the lock NAME and the command"},
+		{[]string{"run", "x"}, "missing -- and the command"},
+		{[]string{"run", "x", "sh", "-c", "true"}, "put -- between"},
+		{[]string{"run", "--", "true"}, "missing the lock NAME"},
+		{[]string{"run", "x", "y", "--", "true"}, "one lock NAME"},
+		{[]string{"run", "x", "--"}, "no command after --"},
+		{[]string{"run", "--nope", "x", "--", "true"}, "flag provided but not defined: -nope"},
+		{[]string{"run", "--ttl", "soon", "x", "--", "true"}, `invalid value "soon" for flag -ttl`},
+		{[]string{"run", "--wait", "5", "x", "--", "true"}, `"5" has no unit`},
+		{[]string{"run", "--wait", "-1s", "x", "--", "true"}, "negative"},
+		{[]string{"run", "--ttl", "10ms", "x", "--", "true"}, "below the minimum"},
+		{[]string{"run", "--kill-grace", "5s", "x", "--", "true"}, "--kill-grace 5s does not fit in half of --ttl 10s"},
+		{[]string{"run", "--ttl", "1s", "x", "--", "true"}, "--kill-grace 2s does not fit"},
+		{[]string{"run", "--metadata", strings.Repeat("m", 600), "x", "--", "true"}, "metadata"},
+		{[]string{"run", "bad\tname", "--", "true"}, "control character"},
+		{[]string{"--connect-timeout", "0s", "ls"}, "--connect-timeout must be positive"},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			t.Parallel()
+			r := e.run(c.args...)
+			expect(t, r, 64, c.want)
+			if c.args[0] == "run" && !strings.Contains(r.stderr, "usage: dlock run") {
+				t.Errorf("no usage line:\n%s", r.stderr)
+			}
+		})
+	}
+}
+
+// TestRunDefaultBackend: with no backend given, run works on a fresh
+// machine, in a SQLite file it creates in the state directory.
+func TestRunDefaultBackend(t *testing.T) {
+	e := newEnv(t, "")
+	r := e.run("run", "demo", "--", "sh", "-c", `echo "holding $DLOCK_NAME, fence $DLOCK_FENCE"`)
+	expect(t, r, 0)
+	if r.stdout != "holding demo, fence 1\n" {
+		t.Errorf("stdout %q", r.stdout)
+	}
+	dir := filepath.Join(e.state, "dlock")
+	st, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o700 {
+		t.Errorf("%s has mode %v, want 0700", dir, st.Mode().Perm())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "locks.db")); err != nil {
+		t.Error(err)
+	}
+	r = e.run("run", "demo", "--", "sh", "-c", `echo "$DLOCK_FENCE"`)
+	expect(t, r, 0)
+	if r.stdout != "2\n" {
+		t.Errorf("second fence %q, want 2", r.stdout)
+	}
+}
+
+// TestRunInteractiveCommand runs dlock on a terminal (script(1) gives it a
+// pseudo-terminal): the command gets the terminal's foreground, so it can
+// read from it instead of being stopped by SIGTTIN.
+func TestRunInteractiveCommand(t *testing.T) {
+	script, err := exec.LookPath("script")
+	if err != nil {
+		t.Skip("script(1) not found; it comes with util-linux (Debian: bsdutils)")
+	}
+	e := newEnv(t, sqliteURL(t))
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, script, "-qec", dlockBin+` run tty -- sh -c 'read a; echo "read $a"'`, "/dev/null")
+	cmd.Env = e.vars
+	cmd.Stdin = strings.NewReader("hello\n")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "read hello") {
+		t.Errorf("script: %v\n%s", err, out)
+	}
+}

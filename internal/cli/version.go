@@ -1,0 +1,47 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+)
+
+func cmdVersion(_ context.Context, a *app, args []string) error {
+	if len(args) > 0 {
+		return usageErr("version", "version takes no arguments")
+	}
+	fmt.Fprintln(a.stdout, versionString())
+	return nil
+}
+
+// versionString is "dlock VERSION (commit REV[, modified]) GOVERSION OS/ARCH",
+// from what the Go toolchain recorded in the binary.
+func versionString() string {
+	version, rev, modified := "(devel)", "", false
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v := bi.Main.Version; v != "" {
+			version = v
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+	}
+	out := "dlock " + version
+	if rev != "" {
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		out += " (commit " + rev
+		if modified {
+			out += ", modified"
+		}
+		out += ")"
+	}
+	return fmt.Sprintf("%s %s %s/%s", out, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}

@@ -1,0 +1,58 @@
+package sqllock_test
+
+import (
+	"testing"
+
+	"github.com/dlock-go/dlock/internal/testserver"
+)
+
+// Each engine's tests run under one top-level test that starts the engine
+// once (a server takes a second or two); every subtest gets a fresh database
+// of its own on it. None runs in parallel: locktest's CloseStopsEverything
+// checks that no goroutine is left in the whole process.
+
+func TestSQLite(t *testing.T) {
+	runCommon(t, sqliteDatabases)
+}
+
+func TestMariaDB(t *testing.T) {
+	srv := testserver.StartMariaDB(t)
+	newDB := mariadbDatabases(srv)
+	runCommon(t, newDB)
+	t.Run("FencesSurviveRestart", func(t *testing.T) { testFencesSurviveRestart(t, newDB, srv.Stop, srv.Start, srv.Kill) })
+	t.Run("RenewBatchFallback", func(t *testing.T) { testRenewBatchFallback(t, newDB) })
+	t.Run("AnswersArePerStatement", func(t *testing.T) { testMySQLAnswersPerStatement(t, newDB) })
+}
+
+func TestPostgres(t *testing.T) {
+	srv := testserver.StartPostgres(t)
+	newDB := postgresDatabases(srv)
+	runCommon(t, newDB)
+	t.Run("FencesSurviveRestart", func(t *testing.T) { testFencesSurviveRestart(t, newDB, srv.Stop, srv.Start, srv.Kill) })
+	t.Run("Notify", func(t *testing.T) { testNotify(t, newDB, srv) })
+	t.Run("ListenHeartbeat", func(t *testing.T) { testListenHeartbeat(t, newDB) })
+	t.Run("ListenNeedsPgx", func(t *testing.T) { testListenNeedsPgx(t, newDB) })
+}
+
+// runCommon runs the tests every engine passes.
+func runCommon(t *testing.T, newDB newDatabase) {
+	for _, tc := range []struct {
+		name string
+		fn   func(t *testing.T, newDB newDatabase)
+	}{
+		{"Conformance", conformance},
+		{"FirstGrant", testFirstGrant},
+		{"Reentry", testReentry},
+		{"HeldByAnother", testHeldByAnother},
+		{"ExpiredRowTakenOver", testExpiredRowTakenOver},
+		{"RenewNeverShortens", testRenewNeverShortens},
+		{"RenewBatch", testRenewBatch},
+		{"ExactNames", testExactNames},
+		{"Inspector", testInspector},
+		{"ListPrefix", testListPrefix},
+		{"Tables", testTables},
+		{"ConcurrentFirstUse", testConcurrentFirstUse},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newDB) })
+	}
+}

@@ -1,0 +1,11 @@
+package sqllock
+
+import "time"
+
+// SetHeartbeat sets how often a quiet listener checks its connection, until
+// the returned function restores it.
+func SetHeartbeat(d time.Duration) (restore func()) {
+	old := heartbeat
+	heartbeat = d
+	return func() { heartbeat = old }
+}

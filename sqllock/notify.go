@@ -1,0 +1,229 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/stdlib"
+
+	dldriver "github.com/dlock-go/dlock/driver"
+)
+
+var _ dldriver.Notifier = (*PostgresBackend)(nil)
+
+// PostgresBackend is a Backend on PostgreSQL that also wakes waiters by
+// LISTEN/NOTIFY: it implements driver.Notifier, which the dlock client finds
+// by type assertion. It needs a *sql.DB opened through
+// github.com/jackc/pgx/v5/stdlib (sql.Open("pgx", url) or stdlib.OpenDB).
+//
+// It is a type of its own because a Go value's methods cannot depend on the
+// dialect: a Backend for MySQL or SQLite that had a Listen method would make
+// the client expect notifications that never come.
+type PostgresBackend struct {
+	*Backend
+}
+
+// NewPostgres returns a Backend on PostgreSQL, as New(db, PostgreSQL,
+// opts...) does, with release notifications for waiters.
+func NewPostgres(db *sql.DB, opts ...Option) *PostgresBackend {
+	return &PostgresBackend{New(db, PostgreSQL, opts...)}
+}
+
+// heartbeat is how long the listener waits for a notification before it
+// checks that the connection still works (a variable for tests).
+var heartbeat = 30 * time.Second
+
+// Times of the notification connection.
+const (
+	// pingTimeout bounds the heartbeat's check.
+	pingTimeout = 5 * time.Second
+	// Backoff between attempts to reconnect.
+	minReconnectDelay = 25 * time.Millisecond
+	maxReconnectDelay = time.Second
+)
+
+// Listen takes one connection out of the pool for as long as the stream
+// lives, runs LISTEN on it before it returns, and starts one goroutine that
+// waits for notifications and calls fn with the key of each release that is
+// subscribed. Every release in the database reaches every listener; keys
+// nobody here waits on are dropped. When the connection fails, fn("") says
+// that releases may have been missed; the goroutine reconnects with backoff
+// and calls fn("") again once it listens anew.
+//
+// ctx bounds only the call. Listen fails when the database cannot be
+// reached or db is not a pgx pool (the client then falls back to polling).
+func (b *PostgresBackend) Listen(ctx context.Context, fn func(key string)) (dldriver.Listener, error) {
+	if fn == nil {
+		return nil, errors.New("sqllock: listen: nil callback")
+	}
+	if b.err != nil {
+		return nil, fmt.Errorf("sqllock: listen: %w", b.err)
+	}
+	conn, err := listenConn(ctx, b.db)
+	if err != nil {
+		return nil, fmt.Errorf("sqllock: listen: %w", err)
+	}
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	l := &listener{db: b.db, fn: fn, ctx: lctx, cancel: cancel, subs: make(map[string]int)}
+	l.wg.Add(1)
+	go l.run(conn)
+	return l, nil
+}
+
+// listenConn takes a connection from db's pool and runs LISTEN on it.
+func listenConn(ctx context.Context, db *sql.DB) (*sql.Conn, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	err = conn.Raw(func(dc any) error {
+		if _, ok := dc.(*stdlib.Conn); !ok {
+			return fmt.Errorf("the *sql.DB's driver connection is a %T, not pgx's (github.com/jackc/pgx/v5/stdlib)", dc)
+		}
+		return nil
+	})
+	if err == nil {
+		_, err = conn.ExecContext(ctx, `LISTEN "`+releaseChannel+`"`)
+	}
+	if err != nil {
+		discard(conn)
+		return nil, err
+	}
+	return conn, nil
+}
+
+// discard closes conn without handing it back to the pool, where its
+// LISTEN would linger.
+func discard(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = conn.Close()
+}
+
+// listener is the driver.Listener of a PostgresBackend.
+type listener struct {
+	db     *sql.DB
+	fn     func(key string)
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the run goroutine
+
+	mu     sync.Mutex
+	subs   map[string]int // key → Subscribe calls not yet undone
+	closed bool
+}
+
+// Subscribe counts one more waiter on key. The connection has listened since
+// Listen returned, so a release after Subscribe returns is never missed
+// while the connection lasts (and fn("") covers a lost one). It fails only
+// after Close.
+func (l *listener) Subscribe(_ context.Context, key string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return fmt.Errorf("sqllock: subscribe %q: listener closed", key)
+	}
+	l.subs[key]++
+	return nil
+}
+
+// Unsubscribe drops one waiter on key. After Close it does nothing.
+func (l *listener) Unsubscribe(_ context.Context, key string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.subs[key]--; l.subs[key] <= 0 {
+		delete(l.subs, key)
+	}
+	return nil
+}
+
+// Close stops the goroutine, waits for it and closes its connection; fn is
+// not called after Close returns. Closing twice is a no-op.
+func (l *listener) Close() error {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	l.cancel()
+	l.wg.Wait()
+	return nil
+}
+
+// run waits for notifications until Close, reconnecting when the connection
+// fails.
+func (l *listener) run(conn *sql.Conn) {
+	defer l.wg.Done()
+	for {
+		l.receive(conn) // returns when the connection fails or at Close
+		discard(conn)
+		if l.ctx.Err() != nil {
+			return
+		}
+		l.fn("")
+		if conn = l.reconnect(); conn == nil {
+			return
+		}
+		l.fn("") // a release may have come between the failure and now
+	}
+}
+
+// receive delivers notifications from conn until it fails or Close.
+func (l *listener) receive(conn *sql.Conn) error {
+	return conn.Raw(func(dc any) error {
+		pc := dc.(*stdlib.Conn).Conn()
+		for {
+			ctx, cancel := context.WithTimeout(l.ctx, heartbeat)
+			n, err := pc.WaitForNotification(ctx)
+			cancel()
+			switch {
+			case err == nil:
+				l.deliver(n.Payload)
+				continue
+			case l.ctx.Err() != nil:
+				return l.ctx.Err()
+			case errors.Is(err, context.DeadlineExceeded) && !pc.IsClosed():
+				// Quiet for a while: make sure the connection still works.
+				ctx, cancel := context.WithTimeout(l.ctx, pingTimeout)
+				err = pc.Ping(ctx)
+				cancel()
+				if err == nil {
+					continue
+				}
+			}
+			return err
+		}
+	})
+}
+
+// deliver calls fn with key if someone waits on it.
+func (l *listener) deliver(key string) {
+	l.mu.Lock()
+	wanted := l.subs[key] > 0 && !l.closed
+	l.mu.Unlock()
+	if wanted {
+		l.fn(key)
+	}
+}
+
+// reconnect takes a new listening connection, retrying with backoff; nil
+// means the listener was closed first.
+func (l *listener) reconnect() *sql.Conn {
+	delay := minReconnectDelay
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
+	for {
+		select {
+		case <-l.ctx.Done():
+			return nil
+		case <-timer.C:
+		}
+		if conn, err := listenConn(l.ctx, l.db); err == nil {
+			return conn
+		}
+		delay = min(2*delay, maxReconnectDelay)
+		timer.Reset(delay)
+	}
+}
