@@ -544,20 +544,20 @@ func testUnlockAfterLoss(t *testing.T, s *Store) {
 func testUnlockStopsRenewal(t *testing.T, s *Store) {
 	sp := newSpy(s.NewBackend(t))
 	c := clientOn(t, sp)
-	const short = 60 * time.Millisecond // renewals every 20ms
+	const short = 150 * time.Millisecond // renewals every 50ms
 	var wg sync.WaitGroup
 	for w := range 4 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			m := c.Mutex(fmt.Sprintf("locktest/stoprenew/%d", w), dlock.WithTTL(short))
-			for range 25 {
+			for range 15 {
 				l, err := m.Lock(t.Context())
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				time.Sleep(time.Duration(rand.IntN(40)) * time.Millisecond)
+				time.Sleep(time.Duration(rand.IntN(120)) * time.Millisecond)
 				if err := l.Unlock(t.Context()); err != nil {
 					t.Error(err)
 					return
