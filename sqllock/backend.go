@@ -113,11 +113,26 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if err != nil {
 		return driver.AcquireResult{}, opError(ctx, "acquire", req.Key, err)
 	}
-	res, err := b.acquireInFlight(ctx, req)
+	res, err := b.acquire(ctx, req)
 	if err != nil {
 		return driver.AcquireResult{}, opError(ctx, "acquire", req.Key, err)
 	}
 	return res, nil
+}
+
+// acquire runs the dialect's acquire (again while SQLite finds the file
+// locked). A refusal without a holder means that the row was granted,
+// released or expired while the statements ran: the lock may well be free
+// now, so it tries once more, while ctx lasts, rather than report an unknown
+// holder. MySQL's acquire already tries again itself when the row changes
+// between its statements.
+func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	try := func() (driver.AcquireResult, error) { return b.acquireInFlight(ctx, req) }
+	res, err := retryBusy(ctx, b.dialect, try)
+	if err == nil && !res.Acquired && res.Holder == "" && b.dialect != MySQL && ctx.Err() == nil {
+		res, err = retryBusy(ctx, b.dialect, try)
+	}
+	return res, err
 }
 
 // Renew extends the lease of key to ttl from now, by the database's clock,
@@ -127,7 +142,7 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 	if err := b.check(ctx, key, token); err != nil {
 		return false, opError(ctx, "renew", key, err)
 	}
-	held, err := b.eng.renew(ctx, key, token, ttl)
+	held, err := retryBusy(ctx, b.dialect, func() (bool, error) { return b.eng.renew(ctx, key, token, ttl) })
 	if err != nil {
 		return false, opError(ctx, "renew", key, err)
 	}
@@ -142,7 +157,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) (driver.Releas
 	if err := b.check(ctx, key, token); err != nil {
 		return driver.ReleaseResult{}, opError(ctx, "release", key, err)
 	}
-	res, err := b.eng.release(ctx, key, token)
+	res, err := retryBusy(ctx, b.dialect, func() (driver.ReleaseResult, error) { return b.eng.release(ctx, key, token) })
 	if err != nil {
 		return driver.ReleaseResult{}, opError(ctx, "release", key, err)
 	}

@@ -18,7 +18,9 @@ import (
 )
 
 // childEnv, when set, makes the test binary a child of
-// TestSQLiteAcrossProcesses: "DB-PATH|LOG-PATH|ID|ROUNDS".
+// TestSQLiteAcrossProcesses: "DB-PATH|LOG-PATH|ID|ROUNDS|DSN|START", where
+// DSN is "recipe" or "wal" (sqliteDSN or sqliteWALDSN) and START the Unix
+// time in nanoseconds at which to open the file.
 const childEnv = "SQLLOCK_TEST_CHILD"
 
 // TestSQLiteAcrossProcesses runs several processes that lock one name in one
@@ -27,33 +29,50 @@ const childEnv = "SQLLOCK_TEST_CHILD"
 // lines must pair up (no one enters before the last one left) and the fences
 // must grow.
 func TestSQLiteAcrossProcesses(t *testing.T) {
-	const children, rounds = 4, 25
-	dir := t.TempDir()
-	dbPath, logPath := filepath.Join(dir, "locks.db"), filepath.Join(dir, "critical.log")
+	runProcesses(t, filepath.Join(t.TempDir(), "locks.db"), 4, 25, "recipe")
+}
 
+// TestSQLiteFirstUseAcrossProcesses has many processes open a fresh file at
+// the same moment, so that they meet while the file is switched to WAL and
+// the table created, where SQLite answers SQLITE_BUSY without waiting for
+// busy_timeout. It does so with the DSN that sets journal_mode on every
+// connection too, where the busy file fails the connection itself.
+func TestSQLiteFirstUseAcrossProcesses(t *testing.T) {
+	for _, dsn := range []string{"recipe", "wal"} {
+		t.Run(dsn, func(t *testing.T) {
+			for i := range 2 {
+				runProcesses(t, filepath.Join(t.TempDir(), fmt.Sprintf("locks%d.db", i)), 10, 2, dsn)
+			}
+		})
+	}
+}
+
+// runProcesses starts children processes at once on the file at dbPath, each
+// of which locks one name rounds times, and checks their log.
+func runProcesses(t *testing.T, dbPath string, children, rounds int, dsn string) {
+	t.Helper()
+	logPath := dbPath + ".log"
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
+	start := time.Now().Add(300 * time.Millisecond)
 	cmds := make([]*exec.Cmd, children)
+	outs := make([]*strings.Builder, children)
 	for i := range cmds {
 		cmd := exec.Command(exe)
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s|%s|%d|%d", childEnv, dbPath, logPath, i, rounds))
-		out := &strings.Builder{}
-		cmd.Stdout, cmd.Stderr = out, out
+		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s|%s|%d|%d|%s|%d",
+			childEnv, dbPath, logPath, i, rounds, dsn, start.UnixNano()))
+		outs[i] = &strings.Builder{}
+		cmd.Stdout, cmd.Stderr = outs[i], outs[i]
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		cmds[i] = cmd
-		t.Cleanup(func() {
-			if t.Failed() && out.Len() > 0 {
-				t.Logf("child %d said:\n%s", i, out)
-			}
-		})
 	}
 	for i, cmd := range cmds {
 		if err := cmd.Wait(); err != nil {
-			t.Errorf("child %d: %v", i, err)
+			t.Errorf("child %d: %v; it said: %s", i, err, strings.TrimSpace(outs[i].String()))
 		}
 	}
 
@@ -93,21 +112,27 @@ func TestSQLiteAcrossProcesses(t *testing.T) {
 // runChild is a child process's life: lock, log, unlock, rounds times.
 func runChild() int {
 	parts := strings.Split(os.Getenv(childEnv), "|")
-	if len(parts) != 4 {
+	if len(parts) != 6 {
 		fmt.Fprintln(os.Stderr, "bad", childEnv)
 		return 2
 	}
 	dbPath, logPath, id := parts[0], parts[1], parts[2]
 	rounds, _ := strconv.Atoi(parts[3])
-	if err := childRounds(dbPath, logPath, id, rounds); err != nil {
-		fmt.Fprintln(os.Stderr, err)
+	dsn := sqliteDSN(dbPath)
+	if parts[4] == "wal" {
+		dsn = sqliteWALDSN(dbPath)
+	}
+	start, _ := strconv.ParseInt(parts[5], 10, 64)
+	time.Sleep(time.Until(time.Unix(0, start)))
+	if err := childRounds(dsn, logPath, id, rounds); err != nil {
+		fmt.Fprintf(os.Stderr, "child %s: %v\n", id, err)
 		return 1
 	}
 	return 0
 }
 
-func childRounds(dbPath, logPath, id string, rounds int) error {
-	db, err := sql.Open("sqlite", sqliteDSN(dbPath))
+func childRounds(dsn, logPath, id string, rounds int) error {
+	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return err
 	}

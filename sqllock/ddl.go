@@ -2,6 +2,7 @@ package sqllock
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -72,6 +73,12 @@ const (
 // WithoutCreateTable was given; call it yourself to fail early. When the
 // statement fails but the table exists anyway (another process created it at
 // the same moment), it returns nil.
+//
+// On SQLite it first switches the file to write-ahead logging (PRAGMA
+// journal_mode=WAL, a lasting property of the file; a no-op once done, and
+// for an in-memory database), and it runs each statement again while the
+// file is locked, within ctx: several processes may make a fresh file ready
+// at once.
 func (b *Backend) CreateTable(ctx context.Context) error {
 	if b.err != nil {
 		return fmt.Errorf("sqllock: create table: %w", b.err)
@@ -80,15 +87,31 @@ func (b *Backend) CreateTable(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sqllock: create table: %w", err)
 	}
-	if _, err := b.db.ExecContext(ctx, ddl); err != nil {
-		probe := "SELECT 1 FROM " + b.quoted + " WHERE 1 = 0"
-		if _, perr := b.db.ExecContext(ctx, probe); perr != nil {
+	exec := func(q string) error {
+		_, err := retryBusy(ctx, b.dialect, func() (sql.Result, error) { return b.db.ExecContext(ctx, q) })
+		return err
+	}
+	if b.dialect == SQLite {
+		if err := exec(sqliteWAL); err != nil {
+			return fmt.Errorf("sqllock: create table %s: set journal_mode=WAL: %w", b.table, err)
+		}
+	}
+	if err := exec(ddl); err != nil {
+		if perr := exec("SELECT 1 FROM " + b.quoted + " WHERE 1 = 0"); perr != nil {
 			return fmt.Errorf("sqllock: create table %s: %w", b.table, err)
 		}
 	}
 	b.created.Store(true)
 	return nil
 }
+
+// sqliteWAL switches a SQLite file to write-ahead logging, under which
+// readers do not block the writer and a commit needs no exclusive lock on
+// the file. It is run once per Backend, not on every new connection as a
+// "_pragma=journal_mode(WAL)" in the DSN is: on a fresh file, processes that
+// switch it at the same moment get SQLITE_BUSY without waiting for
+// busy_timeout, which here is retried but in a DSN fails the connection.
+const sqliteWAL = `PRAGMA journal_mode=WAL`
 
 // ready creates the table on first use, once; a failure is returned and the
 // next call tries again.

@@ -36,7 +36,9 @@
 // grant of a name ever takes three statements (UPDATE, SELECT, INSERT), a
 // reentrant acquire adds a SELECT for the hold count, and ForceRelease takes
 // two. RenewBatch renews up to 500 leases per statement (on MySQL plus one
-// statement per lease when not all were held). On MySQL use
+// statement per lease when not all were held). A refused acquire that finds
+// no holder (the row was released or changed hands while it ran) tries once
+// more, as does MySQL's up to three times. On MySQL use
 // interpolateParams=true: without it the driver prepares and closes every
 // statement, two round trips each.
 //
@@ -45,18 +47,29 @@
 // Open the file so that several processes can share it:
 //
 //	db, err := sql.Open("sqlite", "file:/path/locks.db"+
-//		"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)")
+//		"?_pragma=busy_timeout(5000)&_pragma=synchronous(NORMAL)")
 //	db.SetMaxOpenConns(1)
 //
 // busy_timeout makes a writer wait for another process instead of failing;
-// WAL lets readers run beside the writer; one connection per process queues
-// this process's statements in Go rather than in SQLite's coarse busy
-// handler. synchronous(NORMAL) spares an fsync per operation: a crashed
-// process loses nothing, a crashed machine may lose its last grants (and
-// every holder with them); use FULL for fences that survive power loss. The
-// file must be on a local file system, and every process on the same host.
-// A refused acquire reads the holder with a second statement, which on a
-// local file costs microseconds.
+// one connection per process queues this process's statements in Go rather
+// than in SQLite's coarse busy handler. synchronous(NORMAL) spares an fsync
+// per operation: a crashed process loses nothing, a crashed machine may lose
+// its last grants (and every holder with them); use FULL for fences that
+// survive power loss. The file must be on a local file system, and every
+// process on the same host. A refused acquire reads the holder with a second
+// statement, which on a local file costs microseconds.
+//
+// The Backend switches the file to write-ahead logging (journal_mode=WAL,
+// which lets readers run beside the writer) when it creates the table; with
+// WithoutCreateTable, run PRAGMA journal_mode=WAL once yourself. Leave
+// journal_mode out of the DSN: there it runs on every new connection, and
+// processes that open a fresh file at once may fail to connect with
+// SQLITE_BUSY. SQLite answers SQLITE_BUSY without waiting for busy_timeout
+// when waiting could deadlock (as when processes switch a fresh file to WAL
+// together) or a write's snapshot is stale, so every statement of the
+// Backend, table creation included, is run again after a short, jittered
+// pause while it fails with SQLITE_BUSY or SQLITE_LOCKED, until its context
+// ends.
 //
 // # Waiting
 //
@@ -64,7 +77,13 @@
 // holder's remaining TTL. A PostgresBackend (NewPostgres) also implements
 // driver.Notifier: release notifies on the channel "dlock_release" in the
 // same statement, and each dlock Client keeps one pooled connection
-// listening, so waiters wake at once.
+// listening, so waiters wake at once. The pool must allow at least one more
+// connection than there are listening Clients on it (at least 2 for one
+// Client): Listen refuses to take the last one, and waits at most a second
+// for a free one, and the Client then polls. LISTEN does not work through
+// pgbouncer in transaction pooling mode (the notifications never arrive and
+// waiters only poll): connect directly or with session pooling, or use
+// New(db, PostgreSQL).
 //
 // # Errors
 //

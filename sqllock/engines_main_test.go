@@ -32,6 +32,7 @@ func TestPostgres(t *testing.T) {
 	t.Run("Notify", func(t *testing.T) { testNotify(t, newDB, srv) })
 	t.Run("ListenHeartbeat", func(t *testing.T) { testListenHeartbeat(t, newDB) })
 	t.Run("ListenNeedsPgx", func(t *testing.T) { testListenNeedsPgx(t, newDB) })
+	t.Run("ListenSmallPool", func(t *testing.T) { testListenSmallPool(t, newDB) })
 }
 
 // runCommon runs the tests every engine passes.

@@ -108,8 +108,15 @@ func (d *database) counting(t testing.TB) (*sql.DB, *atomic.Int64) {
 	return db, n
 }
 
-// sqliteDSN is the package documentation's recipe for a lock file.
+// sqliteDSN is the package documentation's recipe for a lock file. The
+// Backend switches the file to WAL itself.
 func sqliteDSN(path string) string {
+	return "file:" + path + "?_pragma=busy_timeout(5000)&_pragma=synchronous(NORMAL)"
+}
+
+// sqliteWALDSN is the recipe of earlier versions, which set the journal
+// mode on every new connection: still supported.
+func sqliteWALDSN(path string) string {
 	return "file:" + path + "?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)"
 }
 

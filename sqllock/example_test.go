@@ -16,7 +16,7 @@ func ExampleNew() {
 	dir, _ := os.MkdirTemp("", "sqllock-example")
 	defer os.RemoveAll(dir)
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "locks.db")+
-		"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)")
+		"?_pragma=busy_timeout(5000)&_pragma=synchronous(NORMAL)")
 	if err != nil {
 		fmt.Println(err)
 		return

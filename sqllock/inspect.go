@@ -17,7 +17,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.LockInfo, boo
 	if err := b.checkName(ctx, key); err != nil {
 		return driver.LockInfo{}, false, opError(ctx, "inspect", key, err)
 	}
-	info, ok, err := b.eng.inspect(ctx, key)
+	info, ok, err := retryInfo(ctx, b.dialect, func() (driver.LockInfo, bool, error) { return b.eng.inspect(ctx, key) })
 	if err != nil {
 		return driver.LockInfo{}, false, opError(ctx, "inspect", key, err)
 	}
@@ -30,7 +30,7 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.LockInfo, e
 	if err := b.ready(ctx); err != nil {
 		return nil, opError(ctx, "list", prefix, err)
 	}
-	infos, err := b.eng.list(ctx, prefix)
+	infos, err := retryBusy(ctx, b.dialect, func() ([]driver.LockInfo, error) { return b.eng.list(ctx, prefix) })
 	if err != nil {
 		return nil, opError(ctx, "list", prefix, err)
 	}
@@ -47,11 +47,25 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.LockInfo
 	if err := b.checkName(ctx, key); err != nil {
 		return driver.LockInfo{}, false, opError(ctx, "force release", key, err)
 	}
-	info, ok, err := b.eng.forceRelease(ctx, key)
+	info, ok, err := retryInfo(ctx, b.dialect, func() (driver.LockInfo, bool, error) { return b.eng.forceRelease(ctx, key) })
 	if err != nil {
 		return driver.LockInfo{}, false, opError(ctx, "force release", key, err)
 	}
 	return info, ok, nil
+}
+
+// retryInfo is retryBusy for an operation that returns a lock description
+// and whether there was one.
+func retryInfo(ctx context.Context, d Dialect, op func() (driver.LockInfo, bool, error)) (driver.LockInfo, bool, error) {
+	type found struct {
+		info driver.LockInfo
+		ok   bool
+	}
+	f, err := retryBusy(ctx, d, func() (found, error) {
+		info, ok, err := op()
+		return found{info, ok}, err
+	})
+	return f.info, f.ok, err
 }
 
 func (b *Backend) checkName(ctx context.Context, key string) error {

@@ -45,7 +45,43 @@ const (
 	// Backoff between attempts to reconnect.
 	minReconnectDelay = 25 * time.Millisecond
 	maxReconnectDelay = time.Second
+	// connWait bounds the wait for a connection from the pool, so that a
+	// pool whose every connection is busy makes Listen fail (and the client
+	// poll) instead of holding the waiter up.
+	connWait = time.Second
 )
+
+// listening counts, per pool, the listeners that hold one of its
+// connections.
+var (
+	listeningMu sync.Mutex
+	listening   = make(map[*sql.DB]int)
+)
+
+// reserveConn counts one more listener on db, unless that would leave its
+// statements no connection: a listener keeps its connection for good, and
+// with db.SetMaxOpenConns(1) every other statement would then wait forever.
+func reserveConn(db *sql.DB) error {
+	listeningMu.Lock()
+	defer listeningMu.Unlock()
+	n := listening[db]
+	if limit := db.Stats().MaxOpenConnections; limit > 0 && n+1 >= limit {
+		return fmt.Errorf("the pool allows %d open connections (SetMaxOpenConns) and %d listen already: "+
+			"a listener keeps one for good and statements need at least one more, so allow at least %d; "+
+			"waiters poll meanwhile", limit, n, n+2)
+	}
+	listening[db] = n + 1
+	return nil
+}
+
+// unreserveConn undoes reserveConn.
+func unreserveConn(db *sql.DB) {
+	listeningMu.Lock()
+	defer listeningMu.Unlock()
+	if listening[db]--; listening[db] <= 0 {
+		delete(listening, db)
+	}
+}
 
 // Listen takes one connection out of the pool for as long as the stream
 // lives, runs LISTEN on it before it returns, and starts one goroutine that
@@ -55,8 +91,19 @@ const (
 // that releases may have been missed; the goroutine reconnects with backoff
 // and calls fn("") again once it listens anew.
 //
-// ctx bounds only the call. Listen fails when the database cannot be
-// reached or db is not a pgx pool (the client then falls back to polling).
+// ctx bounds only the call, which waits at most a second for a connection
+// from the pool. Listen fails when the database cannot be reached, when db
+// is not a pgx pool, when no connection frees up within that second, and
+// when the pool could not spare the connection: with SetMaxOpenConns(n),
+// at most n-1 listeners per pool, so that statements keep at least one. The
+// client then falls back to polling.
+//
+// LISTEN needs a server session of its own: through pgbouncer in
+// transaction pooling mode it lands on whichever server session ran it,
+// which then serves other clients, and the notifications never arrive, so
+// waiters wake only by polling, at the slower pace the client uses when it
+// expects notifications. Connect directly or with session pooling, or use
+// New(db, PostgreSQL) behind such a pooler.
 func (b *PostgresBackend) Listen(ctx context.Context, fn func(key string)) (dldriver.Listener, error) {
 	if fn == nil {
 		return nil, errors.New("sqllock: listen: nil callback")
@@ -64,8 +111,12 @@ func (b *PostgresBackend) Listen(ctx context.Context, fn func(key string)) (dldr
 	if b.err != nil {
 		return nil, fmt.Errorf("sqllock: listen: %w", b.err)
 	}
+	if err := reserveConn(b.db); err != nil {
+		return nil, fmt.Errorf("sqllock: listen: %w", err)
+	}
 	conn, err := listenConn(ctx, b.db)
 	if err != nil {
+		unreserveConn(b.db)
 		return nil, fmt.Errorf("sqllock: listen: %w", err)
 	}
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -75,10 +126,16 @@ func (b *PostgresBackend) Listen(ctx context.Context, fn func(key string)) (dldr
 	return l, nil
 }
 
-// listenConn takes a connection from db's pool and runs LISTEN on it.
+// listenConn takes a connection from db's pool, waiting at most connWait,
+// and runs LISTEN on it.
 func listenConn(ctx context.Context, db *sql.DB) (*sql.Conn, error) {
-	conn, err := db.Conn(ctx)
+	wctx, cancel := context.WithTimeout(ctx, connWait)
+	conn, err := db.Conn(wctx)
+	cancel()
 	if err != nil {
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("no connection free in the pool within %v: %w", connWait, err)
+		}
 		return nil, err
 	}
 	err = conn.Raw(func(dc any) error {
@@ -115,6 +172,7 @@ type listener struct {
 	mu     sync.Mutex
 	subs   map[string]int // key → Subscribe calls not yet undone
 	closed bool
+	once   sync.Once // gives the listening connection's place back
 }
 
 // Subscribe counts one more waiter on key. The connection has listened since
@@ -149,6 +207,7 @@ func (l *listener) Close() error {
 	l.mu.Unlock()
 	l.cancel()
 	l.wg.Wait()
+	l.once.Do(func() { unreserveConn(l.db) })
 	return nil
 }
 

@@ -1,9 +1,14 @@
 package sqllock_test
 
 import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/sqllock"
@@ -154,4 +159,118 @@ func testListenNeedsPgx(t *testing.T, newDB newDatabase) {
 	if _, err := sqllock.NewPostgres(nil).Listen(t.Context(), func(string) {}); err == nil {
 		t.Fatal("Listen on a nil pool succeeded")
 	}
+}
+
+// TestListenNeedsSpareConnection checks, without a server, that Listen
+// refuses a pool that cannot spare a connection before it takes one, and
+// that a failed Listen gives its place back.
+func TestListenNeedsSpareConnection(t *testing.T) {
+	db, err := sql.Open("sqlite", sqliteDSN(filepath.Join(t.TempDir(), "locks.db")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	pb := sqllock.NewPostgres(db)
+
+	db.SetMaxOpenConns(1)
+	_, err = pb.Listen(t.Context(), func(string) {})
+	if err == nil || !strings.Contains(err.Error(), "SetMaxOpenConns") {
+		t.Fatalf("Listen on a pool of one connection: %v, want a refusal that names SetMaxOpenConns", err)
+	}
+	t.Log(err)
+
+	// Two connections: room for one listener. This pool is not pgx's, so
+	// Listen fails later, every time, without keeping its place.
+	db.SetMaxOpenConns(2)
+	for range 3 {
+		_, err = pb.Listen(t.Context(), func(string) {})
+		if err == nil || !strings.Contains(err.Error(), "not pgx's") {
+			t.Fatalf("Listen on a pool of two sqlite connections: %v, want a complaint about the driver", err)
+		}
+	}
+}
+
+// testListenSmallPool checks that listening never takes the last connection
+// of a pool, and that a pool with none free makes Listen fail soon.
+func testListenSmallPool(t *testing.T, newDB newDatabase) {
+	db := newDB(t)
+
+	t.Run("OneConnection", func(t *testing.T) {
+		// A waiter's Listen must not take the only connection: the holder's
+		// Unlock and the waiter's next attempts need it.
+		pool := db.open(t)
+		pool.SetMaxOpenConns(1)
+		c := dlock.New(sqllock.NewPostgres(pool))
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		m := c.Mutex("small-pool", dlock.WithRetry(dlock.ExponentialBackoff(5*time.Millisecond, 50*time.Millisecond)))
+		held, err := m.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			l, err := m.Lock(ctx)
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			got <- err
+		}()
+		time.Sleep(300 * time.Millisecond) // the waiter tries, and tries to listen
+		uctx, ucancel := context.WithTimeout(ctx, 3*time.Second)
+		defer ucancel()
+		if err := held.Unlock(uctx); err != nil {
+			t.Fatalf("the holder's Unlock: %v", err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("the waiter: %v", err)
+		}
+	})
+
+	t.Run("ListenersLeaveOne", func(t *testing.T) {
+		pool := db.open(t)
+		pool.SetMaxOpenConns(2)
+		pb := sqllock.NewPostgres(pool)
+		l1, err := pb.Listen(t.Context(), func(string) {})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l2, err := sqllock.NewPostgres(pool).Listen(t.Context(), func(string) {}); err == nil {
+			l2.Close()
+			l1.Close()
+			t.Fatal("a second listener on a pool of two connections")
+		}
+		mustAcquire(t, sqllock.New(pool, sqllock.PostgreSQL), driver.AcquireRequest{Key: "k", Token: newToken(), Owner: "o", TTL: time.Minute})
+		if err := l1.Close(); err != nil {
+			t.Fatal(err)
+		}
+		l3, err := pb.Listen(t.Context(), func(string) {})
+		if err != nil {
+			t.Fatalf("Listen after the listener closed: %v", err)
+		}
+		l3.Close()
+	})
+
+	t.Run("NoneFree", func(t *testing.T) {
+		pool := db.open(t)
+		pool.SetMaxOpenConns(2)
+		for range 2 {
+			conn, err := pool.Conn(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+		}
+		start := time.Now()
+		l, err := sqllock.NewPostgres(pool).Listen(t.Context(), func(string) {})
+		if err == nil {
+			l.Close()
+			t.Fatal("Listen on a pool whose connections are all in use succeeded")
+		}
+		if d := time.Since(start); d > 3*time.Second {
+			t.Errorf("Listen failed after %v, want about 1s", d)
+		}
+		t.Log(err)
+	})
 }

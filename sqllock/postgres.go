@@ -49,8 +49,8 @@ const (
 	// One round trip whatever happens: the upsert takes a free or expired
 	// row, re-enters, or does nothing; in the last case the outer query
 	// reads the holder. (It reads the statement's snapshot, which a grant
-	// that raced this statement may postdate: then the holder is reported
-	// as unknown or as the one before.)
+	// that raced this statement may postdate: then it reports the holder
+	// before, or none, and then Backend.Acquire tries once more.)
 	pgAcquire = `WITH granted AS (
   INSERT INTO {t} AS l (name, token, owner, fence, holds, acquired_at, expires_at)
   VALUES ($1, $2, $3, 1, 1, now(), now() + $4::bigint * interval '1 microsecond')
@@ -126,7 +126,7 @@ func (p *postgres) acquire(ctx context.Context, req driver.AcquireRequest) (driv
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		// The holder changed while the statement ran: not granted, holder
-		// unknown. The client tries again.
+		// unknown. Backend.Acquire tries once more.
 		return driver.AcquireResult{}, nil
 	case err != nil:
 		return driver.AcquireResult{}, err

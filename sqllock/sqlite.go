@@ -91,8 +91,8 @@ RETURNING name, owner, fence, holds, expires_at - {now}, {now} - acquired_at`
 )
 
 // acquire is one statement when it grants. When it does not, a second one
-// reads the holder: on a local file that costs microseconds, and a release
-// in between only means the holder is reported as unknown.
+// reads the holder: on a local file that costs microseconds. A release in
+// between leaves the holder unknown, and Backend.Acquire tries once more.
 func (s *sqlite) acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
 	var fence int64
 	var holds int
