@@ -72,8 +72,10 @@ type backendURL struct {
 	// password.
 	where string
 	// secrets are the passwords in the URL, scrubbed from every store error
-	// before it is printed.
+	// before it is printed (see scrub for those that are not).
 	secrets []string
+	// user is the user name the store is given, if any; it is not secret.
+	user string
 
 	path     string // kindSQLite: the database file
 	redis    *redis.Options
@@ -125,7 +127,7 @@ func parseBackendURL(raw string) (*backendURL, error) {
 		return nil, err
 	}
 	b.kind = kind
-	b.secrets = append(b.secrets, querySecrets(raw)...)
+	b.secrets = dropUserName(append(b.secrets, querySecrets(raw)...), b.user)
 	return b, nil
 }
 
@@ -173,7 +175,7 @@ func parseRedis(raw string) (*backendURL, error) {
 	if err != nil {
 		return nil, errors.New(strings.TrimPrefix(err.Error(), "redis: "))
 	}
-	b := &backendURL{redis: opts, where: fmt.Sprintf("redis at %s (db %d)", opts.Addr, opts.DB)}
+	b := &backendURL{redis: opts, user: opts.Username, where: fmt.Sprintf("redis at %s (db %d)", opts.Addr, opts.DB)}
 	if pw, ok := u.User.Password(); ok && pw != "" {
 		b.secrets = append(b.secrets, pw)
 	}
@@ -225,7 +227,7 @@ func parseRedisMulti(kind backendKind, raw string) (*backendURL, error) {
 		addrs = append(addrs, addr)
 	}
 	path = strings.Trim(path, "/")
-	b := &backendURL{}
+	b := &backendURL{user: user}
 	if pass != "" {
 		b.secrets = append(b.secrets, pass)
 	}
@@ -308,7 +310,7 @@ func parseMySQL(raw string) (*backendURL, error) {
 	cfg.Addr = addr
 	cfg.DBName = db
 	cfg.User = u.User.Username()
-	b := &backendURL{mysql: cfg, where: fmt.Sprintf("mysql at %s (database %s)", addr, db)}
+	b := &backendURL{mysql: cfg, user: cfg.User, where: fmt.Sprintf("mysql at %s (database %s)", addr, db)}
 	if pw, ok := u.User.Password(); ok {
 		cfg.Passwd = pw
 		if pw != "" {
@@ -343,7 +345,7 @@ func parsePostgres(raw string) (*backendURL, error) {
 	if strings.HasPrefix(cfg.Host, "/") {
 		where = fmt.Sprintf("postgres at %s (database %s)", cfg.Host, cfg.Database)
 	}
-	return &backendURL{postgres: cfg, where: where, secrets: secrets}, nil
+	return &backendURL{postgres: cfg, user: cfg.User, where: where, secrets: secrets}, nil
 }
 
 // parseNetURL parses a URL with net/url (one host, or a comma-separated list
@@ -465,9 +467,12 @@ func passwordSpan(raw string) string {
 	return rest[c+1 : at]
 }
 
-// secretParam matches query parameters whose values are secrets
-// (password=, sslpassword=, sentinel_password=, token=...).
-var secretParam = regexp.MustCompile(`(?i)([?&][^=&#]*(?:pass|secret|token)[^=&#]*=)([^&#]*)`)
+// secretParam matches the query parameters whose values are secrets:
+// password= and sslpassword= (PostgreSQL), sentinel_password= (Redis
+// Sentinel). Only these names: a pattern such as "contains pass" would also
+// take allowCleartextPasswords=1 (MySQL) for a secret, and scrub every "1"
+// from the driver's messages.
+var secretParam = regexp.MustCompile(`(?i)([?&](?:password|sslpassword|sentinel_password)=)([^&#]*)`)
 
 // redact returns raw with its passwords replaced by "xxxxx", for messages.
 func redact(raw string) string {
@@ -497,10 +502,14 @@ func querySecrets(raw string) []string {
 // scrub replaces every secret, and its percent-encoded forms, in msg. An
 // occurrence inside a longer word is left alone ("p" in "tcp"): drivers do
 // not put passwords in their messages, and this is the safety net for one
-// that would, not a reason to garble every message of a short password.
+// that would, not a reason to garble every message of a short password. For
+// the same reason a secret that is too short, or a number or a boolean
+// (scrubbable says which), is left alone: scrubbing "1" or "true" would
+// blank port numbers, addresses and flags, and tell nothing a reader could
+// not guess.
 func scrub(msg string, secrets []string) string {
 	for _, s := range secrets {
-		if s == "" {
+		if !scrubbable(s) {
 			continue
 		}
 		for _, form := range []string{s, url.PathEscape(s), url.QueryEscape(s), url.UserPassword("", s).String()[1:]} {
@@ -510,6 +519,41 @@ func scrub(msg string, secrets []string) string {
 		}
 	}
 	return msg
+}
+
+// minSecretLen is the length below which scrub leaves a secret alone.
+const minSecretLen = 4
+
+// scrubbable reports whether scrub replaces s: not when it is shorter than
+// minSecretLen, only digits, or a boolean word.
+func scrubbable(s string) bool {
+	if len(s) < minSecretLen {
+		return false
+	}
+	if strings.Trim(s, "0123456789") == "" {
+		return false
+	}
+	switch strings.ToLower(s) {
+	case "true", "false", "yes", "no", "on", "off":
+		return false
+	}
+	return true
+}
+
+// dropUserName drops from secrets those equal to the user name: the name
+// is not hidden in messages ("access denied for user 'app'"), and a
+// password that equals it would blank it everywhere while hiding nothing.
+func dropUserName(secrets []string, user string) []string {
+	if user == "" {
+		return secrets
+	}
+	out := secrets[:0]
+	for _, s := range secrets {
+		if s != user {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // replaceWord replaces the occurrences of old in s that are not part of a

@@ -168,6 +168,11 @@ func TestRedact(t *testing.T) {
 		{"redis://u:p/w?x#y@h:6379/0", "redis://u:xxxxx@h:6379/0"},
 		{"postgres://h/db?sslmode=disable&password=pw", "postgres://h/db?sslmode=disable&password=xxxxx"},
 		{"redis+sentinel://h/m?sentinel_password=pw&db=1", "redis+sentinel://h/m?sentinel_password=xxxxx&db=1"},
+		{"postgres://h/db?SSLPassword=kp&sslmode=require", "postgres://h/db?SSLPassword=xxxxx&sslmode=require"},
+		// Only the known secret parameters: these are flags, not passwords.
+		{"mysql://root:pw@h/db?allowCleartextPasswords=1", "mysql://root:xxxxx@h/db?allowCleartextPasswords=1"},
+		{"mysql://root@h/db?allowNativePasswords=true&allowOldPasswords=false", "mysql://root@h/db?allowNativePasswords=true&allowOldPasswords=false"},
+		{"postgres://h/db?passfile=/etc/pgpass&token=x", "postgres://h/db?passfile=/etc/pgpass&token=x"},
 	}
 	for _, tt := range tests {
 		if got := redact(tt.raw); got != tt.want {
@@ -231,13 +236,88 @@ func TestScrub(t *testing.T) {
 	tests := []struct{ msg, secret, want string }{
 		{"auth failed for p@ss (p%40ss)", "p@ss", "auth failed for xxxxx (xxxxx)"},
 		{"dial tcp 127.0.0.1:1: refused", "p", "dial tcp 127.0.0.1:1: refused"},
-		{"password p rejected", "p", "password xxxxx rejected"},
+		{"password p rejected", "p", "password p rejected"}, // too short to scrub
+		{"password hunter2 rejected", "hunter2", "password xxxxx rejected"},
 		{"hunter2hunter2", "hunter2", "hunter2hunter2"},
 		{"key=hunter2;", "hunter2", "key=xxxxx;"},
 	}
 	for _, tt := range tests {
 		if got := scrub(tt.msg, []string{tt.secret}); got != tt.want {
 			t.Errorf("scrub(%q, %q) = %q, want %q", tt.msg, tt.secret, got, tt.want)
+		}
+	}
+}
+
+// TestSecretsOfURL: which parts of a URL are kept as secrets to scrub.
+func TestSecretsOfURL(t *testing.T) {
+	tests := []struct {
+		raw  string
+		want []string
+	}{
+		{"redis://app:hunter2@h:6379/0", []string{"hunter2"}},
+		{"redis://:hunter2@h:6379/0", []string{"hunter2"}},
+		{"mysql://root:s3cret@h/db?allowCleartextPasswords=1", []string{"s3cret"}},
+		{"mysql://root@h/db?allowCleartextPasswords=1&allowNativePasswords=true", nil},
+		// A password equal to the user name would blank the user name.
+		{"mysql://root:root@h/db", nil},
+		{"redis+sentinel://app:app@s1/m?sentinel_password=sentpw", []string{"sentpw"}},
+		{"postgres://app:dbpass@h/db?sslpassword=keypass&sslmode=require", []string{"dbpass", "keypass"}},
+		{"postgres://app@h/db?password=p%40ss1", []string{"p%40ss1", "p@ss1"}},
+	}
+	for _, tt := range tests {
+		b, err := parseBackendURL(tt.raw)
+		if err != nil {
+			t.Errorf("parseBackendURL(%q): %v", tt.raw, err)
+			continue
+		}
+		if strings.Join(b.secrets, " ") != strings.Join(tt.want, " ") {
+			t.Errorf("secrets of %q = %q, want %q", tt.raw, b.secrets, tt.want)
+		}
+	}
+}
+
+// TestScrubLeavesDriverMessages: the messages of real drivers keep their
+// addresses, ports, codes and user names when the URL has flags or short,
+// numeric or boolean secrets.
+func TestScrubLeavesDriverMessages(t *testing.T) {
+	const denied = "Error 1045 (28000): Access denied for user 'root'@'127.0.0.1' (using password: YES)"
+	tests := []struct {
+		name, raw, msg, want string
+	}{
+		{"flag parameter", "mysql://root:s3cret@127.0.0.1:1/db?allowCleartextPasswords=1", denied, denied},
+		{"password equals user", "mysql://root:root@127.0.0.1/db", denied, denied},
+		{"numeric password", "mysql://root:1045@127.0.0.1/db", denied, denied},
+		{"short password", "mysql://root:127@127.0.0.1/db", denied, denied},
+		{"boolean password", "postgres://app:yes@h/db", "password authentication failed for user \"app\" (using password: YES)",
+			"password authentication failed for user \"app\" (using password: YES)"},
+		{"real password", "redis://app:hunter2@h:6379/0", "WRONGPASS hunter2 for app at h:6379", "WRONGPASS xxxxx for app at h:6379"},
+		{"encoded password", "redis://app:p%40ssw0rd@h:6379/0", "auth p@ssw0rd (p%40ssw0rd) refused", "auth xxxxx (xxxxx) refused"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := parseBackendURL(tt.raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := scrub(tt.msg, b.secrets); got != tt.want {
+				t.Errorf("scrub = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestScrubbable(t *testing.T) {
+	tests := []struct {
+		s    string
+		want bool
+	}{
+		{"", false}, {"1", false}, {"pw", false}, {"abc", false}, {"1234", false}, {"0000000000", false},
+		{"true", false}, {"FALSE", false}, {"yes", false}, {"off", false},
+		{"abcd", true}, {"12a4", true}, {"hunter2", true}, {"p@ss", true}, {"truee", true},
+	}
+	for _, tt := range tests {
+		if got := scrubbable(tt.s); got != tt.want {
+			t.Errorf("scrubbable(%q) = %v, want %v", tt.s, got, tt.want)
 		}
 	}
 }

@@ -233,14 +233,15 @@ func openSQL(b *backendURL, timeout time.Duration) (*sql.DB, sqlDialect, error) 
 
 // sqliteDSN is modernc.org/sqlite's data source name for the file at path:
 // a "file:" URI, so that any character may appear in the path, with a busy
-// timeout (set first, so that switching to WAL waits for other processes too)
-// and write-ahead logging, which lets readers (dlock ls) run beside writers.
+// timeout. It sets no journal_mode: sqllock switches the file to write-ahead
+// logging (which lets readers such as dlock ls run beside writers) when it
+// creates the table, and retries while the file is busy, whereas a
+// journal_mode pragma here runs on every new connection, and on a fresh file
+// opened by several processes at once fails some with SQLITE_BUSY without
+// waiting for the busy timeout.
 func sqliteDSN(path string) string {
 	u := url.URL{Path: path}
-	q := url.Values{"_pragma": {
-		fmt.Sprintf("busy_timeout(%d)", sqliteBusyTimeout),
-		"journal_mode(WAL)",
-	}}
+	q := url.Values{"_pragma": {fmt.Sprintf("busy_timeout(%d)", sqliteBusyTimeout)}}
 	return "file:" + u.EscapedPath() + "?" + q.Encode()
 }
 

@@ -19,7 +19,8 @@ var synopses = map[string]string{
 }
 
 const backendFlagsHelp = `  --backend URL              the store (default: $DLOCK_BACKEND, else the
-                             SQLite file in the state directory; see 'dlock help')
+                             SQLite file in your state directory, private to
+                             your user; see 'dlock help')
   --connect-timeout DURATION longest wait for the store's first answer (default 5s)
 `
 
@@ -46,8 +47,13 @@ Percent-encode '/', '?', '#' and '@' in passwords (%%2F, %%3F, %%23, %%40).
 
 With no backend given, dlock keeps its locks in the SQLite file
 $XDG_STATE_HOME/dlock/locks.db (~/.local/state/dlock/locks.db when
-XDG_STATE_HOME is not set), created on first use: locks between the processes
-of one machine, with no server to run.
+XDG_STATE_HOME is not set), created on first use in a directory only its user
+can enter: locks between the processes of one user, with no server to run.
+Other users, root (sudo dlock ...) and their cron jobs have files of their own
+and do not see those locks. For locks between the users of one machine, give
+them all one file, in a directory they can all write (SQLite adds files beside
+it), for example DLOCK_BACKEND=sqlite:///var/lib/dlock/locks.db with a
+group-writable /var/lib/dlock and locks.db; between machines, a server.
 
 Global flags (also accepted after the command's name):
 ` + backendFlagsHelp + `
@@ -56,33 +62,54 @@ Run 'dlock help COMMAND' for a command's flags and exit status.
 
 const runHelp = `usage: dlock run [flags] NAME -- COMMAND [ARGS...]
 
-Runs COMMAND while holding the lock NAME, and releases the lock when COMMAND
-ends.
+Runs COMMAND while holding the lock NAME, and releases the lock when every
+process of COMMAND's process group has ended.
 
 dlock takes the lock, waiting up to --wait for it, then starts COMMAND in a
 process group of its own, with DLOCK_NAME (the lock's name), DLOCK_FENCE (its
 fencing token, larger than that of every earlier holder) and DLOCK_OWNER (the
 owner string others see) added to its environment. SIGINT, SIGTERM, SIGHUP,
-SIGQUIT, SIGUSR1 and SIGUSR2 sent to dlock are passed on to that process group.
+SIGQUIT, SIGUSR1 and SIGUSR2 sent to dlock are passed on to that process group
+(followed by SIGCONT for the first four, so that a stopped process gets them).
 dlock renews the lease every TTL/3 while COMMAND runs, and exits with COMMAND's
 exit status.
 
-If the lock is lost while COMMAND runs (the lock was deleted or broken with
-'dlock release --force', a renewal was refused, or the store could not be
-reached for too long), dlock sends SIGTERM to COMMAND's process group, then
-SIGKILL after --kill-grace, and exits 76. It starts early enough for COMMAND to
-be gone before the lease can have expired on the store: at the lease's local
-deadline minus --kill-grace minus 250ms. Pass $DLOCK_FENCE to what COMMAND
-writes to, so that it can refuse writes from a holder whose lease ran out.
+When COMMAND exits but processes it started in the background are still
+running in its process group (cmd &), dlock keeps holding and renewing the
+lock until they have ended too, and says so after a second; it exits with
+COMMAND's status then. A process that leaves the group (setsid, or a daemon
+that detaches) is not covered: the lock may be released, and taken by
+another, while it runs.
+
+If the lock is lost while COMMAND's group runs (the lock was deleted or broken
+with 'dlock release --force', a renewal was refused, or the store could not be
+reached for too long), dlock sends SIGTERM to the group, then SIGKILL after
+--kill-grace, and exits 76. It starts early enough for the group to be gone
+before the lease can have expired on the store: at the lease's local deadline
+minus --kill-grace minus 250ms. Pass $DLOCK_FENCE to what COMMAND writes to,
+so that it can refuse writes from a holder whose lease ran out.
+
+If dlock itself is killed (kill -9), Linux kills COMMAND's own process with
+SIGKILL, unless it is a set-user-ID program such as sudo (Linux then drops
+that signal). The other processes of its group, and COMMAND on other systems,
+run on unprotected. A dlock stopped with SIGSTOP does not renew the lease,
+and does not stop COMMAND when the lease expires meanwhile. Run dlock under a
+supervisor that kills the whole process group if you need more.
 
 While it waits, dlock says on stderr who holds the lock (owner, held for,
 expires in), and again whenever the holder changes; when stderr is a terminal
 it also keeps a line showing how long it has waited.
 
-In the foreground of a terminal, COMMAND gets the terminal: it can read from
-it, and Ctrl-C reaches it directly. While the lock is held, Ctrl-Z does not
-suspend COMMAND or dlock: the lease would lapse, or be kept, for a command
-that is not running.
+In the foreground of a terminal, with the terminal as stdin, COMMAND gets the
+terminal: it can read from it, and Ctrl-C reaches it directly. Otherwise
+COMMAND runs in the background, and a process of it that reads from the
+terminal (sudo asking for a password, for one) is stopped by the system.
+While the lock is held, COMMAND is not left stopped, nor dlock: the lease
+would lapse, or be kept, for a command that is not running. Ctrl-Z is
+answered with a message; a stopped process of COMMAND's group is continued
+(on Linux), and a group that stops again each time it is continued is ended
+like one whose lock was lost (SIGTERM, then SIGKILL after --kill-grace), and
+dlock exits with its status, never 0.
 
 Flags:
   --ttl DURATION             the lease's time to live on the store (default 10s)
@@ -102,7 +129,8 @@ Exit status:
   69      the store could not be reached or failed
   75      the lock was not obtained within --wait (the message names the holder)
   76      the lock was lost while COMMAND ran, and COMMAND was stopped (or
-          the lock was found lost when COMMAND ended)
+          the lock was found lost when COMMAND ended, or before it started:
+          COMMAND was then not run)
   126     COMMAND could not be executed
   127     COMMAND was not found
 COMMAND may itself exit with one of these numbers; dlock's message on stderr

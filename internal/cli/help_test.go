@@ -34,3 +34,23 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 		})
 	}
 }
+
+// TestHelpStatesLimits: the help says what the default store and dlock run
+// do not cover.
+func TestHelpStatesLimits(t *testing.T) {
+	var overview strings.Builder
+	printHelp(&overview, "")
+	for _, want := range []string{"processes of one user", "sudo dlock", "sqlite:///var/lib/dlock/locks.db"} {
+		if !strings.Contains(overview.String(), want) {
+			t.Errorf("dlock help does not say %q", want)
+		}
+	}
+	if strings.Contains(overview.String(), "processes\nof one machine") || strings.Contains(overview.String(), "processes of one machine") {
+		t.Error("dlock help still calls the default store machine-wide")
+	}
+	for _, want := range []string{"every\nprocess of COMMAND's process group", "(setsid", "kill -9", "SIGSTOP", "stops again each time"} {
+		if !strings.Contains(runHelp, want) {
+			t.Errorf("dlock help run does not say %q", want)
+		}
+	}
+}

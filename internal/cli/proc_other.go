@@ -22,10 +22,13 @@ var (
 var (
 	sigTerm = os.Kill
 	sigKill = os.Kill
-	sigCont = os.Kill
 )
 
 func childProcAttr() *syscall.SysProcAttr { return nil }
+
+func wakesStopped(os.Signal) bool { return false }
+
+func continueGroup(int) {}
 
 func signalGroup(pid int, sig os.Signal) error {
 	p, err := os.FindProcess(pid)

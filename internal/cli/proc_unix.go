@@ -19,22 +19,38 @@ var forwardedSignals = []os.Signal{
 // lapsing: dlock run catches them and stays.
 var suspendSignals = []os.Signal{syscall.SIGTSTP}
 
-// childSignals tell dlock that a child stopped (or exited).
+// childSignals tell dlock that a child stopped (or exited); dlock run always
+// watches them.
 var childSignals = []os.Signal{syscall.SIGCHLD}
 
-// The signals that stop a command whose lock was lost, and that continue a
-// stopped one.
+// The signals that stop a command whose lock was lost.
 const (
 	sigTerm = syscall.SIGTERM
 	sigKill = syscall.SIGKILL
-	sigCont = syscall.SIGCONT
 )
 
 // childProcAttr starts the command in a process group of its own, whose ID is
-// its PID: the whole group can then be signalled, grandchildren included.
+// its PID: the whole group can then be signalled, grandchildren included. On
+// Linux the command is also killed when dlock dies (setParentDeathSignal).
 func childProcAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setpgid: true}
+	attr := &syscall.SysProcAttr{Setpgid: true}
+	setParentDeathSignal(attr)
+	return attr
 }
+
+// wakesStopped reports whether dlock continues the command's group after
+// passing sig on: a stopped process would otherwise keep a SIGTERM pending,
+// unseen, for as long as it stays stopped.
+func wakesStopped(sig os.Signal) bool {
+	switch sig {
+	case syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT:
+		return true
+	}
+	return false
+}
+
+// continueGroup sends SIGCONT to the process group pgid.
+func continueGroup(pgid int) { _ = signalGroup(pgid, syscall.SIGCONT) }
 
 // signalGroup sends sig to the process group pgid. A group that is already
 // gone is not an error.

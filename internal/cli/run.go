@@ -9,10 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dlock-go/dlock"
 )
@@ -117,6 +119,17 @@ func (o *runOptions) parse(a *app, fs *flag.FlagSet, wait *waitFlag, args []stri
 		return usageErr("run", "no command after --")
 	}
 	o.name, o.command = positional[0], command
+	// Everything the store would refuse is checked before dlock connects to
+	// it: a usage error is 64 whatever state the store is in.
+	if err := dlock.CheckName(o.name); err != nil {
+		return usageErr("run", "lock %s", strings.TrimPrefix(err.Error(), "dlock: invalid argument: "))
+	}
+	if len(o.metadata) > dlock.MaxMetadataLength {
+		return usageErr("run", "--metadata is %d bytes, over the limit of %d", len(o.metadata), dlock.MaxMetadataLength)
+	}
+	if !utf8.ValidString(o.metadata) {
+		return usageErr("run", "--metadata is not valid UTF-8")
+	}
 	if o.ttl < dlock.MinTTL {
 		return usageErr("run", "--ttl %v is below the minimum, %v", o.ttl, dlock.MinTTL)
 	}
@@ -272,7 +285,8 @@ func notObtainedErr(st *store, o *runOptions, e *dlock.NotObtainedError) *exitEr
 	return fail(exitNotObtained, "%s", b.String())
 }
 
-// runHolding runs the command while lease holds the lock, and releases it.
+// runHolding runs the command while lease holds the lock, and releases it
+// when every process of the command's group has ended.
 func runHolding(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-chan os.Signal) error {
 	cmd := exec.Command(o.command[0], o.command[1:]...)
 	cmd.Stdin = os.Stdin
@@ -295,47 +309,113 @@ func runHolding(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-cha
 		defer signal.Stop(stops)
 		w.stops = stops
 	}
+	if len(childSignals) > 0 {
+		// Always: a command in a background process group that reads from
+		// the terminal is stopped (SIGTTIN), and would otherwise hold the
+		// lock forever, stopped.
+		chld := make(chan os.Signal, 1)
+		signal.Notify(chld, childSignals...)
+		defer signal.Stop(chld)
+		w.chld = chld
+	}
 	if restore, ok := handTerminal(cmd.SysProcAttr); ok {
 		defer restore()
-		if len(childSignals) > 0 {
-			chld := make(chan os.Signal, 1)
-			signal.Notify(chld, childSignals...)
-			defer signal.Stop(chld)
-			w.chld = chld
-		}
 	}
 	becomeSubreaper()
-	if err := cmd.Start(); err != nil {
+	// The lease may have been lost while dlock took the terminal, or even
+	// before: a renewal refused right after the grant. The command must not
+	// start unprotected.
+	select {
+	case <-lease.Done():
+		_ = release()
+		return fail(exitLost, "lock %q was lost before the command started (%s); the command was not run",
+			o.name, lossReason(lease.Err()))
+	default:
+	}
+	exited, err := startLocked(cmd)
+	if err != nil {
 		_ = release()
 		return startErr(o.command[0], err)
 	}
 	w.pgid = cmd.Process.Pid
-
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait() // the status is read from cmd.ProcessState
-		close(exited)
-	}()
 	w.exited = exited
 
-	lost := w.wait()
+	end := w.wait()
 	code, how := exitStatus(cmd.ProcessState)
-	if lost {
+	if end == endLost {
 		_ = release() // a lease lost for want of renewals may still be on the store
 		return fail(exitLost, "the command %s after the lock %q was lost", how, o.name)
 	}
-	err := release()
+	err = release()
 	switch {
 	case err == nil:
-		return &exitError{code: code}
 	case errors.Is(err, dlock.ErrNotHeld):
 		return fail(exitLost, "lock %q was lost before the command ended (it %s); the command may have run unprotected at the end",
 			o.name, how)
+	default:
+		fmt.Fprintf(a.stderr, "dlock: could not release %q; it expires on the store within %v: %s\n",
+			o.name, o.ttl, oneLine(scrub(err.Error(), st.secrets)))
 	}
-	fmt.Fprintf(a.stderr, "dlock: could not release %q; it expires on the store within %v: %s\n",
-		o.name, o.ttl, oneLine(scrub(err.Error(), st.secrets)))
+	if end == endStuck {
+		if code == exitOK {
+			code = exitSignalBase + signalNumber(sigTerm)
+		}
+		return fail(code, "the command %s: dlock ended it because it stopped again each time it was continued "+
+			"(a process in the background that reads from the terminal is stopped so, by SIGTTIN; COMMAND has "+
+			"the terminal only when dlock's stdin is that terminal and dlock is in its foreground)", how)
+	}
 	return &exitError{code: code}
 }
+
+// startLocked starts cmd from a goroutine locked to its OS thread, and waits
+// for it there: the kernel sends the command its parent death signal (see
+// setParentDeathSignal) when the thread that started it exits, and the Go
+// runtime ends a thread when a goroutine that locked it returns without
+// unlocking it; a thread that is not kept locked could be taken by such a
+// goroutine while the command runs, and its end would kill the command. The
+// returned channel is closed when the command has been waited for
+// (cmd.ProcessState is then set).
+func startLocked(cmd *exec.Cmd) (<-chan struct{}, error) {
+	started := make(chan error, 1)
+	exited := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		// Unlocked only once the command is gone: its death signal no
+		// longer matters then.
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait() // the status is read from cmd.ProcessState
+		close(exited)
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return exited, nil
+}
+
+// Timings of childWatch.
+const (
+	// stopPoll is how often dlock looks for stopped processes in the
+	// command's group; a stop of the command's own process is seen at once
+	// (SIGCHLD).
+	stopPoll = time.Second
+	// stopRecheck is how soon after continuing a stopped group dlock looks
+	// again: a process that is stopped again by then is not going to run.
+	stopRecheck = 50 * time.Millisecond
+	// maxRestops is how many times in a row dlock continues a group that
+	// stops again at once before it gives up and stops the command.
+	maxRestops = 5
+	// maxGroupPoll is the longest pause between two checks for the end of
+	// the group once the command's own process has exited.
+	maxGroupPoll = 200 * time.Millisecond
+	// lingerNote is how long after the command's own process has exited,
+	// its group still running, dlock says why it still holds the lock.
+	lingerNote = time.Second
+)
 
 // childWatch follows a running command.
 type childWatch struct {
@@ -345,63 +425,155 @@ type childWatch struct {
 	pgid   int              // the command's process group (its PID)
 	sigs   <-chan os.Signal // signals to pass on
 	stops  <-chan os.Signal // SIGTSTP to dlock, nil where there is none
-	chld   <-chan os.Signal // SIGCHLD, when the command has the terminal
+	chld   <-chan os.Signal // SIGCHLD, nil where there is none
 	exited <-chan struct{}  // closed when the command has been waited for
 }
 
-// wait waits for the command to exit, passing signals on to its process
-// group. When the lease is lost first, it stops the group (SIGTERM, then
-// SIGKILL after --kill-grace), waits until the whole group is gone, and
-// reports true.
+// watchEnd is how the command's process group ended.
+type watchEnd int
+
+const (
+	endNormal watchEnd = iota // by itself
+	endLost                   // stopped by dlock: the lease was lost
+	endStuck                  // stopped by dlock: it kept stopping
+)
+
+// wait waits until the command has exited and every other process of its
+// group has ended too, passing signals on to the group. A process the
+// command leaves behind in its group (cmd &) is still protected by the lock,
+// which is kept, and renewed, until it ends.
+//
+// When the lease is lost first, it stops the group (SIGTERM, then SIGKILL
+// after --kill-grace), waits until the whole group is gone, and reports
+// endLost.
 //
 // The command is not allowed to be suspended, nor is dlock: renewals would
 // stop or go on for a command that does nothing, and the lease could lapse
-// while the command still runs. Ctrl-Z is answered with a message.
-func (w *childWatch) wait() (lost bool) {
+// while the command still runs. A stopped process of the group is continued
+// (Ctrl-Z is answered with a message); a group that stops again each time
+// it is continued (a background process reading from the terminal) is
+// stopped like one whose lease was lost, and wait reports endStuck.
+func (w *childWatch) wait() watchEnd {
 	var (
+		end       = endNormal
+		stopping  bool
 		killTimer *time.Timer
 		killC     <-chan time.Time
+		leaderC   = w.exited
+		leaderAt  time.Time // when the command's own process exited
+		noted     bool
+		groupT    = time.NewTimer(time.Hour)
+		groupC    <-chan time.Time // polls for the group's end
+		pollDelay = groupPoll
+		recheck   = time.NewTimer(time.Hour)
+		recheckC  <-chan time.Time
+		restops   int       // SIGCONTs since the group was last seen running
+		lastCont  time.Time // the last SIGCONT of checkStopped
+		stopTick  = time.NewTicker(stopPoll)
 	)
+	groupT.Stop()
+	recheck.Stop()
+	defer func() {
+		groupT.Stop()
+		recheck.Stop()
+		stopTick.Stop()
+		if killTimer != nil {
+			killTimer.Stop()
+		}
+	}()
+	stop := func() {
+		stopping = true
+		_ = signalGroup(w.pgid, sigTerm)
+		continueGroup(w.pgid) // a stopped process would not see SIGTERM
+		killTimer = time.NewTimer(w.o.killGrace)
+		killC = killTimer.C
+		// Poll fast for the end of the group from now on.
+		pollDelay = groupPoll
+		groupT.Stop()
+		groupC = nil
+	}
+	// checkStopped continues the group when a process of it is stopped.
+	// Continuing it sends dlock a SIGCHLD of its own, so a group is only
+	// taken to be running again when a look at least stopRecheck after the
+	// last SIGCONT finds nothing stopped.
+	checkStopped := func() {
+		if !groupStopped(w.pgid) {
+			if time.Since(lastCont) >= stopRecheck {
+				restops = 0
+			}
+			return
+		}
+		restops++
+		switch {
+		case stopping:
+		case restops > maxRestops:
+			end = endStuck
+			fmt.Fprintf(w.stderr, "dlock: the command's process group stops again each time it is continued; stopping it: SIGTERM now, SIGKILL in %v\n",
+				w.o.killGrace)
+			stop()
+			return
+		case restops == 1:
+			fmt.Fprintf(w.stderr, "\ndlock: a command holding %q cannot be suspended; continuing it\n", w.o.name)
+		}
+		continueGroup(w.pgid)
+		lastCont = time.Now()
+		recheck.Reset(stopRecheck)
+		recheckC = recheck.C
+	}
 	leaseDone := w.lease.Done()
 	for {
-		select {
-		case <-w.exited:
-			if !lost {
-				return false
+		if leaderC == nil {
+			// The command's own process is gone; others in its group may
+			// not be.
+			reapGroup(w.pgid)
+			if !groupAlive(w.pgid) {
+				return end
 			}
-			// The group leader is gone; others in its group may not be.
-			poll := time.NewTicker(groupPoll)
-			defer poll.Stop()
-			for reapGroup(w.pgid); groupAlive(w.pgid); reapGroup(w.pgid) {
-				select {
-				case <-poll.C:
-				case <-killC:
-					killC = nil
-					_ = signalGroup(w.pgid, sigKill)
+			if groupC == nil {
+				groupT.Reset(pollDelay)
+				groupC = groupT.C
+			}
+		}
+		select {
+		case <-leaderC:
+			leaderC = nil
+			leaderAt = time.Now()
+		case <-groupC:
+			groupC = nil
+			if !stopping {
+				pollDelay = min(2*pollDelay, maxGroupPoll)
+				if !noted && time.Since(leaderAt) >= lingerNote {
+					noted = true
+					fmt.Fprintf(w.stderr, "dlock: the command has exited, but processes it started are still running in its "+
+						"process group; holding %q until they end\n", w.o.name)
 				}
 			}
-			killTimer.Stop()
-			return true
 		case sig := <-w.sigs:
 			if err := signalGroup(w.pgid, sig); err != nil {
 				fmt.Fprintf(w.stderr, "dlock: cannot pass %s on to the command: %v\n", signalName(sig), err)
 			}
+			if wakesStopped(sig) {
+				continueGroup(w.pgid)
+			}
 		case <-w.stops:
 			fmt.Fprintf(w.stderr, "\ndlock: not suspending while holding %q: its lease could lapse while the command runs\n", w.o.name)
 		case <-w.chld:
-			if stopped(w.pgid) && !lost {
-				fmt.Fprintf(w.stderr, "\ndlock: a command holding %q cannot be suspended; continuing it\n", w.o.name)
-				_ = signalGroup(w.pgid, sigCont)
-			}
+			checkStopped()
+		case <-stopTick.C:
+			checkStopped()
+		case <-recheckC:
+			recheckC = nil
+			checkStopped()
 		case <-leaseDone:
 			leaseDone = nil
-			lost = true
+			end = endLost
+			if stopping {
+				fmt.Fprintf(w.stderr, "dlock: lost lock %q: %s\n", w.o.name, lossReason(w.lease.Err()))
+				break
+			}
 			fmt.Fprintf(w.stderr, "dlock: lost lock %q: %s; stopping the command: SIGTERM now, SIGKILL in %v\n",
 				w.o.name, lossReason(w.lease.Err()), w.o.killGrace)
-			_ = signalGroup(w.pgid, sigTerm)
-			_ = signalGroup(w.pgid, sigCont) // a stopped process would not see SIGTERM
-			killTimer = time.NewTimer(w.o.killGrace)
-			killC = killTimer.C
+			stop()
 		case <-killC:
 			killC = nil
 			_ = signalGroup(w.pgid, sigKill)

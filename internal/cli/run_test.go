@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -318,8 +319,12 @@ func TestRunLockLost(t *testing.T) {
 	}
 }
 
+// TestRunUsageErrors: every usage error is found before dlock connects to
+// the store, so the store here is one that cannot be opened (its directory
+// does not exist): a case that reached it would exit 69, not 64.
 func TestRunUsageErrors(t *testing.T) {
-	e := newEnv(t, sqliteURL(t))
+	e := newEnv(t, "sqlite://"+filepath.Join(t.TempDir(), "missing", "locks.db"))
+	expect(t, e.run("run", "x", "--", "true"), 69, "does not exist")
 	cases := []struct {
 		args []string
 		want string
@@ -339,6 +344,11 @@ func TestRunUsageErrors(t *testing.T) {
 		{[]string{"run", "--ttl", "1s", "x", "--", "true"}, "--kill-grace 2s does not fit"},
 		{[]string{"run", "--metadata", strings.Repeat("m", 600), "x", "--", "true"}, "metadata"},
 		{[]string{"run", "bad\tname", "--", "true"}, "control character"},
+		{[]string{"run", "", "--", "true"}, "name: empty"},
+		{[]string{"run", "}x", "--", "true"}, "may not start with '}'"},
+		{[]string{"run", strings.Repeat("n", 1000), "--", "true"}, "over MaxNameLength"},
+		{[]string{"run", "--metadata", "\xff", "x", "--", "true"}, "--metadata is not valid UTF-8"},
+		{[]string{"run", "--metadata", strings.Repeat("m", 513), "x", "--", "true"}, "--metadata is 513 bytes, over the limit of 512"},
 		{[]string{"--connect-timeout", "0s", "ls"}, "--connect-timeout must be positive"},
 	}
 	for _, c := range cases {
@@ -398,4 +408,169 @@ func TestRunInteractiveCommand(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "read hello") {
 		t.Errorf("script: %v\n%s", err, out)
 	}
+}
+
+// TestRunHoldsUntilBackgroundProcessesEnd: a process the command leaves
+// running in its group keeps the lock held; the next holder starts only
+// after it has ended, and its fence is only then superseded.
+func TestRunHoldsUntilBackgroundProcessesEnd(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		dir := t.TempDir()
+		out := filepath.Join(dir, "log")
+		e := newEnv(t, backend, "OUT="+out, "DIR="+dir)
+		first := e.start("run", "bg", "--", "sh", "-c",
+			`(sleep 2; echo "bg $DLOCK_FENCE" >> "$OUT") & touch "$DIR/started"; exit 5`)
+		waitExists(t, filepath.Join(dir, "started"), first)
+		second := e.start("run", "--wait", "30s", "bg", "--", "sh", "-c", `echo "next $DLOCK_FENCE" >> "$OUT"`)
+		r := first.wait()
+		expect(t, r, 5, `holding "bg" until they end`)
+		if r.elapsed < 2*time.Second {
+			t.Errorf("dlock exited after %v, before its background process (2s)", r.elapsed)
+		}
+		if b, _ := os.ReadFile(out); !strings.HasPrefix(string(b), "bg ") {
+			t.Errorf("when dlock exited, the log was %q, want the background process's line", b)
+		}
+		expect(t, second.wait(), 0)
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if len(lines) != 2 || !strings.HasPrefix(lines[0], "bg ") || !strings.HasPrefix(lines[1], "next ") {
+			t.Fatalf("log:\n%s\nwant the background process's line, then the next holder's", b)
+		}
+		if f0, f1 := mustUint(t, strings.Fields(lines[0])[1]), mustUint(t, strings.Fields(lines[1])[1]); f1 <= f0 {
+			t.Errorf("fences %d then %d", f0, f1)
+		}
+	})
+}
+
+// TestRunLockLostStopsBackgroundProcesses: a lock lost while only the
+// command's background processes run still stops them.
+func TestRunLockLostStopsBackgroundProcesses(t *testing.T) {
+	ready := filepath.Join(t.TempDir(), "ready")
+	e := newEnv(t, sqliteURL(t), "READY="+ready)
+	p := e.start("run", "--ttl", "6s", "--kill-grace", "300ms", "lostbg", "--", "sh", "-c",
+		`trap '' TERM; sleep 30 & echo $! > "$READY"; exit 0`)
+	pid, err := strconv.Atoi(strings.TrimSpace(waitFile(t, ready, p)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStderr(t, p, "until they end")
+	if r := e.run("release", "--force", "lostbg"); r.code != 0 {
+		t.Fatalf("release --force: %d\n%s", r.code, r.stderr)
+	}
+	expect(t, p.wait(), 76, `lost lock "lostbg"`)
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		t.Errorf("the background process %d still runs after dlock exited: %v", pid, err)
+	}
+}
+
+// TestRunContinuesStoppedCommand: a command, or a process of its group,
+// that is stopped is continued.
+func TestRunContinuesStoppedCommand(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("dlock finds stopped processes in /proc")
+	}
+	e := newEnv(t, sqliteURL(t))
+	r := e.run("run", "stop", "--", "sh", "-c", `kill -STOP $$; echo continued`)
+	expect(t, r, 0, "cannot be suspended; continuing it")
+	if r.stdout != "continued\n" {
+		t.Errorf("stdout %q", r.stdout)
+	}
+	r = e.run("run", "stop", "--", "sh", "-c", `sh -c 'kill -STOP $$; echo grandchild'; echo done`)
+	expect(t, r, 0, "continuing it")
+	if r.stdout != "grandchild\ndone\n" {
+		t.Errorf("stdout %q", r.stdout)
+	}
+}
+
+// TestRunEndsCommandThatKeepsStopping: a command that stops again each time
+// it is continued is ended, and the lock released.
+func TestRunEndsCommandThatKeepsStopping(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("dlock finds stopped processes in /proc")
+	}
+	e := newEnv(t, sqliteURL(t))
+	r := e.run("run", "--kill-grace", "300ms", "stuck", "--", "sh", "-c", `while :; do kill -STOP $$; done`)
+	expect(t, r, 128+int(syscall.SIGTERM), "stops again each time it is continued", "SIGTTIN")
+	if r.elapsed > 10*time.Second {
+		t.Errorf("took %v", r.elapsed)
+	}
+	expect(t, e.run("run", "stuck", "--", "true"), 0)
+}
+
+// TestRunBackgroundTerminalRead: in the foreground of a terminal but with
+// stdin not the terminal, the command runs in the background; one that
+// reads from the terminal is stopped by SIGTTIN again and again. dlock must
+// end it and release the lock, not hold it forever.
+func TestRunBackgroundTerminalRead(t *testing.T) {
+	script, err := exec.LookPath("script")
+	if err != nil {
+		t.Skip("script(1) not found; it comes with util-linux (Debian: bsdutils)")
+	}
+	if runtime.GOOS != "linux" {
+		t.Skip("dlock finds stopped processes in /proc")
+	}
+	e := newEnv(t, sqliteURL(t))
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, script, "-qec",
+		`echo | `+dlockBin+` run --kill-grace 300ms ttin -- sh -c 'read a </dev/tty; echo "read $a"'`, "/dev/null")
+	cmd.Env = e.vars
+	cmd.Stdin = strings.NewReader("hello\n")
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("dlock still ran after 20s:\n%s", out)
+	}
+	if !strings.Contains(string(out), "stops again each time it is continued") {
+		t.Errorf("script: %v\n%s", err, out)
+	}
+	expect(t, e.run("run", "ttin", "--", "true"), 0) // released
+}
+
+// TestRunKilledDlockKillsCommand: when dlock is killed with SIGKILL, its
+// command is killed too (Linux's parent death signal).
+func TestRunKilledDlockKillsCommand(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("parent death signals are Linux's")
+	}
+	ready := filepath.Join(t.TempDir(), "ready")
+	e := newEnv(t, sqliteURL(t), "READY="+ready)
+	p := e.start("run", "orphan", "--", "sh", "-c", `echo $$ > "$READY"; exec sleep 30`)
+	pid, err := strconv.Atoi(strings.TrimSpace(waitFile(t, ready, p)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	// Wait until sh has become sleep, so that it is the command, not sh,
+	// that is seen to die.
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(procStat(pid), "(sleep)") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// Not p.wait() first: it also waits for dlock's stdout and stderr to be
+	// closed, which a command left running would hold open.
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		st := procStat(pid)
+		if st == "" || strings.Contains(st, ") Z ") {
+			break // gone, or dead and not yet reaped
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the command %d still runs 10s after dlock was killed: %s", pid, st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	expect(t, p.wait(), 128+int(syscall.SIGKILL))
+}
+
+// procStat returns /proc/PID/stat, or "" when the process is gone.
+func procStat(pid int) string {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	return string(b)
 }

@@ -12,3 +12,12 @@ const prSetChildSubreaper = 36
 func becomeSubreaper() {
 	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0)
 }
+
+// setParentDeathSignal has the kernel kill the command (SIGKILL) when dlock
+// dies without stopping it, by kill -9 for instance: the command must not
+// run on without the lock's protection. The signal is sent when the thread
+// that started the command exits, so runHolding starts it from a goroutine
+// locked to its thread until the command has ended (startLocked).
+func setParentDeathSignal(attr *syscall.SysProcAttr) {
+	attr.Pdeathsig = syscall.SIGKILL
+}

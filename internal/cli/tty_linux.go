@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"unsafe"
 )
@@ -47,15 +48,45 @@ func tcsetpgrp(fd, pgrp int) error {
 	return nil
 }
 
-// stopped reports whether the process pid is stopped (state T in
-// /proc/PID/stat), as after Ctrl-Z.
-func stopped(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+// groupStopped reports whether a process of the group pgid is stopped
+// (state T in /proc/PID/stat), as after Ctrl-Z, SIGSTOP, or SIGTTIN for a
+// background process that reads from its terminal. A process stopped by a
+// debugger (state t) does not count: continuing it is the debugger's job.
+func groupStopped(pgid int) bool {
+	d, err := os.Open("/proc")
 	if err != nil {
 		return false
 	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	for _, name := range names {
+		if name == "" || name[0] < '0' || name[0] > '9' {
+			continue
+		}
+		if state, pgrp, ok := procState(name); ok && state == 'T' && pgrp == pgid {
+			return true
+		}
+	}
+	return false
+}
+
+// procState reads the state and the process group of the process pid from
+// /proc/PID/stat.
+func procState(pid string) (state byte, pgrp int, ok bool) {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
 	// The state follows the command name, which is in parentheses and may
-	// itself contain ") ".
+	// itself contain ") "; then come the parent's PID and the group's ID.
 	i := bytes.LastIndexByte(b, ')')
-	return i >= 0 && i+2 < len(b) && b[i+2] == 'T'
+	if i < 0 {
+		return 0, 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 3 || len(f[0]) != 1 {
+		return 0, 0, false
+	}
+	pgrp, err = strconv.Atoi(f[2])
+	return f[0][0], pgrp, err == nil
 }

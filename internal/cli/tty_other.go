@@ -9,4 +9,6 @@ import "syscall"
 // terminal.
 func handTerminal(*syscall.SysProcAttr) (restore func(), ok bool) { return nil, false }
 
-func stopped(int) bool { return false }
+// groupStopped cannot tell where there is no /proc: a stopped command is
+// only continued when a forwarded signal or a lost lock continues it.
+func groupStopped(int) bool { return false }
