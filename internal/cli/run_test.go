@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/testserver"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -394,10 +395,7 @@ func TestRunDefaultBackend(t *testing.T) {
 // pseudo-terminal): the command gets the terminal's foreground, so it can
 // read from it instead of being stopped by SIGTTIN.
 func TestRunInteractiveCommand(t *testing.T) {
-	script, err := exec.LookPath("script")
-	if err != nil {
-		t.Skip("script(1) not found; it comes with util-linux (Debian: bsdutils)")
-	}
+	script := testserver.RequireBinary(t, "script") // fails under CI=true when missing
 	e := newEnv(t, sqliteURL(t))
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -506,10 +504,7 @@ func TestRunEndsCommandThatKeepsStopping(t *testing.T) {
 // reads from the terminal is stopped by SIGTTIN again and again. dlock must
 // end it and release the lock, not hold it forever.
 func TestRunBackgroundTerminalRead(t *testing.T) {
-	script, err := exec.LookPath("script")
-	if err != nil {
-		t.Skip("script(1) not found; it comes with util-linux (Debian: bsdutils)")
-	}
+	script := testserver.RequireBinary(t, "script") // fails under CI=true when missing
 	if runtime.GOOS != "linux" {
 		t.Skip("dlock finds stopped processes in /proc")
 	}

@@ -231,6 +231,7 @@ var packages = map[string]string{
 	"mariadb-install-db": "mariadb-server",
 	"postgres":           "postgresql",
 	"initdb":             "postgresql",
+	"script":             "bsdutils",
 }
 
 // RequireBinary returns the path of the named binary. When it is not in PATH
