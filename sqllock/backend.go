@@ -204,3 +204,17 @@ func checkKey(key string) error {
 func units(d, unit time.Duration) int64 {
 	return max(int64((d+unit-1)/unit), 1)
 }
+
+// scanRelease reads the remaining hold count that a release statement with
+// RETURNING gives back; no row means the token did not hold the lock.
+func scanRelease(row rowScanner) (driver.ReleaseResult, error) {
+	var holds int
+	err := row.Scan(&holds)
+	if errors.Is(err, sql.ErrNoRows) {
+		return driver.ReleaseResult{}, nil
+	}
+	if err != nil {
+		return driver.ReleaseResult{}, err
+	}
+	return driver.ReleaseResult{Held: true, Remaining: holds}, nil
+}

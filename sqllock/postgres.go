@@ -182,15 +182,7 @@ func renewedRows(rows *sql.Rows, reqs []driver.RenewRequest) ([]bool, error) {
 }
 
 func (p *postgres) release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
-	var holds int
-	err := p.db.QueryRowContext(ctx, p.releaseSQL, key, token).Scan(&holds)
-	if errors.Is(err, sql.ErrNoRows) {
-		return driver.ReleaseResult{}, nil
-	}
-	if err != nil {
-		return driver.ReleaseResult{}, err
-	}
-	return driver.ReleaseResult{Held: true, Remaining: holds}, nil
+	return scanRelease(p.db.QueryRowContext(ctx, p.releaseSQL, key, token))
 }
 
 func (p *postgres) inspect(ctx context.Context, key string) (driver.LockInfo, bool, error) {

@@ -147,15 +147,7 @@ func (s *sqlite) renewBatch(ctx context.Context, reqs []driver.RenewRequest) ([]
 }
 
 func (s *sqlite) release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
-	var holds int
-	err := s.stmts.queryRow(ctx, s.releaseSQL, key, token).Scan(&holds)
-	if errors.Is(err, sql.ErrNoRows) {
-		return driver.ReleaseResult{}, nil
-	}
-	if err != nil {
-		return driver.ReleaseResult{}, err
-	}
-	return driver.ReleaseResult{Held: true, Remaining: holds}, nil
+	return scanRelease(s.stmts.queryRow(ctx, s.releaseSQL, key, token))
 }
 
 func (s *sqlite) inspect(ctx context.Context, key string) (driver.LockInfo, bool, error) {
