@@ -41,12 +41,18 @@ func toJSON(info driver.LockInfo, now time.Time) lockJSON {
 	return j
 }
 
-// inspectorOf returns the store's Inspector, or why there is none.
-func inspectorOf(st *store) (driver.Inspector, error) {
-	if st.inspector == nil {
-		return nil, fail(exitUnavailable, "%s cannot list or inspect its locks", st.where)
+// openInspector opens the store for ls, inspect and release, and returns its
+// Inspector, or why there is none. The caller closes the store.
+func (a *app) openInspector(ctx context.Context) (*store, driver.Inspector, error) {
+	st, err := a.open(ctx)
+	if err != nil {
+		return nil, nil, err
 	}
-	return st.inspector, nil
+	if st.inspector == nil {
+		st.Close()
+		return nil, nil, fail(exitUnavailable, "%s cannot list or inspect its locks", st.where)
+	}
+	return st, st.inspector, nil
 }
 
 // jsonFlags returns the flag set of ls or inspect, with --json.
@@ -68,15 +74,11 @@ func cmdLs(ctx context.Context, a *app, args []string) error {
 	if len(pos) == 1 {
 		prefix = pos[0]
 	}
-	st, err := a.open(ctx)
+	st, in, err := a.openInspector(ctx)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	in, err := inspectorOf(st)
-	if err != nil {
-		return err
-	}
 	infos, err := in.List(ctx, prefix)
 	if err != nil {
 		return st.storeErr("list locks", err)
@@ -111,15 +113,11 @@ func cmdInspect(ctx context.Context, a *app, args []string) error {
 		return usageErr("inspect", "want one lock NAME, not %d", len(pos))
 	}
 	name := pos[0]
-	st, err := a.open(ctx)
+	st, in, err := a.openInspector(ctx)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	in, err := inspectorOf(st)
-	if err != nil {
-		return err
-	}
 	info, ok, err := in.Inspect(ctx, name)
 	if err != nil {
 		return st.storeErr(fmt.Sprintf("inspect %q", name), err)

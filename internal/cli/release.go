@@ -28,15 +28,11 @@ func cmdRelease(ctx context.Context, a *app, args []string) error {
 		return usageErr("release", "refusing to break %q without --force: its holder would go on working, "+
 			"unaware, until its next renewal fails; a lock you hold is released when your 'dlock run' ends", name)
 	}
-	st, err := a.open(ctx)
+	st, in, err := a.openInspector(ctx)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	in, err := inspectorOf(st)
-	if err != nil {
-		return err
-	}
 	info, ok, err := in.ForceRelease(ctx, name)
 	if err != nil {
 		return st.storeErr(fmt.Sprintf("release %q", name), err)
