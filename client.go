@@ -17,6 +17,7 @@ import (
 type Client struct {
 	backend driver.Backend
 	batcher driver.BatchRenewer // nil when the backend has no batch renewal
+	drift   func(ttl time.Duration) time.Duration // nil when the backend has no drift allowance
 	opts    options
 	log     *slog.Logger
 	err     error // set by New for a nil backend or invalid options
@@ -60,13 +61,37 @@ func New(backend driver.Backend, opts ...Option) *Client {
 		// reported at once rather than by every lock.
 		if err := c.opts.validate("x"); err != nil {
 			c.err = err
+		} else if err := c.checkBackend(&c.opts); err != nil {
+			c.err = err
 		}
 	}
 	c.batcher, _ = backend.(driver.BatchRenewer)
+	if d, ok := backend.(driver.Drifter); ok {
+		c.drift = d.Drift
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.renewer = newRenewer(c)
 	c.hub = newWaitHub(c)
 	return c
+}
+
+// checkBackend checks the options the backend must support.
+func (c *Client) checkBackend(o *options) error {
+	if o.lockDelay > 0 {
+		if ld, ok := c.backend.(driver.LockDelayer); !ok || !ld.SupportsLockDelay() {
+			return invalid("lock delay: not supported by the backend (%T)", c.backend)
+		}
+	}
+	return nil
+}
+
+// validFor returns how long after its send time a grant or renewal of ttl
+// is valid: ttl, less the backend's drift allowance.
+func (c *Client) validFor(ttl time.Duration) time.Duration {
+	if c.drift == nil {
+		return ttl
+	}
+	return ttl - c.drift(ttl)
 }
 
 // Close releases every lease the Client still holds (their Err becomes a
@@ -140,6 +165,9 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 		}
 	}
 	m.err = m.opts.validate(name)
+	if m.err == nil && c.backend != nil {
+		m.err = c.checkBackend(&m.opts)
+	}
 	m.key = m.opts.keyPrefix + name
 	if m.opts.ownerID != "" {
 		m.token = m.opts.ownerID

@@ -27,7 +27,7 @@ type grant struct {
 
 	mu       sync.Mutex
 	leases   []*Lease      // live leases on this grant
-	deadline time.Time     // local validity deadline: send time of the last good acquire or renewal + ttl
+	deadline time.Time     // local validity deadline: send time of the last good acquire or renewal + ttl − the backend's drift
 	renewAt  time.Time     // next automatic renewal
 	lastErr  error         // error of the last renewal attempt, nil after a good one
 	inflight chan struct{} // non-nil while a renewal is in flight; closed when it returns
@@ -53,7 +53,7 @@ func newGrant(c *Client, m *Mutex, token, owner string, fence uint64, sent time.
 		autoRenew:   m.opts.autoRenew,
 		reusedToken: m.token != "",
 		sharedToken: m.opts.ownerID != "",
-		deadline:    sent.Add(m.opts.ttl),
+		deadline:    sent.Add(c.validFor(m.opts.ttl)),
 		renewAt:     sent.Add(m.opts.ttl / 3),
 		index:       -1,
 	}
@@ -124,7 +124,7 @@ func (g *grant) applyRenewal(sent time.Time, held bool, err error) (lost *LostEr
 		return g.lose(LostMissing, nil), nil
 	default:
 		g.lastErr = nil
-		if d := sent.Add(g.ttl); d.After(g.deadline) {
+		if d := sent.Add(g.c.validFor(g.ttl)); d.After(g.deadline) {
 			g.deadline = d
 		}
 		g.renewAt = sent.Add(g.ttl / 3)

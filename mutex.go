@@ -145,6 +145,7 @@ func (m *Mutex) try(ctx context.Context, token string) (*Lease, driver.AcquireRe
 		Token:     token,
 		TTL:       m.opts.ttl,
 		Reentrant: m.opts.reentrant,
+		LockDelay: m.opts.lockDelay,
 	}
 	sent := time.Now()
 	if joined != nil {
@@ -189,7 +190,7 @@ func (m *Mutex) grantLease(joined *grant, token, owner string, res driver.Acquir
 		if !joined.ended {
 			l := newLease(joined)
 			joined.leases = append(joined.leases, l)
-			if d := sent.Add(joined.ttl); d.After(joined.deadline) {
+			if d := sent.Add(m.c.validFor(joined.ttl)); d.After(joined.deadline) {
 				joined.deadline = d
 				joined.renewAt = sent.Add(joined.ttl / 3)
 				m.c.renewer.reschedule(joined)

@@ -46,6 +46,7 @@ type options struct {
 	margin    time.Duration // used when marginSet; else TTL/10
 	marginSet bool
 	onBusy    func(*NotObtainedError)
+	lockDelay time.Duration
 }
 
 func defaultOptions() options {
@@ -120,6 +121,20 @@ func WithOnBusy(fn func(*NotObtainedError)) Option {
 	return optionFunc(func(o *options) { o.onBusy = fn })
 }
 
+// WithLockDelay keeps a lock out of reach for d after a lease of it expired
+// without a release, the lock-delay of Google's Chubby: when a holder is
+// paused (a GC pause, a stopped VM, a slow disk) past its TTL, no one else
+// can take the lock until d later, so the paused holder has d to wake up,
+// notice the loss (Lease.Err) and stop before a new holder starts. A lock
+// that is released, or whose holder's Client is closed, is free at once; only
+// an expiry costs the delay. The delay is fixed when a grant is made;
+// re-entries keep it. 0, the default, means no delay.
+//
+// Only backends that keep the delay on the store support it (memlock and
+// redislock on one node, Sentinel or Cluster, and redlock); with others the
+// lock fails with ErrInvalid.
+func WithLockDelay(d time.Duration) Option { return optionFunc(func(o *options) { o.lockDelay = d }) }
+
 // Reentrant makes a Mutex reentrant: while the handle holds the lock, Lock and
 // TryLock succeed at once and add one hold (counted on the store); each lease
 // must be unlocked, and the last Unlock releases the lock. Without it, a
@@ -156,6 +171,9 @@ func (o *options) validate(name string) error {
 	}
 	if o.wait < 0 {
 		return invalid("wait: %v is negative", o.wait)
+	}
+	if o.lockDelay < 0 {
+		return invalid("lock delay: %v is negative", o.lockDelay)
 	}
 	if m := o.safetyMargin(); m < 0 || m > o.ttl/2 {
 		return invalid("safety margin: %v is not between 0 and half the TTL (%v)", m, o.ttl)

@@ -54,6 +54,14 @@ type AcquireRequest struct {
 	Owner     string        // a human-readable owner description stored with the lock
 	TTL       time.Duration // store-side time to live, always > 0
 	Reentrant bool          // a holder with the same token may acquire again
+	// LockDelay, when > 0, asks the store to keep the lock out of reach for
+	// this long after a new grant's lease expires without a release (the
+	// lock-delay of Google's Chubby): a holder that was paused past its TTL
+	// cannot meet a new holder at once. A release frees the lock at once.
+	// The delay is fixed by the grant; re-entries and renewals keep it. Only
+	// backends that implement LockDelayer honour it; the client refuses the
+	// option for the others.
+	LockDelay time.Duration
 }
 
 // AcquireResult is the output of Backend.Acquire.
@@ -129,6 +137,22 @@ type BatchRenewer interface {
 	RenewBatch(ctx context.Context, reqs []RenewRequest) []RenewResult
 }
 
+// LockDelayer is implemented by backends that honour AcquireRequest.LockDelay.
+type LockDelayer interface {
+	// SupportsLockDelay reports whether AcquireRequest.LockDelay is honoured.
+	SupportsLockDelay() bool
+}
+
+// Drifter is implemented by backends whose grants stay valid for less than
+// their TTL as the client measures it, such as Redlock, which allows for the
+// drift between the clocks of its nodes and the client's. The client ends
+// every grant and renewal Drift(ttl) before send time + ttl, before its own
+// safety margin.
+type Drifter interface {
+	// Drift returns how much shorter than ttl a grant of ttl is valid.
+	Drift(ttl time.Duration) time.Duration
+}
+
 // LockInfo describes a held lock, for listing and inspection.
 type LockInfo struct {
 	Key   string
@@ -139,6 +163,10 @@ type LockInfo struct {
 	// HeldFor is how long the current grant has been held, by the store's
 	// clock, or 0 when the store does not know.
 	HeldFor time.Duration
+	// Delayed reports that the holder's lease expired without a release and
+	// the lock is kept out of reach for its lock-delay; TTL is then the time
+	// left until it is free.
+	Delayed bool
 }
 
 // Inspector is implemented by backends that can describe the locks they hold.

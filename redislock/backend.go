@@ -16,6 +16,7 @@ var (
 	_ driver.Notifier     = (*Backend)(nil)
 	_ driver.BatchRenewer = (*Backend)(nil)
 	_ driver.Inspector    = (*Backend)(nil)
+	_ driver.LockDelayer  = (*Backend)(nil)
 )
 
 // Backend is a dlock store on Redis: one node, Sentinel or Cluster, through a
@@ -25,6 +26,10 @@ var (
 type Backend struct {
 	rdb redis.UniversalClient
 	ns  string
+	// sharded: rdb is a Cluster, where releases go out with SPUBLISH and
+	// are heard with SSUBSCRIBE, on the node that owns the lock's slot.
+	sharded bool
+	publish string // "PUBLISH" or "SPUBLISH"
 }
 
 // New returns a Backend that keeps its locks in rdb. It does no I/O; the
@@ -34,8 +39,16 @@ func New(rdb redis.UniversalClient, opts ...Option) *Backend {
 	for _, opt := range opts {
 		opt.apply(&o)
 	}
-	return &Backend{rdb: rdb, ns: o.namespace}
+	b := &Backend{rdb: rdb, ns: o.namespace, publish: "PUBLISH"}
+	if _, ok := rdb.(*redis.ClusterClient); ok {
+		b.sharded, b.publish = true, "SPUBLISH"
+	}
+	return b
 }
+
+// SupportsLockDelay reports true: the lock-delay is kept in the lock's hash
+// (see dlock.WithLockDelay).
+func (b *Backend) SupportsLockDelay() bool { return true }
 
 // Acquire grants the lock to req.Token in one script: a reentrant holder
 // gets one more hold, a free key gets a new fence from the key's counter.
@@ -48,7 +61,11 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		reentrant = "1"
 	}
 	keys := []string{b.lockKey(req.Key), b.fenceKey(req.Key)}
-	reply, err := acquireScript.Run(ctx, b.rdb, keys, req.Token, req.Owner, millis(req.TTL), reentrant).Slice()
+	delay := int64(0)
+	if req.LockDelay > 0 {
+		delay = millis(req.LockDelay)
+	}
+	reply, err := acquireScript.Run(ctx, b.rdb, keys, req.Token, req.Owner, millis(req.TTL), reentrant, delay).Slice()
 	if err != nil {
 		return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, err)
 	}
@@ -95,7 +112,7 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 // lock hash (the fence counter stays) and publishes on the release channel.
 // Held is false, with a nil error, when token was not the holder.
 func (b *Backend) Release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
-	n, err := releaseScript.Run(ctx, b.rdb, []string{b.lockKey(key)}, token, b.channel(key)).Int64()
+	n, err := releaseScript.Run(ctx, b.rdb, []string{b.lockKey(key)}, token, b.channel(key), b.publish).Int64()
 	if err != nil {
 		return driver.ReleaseResult{}, fmt.Errorf("redislock: release %q: %w", key, err)
 	}
@@ -103,6 +120,20 @@ func (b *Backend) Release(ctx context.Context, key, token string) (driver.Releas
 		return driver.ReleaseResult{}, nil
 	}
 	return driver.ReleaseResult{Held: true, Remaining: int(n)}, nil
+}
+
+// RaiseFence gives the grant that token holds on key the fence fence, and
+// raises the key's fence counter to at least fence so that the next grant on
+// this node draws a larger one, in one script. It reports false, changing
+// nothing, when token does not hold the lock. Package redlock uses it to give
+// a grant one fence on all its nodes; a single-node lock never needs it.
+func (b *Backend) RaiseFence(ctx context.Context, key, token string, fence uint64) (bool, error) {
+	keys := []string{b.lockKey(key), b.fenceKey(key)}
+	n, err := raiseFenceScript.Run(ctx, b.rdb, keys, token, strconv.FormatUint(fence, 10)).Int64()
+	if err != nil {
+		return false, fmt.Errorf("redislock: raise fence %q: %w", key, err)
+	}
+	return n == 1, nil
 }
 
 // RenewBatch renews every lease of reqs in one pipeline of renew scripts

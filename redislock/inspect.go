@@ -33,7 +33,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.LockInfo, boo
 // counter stays, so the next grant still gets a larger fence. ok is false,
 // with a nil error, when the lock was not held.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.LockInfo, bool, error) {
-	cmd := forceReleaseScript.Run(ctx, b.rdb, []string{b.lockKey(key)}, b.channel(key))
+	cmd := forceReleaseScript.Run(ctx, b.rdb, []string{b.lockKey(key)}, b.channel(key), b.publish)
 	info, ok, err := parseInfo(key, cmd)
 	if err != nil {
 		return driver.LockInfo{}, false, fmt.Errorf("redislock: force release %q: %w", key, err)
@@ -112,7 +112,8 @@ func (b *Backend) listNode(ctx context.Context, node redis.Cmdable, pattern stri
 }
 
 // parseInfo reads the reply of the inspect and force_release scripts:
-// {owner, fence, holds, pttl, held for in ms or -1}, or nil when the lock is not held.
+// {owner, fence, holds, pttl, held for in ms or -1, 1 when in lock-delay},
+// or nil when the lock is not held.
 func parseInfo(key string, cmd *redis.Cmd) (driver.LockInfo, bool, error) {
 	reply, err := cmd.Slice()
 	if errors.Is(err, redis.Nil) {
@@ -121,7 +122,7 @@ func parseInfo(key string, cmd *redis.Cmd) (driver.LockInfo, bool, error) {
 	if err != nil {
 		return driver.LockInfo{}, false, err
 	}
-	if len(reply) != 5 {
+	if len(reply) != 6 {
 		return driver.LockInfo{}, false, fmt.Errorf("unexpected reply %v", reply)
 	}
 	owner, _ := reply[0].(string)
@@ -129,10 +130,11 @@ func parseInfo(key string, cmd *redis.Cmd) (driver.LockInfo, bool, error) {
 	holds, err2 := asInt64(reply[2])
 	pttl, err3 := asInt64(reply[3])
 	heldFor, err4 := asInt64(reply[4])
-	if err := firstErr(err1, err2, err3, err4); err != nil {
+	delayed, err5 := asInt64(reply[5])
+	if err := firstErr(err1, err2, err3, err4, err5); err != nil {
 		return driver.LockInfo{}, false, err
 	}
-	info := driver.LockInfo{Key: key, Owner: owner, Fence: fence, Holds: int(holds), TTL: ttlOf(pttl)}
+	info := driver.LockInfo{Key: key, Owner: owner, Fence: fence, Holds: int(holds), TTL: ttlOf(pttl), Delayed: delayed == 1}
 	if heldFor >= 0 {
 		info.HeldFor = time.Duration(heldFor) * time.Millisecond
 	}

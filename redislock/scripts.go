@@ -31,6 +31,10 @@ var (
 	forceReleaseLua    string
 	forceReleaseScript = redis.NewScript(forceReleaseLua)
 
+	//go:embed raise_fence.lua
+	raiseFenceLua    string
+	raiseFenceScript = redis.NewScript(raiseFenceLua)
+
 	//go:embed fenced_set.lua
 	fencedSetLua    string
 	fencedSetScript = redis.NewScript(fencedSetLua)
