@@ -16,7 +16,7 @@ import (
 // goroutines.
 type Client struct {
 	backend driver.Backend
-	batcher driver.BatchRenewer // nil when the backend has no batch renewal
+	batcher driver.BatchRenewer                   // nil when the backend has no batch renewal
 	drift   func(ttl time.Duration) time.Duration // nil when the backend has no drift allowance
 	opts    options
 	log     *slog.Logger
