@@ -2,8 +2,10 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -107,5 +109,61 @@ func TestLostErrorWording(t *testing.T) {
 		if got := (&dlock.LostError{Name: "x", Reason: r}).Error(); got != want {
 			t.Errorf("Error() = %q, want %q", got, want)
 		}
+	}
+}
+
+// drifting is a memlock store that declares a drift allowance, as Redlock
+// does.
+type drifting struct {
+	*memlock.Backend
+	drift time.Duration
+}
+
+func (d drifting) Drift(time.Duration) time.Duration { return d.drift }
+
+// TestDriftShortensValidity checks that a backend's drift allowance comes
+// off every deadline: at the grant and after a renewal.
+func TestDriftShortensValidity(t *testing.T) {
+	const ttl, drift = time.Second, 300 * time.Millisecond
+	c := dlock.New(drifting{memlock.New(), drift}, dlock.WithTTL(ttl), dlock.WithAutoRenew(false))
+	defer c.Close()
+	before := time.Now()
+	l, err := c.Mutex("drift").Lock(t.Context())
+	after := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The deadline is send time + TTL − drift, and the send time lies
+	// between before and after.
+	if d := l.Deadline(); d.Before(before.Add(ttl-drift)) || d.After(after.Add(ttl-drift)) {
+		t.Errorf("Deadline %v after the acquire began, want TTL − drift (%v)", d.Sub(before), ttl-drift)
+	}
+	time.Sleep(50 * time.Millisecond)
+	before = time.Now()
+	if err := l.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	after = time.Now()
+	if d := l.Deadline(); d.Before(before.Add(ttl-drift)) || d.After(after.Add(ttl-drift)) {
+		t.Errorf("Deadline %v after the refresh began, want TTL − drift (%v)", d.Sub(before), ttl-drift)
+	}
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLockDelayOptionChecked checks that a negative lock-delay and a backend
+// without lock-delay are refused before any store call.
+func TestLockDelayOptionChecked(t *testing.T) {
+	c := dlock.New(memlock.New())
+	defer c.Close()
+	if _, err := c.Mutex("x", dlock.WithLockDelay(-time.Second)).TryLock(t.Context()); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("negative lock delay: %v, want ErrInvalid", err)
+	}
+	type plain struct{ driver.Backend } // hides memlock's LockDelayer
+	c2 := dlock.New(plain{memlock.New()}, dlock.WithLockDelay(time.Second))
+	defer c2.Close()
+	if _, err := c2.Mutex("x").TryLock(t.Context()); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "lock delay") {
+		t.Errorf("lock delay on a backend without it: %v, want ErrInvalid naming the option", err)
 	}
 }

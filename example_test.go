@@ -93,3 +93,32 @@ func ExampleLease_Context() {
 	// Output:
 	// stop writing: no longer held on the store
 }
+
+// A lease that expires without a release keeps the lock out of reach for the
+// lock-delay, so that a holder that was paused past its TTL has time to
+// notice before someone else starts. A released lock is free at once.
+func ExampleWithLockDelay() {
+	ctx := context.Background()
+	clock := memlock.NewManualClock(time.Now())
+	store := memlock.New(memlock.WithClock(clock))
+	paused := dlock.New(store, dlock.WithAutoRenew(false))
+	other := dlock.New(store)
+	defer paused.Close()
+	defer other.Close()
+
+	_, err := paused.Mutex("report", dlock.WithTTL(time.Second), dlock.WithLockDelay(5*time.Second)).Lock(ctx)
+	fmt.Println("first holder:", err)
+
+	clock.Advance(2 * time.Second) // the holder stalls past its TTL
+	_, err = other.Mutex("report").TryLock(ctx)
+	fmt.Println("expired, in the delay:", errors.Is(err, dlock.ErrNotObtained))
+
+	clock.Advance(5 * time.Second) // the delay is over
+	lease, err := other.Mutex("report").TryLock(ctx)
+	fmt.Println("after the delay:", err)
+	_ = lease.Unlock(ctx)
+	// Output:
+	// first holder: <nil>
+	// expired, in the delay: true
+	// after the delay: <nil>
+}

@@ -93,4 +93,5 @@ var cases = []testCase{
 	{"Do", testDo},
 	{"InvalidInput", testInvalidInput},
 	{"CloseStopsEverything", testCloseStopsEverything},
+	{"LockDelay", testLockDelay},
 }

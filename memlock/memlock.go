@@ -25,6 +25,7 @@ var (
 	_ driver.Notifier     = (*Backend)(nil)
 	_ driver.BatchRenewer = (*Backend)(nil)
 	_ driver.Inspector    = (*Backend)(nil)
+	_ driver.LockDelayer  = (*Backend)(nil)
 )
 
 // Clock tells the store's time. The store's clock decides expiry.
@@ -63,8 +64,16 @@ type entry struct {
 	acquired time.Time
 	owner    string
 	fence    uint64
-	expires  time.Time
+	expires  time.Time     // when the lease expires
+	delay    time.Duration // lock-delay: the entry outlives expires by this much
 }
+
+// expired reports whether the lease has expired; the entry then only keeps
+// others out until its lock-delay ends.
+func (e *entry) expired(now time.Time) bool { return !now.Before(e.expires) }
+
+// free is when the lock becomes free if nobody renews or releases it.
+func (e *entry) free() time.Time { return e.expires.Add(e.delay) }
 
 // New returns an empty store.
 func New(opts ...Option) *Backend {
@@ -92,11 +101,15 @@ func (b *Backend) SetUnavailable(err error) {
 	b.mu.Unlock()
 }
 
-// live returns the unexpired entry of key, dropping an expired one. The caller
-// holds b.mu.
+// SupportsLockDelay reports true: memlock honours dlock.WithLockDelay.
+func (b *Backend) SupportsLockDelay() bool { return true }
+
+// live returns the entry of key while it keeps the lock (held, or expired
+// and in its lock-delay), dropping one that no longer does. The caller holds
+// b.mu.
 func (b *Backend) live(key string) *entry {
 	e := b.locks[key]
-	if e != nil && !b.clock.Now().Before(e.expires) {
+	if e != nil && !b.clock.Now().Before(e.free()) {
 		delete(b.locks, key)
 		return nil
 	}
@@ -122,6 +135,9 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	}
 	now := b.clock.Now()
 	if e := b.live(req.Key); e != nil {
+		if e.expired(now) {
+			return driver.AcquireResult{Holder: e.owner, HolderTTL: e.free().Sub(now)}, nil
+		}
 		if n, ok := e.holds[req.Token]; ok && req.Reentrant {
 			e.holds[req.Token] = n + 1
 			e.expires = later(e.expires, now.Add(req.TTL))
@@ -137,6 +153,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		owner:    req.Owner,
 		fence:    f,
 		expires:  now.Add(req.TTL),
+		delay:    max(req.LockDelay, 0),
 	}
 	return driver.AcquireResult{Acquired: true, Fence: f, Holds: 1}, nil
 }
@@ -153,7 +170,7 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 
 func (b *Backend) renew(key, token string, ttl time.Duration) bool {
 	e := b.live(key)
-	if e == nil {
+	if e == nil || e.expired(b.clock.Now()) {
 		return false
 	}
 	if _, ok := e.holds[token]; !ok {
@@ -203,6 +220,12 @@ func (b *Backend) Release(ctx context.Context, key, token string) (driver.Releas
 		b.mu.Unlock()
 		return driver.ReleaseResult{}, nil
 	}
+	held := true
+	if e.expired(b.clock.Now()) {
+		// The lease expired and the lock sits in its lock-delay: the late
+		// holder is done with it, so the delay has no more reason to run.
+		n, held = 1, false
+	}
 	if n > 1 {
 		e.holds[token] = n - 1
 		b.mu.Unlock()
@@ -214,7 +237,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) (driver.Releas
 	for _, fn := range fns {
 		fn(key)
 	}
-	return driver.ReleaseResult{Held: true}, nil
+	return driver.ReleaseResult{Held: held}, nil
 }
 
 // Inspect implements driver.Inspector.
@@ -237,8 +260,12 @@ func (b *Backend) info(key string, e *entry) driver.LockInfo {
 		holds += n
 	}
 	now := b.clock.Now()
-	return driver.LockInfo{Key: key, Owner: e.owner, Fence: e.fence, Holds: holds,
+	info := driver.LockInfo{Key: key, Owner: e.owner, Fence: e.fence, Holds: holds,
 		TTL: e.expires.Sub(now), HeldFor: now.Sub(e.acquired)}
+	if e.expired(now) {
+		info.Delayed, info.TTL = true, e.free().Sub(now)
+	}
+	return info
 }
 
 // List implements driver.Inspector.
