@@ -30,6 +30,9 @@ type Backend struct {
 	// are heard with SSUBSCRIBE, on the node that owns the lock's slot.
 	sharded bool
 	publish string // "PUBLISH" or "SPUBLISH"
+	// ackReplicas and ackTimeout are WithReplicaAck's (see replica.go).
+	ackReplicas int
+	ackTimeout  time.Duration
 }
 
 // New returns a Backend that keeps its locks in rdb. It does no I/O; the
@@ -39,7 +42,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Backend {
 	for _, opt := range opts {
 		opt.apply(&o)
 	}
-	b := &Backend{rdb: rdb, ns: o.namespace, publish: "PUBLISH"}
+	b := &Backend{rdb: rdb, ns: o.namespace, publish: "PUBLISH", ackReplicas: o.ackReplicas, ackTimeout: o.ackTimeout}
 	if _, ok := rdb.(*redis.ClusterClient); ok {
 		b.sharded, b.publish = true, "SPUBLISH"
 	}
@@ -65,7 +68,11 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if req.LockDelay > 0 {
 		delay = millis(req.LockDelay)
 	}
-	reply, err := acquireScript.Run(ctx, b.rdb, keys, req.Token, req.Owner, millis(req.TTL), reentrant, delay).Slice()
+	args := []any{req.Token, req.Owner, millis(req.TTL), reentrant, delay}
+	if b.acking() {
+		return b.acquireAcked(ctx, req, keys, args)
+	}
+	reply, err := acquireScript.Run(ctx, b.rdb, keys, args...).Slice()
 	if err != nil {
 		return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, err)
 	}
@@ -101,6 +108,9 @@ func parseAcquire(reply []any) (driver.AcquireResult, error) {
 // It reports false, with a nil error, when token is not the holder (released,
 // expired or taken over).
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	if b.acking() {
+		return b.renewAcked(ctx, key, token, ttl)
+	}
 	n, err := renewScript.Run(ctx, b.rdb, []string{b.lockKey(key)}, token, millis(ttl)).Int64()
 	if err != nil {
 		return false, fmt.Errorf("redislock: renew %q: %w", key, err)
@@ -142,6 +152,9 @@ func (b *Backend) RaiseFence(ctx context.Context, key, token string, fence uint6
 func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []driver.RenewResult {
 	if len(reqs) == 0 {
 		return nil
+	}
+	if b.acking() {
+		return b.renewBatchAcked(ctx, reqs)
 	}
 	calls := make([]scriptCall, len(reqs))
 	for i, r := range reqs {

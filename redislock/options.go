@@ -1,5 +1,7 @@
 package redislock
 
+import "time"
+
 // DefaultNamespace is the namespace of keys and channels when WithNamespace
 // is not given.
 const DefaultNamespace = "dlock"
@@ -10,7 +12,9 @@ type Option interface {
 }
 
 type options struct {
-	namespace string
+	namespace   string
+	ackReplicas int           // WithReplicaAck; 0: off
+	ackTimeout  time.Duration // WithReplicaAck
 }
 
 type optionFunc func(*options)
