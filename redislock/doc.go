@@ -37,12 +37,19 @@
 //
 // One Redis node is a single point of failure: if it is lost, so are its
 // locks, and an asynchronously replicated replica promoted by Sentinel may
-// not have seen the latest grants. Without persistence (appendonly with
-// fsync) a restarted node has forgotten its fence counters too. Locks that
-// must survive the loss of a node need a quorum of independent nodes
-// (Redlock, in a later package) or a consensus store such as etcd.
+// not have seen the latest grants; WithReplicaAck makes every grant and
+// renewal wait for replicas (WAIT), so that a failover keeps the lock.
+// Without persistence (appendonly with fsync) a restarted node has forgotten
+// its fence counters too. Locks that must survive the loss of a node without
+// replicas need a quorum of independent nodes (package redlock) or a
+// consensus store such as etcd.
 //
 // Waiters are woken by pub/sub on one shared connection per dlock client:
-// see Backend.Listen. Release publishes with PUBLISH, which Cluster
-// broadcasts to every node.
+// see Backend.Listen. On one node and Sentinel, release publishes with
+// PUBLISH; on a Cluster it uses sharded pub/sub (SPUBLISH, heard with
+// SSUBSCRIBE on the primary of the lock's slot, one connection per primary),
+// so a release is not broadcast to every node.
+//
+// WithLockDelay of package dlock is kept in the lock's hash: an expired lease
+// keeps the key, and others out, for the delay.
 package redislock

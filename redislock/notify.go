@@ -29,6 +29,14 @@ const (
 // ctx bounds only the call; the stream lives until Listener.Close. The
 // goroutine connects in the background, so Listen does not fail when Redis
 // is down: the stream keeps trying, and Subscribe reports the error.
+//
+// On a Cluster, where releases are announced with SPUBLISH on the master of
+// the lock's slot, the stream is one SSUBSCRIBE connection per master that
+// serves a key being waited on. fn is called with "" when one of them
+// fails, and with a key when its subscription has been taken up again after
+// a failure or after its slot moved to another master (Redis tells
+// subscribers with an unsolicited "sunsubscribe"), since a release may have
+// been missed meanwhile.
 func (b *Backend) Listen(ctx context.Context, fn func(key string)) (driver.Listener, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("redislock: listen: %w", err)
@@ -37,6 +45,9 @@ func (b *Backend) Listen(ctx context.Context, fn func(key string)) (driver.Liste
 		return nil, errors.New("redislock: listen: nil callback")
 	}
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	if cc, ok := b.rdb.(*redis.ClusterClient); ok && b.sharded {
+		return b.listenSharded(lctx, cancel, cc, fn), nil
+	}
 	l := &listener{
 		b:      b,
 		fn:     fn,
