@@ -19,8 +19,22 @@ package driver
 
 import (
 	"context"
+	"os"
+	"strconv"
 	"time"
 )
+
+// ProcessIdentity is "host|pid N" for this process. The dlock client starts
+// every owner description (AcquireRequest.Owner) with it and a '|', so a
+// backend can tell owners of this process from others (redlock does, to
+// spot nodes split between contenders of one process).
+var ProcessIdentity = func() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	return host + "|pid " + strconv.Itoa(os.Getpid())
+}()
 
 // Backend is a lock store. Implementations must be safe for concurrent use.
 type Backend interface {

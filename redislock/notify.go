@@ -113,8 +113,10 @@ func (l *listener) Subscribe(ctx context.Context, key string) error {
 	if s == nil {
 		if err := l.ps.Subscribe(ctx, ch); err != nil {
 			// go-redis remembers the channel even when the write failed and
-			// would subscribe it again after a reconnect; make it forget.
-			_ = l.ps.Unsubscribe(context.WithoutCancel(ctx), ch)
+			// subscribes it again after a reconnect. That is harmless (a
+			// release on a channel not in l.subs is ignored, and its
+			// confirmation too), while an UNSUBSCRIBE here would wait, with
+			// l.mu held, on the connection that just failed.
 			l.mu.Unlock()
 			return fmt.Errorf("redislock: subscribe %q: %w", key, err)
 		}

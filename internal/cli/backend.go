@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
@@ -21,6 +22,9 @@ import (
 //	redis://[user:pass@]host:port/db    one Redis node; rediss:// for TLS
 //	redis+sentinel://[user:pass@]h1:26379,h2:26379/MASTER[?db=N]
 //	redis+cluster://[user:pass@]h1:7000,h2:7001
+//	    the three Redis forms also take replica_ack=N[&replica_ack_timeout=100ms]
+//	redlock://[user:pass@]h1:6379,h2:6379,h3:6379[/db][?node_timeout=50ms]
+//	                                    independent Redis nodes, Redlock quorum
 //	mysql://user:pass@host:3306/dbname[?driver params]
 //	postgres://user:pass@host:5432/dbname[?params]   (or postgresql://)
 //
@@ -39,6 +43,7 @@ const (
 	kindRedis    backendKind = "redis"
 	kindSentinel backendKind = "redis+sentinel"
 	kindCluster  backendKind = "redis+cluster"
+	kindRedlock  backendKind = "redlock"
 	kindMySQL    backendKind = "mysql"
 	kindPostgres backendKind = "postgres"
 )
@@ -50,12 +55,13 @@ var schemes = map[string]backendKind{
 	"rediss":         kindRedis,
 	"redis+sentinel": kindSentinel,
 	"redis+cluster":  kindCluster,
+	"redlock":        kindRedlock,
 	"mysql":          kindMySQL,
 	"postgres":       kindPostgres,
 	"postgresql":     kindPostgres,
 }
 
-const schemeList = "sqlite, redis, rediss, redis+sentinel, redis+cluster, mysql, postgres or postgresql"
+const schemeList = "sqlite, redis, rediss, redis+sentinel, redis+cluster, redlock, mysql, postgres or postgresql"
 
 // Default ports, when a URL gives none.
 const (
@@ -81,8 +87,12 @@ type backendURL struct {
 	redis    *redis.Options
 	failover *redis.FailoverOptions
 	cluster  *redis.ClusterOptions
-	mysql    *mysql.Config
-	postgres *pgx.ConnConfig
+	redlock  *redlockURL
+
+	replicaAck        int           // Redis: WAIT for this many replicas; 0 off
+	replicaAckTimeout time.Duration // Redis: WAIT's timeout
+	mysql             *mysql.Config
+	postgres          *pgx.ConnConfig
 }
 
 // parseBackendURL parses raw. Its errors are one line without the URL, which
@@ -100,9 +110,6 @@ func parseBackendURL(raw string) (*backendURL, error) {
 		if !strings.HasPrefix(rest, "//") {
 			return nil, errors.New("not a URL; want SCHEME://..., for example redis://localhost:6379/0")
 		}
-		if strings.EqualFold(scheme, "redlock") {
-			return nil, errors.New(`scheme "redlock" is not supported yet; use one of ` + schemeList)
-		}
 		return nil, fmt.Errorf("unknown scheme %q; use %s", printable(scheme, 20), schemeList)
 	}
 	scheme = strings.ToLower(scheme)
@@ -116,7 +123,7 @@ func parseBackendURL(raw string) (*backendURL, error) {
 		b, err = parseSQLite(raw)
 	case kindRedis:
 		b, err = parseRedis(raw)
-	case kindSentinel, kindCluster:
+	case kindSentinel, kindCluster, kindRedlock:
 		b, err = parseRedisMulti(kind, raw)
 	case kindMySQL:
 		b, err = parseMySQL(raw)
@@ -171,11 +178,24 @@ func parseRedis(raw string) (*backendURL, error) {
 	if err != nil {
 		return nil, err
 	}
+	query := u.Query()
+	n, timeout, err := takeReplicaAck(query)
+	if err != nil {
+		return nil, err
+	}
+	if u.RawQuery != "" {
+		// go-redis refuses parameters it does not know: hand it the rest.
+		base, _, _ := strings.Cut(raw, "?")
+		if raw = base; len(query) > 0 {
+			raw += "?" + query.Encode()
+		}
+	}
 	opts, err := redis.ParseURL(raw)
 	if err != nil {
 		return nil, errors.New(strings.TrimPrefix(err.Error(), "redis: "))
 	}
-	b := &backendURL{redis: opts, user: opts.Username, where: fmt.Sprintf("redis at %s (db %d)", opts.Addr, opts.DB)}
+	b := &backendURL{redis: opts, user: opts.Username, where: fmt.Sprintf("redis at %s (db %d)", opts.Addr, opts.DB),
+		replicaAck: n, replicaAckTimeout: timeout}
 	if pw, ok := u.User.Password(); ok && pw != "" {
 		b.secrets = append(b.secrets, pw)
 	}
@@ -228,6 +248,11 @@ func parseRedisMulti(kind backendKind, raw string) (*backendURL, error) {
 	}
 	path = strings.Trim(path, "/")
 	b := &backendURL{user: user}
+	if kind != kindRedlock {
+		if b.replicaAck, b.replicaAckTimeout, err = takeReplicaAck(query); err != nil {
+			return nil, err
+		}
+	}
 	if pass != "" {
 		b.secrets = append(b.secrets, pass)
 	}
@@ -258,7 +283,7 @@ func parseRedisMulti(kind backendKind, raw string) (*backendURL, error) {
 			case "sentinel_password":
 				o.SentinelPassword = v
 			default:
-				return nil, fmt.Errorf("unknown parameter %q; redis+sentinel takes db, sentinel_username and sentinel_password", printable(k, 40))
+				return nil, fmt.Errorf("unknown parameter %q; redis+sentinel takes db, sentinel_username, sentinel_password, replica_ack and replica_ack_timeout", printable(k, 40))
 			}
 		}
 		b.failover = o
@@ -268,7 +293,7 @@ func parseRedisMulti(kind backendKind, raw string) (*backendURL, error) {
 			return nil, errors.New("a Redis Cluster has only database 0; drop the path")
 		}
 		if len(query) > 0 {
-			return nil, errors.New("redis+cluster takes no parameters")
+			return nil, errors.New("redis+cluster takes only replica_ack and replica_ack_timeout")
 		}
 		o := &redis.ClusterOptions{Addrs: addrs}
 		if hasUser {
@@ -276,8 +301,98 @@ func parseRedisMulti(kind backendKind, raw string) (*backendURL, error) {
 		}
 		b.cluster = o
 		b.where = "redis cluster at " + strings.Join(addrs, ",")
+	case kindRedlock:
+		r, err := parseRedlock(addrs, path, query)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range r.nodes {
+			if hasUser {
+				o.Username, o.Password = user, pass
+			}
+		}
+		b.redlock = r
+		b.where = fmt.Sprintf("redlock over %d nodes %s (db %d)", len(addrs), strings.Join(addrs, ","), r.nodes[0].DB)
 	}
 	return b, nil
+}
+
+// defaultReplicaAckTimeout is WAIT's timeout when a URL asks for
+// replica_ack without replica_ack_timeout: short next to the default TTL's
+// renewal interval (10s / 3).
+const defaultReplicaAckTimeout = 100 * time.Millisecond
+
+// takeReplicaAck reads and removes the replica_ack and replica_ack_timeout
+// parameters of a Redis URL (see redislock.WithReplicaAck).
+func takeReplicaAck(query url.Values) (n int, timeout time.Duration, err error) {
+	if v, ok := query["replica_ack"]; ok {
+		if n, err = strconv.Atoi(v[len(v)-1]); err != nil || n < 0 {
+			return 0, 0, fmt.Errorf("replica_ack=%q is not a number of replicas", printable(v[len(v)-1], 20))
+		}
+		delete(query, "replica_ack")
+	}
+	timeout = defaultReplicaAckTimeout
+	if v, ok := query["replica_ack_timeout"]; ok {
+		timeout, err = time.ParseDuration(v[len(v)-1])
+		if err != nil || timeout <= 0 {
+			return 0, 0, fmt.Errorf("replica_ack_timeout=%q is not a positive duration such as 100ms", printable(v[len(v)-1], 20))
+		}
+		if n == 0 {
+			return 0, 0, errors.New("replica_ack_timeout without replica_ack=N")
+		}
+		delete(query, "replica_ack_timeout")
+	}
+	return n, timeout, nil
+}
+
+// minRedlockNodes is the fewest nodes a redlock:// URL may list: with fewer,
+// a quorum cannot survive the loss of one node.
+const minRedlockNodes = 3
+
+// redlockURL is a parsed redlock:// URL.
+type redlockURL struct {
+	nodes       []*redis.Options
+	nodeTimeout time.Duration // 0: redlock's default
+}
+
+// parseRedlock reads the nodes, database and parameters of a redlock:// URL.
+func parseRedlock(addrs []string, path string, query url.Values) (*redlockURL, error) {
+	if len(addrs) < minRedlockNodes {
+		return nil, fmt.Errorf("redlock needs at least %d independent nodes (an odd number is best), not %d; for one node use redis://", minRedlockNodes, len(addrs))
+	}
+	seen := make(map[string]bool)
+	for _, a := range addrs {
+		if seen[a] {
+			return nil, fmt.Errorf("node %s is listed twice; Redlock's nodes must be independent servers", a)
+		}
+		seen[a] = true
+	}
+	db := 0
+	if path != "" {
+		n, err := strconv.Atoi(path)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("path %q is not a database number", printable(path, 20))
+		}
+		db = n
+	}
+	r := &redlockURL{}
+	for k, vs := range query {
+		v := vs[len(vs)-1]
+		switch k {
+		case "node_timeout":
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return nil, fmt.Errorf("node_timeout=%q is not a positive duration such as 50ms", printable(v, 20))
+			}
+			r.nodeTimeout = d
+		default:
+			return nil, fmt.Errorf("unknown parameter %q; redlock takes node_timeout", printable(k, 40))
+		}
+	}
+	for _, a := range addrs {
+		r.nodes = append(r.nodes, &redis.Options{Addr: a, DB: db})
+	}
+	return r, nil
 }
 
 // parseMySQL reads mysql://user:pass@host:port/dbname?params; the

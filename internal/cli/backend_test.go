@@ -62,6 +62,49 @@ func TestParseBackendURLGood(t *testing.T) {
 		},
 		{raw: "redis+cluster://h1:7000/0", kind: kindCluster, where: "redis cluster at h1:7000"},
 		{
+			raw: "redis://h:6379/1?replica_ack=2&dial_timeout=2s", kind: kindRedis, where: "redis at h:6379 (db 1)",
+			check: func(t *testing.T, b *backendURL) {
+				if b.replicaAck != 2 || b.replicaAckTimeout != defaultReplicaAckTimeout || b.redis.DialTimeout != 2*time.Second {
+					t.Errorf("replica ack %d %v, dial %v", b.replicaAck, b.replicaAckTimeout, b.redis.DialTimeout)
+				}
+			},
+		},
+		{
+			raw: "redis+sentinel://s1/m?replica_ack=1&replica_ack_timeout=250ms&db=2", kind: kindSentinel,
+			where: `redis master "m" via sentinels s1:26379 (db 2)`,
+			check: func(t *testing.T, b *backendURL) {
+				if b.replicaAck != 1 || b.replicaAckTimeout != 250*time.Millisecond {
+					t.Errorf("replica ack %d %v", b.replicaAck, b.replicaAckTimeout)
+				}
+			},
+		},
+		{
+			raw: "redis+cluster://h1:7000?replica_ack=1", kind: kindCluster, where: "redis cluster at h1:7000",
+			check: func(t *testing.T, b *backendURL) {
+				if b.replicaAck != 1 {
+					t.Errorf("replica ack %d", b.replicaAck)
+				}
+			},
+		},
+		{
+			raw: "redlock://:s%40cret@r1,r2:6380,[::1]/2?node_timeout=20ms", kind: kindRedlock,
+			where: "redlock over 3 nodes r1:6379,r2:6380,[::1]:6379 (db 2)",
+			check: func(t *testing.T, b *backendURL) {
+				r := b.redlock
+				if len(r.nodes) != 3 || r.nodeTimeout != 20*time.Millisecond {
+					t.Fatalf("redlock = %+v", r)
+				}
+				for _, o := range r.nodes {
+					if o.Password != "s@cret" || o.DB != 2 {
+						t.Errorf("node options = %+v", o)
+					}
+				}
+				if !contains(b.secrets, "s@cret") {
+					t.Errorf("secrets = %q", b.secrets)
+				}
+			},
+		},
+		{
 			raw: "mysql://app:s%3Acret@db.example/locks?tls=skip-verify", kind: kindMySQL, where: "mysql at db.example:3306 (database locks)",
 			check: func(t *testing.T, b *backendURL) {
 				c := b.mysql
@@ -101,7 +144,16 @@ func TestParseBackendURLBad(t *testing.T) {
 		{"localhost:6379", "not a URL"},
 		{"/var/lib/locks.db", "sqlite:///absolute/path.db"},
 		{"memcached://h:11211", `unknown scheme "memcached"`},
-		{"redlock://h1,h2,h3", "not supported yet"},
+		{"redlock://h1,h2", "at least 3 independent nodes"},
+		{"redis://h/0?replica_ack=x", "not a number of replicas"},
+		{"redis://h/0?replica_ack=1&replica_ack_timeout=0s", "positive duration"},
+		{"redis://h/0?replica_ack_timeout=1s", "without replica_ack"},
+		{"redis+cluster://h1?foo=1", "only replica_ack"},
+		{"redlock://h1,h2,h3?replica_ack=1", "unknown parameter"},
+		{"redlock://h1,h2,h1:6379", "listed twice"},
+		{"redlock://h1,h2,h3/x", "not a database number"},
+		{"redlock://h1,h2,h3?node_timeout=-1s", "positive duration"},
+		{"redlock://h1,h2,h3?dial_timeout=1s", "unknown parameter"},
 		{"sqlite://relative/path.db", "three slashes"},
 		{"sqlite://user:secret@host/x.db", "three slashes"},
 		{"sqlite:///", "no file path"},
@@ -131,7 +183,7 @@ func TestParseBackendURLBad(t *testing.T) {
 		{"redis+sentinel://s1:26379,/m", "empty host"},
 		{"redis+sentinel:s1", "want redis+sentinel://"},
 		{"redis+cluster://h1:7000/3", "only database 0"},
-		{"redis+cluster://h1:7000?x=1", "no parameters"},
+		{"redis+cluster://h1:7000?x=1", "only replica_ack"},
 		{"redis+cluster://h1:70000", "out of range"},
 		{"redis+cluster://u:%zz@h1", "percent-encoding"},
 		{"redis+cluster://h1#frag", "fragment"},

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/redislock"
+	"github.com/dlock-go/dlock/redlock"
 )
 
 // defaultConnectTimeout bounds opening the store and its first answer.
@@ -83,8 +85,17 @@ func connect(ctx context.Context, b *backendURL, timeout time.Duration) (*store,
 			defer probe.Close()
 			return probe.Ping(ctx).Err()
 		}
-		rb := redislock.New(rdb)
+		var opts []redislock.Option
+		if b.replicaAck > 0 {
+			opts = append(opts, redislock.WithReplicaAck(b.replicaAck, b.replicaAckTimeout))
+		}
+		rb := redislock.New(rdb, opts...)
 		s.backend, s.inspector = rb, rb
+	case kindRedlock:
+		var err error
+		if s, ping, err = connectRedlock(b, timeout); err != nil {
+			return nil, err
+		}
 	case kindSQLite, kindMySQL, kindPostgres:
 		db, dialect, err := openSQL(b, timeout)
 		if err != nil {
@@ -154,6 +165,67 @@ func newRedisClient(b *backendURL, timeout time.Duration, noRetries bool) redis.
 		o.MaxRetries = retries(o.MaxRetries)
 		return redis.NewClient(&o)
 	}
+}
+
+// connectRedlock opens one client per node of a redlock:// URL. Its ping
+// succeeds once a quorum of nodes answers, as Redlock itself would.
+func connectRedlock(b *backendURL, timeout time.Duration) (*store, func(context.Context) error, error) {
+	s := &store{where: b.where, secrets: b.secrets}
+	clients := make([]redis.UniversalClient, len(b.redlock.nodes))
+	for i, o := range b.redlock.nodes {
+		clients[i] = newRedisClient(&backendURL{redis: o}, timeout, false)
+	}
+	s.closeFn = func() error {
+		var first error
+		for _, c := range clients {
+			if err := c.Close(); err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}
+	var opts []redlock.Option
+	if b.redlock.nodeTimeout > 0 {
+		opts = append(opts, redlock.WithNodeTimeout(b.redlock.nodeTimeout))
+	}
+	rl, err := redlock.New(clients, opts...)
+	if err != nil {
+		_ = s.Close()
+		return nil, nil, fail(exitUsage, "%s: %v", s.where, err)
+	}
+	s.backend, s.inspector = rl, rl
+	ping := func(ctx context.Context) error {
+		type answer struct {
+			addr string
+			err  error
+		}
+		answers := make(chan answer, len(clients))
+		for _, o := range b.redlock.nodes {
+			go func() {
+				probe := newRedisClient(&backendURL{redis: o}, timeout, true)
+				defer probe.Close()
+				answers <- answer{o.Addr, probe.Ping(ctx).Err()}
+			}()
+		}
+		quorum := len(clients)/2 + 1
+		var ok int
+		var failed []string
+		for range clients {
+			a := <-answers
+			if a.err == nil {
+				if ok++; ok == quorum {
+					return nil
+				}
+				continue
+			}
+			failed = append(failed, a.addr+": "+a.err.Error())
+			if len(failed) > len(clients)-quorum {
+				return fmt.Errorf("%d of %d nodes failed, a quorum needs %d: %s", len(failed), len(clients), quorum, strings.Join(failed, "; "))
+			}
+		}
+		return nil
+	}
+	return s, ping, nil
 }
 
 // askSentinels asks each sentinel in turn for the master's address and

@@ -40,9 +40,14 @@ Backends (--backend URL, or the DLOCK_BACKEND environment variable):
                                      sentinel_password= parameters for the sentinels)
   redis+cluster://[user:pass@]h1:7000,h2:7001
                                      Redis Cluster
+  redlock://[user:pass@]h1:6379,h2:6379,h3:6379[/db][?node_timeout=50ms]
+                                     three or more independent Redis nodes, a lock
+                                     held by a majority of them (docs/REDLOCK.md)
   mysql://user:pass@host:3306/dbname MySQL or MariaDB
   postgres://user:pass@host:5432/dbname
                                      PostgreSQL (also postgresql://)
+The three Redis forms take replica_ack=N (and replica_ack_timeout=100ms): every
+grant and renewal waits until N replicas have it, so a failover keeps the lock.
 Percent-encode '/', '?', '#' and '@' in passwords (%%2F, %%3F, %%23, %%40).
 
 With no backend given, dlock keeps its locks in the SQLite file
@@ -120,6 +125,10 @@ Flags:
                              at most half of --ttl
   --metadata TEXT            free text stored with the lock and shown to waiters
                              and by 'dlock ls' (at most 512 bytes)
+  --lock-delay DURATION      if the lease expires without a release (dlock was
+                             paused or cut off from the store), keep the lock
+                             from others for this much longer (default 0; Redis,
+                             Redlock only)
 ` + backendFlagsHelp + `
 Exit status:
   N       COMMAND's own exit status

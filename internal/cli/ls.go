@@ -23,6 +23,10 @@ type lockJSON struct {
 	Holds       int    `json:"holds"`
 	HeldForMS   *int64 `json:"held_for_ms"` // null when unknown
 	ExpiresInMS int64  `json:"expires_in_ms"`
+	// InLockDelay: the lease expired without a release and the lock is kept
+	// from others for its lock-delay; ExpiresInMS is then the time left
+	// until it is free.
+	InLockDelay bool `json:"in_lock_delay,omitempty"`
 }
 
 // notHeldJSON is inspect --json's answer for a lock nobody holds.
@@ -38,6 +42,7 @@ func toJSON(info driver.LockInfo, now time.Time) lockJSON {
 		j.HeldForMS = &ms
 	}
 	j.ExpiresInMS = info.TTL.Milliseconds()
+	j.InLockDelay = info.Delayed
 	return j
 }
 
@@ -147,8 +152,12 @@ func writeTable(w io.Writer, infos []driver.LockInfo, now time.Time) {
 		if d, ok := heldFor(info, now); ok {
 			held = fmtDuration(d)
 		}
+		expires := fmtDuration(info.TTL)
+		if info.Delayed {
+			expires = "expired, free in " + expires
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\n",
-			tableCell(info.Key), tableCell(info.Owner), info.Fence, held, fmtDuration(info.TTL), info.Holds)
+			tableCell(info.Key), tableCell(info.Owner), info.Fence, held, expires, info.Holds)
 	}
 	_ = tw.Flush()
 }

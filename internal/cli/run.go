@@ -75,6 +75,7 @@ type runOptions struct {
 	wait      time.Duration // 0: try once; waitForever: no limit
 	killGrace time.Duration
 	metadata  string
+	lockDelay time.Duration
 }
 
 // runFlags returns run's flag set, which fills o and wait.
@@ -84,6 +85,7 @@ func runFlags(a *app, o *runOptions, wait *waitFlag) *flag.FlagSet {
 	fs.Var(wait, "wait", "")
 	fs.DurationVar(&o.killGrace, "kill-grace", defaultKillGrace, "")
 	fs.StringVar(&o.metadata, "metadata", "", "")
+	fs.DurationVar(&o.lockDelay, "lock-delay", 0, "")
 	return fs
 }
 
@@ -135,6 +137,9 @@ func (o *runOptions) parse(a *app, fs *flag.FlagSet, wait *waitFlag, args []stri
 	}
 	if o.killGrace < 0 {
 		return usageErr("run", "--kill-grace %v is negative", o.killGrace)
+	}
+	if o.lockDelay < 0 {
+		return usageErr("run", "--lock-delay %v is negative", o.lockDelay)
 	}
 	if margin := o.killGrace + killReserve; margin > o.ttl/2 {
 		return usageErr("run", "--kill-grace %v does not fit in half of --ttl %v: dlock stops the command %v (the grace plus %v) "+
@@ -219,6 +224,7 @@ func acquire(ctx context.Context, a *app, o *runOptions, sigs <-chan os.Signal) 
 		dlock.WithTTL(o.ttl),
 		dlock.WithSafetyMargin(o.safetyMargin()),
 		dlock.WithMetadata(o.metadata),
+		dlock.WithLockDelay(o.lockDelay),
 	}
 	var (
 		lease *dlock.Lease

@@ -1,0 +1,400 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// Acquire grants the lock named req.Key to req.Token when a quorum of nodes
+// grant it, by the Redlock algorithm:
+//
+//  1. The request goes to every node at once, one goroutine per node, each
+//     bounded by min(node timeout, TTL/10). Acquire decides as soon as Q
+//     nodes have granted (Q = N/2+1) or enough have refused or failed that Q
+//     grants are impossible: a slow or dead node never delays a success.
+//  2. The grant's fence F is the highest fence among the Q winning nodes.
+//     Winning nodes that drew a lower fence get F by RaiseFence, concurrently
+//     (a second round trip, needed only when the nodes' counters differ);
+//     unless Q nodes end up carrying F, nothing is granted.
+//  3. The grant is valid for TTL − elapsed − Drift(TTL); when that is not
+//     positive nothing is granted and the error wraps ErrValidityElapsed.
+//
+// When the lock is held by others on enough nodes that no quorum is
+// possible, the result is not acquired, with a nil error: Holder is the
+// owner that most of those nodes reported, and HolderTTL an estimate of when
+// a quorum could be free (see busyResult: the time until enough of the busy
+// nodes expire, or a short random delay when contenders split the nodes).
+// When failures or timeouts prevent a quorum, the error is a *QuorumError
+// (Op "acquire") listing the failed nodes; when ctx ends first, it wraps
+// ctx's error.
+//
+// Whenever nothing is granted, the nodes that granted, and for a
+// non-reentrant request also those that failed or timed out (their outcome
+// is unknown), are released in the background; each release is sent only
+// once that node's own acquire has returned, so it can never overtake it
+// (see Backend.enqueue). After a refusal these releases are not announced
+// to waiters: a grant on a node that was free blocked nobody, and announcing
+// it would wake the other waiters, whose failed attempts would announce
+// theirs, for as long as the holder keeps its quorum. After a failure they
+// are announced like any release.
+// For a reentrant request a node whose outcome is unknown is left alone: the
+// token may hold an earlier grant there that a release would cut, and the
+// dlock client releases or drains such holds itself. When the lock is
+// granted, nodes that grant it late join it: their fence is raised to F in
+// the background.
+//
+// Re-entry: a node that answers with a hold count above one re-entered the
+// grant the token holds there. When the winning nodes include re-entries
+// that all carry one fence F, and no node that granted afresh drew a fence
+// above F+1, the result is a re-entry of that grant: its fence is F, nodes
+// that granted afresh get F too, and Holds is the count the winning nodes
+// agree on (0 when they differ). Otherwise the result is a new grant with the
+// highest fence, as above, and the client treats it as such. See the package
+// documentation for why this keeps fences increasing.
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.AcquireResult{}, fmt.Errorf("redlock: acquire %q: %w", req.Key, err)
+	}
+	a := newAttempt(b, ctx, req)
+	start := time.Now()
+	for _, n := range b.nodes {
+		ahead, done := b.enqueue(req.Key, req.Token, n.index)
+		b.goBackground(func() {
+			defer done()
+			if ahead != nil {
+				<-ahead // an earlier call of this token, bounded by its timeouts
+			}
+			a.run(n)
+		})
+	}
+	defer close(a.decided) // the node goroutines go on with their follow-ups
+	return a.decide(ctx, start)
+}
+
+// attempt is one Acquire call. Each node has a goroutine that sends the
+// acquire, offers the answer to decide, raises the node's fence if decide
+// asks for it, and once decide is done makes the node's follow-up call
+// (release or fence raise). One goroutine does all of one node's calls, in
+// order, so a release never overtakes the acquire it undoes.
+type attempt struct {
+	b       *Backend
+	bg      context.Context // the caller's context without its cancellation
+	req     driver.AcquireRequest
+	timeout time.Duration
+
+	answers  chan answer[driver.AcquireResult] // every node's acquire answer
+	raiseReq []chan uint64                     // per node: raise the fence to this
+	raised   chan answer[bool]                 // RaiseFence answers
+	decided  chan struct{}                     // closed once the fields below are set
+
+	// Set by decide before decided is closed.
+	granted bool
+	quiet   bool // refused: undo grants without announcing them
+	fence   uint64
+	reentry bool
+	acts    []action // per node, when granted
+}
+
+// action is a node's follow-up after decide.
+type action int
+
+const (
+	actLate    action = iota // decide did not handle the node's answer: see lateAction
+	actNone                  // nothing to do
+	actRaise                 // raise the node's fence to the grant's fence
+	actRelease               // release the node
+)
+
+func newAttempt(b *Backend, ctx context.Context, req driver.AcquireRequest) *attempt {
+	n := len(b.nodes)
+	a := &attempt{
+		b:        b,
+		bg:       context.WithoutCancel(ctx),
+		req:      req,
+		timeout:  b.callTimeout(req.TTL),
+		answers:  make(chan answer[driver.AcquireResult], n),
+		raiseReq: make([]chan uint64, n),
+		raised:   make(chan answer[bool], n),
+		decided:  make(chan struct{}),
+		acts:     make([]action, n),
+	}
+	for i := range a.raiseReq {
+		a.raiseReq[i] = make(chan uint64, 1)
+	}
+	return a
+}
+
+// run is the goroutine of node n. Its calls do not end with the caller's
+// context, only with their timeouts, so that their outcome is known when
+// possible and the follow-up matches it; decide returns at once when the
+// caller's context ends.
+func (a *attempt) run(n *node) {
+	ctx, cancel := context.WithTimeout(a.bg, a.timeout)
+	res, err := n.b.Acquire(ctx, a.req)
+	cancel()
+	a.answers <- answer[driver.AcquireResult]{node: n, val: res, err: err}
+
+	select {
+	case f := <-a.raiseReq[n.index]:
+		ctx, cancel := context.WithTimeout(a.bg, a.timeout)
+		ok, err := n.b.RaiseFence(ctx, a.req.Key, a.req.Token, f)
+		cancel()
+		a.raised <- answer[bool]{node: n, val: ok, err: err}
+		<-a.decided
+	case <-a.decided:
+	}
+
+	act := actLate
+	if a.granted {
+		act = a.acts[n.index]
+	}
+	if act == actLate {
+		act = a.lateAction(res, err)
+	}
+	if act == actNone {
+		return
+	}
+	ctx, cancel = context.WithTimeout(a.bg, a.b.slowTimeout())
+	defer cancel()
+	switch act {
+	case actRaise:
+		_, _ = n.b.RaiseFence(ctx, a.req.Key, a.req.Token, a.fence)
+	case actRelease:
+		if a.quiet || a.granted {
+			_ = n.quietRelease(ctx, a.req.Key, a.req.Token)
+		} else {
+			_, _ = n.b.Release(ctx, a.req.Key, a.req.Token)
+		}
+	}
+}
+
+// lateAction is the follow-up for a node whose answer decide did not use.
+func (a *attempt) lateAction(res driver.AcquireResult, err error) action {
+	if !a.granted {
+		if res.Acquired || (err != nil && !a.req.Reentrant) {
+			return actRelease
+		}
+		return actNone
+	}
+	if err != nil || !res.Acquired {
+		return actNone
+	}
+	if a.reentry {
+		if res.Holds > 1 && res.Fence != a.fence {
+			return actRelease // a re-entry of some other grant: undo it
+		}
+		if res.Holds <= 1 && res.Fence > a.fence+1 {
+			return actRelease // see chooseFence: this node cannot join a re-entry
+		}
+	}
+	if res.Fence != a.fence {
+		return actRaise
+	}
+	return actNone
+}
+
+// decide collects the nodes' answers until the outcome is known, and for a
+// won quorum runs the fence round and the validity check. It sets the
+// attempt's outcome fields; Acquire closes decided after it returns.
+func (a *attempt) decide(ctx context.Context, start time.Time) (driver.AcquireResult, error) {
+	b, key := a.b, a.req.Key
+	t := tally{n: len(b.nodes), q: b.Quorum()}
+	g := newGather(b, a.answers, a.timeout)
+	defer g.stop()
+	var wins, busy []answer[driver.AcquireResult]
+	var errs []*NodeError
+	for t.verdict() == undecided {
+		ans, ok, err := g.next(ctx)
+		if !ok {
+			if err != nil {
+				return driver.AcquireResult{}, fmt.Errorf("redlock: acquire %q: %w", key, err)
+			}
+			missing := g.unanswered(b)
+			errs = append(errs, missing...)
+			t.fail += len(missing)
+			break
+		}
+		switch {
+		case ans.err != nil:
+			t.fail++
+			errs = append(errs, ans.node.nodeError(ans.err))
+		case ans.val.Acquired:
+			t.yes++
+			wins = append(wins, ans)
+		default:
+			t.no++
+			busy = append(busy, ans)
+		}
+	}
+	switch t.verdict() {
+	case refused:
+		a.quiet = true
+		return a.busyResult(busy, len(wins) > 0), nil
+	case won:
+	default:
+		if t.no > 0 && t.yes+t.no >= t.q {
+			// Enough nodes answered to make a quorum, and some of them are
+			// held by others: the live nodes are split between contenders
+			// while failed nodes make up the rest. That is contention, not
+			// an outage; an error here would end a waiting Lock, and
+			// contenders retrying at once would split the nodes again.
+			a.quiet = true
+			return a.busyResult(busy, len(wins) > 0), nil
+		}
+		return driver.AcquireResult{}, b.quorumError("acquire", key, t.yes, errs)
+	}
+
+	fence, reentry, holds := chooseFence(wins)
+	a.fence, a.reentry = fence, reentry
+	carry, raiseErrs, err := a.raise(ctx, wins)
+	if err != nil {
+		return driver.AcquireResult{}, fmt.Errorf("redlock: acquire %q: %w", key, err)
+	}
+	if carry < b.Quorum() {
+		return driver.AcquireResult{}, b.quorumError("acquire", key, carry, append(errs, raiseErrs...))
+	}
+	elapsed := time.Since(start)
+	if drift := b.Drift(a.req.TTL); a.req.TTL-elapsed-drift <= 0 {
+		return driver.AcquireResult{}, fmt.Errorf("redlock: acquire %q: quorum won after %v, TTL %v, drift %v: %w",
+			key, elapsed.Round(time.Microsecond), a.req.TTL, drift, ErrValidityElapsed)
+	}
+	a.granted = true
+	return driver.AcquireResult{Acquired: true, Fence: fence, Holds: holds}, nil
+}
+
+// raise gives the winning nodes whose fence differs from a.fence that fence,
+// concurrently, and returns how many winning nodes carry it. It sets the
+// follow-up of every winning node: nothing, or another raise in the
+// background for a node that did not answer in time.
+//
+// Why fences strictly increase: the Q nodes that carry F when the grant is
+// made keep a counter of at least F. A later grant is won on Q nodes, and
+// two quorums of N nodes share at least one node. On that node the later
+// grant's INCR comes after this grant's raise (the raise needs this grant to
+// hold the node; the later grant can take the node only once that hold is
+// gone), so it draws more than F, and the later grant's fence, the highest
+// of its quorum, is more than F. This needs counters that persist, holds that
+// last their TTL and grants that are not used past their validity: the
+// timing assumptions Redlock makes anyway (see the package documentation).
+func (a *attempt) raise(ctx context.Context, wins []answer[driver.AcquireResult]) (carry int, errs []*NodeError, err error) {
+	pending := make(map[int]*node)
+	for _, w := range wins {
+		a.acts[w.node.index] = actNone
+		if w.val.Fence == a.fence {
+			carry++
+			continue
+		}
+		pending[w.node.index] = w.node
+		a.raiseReq[w.node.index] <- a.fence
+	}
+	if len(pending) == 0 {
+		return carry, nil, nil // the common case: every winning node agrees
+	}
+	timer := time.NewTimer(backstop(a.timeout))
+	defer timer.Stop()
+	for len(pending) > 0 {
+		select {
+		case ans := <-a.raised:
+			delete(pending, ans.node.index)
+			switch {
+			case ans.err != nil:
+				errs = append(errs, ans.node.nodeError(ans.err))
+				a.acts[ans.node.index] = actRaise
+			case !ans.val:
+				errs = append(errs, ans.node.nodeError(errNotRaised))
+			default:
+				carry++
+			}
+		case <-ctx.Done():
+			return 0, nil, ctx.Err()
+		case <-timer.C:
+			for i, n := range pending {
+				errs = append(errs, n.nodeError(noAnswer(a.timeout)))
+				a.acts[i] = actRaise
+			}
+			return carry, errs, nil
+		}
+	}
+	return carry, errs, nil
+}
+
+// chooseFence picks the fence of a won quorum and says whether the result
+// is a re-entry; holds is the hold count the winning nodes agree on, or 0.
+//
+// A fresh grant takes the highest fence of the quorum. A re-entry keeps the
+// fence F that the re-entered nodes carry, so that the client sees the grant
+// it holds, but only when every node that granted afresh drew at most F+1:
+// a higher fence there means the node's counter moved past F since the
+// grant was made, that is, another acquire, possibly a successful grant of
+// someone else, happened in between, and answering F would hand out a fence
+// lower than one already granted. Such a result is a fresh grant instead.
+func chooseFence(wins []answer[driver.AcquireResult]) (fence uint64, reentry bool, holds int) {
+	holds = wins[0].val.Holds
+	var reFence uint64
+	reentered, same := 0, true
+	for _, w := range wins {
+		if w.val.Holds != holds {
+			holds = 0
+		}
+		fence = max(fence, w.val.Fence)
+		if w.val.Holds > 1 {
+			if reentered > 0 && w.val.Fence != reFence {
+				same = false
+			}
+			reFence = w.val.Fence
+			reentered++
+		}
+	}
+	if reentered == 0 || !same {
+		return fence, false, holds
+	}
+	for _, w := range wins {
+		if w.val.Holds <= 1 && w.val.Fence > reFence+1 {
+			return fence, false, holds
+		}
+	}
+	return reFence, true, holds
+}
+
+// busyResult is the answer when nodes held by others make a quorum
+// impossible. Holder is the owner most of those nodes reported.
+//
+// HolderTTL estimates when a quorum could be free. When one owner holds
+// enough nodes to block a quorum on its own, it is the time at which, at the
+// earliest, enough of the busy nodes will have let go, assuming the nodes
+// that did not report a holder are free: of the b busy nodes, the
+// (b−N+Q)-th shortest remaining TTL. When no single owner does, the nodes
+// are split between contenders, all of which fail and undo their grants at
+// once; then it is a random time between a fifth of and one node timeout,
+// so that the contenders come back one at a time instead of splitting the
+// nodes again.
+//
+// Contenders are told apart by their owner descriptions, which the dlock
+// client makes per process and second, so contenders in this process (several
+// Clients on one name) can look like one owner. When the blocking owner is
+// of this process and this attempt won some nodes (gotSome), the result is
+// treated as a possible split too.
+func (a *attempt) busyResult(busy []answer[driver.AcquireResult], gotSome bool) driver.AcquireResult {
+	counts := make(map[string]int)
+	holder, best := "", 0
+	ttls := make([]time.Duration, 0, len(busy))
+	for _, ans := range busy {
+		counts[ans.val.Holder]++
+		if c := counts[ans.val.Holder]; c > best {
+			holder, best = ans.val.Holder, c
+		}
+		ttls = append(ttls, ans.val.HolderTTL)
+	}
+	n, q := len(a.b.nodes), a.b.Quorum()
+	if best < n-q+1 || (gotSome && strings.HasPrefix(holder, driver.ProcessIdentity+"|")) {
+		return driver.AcquireResult{Holder: holder, HolderTTL: a.b.splitDelay()}
+	}
+	slices.Sort(ttls)
+	i := min(max(len(busy)-n+q-1, 0), len(ttls)-1)
+	return driver.AcquireResult{Holder: holder, HolderTTL: ttls[i]}
+}

@@ -1,0 +1,375 @@
+package redlock
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+var (
+	_ driver.Backend      = (*Backend)(nil)
+	_ driver.Notifier     = (*Backend)(nil)
+	_ driver.BatchRenewer = (*Backend)(nil)
+	_ driver.Inspector    = (*Backend)(nil)
+	_ driver.LockDelayer  = (*Backend)(nil)
+	_ driver.Drifter      = (*Backend)(nil)
+)
+
+// Backend is a dlock store on N independent Redis nodes that grants a lock
+// only when a quorum of N/2+1 nodes grant it (the Redlock algorithm). It is
+// safe for concurrent use. It does not own the clients: close them after the
+// dlock client that uses the Backend is closed.
+//
+// Calls to the nodes go out concurrently, one goroutine per node, each with
+// its own timeout. Goroutines of nodes that have not answered when a call
+// has decided, and the clean-ups that follow them, keep running in the
+// background for a few node timeouts (or the node client's ReadTimeout, for
+// a node that hangs while connecting), then end on their own.
+type Backend struct {
+	nodes []*node
+	opts  options
+
+	mu sync.Mutex
+	// queues orders each token's calls on each key, node by node.
+	queues map[string]*queue
+	// running counts the Backend's goroutines; idle is broadcast when it
+	// drops to zero (tests wait on it).
+	running int
+	idle    *sync.Cond
+}
+
+// node is one Redis node.
+type node struct {
+	index int
+	addr  string
+	rdb   redis.UniversalClient
+	b     *redislock.Backend
+	ns    string // the key namespace, for quietRelease
+}
+
+//go:embed quiet_release.lua
+var quietReleaseLua string
+
+var quietReleaseScript = redis.NewScript(quietReleaseLua)
+
+// quietRelease drops one hold of token on key without announcing it to
+// waiters (see quiet_release.lua). The key layout is redislock's:
+// NS:{key} for the lock hash.
+func (n *node) quietRelease(ctx context.Context, key, token string) error {
+	return quietReleaseScript.Run(ctx, n.rdb, []string{n.ns + ":{" + key + "}"}, token).Err()
+}
+
+// New returns a Backend on the given nodes, each an independent Redis
+// master (not replicas of each other, nor of one Cluster). It does no I/O.
+// It returns an error wrapping dlock.ErrInvalid, not a panic, when nodes is
+// empty, a node is nil or an option is invalid.
+func New(nodes []redis.UniversalClient, opts ...Option) (*Backend, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		if opt != nil {
+			opt.apply(&o)
+		}
+	}
+	if o.err != nil {
+		return nil, o.err
+	}
+	if len(nodes) == 0 {
+		return nil, fmt.Errorf("redlock: new: no nodes: %w", dlock.ErrInvalid)
+	}
+	b := &Backend{opts: o, queues: make(map[string]*queue)}
+	b.idle = sync.NewCond(&b.mu)
+	for i, c := range nodes {
+		if isNil(c) {
+			return nil, fmt.Errorf("redlock: new: node %d is nil: %w", i, dlock.ErrInvalid)
+		}
+		ns := o.namespace
+		if ns == "" {
+			ns = redislock.DefaultNamespace
+		}
+		b.nodes = append(b.nodes, &node{
+			index: i,
+			addr:  addrOf(c),
+			rdb:   c,
+			b:     redislock.New(c, redislock.WithNamespace(ns)),
+			ns:    ns,
+		})
+	}
+	return b, nil
+}
+
+// isNil reports whether c is nil or a nil pointer of a go-redis client type.
+func isNil(c redis.UniversalClient) bool {
+	switch c := c.(type) {
+	case nil:
+		return true
+	case *redis.Client:
+		return c == nil
+	case *redis.ClusterClient:
+		return c == nil
+	case *redis.Ring:
+		return c == nil
+	}
+	return false
+}
+
+// addrOf returns the address in a client's options, for error messages.
+func addrOf(c redis.UniversalClient) string {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().Addr
+	case *redis.ClusterClient:
+		return strings.Join(c.Options().Addrs, ",")
+	case *redis.Ring:
+		var addrs []string
+		for _, a := range c.Options().Addrs {
+			addrs = append(addrs, a)
+		}
+		slices.Sort(addrs)
+		return strings.Join(addrs, ",")
+	}
+	return ""
+}
+
+// Nodes returns the number of nodes.
+func (b *Backend) Nodes() int { return len(b.nodes) }
+
+// Quorum returns how many nodes must agree: N/2+1.
+func (b *Backend) Quorum() int { return len(b.nodes)/2 + 1 }
+
+// Drift returns the clock drift allowance for a grant of ttl:
+// ttl×factor + extra (WithClockDrift; 1% + 2ms by default). The dlock client
+// ends every grant and renewal this much before send time + ttl, and Acquire
+// refuses a grant whose quorum took longer than ttl − Drift(ttl).
+func (b *Backend) Drift(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*b.opts.driftFactor) + b.opts.driftExtra
+}
+
+// SupportsLockDelay reports true: each node keeps the lock-delay of its
+// grant (see dlock.WithLockDelay), so the lock stays out of reach on a
+// quorum until the delay has run out there.
+func (b *Backend) SupportsLockDelay() bool { return true }
+
+// callTimeout is the per-node timeout of acquire and renew for ttl.
+func (b *Backend) callTimeout(ttl time.Duration) time.Duration {
+	return max(min(b.opts.nodeTimeout, ttl/10), time.Millisecond)
+}
+
+// slowTimeout is the per-node timeout of release, inspection and clean-ups:
+// four node timeouts, at most a second, but never less than one node timeout.
+func (b *Backend) slowTimeout() time.Duration {
+	return max(b.opts.nodeTimeout, min(4*b.opts.nodeTimeout, time.Second))
+}
+
+// splitDelay is a random wait in [nodeTimeout/5, nodeTimeout), at least
+// 1ms, after an attempt that found the nodes split between contenders.
+func (b *Backend) splitDelay() time.Duration {
+	lo := max(b.opts.nodeTimeout/5, time.Millisecond)
+	return lo + rand.N(max(b.opts.nodeTimeout-lo, time.Millisecond))
+}
+
+// listTimeout bounds one node's walk in List, which may take many pages.
+const listTimeout = 10 * time.Second
+
+// nodeError wraps err as the failure of n.
+func (n *node) nodeError(err error) *NodeError {
+	return &NodeError{Node: n.index, Addr: n.addr, Err: err}
+}
+
+// quorumError builds the QuorumError of op on key from the failed nodes.
+func (b *Backend) quorumError(op, key string, ok int, errs []*NodeError) *QuorumError {
+	slices.SortFunc(errs, func(x, y *NodeError) int { return x.Node - y.Node })
+	e := &QuorumError{Op: op, Key: key, Nodes: len(b.nodes), Quorum: b.Quorum(), OK: ok}
+	for _, err := range errs {
+		e.Errs = append(e.Errs, err)
+	}
+	return e
+}
+
+// goBackground runs fn in a goroutine counted by the Backend.
+func (b *Backend) goBackground(fn func()) {
+	b.mu.Lock()
+	b.running++
+	b.mu.Unlock()
+	go func() {
+		defer func() {
+			b.mu.Lock()
+			b.running--
+			if b.running == 0 {
+				b.idle.Broadcast()
+			}
+			b.mu.Unlock()
+		}()
+		fn()
+	}()
+}
+
+// waitIdle waits until none of the Backend's goroutines is running.
+func (b *Backend) waitIdle() {
+	b.mu.Lock()
+	for b.running > 0 {
+		b.idle.Wait()
+	}
+	b.mu.Unlock()
+}
+
+// answer is one node's answer to a call.
+type answer[T any] struct {
+	node *node
+	val  T
+	err  error
+}
+
+// fanOut calls call on every node concurrently, each with a context bounded
+// by timeout, and returns a channel that receives every node's answer. The
+// channel is buffered, so the caller may stop reading once it has decided;
+// the goroutines end on their own within the timeout.
+func fanOut[T any](b *Backend, ctx context.Context, timeout time.Duration, call func(ctx context.Context, n *node) (T, error)) <-chan answer[T] {
+	ch := make(chan answer[T], len(b.nodes))
+	for _, n := range b.nodes {
+		b.goBackground(func() {
+			nctx, cancel := context.WithTimeout(ctx, timeout)
+			v, err := call(nctx, n)
+			cancel()
+			ch <- answer[T]{node: n, val: v, err: err}
+		})
+	}
+	return ch
+}
+
+// gather reads the answers of a fanOut until the caller has decided, ctx is
+// done, or a backstop a little after the node timeout passes (a node whose
+// client ignores its deadline must not hold the caller up).
+type gather[T any] struct {
+	ch       <-chan answer[T]
+	timeout  time.Duration
+	timer    *time.Timer
+	deadline time.Time // when timer fires
+	seen     []bool
+}
+
+func newGather[T any](b *Backend, ch <-chan answer[T], timeout time.Duration) *gather[T] {
+	d := backstop(timeout)
+	return &gather[T]{ch: ch, timeout: timeout, timer: time.NewTimer(d), deadline: time.Now().Add(d), seen: make([]bool, len(b.nodes))}
+}
+
+// backstop is how long after the node timeout a caller stops waiting.
+func backstop(timeout time.Duration) time.Duration { return timeout + timeout/2 + 5*time.Millisecond }
+
+// next returns the next answer; ok is false when ctx is done (err is then
+// ctx's error) or the backstop passed (err is nil: the unseen nodes did not
+// answer in time).
+func (g *gather[T]) next(ctx context.Context) (a answer[T], ok bool, err error) {
+	select {
+	case a := <-g.ch:
+		g.seen[a.node.index] = true
+		return a, true, nil
+	case <-ctx.Done():
+		return a, false, ctx.Err()
+	case <-g.timer.C:
+		return a, false, nil
+	}
+}
+
+// unanswered returns a NodeError for each node not seen yet.
+func (g *gather[T]) unanswered(b *Backend) []*NodeError {
+	var errs []*NodeError
+	for i, seen := range g.seen {
+		if !seen {
+			errs = append(errs, b.nodes[i].nodeError(noAnswer(g.timeout)))
+		}
+	}
+	return errs
+}
+
+func (g *gather[T]) stop() { g.timer.Stop() }
+
+// shorten makes next give up d from now, if that is sooner than before.
+func (g *gather[T]) shorten(d time.Duration) {
+	if d < time.Until(g.deadline) {
+		g.timer.Reset(d)
+		g.deadline = time.Now().Add(d)
+	}
+}
+
+// tally counts the answers of a quorum call: yes answers (granted, renewed),
+// no answers (held by another, not held) and failures.
+type tally struct {
+	n, q          int
+	yes, no, fail int
+}
+
+// verdict is where a tally stands.
+type verdict int
+
+const (
+	undecided verdict = iota
+	won               // a quorum said yes
+	refused           // the no answers alone make a quorum impossible
+	failed            // failures make a quorum impossible, and the no answers cannot make it a refusal
+)
+
+func (t *tally) pending() int { return t.n - t.yes - t.no - t.fail }
+
+// verdict decides as early as the answers allow. A call lost partly to
+// failures waits for the nodes still pending while their "no" could still
+// make the loss a plain refusal, so that a waiter with one dead node sees
+// "held by another" rather than an error.
+func (t *tally) verdict() verdict {
+	switch {
+	case t.yes >= t.q:
+		return won
+	case t.no >= t.n-t.q+1:
+		return refused
+	case t.yes+t.pending() < t.q && t.no+t.pending() < t.n-t.q+1:
+		return failed
+	}
+	return undecided
+}
+
+// queue orders the calls that one token makes on one key, node by node: an
+// acquire attempt's calls on a node (acquire, fence raise, clean-up) and
+// releases go out in the order they were made, each after the one before it
+// on that node has returned. Calls on different connections could otherwise
+// overtake each other, and a release could reach a node before the late
+// acquire it was meant to undo.
+type queue struct {
+	tails []chan struct{} // per node: closed when the last call queued there is done
+	users int             // calls queued and not done
+}
+
+// enqueue queues a call of token on key on node i. The call must wait for
+// ahead (nil when nothing is ahead) before it sends anything, and call done
+// when it, and whatever follows it on the node, is finished.
+func (b *Backend) enqueue(key, token string, i int) (ahead <-chan struct{}, done func()) {
+	k := key + "\x00" + token
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q := b.queues[k]
+	if q == nil {
+		q = &queue{tails: make([]chan struct{}, len(b.nodes))}
+		b.queues[k] = q
+	}
+	ahead = q.tails[i]
+	mine := make(chan struct{})
+	q.tails[i] = mine
+	q.users++
+	return ahead, func() {
+		close(mine)
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if q.users--; q.users == 0 {
+			delete(b.queues, k)
+		}
+	}
+}

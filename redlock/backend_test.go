@@ -1,0 +1,393 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/redlock"
+)
+
+func TestNewRefusesBadInput(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	var nilClient *redis.Client
+	for _, c := range []struct {
+		what  string
+		nodes []redis.UniversalClient
+		opts  []redlock.Option
+		want  string
+	}{
+		{"no nodes", nil, nil, "no nodes"},
+		{"nil node", []redis.UniversalClient{rdb, nil}, nil, "node 1 is nil"},
+		{"nil pointer node", []redis.UniversalClient{nilClient}, nil, "node 0 is nil"},
+		{"brace in namespace", []redis.UniversalClient{rdb}, []redlock.Option{redlock.WithNamespace("a{b")}, "namespace"},
+		{"zero node timeout", []redis.UniversalClient{rdb}, []redlock.Option{redlock.WithNodeTimeout(0)}, "node timeout"},
+		{"negative drift factor", []redis.UniversalClient{rdb}, []redlock.Option{redlock.WithClockDrift(-0.1, 0)}, "clock drift"},
+		{"drift factor 1", []redis.UniversalClient{rdb}, []redlock.Option{redlock.WithClockDrift(1, 0)}, "clock drift"},
+		{"NaN drift factor", []redis.UniversalClient{rdb}, []redlock.Option{redlock.WithClockDrift(math.NaN(), 0)}, "clock drift"},
+		{"negative drift extra", []redis.UniversalClient{rdb}, []redlock.Option{redlock.WithClockDrift(0, -time.Millisecond)}, "clock drift"},
+	} {
+		b, err := redlock.New(c.nodes, c.opts...)
+		if b != nil || !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "redlock: ") {
+			t.Errorf("%s: New = %v, %v; want an error wrapping dlock.ErrInvalid that says %q", c.what, b, err, c.want)
+		}
+	}
+}
+
+func TestQuorumAndDrift(t *testing.T) {
+	for n, q := range map[int]int{1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 7: 4} {
+		nodes := make([]redis.UniversalClient, n)
+		for i := range nodes {
+			nodes[i] = redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+			defer nodes[i].Close()
+		}
+		b, err := redlock.New(nodes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Nodes() != n || b.Quorum() != q {
+			t.Errorf("%d nodes: Nodes() = %d, Quorum() = %d; want %d, %d", n, b.Nodes(), b.Quorum(), n, q)
+		}
+		if got, want := b.Drift(10*time.Second), 102*time.Millisecond; got != want {
+			t.Errorf("default Drift(10s) = %v, want 1%% + 2ms = %v", got, want)
+		}
+		b, _ = redlock.New(nodes, redlock.WithClockDrift(0.1, time.Second))
+		if got, want := b.Drift(10*time.Second), 2*time.Second; got != want {
+			t.Errorf("Drift(10s) with 10%% + 1s = %v, want %v", got, want)
+		}
+	}
+}
+
+func TestAcquireRenewReleaseOnEveryNode(t *testing.T) {
+	servers := startNodes(t, 3)
+	nodes := admins(t, servers)
+	b := newBackend(t, servers)
+	req := request(t, "k", 10*time.Second)
+
+	res := mustAcquire(t, b, req)
+	if res.Fence != 1 || res.Holds != 1 {
+		t.Errorf("first grant = %+v, want fence 1, holds 1", res)
+	}
+	redlock.WaitIdle(b) // the third node may answer after the quorum
+	for i, f := range lockFields(t, nodes, "k") {
+		if f[req.Token] != "1" || f["owner"] != req.Owner || f["fence"] != "1" {
+			t.Errorf("node %d: lock hash %v, want the grant", i, f)
+		}
+	}
+	held, err := b.Renew(t.Context(), "k", req.Token, 20*time.Second)
+	if err != nil || !held {
+		t.Fatalf("Renew = %v, %v; want held", held, err)
+	}
+	for i, n := range nodes {
+		if d := n.PTTL(t.Context(), lockKey("k")).Val(); d <= 10*time.Second {
+			t.Errorf("node %d: PTTL %v after renewal to 20s", i, d)
+		}
+	}
+	if got := mustRelease(t, b, "k", req.Token); !got.Held || got.Remaining != 0 {
+		t.Errorf("Release = %+v, want held with nothing remaining", got)
+	}
+	if left := leftovers(t, nodes, "k"); len(left) > 0 {
+		t.Errorf("left after release: %v", left)
+	}
+	if held, err := b.Renew(t.Context(), "k", req.Token, time.Second); err != nil || held {
+		t.Errorf("Renew after release = %v, %v; want not held", held, err)
+	}
+}
+
+func TestReleaseOfNeverGrantedLockLeavesNothing(t *testing.T) {
+	servers := startNodes(t, 3)
+	nodes := admins(t, servers)
+	b := newBackend(t, servers)
+	res, err := b.Release(t.Context(), "never", newToken(t))
+	if err != nil || res.Held || res.Remaining != 0 {
+		t.Errorf("Release of a lock never granted = %+v, %v; want not held", res, err)
+	}
+	if left := leftovers(t, nodes, "never"); len(left) > 0 {
+		t.Errorf("left after release: %v", left)
+	}
+	if c := counters(t, nodes, "never"); c[0]+c[1]+c[2] != 0 {
+		t.Errorf("fence counters %v, want none", c)
+	}
+}
+
+func TestHeldLockReportsHolder(t *testing.T) {
+	servers := startNodes(t, 3)
+	b := newBackend(t, servers)
+	holder := request(t, "k", 10*time.Second)
+	mustAcquire(t, b, holder)
+
+	res, err := b.Acquire(t.Context(), request(t, "k", time.Second))
+	if err != nil || res.Acquired {
+		t.Fatalf("Acquire of a held lock = %+v, %v; want not acquired, nil error", res, err)
+	}
+	if res.Holder != holder.Owner || res.HolderTTL <= 9*time.Second || res.HolderTTL > 10*time.Second {
+		t.Errorf("not acquired: holder %q for %v; want %q for about 10s", res.Holder, res.HolderTTL, holder.Owner)
+	}
+}
+
+// Contenders that split the nodes between them all fail; each is told to
+// come back after a short random delay, not after the others' TTL, and each
+// undoes its grants without announcing them.
+func TestSplitVoteRetriesSoonAndQuietly(t *testing.T) {
+	servers := startNodes(t, 3)
+	nodes := admins(t, servers)
+	b := newBackend(t, servers) // default node timeout 50ms
+	holdForeign(t, nodes[0], "k", "alpha")
+	holdForeign(t, nodes[1], "k", "beta")
+	resetStats(t, nodes)
+
+	req := request(t, "k", 10*time.Second)
+	res, err := b.Acquire(t.Context(), req)
+	if err != nil || res.Acquired {
+		t.Fatalf("Acquire on split nodes = %+v, %v; want not acquired", res, err)
+	}
+	if res.HolderTTL <= 0 || res.HolderTTL > redlock.DefaultNodeTimeout {
+		t.Errorf("HolderTTL = %v, want a short delay within the node timeout", res.HolderTTL)
+	}
+	redlock.WaitIdle(b)
+	if f := lockFields(t, nodes, "k")[2]; len(f) > 0 {
+		t.Errorf("node 2 still holds the failed attempt's grant: %v", f)
+	}
+	if n := commandCalls(t, nodes[2])["publish"]; n != 0 {
+		t.Errorf("undoing the failed attempt published %d release(s)", n)
+	}
+}
+
+// With one node dead and the live nodes split between two contenders, an
+// acquire is refused as contention (come back soon), not failed with a
+// QuorumError, which would end a waiting Lock.
+func TestSplitVoteWithDeadNodeIsContention(t *testing.T) {
+	servers := startNodes(t, 3)
+	nodes := admins(t, servers)
+	b := newBackend(t, servers)
+	holdForeign(t, nodes[0], "k", "alpha")
+	servers[2].Kill(t)
+
+	res, err := b.Acquire(t.Context(), request(t, "k", 10*time.Second))
+	if err != nil || res.Acquired {
+		t.Fatalf("Acquire with one node held by another and one dead = %+v, %v; want not acquired, nil error", res, err)
+	}
+	if res.HolderTTL <= 0 || res.HolderTTL > redlock.DefaultNodeTimeout {
+		t.Errorf("HolderTTL = %v, want a short delay within the node timeout", res.HolderTTL)
+	}
+	redlock.WaitIdle(b)
+	if f := lockFields(t, nodes[:2], "k")[1]; len(f) > 0 {
+		t.Errorf("node 1 still holds the failed attempt's grant: %v", f)
+	}
+
+	// With a majority dead it is an outage: a QuorumError.
+	servers[1].Kill(t)
+	_, err = b.Acquire(t.Context(), request(t, "k", 10*time.Second))
+	var qe *redlock.QuorumError
+	if !errors.As(err, &qe) {
+		t.Fatalf("Acquire with two of three nodes dead = %v, want a *QuorumError", err)
+	}
+}
+
+func TestAcquireWithOneNodeDownIsNotDelayed(t *testing.T) {
+	servers := startNodes(t, 3)
+	nodes := admins(t, servers)
+	servers[2].Kill(t)
+	const timeout = time.Second
+	b := newBackend(t, servers, redlock.WithNodeTimeout(timeout))
+	req := request(t, "k", time.Minute)
+
+	start := time.Now()
+	mustAcquire(t, b, req)
+	if took := time.Since(start); took >= timeout {
+		t.Errorf("Acquire with a dead node took %v, as long as the node timeout %v", took, timeout)
+	}
+	for i, f := range lockFields(t, nodes[:2], "k") {
+		if f[req.Token] != "1" {
+			t.Errorf("node %d: lock hash %v, want the grant", i, f)
+		}
+	}
+	if held, err := b.Renew(t.Context(), "k", req.Token, time.Minute); err != nil || !held {
+		t.Errorf("Renew with a dead node = %v, %v; want held", held, err)
+	}
+	if res, err := b.Release(t.Context(), "k", req.Token); err != nil || !res.Held {
+		t.Errorf("Release with a dead node = %+v, %v; want held, nil error", res, err)
+	}
+}
+
+// A node that accepts connections and never answers must not slow down an
+// acquire or a renewal that a quorum of other nodes decides.
+func TestSilentNodeDoesNotDelayDecisions(t *testing.T) {
+	servers := startNodes(t, 2)
+	nodes := admins(t, servers)
+	const timeout = time.Second
+	b := backendOn(t, []redis.UniversalClient{servers[0].Client(t), clientFor(t, silentNode(t), timeout), servers[1].Client(t)},
+		redlock.WithNodeTimeout(timeout))
+	req := request(t, "k", time.Minute)
+
+	start := time.Now()
+	mustAcquire(t, b, req)
+	if took := time.Since(start); took >= timeout {
+		t.Errorf("Acquire with a silent node took %v, as long as the node timeout %v", took, timeout)
+	}
+	start = time.Now()
+	if held, err := b.Renew(t.Context(), "k", req.Token, time.Minute); err != nil || !held {
+		t.Errorf("Renew = %v, %v; want held", held, err)
+	}
+	if took := time.Since(start); took >= timeout {
+		t.Errorf("Renew with a silent node took %v, as long as the node timeout %v", took, timeout)
+	}
+	start = time.Now()
+	if res, err := b.Acquire(t.Context(), request(t, "k", time.Minute)); err != nil || res.Acquired || res.Holder != req.Owner {
+		t.Errorf("Acquire of the held lock = %+v, %v; want refused, naming the holder", res, err)
+	}
+	if took := time.Since(start); took >= timeout {
+		t.Errorf("refused Acquire with a silent node took %v, as long as the node timeout %v", took, timeout)
+	}
+	// Release waits for every node, within its bound, and succeeds on the
+	// quorum that answered.
+	if res, err := b.Release(t.Context(), "k", req.Token); err != nil || !res.Held {
+		t.Errorf("Release = %+v, %v; want held, nil error", res, err)
+	}
+	if left := leftovers(t, nodes, "k"); len(left) > 0 {
+		t.Errorf("left after release: %v", left)
+	}
+}
+
+func TestMajorityDownIsQuorumError(t *testing.T) {
+	servers := startNodes(t, 3)
+	nodes := admins(t, servers)
+	servers[1].Kill(t)
+	servers[2].Kill(t)
+	b := newBackend(t, servers)
+	req := request(t, "k", 10*time.Second)
+
+	_, err := b.Acquire(t.Context(), req)
+	var qe *redlock.QuorumError
+	if !errors.As(err, &qe) {
+		t.Fatalf("Acquire with 2 of 3 nodes down = %v, want a *QuorumError", err)
+	}
+	if qe.Op != "acquire" || qe.Key != "k" || qe.Nodes != 3 || qe.Quorum != 2 || qe.OK != 1 || len(qe.Errs) != 2 {
+		t.Errorf("QuorumError = %+v, want acquire of k, 1 of 3 nodes agreed, 2 failed", qe)
+	}
+	for i, e := range qe.Unwrap() {
+		var ne *redlock.NodeError
+		if !errors.As(e, &ne) || ne.Node != i+1 || ne.Addr != servers[i+1].Addr() || ne.Err == nil {
+			t.Errorf("Errs[%d] = %v, want a *NodeError for node %d at %s", i, e, i+1, servers[i+1].Addr())
+		}
+	}
+	var ne *redlock.NodeError
+	if !errors.As(err, &ne) {
+		t.Errorf("errors.As(err, *NodeError) found nothing in %v", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{`redlock: acquire "k"`, "1 of 3 nodes agreed, quorum is 2", "node 1 (" + servers[1].Addr() + ")", "node 2 (" + servers[2].Addr() + ")"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message %q does not say %q", msg, want)
+		}
+	}
+	redlock.WaitIdle(b)
+	if left := leftovers(t, nodes[:1], "k"); len(left) > 0 {
+		t.Errorf("the failed acquire left %v on the live node", left)
+	}
+
+	if _, err := b.Renew(t.Context(), "k", req.Token, time.Second); !errors.As(err, &qe) || qe.Op != "renew" {
+		t.Errorf("Renew = %v, want a *QuorumError for renew", err)
+	}
+	if _, err := b.Release(t.Context(), "k", req.Token); !errors.As(err, &qe) || qe.Op != "release" || qe.OK != 1 {
+		t.Errorf("Release = %v, want a *QuorumError for release with 1 answer", err)
+	}
+	if _, _, err := b.Inspect(t.Context(), "k"); !errors.As(err, &qe) || qe.Op != "inspect" {
+		t.Errorf("Inspect = %v, want a *QuorumError for inspect", err)
+	}
+}
+
+func TestValidityElapsedGrantsNothing(t *testing.T) {
+	servers := startNodes(t, 3)
+	nodes := admins(t, servers)
+	// A drift allowance longer than the TTL leaves no validity at all.
+	b := newBackend(t, servers, redlock.WithClockDrift(0.5, time.Hour))
+	_, err := b.Acquire(t.Context(), request(t, "k", 10*time.Second))
+	if !errors.Is(err, redlock.ErrValidityElapsed) || !strings.HasPrefix(err.Error(), `redlock: acquire "k"`) {
+		t.Fatalf("Acquire = %v, want ErrValidityElapsed wrapped", err)
+	}
+	redlock.WaitIdle(b)
+	if left := leftovers(t, nodes, "k"); len(left) > 0 {
+		t.Errorf("nothing was granted, but the nodes still hold %v", left)
+	}
+}
+
+func TestCancelledAcquireReturnsAtOnceAndLeavesNothing(t *testing.T) {
+	servers := startNodes(t, 1)
+	nodes := admins(t, servers)
+	// Two silent nodes: the quorum can only be decided by their timeouts.
+	const timeout = 2 * time.Second
+	b := backendOn(t, []redis.UniversalClient{clientFor(t, silentNode(t), timeout), servers[0].Client(t), clientFor(t, silentNode(t), timeout)},
+		redlock.WithNodeTimeout(timeout))
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.Acquire(ctx, request(t, "k", time.Minute))
+		errc <- err
+	}()
+	eventually(t, "the live node has granted", func() bool { return len(leftovers(t, nodes, "k")) == 1 })
+	cancelled := time.Now()
+	cancel()
+	err := <-errc
+	if took := time.Since(cancelled); took >= timeout {
+		t.Errorf("Acquire returned %v after its context was cancelled", took)
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Acquire = %v, want context.Canceled", err)
+	}
+	redlock.WaitIdle(b)
+	if left := leftovers(t, nodes, "k"); len(left) > 0 {
+		t.Errorf("the cancelled acquire left %v", left)
+	}
+}
+
+func TestWithNamespace(t *testing.T) {
+	servers := startNodes(t, 3)
+	nodes := admins(t, servers)
+	b := newBackend(t, servers, redlock.WithNamespace("billing"))
+	req := request(t, "k", time.Minute)
+	mustAcquire(t, b, req)
+	redlock.WaitIdle(b)
+	for i, n := range nodes {
+		if n.Exists(t.Context(), "billing:{k}").Val() != 1 || n.Exists(t.Context(), "dlock:{k}").Val() != 0 {
+			t.Errorf("node %d: the lock is not under the namespace billing", i)
+		}
+	}
+	// A refused attempt undoes its grants in the namespace too.
+	holdForeign(t, nodes[0], "j", "x")
+	nodes[0].Rename(t.Context(), lockKey("j"), "billing:{j}")
+	holdForeign(t, nodes[1], "j", "y")
+	nodes[1].Rename(t.Context(), lockKey("j"), "billing:{j}")
+	if res, err := b.Acquire(t.Context(), request(t, "j", time.Minute)); err != nil || res.Acquired {
+		t.Fatalf("Acquire on split nodes = %+v, %v", res, err)
+	}
+	redlock.WaitIdle(b)
+	if n := nodes[2].Exists(t.Context(), "billing:{j}").Val(); n != 0 {
+		t.Error("the refused attempt's grant on node 2 was not undone")
+	}
+}
+
+func TestPing(t *testing.T) {
+	servers := startNodes(t, 3)
+	b := newBackend(t, servers)
+	if err := b.Ping(t.Context()); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+	servers[2].Kill(t)
+	if err := b.Ping(t.Context()); err != nil {
+		t.Errorf("Ping with one node down: %v", err)
+	}
+	servers[1].Kill(t)
+	err := b.Ping(t.Context())
+	var qe *redlock.QuorumError
+	if !errors.As(err, &qe) || qe.Op != "ping" || qe.OK != 1 || len(qe.Errs) != 2 || !strings.HasPrefix(err.Error(), "redlock: ping: 1 of 3 nodes agreed") {
+		t.Errorf("Ping with two nodes down = %v, want a *QuorumError", err)
+	}
+}

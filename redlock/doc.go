@@ -1,0 +1,84 @@
+// Package redlock is a dlock backend on N independent Redis nodes that
+// grants a lock only when a majority of them grant it: the Redlock
+// algorithm, with fencing tokens that increase across grants, lock-delay and
+// release notifications.
+//
+//	nodes := []redis.UniversalClient{
+//		redis.NewClient(&redis.Options{Addr: "redis-a:6379"}),
+//		redis.NewClient(&redis.Options{Addr: "redis-b:6379"}),
+//		redis.NewClient(&redis.Options{Addr: "redis-c:6379"}),
+//	}
+//	backend, err := redlock.New(nodes)
+//	if err != nil { ... }
+//	client := dlock.New(backend)
+//
+// Each node is used through a redislock.Backend, so every node stores a lock
+// exactly as a single-node redislock does (see that package for the keys);
+// a quorum of Q = N/2+1 nodes must agree on every acquire and renewal.
+//
+// # When to use it
+//
+// One Redis node (redislock) is simpler and faster, and is enough when a
+// lost lock only costs duplicate work. Sentinel adds failover, but
+// replication is asynchronous: a replica promoted after a crash may not have
+// the latest grants, so two holders can meet. Redlock keeps working, and
+// keeps its locks, while a minority of its nodes is down, slow or
+// partitioned away, without failover. Use three or five nodes that fail
+// independently (separate machines, not replicas of each other). For locks
+// whose safety must not depend on time at all, use a consensus store such as
+// etcd, and in every case check fences at the protected resource.
+//
+// # Timeouts and drift
+//
+// Every call goes to all nodes at once, one goroutine per node, each with
+// its own timeout, and Acquire and Renew decide as soon as the quorum is won
+// or lost: a slow or dead minority never delays them. An acquire or renewal
+// gives each node min(node timeout, TTL/10) (WithNodeTimeout; 50ms by
+// default), release and inspection give each node min(4 × node timeout, 1s),
+// at least one node timeout. go-redis bounds a new connection's handshake by
+// the client's ReadTimeout (5s by default) rather than by the call's
+// context: that never delays a decision, but a node that accepts connections
+// and does not answer keeps a goroutine busy that long, so set DialTimeout
+// and ReadTimeout on the nodes' clients to a few node timeouts. For the same
+// reason a client's first call, which also connects, can exceed a short node
+// timeout: Backend.Ping at startup opens the connections.
+//
+// The nodes' clocks decide when a lease expires there. A grant is valid for
+// TTL − elapsed − drift, where elapsed is how long winning the quorum took
+// and drift = TTL × 0.01 + 2ms by default (WithClockDrift) allows for the
+// nodes' clocks running at slightly different rates than the client's.
+// Acquire grants nothing when that is not positive (ErrValidityElapsed); the
+// dlock client ends every lease drift before send time + TTL (Backend.Drift)
+// and then its own safety margin.
+//
+// # Fences
+//
+// Each node keeps a fence counter per lock and draws a new fence with INCR
+// when it grants. The nodes' counters drift apart (a node that was down
+// misses grants), so a grant takes the highest fence F among the Q nodes
+// that won it, and the winning nodes that drew less are given F with
+// RaiseFence, which also raises their counter to at least F; unless Q nodes
+// end up with a counter of at least F, nothing is granted. When the counters
+// agree, as they do while all nodes are up, this costs no second round trip.
+//
+// Why fences increase: after a grant with fence F1, a quorum S1 of nodes has
+// a counter of at least F1. A later grant is won on a quorum W2 of nodes,
+// and any two quorums share a node. On a shared node the later grant's INCR
+// comes after the earlier grant's raise there (the raise needs the earlier
+// grant to hold that node, and the later one can take the node only once
+// that hold is gone), so it draws more than F1, and the later fence, the
+// highest in W2, is more than F1 too. This needs three things: counters never
+// go back (persistence: a node restarted without its data forgets them), a
+// node's hold does not vanish before its TTL (no clock jumps), and a grant
+// is not used after its validity (bounded drift and pauses, which is what the
+// validity check and the client's deadline are for). A re-entry keeps the
+// fence of the grant it joins, and is treated as a new grant when a node's
+// counter shows that another acquire may have come in between (see
+// Backend.Acquire).
+//
+// When the timing assumptions fail (a process paused past its lease, a
+// clock stepped on a node), two holders can hold the lock at once, as with
+// any lease; fences then tell the resource which one is newer, and
+// dlock.WithLockDelay keeps an expired lock out of reach for a while on each
+// node. See docs/REDLOCK.md for the whole argument and its limits.
+package redlock

@@ -1,0 +1,80 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// ErrValidityElapsed is returned (wrapped) by Acquire when a quorum of nodes
+// granted the lock but the grant took so long that nothing of its validity
+// was left: TTL − elapsed − drift ≤ 0. Nothing is granted: the grants are
+// released on every node. The client may simply try again.
+var ErrValidityElapsed = errors.New("redlock: validity elapsed before the quorum was won")
+
+// QuorumError reports that an operation could not reach a quorum of nodes
+// because some of them failed or did not answer in time. Nodes that answered
+// "held by another" or "not held" are not failures: those answers lead to a
+// normal result with a nil error.
+type QuorumError struct {
+	Op     string // "acquire", "renew", "release", "subscribe", "inspect", "list", "force release", "ping"
+	Key    string // the lock's key, the prefix for "list", "" for "ping"
+	Nodes  int    // how many nodes the Backend has
+	Quorum int    // how many had to agree
+	OK     int    // how many did
+	// Errs has one *NodeError for each node that failed, in node order.
+	Errs []error
+}
+
+// Error says which operation on which key failed, how many nodes agreed
+// against the quorum, and what went wrong on each failed node.
+func (e *QuorumError) Error() string {
+	var b strings.Builder
+	if e.Op == "ping" {
+		fmt.Fprintf(&b, "redlock: ping")
+	} else {
+		fmt.Fprintf(&b, "redlock: %s %q", e.Op, e.Key)
+	}
+	fmt.Fprintf(&b, ": %d of %d nodes agreed, quorum is %d", e.OK, e.Nodes, e.Quorum)
+	for i, err := range e.Errs {
+		if i == 0 {
+			b.WriteString(": ")
+		} else {
+			b.WriteString("; ")
+		}
+		b.WriteString(err.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the node errors, so that errors.Is and errors.As look into
+// each of them (for example errors.Is(err, context.DeadlineExceeded)).
+func (e *QuorumError) Unwrap() []error { return e.Errs }
+
+// NodeError is the failure of one node in a QuorumError.
+type NodeError struct {
+	Node int    // the node's index in the slice given to New
+	Addr string // the node's address from its client's options, or ""
+	Err  error  // what went wrong
+}
+
+// Error names the node and its error.
+func (e *NodeError) Error() string {
+	if e.Addr == "" {
+		return fmt.Sprintf("node %d: %v", e.Node, e.Err)
+	}
+	return fmt.Sprintf("node %d (%s): %v", e.Node, e.Addr, e.Err)
+}
+
+// Unwrap returns the node's error.
+func (e *NodeError) Unwrap() error { return e.Err }
+
+// errNotRaised is a node's error when RaiseFence found the grant gone.
+var errNotRaised = errors.New("grant gone before its fence could be raised")
+
+// noAnswer is the error of a node that did not answer within d.
+func noAnswer(d time.Duration) error {
+	return fmt.Errorf("no answer within %v: %w", d, context.DeadlineExceeded)
+}

@@ -1,0 +1,42 @@
+package redlock
+
+import "context"
+
+// Ping sends PING to every node at once and waits for all of them, each
+// bounded by min(4 × node timeout, 1s) but at least one node timeout. Beyond
+// checking the nodes, it leaves a connection open in each node's pool: the
+// first call on a go-redis client includes connecting (dial, handshake,
+// TLS), which can take longer than an acquire's per-node timeout, so a
+// process that pings its nodes at startup does not pay for it on its first
+// lock. The error is a *QuorumError (Op "ping") when fewer than a quorum of
+// nodes answered, listing those that did not.
+func (b *Backend) Ping(ctx context.Context) error {
+	timeout := b.slowTimeout()
+	g := newGather(b, fanOut(b, ctx, timeout, func(ctx context.Context, n *node) (struct{}, error) {
+		return struct{}{}, n.rdb.Ping(ctx).Err()
+	}), timeout)
+	defer g.stop()
+	var errs []*NodeError
+	answered := 0
+	for range b.nodes {
+		ans, ok, err := g.next(ctx)
+		if !ok {
+			for _, ne := range g.unanswered(b) {
+				if err != nil {
+					ne.Err = err
+				}
+				errs = append(errs, ne)
+			}
+			break
+		}
+		if ans.err != nil {
+			errs = append(errs, ans.node.nodeError(ans.err))
+			continue
+		}
+		answered++
+	}
+	if answered < b.Quorum() {
+		return b.quorumError("ping", "", answered, errs)
+	}
+	return nil
+}

@@ -1,0 +1,96 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// Release drops one hold of token on key on every node at once. Once a
+// quorum of nodes has answered it waits for the others only as long again
+// as the quorum took, so that a slow node slows a release no more than an
+// acquire; the late nodes' releases go on in the background. On each node it first waits for this token's earlier
+// calls on key there (an acquire attempt that is still out on a slow node,
+// and the clean-up that follows it), so that a late grant cannot land after
+// the release; the wait and the release are each bounded by min(4 × node
+// timeout, 1s), but at least one node timeout.
+//
+// Held is true when any node that answered held the lock for token, and
+// Remaining is the highest hold count left on such a node, so that a client
+// draining its holds goes on until the nodes are clear. The error is a *QuorumError (Op
+// "release") only when fewer than a quorum of nodes answered at all; the
+// nodes that did answer have released by then.
+func (b *Backend) Release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
+	start := time.Now()
+	timeout := b.slowTimeout()
+	ch := make(chan answer[driver.ReleaseResult], len(b.nodes))
+	for _, n := range b.nodes {
+		ahead, done := b.enqueue(key, token, n.index)
+		b.goBackground(func() {
+			// Not cut short by ctx: a release the caller stopped waiting
+			// for still goes out, bounded by timeout.
+			res, err := b.releaseNode(context.WithoutCancel(ctx), n, key, token, ahead, done, timeout)
+			ch <- answer[driver.ReleaseResult]{node: n, val: res, err: err}
+		})
+	}
+	g := newGather(b, ch, 2*timeout)
+	defer g.stop()
+	var res driver.ReleaseResult
+	var errs []*NodeError
+	answered := 0
+	for range b.nodes {
+		ans, ok, err := g.next(ctx)
+		if !ok {
+			for _, ne := range g.unanswered(b) {
+				if err != nil {
+					ne.Err = err
+				}
+				errs = append(errs, ne)
+			}
+			break
+		}
+		if ans.err != nil {
+			errs = append(errs, ans.node.nodeError(ans.err))
+			continue
+		}
+		answered++
+		if ans.val.Held {
+			res.Held = true
+			res.Remaining = max(res.Remaining, ans.val.Remaining)
+		}
+		if answered == b.Quorum() {
+			// Give the other nodes as long again as the quorum took (and a
+			// millisecond): on healthy nodes every release is then in
+			// before the caller goes on (an immediate re-acquire finds every
+			// node free), while a slow or dead node costs little.
+			g.shorten(time.Since(start) + time.Millisecond)
+		}
+	}
+	if answered < b.Quorum() {
+		return driver.ReleaseResult{}, b.quorumError("release", key, answered, errs)
+	}
+	return res, nil
+}
+
+// releaseNode is Release on node n, queued behind ahead.
+func (b *Backend) releaseNode(ctx context.Context, n *node, key, token string, ahead <-chan struct{}, done func(), timeout time.Duration) (driver.ReleaseResult, error) {
+	if ahead != nil {
+		wait := time.NewTimer(timeout)
+		defer wait.Stop()
+		select {
+		case <-ahead:
+		case <-ctx.Done():
+			b.goBackground(func() { <-ahead; done() }) // keep the queue's order
+			return driver.ReleaseResult{}, ctx.Err()
+		case <-wait.C:
+			b.goBackground(func() { <-ahead; done() })
+			return driver.ReleaseResult{}, fmt.Errorf("an earlier call of this owner on this node has not returned after %v", timeout)
+		}
+	}
+	defer done()
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return n.b.Release(rctx, key, token)
+}

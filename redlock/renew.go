@@ -1,0 +1,136 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// Renew extends the lease of token on key to ttl on every node at once, each
+// bounded by min(node timeout, ttl/10). It reports true as soon as a quorum
+// of nodes renewed; false, with a nil error, when nodes that no longer hold
+// the lease for token make a quorum impossible; otherwise a *QuorumError
+// (Op "renew") listing the nodes that failed, or ctx's error wrapped.
+func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	timeout := b.callTimeout(ttl)
+	ch := fanOut(b, ctx, timeout, func(ctx context.Context, n *node) (bool, error) {
+		return n.b.Renew(ctx, key, token, ttl)
+	})
+	g := newGather(b, ch, timeout)
+	defer g.stop()
+	t := tally{n: len(b.nodes), q: b.Quorum()}
+	var errs []*NodeError
+	for t.verdict() == undecided {
+		ans, ok, err := g.next(ctx)
+		if !ok {
+			if err != nil {
+				return false, fmt.Errorf("redlock: renew %q: %w", key, err)
+			}
+			missing := g.unanswered(b)
+			errs = append(errs, missing...)
+			t.fail += len(missing)
+			break
+		}
+		switch {
+		case ans.err != nil:
+			t.fail++
+			errs = append(errs, ans.node.nodeError(ans.err))
+		case ans.val:
+			t.yes++
+		default:
+			t.no++
+		}
+	}
+	switch t.verdict() {
+	case won:
+		return true, nil
+	case refused:
+		return false, nil
+	}
+	return false, b.quorumError("renew", key, t.yes, errs)
+}
+
+// RenewBatch renews every lease of reqs with one pipeline per node (see
+// redislock.Backend.RenewBatch), all nodes at once, each bounded by
+// min(node timeout, shortest TTL/10). Each request is decided by its own
+// quorum, as in Renew; the call returns once every request is decided. The
+// result has one entry per request, in order.
+func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []driver.RenewResult {
+	if len(reqs) == 0 {
+		return nil
+	}
+	shortest := reqs[0].TTL
+	for _, r := range reqs[1:] {
+		shortest = min(shortest, r.TTL)
+	}
+	timeout := b.callTimeout(shortest)
+	ch := fanOut(b, ctx, timeout, func(ctx context.Context, n *node) ([]driver.RenewResult, error) {
+		return n.b.RenewBatch(ctx, reqs), nil
+	})
+	g := newGather(b, ch, timeout)
+	defer g.stop()
+
+	tallies := make([]tally, len(reqs))
+	errs := make([][]*NodeError, len(reqs))
+	for i := range tallies {
+		tallies[i] = tally{n: len(b.nodes), q: b.Quorum()}
+	}
+	results := make([]driver.RenewResult, len(reqs))
+	open := len(reqs)
+	for open > 0 {
+		ans, ok, err := g.next(ctx)
+		if !ok {
+			missing := g.unanswered(b)
+			for i := range reqs {
+				if tallies[i].verdict() != undecided {
+					continue
+				}
+				if err != nil {
+					results[i].Err = fmt.Errorf("redlock: renew %q: %w", reqs[i].Key, err)
+					tallies[i].fail = tallies[i].n // decided: failed
+					continue
+				}
+				errs[i] = append(errs[i], missing...)
+				tallies[i].fail += len(missing)
+			}
+			break
+		}
+		open = 0
+		for i := range reqs {
+			t := &tallies[i]
+			if t.verdict() != undecided {
+				continue
+			}
+			switch {
+			case i >= len(ans.val):
+				t.fail++
+				errs[i] = append(errs[i], ans.node.nodeError(fmt.Errorf("redlock: renew %q: too few results", reqs[i].Key)))
+			case ans.val[i].Err != nil:
+				t.fail++
+				errs[i] = append(errs[i], ans.node.nodeError(ans.val[i].Err))
+			case ans.val[i].Held:
+				t.yes++
+			default:
+				t.no++
+			}
+			if t.verdict() == undecided {
+				open++
+			}
+		}
+	}
+	for i := range reqs {
+		if results[i].Err != nil {
+			continue
+		}
+		switch tallies[i].verdict() {
+		case won:
+			results[i].Held = true
+		case refused:
+		default:
+			results[i].Err = b.quorumError("renew", reqs[i].Key, tallies[i].yes, errs[i])
+		}
+	}
+	return results
+}
