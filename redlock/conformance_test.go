@@ -59,7 +59,14 @@ func TestConformance(t *testing.T) {
 					t.Fatalf("lock %q deleted on %d nodes, want at least a quorum (2)", key, deleted)
 				}
 			},
+			// Leftovers first lets releases that returned once a quorum had
+			// answered finish on the other nodes.
 			Leftovers: func(t *testing.T, key string) []string {
+				mu.Lock()
+				for _, b := range backends {
+					redlock.WaitIdle(b)
+				}
+				mu.Unlock()
 				var left []string
 				for i, admin := range admins {
 					keys, err := admin.Keys(t.Context(), "dlock:{"+key+"}*").Result()

@@ -11,10 +11,14 @@ package redlockfaults_test
 // the two halves of the cycle. The -slow variants delay every answer of one
 // node by 50ms (as long as the default node timeout, so that node misses
 // every deadline) or 30ms (within it): an acquire is decided at quorum and
-// should not notice, but a release waits for every node.
+// should not notice, and a release waits for the late nodes only as long as
+// the quorum took. raw-quorum-N is the floor of any quorum lock here: SET NX
+// PX and compare-and-delete on N nodes at once, each half done at quorum.
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -47,6 +51,16 @@ func BenchmarkCycle(b *testing.B) {
 		}
 		benchCycle(b, backend)
 	})
+	for _, n := range []int{1, 5} {
+		b.Run(fmt.Sprintf("raw-quorum-%d", n), func(b *testing.B) {
+			ns := startNodes(b, n)
+			clients := make([]*redis.Client, n)
+			for i := range clients {
+				clients[i] = ns.client(b, i)
+			}
+			benchRawQuorum(b, clients)
+		})
+	}
 	for _, v := range []struct {
 		name  string
 		nodes int
@@ -106,4 +120,49 @@ func benchCycle(b *testing.B, backend driver.Backend) {
 	b.StopTimer()
 	b.ReportMetric(float64(lock.Nanoseconds())/float64(n), "lock-ns/op")
 	b.ReportMetric(float64(unlock.Nanoseconds())/float64(n), "unlock-ns/op")
+}
+
+// rawRelease is the compare-and-delete every hand-written Redis lock uses.
+var rawRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+
+// benchRawQuorum is the floor of any quorum lock on this machine: SET NX PX
+// on every node at once, go on when a quorum said yes, then
+// compare-and-delete on every node at once and go on when a quorum is done.
+// No fences, no notifications, no renewal, no clean-up of a lost attempt.
+func benchRawQuorum(b *testing.B, clients []*redis.Client) {
+	ctx := context.Background()
+	q := len(clients)/2 + 1
+	quorum := func(op func(c *redis.Client) bool) bool {
+		ok := make(chan bool, len(clients))
+		for _, c := range clients {
+			go func() { ok <- op(c) }()
+		}
+		yes, no := 0, 0
+		for yes < q && no <= len(clients)-q {
+			if <-ok {
+				yes++
+			} else {
+				no++
+			}
+		}
+		return yes >= q
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		// A key per cycle: the late nodes of the last cycle may still be
+		// releasing theirs.
+		key := "raw/" + strconv.Itoa(i)
+		i++
+		if !quorum(func(c *redis.Client) bool {
+			ok, err := c.SetNX(ctx, key, "token", 10*time.Second).Result()
+			return err == nil && ok
+		}) {
+			b.Fatal("raw SET NX lost the quorum")
+		}
+		quorum(func(c *redis.Client) bool {
+			return rawRelease.Run(ctx, c, []string{key}, "token").Err() == nil
+		})
+	}
 }
