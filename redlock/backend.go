@@ -294,6 +294,36 @@ func (g *gather[T]) unanswered(b *Backend) []*NodeError {
 
 func (g *gather[T]) stop() { g.timer.Stop() }
 
+// collect reads answers until every node has answered, ctx ends or the
+// backstop passes. It calls ok, when not nil, with each successful answer
+// and the number of successes so far, and returns that number and a
+// NodeError for each node that failed or did not answer.
+func (g *gather[T]) collect(ctx context.Context, b *Backend, ok func(a answer[T], answered int)) (int, []*NodeError) {
+	var errs []*NodeError
+	answered := 0
+	for range b.nodes {
+		ans, more, err := g.next(ctx)
+		if !more {
+			for _, ne := range g.unanswered(b) {
+				if err != nil {
+					ne.Err = err
+				}
+				errs = append(errs, ne)
+			}
+			break
+		}
+		if ans.err != nil {
+			errs = append(errs, ans.node.nodeError(ans.err))
+			continue
+		}
+		answered++
+		if ok != nil {
+			ok(ans, answered)
+		}
+	}
+	return answered, errs
+}
+
 // shorten makes next give up d from now, if that is sooner than before.
 func (g *gather[T]) shorten(d time.Duration) {
 	if d < time.Until(g.deadline) {

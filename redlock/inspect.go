@@ -67,28 +67,11 @@ func (b *Backend) lookupAll(ctx context.Context, op, key string, call func(ctx c
 	g := newGather(b, fanOut(b, ctx, timeout, call), timeout)
 	defer g.stop()
 	var found []driver.LockInfo
-	var errs []*NodeError
-	answered := 0
-	for range b.nodes {
-		ans, ok, err := g.next(ctx)
-		if !ok {
-			for _, ne := range g.unanswered(b) {
-				if err != nil {
-					ne.Err = err
-				}
-				errs = append(errs, ne)
-			}
-			break
-		}
-		if ans.err != nil {
-			errs = append(errs, ans.node.nodeError(ans.err))
-			continue
-		}
-		answered++
+	answered, errs := g.collect(ctx, b, func(ans answer[lookup], answered int) {
 		if ans.val.held {
 			found = append(found, ans.val.info)
 		}
-	}
+	})
 	if answered < b.Quorum() {
 		return nil, b.quorumError(op, key, answered, errs)
 	}
@@ -107,28 +90,11 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.LockInfo, e
 	}), timeout)
 	defer g.stop()
 	byKey := make(map[string][]driver.LockInfo)
-	var errs []*NodeError
-	answered := 0
-	for range b.nodes {
-		ans, ok, err := g.next(ctx)
-		if !ok {
-			for _, ne := range g.unanswered(b) {
-				if err != nil {
-					ne.Err = err
-				}
-				errs = append(errs, ne)
-			}
-			break
-		}
-		if ans.err != nil {
-			errs = append(errs, ans.node.nodeError(ans.err))
-			continue
-		}
-		answered++
+	answered, errs := g.collect(ctx, b, func(ans answer[[]driver.LockInfo], answered int) {
 		for _, info := range ans.val {
 			byKey[info.Key] = append(byKey[info.Key], info)
 		}
-	}
+	})
 	if answered < b.Quorum() {
 		return nil, b.quorumError("list", prefix, answered, errs)
 	}

@@ -16,25 +16,7 @@ func (b *Backend) Ping(ctx context.Context) error {
 		return struct{}{}, n.rdb.Ping(ctx).Err()
 	}), timeout)
 	defer g.stop()
-	var errs []*NodeError
-	answered := 0
-	for range b.nodes {
-		ans, ok, err := g.next(ctx)
-		if !ok {
-			for _, ne := range g.unanswered(b) {
-				if err != nil {
-					ne.Err = err
-				}
-				errs = append(errs, ne)
-			}
-			break
-		}
-		if ans.err != nil {
-			errs = append(errs, ans.node.nodeError(ans.err))
-			continue
-		}
-		answered++
-	}
+	answered, errs := g.collect(ctx, b, nil)
 	if answered < b.Quorum() {
 		return b.quorumError("ping", "", answered, errs)
 	}

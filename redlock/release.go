@@ -38,24 +38,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) (driver.Releas
 	g := newGather(b, ch, 2*timeout)
 	defer g.stop()
 	var res driver.ReleaseResult
-	var errs []*NodeError
-	answered := 0
-	for range b.nodes {
-		ans, ok, err := g.next(ctx)
-		if !ok {
-			for _, ne := range g.unanswered(b) {
-				if err != nil {
-					ne.Err = err
-				}
-				errs = append(errs, ne)
-			}
-			break
-		}
-		if ans.err != nil {
-			errs = append(errs, ans.node.nodeError(ans.err))
-			continue
-		}
-		answered++
+	answered, errs := g.collect(ctx, b, func(ans answer[driver.ReleaseResult], answered int) {
 		if ans.val.Held {
 			res.Held = true
 			res.Remaining = max(res.Remaining, ans.val.Remaining)
@@ -67,7 +50,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) (driver.Releas
 			// free), while a slow or dead node costs little.
 			g.shorten(time.Since(start) + 200*time.Microsecond)
 		}
-	}
+	})
 	if answered < b.Quorum() {
 		return driver.ReleaseResult{}, b.quorumError("release", key, answered, errs)
 	}
