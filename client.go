@@ -53,6 +53,9 @@ func New(backend driver.Backend, opts ...Option) *Client {
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
+	if d, ok := backend.(driver.Drifter); ok {
+		c.drift = d.Drift
+	}
 	switch {
 	case backend == nil:
 		c.err = invalid("backend: nil")
@@ -66,9 +69,6 @@ func New(backend driver.Backend, opts ...Option) *Client {
 		}
 	}
 	c.batcher, _ = backend.(driver.BatchRenewer)
-	if d, ok := backend.(driver.Drifter); ok {
-		c.drift = d.Drift
-	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.renewer = newRenewer(c)
 	c.hub = newWaitHub(c)
@@ -77,6 +77,11 @@ func New(backend driver.Backend, opts ...Option) *Client {
 
 // checkBackend checks the options the backend must support.
 func (c *Client) checkBackend(o *options) error {
+	if c.drift != nil {
+		if d := c.drift(o.ttl); o.ttl-d-o.safetyMargin() <= 0 {
+			return invalid("ttl: %v leaves nothing after the backend's drift allowance (%v) and the safety margin (%v)", o.ttl, d, o.safetyMargin())
+		}
+	}
 	if o.lockDelay > 0 {
 		if ld, ok := c.backend.(driver.LockDelayer); !ok || !ld.SupportsLockDelay() {
 			return invalid("lock delay: not supported by the backend (%T)", c.backend)

@@ -167,3 +167,24 @@ func TestLockDelayOptionChecked(t *testing.T) {
 		t.Errorf("lock delay on a backend without it: %v, want ErrInvalid naming the option", err)
 	}
 }
+
+// TestOptionsCheckedAgainstBackend checks the options refused because of
+// what the backend keeps: reserved owner IDs, and a TTL that the drift
+// allowance and the safety margin use up.
+func TestOptionsCheckedAgainstBackend(t *testing.T) {
+	c := dlock.New(drifting{memlock.New(), 900 * time.Millisecond})
+	defer c.Close()
+	if _, err := c.Mutex("x", dlock.WithTTL(time.Second)).TryLock(t.Context()); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "drift") {
+		t.Errorf("TTL 1s with a 900ms drift and a 100ms margin: %v, want ErrInvalid naming the drift", err)
+	}
+	l, err := c.Mutex("x", dlock.WithTTL(2*time.Second)).TryLock(t.Context())
+	if err != nil {
+		t.Fatalf("TTL 2s with a 900ms drift: %v", err)
+	}
+	_ = l.Unlock(t.Context())
+	for _, id := range []string{"owner", "fence", "at", "exp", "delay"} {
+		if _, err := c.Mutex("x", dlock.WithOwnerID(id), dlock.WithTTL(2*time.Second)).TryLock(t.Context()); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("WithOwnerID(%q): %v, want ErrInvalid", id, err)
+		}
+	}
+}

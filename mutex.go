@@ -150,6 +150,7 @@ func (m *Mutex) try(ctx context.Context, token string) (*Lease, driver.AcquireRe
 	sent := time.Now()
 	if joined != nil {
 		req.Owner = joined.owner
+		req.Joining = joined.fence
 		// Re-entry is one round trip that never waits. Its outcome must be
 		// known, or the hold count could be left wrong, so it is not cut
 		// short by ctx, only bounded by the TTL.

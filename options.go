@@ -3,6 +3,7 @@ package dlock
 import (
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -81,8 +82,9 @@ func WithRetry(s RetryStrategy) Option { return optionFunc(func(o *options) { o.
 // WithOwnerID sets the owner token instead of a random one, so that several
 // handles or processes that use the same ID count as one owner (for reentrancy)
 // and can release each other's holds. Keep IDs secret and unique per owner:
-// anyone who knows one can release the lock. At most MaxOwnerIDLength bytes.
-// The default is a random 128-bit token per handle (reentrant) or per Lock
+// anyone who knows one can release the lock. At most MaxOwnerIDLength bytes;
+// the names a store keeps beside the owner tokens ("owner", "fence", "at",
+// "exp", "delay") are refused. The default is a random 128-bit token per handle (reentrant) or per Lock
 // call (not reentrant).
 func WithOwnerID(id string) Option { return optionFunc(func(o *options) { o.ownerID = id }) }
 
@@ -191,9 +193,16 @@ func (o *options) validate(name string) error {
 		if err := validateName("owner ID", o.ownerID); err != nil {
 			return err
 		}
+		if slices.Contains(reservedOwnerIDs, o.ownerID) {
+			return invalid("owner ID: %q is reserved", o.ownerID)
+		}
 	}
 	return nil
 }
+
+// reservedOwnerIDs are the field names that Redis stores keep in a lock's
+// hash next to the owner tokens.
+var reservedOwnerIDs = []string{"owner", "fence", "at", "exp", "delay"}
 
 // CheckName reports whether name is a valid lock name (see MaxNameLength),
 // with the same ErrInvalid error Lock would return, so that programs can

@@ -20,8 +20,8 @@ func newToken() string {
 // "host|pid 4242|2026-11-21T10:00:03Z", then "|metadata" when there is some.
 func ownerString(at time.Time, metadata string) string {
 	var b strings.Builder
-	b.Grow(len(driver.ProcessIdentity) + 22 + len(metadata))
-	b.WriteString(driver.ProcessIdentity)
+	b.Grow(len(driver.ProcessIdentity()) + 22 + len(metadata))
+	b.WriteString(driver.ProcessIdentity())
 	b.WriteByte('|')
 	b.WriteString(at.UTC().Format(time.RFC3339))
 	if metadata != "" {

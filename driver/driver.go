@@ -24,11 +24,13 @@ import (
 	"time"
 )
 
-// ProcessIdentity is "host|pid N" for this process. The dlock client starts
-// every owner description (AcquireRequest.Owner) with it and a '|', so a
-// backend can tell owners of this process from others (redlock does, to
-// spot nodes split between contenders of one process).
-var ProcessIdentity = func() string {
+// ProcessIdentity returns "host|pid N" for this process. The dlock client
+// starts every owner description (AcquireRequest.Owner) with it and a '|',
+// so a backend can tell owners of this process from others (redlock does,
+// to spot nodes split between contenders of one process).
+func ProcessIdentity() string { return processIdentity }
+
+var processIdentity = func() string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
 		host = "unknown-host"
@@ -76,6 +78,11 @@ type AcquireRequest struct {
 	// backends that implement LockDelayer honour it; the client refuses the
 	// option for the others.
 	LockDelay time.Duration
+	// Joining is the fence of the grant the client already holds with Token
+	// when it re-enters (Reentrant, and the client holds the lock), or 0.
+	// A backend that must tell a re-entry from a stray hold of an earlier
+	// attempt (Redlock) compares the fences; others may ignore it.
+	Joining uint64
 }
 
 // AcquireResult is the output of Backend.Acquire.

@@ -9,8 +9,10 @@
 // For a lock key K in namespace NS (WithNamespace, "dlock" by default):
 //
 //	NS:{K}        a hash: owner token → hold count, "owner" → the holder's
-//	              description, "fence" → the fence of the current grant.
-//	              It carries the lease's TTL and is deleted on release.
+//	              description, "fence" → the fence of the current grant,
+//	              "at" → when it was granted; with a lock-delay also "exp"
+//	              (when the lease expires) and "delay". It carries the
+//	              lease's TTL (plus the delay) and is deleted on release.
 //	NS:{K}:fence  the fence counter (INCR). It never expires.
 //	NS:{K}:rel    the pub/sub channel on which a release is announced.
 //
@@ -48,7 +50,9 @@
 // see Backend.Listen. On one node and Sentinel, release publishes with
 // PUBLISH; on a Cluster it uses sharded pub/sub (SPUBLISH, heard with
 // SSUBSCRIBE on the primary of the lock's slot, one connection per primary),
-// so a release is not broadcast to every node.
+// so a release is not broadcast to every node. Sharded pub/sub needs Redis
+// 7.0 or later; so does a ClusterClient of any kind here, including one made
+// by NewFailoverClusterClient.
 //
 // WithLockDelay of package dlock is kept in the lock's hash: an expired lease
 // keeps the key, and others out, for the delay.

@@ -5,7 +5,9 @@ import "strings"
 // The key layout, in one place. For a lock key K and namespace NS:
 //
 //	NS:{K}        hash: token → hold count, "owner", "fence", "at"
-//	              (acquired, ms, by the server's clock); carries the TTL
+//	              (acquired, ms, by the server's clock), and with a
+//	              lock-delay "exp" (lease expiry, ms) and "delay" (ms);
+//	              carries the TTL (plus the delay)
 //	NS:{K}:fence  the fence counter; never expires, survives release
 //	NS:{K}:rel    release channel (a channel name, not a key)
 //

@@ -49,13 +49,10 @@ import (
 // the background.
 //
 // Re-entry: a node that answers with a hold count above one re-entered the
-// grant the token holds there. When the winning nodes include re-entries
-// that all carry one fence F, and no node that granted afresh drew a fence
-// above F+1, the result is a re-entry of that grant: its fence is F, nodes
-// that granted afresh get F too, and Holds is the count the winning nodes
-// agree on (0 when they differ). Otherwise the result is a new grant with the
-// highest fence, as above, and the client treats it as such. See the package
-// documentation for why this keeps fences increasing.
+// grant the token holds there. The result is a re-entry only when the client
+// re-enters a grant (req.Joining, its fence) and at least a quorum of the
+// winning nodes re-entered that grant with one hold count; when fewer agree
+// the attempt is undone and fails. See chooseFence.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
 	if err := ctx.Err(); err != nil {
 		return driver.AcquireResult{}, fmt.Errorf("redlock: acquire %q: %w", req.Key, err)
@@ -208,16 +205,17 @@ func (a *attempt) decide(ctx context.Context, start time.Time) (driver.AcquireRe
 	defer g.stop()
 	var wins, busy []answer[driver.AcquireResult]
 	var errs []*NodeError
-	for t.verdict() == undecided {
+	// more reads the next answer; false when there is none to wait for.
+	more := func() (bool, error) {
 		ans, ok, err := g.next(ctx)
 		if !ok {
 			if err != nil {
-				return driver.AcquireResult{}, fmt.Errorf("redlock: acquire %q: %w", key, err)
+				return false, fmt.Errorf("redlock: acquire %q: %w", key, err)
 			}
 			missing := g.unanswered(b)
 			errs = append(errs, missing...)
 			t.fail += len(missing)
-			break
+			return false, nil
 		}
 		switch {
 		case ans.err != nil:
@@ -229,6 +227,23 @@ func (a *attempt) decide(ctx context.Context, start time.Time) (driver.AcquireRe
 		default:
 			t.no++
 			busy = append(busy, ans)
+		}
+		return true, nil
+	}
+	for t.verdict() == undecided {
+		if ok, err := more(); err != nil {
+			return driver.AcquireResult{}, err
+		} else if !ok {
+			break
+		}
+	}
+	// A re-entry won on nodes that disagree may still become a clean one
+	// with the answers to come: wait for them while they can make it so.
+	for t.verdict() == won && reentryOpen(wins, a.req.Joining, t.q, t.pending()) {
+		if ok, err := more(); err != nil {
+			return driver.AcquireResult{}, err
+		} else if !ok {
+			break
 		}
 	}
 	switch t.verdict() {
@@ -249,7 +264,10 @@ func (a *attempt) decide(ctx context.Context, start time.Time) (driver.AcquireRe
 		return driver.AcquireResult{}, b.quorumError("acquire", key, t.yes, errs)
 	}
 
-	fence, reentry, holds := chooseFence(wins)
+	fence, reentry, holds, err := chooseFence(wins, a.req.Joining, b.Quorum())
+	if err != nil {
+		return driver.AcquireResult{}, fmt.Errorf("redlock: acquire %q: %w", key, err)
+	}
 	a.fence, a.reentry = fence, reentry
 	carry, raiseErrs, err := a.raise(ctx, wins)
 	if err != nil {
@@ -325,52 +343,75 @@ func (a *attempt) raise(ctx context.Context, wins []answer[driver.AcquireResult]
 
 // chooseFence picks the fence of a won quorum and says whether the result
 // is a re-entry; holds is the hold count the winning nodes agree on, or 0.
+// join is the fence of the grant the client re-enters (0: none).
 //
-// A fresh grant takes the highest fence of the quorum. A re-entry keeps the
-// fence F that the re-entered nodes carry, so that the client sees the grant
-// it holds, but only when every node that granted afresh drew at most F+1:
-// a higher fence there means the node's counter moved past F since the
-// grant was made, that is, another acquire, possibly a successful grant of
-// someone else, happened in between, and answering F would hand out a fence
-// lower than one already granted. Such a result is a fresh grant instead.
-func chooseFence(wins []answer[driver.AcquireResult]) (fence uint64, reentry bool, holds int) {
+// A re-entry is one only when at least q winning nodes re-entered (a hold
+// count above one) the grant with fence join and agree on the hold count.
+// Then the grant is still held by a quorum, so nobody can have been granted
+// the lock since, and its fence stays join; a non-last Unlock leaves those q
+// nodes holding. When the client re-enters but fewer than q nodes agree
+// (some node's earlier outcome was unknown, or the grant expired on some
+// nodes), the attempt fails with an error and is undone: the client keeps
+// its leases, marks their hold count uncertain and drains it at the last
+// Unlock. Otherwise the result is a fresh grant with the highest fence of
+// the quorum, whatever holds a node reports: a hold the client does not know
+// of is a stray of an earlier attempt whose outcome was unknown, and taking
+// its fence could repeat one already granted.
+func chooseFence(wins []answer[driver.AcquireResult], join uint64, q int) (fence uint64, reentry bool, holds int, err error) {
 	holds = wins[0].val.Holds
-	var reFence uint64
-	reentered, same := 0, true
+	byHolds := make(map[int]int)
+	reentered := 0
 	for _, w := range wins {
 		if w.val.Holds != holds {
 			holds = 0
 		}
 		fence = max(fence, w.val.Fence)
-		if w.val.Holds > 1 {
-			if reentered > 0 && w.val.Fence != reFence {
-				same = false
-			}
-			reFence = w.val.Fence
+		if join != 0 && w.val.Holds > 1 && w.val.Fence == join {
+			byHolds[w.val.Holds]++
 			reentered++
 		}
 	}
-	if reentered == 0 || !same {
-		return fence, false, holds
-	}
-	for _, w := range wins {
-		if w.val.Holds <= 1 && w.val.Fence > reFence+1 {
-			return fence, false, holds
+	for h, n := range byHolds {
+		if n >= q {
+			return join, true, h, nil
 		}
 	}
-	return reFence, true, holds
+	if reentered > 0 {
+		return 0, false, 0, fmt.Errorf("re-entry of the grant with fence %d confirmed alike by fewer than a quorum (%d) of nodes", join, q)
+	}
+	return fence, false, holds, nil
+}
+
+// reentryOpen reports whether a won quorum for a re-entry of the grant with
+// fence join has not yet shown a quorum of nodes re-entering it alike, while
+// the pending answers still could.
+func reentryOpen(wins []answer[driver.AcquireResult], join uint64, q, pending int) bool {
+	if join == 0 || pending == 0 {
+		return false
+	}
+	byHolds := make(map[int]int)
+	best := 0
+	for _, w := range wins {
+		if w.val.Holds > 1 && w.val.Fence == join {
+			byHolds[w.val.Holds]++
+			best = max(best, byHolds[w.val.Holds])
+		}
+	}
+	return best < q && best+pending >= q
 }
 
 // busyResult is the answer when nodes held by others make a quorum
 // impossible. Holder is the owner most of those nodes reported.
 //
-// HolderTTL estimates when a quorum could be free. When one owner holds
-// enough nodes to block a quorum on its own, it is the time at which, at the
+// HolderTTL estimates when a quorum could be free. When one owner holds a
+// quorum of nodes, it is the time at which, at the
 // earliest, enough of the busy nodes will have let go, assuming the nodes
 // that did not report a holder are free: of the b busy nodes, the
 // (b−N+Q)-th shortest remaining TTL. When no single owner does, the nodes
 // are split between contenders, all of which fail and undo their grants at
-// once; then it is a random time between a fifth of and one node timeout,
+// once (an owner with fewer than a quorum of nodes is one of them, even when
+// it blocks ours); then it is a random time between a fifth of and one node
+// timeout,
 // so that the contenders come back one at a time instead of splitting the
 // nodes again.
 //
@@ -391,7 +432,9 @@ func (a *attempt) busyResult(busy []answer[driver.AcquireResult], gotSome bool) 
 		ttls = append(ttls, ans.val.HolderTTL)
 	}
 	n, q := len(a.b.nodes), a.b.Quorum()
-	if best < n-q+1 || (gotSome && strings.HasPrefix(holder, driver.ProcessIdentity+"|")) {
+	// A real holder holds a quorum; an owner with fewer nodes, even enough
+	// to block ours (with an even N, half of them), is a contender too.
+	if best < q || (gotSome && strings.HasPrefix(holder, driver.ProcessIdentity()+"|")) {
 		return driver.AcquireResult{Holder: holder, HolderTTL: a.b.splitDelay()}
 	}
 	slices.Sort(ttls)

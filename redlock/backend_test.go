@@ -193,6 +193,24 @@ func TestSplitVoteWithDeadNodeIsContention(t *testing.T) {
 	}
 }
 
+// With an even number of nodes, an owner holding half of them blocks every
+// quorum but holds none: it is a contender, so the answer is a short retry,
+// not a wait for its TTL.
+func TestEvenSplitIsContention(t *testing.T) {
+	servers := startNodes(t, 4)
+	nodes := admins(t, servers)
+	b := newBackend(t, servers)
+	holdForeign(t, nodes[0], "k", "alpha")
+	holdForeign(t, nodes[1], "k", "alpha")
+	res, err := b.Acquire(t.Context(), request(t, "k", 10*time.Second))
+	if err != nil || res.Acquired {
+		t.Fatalf("Acquire with half the nodes held = %+v, %v; want not acquired", res, err)
+	}
+	if res.HolderTTL <= 0 || res.HolderTTL > redlock.DefaultNodeTimeout {
+		t.Errorf("HolderTTL = %v, want a short delay within the node timeout", res.HolderTTL)
+	}
+}
+
 func TestAcquireWithOneNodeDownIsNotDelayed(t *testing.T) {
 	servers := startNodes(t, 3)
 	nodes := admins(t, servers)

@@ -72,9 +72,8 @@
 // node's hold does not vanish before its TTL (no clock jumps), and a grant
 // is not used after its validity (bounded drift and pauses, which is what the
 // validity check and the client's deadline are for). A re-entry keeps the
-// fence of the grant it joins, and is treated as a new grant when a node's
-// counter shows that another acquire may have come in between (see
-// Backend.Acquire).
+// fence of the grant it joins, and counts only when a quorum of nodes
+// re-entered that grant alike (see Backend.Acquire).
 //
 // When the timing assumptions fail (a process paused past its lease, a
 // clock stepped on a node), two holders can hold the lock at once, as with

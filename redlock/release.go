@@ -57,23 +57,29 @@ func (b *Backend) Release(ctx context.Context, key, token string) (driver.Releas
 	return res, nil
 }
 
-// releaseNode is Release on node n, queued behind ahead.
+// releaseNode is Release on node n, queued behind ahead. ctx does not end
+// with the caller's (see Release). When the call ahead has not returned
+// within timeout, the release is sent in the background once it has, and
+// the answer is an error.
 func (b *Backend) releaseNode(ctx context.Context, n *node, key, token string, ahead <-chan struct{}, done func(), timeout time.Duration) (driver.ReleaseResult, error) {
+	release := func() (driver.ReleaseResult, error) {
+		defer done()
+		rctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		return n.b.Release(rctx, key, token)
+	}
 	if ahead != nil {
 		wait := time.NewTimer(timeout)
 		defer wait.Stop()
 		select {
 		case <-ahead:
-		case <-ctx.Done():
-			b.goBackground(func() { <-ahead; done() }) // keep the queue's order
-			return driver.ReleaseResult{}, ctx.Err()
 		case <-wait.C:
-			b.goBackground(func() { <-ahead; done() })
+			b.goBackground(func() {
+				<-ahead
+				_, _ = release()
+			})
 			return driver.ReleaseResult{}, fmt.Errorf("an earlier call of this owner on this node has not returned after %v", timeout)
 		}
 	}
-	defer done()
-	rctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	return n.b.Release(rctx, key, token)
+	return release()
 }

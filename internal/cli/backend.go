@@ -338,7 +338,7 @@ func takeReplicaAck(query url.Values) (n int, timeout time.Duration, err error) 
 			return 0, 0, fmt.Errorf("replica_ack_timeout=%q is not a positive duration such as 100ms", printable(v[len(v)-1], 20))
 		}
 		if n == 0 {
-			return 0, 0, errors.New("replica_ack_timeout without replica_ack=N")
+			return 0, 0, errors.New("replica_ack_timeout needs replica_ack=N with N of at least 1")
 		}
 		delete(query, "replica_ack_timeout")
 	}
