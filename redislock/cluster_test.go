@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -441,4 +445,111 @@ func TestClusterInspectListForceRelease(t *testing.T) {
 	if infos, err := b.List(ctx, ""); err != nil || len(infos) != 0 {
 		t.Errorf("List after ForceRelease = %v, %v; want none", infos, err)
 	}
+}
+
+// TestClusterHungMasterDoesNotStallOtherShards stops one master (SIGSTOP)
+// while the listener dials it for a Subscribe: its TCP handshake completes
+// in the kernel and the dial then hangs in HELLO. Only that master's
+// channels may wait; a release on another master still wakes its
+// subscriber, and Subscribe and Unsubscribe on the others go through.
+func TestClusterHungMasterDoesNotStallOtherShards(t *testing.T) {
+	t.Parallel()
+	// A node timeout far above the test's length, so that the others do
+	// not declare the stopped master failed and the cluster down.
+	c := testserver.StartCluster(t, clusterSize, "--cluster-node-timeout", "60000")
+	keys := keysPerNode(t, c, 2)
+	stopped := c.Node(0)
+	var (
+		armed  atomic.Bool
+		dialed = make(chan struct{}, 1)
+	)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: c.Addrs(),
+		// The dial to the stopped master hangs until it is resumed, far
+		// longer than the test waits for anything else.
+		ReadTimeout: time.Minute,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err == nil && addr == stopped.Addr() && armed.Load() {
+				select {
+				case dialed <- struct{}{}:
+				default:
+				}
+			}
+			return conn, err
+		},
+	})
+	t.Cleanup(func() { _ = cc.Close() })
+	l, n := listen(t, redislock.New(cc))
+	other := redislock.New(c.Client(t))
+	subscribe(t, l, keys[1][0]) // node 1's connection is up
+
+	info, err := stopped.Client(t).Info(t.Context(), "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			pid, _ = strconv.Atoi(v)
+		}
+	}
+	if pid <= 0 {
+		t.Fatalf("no process_id in INFO server of %s", stopped.Addr())
+	}
+	armed.Store(true)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	t.Cleanup(resume)
+
+	hung := make(chan error, 1)
+	go func() { hung <- l.Subscribe(context.Background(), keys[0][0]) }()
+	select {
+	case <-dialed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the listener did not dial the stopped master within 10s")
+	}
+
+	lockAndRelease(t, other, keys[1][0])
+	n.expect(t, keys[1][0])
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := l.Subscribe(ctx, keys[2][0]); err != nil { // a dial of its own
+		t.Fatalf("Subscribe on node 2 while node 0 hangs: %v", err)
+	}
+	if err := l.Subscribe(ctx, keys[1][1]); err != nil {
+		t.Fatalf("Subscribe on node 1 while node 0 hangs: %v", err)
+	}
+	if err := l.Unsubscribe(ctx, keys[1][1]); err != nil {
+		t.Fatalf("Unsubscribe on node 1 while node 0 hangs: %v", err)
+	}
+	lockAndRelease(t, other, keys[2][0])
+	n.expect(t, keys[2][0])
+	select {
+	case err := <-hung:
+		t.Fatalf("Subscribe on the stopped master returned %v before it was resumed", err)
+	default:
+	}
+
+	resume()
+	select {
+	case err := <-hung:
+		if err != nil {
+			t.Fatalf("Subscribe on the resumed master: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Subscribe on the resumed master did not return within 20s")
+	}
+	lockAndRelease(t, other, keys[0][0])
+	n.expect(t, keys[0][0])
 }

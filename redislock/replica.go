@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -92,10 +93,15 @@ func (b *Backend) connFor(ctx context.Context, lockKey string) (redis.Cmdable, e
 // acknowledged every write of the calls. The NOSCRIPT retry of runPipelined
 // is followed by a WAIT of its own, since the retry may run on another
 // connection; the smaller count is returned. ackErr is WAIT's own failure.
-func (b *Backend) runAcked(ctx context.Context, conn redis.Cmdable, script *redis.Script, calls []scriptCall) (cmds []*redis.Cmd, acked int, ackErr error) {
+// With ask, every script is preceded by ASKING, for a node that an ASK
+// redirection named.
+func (b *Backend) runAcked(ctx context.Context, conn redis.Cmdable, ask bool, script *redis.Script, calls []scriptCall) (cmds []*redis.Cmd, acked int, ackErr error) {
 	cmds = make([]*redis.Cmd, len(calls))
 	pipe := conn.Pipeline()
 	for i, c := range calls {
+		if ask {
+			pipe.Do(ctx, "asking")
+		}
 		cmds[i] = pipe.EvalSha(ctx, script.Hash(), c.keys, c.args...)
 	}
 	wait := b.wait(ctx, pipe)
@@ -113,12 +119,100 @@ func (b *Backend) runAcked(ctx context.Context, conn redis.Cmdable, script *redi
 	}
 	pipe = conn.Pipeline()
 	for _, i := range retry {
+		if ask {
+			pipe.Do(ctx, "asking")
+		}
 		cmds[i] = script.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
 	}
 	wait = b.wait(ctx, pipe)
 	_, _ = pipe.Exec(ctx)
 	n, err := waitResult(wait)
 	return cmds, min(acked, n), errors.Join(ackErr, err)
+}
+
+// runAckedAt is runAcked on the primary of the calls' slot on conn, which
+// follows, once, a MOVED or ASK redirection of a ClusterClient's node: the
+// scripts go straight to the node MasterForKey names, so go-redis does not
+// follow it itself. The calls redirected run again on the node the reply
+// names, after a reload of the slot map (MOVED), or each after ASKING, in
+// the pipeline of their WAIT (ASK, while the slot migrates). The count
+// returned covers every call that ran.
+func (b *Backend) runAckedAt(ctx context.Context, conn redis.Cmdable, script *redis.Script, calls []scriptCall) ([]*redis.Cmd, int, error) {
+	cmds, acked, ackErr := b.runAcked(ctx, conn, false, script, calls)
+	cc, ok := b.rdb.(*redis.ClusterClient)
+	if !ok {
+		return cmds, acked, ackErr
+	}
+	var (
+		order  []redirect
+		groups = make(map[redirect][]int)
+	)
+	for i, cmd := range cmds {
+		if t, ok := redirection(cmd.Err()); ok {
+			if _, seen := groups[t]; !seen {
+				order = append(order, t)
+			}
+			groups[t] = append(groups[t], i)
+		}
+	}
+	if len(order) == 0 {
+		return cmds, acked, ackErr
+	}
+	if len(order) == 1 && len(groups[order[0]]) == len(calls) {
+		// Nothing ran on conn: its WAIT counted no write of ours.
+		acked, ackErr = b.ackReplicas, nil
+	}
+	masters := mastersByAddr(ctx, cc) // reloads the slot map
+	for _, t := range order {
+		node := masters[t.addr]
+		if node == nil {
+			continue // not a master as of now: the MOVED or ASK stands
+		}
+		idx := groups[t]
+		sub := make([]scriptCall, len(idx))
+		for j, i := range idx {
+			sub[j] = calls[i]
+		}
+		got, n, err := b.runAcked(ctx, node, t.ask, script, sub)
+		for j, i := range idx {
+			cmds[i] = got[j]
+		}
+		acked, ackErr = min(acked, n), errors.Join(ackErr, err)
+	}
+	return cmds, acked, ackErr
+}
+
+// redirect is where a MOVED or ASK reply sends a command.
+type redirect struct {
+	addr string // the node's address
+	ask  bool   // ASK: once, after ASKING; else MOVED
+}
+
+// redirection returns where a MOVED or ASK reply sends a command.
+func redirection(err error) (t redirect, ok bool) {
+	if err == nil {
+		return t, false
+	}
+	f := strings.Fields(err.Error())
+	if len(f) != 3 || (f[0] != "MOVED" && f[0] != "ASK") {
+		return t, false
+	}
+	t.addr, t.ask = f[2], f[0] == "ASK"
+	return t, true
+}
+
+// mastersByAddr reloads cc's slot map, or falls back on the one it has when
+// that fails, and returns its masters by address.
+func mastersByAddr(ctx context.Context, cc *redis.ClusterClient) map[string]*redis.Client {
+	var mu sync.Mutex
+	m := make(map[string]*redis.Client)
+	_ = cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		m[c.Options().Addr] = c
+		return nil
+	})
+	return m
 }
 
 // wait queues WAIT on pipe. It is sent with Do rather than pipe.Wait,
@@ -142,7 +236,7 @@ func (b *Backend) acquireAcked(ctx context.Context, req driver.AcquireRequest, k
 	if err != nil {
 		return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", key, err)
 	}
-	cmds, acked, ackErr := b.runAcked(ctx, conn, acquireScript, []scriptCall{{keys: keys, args: args}})
+	cmds, acked, ackErr := b.runAckedAt(ctx, conn, acquireScript, []scriptCall{{keys: keys, args: args}})
 	reply, err := cmds[0].Slice()
 	if err != nil {
 		b.movedOn(ctx, err)
@@ -206,7 +300,7 @@ func (b *Backend) renewBatchAcked(ctx context.Context, reqs []driver.RenewReques
 			r := reqs[i]
 			calls[j] = scriptCall{keys: []string{b.lockKey(r.Key)}, args: []any{r.Token, millis(r.TTL)}}
 		}
-		cmds, acked, ackErr := b.runAcked(ctx, conn, renewScript, calls)
+		cmds, acked, ackErr := b.runAckedAt(ctx, conn, renewScript, calls)
 		for j, cmd := range cmds {
 			i, key := idx[j], reqs[idx[j]].Key
 			n, err := cmd.Int64()

@@ -681,3 +681,85 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	}
 }
+
+// TestReplicaAckFollowsRedirects checks that WithReplicaAck on a Cluster
+// follows a MOVED reply (the slot map of its client is stale) and an ASK
+// reply (the slot is migrating and the key is not on the old master) to
+// the node it names. The two primaries have no replica, so a script that
+// ran answers with a *ReplicaAckError, never with the redirection.
+func TestReplicaAckFollowsRedirects(t *testing.T) {
+	t.Parallel()
+	c := testserver.StartCluster(t, 2)
+	cc := c.Client(t)
+	b := redislock.New(cc, redislock.WithReplicaAck(1, ackTimeout))
+	plain := redislock.New(c.Client(t))
+	ctx := t.Context()
+	keys := keysPerNode(t, c, 3)
+	granted, renewed, asked := keys[0][0], keys[0][1], keys[0][2]
+	if err := cc.Ping(ctx).Err(); err != nil { // loads the slot map
+		t.Fatal(err)
+	}
+	var ackErr *redislock.ReplicaAckError
+
+	// MOVED, on Acquire: the grant runs on the new master and is undone.
+	c.MoveSlot(t, c.Slot(t, lockKey(granted)), 1)
+	if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: granted, Token: newToken(t), Owner: "o", TTL: 10 * time.Second}); !errors.As(err, &ackErr) {
+		t.Fatalf("Acquire after its slot moved behind the client = %v, want a *ReplicaAckError", err)
+	}
+	if exists(t, c.Node(1).Client(t), lockKey(granted)) {
+		t.Error("the refused grant is still on the new master")
+	}
+
+	// MOVED, on Renew: the lease is extended on the new master.
+	tok := newToken(t)
+	mustAcquire(t, plain, driver.AcquireRequest{Key: renewed, Token: tok, Owner: "o", TTL: time.Second})
+	c.MoveSlot(t, c.Slot(t, lockKey(renewed)), 1)
+	if err := cc.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := b.Renew(ctx, renewed, tok, time.Minute); held || !errors.As(err, &ackErr) {
+		t.Fatalf("Renew after its slot moved behind the client = %v, %v; want a *ReplicaAckError", held, err)
+	}
+	if ttl, err := c.Node(1).Client(t).PTTL(ctx, lockKey(renewed)).Result(); err != nil || ttl < 30*time.Second {
+		t.Errorf("PTTL on the new master after the renewal = %v, %v; want the renewed minute", ttl, err)
+	}
+
+	// ASK: the slot is being migrated from node 0 to node 1, and the lock's
+	// keys have gone over already, so node 0 sends the scripts to node 1.
+	// (Had they been on neither node, node 1 would answer the acquire,
+	// which has two keys, with TRYAGAIN.)
+	holder := newToken(t)
+	mustAcquire(t, plain, driver.AcquireRequest{Key: asked, Token: holder, Owner: "o", TTL: time.Second})
+	slot := c.Slot(t, lockKey(asked))
+	ids := make([]string, 2)
+	for i := range ids {
+		id, err := c.Node(i).Client(t).ClusterMyID(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = id
+	}
+	src, dst := c.Node(0).Client(t), c.Node(1).Client(t)
+	if err := dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", ids[0]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", ids[1]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(c.Node(1).Addr())
+	if err := src.Do(ctx, "MIGRATE", host, port, "", 0, 5000, "KEYS", lockKey(asked), lockKey(asked)+":fence").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := b.Acquire(ctx, driver.AcquireRequest{Key: asked, Token: newToken(t), Owner: "o", TTL: 10 * time.Second}); err != nil || res.Acquired {
+		t.Fatalf("Acquire of a held lock while its slot migrates = %+v, %v; want not acquired", res, err)
+	}
+	if held, err := b.Renew(ctx, asked, holder, time.Minute); held || !errors.As(err, &ackErr) {
+		t.Fatalf("Renew while its slot migrates = %v, %v; want a *ReplicaAckError", held, err)
+	}
+	pipe := dst.Pipeline()
+	pipe.Do(ctx, "asking")
+	ttl := pipe.PTTL(ctx, lockKey(asked))
+	if _, err := pipe.Exec(ctx); err != nil || ttl.Val() < 30*time.Second {
+		t.Errorf("PTTL on the importing node after the renewal = %v, %v; want the renewed minute", ttl.Val(), err)
+	}
+}
