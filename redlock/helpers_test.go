@@ -4,10 +4,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -65,41 +63,7 @@ func admins(t *testing.T, servers []*testserver.Redis) []*redis.Client {
 
 // silentNode returns the address of a TCP server that accepts connections
 // and never answers: a node that hangs rather than refuses.
-func silentNode(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		wg    sync.WaitGroup
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = l.Close()
-		wg.Wait()
-		mu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-	})
-	return l.Addr().String()
-}
+func silentNode(t *testing.T) string { return testserver.StartSilent(t) }
 
 // clientFor returns a go-redis client for addr, closed at the end of the
 // test. go-redis bounds a new connection's handshake by the client's read

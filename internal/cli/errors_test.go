@@ -4,9 +4,10 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/testserver"
 )
 
 // closedPort returns a loopback port on which nothing listens.
@@ -25,38 +26,9 @@ func closedPort(t *testing.T) int {
 // answers, like a server that hangs; it stops when the test ends.
 func blackHole(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		conns []net.Conn
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = l.Close()
-		wg.Wait()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return l.Addr().(*net.TCPAddr).Port
+	_, port, _ := net.SplitHostPort(testserver.StartSilent(t))
+	n, _ := strconv.Atoi(port)
+	return n
 }
 
 // oneLine checks that stderr is exactly one line.
