@@ -122,7 +122,13 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 // lock hash (the fence counter stays) and publishes on the release channel.
 // Held is false, with a nil error, when token was not the holder.
 func (b *Backend) Release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
-	n, err := releaseScript.Run(ctx, b.rdb, []string{b.lockKey(key)}, token, b.channel(key), b.publish).Int64()
+	return b.release(ctx, key, token, b.publish)
+}
+
+// release runs the release script; publish is the command that announces
+// the release, or "" for none.
+func (b *Backend) release(ctx context.Context, key, token, publish string) (driver.ReleaseResult, error) {
+	n, err := releaseScript.Run(ctx, b.rdb, []string{b.lockKey(key)}, token, b.channel(key), publish).Int64()
 	if err != nil {
 		return driver.ReleaseResult{}, fmt.Errorf("redislock: release %q: %w", key, err)
 	}
@@ -130,6 +136,15 @@ func (b *Backend) Release(ctx context.Context, key, token string) (driver.Releas
 		return driver.ReleaseResult{}, nil
 	}
 	return driver.ReleaseResult{Held: true, Remaining: int(n)}, nil
+}
+
+// ReleaseQuietly is Release without waking waiters: the release is not
+// announced on the release channel. Package redlock undoes with it the
+// grants of an attempt that lost: those nodes were free and blocked nobody,
+// and announcing them would wake the other waiters, whose failed attempts
+// would announce theirs, for as long as the holder keeps a quorum.
+func (b *Backend) ReleaseQuietly(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
+	return b.release(ctx, key, token, "")
 }
 
 // RaiseFence gives the grant that token holds on key the fence fence, and

@@ -1,7 +1,8 @@
 -- release: drop one hold of a token; the last hold deletes the lock and
 -- wakes waiters. The fence counter is left alone on purpose.
 -- KEYS[1] lock hash   ARGV[1] token   ARGV[2] release channel
--- ARGV[3] the publish command: PUBLISH, or SPUBLISH on a Cluster
+-- ARGV[3] the publish command: PUBLISH, or SPUBLISH on a Cluster; "" for
+-- a release that wakes nobody (ReleaseQuietly)
 -- Returns -1 when the token is not the holder, else the holds left.
 local holds = redis.call('HGET', KEYS[1], ARGV[1])
 if not holds then
@@ -14,7 +15,9 @@ if exp then
     -- The lease expired and the lock sits in its lock-delay: the late
     -- holder is done with it, so the delay has no more reason to run.
     redis.call('DEL', KEYS[1])
-    redis.call(ARGV[3], ARGV[2], KEYS[1])
+    if ARGV[3] ~= '' then
+      redis.call(ARGV[3], ARGV[2], KEYS[1])
+    end
     return -1
   end
 end
@@ -24,5 +27,7 @@ if holds > 0 then
   return holds
 end
 redis.call('DEL', KEYS[1])
-redis.call(ARGV[3], ARGV[2], KEYS[1])
+if ARGV[3] ~= '' then
+  redis.call(ARGV[3], ARGV[2], KEYS[1])
+end
 return 0

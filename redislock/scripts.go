@@ -23,13 +23,17 @@ var (
 	releaseLua    string
 	releaseScript = redis.NewScript(releaseLua)
 
+	// inspect.lua and force_release.lua both begin with describe.lua.
+	//go:embed describe.lua
+	describeLua string
+
 	//go:embed inspect.lua
 	inspectLua    string
-	inspectScript = redis.NewScript(inspectLua)
+	inspectScript = redis.NewScript(describeLua + inspectLua)
 
 	//go:embed force_release.lua
 	forceReleaseLua    string
-	forceReleaseScript = redis.NewScript(forceReleaseLua)
+	forceReleaseScript = redis.NewScript(describeLua + forceReleaseLua)
 
 	//go:embed raise_fence.lua
 	raiseFenceLua    string

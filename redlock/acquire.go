@@ -163,7 +163,7 @@ func (a *attempt) run(n *node) {
 		_, _ = n.b.RaiseFence(ctx, a.req.Key, a.req.Token, a.fence)
 	case actRelease:
 		if a.quiet || a.granted {
-			_ = n.quietRelease(ctx, a.req.Key, a.req.Token)
+			_, _ = n.b.ReleaseQuietly(ctx, a.req.Key, a.req.Token)
 		} else {
 			_, _ = n.b.Release(ctx, a.req.Key, a.req.Token)
 		}

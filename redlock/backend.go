@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -55,19 +54,6 @@ type node struct {
 	addr  string
 	rdb   redis.UniversalClient
 	b     *redislock.Backend
-	ns    string // the key namespace, for quietRelease
-}
-
-//go:embed quiet_release.lua
-var quietReleaseLua string
-
-var quietReleaseScript = redis.NewScript(quietReleaseLua)
-
-// quietRelease drops one hold of token on key without announcing it to
-// waiters (see quiet_release.lua). The key layout is redislock's:
-// NS:{key} for the lock hash.
-func (n *node) quietRelease(ctx context.Context, key, token string) error {
-	return quietReleaseScript.Run(ctx, n.rdb, []string{n.ns + ":{" + key + "}"}, token).Err()
 }
 
 // New returns a Backend on the given nodes, each an independent Redis
@@ -102,7 +88,6 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Backend, error) {
 			addr:  addrOf(c),
 			rdb:   c,
 			b:     redislock.New(c, redislock.WithNamespace(ns)),
-			ns:    ns,
 		})
 	}
 	return b, nil
