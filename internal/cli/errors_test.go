@@ -121,6 +121,8 @@ func TestUsage(t *testing.T) {
 		{[]string{"ls", "--jsn"}, 64, "", "flag provided but not defined: -jsn"},
 		{[]string{"inspect"}, 64, "", "want one lock NAME"},
 		{[]string{"release", "--force"}, 64, "", "want one lock NAME"},
+		{[]string{"run", "--lock-delay", "-1s", "x", "--", "true"}, 64, "", "--lock-delay -1s is negative"},
+		{[]string{"run", "--lock-delay", "5s", "x", "--", "true"}, 64, "", "--lock-delay needs a Redis or Redlock backend"},
 		{[]string{"version"}, 0, "dlock ", ""},
 		{[]string{"--version"}, 0, "dlock ", ""},
 	}

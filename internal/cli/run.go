@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Defaults of dlock run's flags.
@@ -214,6 +215,11 @@ func acquire(ctx context.Context, a *app, o *runOptions, sigs <-chan os.Signal) 
 			return nil, nil, nil, interrupted(o.name, sig)
 		}
 		return nil, nil, nil, err
+	}
+	if ld, ok := st.backend.(driver.LockDelayer); o.lockDelay > 0 && (!ok || !ld.SupportsLockDelay()) {
+		stopWatch()
+		_ = st.Close()
+		return nil, nil, nil, usageErr("run", "--lock-delay needs a Redis or Redlock backend; %s keeps no lock-delay", st.where)
 	}
 	c := dlock.New(st.backend)
 	closeAll := func() {
