@@ -255,11 +255,13 @@ func FuzzParseBackendURL(f *testing.F) {
 		{5, "root", "h:3306/db?tls=true", "?x"},
 		{6, "app", "h:5432/db?sslmode=disable", "%41"},
 		{7, "app", "[::1]:5432/db", "`: x"},
+		{8, "", "r1,r2:6380,[::1]/2?node_timeout=20ms", "@x"},
+		{8, "u", "r1,r1,r2", "p"},
 		{1, "", "", ""},
 	} {
 		f.Add(seed.scheme, seed.user, seed.passwordEnd, seed.rest)
 	}
-	schemeList := []string{"sqlite", "redis", "rediss", "redis+sentinel", "redis+cluster", "mysql", "postgres", "postgresql"}
+	schemeList := []string{"sqlite", "redis", "rediss", "redis+sentinel", "redis+cluster", "mysql", "postgres", "postgresql", "redlock"}
 	f.Fuzz(func(t *testing.T, scheme uint8, user, passwordEnd, rest string) {
 		if strings.ContainsAny(user, ":/?#@") || strings.Contains(user+rest, marker) {
 			t.Skip() // the marker must be in the password, and only there
