@@ -43,7 +43,7 @@ func newWaitHub(c *Client) *waitHub {
 
 // notify is the listener's callback: wake the active waiter of key, or of
 // every key when key is "".
-func (h *waitHub) notify(key string) {
+func (h *waitHub) notify(key, next string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if key == "" {
@@ -59,7 +59,7 @@ func (h *waitHub) notify(key string) {
 
 // wakeKey wakes local waiters of key at once when this Client released it,
 // without waiting for the store's notification.
-func (h *waitHub) wakeKey(key string) { h.notify(key) }
+func (h *waitHub) wakeKey(key string) { h.notify(key, "") }
 
 func signal(c chan struct{}) {
 	select {

@@ -60,6 +60,12 @@ type Backend interface {
 
 	// Release drops one hold of token on key. When the last hold goes, the lock
 	// is deleted (the fence counter stays) and waiters are notified.
+	//
+	// Renew and Release find the hold by key and token whatever its Mode; a
+	// shared hold has one hold, so its release leaves Remaining 0. Release
+	// also removes token's queue entry and writer intent, if any, even when
+	// token holds nothing (a waiter that gives up), and then notifies
+	// waiters as a release would when that lets another in.
 	Release(ctx context.Context, key, token string) (ReleaseResult, error)
 }
 
@@ -83,6 +89,102 @@ type AcquireRequest struct {
 	// A backend that must tell a re-entry from a stray hold of an earlier
 	// attempt (Redlock) compares the fences; others may ignore it.
 	Joining uint64
+
+	// Mode is Exclusive (the zero value: a mutex, the write side of a
+	// read-write lock) or Shared (a reader, a semaphore permit). An
+	// Exclusive grant needs the lock free of exclusive and of live shared
+	// holds; a Shared grant needs it free of an exclusive hold and of a
+	// live writer intent of another token (see Wait), and, when Limit > 0,
+	// fewer than Limit live shared holds. Every shared hold is a lease of
+	// its own: its own token, TTL, fence (drawn from the same counter as
+	// exclusive grants) and expiry; Reentrant and LockDelay are never set
+	// with Shared. Only backends whose Capabilities include CapShared (and
+	// CapSemaphore for Limit > 0) receive Shared requests.
+	Mode Mode
+	// Limit, with Mode Shared, is the most live shared holds the lock may
+	// have after this grant (a semaphore's permits); 0 means no limit (the
+	// readers of a read-write lock). The limit is the request's: a store
+	// keeps no count of its own, so a lowered limit refuses new grants until
+	// enough holds are gone, and never takes away a hold.
+	Limit int
+	// Fair, with Mode Exclusive, grants the lock in arrival order: a new
+	// grant is made only when no live queue entry of another token is ahead
+	// of Token in the lock's queue. Requests without Fair ignore the queue
+	// (a name is fair for all of its users or for none). Only backends whose
+	// Capabilities include CapFair receive Fair requests.
+	Fair bool
+	// Wait tells the store that the caller will wait and try again when the
+	// request is refused. A refused Fair request then enqueues Token at the
+	// tail of the lock's queue, or keeps its place when it is queued already;
+	// a refused Exclusive request that found live shared holds records a
+	// writer intent for Token, unless another token's intent is live, which
+	// keeps new Shared grants out so that writers are not starved by
+	// readers. Queue entries and intents expire QueueTTL after the last
+	// request that made or kept them, so a waiter that died leaves; a grant
+	// removes Token's entry and intent, and Release with Token removes them
+	// at once. Without Wait (TryLock) nothing is recorded, though a Fair
+	// request still yields to the queue.
+	Wait bool
+	// QueueTTL is the time to live of a queue entry or writer intent made or
+	// kept by this request (> 0 whenever Wait is set).
+	QueueTTL time.Duration
+}
+
+// Mode is how an acquire holds a lock.
+type Mode uint8
+
+const (
+	// Exclusive: one holder (with its re-entries) at a time.
+	Exclusive Mode = iota
+	// Shared: many holders at once, each with a lease of its own, up to
+	// AcquireRequest.Limit when it is set.
+	Shared
+)
+
+// String returns "exclusive" or "shared".
+func (m Mode) String() string {
+	switch m {
+	case Exclusive:
+		return "exclusive"
+	case Shared:
+		return "shared"
+	}
+	return "Mode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// Capability names a part of the contract that a backend may leave out.
+type Capability int
+
+const (
+	// CapShared: AcquireRequest.Mode Shared without a Limit (read-write
+	// locks), with writer intents.
+	CapShared Capability = iota + 1
+	// CapSemaphore: Mode Shared with a Limit (counting semaphores).
+	CapSemaphore
+	// CapFair: AcquireRequest.Fair, with a queue in arrival order whose
+	// releases name the head waiter (Notifier).
+	CapFair
+)
+
+// String returns the capability's name.
+func (c Capability) String() string {
+	switch c {
+	case CapShared:
+		return "read-write locks"
+	case CapSemaphore:
+		return "semaphores"
+	case CapFair:
+		return "fair locks"
+	}
+	return "Capability(" + strconv.Itoa(int(c)) + ")"
+}
+
+// Capabler is implemented by backends that have some of the optional parts
+// of the contract. A backend that does not implement it has none of them,
+// and the client refuses the lock kinds that need them with ErrInvalid.
+type Capabler interface {
+	// Supports reports whether the backend implements c.
+	Supports(c Capability) bool
 }
 
 // AcquireResult is the output of Backend.Acquire.
@@ -99,7 +201,27 @@ type AcquireResult struct {
 	Holder string
 	// HolderTTL is the holder's remaining store-side time to live when not
 	// Acquired, or 0 when unknown.
+	//
+	// When the request was refused because of shared holds, Holder and
+	// HolderTTL describe the one the caller must wait for: for an Exclusive
+	// request the shared hold that expires last, for a Shared request at its
+	// Limit the one that expires first. When a Shared request was refused
+	// because of a writer intent, they describe the waiting writer (its
+	// owner, the intent's time to live) and WriterWaiting is set.
 	HolderTTL time.Duration
+	// Shared is the number of live shared holds when not Acquired, or 0 when
+	// there are none or the store cannot tell.
+	Shared int
+	// WriterWaiting reports, when a Shared request was refused, that it was
+	// refused because of another token's live writer intent.
+	WriterWaiting bool
+	// Position is, for a refused Fair request with Wait, Token's place in
+	// the queue after the call (1 is the head), or 0.
+	Position int
+	// Queued reports, for a refused request with Wait, that a queue entry or
+	// a writer intent of Token is live after the call: the caller must try
+	// again (with Wait) within QueueTTL to keep it.
+	Queued bool
 }
 
 // ReleaseResult is the output of Backend.Release.
@@ -117,12 +239,18 @@ type ReleaseResult struct {
 // opens one Listener and multiplexes every key it waits on over it.
 type Notifier interface {
 	// Listen opens a notification stream. The backend calls fn with the key of
-	// every lock released while that key is subscribed, and with "" when
+	// every lock released while that key is subscribed, and with key "" when
 	// notifications may have been missed (for example after a reconnect), which
 	// tells the client to retry every key it waits on. fn must not block and is
-	// never called after Close returns. fn("") may come several times in a
+	// never called after Close returns. fn("", "") may come several times in a
 	// row. ctx bounds the call only: the stream lives until Close.
-	Listen(ctx context.Context, fn func(key string)) (Listener, error)
+	//
+	// next is "" when any waiter may try, or, when the release left the lock
+	// free with a live fair queue (AcquireRequest.Fair), the token at the
+	// head of the queue: only that waiter is woken. A release of a shared
+	// hold, or the lapse or removal of a writer intent, is announced with
+	// next "".
+	Listen(ctx context.Context, fn func(key, next string)) (Listener, error)
 }
 
 // Listener is one notification stream opened by Notifier.Listen.
@@ -188,15 +316,40 @@ type LockInfo struct {
 	// the lock is kept out of reach for its lock-delay; TTL is then the time
 	// left until it is free.
 	Delayed bool
+
+	// The fields above describe the exclusive holder; Owner is "" (and
+	// Fence, Holds, TTL, HeldFor are 0) when the lock has only shared holds.
+
+	// Shared lists the live shared holds (readers, semaphore permits),
+	// oldest grant first.
+	Shared []SharedHold
+	// Limit is the Limit of the newest shared grant (a semaphore's permits),
+	// or 0 for readers or when unknown.
+	Limit int
+	// Queued is the number of live entries in the lock's fair queue.
+	Queued int
+	// WriterWaiting reports a live writer intent.
+	WriterWaiting bool
+}
+
+// SharedHold describes one live shared hold in a LockInfo.
+type SharedHold struct {
+	Owner string
+	Fence uint64
+	TTL   time.Duration // remaining store-side time to live
 }
 
 // Inspector is implemented by backends that can describe the locks they hold.
 type Inspector interface {
-	// Inspect describes the lock named key; ok is false when it is not held.
+	// Inspect describes the lock named key; ok is false when it has neither
+	// an exclusive holder nor a live shared hold.
 	Inspect(ctx context.Context, key string) (info LockInfo, ok bool, err error)
-	// List describes every held lock whose key starts with prefix.
+	// List describes every held lock whose key starts with prefix: those
+	// with an exclusive holder or live shared holds, in key order.
 	List(ctx context.Context, prefix string) ([]LockInfo, error)
-	// ForceRelease deletes the lock named key whoever holds it, notifies
-	// waiters, and returns what it removed; ok is false when it was not held.
+	// ForceRelease deletes the lock named key whoever holds it (the
+	// exclusive holder and every shared hold; queue entries stay), notifies
+	// waiters with next "", and returns what it removed; ok is false when it
+	// was not held.
 	ForceRelease(ctx context.Context, key string) (info LockInfo, ok bool, err error)
 }

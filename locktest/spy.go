@@ -80,7 +80,7 @@ func (s *spy) Release(ctx context.Context, key, token string) (driver.ReleaseRes
 	return s.inner.Release(ctx, key, token)
 }
 
-func (s *spy) Listen(ctx context.Context, fn func(string)) (driver.Listener, error) {
+func (s *spy) Listen(ctx context.Context, fn func(string, string)) (driver.Listener, error) {
 	if n, ok := s.inner.(driver.Notifier); ok {
 		return n.Listen(ctx, fn)
 	}

@@ -35,7 +35,7 @@ func (c *ManualClock) Advance(d time.Duration) {
 		fns := b.subscribers("")
 		b.mu.Unlock()
 		for _, fn := range fns {
-			fn("")
+			fn("", "")
 		}
 	}
 }

@@ -235,7 +235,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) (driver.Releas
 	fns := b.subscribers(key)
 	b.mu.Unlock()
 	for _, fn := range fns {
-		fn(key)
+		fn(key, "")
 	}
 	return driver.ReleaseResult{Held: held}, nil
 }
@@ -302,15 +302,15 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.LockInfo
 	fns := b.subscribers(key)
 	b.mu.Unlock()
 	for _, fn := range fns {
-		fn(key)
+		fn(key, "")
 	}
 	return info, true, nil
 }
 
 // subscribers returns the callbacks of listeners subscribed to key, or of
 // every listener when key is "". The caller holds b.mu.
-func (b *Backend) subscribers(key string) []func(string) {
-	var fns []func(string)
+func (b *Backend) subscribers(key string) []func(key, next string) {
+	var fns []func(key, next string)
 	for l := range b.listeners {
 		l.mu.Lock()
 		if !l.closed && (key == "" || l.subs[key] > 0) {
@@ -323,7 +323,7 @@ func (b *Backend) subscribers(key string) []func(string) {
 
 // Listen implements driver.Notifier. Notifications are delivered
 // synchronously by the goroutine that released the lock.
-func (b *Backend) Listen(ctx context.Context, fn func(key string)) (driver.Listener, error) {
+func (b *Backend) Listen(ctx context.Context, fn func(key, next string)) (driver.Listener, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.check(ctx, "listen", ""); err != nil {
@@ -336,7 +336,7 @@ func (b *Backend) Listen(ctx context.Context, fn func(key string)) (driver.Liste
 
 type listener struct {
 	b  *Backend
-	fn func(string)
+	fn func(key, next string)
 
 	mu     sync.Mutex
 	subs   map[string]int

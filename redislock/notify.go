@@ -37,7 +37,7 @@ const (
 // a failure or after its slot moved to another master (Redis tells
 // subscribers with an unsolicited "sunsubscribe"), since a release may have
 // been missed meanwhile.
-func (b *Backend) Listen(ctx context.Context, fn func(key string)) (driver.Listener, error) {
+func (b *Backend) Listen(ctx context.Context, fn func(key, next string)) (driver.Listener, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("redislock: listen: %w", err)
 	}
@@ -64,7 +64,7 @@ func (b *Backend) Listen(ctx context.Context, fn func(key string)) (driver.Liste
 // listener is the driver.Listener of a Backend.
 type listener struct {
 	b      *Backend
-	fn     func(key string)
+	fn     func(key, next string)
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 	ps     *redis.PubSub
@@ -210,7 +210,7 @@ func (l *listener) receive() {
 			// go-redis has reconnected, or will on the next Receive, and
 			// resubscribes; releases published meanwhile are lost.
 			if failures == 0 {
-				l.fn("")
+				l.fn("", "")
 			}
 			failures++
 			if !l.sleep(reconnectDelay(failures)) {
@@ -223,7 +223,7 @@ func (l *listener) receive() {
 			// before anything else): retry every key once more, since a
 			// release may have come between the failure and now.
 			failures = 0
-			l.fn("")
+			l.fn("", "")
 		}
 		switch m := msg.(type) {
 		case *redis.Subscription:
@@ -232,7 +232,7 @@ func (l *listener) receive() {
 			}
 		case *redis.Message:
 			if key, ok := l.keyOf(m.Channel); ok {
-				l.fn(key)
+				l.fn(key, "")
 			}
 		}
 	}

@@ -25,7 +25,7 @@ func newNotifications(t *testing.T) *notifications {
 	return &notifications{keys: make(chan string, 100), t: t}
 }
 
-func (n *notifications) fn(key string) {
+func (n *notifications) fn(key, _ string) {
 	if n.closed.Load() {
 		n.t.Errorf("listener called fn(%q) after Close returned", key)
 	}
@@ -297,7 +297,7 @@ func TestListenRefusesDoneContext(t *testing.T) {
 	b, _, _ := setup(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := b.Listen(ctx, func(string) {}); !errors.Is(err, context.Canceled) {
+	if _, err := b.Listen(ctx, func(string, string) {}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Listen with a cancelled context: %v, want context.Canceled", err)
 	}
 }

@@ -45,7 +45,7 @@ const homingTimeout = 2 * time.Second
 type shardedListener struct {
 	cc     *redis.ClusterClient
 	b      *Backend
-	fn     func(key string)
+	fn     func(key, next string)
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 	kick   chan struct{} // capacity 1: wakes the homing goroutine
@@ -57,7 +57,7 @@ type shardedListener struct {
 	mu     sync.Mutex
 	subs   map[string]*shardSub // by channel
 	shards map[string]*shard    // by master address
-	lost   bool                 // a connection failed since the last fn("")
+	lost   bool                 // a connection failed since the last fn("", "")
 	closed bool
 }
 
@@ -94,7 +94,7 @@ type shardSub struct {
 var errShardFailed = errors.New("connection to the master failed")
 
 // listenSharded is Listen on a Cluster.
-func (b *Backend) listenSharded(ctx context.Context, cancel context.CancelFunc, cc *redis.ClusterClient, fn func(key string)) *shardedListener {
+func (b *Backend) listenSharded(ctx context.Context, cancel context.CancelFunc, cc *redis.ClusterClient, fn func(key, next string)) *shardedListener {
 	l := &shardedListener{
 		cc:     cc,
 		b:      b,
@@ -419,11 +419,11 @@ func (l *shardedListener) receive(sh *shard) {
 				l.unsubscribed(sh, m.Channel)
 			}
 			if key != "" {
-				l.fn(key)
+				l.fn(key, "")
 			}
 		case *redis.Message:
 			if key, ok := l.keyOf(m.Channel); ok {
-				l.fn(key)
+				l.fn(key, "")
 			}
 		}
 	}
@@ -508,7 +508,7 @@ func (l *shardedListener) homing() {
 		l.lost = false
 		l.mu.Unlock()
 		if lost {
-			l.fn("")
+			l.fn("", "")
 		}
 		if lost || retry {
 			if time.Since(lastFailure) > failureMemory {

@@ -21,7 +21,7 @@ const (
 
 // Listen opens one notification stream per node (redislock.Backend.Listen)
 // and fans them in: fn(key) is called when a release of key is published on
-// any node, and fn("") when any node's stream may have missed releases.
+// any node, and fn("", "") when any node's stream may have missed releases.
 //
 // One release is published on every node where it released, a moment apart.
 // Calling fn for each copy would send a waiter at the lock again and again,
@@ -31,7 +31,7 @@ const (
 // the first announcement, whichever comes first. No announcement goes
 // unanswered: each is followed by fn(key) within the window. ctx bounds only
 // the call.
-func (b *Backend) Listen(ctx context.Context, fn func(key string)) (driver.Listener, error) {
+func (b *Backend) Listen(ctx context.Context, fn func(key, next string)) (driver.Listener, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("redlock: listen: %w", err)
 	}
@@ -42,7 +42,7 @@ func (b *Backend) Listen(ctx context.Context, fn func(key string)) (driver.Liste
 	l.ctx, l.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	l.fanIn = &fanIn{fn: fn, n: len(b.nodes), window: max(b.opts.nodeTimeout/10, time.Millisecond), pending: make(map[string]*announced)}
 	for _, n := range b.nodes {
-		nl, err := n.b.Listen(ctx, func(key string) { l.fanIn.announce(n.index, key) })
+		nl, err := n.b.Listen(ctx, func(key, _ string) { l.fanIn.announce(n.index, key) })
 		if err != nil {
 			_ = l.Close()
 			return nil, fmt.Errorf("redlock: listen: %w", n.nodeError(err))
@@ -263,7 +263,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 // fanIn merges the nodes' announcements of one release into one call of fn.
 type fanIn struct {
-	fn     func(key string)
+	fn     func(key, next string)
 	n      int           // nodes
 	window time.Duration // longest wait for the other nodes' copies
 
@@ -288,7 +288,7 @@ func (f *fanIn) announce(node int, key string) {
 		return
 	}
 	if key == "" {
-		f.fn("")
+		f.fn("", "")
 		return
 	}
 	a := f.pending[key]
@@ -313,7 +313,7 @@ func (f *fanIn) announce(node int, key string) {
 func (f *fanIn) fire(key string, a *announced) {
 	a.timer.Stop()
 	delete(f.pending, key)
-	f.fn(key)
+	f.fn(key, "")
 }
 
 // expire passes a on when the window has passed without every node's copy.

@@ -19,7 +19,7 @@ type recorder struct {
 	seen map[string]int
 }
 
-func (r *recorder) fn(key string) {
+func (r *recorder) fn(key, _ string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.seen[key]++

@@ -87,9 +87,9 @@ func unreserveConn(db *sql.DB) {
 // lives, runs LISTEN on it before it returns, and starts one goroutine that
 // waits for notifications and calls fn with the key of each release that is
 // subscribed. Every release in the database reaches every listener; keys
-// nobody here waits on are dropped. When the connection fails, fn("") says
+// nobody here waits on are dropped. When the connection fails, fn("", "") says
 // that releases may have been missed; the goroutine reconnects with backoff
-// and calls fn("") again once it listens anew.
+// and calls fn("", "") again once it listens anew.
 //
 // ctx bounds only the call, which waits at most a second for a connection
 // from the pool. Listen fails when the database cannot be reached, when db
@@ -104,7 +104,7 @@ func unreserveConn(db *sql.DB) {
 // waiters wake only by polling, at the slower pace the client uses when it
 // expects notifications. Connect directly or with session pooling, or use
 // New(db, PostgreSQL) behind such a pooler.
-func (b *PostgresBackend) Listen(ctx context.Context, fn func(key string)) (dldriver.Listener, error) {
+func (b *PostgresBackend) Listen(ctx context.Context, fn func(key, next string)) (dldriver.Listener, error) {
 	if fn == nil {
 		return nil, errors.New("sqllock: listen: nil callback")
 	}
@@ -164,7 +164,7 @@ func discard(conn *sql.Conn) {
 // listener is the driver.Listener of a PostgresBackend.
 type listener struct {
 	db     *sql.DB
-	fn     func(key string)
+	fn     func(key, next string)
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the run goroutine
@@ -177,7 +177,7 @@ type listener struct {
 
 // Subscribe counts one more waiter on key. The connection has listened since
 // Listen returned, so a release after Subscribe returns is never missed
-// while the connection lasts (and fn("") covers a lost one). It fails only
+// while the connection lasts (and fn("", "") covers a lost one). It fails only
 // after Close.
 func (l *listener) Subscribe(_ context.Context, key string) error {
 	l.mu.Lock()
@@ -221,11 +221,11 @@ func (l *listener) run(conn *sql.Conn) {
 		if l.ctx.Err() != nil {
 			return
 		}
-		l.fn("")
+		l.fn("", "")
 		if conn = l.reconnect(); conn == nil {
 			return
 		}
-		l.fn("") // a release may have come between the failure and now
+		l.fn("", "") // a release may have come between the failure and now
 	}
 }
 
@@ -263,7 +263,7 @@ func (l *listener) deliver(key string) {
 	wanted := l.subs[key] > 0 && !l.closed
 	l.mu.Unlock()
 	if wanted {
-		l.fn(key)
+		l.fn(key, "")
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 // events collects a listener's callbacks.
 type events chan string
 
-func (e events) fn(key string) {
+func (e events) fn(key, _ string) {
 	select {
 	case e <- key:
 	default: // a test that stopped reading
@@ -151,12 +151,12 @@ func testListenHeartbeat(t *testing.T, newDB newDatabase) {
 func testListenNeedsPgx(t *testing.T, newDB newDatabase) {
 	db := newDB(t)
 	pool, _ := db.counting(t) // its connections are not pgx's
-	if _, err := sqllock.NewPostgres(pool).Listen(t.Context(), func(string) {}); err == nil {
+	if _, err := sqllock.NewPostgres(pool).Listen(t.Context(), func(string, string) {}); err == nil {
 		t.Fatal("Listen on a pool that is not pgx's succeeded")
 	} else {
 		t.Log(err)
 	}
-	if _, err := sqllock.NewPostgres(nil).Listen(t.Context(), func(string) {}); err == nil {
+	if _, err := sqllock.NewPostgres(nil).Listen(t.Context(), func(string, string) {}); err == nil {
 		t.Fatal("Listen on a nil pool succeeded")
 	}
 }
@@ -173,7 +173,7 @@ func TestListenNeedsSpareConnection(t *testing.T) {
 	pb := sqllock.NewPostgres(db)
 
 	db.SetMaxOpenConns(1)
-	_, err = pb.Listen(t.Context(), func(string) {})
+	_, err = pb.Listen(t.Context(), func(string, string) {})
 	if err == nil || !strings.Contains(err.Error(), "SetMaxOpenConns") {
 		t.Fatalf("Listen on a pool of one connection: %v, want a refusal that names SetMaxOpenConns", err)
 	}
@@ -183,7 +183,7 @@ func TestListenNeedsSpareConnection(t *testing.T) {
 	// Listen fails later, every time, without keeping its place.
 	db.SetMaxOpenConns(2)
 	for range 3 {
-		_, err = pb.Listen(t.Context(), func(string) {})
+		_, err = pb.Listen(t.Context(), func(string, string) {})
 		if err == nil || !strings.Contains(err.Error(), "not pgx's") {
 			t.Fatalf("Listen on a pool of two sqlite connections: %v, want a complaint about the driver", err)
 		}
@@ -232,11 +232,11 @@ func testListenSmallPool(t *testing.T, newDB newDatabase) {
 		pool := db.open(t)
 		pool.SetMaxOpenConns(2)
 		pb := sqllock.NewPostgres(pool)
-		l1, err := pb.Listen(t.Context(), func(string) {})
+		l1, err := pb.Listen(t.Context(), func(string, string) {})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l2, err := sqllock.NewPostgres(pool).Listen(t.Context(), func(string) {}); err == nil {
+		if l2, err := sqllock.NewPostgres(pool).Listen(t.Context(), func(string, string) {}); err == nil {
 			l2.Close()
 			l1.Close()
 			t.Fatal("a second listener on a pool of two connections")
@@ -245,7 +245,7 @@ func testListenSmallPool(t *testing.T, newDB newDatabase) {
 		if err := l1.Close(); err != nil {
 			t.Fatal(err)
 		}
-		l3, err := pb.Listen(t.Context(), func(string) {})
+		l3, err := pb.Listen(t.Context(), func(string, string) {})
 		if err != nil {
 			t.Fatalf("Listen after the listener closed: %v", err)
 		}
@@ -263,7 +263,7 @@ func testListenSmallPool(t *testing.T, newDB newDatabase) {
 			defer conn.Close()
 		}
 		start := time.Now()
-		l, err := sqllock.NewPostgres(pool).Listen(t.Context(), func(string) {})
+		l, err := sqllock.NewPostgres(pool).Listen(t.Context(), func(string, string) {})
 		if err == nil {
 			l.Close()
 			t.Fatal("Listen on a pool whose connections are all in use succeeded")
