@@ -87,6 +87,9 @@ func (c *Client) checkBackend(o *options) error {
 			return invalid("lock delay: not supported by the backend (%T)", c.backend)
 		}
 	}
+	if o.fair {
+		return c.need(driver.CapFair)
+	}
 	return nil
 }
 

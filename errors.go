@@ -92,18 +92,54 @@ func (e *LostError) Unwrap() error { return e.Cause }
 // and for how much longer the store keeps it. errors.Is(err, ErrNotObtained)
 // is true for every NotObtainedError.
 type NotObtainedError struct {
-	Name      string        // the lock's name
-	Holder    string        // the holder's owner string, "" when unknown
-	HolderTTL time.Duration // the holder's remaining time to live, 0 when unknown
+	Name string // the lock's name
+	// Holder is the owner string of the hold the caller waits for, "" when
+	// unknown: the exclusive holder; with shared holds in the way, the
+	// reader or permit holder whose hold ends last (for a writer) or first
+	// (for a semaphore at its limit); the waiting writer when WriterWaiting.
+	Holder    string
+	HolderTTL time.Duration // Holder's remaining time to live, 0 when unknown
+	// Shared is the number of shared holds (readers, permits in use) the
+	// store reported, 0 when none or unknown.
+	Shared int
+	// Permits is the semaphore's limit for a Semaphore, else 0.
+	Permits int
+	// WriterWaiting reports that a reader was refused because a writer is
+	// waiting (readers queue behind a waiting writer); Holder is that writer.
+	WriterWaiting bool
+	// Position is a fair waiter's place in the queue (1 is next), or 0.
+	Position int
 }
 
-// Error names the lock and its holder.
+// Error names the lock and what stands in the way.
 func (e *NotObtainedError) Error() string {
-	if e.Holder == "" {
-		return fmt.Sprintf("dlock: lock %q not obtained", e.Name)
+	ttl := e.HolderTTL.Round(time.Millisecond)
+	var msg string
+	switch {
+	case e.WriterWaiting:
+		msg = fmt.Sprintf("dlock: lock %q not obtained: a writer is waiting", e.Name)
+		if e.Holder != "" {
+			msg += fmt.Sprintf(" (%s, for up to %s more)", e.Holder, ttl)
+		}
+	case e.Permits > 0 && e.Shared > 0:
+		msg = fmt.Sprintf("dlock: semaphore %q not obtained: %d of %d permits in use", e.Name, e.Shared, e.Permits)
+		if e.Holder != "" {
+			msg += fmt.Sprintf(" (the first to expire, held by %s, in %s)", e.Holder, ttl)
+		}
+	case e.Shared > 0:
+		msg = fmt.Sprintf("dlock: lock %q not obtained: held by %d shared holders", e.Name, e.Shared)
+		if e.Holder != "" {
+			msg += fmt.Sprintf(" (the last to expire, %s, in %s)", e.Holder, ttl)
+		}
+	case e.Holder == "":
+		msg = fmt.Sprintf("dlock: lock %q not obtained", e.Name)
+	default:
+		msg = fmt.Sprintf("dlock: lock %q not obtained: held by %s (expires in %s)", e.Name, e.Holder, ttl)
 	}
-	return fmt.Sprintf("dlock: lock %q not obtained: held by %s (expires in %s)",
-		e.Name, e.Holder, e.HolderTTL.Round(time.Millisecond))
+	if e.Position > 0 {
+		msg += fmt.Sprintf("; place %d in the queue", e.Position)
+	}
+	return msg
 }
 
 // Is reports whether target is ErrNotObtained.

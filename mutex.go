@@ -21,6 +21,8 @@ type Mutex struct {
 	opts  options
 	err   error  // invalid name or options
 	token string // fixed token of a reentrant handle or of WithOwnerID; else ""
+	mode  driver.Mode
+	limit int // a semaphore's permits; 0 otherwise
 
 	mu   sync.Mutex
 	held *grant // a reentrant handle's current grant
@@ -41,7 +43,7 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(&NotObtainedError{Name: m.name}, err)
 	}
-	l, res, err := m.try(ctx, m.tokenFor())
+	l, res, err := m.try(ctx, m.tokenFor(), false)
 	if err != nil || l != nil {
 		return l, m.tryErr(ctx, err)
 	}
@@ -72,11 +74,14 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 		return nil, errors.Join(&NotObtainedError{Name: m.name}, err)
 	}
 	token := m.tokenFor()
-	l, res, err := m.try(ctx, token)
+	l, res, err := m.try(ctx, token, true)
 	if err != nil || l != nil {
 		return l, m.tryErr(ctx, err)
 	}
 	m.busy(res)
+	if m.opts.fair {
+		return m.c.hub.waitFair(ctx, m, token, res)
+	}
 	return m.c.hub.wait(ctx, m, token, res)
 }
 
@@ -121,13 +126,28 @@ func (m *Mutex) busy(res driver.AcquireResult) {
 }
 
 func (m *Mutex) notObtained(res driver.AcquireResult) *NotObtainedError {
-	return &NotObtainedError{Name: m.name, Holder: res.Holder, HolderTTL: res.HolderTTL}
+	return &NotObtainedError{
+		Name: m.name, Holder: res.Holder, HolderTTL: res.HolderTTL,
+		Shared: res.Shared, Permits: m.limit, WriterWaiting: res.WriterWaiting, Position: res.Position,
+	}
 }
 
-// try makes one acquire attempt with token. It returns a lease when the lock
-// was obtained, the store's answer when it was not, or an error when the
-// store failed; then what the attempt may have written is removed.
-func (m *Mutex) try(ctx context.Context, token string) (*Lease, driver.AcquireResult, error) {
+// abandon removes what a wait that ended may have left on the store: a
+// queue entry or a writer intent of token (last is the wait's last answer).
+// A token that outlives the wait (reentrant handle, WithOwnerID) may hold
+// the lock meanwhile, so its entry is left to lapse instead.
+func (m *Mutex) abandon(token string, last driver.AcquireResult) {
+	if last.Queued && m.token == "" {
+		m.c.cleanup(m.key, token, m.opts.ttl)
+	}
+}
+
+// try makes one acquire attempt with token; wait tells the store that the
+// caller waits (it may queue the token or record a writer intent). It
+// returns a lease when the lock was obtained, the store's answer when it was
+// not, or an error when the store failed; then what the attempt may have
+// written is removed.
+func (m *Mutex) try(ctx context.Context, token string, wait bool) (*Lease, driver.AcquireResult, error) {
 	var joined *grant
 	if m.opts.reentrant {
 		m.mu.Lock()
@@ -146,6 +166,13 @@ func (m *Mutex) try(ctx context.Context, token string) (*Lease, driver.AcquireRe
 		TTL:       m.opts.ttl,
 		Reentrant: m.opts.reentrant,
 		LockDelay: m.opts.lockDelay,
+		Mode:      m.mode,
+		Limit:     m.limit,
+		Fair:      m.opts.fair,
+		Wait:      wait,
+	}
+	if wait {
+		req.QueueTTL = m.opts.queueTTL()
 	}
 	sent := time.Now()
 	if joined != nil {

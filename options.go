@@ -48,6 +48,7 @@ type options struct {
 	marginSet bool
 	onBusy    func(*NotObtainedError)
 	lockDelay time.Duration
+	fair      bool
 }
 
 func defaultOptions() options {
@@ -137,11 +138,34 @@ func WithOnBusy(fn func(*NotObtainedError)) Option {
 // lock fails with ErrInvalid.
 func WithLockDelay(d time.Duration) Option { return optionFunc(func(o *options) { o.lockDelay = d }) }
 
+// Fair makes a Mutex fair: waiters are granted the lock in the order they
+// arrived at the store, and a release wakes only the waiter at the head of
+// the queue, not every waiter. Each waiter keeps a queue entry on the store
+// that lives min(TTL, 5s) unless the waiter renews it, which it does every
+// third of that while it waits, so a waiter that dies leaves the queue
+// within that time; a wait that ends (context cancelled, WithWait elapsed)
+// removes its entry at once. TryLock on a fair Mutex yields to the waiters
+// queued ahead of it and leaves no entry.
+//
+// Fairness is a property of the name: give Fair to every Mutex of that name
+// (a Mutex without it does not look at the queue and may overtake it). It
+// needs a backend with driver.CapFair (memlock, redislock, sqllock); Redlock
+// does not have it. A fair handle that is also Reentrant or shares an owner ID
+// cannot remove its queue entry at once when its wait ends (the entry belongs
+// to an owner that may hold the lock meanwhile); the entry then lapses. Fair
+// applies to Mutex only; RWMutex and Semaphore refuse it.
+func Fair() Option { return optionFunc(func(o *options) { o.fair = true }) }
+
 // Reentrant makes a Mutex reentrant: while the handle holds the lock, Lock and
 // TryLock succeed at once and add one hold (counted on the store); each lease
 // must be unlocked, and the last Unlock releases the lock. Without it, a
 // second Lock on the same handle waits like any other owner.
 func Reentrant() Option { return optionFunc(func(o *options) { o.reentrant = true }) }
+
+// queueTTL is the time to live of a waiter's queue entry or writer intent.
+func (o *options) queueTTL() time.Duration { return min(o.ttl, maxQueueTTL) }
+
+const maxQueueTTL = 5 * time.Second
 
 func (o *options) safetyMargin() time.Duration {
 	if !o.marginSet {

@@ -28,11 +28,23 @@ type waitHub struct {
 }
 
 type waitGroup struct {
-	key        string
-	refs       int           // waiters in the group, guarded by waitHub.mu
-	gate       chan struct{} // capacity 1: held by the active waiter
-	wake       chan struct{} // capacity 1: a release of key was seen
-	subscribed bool          // touched only by the active waiter and the last to leave
+	key  string
+	refs int           // waiters in the group, guarded by waitHub.mu
+	gate chan struct{} // capacity 1: held by the active waiter
+	wake chan struct{} // capacity 1: a release of key was seen
+	// fair waiters by token, guarded by waitHub.mu. They do not queue at the
+	// gate: the store's queue orders them, and a release wakes only the
+	// waiter it names.
+	fair map[string]*fairWaiter
+
+	smu        sync.Mutex // serialises subscribing
+	subscribed bool       // guarded by smu; read by the last to leave
+}
+
+// fairWaiter is one waiter of a fair Mutex.
+type fairWaiter struct {
+	wake     chan struct{} // capacity 1
+	position int           // its place in the store's queue at its last attempt, guarded by waitHub.mu
 }
 
 func newWaitHub(c *Client) *waitHub {
@@ -42,24 +54,55 @@ func newWaitHub(c *Client) *waitHub {
 }
 
 // notify is the listener's callback: wake the active waiter of key, or of
-// every key when key is "".
+// every key when key is "". next, when set, is the fair waiter the store
+// lets in: only that one is woken.
 func (h *waitHub) notify(key, next string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if key == "" {
 		for _, g := range h.groups {
-			signal(g.wake)
+			g.wakeAll()
 		}
 		return
 	}
-	if g := h.groups[key]; g != nil {
-		signal(g.wake)
+	g := h.groups[key]
+	switch {
+	case g == nil:
+	case next == "":
+		g.wakeAll()
+	default:
+		if w := g.fair[next]; w != nil {
+			signal(w.wake)
+		}
+	}
+}
+
+// wakeAll wakes the active waiter and every fair waiter. The caller holds
+// waitHub.mu.
+func (g *waitGroup) wakeAll() {
+	signal(g.wake)
+	for _, w := range g.fair {
+		signal(w.wake)
 	}
 }
 
 // wakeKey wakes local waiters of key at once when this Client released it,
-// without waiting for the store's notification.
-func (h *waitHub) wakeKey(key string) { h.notify(key, "") }
+// without waiting for the store's notification: the active waiter, and of
+// fair waiters only the one that was at the head of the queue.
+func (h *waitHub) wakeKey(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g := h.groups[key]
+	if g == nil {
+		return
+	}
+	signal(g.wake)
+	for _, w := range g.fair {
+		if w.position == 1 {
+			signal(w.wake)
+		}
+	}
+}
 
 func signal(c chan struct{}) {
 	select {
@@ -88,7 +131,13 @@ func (h *waitHub) leave(g *waitGroup) {
 		delete(h.groups, g.key)
 	}
 	h.mu.Unlock()
-	if last && g.subscribed {
+	if !last {
+		return
+	}
+	g.smu.Lock()
+	subscribed := g.subscribed
+	g.smu.Unlock()
+	if subscribed {
 		if l := h.currentListener(); l != nil {
 			ctx, cancel := context.WithTimeout(h.c.ctx, time.Second)
 			if err := l.Unsubscribe(ctx, g.key); err != nil {
@@ -130,7 +179,12 @@ var errListenBackoff = errors.New("dlock: notifications unavailable; retrying la
 // subscribe makes sure the active waiter of g gets release notifications
 // before it tries again. Without them it still works, by polling.
 func (h *waitHub) subscribe(ctx context.Context, g *waitGroup) {
-	if g.subscribed || h.notifier == nil {
+	if h.notifier == nil {
+		return
+	}
+	g.smu.Lock()
+	defer g.smu.Unlock()
+	if g.subscribed {
 		return
 	}
 	l, err := h.openListener()
@@ -155,6 +209,7 @@ func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.
 	select {
 	case g.gate <- struct{}{}:
 	case <-ctx.Done():
+		m.abandon(token, last)
 		return nil, notObtained()
 	}
 	defer func() { <-g.gate }()
@@ -176,12 +231,12 @@ func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.
 		case <-g.wake:
 		default:
 		}
-		l, res, err := m.try(ctx, token)
+		l, res, err := m.try(ctx, token, true)
 		switch {
 		case l != nil:
 			return l, nil
 		case err != nil && ctx.Err() != nil:
-			return nil, notObtained() // names the holder last seen
+			return nil, notObtained() // names the holder last seen; try cleaned up
 		case err != nil:
 			return nil, err
 		}
@@ -192,11 +247,103 @@ func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.
 		if res.HolderTTL > 0 && res.HolderTTL < d {
 			d = res.HolderTTL + time.Millisecond
 		}
+		if res.Queued {
+			// A writer intent is kept only by trying again before it lapses.
+			d = min(d, m.opts.queueTTL()/3)
+		}
 		timer.Reset(d)
 		select {
 		case <-g.wake:
 		case <-timer.C:
 		case <-ctx.Done():
+			m.abandon(token, last)
+			return nil, notObtained()
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// waitFair is Lock of a fair Mutex after a failed first attempt, which
+// queued token on the store. Fair waiters do not queue at the group's gate:
+// each keeps its own queue entry alive by trying again every third of its
+// time to live, and is woken by a release that names it, by the holder's
+// TTL running out when it is at the head, and, on stores without
+// notification, by polling on the WithRetry schedule.
+func (h *waitHub) waitFair(ctx context.Context, m *Mutex, token string, last driver.AcquireResult) (*Lease, error) {
+	ctx, stop := h.c.closeAware(ctx)
+	defer stop()
+	g := h.join(m.key)
+	w := &fairWaiter{wake: make(chan struct{}, 1), position: last.Position}
+	h.mu.Lock()
+	if g.fair == nil {
+		g.fair = make(map[string]*fairWaiter)
+	}
+	// Goroutines of one reentrant handle share a token and so a queue
+	// entry; the last to register is woken for it, the others refresh.
+	prev := g.fair[token]
+	g.fair[token] = w
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		if g.fair[token] == w {
+			delete(g.fair, token)
+			if prev != nil {
+				g.fair[token] = prev
+			}
+		}
+		h.mu.Unlock()
+		h.leave(g)
+	}()
+
+	notObtained := func() error { return errors.Join(m.notObtained(last), context.Cause(ctx)) }
+	retry := m.opts.retry
+	if retry == nil {
+		retry = defaultPolledRetry
+	}
+	refresh := m.opts.queueTTL() / 3
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for attempt := 1; ; attempt++ {
+		// Subscribe before trying, so that no release after the attempt
+		// is missed; a wake-up seen before it is covered by it.
+		h.subscribe(ctx, g)
+		select {
+		case <-w.wake:
+		default:
+		}
+		l, res, err := m.try(ctx, token, true)
+		switch {
+		case l != nil:
+			return l, nil
+		case err != nil && ctx.Err() != nil:
+			return nil, notObtained() // try cleaned up
+		case err != nil:
+			return nil, err
+		}
+		last = res
+		h.mu.Lock()
+		w.position = res.Position
+		h.mu.Unlock()
+		m.busy(res)
+
+		d := refresh
+		if h.notifier == nil || m.opts.retry != nil {
+			d = min(d, max(retry.Delay(attempt), time.Millisecond))
+		}
+		if res.Position <= 1 && res.HolderTTL > 0 {
+			d = min(d, res.HolderTTL+time.Millisecond)
+		}
+		timer.Reset(d)
+		select {
+		case <-w.wake:
+		case <-timer.C:
+		case <-ctx.Done():
+			m.abandon(token, last)
 			return nil, notObtained()
 		}
 		if !timer.Stop() {
