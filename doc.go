@@ -71,6 +71,16 @@
 // unlocked, and the last Unlock releases. Without it, a second Lock on the same
 // handle waits like any other owner.
 //
+// # Lock kinds
+//
+// Besides the plain Mutex: Fair makes a Mutex serve waiters in arrival order
+// and wake only the head of the queue; Client.RWMutex gives many readers or
+// one writer, each reader a lease of its own, with waiting writers keeping
+// new readers out; Client.Semaphore gives at most n holders, each permit a
+// lease of its own. A name is one lock whatever the kind: a Mutex of a name is
+// the write side of its RWMutex. Redlock has Mutex and RWMutex, not Fair or
+// Semaphore.
+//
 // # Errors
 //
 // Branch with errors.Is: ErrNotObtained (with *NotObtainedError naming the

@@ -227,7 +227,8 @@ type AcquireResult struct {
 // ReleaseResult is the output of Backend.Release.
 type ReleaseResult struct {
 	// Held reports whether token held the lock when the call arrived. When it
-	// is false nothing was changed.
+	// is false no hold was changed (a queue entry or writer intent of token
+	// may have been removed).
 	Held bool
 	// Remaining is the hold count left after the release; 0 means the lock was
 	// deleted.

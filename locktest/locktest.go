@@ -18,6 +18,11 @@
 // a backend of its own, as separate processes would. Cases that depend on
 // time use TTLs of a few hundred milliseconds; the whole suite takes some
 // seconds.
+//
+// The cases on fair locks, read-write locks and semaphores run in full on a
+// backend whose driver.Capabler reports the capability they need; on any
+// other backend they check that the client refuses that lock kind with
+// dlock.ErrInvalid. Stores without driver.Notifier pass them by polling.
 package locktest
 
 import (
@@ -37,8 +42,9 @@ type Store struct {
 	// Required.
 	Delete func(t *testing.T, key string)
 	// Leftovers returns what the store still holds for the lock with the
-	// given key (keys, rows), leaving out the fence counter that stores keep
-	// on purpose. Required.
+	// given key (keys, rows): holds of every mode, fair queue entries and
+	// writer intents, leaving out the fence counter that stores keep on
+	// purpose. Required.
 	Leftovers func(t *testing.T, key string) []string
 	// Kill makes the store stop answering for the rest of the case, for
 	// example by stopping the server process. Required.
@@ -94,4 +100,21 @@ var cases = []testCase{
 	{"InvalidInput", testInvalidInput},
 	{"CloseStopsEverything", testCloseStopsEverything},
 	{"LockDelay", testLockDelay},
+	{"FairOrder", testFairOrder},
+	{"FairWakesOnlyHead", testFairWakesOnlyHead},
+	{"FairCancelledLeaves", testFairCancelledLeaves},
+	{"FairDeadWaiterLeaves", testFairDeadWaiterLeaves},
+	{"FairTryLockYields", testFairTryLockYields},
+	{"RWReadersShare", testRWReadersShare},
+	{"RWWriterExcludes", testRWWriterExcludes},
+	{"RWWriterNotStarved", testRWWriterNotStarved},
+	{"RWReaderCrashExpires", testRWReaderCrashExpires},
+	{"RWFences", testRWFences},
+	{"SemaphoreLimit", testSemaphoreLimit},
+	{"SemaphorePermitExpires", testSemaphorePermitExpires},
+	{"SemaphoreLowerLimit", testSemaphoreLowerLimit},
+	{"SemaphorePermitLeases", testSemaphorePermitLeases},
+	{"SemaphoreWaitWokenByRelease", testSemaphoreWaitWokenByRelease},
+	{"KindsLeaveNothing", testKindsLeaveNothing},
+	{"KindsInvalid", testKindsInvalid},
 }

@@ -52,6 +52,30 @@ func ExampleManualClock() {
 	// true
 }
 
+// Semaphore permits expire by the store's clock too: the permit of a holder
+// that stopped renewing comes back once a ManualClock passes its TTL.
+func ExampleManualClock_semaphore() {
+	ctx := context.Background()
+	clock := memlock.NewManualClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
+	c := dlock.New(memlock.New(memlock.WithClock(clock)))
+	defer c.Close()
+
+	pool := c.Semaphore("gpu", 1, dlock.WithTTL(time.Minute), dlock.WithAutoRenew(false))
+	first, _ := pool.TryAcquire(ctx)
+	_, err := pool.TryAcquire(ctx)
+	var busy *dlock.NotObtainedError
+	if errors.As(err, &busy) {
+		fmt.Printf("%d of %d permits in use; one comes back in %v\n", busy.Shared, busy.Permits, busy.HolderTTL)
+	}
+
+	clock.Advance(2 * time.Minute)
+	second, err := pool.TryAcquire(ctx)
+	fmt.Println("second permit:", err == nil, "fence", second.Fence(), "after", first.Fence())
+	// Output:
+	// 1 of 1 permits in use; one comes back in 1m0s
+	// second permit: true fence 2 after 1
+}
+
 // SetUnavailable simulates a store outage, to test how code reacts to a lease
 // that can no longer be renewed.
 func ExampleBackend_SetUnavailable() {

@@ -1,7 +1,9 @@
 // Package memlock is an in-process dlock backend: the same semantics as the
 // networked stores (owner tokens, fences, hold counts, expiry by the store's
-// clock, release notifications), kept in a map. Use it in your own unit tests
-// and examples, or to lock between goroutines of one process.
+// clock, release notifications, shared holds for read-write locks and
+// semaphores, fair queues and writer intents), kept in a map. Use it in your
+// own unit tests and examples, or to lock between goroutines of one process.
+// It is the reference implementation of the driver contract.
 //
 // A ManualClock makes expiry testable without sleeping, and SetUnavailable
 // makes the store fail on demand, to test how your code reacts to a lost
@@ -10,7 +12,6 @@ package memlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -26,6 +27,7 @@ var (
 	_ driver.BatchRenewer = (*Backend)(nil)
 	_ driver.Inspector    = (*Backend)(nil)
 	_ driver.LockDelayer  = (*Backend)(nil)
+	_ driver.Capabler     = (*Backend)(nil)
 )
 
 // Clock tells the store's time. The store's clock decides expiry.
@@ -53,33 +55,18 @@ type Backend struct {
 	clock Clock
 
 	mu        sync.Mutex
-	locks     map[string]*entry
+	locks     map[string]*lockState
 	fences    map[string]uint64 // kept after release, like the networked stores
 	down      error
 	listeners map[*listener]struct{}
+	calls     int // calls since the last sweep of lapsed states
 }
-
-type entry struct {
-	holds    map[string]int // token → hold count
-	acquired time.Time
-	owner    string
-	fence    uint64
-	expires  time.Time     // when the lease expires
-	delay    time.Duration // lock-delay: the entry outlives expires by this much
-}
-
-// expired reports whether the lease has expired; the entry then only keeps
-// others out until its lock-delay ends.
-func (e *entry) expired(now time.Time) bool { return !now.Before(e.expires) }
-
-// free is when the lock becomes free if nobody renews or releases it.
-func (e *entry) free() time.Time { return e.expires.Add(e.delay) }
 
 // New returns an empty store.
 func New(opts ...Option) *Backend {
 	b := &Backend{
 		clock:     systemClock{},
-		locks:     make(map[string]*entry),
+		locks:     make(map[string]*lockState),
 		fences:    make(map[string]uint64),
 		listeners: make(map[*listener]struct{}),
 	}
@@ -104,16 +91,65 @@ func (b *Backend) SetUnavailable(err error) {
 // SupportsLockDelay reports true: memlock honours dlock.WithLockDelay.
 func (b *Backend) SupportsLockDelay() bool { return true }
 
-// live returns the entry of key while it keeps the lock (held, or expired
-// and in its lock-delay), dropping one that no longer does. The caller holds
-// b.mu.
-func (b *Backend) live(key string) *entry {
-	e := b.locks[key]
-	if e != nil && !b.clock.Now().Before(e.free()) {
+// Supports implements driver.Capabler: memlock has read-write locks,
+// semaphores and fair locks.
+func (b *Backend) Supports(c driver.Capability) bool {
+	switch c {
+	case driver.CapShared, driver.CapSemaphore, driver.CapFair:
+		return true
+	}
+	return false
+}
+
+// state returns the state of key with what lapsed by now pruned, or nil
+// when nothing of it is live. The caller holds b.mu.
+func (b *Backend) state(key string, now time.Time) *lockState {
+	b.sweep(now)
+	st := b.locks[key]
+	if st == nil {
+		return nil
+	}
+	st.prune(now)
+	if st.empty() {
 		delete(b.locks, key)
 		return nil
 	}
-	return e
+	return st
+}
+
+// stateFor returns the state of key, made when there is none. The caller
+// holds b.mu and has called state.
+func (b *Backend) stateFor(key string) *lockState {
+	st := b.locks[key]
+	if st == nil {
+		st = newState()
+		b.locks[key] = st
+	}
+	return st
+}
+
+// tidy drops the state of key when nothing of it is left. The caller holds
+// b.mu.
+func (b *Backend) tidy(key string, st *lockState) {
+	if st.empty() && b.locks[key] == st {
+		delete(b.locks, key)
+	}
+}
+
+// sweep drops every lapsed state now and then, so that keys nobody touches
+// again do not stay in memory: the cost is amortised over the calls made
+// since the last sweep. The caller holds b.mu.
+func (b *Backend) sweep(now time.Time) {
+	if b.calls++; b.calls < 64 || b.calls < len(b.locks) {
+		return
+	}
+	b.calls = 0
+	for key, st := range b.locks {
+		st.prune(now)
+		if st.empty() {
+			delete(b.locks, key)
+		}
+	}
 }
 
 func (b *Backend) check(ctx context.Context, op, key string) error {
@@ -126,6 +162,12 @@ func (b *Backend) check(ctx context.Context, op, key string) error {
 	return nil
 }
 
+// grantFence draws the next fence of key. The caller holds b.mu.
+func (b *Backend) grantFence(key string) uint64 {
+	b.fences[key]++
+	return b.fences[key]
+}
+
 // Acquire implements driver.Backend.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
 	b.mu.Lock()
@@ -134,28 +176,102 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		return driver.AcquireResult{}, err
 	}
 	now := b.clock.Now()
-	if e := b.live(req.Key); e != nil {
-		if e.expired(now) {
-			return driver.AcquireResult{Holder: e.owner, HolderTTL: e.free().Sub(now)}, nil
-		}
-		if n, ok := e.holds[req.Token]; ok && req.Reentrant {
-			e.holds[req.Token] = n + 1
-			e.expires = later(e.expires, now.Add(req.TTL))
-			return driver.AcquireResult{Acquired: true, Fence: e.fence, Holds: n + 1}, nil
-		}
-		return driver.AcquireResult{Holder: e.owner, HolderTTL: e.expires.Sub(now)}, nil
+	st := b.state(req.Key, now)
+	if req.Mode == driver.Shared {
+		return b.acquireShared(req, st, now), nil
 	}
-	b.fences[req.Key]++
-	f := b.fences[req.Key]
-	b.locks[req.Key] = &entry{
-		holds:    map[string]int{req.Token: 1},
-		acquired: now,
-		owner:    req.Owner,
-		fence:    f,
-		expires:  now.Add(req.TTL),
-		delay:    max(req.LockDelay, 0),
+	if req.Mode != driver.Exclusive {
+		return driver.AcquireResult{}, fmt.Errorf("memlock: acquire %q: unknown mode %v", req.Key, req.Mode)
 	}
-	return driver.AcquireResult{Acquired: true, Fence: f, Holds: 1}, nil
+	return b.acquireExclusive(req, st, now), nil
+}
+
+func (b *Backend) acquireExclusive(req driver.AcquireRequest, st *lockState, now time.Time) driver.AcquireResult {
+	var res driver.AcquireResult
+	blocked, bySharedHolds := false, false
+	if st != nil {
+		res.Shared = len(st.shared)
+		switch e := st.excl; {
+		case e != nil:
+			// A re-entry is no new grant: the queue does not hold it back.
+			if n, ok := e.holds[req.Token]; ok && req.Reentrant && !e.expired(now) {
+				e.holds[req.Token] = n + 1
+				e.expires = later(e.expires, now.Add(req.TTL))
+				st.leave(req.Token)
+				return driver.AcquireResult{Acquired: true, Fence: e.fence, Holds: n + 1}
+			}
+			blocked = true
+			res.Holder, res.HolderTTL = e.owner, e.ttl(now)
+		case len(st.shared) > 0:
+			blocked, bySharedHolds = true, true
+			hs := st.sharedByExpiry()
+			last := hs[len(hs)-1]
+			res.Holder, res.HolderTTL = last.owner, last.expires.Sub(now)
+		}
+		if req.Fair && st.othersAhead(req.Token) {
+			blocked = true
+		}
+	}
+	if !blocked {
+		st = b.stateFor(req.Key)
+		f := b.grantFence(req.Key)
+		st.excl = &entry{
+			holds:    map[string]int{req.Token: 1},
+			acquired: now,
+			owner:    req.Owner,
+			fence:    f,
+			expires:  now.Add(req.TTL),
+			delay:    max(req.LockDelay, 0),
+		}
+		st.leave(req.Token)
+		return driver.AcquireResult{Acquired: true, Fence: f, Holds: 1}
+	}
+	if !req.Wait || req.QueueTTL <= 0 {
+		return res
+	}
+	expires := now.Add(req.QueueTTL)
+	if in := st.intent; in != nil && in.token == req.Token {
+		in.owner, in.expires = req.Owner, later(in.expires, expires)
+	} else if in == nil && bySharedHolds {
+		st.intent = &waiter{token: req.Token, owner: req.Owner, expires: expires}
+	}
+	if req.Fair {
+		st.enqueue(req.Token, req.Owner, expires)
+		res.Position = st.position(req.Token)
+	}
+	res.Queued = st.position(req.Token) > 0 || (st.intent != nil && st.intent.token == req.Token)
+	return res
+}
+
+func (b *Backend) acquireShared(req driver.AcquireRequest, st *lockState, now time.Time) driver.AcquireResult {
+	var res driver.AcquireResult
+	if st != nil {
+		res.Shared = len(st.shared)
+		if h := st.shared[req.Token]; h != nil {
+			// The token holds already (a retried request): the same hold.
+			h.expires = later(h.expires, now.Add(req.TTL))
+			return driver.AcquireResult{Acquired: true, Fence: h.fence, Holds: 1}
+		}
+		if e := st.excl; e != nil {
+			res.Holder, res.HolderTTL = e.owner, e.ttl(now)
+			return res
+		}
+		if in := st.intent; in != nil && in.token != req.Token {
+			res.Holder, res.HolderTTL, res.WriterWaiting = in.owner, in.expires.Sub(now), true
+			return res
+		}
+		if req.Limit > 0 && len(st.shared) >= req.Limit {
+			first := st.sharedByExpiry()[0]
+			res.Holder, res.HolderTTL = first.owner, first.expires.Sub(now)
+			return res
+		}
+	}
+	st = b.stateFor(req.Key)
+	f := b.grantFence(req.Key)
+	st.shared[req.Token] = &sharedHold{owner: req.Owner, fence: f, acquired: now, expires: now.Add(req.TTL)}
+	st.limit = max(req.Limit, 0)
+	st.leave(req.Token)
+	return driver.AcquireResult{Acquired: true, Fence: f, Holds: 1}
 }
 
 // Renew implements driver.Backend.
@@ -169,23 +285,22 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 }
 
 func (b *Backend) renew(key, token string, ttl time.Duration) bool {
-	e := b.live(key)
-	if e == nil || e.expired(b.clock.Now()) {
+	now := b.clock.Now()
+	st := b.state(key, now)
+	if st == nil {
 		return false
 	}
-	if _, ok := e.holds[token]; !ok {
-		return false
+	if e := st.excl; e != nil {
+		if _, ok := e.holds[token]; ok && !e.expired(now) {
+			e.expires = later(e.expires, now.Add(ttl))
+			return true
+		}
 	}
-	e.expires = later(e.expires, b.clock.Now().Add(ttl))
-	return true
-}
-
-// later returns the later of a and b: renewals extend, never shorten.
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
+	if h := st.shared[token]; h != nil {
+		h.expires = later(h.expires, now.Add(ttl))
+		return true
 	}
-	return a
+	return false
 }
 
 // RenewBatch implements driver.BatchRenewer.
@@ -210,34 +325,53 @@ func (b *Backend) Release(ctx context.Context, key, token string) (driver.Releas
 		b.mu.Unlock()
 		return driver.ReleaseResult{}, err
 	}
-	e := b.live(key)
-	if e == nil {
+	now := b.clock.Now()
+	st := b.state(key, now)
+	if st == nil {
 		b.mu.Unlock()
 		return driver.ReleaseResult{}, nil
 	}
-	n, ok := e.holds[token]
-	if !ok {
-		b.mu.Unlock()
-		return driver.ReleaseResult{}, nil
+	var res driver.ReleaseResult
+	// A removed intent or a released shared hold may let readers and
+	// permit holders in: those are announced to everyone (next "").
+	hadIntent := st.intent != nil && st.intent.token == token
+	wake := st.leave(token)
+	everyone := hadIntent
+	if e := st.excl; e != nil {
+		if n, ok := e.holds[token]; ok {
+			res.Held = true
+			if e.expired(now) {
+				// The lease expired and the lock sits in its lock-delay: the
+				// late holder is done with it, so the delay has no more
+				// reason to run.
+				n, res.Held = 1, false
+			}
+			if n > 1 {
+				e.holds[token] = n - 1
+				res.Remaining = n - 1
+			} else {
+				st.excl = nil
+				wake = true
+			}
+		}
+	} else if h := st.shared[token]; h != nil {
+		delete(st.shared, token)
+		res.Held, wake, everyone = true, true, true
 	}
-	held := true
-	if e.expired(b.clock.Now()) {
-		// The lease expired and the lock sits in its lock-delay: the late
-		// holder is done with it, so the delay has no more reason to run.
-		n, held = 1, false
+	next := ""
+	if !everyone {
+		next = st.next()
 	}
-	if n > 1 {
-		e.holds[token] = n - 1
-		b.mu.Unlock()
-		return driver.ReleaseResult{Held: true, Remaining: n - 1}, nil
+	b.tidy(key, st)
+	var fns []func(key, next string)
+	if wake {
+		fns = b.subscribers(key)
 	}
-	delete(b.locks, key)
-	fns := b.subscribers(key)
 	b.mu.Unlock()
 	for _, fn := range fns {
-		fn(key, "")
+		fn(key, next)
 	}
-	return driver.ReleaseResult{Held: held}, nil
+	return res, nil
 }
 
 // Inspect implements driver.Inspector.
@@ -247,25 +381,12 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.LockInfo, boo
 	if err := b.check(ctx, "inspect", key); err != nil {
 		return driver.LockInfo{}, false, err
 	}
-	e := b.live(key)
-	if e == nil {
+	now := b.clock.Now()
+	st := b.state(key, now)
+	if st == nil || !st.held() {
 		return driver.LockInfo{}, false, nil
 	}
-	return b.info(key, e), true, nil
-}
-
-func (b *Backend) info(key string, e *entry) driver.LockInfo {
-	holds := 0
-	for _, n := range e.holds {
-		holds += n
-	}
-	now := b.clock.Now()
-	info := driver.LockInfo{Key: key, Owner: e.owner, Fence: e.fence, Holds: holds,
-		TTL: e.expires.Sub(now), HeldFor: now.Sub(e.acquired)}
-	if e.expired(now) {
-		info.Delayed, info.TTL = true, e.free().Sub(now)
-	}
-	return info
+	return st.info(key, now), true, nil
 }
 
 // List implements driver.Inspector.
@@ -275,105 +396,42 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.LockInfo, e
 	if err := b.check(ctx, "list", prefix); err != nil {
 		return nil, err
 	}
+	now := b.clock.Now()
 	var out []driver.LockInfo
 	for key := range b.locks {
-		if e := b.live(key); e != nil && strings.HasPrefix(key, prefix) {
-			out = append(out, b.info(key, e))
+		if !strings.HasPrefix(key, prefix) {
+			continue
+		}
+		if st := b.state(key, now); st != nil && st.held() {
+			out = append(out, st.info(key, now))
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
 }
 
-// ForceRelease implements driver.Inspector.
+// ForceRelease implements driver.Inspector. The fair queue and the writer
+// intent stay: their waiters are alive.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.LockInfo, bool, error) {
 	b.mu.Lock()
 	if err := b.check(ctx, "force release", key); err != nil {
 		b.mu.Unlock()
 		return driver.LockInfo{}, false, err
 	}
-	e := b.live(key)
-	if e == nil {
+	now := b.clock.Now()
+	st := b.state(key, now)
+	if st == nil || !st.held() {
 		b.mu.Unlock()
 		return driver.LockInfo{}, false, nil
 	}
-	info := b.info(key, e)
-	delete(b.locks, key)
+	info := st.info(key, now)
+	st.excl = nil
+	clear(st.shared)
+	b.tidy(key, st)
 	fns := b.subscribers(key)
 	b.mu.Unlock()
 	for _, fn := range fns {
 		fn(key, "")
 	}
 	return info, true, nil
-}
-
-// subscribers returns the callbacks of listeners subscribed to key, or of
-// every listener when key is "". The caller holds b.mu.
-func (b *Backend) subscribers(key string) []func(key, next string) {
-	var fns []func(key, next string)
-	for l := range b.listeners {
-		l.mu.Lock()
-		if !l.closed && (key == "" || l.subs[key] > 0) {
-			fns = append(fns, l.fn)
-		}
-		l.mu.Unlock()
-	}
-	return fns
-}
-
-// Listen implements driver.Notifier. Notifications are delivered
-// synchronously by the goroutine that released the lock.
-func (b *Backend) Listen(ctx context.Context, fn func(key, next string)) (driver.Listener, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := b.check(ctx, "listen", ""); err != nil {
-		return nil, err
-	}
-	l := &listener{b: b, fn: fn, subs: make(map[string]int)}
-	b.listeners[l] = struct{}{}
-	return l, nil
-}
-
-type listener struct {
-	b  *Backend
-	fn func(key, next string)
-
-	mu     sync.Mutex
-	subs   map[string]int
-	closed bool
-}
-
-func (l *listener) Subscribe(ctx context.Context, key string) error {
-	l.b.mu.Lock()
-	err := l.b.check(ctx, "subscribe", key)
-	l.b.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return errors.New("memlock: subscribe on a closed listener")
-	}
-	l.subs[key]++
-	return nil
-}
-
-func (l *listener) Unsubscribe(_ context.Context, key string) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.subs[key]--; l.subs[key] <= 0 {
-		delete(l.subs, key)
-	}
-	return nil
-}
-
-func (l *listener) Close() error {
-	l.b.mu.Lock()
-	delete(l.b.listeners, l)
-	l.b.mu.Unlock()
-	l.mu.Lock()
-	l.closed = true
-	l.mu.Unlock()
-	return nil
 }

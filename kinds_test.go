@@ -1,0 +1,181 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/memlock"
+)
+
+// plainBackend hides every optional interface of memlock but the contract's
+// core, like a backend without the new lock kinds.
+type plainBackend struct{ driver.Backend }
+
+func TestKindsNeedCapabilities(t *testing.T) {
+	c := dlock.New(plainBackend{memlock.New()})
+	defer c.Close()
+	ctx := t.Context()
+	for name, call := range map[string]func() error{
+		"RLock":     func() error { _, err := c.RWMutex("x").RLock(ctx); return err },
+		"TryRLock":  func() error { _, err := c.RWMutex("x").TryRLock(ctx); return err },
+		"Semaphore": func() error { _, err := c.Semaphore("x", 2).Acquire(ctx); return err },
+		"Fair":      func() error { _, err := c.Mutex("x", dlock.Fair()).Lock(ctx); return err },
+	} {
+		err := call()
+		if !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "not supported by the backend") {
+			t.Errorf("%s on a backend without the capability: %v, want ErrInvalid naming it", name, err)
+		}
+	}
+	// The write side is a plain lock: it works everywhere.
+	l, err := c.RWMutex("x").Lock(ctx)
+	if err != nil {
+		t.Fatalf("RWMutex.Lock on a plain backend: %v", err)
+	}
+	_ = l.Unlock(ctx)
+	fc := dlock.New(plainBackend{memlock.New()}, dlock.Fair())
+	defer fc.Close()
+	if _, err := fc.Mutex("x").TryLock(ctx); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("Client-wide Fair on a backend without fair queues: %v, want ErrInvalid", err)
+	}
+}
+
+func TestKindOptionsRefused(t *testing.T) {
+	c := dlock.New(memlock.New())
+	defer c.Close()
+	ctx := t.Context()
+	cases := map[string]func() error{
+		"RWMutex Reentrant":         func() error { _, err := c.RWMutex("x", dlock.Reentrant()).RLock(ctx); return err },
+		"RWMutex Fair":              func() error { _, err := c.RWMutex("x", dlock.Fair()).Lock(ctx); return err },
+		"RWMutex WithOwnerID":       func() error { _, err := c.RWMutex("x", dlock.WithOwnerID("me")).TryLock(ctx); return err },
+		"RLock WithLockDelay":       func() error { _, err := c.RWMutex("x", dlock.WithLockDelay(time.Second)).RLock(ctx); return err },
+		"Semaphore 0":               func() error { _, err := c.Semaphore("x", 0).Acquire(ctx); return err },
+		"Semaphore -1":              func() error { _, err := c.Semaphore("x", -1).TryAcquire(ctx); return err },
+		"Semaphore over MaxPermits": func() error { _, err := c.Semaphore("x", dlock.MaxPermits+1).TryAcquire(ctx); return err },
+		"Semaphore Reentrant":       func() error { _, err := c.Semaphore("x", 2, dlock.Reentrant()).TryAcquire(ctx); return err },
+		"Semaphore Fair":            func() error { _, err := c.Semaphore("x", 2, dlock.Fair()).TryAcquire(ctx); return err },
+		"Semaphore WithLockDelay": func() error {
+			_, err := c.Semaphore("x", 2, dlock.WithLockDelay(time.Second)).TryAcquire(ctx)
+			return err
+		},
+		"Semaphore bad name": func() error { _, err := c.Semaphore("", 2).TryAcquire(ctx); return err },
+		"Semaphore bad TTL": func() error {
+			_, err := c.Semaphore("x", 2, dlock.WithTTL(time.Millisecond)).TryAcquire(ctx)
+			return err
+		},
+	}
+	for name, call := range cases {
+		if err := call(); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	var nilClient *dlock.Client
+	if _, err := nilClient.Semaphore("x", 1).Acquire(ctx); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("Semaphore on a nil Client: %v, want ErrInvalid", err)
+	}
+	if _, err := nilClient.RWMutex("x").RLock(ctx); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("RWMutex on a nil Client: %v, want ErrInvalid", err)
+	}
+
+	// Client-wide defaults that do not apply to the kinds are dropped, not refused.
+	dc := dlock.New(memlock.New(), dlock.Reentrant(), dlock.Fair(), dlock.WithOwnerID("svc"))
+	defer dc.Close()
+	r1, err := dc.RWMutex("y").RLock(ctx)
+	if err != nil {
+		t.Fatalf("RLock with Client-wide Reentrant/Fair/WithOwnerID: %v", err)
+	}
+	r2, err := dc.RWMutex("y").RLock(ctx)
+	if err != nil {
+		t.Fatalf("second RLock: %v", err)
+	}
+	if r1.Fence() == r2.Fence() {
+		t.Error("two readers share a fence: the Client's owner ID leaked into the readers' tokens")
+	}
+	p, err := dc.Semaphore("z", 1).TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("Semaphore with Client-wide defaults: %v", err)
+	}
+	if _, err := dc.Semaphore("z", 1).TryAcquire(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("second permit of 1 with a shared owner ID: %v, want ErrNotObtained", err)
+	}
+	for _, l := range []*dlock.Lease{r1, r2, p} {
+		_ = l.Unlock(ctx)
+	}
+}
+
+func TestNotObtainedWording(t *testing.T) {
+	cases := []struct {
+		err  dlock.NotObtainedError
+		want string
+	}{
+		{dlock.NotObtainedError{Name: "a", Holder: "h|pid 1", HolderTTL: 2 * time.Second},
+			`dlock: lock "a" not obtained: held by h|pid 1 (expires in 2s)`},
+		{dlock.NotObtainedError{Name: "a", Holder: "w|pid 2", HolderTTL: time.Second, WriterWaiting: true},
+			`dlock: lock "a" not obtained: a writer is waiting (w|pid 2, for up to 1s more)`},
+		{dlock.NotObtainedError{Name: "s", Holder: "p|pid 3", HolderTTL: 3 * time.Second, Shared: 5, Permits: 5},
+			`dlock: semaphore "s" not obtained: 5 of 5 permits in use (the first to expire, held by p|pid 3, in 3s)`},
+		{dlock.NotObtainedError{Name: "a", Holder: "r|pid 4", HolderTTL: time.Second, Shared: 2},
+			`dlock: lock "a" not obtained: held by 2 shared holders (the last to expire, r|pid 4, in 1s)`},
+		{dlock.NotObtainedError{Name: "a", Holder: "h|pid 1", HolderTTL: time.Second, Position: 3},
+			`dlock: lock "a" not obtained: held by h|pid 1 (expires in 1s); place 3 in the queue`},
+	}
+	for _, c := range cases {
+		if got := c.err.Error(); got != c.want {
+			t.Errorf("got  %s\nwant %s", got, c.want)
+		}
+		if !errors.Is(&c.err, dlock.ErrNotObtained) {
+			t.Errorf("%v does not match ErrNotObtained", &c.err)
+		}
+	}
+}
+
+// A fair waiter whose wait ends leaves the queue at once, so the next one
+// is not held up by its entry.
+func TestFairCancelledWaiterLeavesQueue(t *testing.T) {
+	store := memlock.New()
+	ctx := t.Context()
+	holder := dlock.New(store)
+	defer holder.Close()
+	h, err := holder.Mutex("q", dlock.Fair()).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quitter := dlock.New(store)
+	defer quitter.Close()
+	qctx, cancel := context.WithCancel(ctx)
+	queued := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() {
+		_, err := quitter.Mutex("q", dlock.Fair(), dlock.WithOnBusy(func(*dlock.NotObtainedError) {
+			select {
+			case queued <- struct{}{}:
+			default:
+			}
+		})).Lock(qctx)
+		done <- err
+	}()
+	<-queued
+	cancel()
+	if err := <-done; !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled fair Lock: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		info, _, err := store.Inspect(ctx, "q")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Queued == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cancelled waiter is still queued: %+v", info)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	_ = h.Unlock(ctx)
+}

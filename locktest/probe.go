@@ -1,0 +1,198 @@
+package locktest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// probe wraps a backend for the cases on lock kinds: it records every
+// acquire attempt, and can pause the process (calls wait until resumed) or
+// kill it (calls fail from then on, as if the process had died with its
+// records left on the store). It keeps the inner backend's capabilities and,
+// through backend, its notifications.
+type probe struct {
+	inner driver.Backend
+
+	mu       sync.Mutex
+	idle     *sync.Cond    // signalled when no call is in flight
+	inflight int           // calls on their way to the inner backend
+	paused   chan struct{} // non-nil while paused; closed by resume
+	dead     bool
+	attempts []attempt
+}
+
+// attempt is one Acquire call that the store answered.
+type attempt struct {
+	token    string
+	at       time.Time // when the call was made
+	acquired bool
+}
+
+var _ driver.Capabler = (*probe)(nil)
+
+// errDead is the answer of every call of a killed probe.
+var errDead = errors.New("locktest: the process is dead (simulated)")
+
+func newProbe(inner driver.Backend) *probe {
+	p := &probe{inner: inner}
+	p.idle = sync.NewCond(&p.mu)
+	return p
+}
+
+// backend returns the probe as a backend, a driver.Notifier when the inner
+// backend is one.
+func (p *probe) backend() driver.Backend {
+	if _, ok := p.inner.(driver.Notifier); ok {
+		return notifyingProbe{p}
+	}
+	return p
+}
+
+// pause makes calls from now on wait until resume, and returns once the
+// calls in flight have returned: from then on the process does nothing.
+func (p *probe) pause() {
+	p.mu.Lock()
+	if p.paused == nil {
+		p.paused = make(chan struct{})
+	}
+	for p.inflight > 0 {
+		p.idle.Wait()
+	}
+	p.mu.Unlock()
+}
+
+func (p *probe) resume() {
+	p.mu.Lock()
+	if p.paused != nil {
+		close(p.paused)
+		p.paused = nil
+	}
+	p.mu.Unlock()
+}
+
+// kill makes every call from now on fail, paused calls too, and returns
+// once the calls in flight have returned.
+func (p *probe) kill() {
+	p.mu.Lock()
+	p.dead = true
+	if p.paused != nil {
+		close(p.paused)
+		p.paused = nil
+	}
+	for p.inflight > 0 {
+		p.idle.Wait()
+	}
+	p.mu.Unlock()
+}
+
+// enter waits while the probe is paused and fails once it is dead. A call
+// that enters is in flight until it calls the returned function.
+func (p *probe) enter(ctx context.Context) (exit func(), err error) {
+	p.mu.Lock()
+	for p.paused != nil && !p.dead {
+		paused := p.paused
+		p.mu.Unlock()
+		select {
+		case <-paused:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		p.mu.Lock()
+	}
+	if p.dead {
+		p.mu.Unlock()
+		return nil, errDead
+	}
+	p.inflight++
+	p.mu.Unlock()
+	return func() {
+		p.mu.Lock()
+		if p.inflight--; p.inflight == 0 {
+			p.idle.Broadcast()
+		}
+		p.mu.Unlock()
+	}, nil
+}
+
+// recorded returns the attempts so far, in the order they were made.
+func (p *probe) recorded() []attempt {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]attempt(nil), p.attempts...)
+}
+
+func (p *probe) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	exit, err := p.enter(ctx)
+	if err != nil {
+		return driver.AcquireResult{}, err
+	}
+	defer exit()
+	at := time.Now()
+	res, err := p.inner.Acquire(ctx, req)
+	if err == nil {
+		p.mu.Lock()
+		p.attempts = append(p.attempts, attempt{token: req.Token, at: at, acquired: res.Acquired})
+		p.mu.Unlock()
+	}
+	return res, err
+}
+
+func (p *probe) Renew(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	exit, err := p.enter(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer exit()
+	return p.inner.Renew(ctx, key, token, ttl)
+}
+
+func (p *probe) Release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
+	exit, err := p.enter(ctx)
+	if err != nil {
+		return driver.ReleaseResult{}, err
+	}
+	defer exit()
+	return p.inner.Release(ctx, key, token)
+}
+
+func (p *probe) Supports(c driver.Capability) bool {
+	cb, ok := p.inner.(driver.Capabler)
+	return ok && cb.Supports(c)
+}
+
+// notifyingProbe is a probe on a backend with notifications.
+type notifyingProbe struct{ *probe }
+
+var _ driver.Notifier = notifyingProbe{}
+
+func (p notifyingProbe) Listen(ctx context.Context, fn func(key, next string)) (driver.Listener, error) {
+	exit, err := p.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer exit()
+	l, err := p.inner.(driver.Notifier).Listen(ctx, fn)
+	if err != nil {
+		return nil, err
+	}
+	return probeListener{l, p.probe}, nil
+}
+
+// probeListener fails subscriptions of a dead probe.
+type probeListener struct {
+	driver.Listener
+	p *probe
+}
+
+func (l probeListener) Subscribe(ctx context.Context, key string) error {
+	exit, err := l.p.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer exit()
+	return l.Listener.Subscribe(ctx, key)
+}

@@ -1,0 +1,264 @@
+package locktest
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+)
+
+// semUnsupported checks that a backend without semaphores refuses them. It
+// reports whether it did the checking.
+func semUnsupported(t *testing.T, s *Store, name string) bool {
+	if supports(t, s, driver.CapSemaphore) {
+		return false
+	}
+	sem := client(t, s).Semaphore(name, 2)
+	mustBeInvalid(t, "of a Semaphore on a backend without semaphores", map[string]func(context.Context) (*dlock.Lease, error){
+		"Acquire": sem.Acquire, "TryAcquire": sem.TryAcquire,
+	})
+	return true
+}
+
+// testSemaphoreLimit checks that at most Permits permits are held at once,
+// across Clients, and that a refusal tells how many are in use.
+func testSemaphoreLimit(t *testing.T, s *Store) {
+	const name, permits = "locktest/sem-limit", 3
+	if semUnsupported(t, s, name) {
+		return
+	}
+	var held []*dlock.Lease
+	var owners []string
+	var last uint64
+	for i := range permits {
+		l := tryGet(t, "TryAcquire below the limit", client(t, s).Semaphore(name, permits).TryAcquire)
+		if l.Fence() <= last {
+			t.Errorf("permit %d: fence %d after %d, want strictly greater", i, l.Fence(), last)
+		}
+		last = l.Fence()
+		held = append(held, l)
+		owners = append(owners, l.Owner())
+	}
+	no := tryRefused(t, "TryAcquire at the limit", client(t, s).Semaphore(name, permits).TryAcquire)
+	if no.Shared != permits || no.Permits != permits || no.WriterWaiting || !slices.Contains(owners, no.Holder) {
+		t.Errorf("refused with %+v, want Shared %d, Permits %d and a holder's owner", no, permits, permits)
+	}
+	for _, l := range held {
+		unlock(t, l)
+	}
+
+	const clients, workers, rounds = 3, 3, 8
+	var inUse, most, grants atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, clients*workers)
+	for range clients {
+		sem := client(t, s).Semaphore(name, permits)
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range rounds {
+					ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+					l, err := sem.Acquire(ctx)
+					cancel()
+					if err != nil {
+						errs <- err
+						return
+					}
+					n := inUse.Add(1)
+					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+					}
+					grants.Add(1)
+					time.Sleep(time.Millisecond)
+					inUse.Add(-1)
+					if err := l.Unlock(t.Context()); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if m := most.Load(); m > permits {
+		t.Errorf("%d permits in use at once, want at most %d", m, permits)
+	}
+	if got, want := grants.Load(), int32(clients*workers*rounds); got != want {
+		t.Errorf("%d grants, want %d", got, want)
+	}
+	t.Logf("at most %d of %d permits in use at once", most.Load(), permits)
+	noLeftovers(t, s, name)
+}
+
+// testSemaphorePermitExpires checks that the permit of a holder that
+// stopped renewing comes back when its lease expires, and that the holder
+// was told first.
+func testSemaphorePermitExpires(t *testing.T, s *Store) {
+	const name = "locktest/sem-expire"
+	if semUnsupported(t, s, name) {
+		return
+	}
+	keep := tryGet(t, "TryAcquire", client(t, s).Semaphore(name, 2).TryAcquire)
+	crashed := tryGet(t, "TryAcquire", client(t, s).Semaphore(name, 2,
+		dlock.WithTTL(ttl), dlock.WithAutoRenew(false), dlock.WithSafetyMargin(ttl/4)).TryAcquire)
+	sem := client(t, s).Semaphore(name, 2)
+	tryRefused(t, "TryAcquire with both permits held", sem.TryAcquire)
+	got := within(t, "Acquire of the crashed holder's permit", sem.Acquire)
+	select {
+	case <-crashed.Done():
+	default:
+		t.Fatal("a permit was granted while the crashed holder's lease was still shown as held")
+	}
+	if r := lostReason(t, crashed.Err()); r != dlock.LostExpired {
+		t.Errorf("reason = %v, want %v", r, dlock.LostExpired)
+	}
+	if err := keep.Err(); err != nil {
+		t.Errorf("the renewed permit ended: %v", err)
+	}
+	if got.Fence() <= crashed.Fence() {
+		t.Errorf("fence %d after %d, want greater", got.Fence(), crashed.Fence())
+	}
+	if err := crashed.Unlock(t.Context()); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Unlock of the expired permit = %v, want ErrNotHeld", err)
+	}
+	unlock(t, got)
+	unlock(t, keep)
+	noLeftovers(t, s, name)
+}
+
+// testSemaphoreLowerLimit checks that a handle with fewer permits than are
+// held is refused until enough are given back, and takes none away.
+func testSemaphoreLowerLimit(t *testing.T, s *Store) {
+	const name = "locktest/sem-lower"
+	if semUnsupported(t, s, name) {
+		return
+	}
+	three := client(t, s).Semaphore(name, 3)
+	h := make([]*dlock.Lease, 3)
+	for i := range h {
+		h[i] = tryGet(t, "TryAcquire with 3 permits", three.TryAcquire)
+	}
+	two := client(t, s).Semaphore(name, 2)
+	if no := tryRefused(t, "TryAcquire with 2 permits while 3 are held", two.TryAcquire); no.Shared != 3 || no.Permits != 2 {
+		t.Errorf("refused with %+v, want Shared 3, Permits 2", no)
+	}
+	busy, onBusy := busySignal()
+	out := goLock(t.Context(), client(t, s).Semaphore(name, 2, onBusy).Acquire)
+	waitBusy(t, "Acquire with 2 permits", busy, out)
+
+	unlock(t, h[0])
+	if no := tryRefused(t, "TryAcquire with 2 permits while 2 are held", two.TryAcquire); no.Shared != 2 {
+		t.Errorf("refused with %+v, want Shared 2", no)
+	}
+	time.Sleep(200 * time.Millisecond) // room for a wrong grant to the waiter
+	notYet(t, "Acquire with 2 permits while 2 are held", out)
+	unlock(t, h[1])
+	waiter := waitLease(t, "Acquire with 2 permits once 1 is held", out, 10*time.Second)
+	tryRefused(t, "TryAcquire with 2 permits while 2 are held", two.TryAcquire)
+	more := tryGet(t, "TryAcquire with 3 permits while 2 are held", three.TryAcquire)
+	if err := h[2].Err(); err != nil {
+		t.Errorf("a permit held above the lower limit ended: %v", err)
+	}
+	for _, l := range []*dlock.Lease{h[2], waiter, more} {
+		unlock(t, l)
+	}
+	noLeftovers(t, s, name)
+}
+
+// testSemaphorePermitLeases checks that each permit is a lease of its own:
+// its own fence, renewal, expiry and loss.
+func testSemaphorePermitLeases(t *testing.T, s *Store) {
+	const name, permits = "locktest/sem-leases", 3
+	if semUnsupported(t, s, name) {
+		return
+	}
+	sem := client(t, s).Semaphore(name, permits, dlock.WithTTL(ttl))
+	p1 := tryGet(t, "TryAcquire", sem.TryAcquire)
+	p2 := tryGet(t, "TryAcquire", sem.TryAcquire)
+	p3 := tryGet(t, "TryAcquire", client(t, s).Semaphore(name, permits,
+		dlock.WithTTL(ttl), dlock.WithAutoRenew(false), dlock.WithSafetyMargin(ttl/4)).TryAcquire)
+	if !(p1.Fence() < p2.Fence() && p2.Fence() < p3.Fence()) {
+		t.Errorf("fences %d, %d, %d, want strictly increasing", p1.Fence(), p2.Fence(), p3.Fence())
+	}
+	if ins, ok := s.NewBackend(t).(driver.Inspector); ok {
+		info, held, err := ins.Inspect(t.Context(), name)
+		var fences []uint64
+		for _, h := range info.Shared {
+			fences = append(fences, h.Fence)
+		}
+		if err != nil || !held || info.Owner != "" || info.Limit != permits ||
+			!slices.Equal(fences, []uint64{p1.Fence(), p2.Fence(), p3.Fence()}) {
+			t.Errorf("Inspect = %+v, %v, %v; want three shared holds, oldest first, and Limit %d", info, held, err, permits)
+		}
+	}
+	for range 3 {
+		time.Sleep(ttl / 4)
+		before := p3.Deadline()
+		if err := p3.Refresh(t.Context()); err != nil {
+			t.Fatalf("Refresh of a permit: %v", err)
+		}
+		if !p3.Deadline().After(before) {
+			t.Fatal("Refresh did not move the permit's deadline on")
+		}
+	}
+	waitDone(t, p3, 2*ttl)
+	if r := lostReason(t, p3.Err()); r != dlock.LostExpired {
+		t.Errorf("reason = %v, want %v", r, dlock.LostExpired)
+	}
+	if err := p3.Refresh(t.Context()); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Refresh after loss = %v, want ErrNotHeld", err)
+	}
+	// The renewed permits outlived it, and one's release leaves the other.
+	if err := p1.Err(); err != nil {
+		t.Fatalf("auto-renewed permit ended: %v", err)
+	}
+	unlock(t, p1)
+	if err := p2.Err(); err != nil {
+		t.Fatalf("permit ended with another's release: %v", err)
+	}
+	if ins, ok := s.NewBackend(t).(driver.Inspector); ok {
+		// Removed behind the holder's back: the next renewal notices.
+		if _, held, err := ins.ForceRelease(t.Context(), name); err != nil || !held {
+			t.Fatalf("ForceRelease = %v, %v; want a permit removed", held, err)
+		}
+		waitDone(t, p2, 2*ttl)
+		if r := lostReason(t, p2.Err()); r != dlock.LostMissing {
+			t.Errorf("reason = %v, want %v", r, dlock.LostMissing)
+		}
+	} else {
+		unlock(t, p2)
+	}
+	noLeftovers(t, s, name)
+}
+
+// testSemaphoreWaitWokenByRelease checks that a release wakes a waiting
+// Acquire, without polling on stores with notifications.
+func testSemaphoreWaitWokenByRelease(t *testing.T, s *Store) {
+	const name = "locktest/sem-woken"
+	if semUnsupported(t, s, name) {
+		return
+	}
+	held := tryGet(t, "TryAcquire", client(t, s).Semaphore(name, 1, dlock.WithTTL(time.Minute)).TryAcquire)
+	retry := dlock.ExponentialBackoff(10*time.Millisecond, 50*time.Millisecond)
+	if hasNotifier(t, s) {
+		// Left to its retry schedule or the holder's TTL it would wait a minute.
+		retry = dlock.ExponentialBackoff(time.Hour, time.Hour)
+	}
+	busy, onBusy := busySignal()
+	out := goLock(t.Context(), client(t, s).Semaphore(name, 1, dlock.WithRetry(retry), onBusy).Acquire)
+	waitBusy(t, "Acquire", busy, out)
+	time.Sleep(100 * time.Millisecond) // let the waiter settle into its wait
+	unlock(t, held)
+	unlock(t, waitLease(t, "Acquire woken by the release", out, 10*time.Second))
+	noLeftovers(t, s, name)
+}

@@ -1,0 +1,155 @@
+package locktest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+)
+
+// supports reports whether backends of s have capability c.
+func supports(t *testing.T, s *Store, c driver.Capability) bool {
+	cb, ok := s.NewBackend(t).(driver.Capabler)
+	return ok && cb.Supports(c)
+}
+
+// hasNotifier reports whether backends of s wake waiters by notification.
+func hasNotifier(t *testing.T, s *Store) bool {
+	_, ok := s.NewBackend(t).(driver.Notifier)
+	return ok
+}
+
+// mustBeInvalid checks that each call fails with ErrInvalid.
+func mustBeInvalid(t *testing.T, what string, calls map[string]func(context.Context) (*dlock.Lease, error)) {
+	t.Helper()
+	for op, call := range calls {
+		l, err := call(t.Context())
+		if err == nil {
+			_ = l.Unlock(t.Context())
+		}
+		if !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("%s %s = %v, want ErrInvalid", op, what, err)
+		}
+	}
+}
+
+// outcome is what a Lock (RLock, Acquire) in a goroutine returned.
+type outcome struct {
+	l   *dlock.Lease
+	err error
+}
+
+// goLock runs lock in a goroutine; its outcome arrives on the channel.
+func goLock(ctx context.Context, lock func(context.Context) (*dlock.Lease, error)) <-chan outcome {
+	out := make(chan outcome, 1)
+	go func() {
+		l, err := lock(ctx)
+		out <- outcome{l, err}
+	}()
+	return out
+}
+
+// busySignal returns a WithOnBusy option and the channel that receives the
+// first refusal it reports: once it arrives, the waiter made an attempt
+// that found the lock held, so a fair waiter is queued and a writer's
+// intent is recorded (when the store found readers).
+func busySignal() (<-chan *dlock.NotObtainedError, dlock.Option) {
+	c := make(chan *dlock.NotObtainedError, 1)
+	return c, dlock.WithOnBusy(func(e *dlock.NotObtainedError) {
+		select {
+		case c <- e:
+		default:
+		}
+	})
+}
+
+// waitBusy waits for a waiter's first refusal, failing t if the waiter
+// returned first or nothing came in time.
+func waitBusy(t *testing.T, what string, busy <-chan *dlock.NotObtainedError, out <-chan outcome) *dlock.NotObtainedError {
+	t.Helper()
+	select {
+	case e := <-busy:
+		return e
+	case o := <-out:
+		if o.err == nil {
+			_ = o.l.Unlock(t.Context())
+		}
+		t.Fatalf("%s returned (%v) before it was refused once", what, o.err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s was not refused within 10s", what)
+	}
+	return nil
+}
+
+// waitLease waits for a waiter's lease, failing t on an error or timeout.
+func waitLease(t *testing.T, what string, out <-chan outcome, limit time.Duration) *dlock.Lease {
+	t.Helper()
+	select {
+	case o := <-out:
+		if o.err != nil {
+			t.Fatalf("%s: %v", what, o.err)
+		}
+		return o.l
+	case <-time.After(limit):
+		t.Fatalf("%s: nothing after %v", what, limit)
+	}
+	return nil
+}
+
+// notYet checks that a waiter has not returned.
+func notYet(t *testing.T, what string, out <-chan outcome) {
+	t.Helper()
+	select {
+	case o := <-out:
+		if o.err == nil {
+			_ = o.l.Unlock(t.Context())
+		}
+		t.Fatalf("%s returned early: lease %v, err %v", what, o.l != nil, o.err)
+	default:
+	}
+}
+
+// noLeftovers waits up to 10s for the store to hold nothing for the keys
+// (clean-ups after a cancelled wait may run in the background).
+func noLeftovers(t *testing.T, s *Store, keys ...string) {
+	t.Helper()
+	noLeftoversWithin(t, s, 10*time.Second, keys...)
+}
+
+// noLeftoversWithin waits up to limit for the store to hold nothing for
+// the keys.
+func noLeftoversWithin(t *testing.T, s *Store, limit time.Duration, keys ...string) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		var left []string
+		for _, k := range keys {
+			left = append(left, s.Leftovers(t, k)...)
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("left on the store after every owner released and every waiter left: %v", left)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// notObtained checks that err is a *NotObtainedError and returns it.
+func notObtained(t *testing.T, what string, l *dlock.Lease, err error) *dlock.NotObtainedError {
+	t.Helper()
+	var no *dlock.NotObtainedError
+	if err == nil {
+		_ = l.Unlock(t.Context())
+		t.Fatalf("%s succeeded, want ErrNotObtained", what)
+	}
+	if !errors.As(err, &no) || !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("%s = %v, want a *NotObtainedError", what, err)
+	}
+	return no
+}
