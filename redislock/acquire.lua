@@ -1,51 +1,173 @@
--- acquire: grant KEYS[1] to a token, or report who holds it.
--- KEYS[1] lock hash   KEYS[2] fence counter
+-- acquire: grant the lock to a token, exclusively or as a shared hold, or
+-- report why not, recording a waiter's intent or queue entry. scripts.go
+-- puts common.lua in place of the line "--#common".
+-- KEYS[1] lock hash   KEYS[2] fence counter   KEYS[3] shared holds (zset)
+-- KEYS[4] shared holds' details   KEYS[5] writer intent   KEYS[6] fair queue
+-- KEYS[7] fair queue's expiries
 -- ARGV[1] token   ARGV[2] owner   ARGV[3] ttl in ms   ARGV[4] "1" when reentrant
--- ARGV[5] lock-delay in ms ("0": none)
--- Returns {1, fence, holds} when granted, {0, holder owner, holder pttl} when not.
+-- ARGV[5] lock-delay in ms ("0": none)   ARGV[6] "1" for a shared hold
+-- ARGV[7] limit of shared holds ("0": none)   ARGV[8] "1" when fair
+-- ARGV[9] "1" when the caller waits   ARGV[10] queue ttl in ms
+-- Returns {1, fence, holds} when granted; when not, {0, holder owner,
+-- holder pttl} or {0, holder owner, holder pttl, live shared holds,
+-- 1 when a writer intent refused it, position in the queue, 1 when queued}.
 --
 -- With a lock-delay the hash also keeps 'exp' (when the lease expires, ms by
 -- the server's clock) and 'delay', and lives delay ms past 'exp': in between,
 -- the lock is expired but nobody may take it.
-local function now()
+--
+-- A lock that is free of everything (no lock hash, no shared holds, no
+-- intent, no queue) is granted at once, before the helpers of the rest are
+-- even defined: the plain uncontended grant costs one EXISTS.
+local L, F, S, SI, W, Q, QE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local token, owner, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local shared = ARGV[6] == '1'
+
+-- grant makes a new exclusive grant and returns its answer.
+local function grant(at)
+  local fence = redis.call('INCR', F)
+  local delay = tonumber(ARGV[5]) or 0
+  redis.call('HSET', L, token, 1, 'owner', owner, 'fence', fence, 'at', at)
+  if delay > 0 then
+    redis.call('HSET', L, 'exp', at + ttl, 'delay', delay)
+  end
+  redis.call('PEXPIRE', L, ttl + delay)
+  return {1, fence, 1}
+end
+
+if not shared and redis.call('EXISTS', L, S, W, Q) == 0 then
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return grant(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 end
+
+--#common
+local fair = ARGV[8] == '1' and not shared
+local qttl = tonumber(ARGV[10] or '0') or 0
+local wait = ARGV[9] == '1' and qttl > 0
+
 local function busy()
-  return {0, redis.call('HGET', KEYS[1], 'owner') or '', redis.call('PTTL', KEYS[1])}
+  return {0, redis.call('HGET', L, 'owner') or '', redis.call('PTTL', L)}
 end
-local ttl = tonumber(ARGV[3])
-local exp = redis.call('HGET', KEYS[1], 'exp')
+
+-- enqueue puts token at the tail of the fair queue, or keeps its place,
+-- with an expiry of now + qttl, and returns its place (1 is the head).
+local function enqueue()
+  prune(QE, Q, 'ZREM')
+  if not redis.call('ZSCORE', Q, token) then
+    local last = redis.call('ZRANGE', Q, -1, -1, 'WITHSCORES')
+    redis.call('ZADD', Q, (tonumber(last[2]) or 0) + 1, token)
+  end
+  redis.call('ZADD', QE, now() + qttl, token)
+  fit(QE, Q)
+  return redis.call('ZRANK', Q, token) + 1
+end
+
+-- refuse answers a refused exclusive request: with wait, it records or
+-- keeps a writer intent when shared holds refused it (unless another
+-- token's intent is live) and, with fair, a queue entry.
+local function refuse(holder, pttl, nshared, byShared)
+  local position, queued = 0, 0
+  if wait then
+    local writer = redis.call('HGET', W, 't')
+    if writer == token or (byShared and not writer) then
+      if byShared then
+        redis.call('HSET', W, 't', token, 'o', owner)
+        redis.call('PEXPIRE', W, qttl)
+      end
+      queued = 1
+    end
+    if fair then
+      position, queued = enqueue(), 1
+    end
+  end
+  return {0, holder, pttl, nshared, 0, position, queued}
+end
+
+-- forget drops token's writer intent and queue entry, after a grant.
+local function forget()
+  if redis.call('HGET', W, 't') == token then
+    redis.call('DEL', W)
+  end
+  if redis.call('ZREM', Q, token) == 1 then
+    redis.call('ZREM', QE, token)
+    fit(QE, Q)
+  end
+end
+
+if shared then
+  if redis.call('EXISTS', L) == 1 then
+    return {0, redis.call('HGET', L, 'owner') or '', redis.call('PTTL', L), 0, 0, 0, 0}
+  end
+  prune(S, SI, 'HDEL')
+  local n = redis.call('ZCARD', S)
+  local writer = redis.call('HMGET', W, 't', 'o')
+  if writer[1] and writer[1] ~= token then
+    return {0, writer[2] or '', redis.call('PTTL', W), n, 1, 0, 0}
+  end
+  local mine = redis.call('ZSCORE', S, token)
+  local limit = tonumber(ARGV[7]) or 0
+  if mine or (limit > 0 and n >= limit) then
+    -- A token holds once: its own hold refuses it, as the exclusive
+    -- holder refuses a request without Reentrant.
+    local first = {token, mine}
+    if not mine then
+      first = redis.call('ZRANGE', S, 0, 0, 'WITHSCORES')
+    end
+    local _, _, holder = holdDetails(redis.call('HGET', SI, first[1]))
+    return {0, holder, tonumber(first[2]) - now(), n, 0, 0, 0}
+  end
+  local fence = redis.call('INCR', F)
+  redis.call('ZADD', S, now() + ttl, token)
+  redis.call('HSET', SI, token, string.format('%d %d ', fence, limit) .. owner)
+  fit(S, SI)
+  forget()
+  return {1, fence, 1}
+end
+
+local exp = redis.call('HGET', L, 'exp')
 if exp and now() >= tonumber(exp) then
-  return busy() -- expired, kept out of reach for its lock-delay
+  local r = busy() -- expired, kept out of reach for its lock-delay
+  return refuse(r[2], r[3], 0, false)
 end
-local holds = redis.call('HGET', KEYS[1], ARGV[1])
+local holds = redis.call('HGET', L, token)
 if holds then
   if ARGV[4] ~= '1' then
-    return busy()
+    local r = busy()
+    return refuse(r[2], r[3], 0, false)
   end
-  holds = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
-  local delay = tonumber(redis.call('HGET', KEYS[1], 'delay') or '0')
+  holds = redis.call('HINCRBY', L, token, 1)
+  local delay = tonumber(redis.call('HGET', L, 'delay') or '0')
   if delay > 0 then
     local e = now() + ttl
     if e > tonumber(exp) then
-      redis.call('HSET', KEYS[1], 'exp', e)
+      redis.call('HSET', L, 'exp', e)
     end
   end
-  if redis.call('PTTL', KEYS[1]) < ttl + delay then
-    redis.call('PEXPIRE', KEYS[1], ttl + delay) -- extend, never shorten
+  if redis.call('PTTL', L) < ttl + delay then
+    redis.call('PEXPIRE', L, ttl + delay) -- extend, never shorten
   end
-  return {1, redis.call('HGET', KEYS[1], 'fence'), holds}
+  return {1, redis.call('HGET', L, 'fence'), holds}
 end
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return busy()
+if redis.call('EXISTS', L) == 1 then
+  local r = busy()
+  return refuse(r[2], r[3], 0, false)
 end
-local fence = redis.call('INCR', KEYS[2])
-local at = now()
-local delay = tonumber(ARGV[5]) or 0
-redis.call('HSET', KEYS[1], ARGV[1], 1, 'owner', ARGV[2], 'fence', fence, 'at', at)
-if delay > 0 then
-  redis.call('HSET', KEYS[1], 'exp', at + ttl, 'delay', delay)
+if redis.call('EXISTS', S, W, Q) > 0 then
+  prune(S, SI, 'HDEL')
+  local n = redis.call('ZCARD', S)
+  if n > 0 then
+    -- Wait for the shared hold that expires last.
+    local last = redis.call('ZRANGE', S, -1, -1, 'WITHSCORES')
+    local _, _, holder = holdDetails(redis.call('HGET', SI, last[1]))
+    return refuse(holder, tonumber(last[2]) - now(), n, true)
+  end
+  if fair then
+    prune(QE, Q, 'ZREM')
+    local head = redis.call('ZRANGE', Q, 0, 0)[1]
+    if head and head ~= token then
+      return refuse('', -2, 0, false) -- free, but promised to the head
+    end
+  end
+  forget()
 end
-redis.call('PEXPIRE', KEYS[1], ttl + delay)
-return {1, fence, 1}
+return grant(now())

@@ -17,6 +17,7 @@ var (
 	_ driver.BatchRenewer = (*Backend)(nil)
 	_ driver.Inspector    = (*Backend)(nil)
 	_ driver.LockDelayer  = (*Backend)(nil)
+	_ driver.Capabler     = (*Backend)(nil)
 )
 
 // Backend is a dlock store on Redis: one node, Sentinel or Cluster, through a
@@ -53,22 +54,23 @@ func New(rdb redis.UniversalClient, opts ...Option) *Backend {
 // (see dlock.WithLockDelay).
 func (b *Backend) SupportsLockDelay() bool { return true }
 
-// Acquire grants the lock to req.Token in one script: a reentrant holder
-// gets one more hold, a free key gets a new fence from the key's counter.
-// When the lock is held by someone else (or by req.Token without
-// req.Reentrant) the result reports the holder's owner and remaining TTL,
-// with a nil error. Errors come only from Redis and wrap its error.
+// Acquire grants the lock to req.Token in one script. An exclusive request
+// gets a new grant when the lock has no exclusive holder, no live shared
+// hold and, with req.Fair, no live queue entry of another token ahead of
+// req.Token; a reentrant holder gets one more hold. A shared request
+// (req.Mode Shared) gets a hold of its own when there is no exclusive
+// holder, no live writer intent of another token and, with req.Limit, fewer
+// than req.Limit live shared holds. Every new grant draws a fence from the
+// key's counter. A refused request reports why (the holder's owner and
+// remaining TTL, the live shared holds, a waiting writer) with a nil error,
+// and with req.Wait records a writer intent or a queue entry as the driver
+// contract describes. Errors come only from Redis and wrap its error, or
+// name a Mode the backend does not know.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
-	reentrant := "0"
-	if req.Reentrant {
-		reentrant = "1"
+	keys, args, err := b.acquireCall(req)
+	if err != nil {
+		return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, err)
 	}
-	keys := []string{b.lockKey(req.Key), b.fenceKey(req.Key)}
-	delay := int64(0)
-	if req.LockDelay > 0 {
-		delay = millis(req.LockDelay)
-	}
-	args := []any{req.Token, req.Owner, millis(req.TTL), reentrant, delay}
 	if b.acking() {
 		return b.acquireAcked(ctx, req, keys, args)
 	}
@@ -83,44 +85,106 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	return res, nil
 }
 
-func parseAcquire(reply []any) (driver.AcquireResult, error) {
-	if len(reply) != 3 {
-		return driver.AcquireResult{}, fmt.Errorf("unexpected reply %v", reply)
+// acquireCall returns the keys and arguments of acquire.lua for req.
+func (b *Backend) acquireCall(req driver.AcquireRequest) ([]string, []any, error) {
+	var shared bool
+	switch req.Mode {
+	case driver.Exclusive:
+	case driver.Shared:
+		shared = true
+	default:
+		return nil, nil, fmt.Errorf("unknown mode %v", req.Mode)
 	}
-	granted, err1 := asInt64(reply[0])
-	if granted == 1 {
-		fence, err2 := asUint64(reply[1])
-		holds, err3 := asInt64(reply[2])
-		if err := firstErr(err1, err2, err3); err != nil {
-			return driver.AcquireResult{}, err
-		}
-		return driver.AcquireResult{Acquired: true, Fence: fence, Holds: int(holds)}, nil
+	delay := int64(0)
+	if req.LockDelay > 0 {
+		delay = millis(req.LockDelay)
 	}
-	owner, _ := reply[1].(string)
-	pttl, err2 := asInt64(reply[2])
-	if err := firstErr(err1, err2); err != nil {
-		return driver.AcquireResult{}, err
+	queueTTL := int64(0)
+	if req.Wait && req.QueueTTL > 0 {
+		queueTTL = millis(req.QueueTTL)
 	}
-	return driver.AcquireResult{Holder: owner, HolderTTL: ttlOf(pttl)}, nil
+	args := []any{req.Token, req.Owner, millis(req.TTL), flag(req.Reentrant), delay,
+		flag(shared), max(req.Limit, 0), flag(req.Fair), flag(req.Wait), queueTTL}
+	return b.acquireKeys(req.Key), args, nil
 }
 
-// Renew sets the lock's TTL to ttl if token still holds it, in one script.
-// It reports false, with a nil error, when token is not the holder (released,
+// flags are the boolean arguments of a script, boxed once.
+var flags = [2]any{"0", "1"}
+
+// flag is a boolean argument of a script.
+func flag(v bool) any {
+	if v {
+		return flags[1]
+	}
+	return flags[0]
+}
+
+// parseAcquire reads acquire.lua's reply: {1, fence, holds} for a grant,
+// {0, owner, pttl} or {0, owner, pttl, shared, writer waiting, position,
+// queued} for a refusal.
+func parseAcquire(reply []any) (driver.AcquireResult, error) {
+	if len(reply) != 3 && len(reply) != 7 {
+		return driver.AcquireResult{}, fmt.Errorf("unexpected reply %v", reply)
+	}
+	var ints [7]int64
+	for i, v := range reply {
+		if i == 1 {
+			continue // a fence or an owner
+		}
+		n, err := asInt64(v)
+		if err != nil {
+			return driver.AcquireResult{}, err
+		}
+		ints[i] = n
+	}
+	if ints[0] == 1 {
+		fence, err := asUint64(reply[1])
+		if err != nil {
+			return driver.AcquireResult{}, err
+		}
+		return driver.AcquireResult{Acquired: true, Fence: fence, Holds: int(ints[2])}, nil
+	}
+	owner, _ := reply[1].(string)
+	res := driver.AcquireResult{Holder: owner, HolderTTL: ttlOf(ints[2])}
+	if len(reply) == 7 {
+		res.Shared, res.WriterWaiting = int(ints[3]), ints[4] == 1
+		res.Position, res.Queued = int(ints[5]), ints[6] == 1
+	}
+	return res, nil
+}
+
+// Supports reports true for driver.CapShared, driver.CapSemaphore and
+// driver.CapFair: read-write locks, semaphores and fair locks are kept in
+// keys next to the lock's hash (see the package documentation).
+func (b *Backend) Supports(c driver.Capability) bool {
+	switch c {
+	case driver.CapShared, driver.CapSemaphore, driver.CapFair:
+		return true
+	}
+	return false
+}
+
+// Renew sets the TTL of token's hold to ttl if token still holds the lock,
+// exclusively or with a shared hold, in one script; it never shortens it.
+// It reports false, with a nil error, when token is not a holder (released,
 // expired or taken over).
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
 	if b.acking() {
 		return b.renewAcked(ctx, key, token, ttl)
 	}
-	n, err := renewScript.Run(ctx, b.rdb, []string{b.lockKey(key)}, token, millis(ttl)).Int64()
+	n, err := renewScript.Run(ctx, b.rdb, b.renewKeys(key), token, millis(ttl)).Int64()
 	if err != nil {
 		return false, fmt.Errorf("redislock: renew %q: %w", key, err)
 	}
 	return n == 1, nil
 }
 
-// Release drops one hold of token in one script. The last hold deletes the
-// lock hash (the fence counter stays) and publishes on the release channel.
-// Held is false, with a nil error, when token was not the holder.
+// Release drops one hold of token in one script: an exclusive hold, whose
+// last deletes the lock hash (the fence counter stays), or token's shared
+// hold. It also removes token's writer intent and fair queue entry, if any.
+// It publishes on the release channel when that lets a waiter in, naming
+// the head of the fair queue when the lock is left free with a live queue
+// (see Listen). Held is false, with a nil error, when token held nothing.
 func (b *Backend) Release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
 	return b.release(ctx, key, token, b.publish)
 }
@@ -128,7 +192,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) (driver.Releas
 // release runs the release script; publish is the command that announces
 // the release, or "" for none.
 func (b *Backend) release(ctx context.Context, key, token, publish string) (driver.ReleaseResult, error) {
-	n, err := releaseScript.Run(ctx, b.rdb, []string{b.lockKey(key)}, token, b.channel(key), publish).Int64()
+	n, err := releaseScript.Run(ctx, b.rdb, b.stateKeys(key), token, b.channel(key), publish).Int64()
 	if err != nil {
 		return driver.ReleaseResult{}, fmt.Errorf("redislock: release %q: %w", key, err)
 	}
@@ -147,14 +211,14 @@ func (b *Backend) ReleaseQuietly(ctx context.Context, key, token string) (driver
 	return b.release(ctx, key, token, "")
 }
 
-// RaiseFence gives the grant that token holds on key the fence fence, and
-// raises the key's fence counter to at least fence so that the next grant on
-// this node draws a larger one, in one script. It reports false, changing
-// nothing, when token does not hold the lock. Package redlock uses it to give
-// a grant one fence on all its nodes; a single-node lock never needs it.
+// RaiseFence gives the grant that token holds on key, exclusive or shared,
+// the fence fence, and raises the key's fence counter to at least fence so
+// that the next grant on this node draws a larger one, in one script. It
+// reports false, changing nothing, when token does not hold the lock.
+// Package redlock uses it to give a grant one fence on all its nodes; a
+// single-node lock never needs it.
 func (b *Backend) RaiseFence(ctx context.Context, key, token string, fence uint64) (bool, error) {
-	keys := []string{b.lockKey(key), b.fenceKey(key)}
-	n, err := raiseFenceScript.Run(ctx, b.rdb, keys, token, strconv.FormatUint(fence, 10)).Int64()
+	n, err := raiseFenceScript.Run(ctx, b.rdb, b.raiseKeys(key), token, strconv.FormatUint(fence, 10)).Int64()
 	if err != nil {
 		return false, fmt.Errorf("redislock: raise fence %q: %w", key, err)
 	}
@@ -173,7 +237,7 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 	}
 	calls := make([]scriptCall, len(reqs))
 	for i, r := range reqs {
-		calls[i] = scriptCall{keys: []string{b.lockKey(r.Key)}, args: []any{r.Token, millis(r.TTL)}}
+		calls[i] = scriptCall{keys: b.renewKeys(r.Key), args: []any{r.Token, millis(r.TTL)}}
 	}
 	cmds := runPipelined(ctx, b.rdb, renewScript, calls)
 	results := make([]driver.RenewResult, len(reqs))

@@ -14,13 +14,28 @@
 //	              (when the lease expires) and "delay". It carries the
 //	              lease's TTL (plus the delay) and is deleted on release.
 //	NS:{K}:fence  the fence counter (INCR). It never expires.
+//	NS:{K}:s      the shared holds (readers of an RWMutex, permits of a
+//	              Semaphore): a sorted set of tokens scored by expiry,
+//	NS:{K}:si     and a hash of each one's fence, Limit and owner.
+//	NS:{K}:w      a writer's intent: a hash of its token and owner, with
+//	              the waiter's QueueTTL.
+//	NS:{K}:q      the queue of a fair Mutex: a sorted set of tokens in
+//	NS:{K}:qe     arrival order, and one of their expiries.
 //	NS:{K}:rel    the pub/sub channel on which a release is announced.
+//
+// Expiries are the server's clock in milliseconds (TIME): the scripts drop
+// the shared holds and queue entries that have expired, and each of the
+// pairs :s/:si and :q/:qe expires with its latest entry, so nothing but the
+// fence counter is left once every holder and waiter has gone.
 //
 // The braces are a Cluster hash tag, so one lock's keys share a slot and a
 // single script can touch them together. Acquire, renew and release are each
 // one Lua script (EVALSHA, with EVAL when the server has lost its script
 // cache), so each is one round trip and atomic; RenewBatch renews any number
-// of leases in one pipeline.
+// of leases in one pipeline. The scripts declare every key they may touch;
+// while a lock's slot migrates between Cluster nodes, the node that imports
+// it answers them with TRYAGAIN (go-redis retries a few times) until the
+// migration is done, rather than act on half a lock.
 //
 // The fence counter stays after release on purpose: one small key for every
 // name ever locked is the price of fences that never go back, even when a

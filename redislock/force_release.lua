@@ -1,12 +1,13 @@
--- force_release (after describe.lua): delete the lock KEYS[1] whoever holds
--- it, wake waiters and describe what was removed. The fence counter is left
--- alone on purpose.
+-- force_release (after describe.lua): delete the lock's exclusive hold and
+-- every shared hold whoever holds them, wake every waiter and describe what
+-- was removed. Writer intents, the fair queue and the fence counter are
+-- left alone on purpose.
 -- ARGV[1] release channel   ARGV[2] the publish command: PUBLISH, or SPUBLISH on a Cluster
 -- Returns describe()'s answer, or nil when the lock was not held.
 local info = describe()
 if not info then
   return false
 end
-redis.call('DEL', KEYS[1])
-redis.call(ARGV[2], ARGV[1], KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call(ARGV[2], ARGV[1], 'next:')
 return info

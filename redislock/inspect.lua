@@ -1,3 +1,3 @@
--- inspect: describe the lock KEYS[1] without changing it (after describe.lua).
+-- inspect: describe the lock without changing it (after describe.lua).
 -- Returns describe()'s answer, or nil when the lock is not held.
 return describe() or false

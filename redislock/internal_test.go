@@ -1,6 +1,7 @@
 package redislock
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -40,11 +41,29 @@ func TestKeyLayout(t *testing.T) {
 		"app:{x}:fence":       "",
 		"app:{x}:fence}":      "x}:fence", // the lock of a key that happens to end in ":fence}"
 		"other:{x}":           "",
+		"app:{orders:42}:s":   "orders:42", // shared holds only
+		"app:{a}:s}:s":        "a}:s",
+		"app:{a}:s}":          "a}:s",
+		"app:{x}:si":          "",
+		"app:{x}:w":           "",
+		"app:{x}:q":           "",
+		"app:{x}:qe":          "",
+		"other:{x}:s":         "",
 	} {
 		got, ok := b.keyOfLock(name)
 		if got != want || ok != (want != "") {
 			t.Errorf("keyOfLock(%q) = %q, %v; want %q", name, got, ok, want)
 		}
+	}
+	wantKeys := []string{"app:{k}", "app:{k}:fence", "app:{k}:s", "app:{k}:si", "app:{k}:w", "app:{k}:q", "app:{k}:qe"}
+	if got := b.acquireKeys("k"); !slices.Equal(got, wantKeys) {
+		t.Errorf("acquireKeys = %q, want %q", got, wantKeys)
+	}
+	if got, want := b.stateKeys("k"), slices.Delete(slices.Clone(wantKeys), 1, 2); !slices.Equal(got, want) {
+		t.Errorf("stateKeys = %q, want %q", got, want)
+	}
+	if got, want := b.renewKeys("k"), []string{"app:{k}", "app:{k}:s", "app:{k}:si"}; !slices.Equal(got, want) {
+		t.Errorf("renewKeys = %q, want %q", got, want)
 	}
 	if New(nil, WithNamespace("")).ns != DefaultNamespace {
 		t.Error("WithNamespace(\"\") did not keep the default")
@@ -54,5 +73,20 @@ func TestKeyLayout(t *testing.T) {
 func TestGlobEscape(t *testing.T) {
 	if got, want := globEscape(`a*b?c[d]e\f`), `a\*b\?c\[d\]e\\f`; got != want {
 		t.Errorf("globEscape = %q, want %q", got, want)
+	}
+}
+
+func TestNextOf(t *testing.T) {
+	for payload, want := range map[string]string{
+		"next:":       "",
+		"next:abc":    "abc",
+		"next:next:x": "next:x",
+		"dlock:{k}":   "", // an earlier version's announcement: anyone
+		"":            "",
+		"Next:abc":    "",
+	} {
+		if got := nextOf(payload); got != want {
+			t.Errorf("nextOf(%q) = %q, want %q", payload, got, want)
+		}
 	}
 }

@@ -7,9 +7,24 @@ import "strings"
 //	NS:{K}        hash: token → hold count, "owner", "fence", "at"
 //	              (acquired, ms, by the server's clock), and with a
 //	              lock-delay "exp" (lease expiry, ms) and "delay" (ms);
-//	              carries the TTL (plus the delay)
+//	              carries the TTL (plus the delay). The exclusive holder.
 //	NS:{K}:fence  the fence counter; never expires, survives release
+//	NS:{K}:s      zset: shared token → expiry (ms, server clock); one
+//	              member per live reader or semaphore permit
+//	NS:{K}:si     hash: shared token → "fence limit owner" (the hold's
+//	              fence, the Limit of its request, its owner description)
+//	NS:{K}:w      hash: the writer intent, "t" → token, "o" → owner;
+//	              carries the intent's TTL (QueueTTL)
+//	NS:{K}:q      zset: fair queue, token → arrival number (1 + the
+//	              largest in the queue, so no counter is kept)
+//	NS:{K}:qe     zset: fair queue, token → entry expiry (ms, server clock)
 //	NS:{K}:rel    release channel (a channel name, not a key)
+//
+// :s and :si, and :q and :qe, are written together and carry the expiry of
+// their latest entry (PEXPIREAT), so they vanish with it; scripts prune
+// expired entries by the server's clock and delete a structure that has
+// become empty. After every holder and waiter has gone, only the fence
+// counter is left.
 //
 // The braces are a Cluster hash tag: all of one lock's keys hash to one slot,
 // so a script may touch them together.
@@ -23,15 +38,69 @@ func (b *Backend) fenceKey(key string) string { return b.lockKey(key) + ":fence"
 // channel returns the release channel for key.
 func (b *Backend) channel(key string) string { return b.lockKey(key) + ":rel" }
 
-// keyOfLock returns K for a lock hash name NS:{K}, and false for any other
-// name in the namespace (fence counters and future per-lock keys end in
-// ":suffix", never in "}").
+// sharedSuffix ends the name of a lock's set of shared holds.
+const sharedSuffix = ":s"
+
+// The KEYS of the scripts, as suffixes of the lock hash's name.
+var (
+	// acquire.lua: the lock hash, the fence counter, the shared holds and
+	// their details, the writer intent, the fair queue and its expiries.
+	acquireSuffixes = []string{"", ":fence", sharedSuffix, ":si", ":w", ":q", ":qe"}
+	// release.lua and describe.lua: acquire's without the fence counter.
+	stateSuffixes = []string{"", sharedSuffix, ":si", ":w", ":q", ":qe"}
+	// renew.lua: the lock hash, the shared holds and their details.
+	renewSuffixes = []string{"", sharedSuffix, ":si"}
+	// raise_fence.lua: the lock hash, the fence counter, the shared holds
+	// and their details.
+	raiseSuffixes = []string{"", ":fence", sharedSuffix, ":si"}
+)
+
+// acquireKeys, stateKeys, renewKeys and raiseKeys return the KEYS of the
+// scripts for key.
+func (b *Backend) acquireKeys(key string) []string { return b.keysOf(key, acquireSuffixes) }
+func (b *Backend) stateKeys(key string) []string   { return b.keysOf(key, stateSuffixes) }
+func (b *Backend) renewKeys(key string) []string   { return b.keysOf(key, renewSuffixes) }
+func (b *Backend) raiseKeys(key string) []string   { return b.keysOf(key, raiseSuffixes) }
+
+// keysOf returns the lock hash's name of key followed by each suffix, cut
+// from one string so that the hot path allocates twice, not once a key.
+func (b *Backend) keysOf(key string, suffixes []string) []string {
+	l := b.lockKey(key)
+	n := 0
+	for _, s := range suffixes {
+		n += len(l) + len(s)
+	}
+	var sb strings.Builder
+	sb.Grow(n)
+	for _, s := range suffixes {
+		sb.WriteString(l)
+		sb.WriteString(s)
+	}
+	all := sb.String()
+	keys := make([]string, len(suffixes))
+	for i, s := range suffixes {
+		end := len(l) + len(s)
+		keys[i], all = all[:end], all[end:]
+	}
+	return keys
+}
+
+// keyOfLock returns K for the name of a lock hash NS:{K} or of a set of
+// shared holds NS:{K}:s, and false for any other name in the namespace
+// (fence counters and the other per-lock keys end in ":suffix", never in
+// "}", and only shared sets end in "}:s").
 func (b *Backend) keyOfLock(name string) (string, bool) {
 	rest, ok := strings.CutPrefix(name, b.ns+":{")
-	if !ok || !strings.HasSuffix(rest, "}") {
+	if !ok {
 		return "", false
 	}
-	return strings.TrimSuffix(rest, "}"), true
+	if k, ok := strings.CutSuffix(rest, "}"); ok {
+		return k, true
+	}
+	if k, ok := strings.CutSuffix(rest, "}"+sharedSuffix); ok {
+		return k, true
+	}
+	return "", false
 }
 
 // globEscape quotes the characters that are special in a Redis MATCH pattern.

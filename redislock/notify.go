@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,9 +23,11 @@ const (
 
 // Listen opens one pub/sub connection on which every key the dlock client
 // waits on is multiplexed, and one goroutine that reads it and calls fn with
-// the key of each release. fn is called with "" when releases may have been
-// missed: when the connection fails, and again once it is back and
-// resubscribed (go-redis resubscribes by itself). fn must not block.
+// the key of each release and the waiter it names: the token at the head of
+// the lock's fair queue when the release left the lock free with a live
+// queue, else "" (any waiter). fn is called with ("", "") when releases may
+// have been missed: when the connection fails, and again once it is back
+// and resubscribed (go-redis resubscribes by itself). fn must not block.
 //
 // ctx bounds only the call; the stream lives until Listener.Close. The
 // goroutine connects in the background, so Listen does not fail when Redis
@@ -36,7 +39,7 @@ const (
 // fails, and with a key when its subscription has been taken up again after
 // a failure or after its slot moved to another master (Redis tells
 // subscribers with an unsolicited "sunsubscribe"), since a release may have
-// been missed meanwhile.
+// been missed meanwhile; next is "" then.
 func (b *Backend) Listen(ctx context.Context, fn func(key, next string)) (driver.Listener, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("redislock: listen: %w", err)
@@ -232,10 +235,24 @@ func (l *listener) receive() {
 			}
 		case *redis.Message:
 			if key, ok := l.keyOf(m.Channel); ok {
-				l.fn(key, "")
+				l.fn(key, nextOf(m.Payload))
 			}
 		}
 	}
+}
+
+// nextPrefix begins every release announcement; the rest is the token of
+// the fair waiter the release lets in, or nothing when any waiter may try.
+const nextPrefix = "next:"
+
+// nextOf returns the waiter a release announcement names, or "" for any
+// waiter, which is also the answer to a payload without nextPrefix (the
+// lock's name, which releases of earlier versions published).
+func nextOf(payload string) string {
+	if next, ok := strings.CutPrefix(payload, nextPrefix); ok {
+		return next
+	}
+	return ""
 }
 
 // reconnectDelay is the pause after the n-th failure in a row.

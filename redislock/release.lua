@@ -1,33 +1,93 @@
--- release: drop one hold of a token; the last hold deletes the lock and
--- wakes waiters. The fence counter is left alone on purpose.
--- KEYS[1] lock hash   ARGV[1] token   ARGV[2] release channel
+-- release: drop one hold of a token, exclusive or shared, and the token's
+-- writer intent and queue entry; wake waiters when that lets another in.
+-- The fence counter is left alone on purpose. scripts.go puts common.lua in
+-- place of the line "--#common".
+-- KEYS[1] lock hash   KEYS[2] shared holds   KEYS[3] shared holds' details
+-- KEYS[4] writer intent   KEYS[5] fair queue   KEYS[6] fair queue's expiries
+-- ARGV[1] token   ARGV[2] release channel
 -- ARGV[3] the publish command: PUBLISH, or SPUBLISH on a Cluster; "" for
 -- a release that wakes nobody (ReleaseQuietly)
--- Returns -1 when the token is not the holder, else the holds left.
-local holds = redis.call('HGET', KEYS[1], ARGV[1])
-if not holds then
-  return -1
+-- Returns -1 when the token held nothing, else the holds left.
+--
+-- The announcement is "next:" followed by the token at the head of the fair
+-- queue when the lock is left free of an exclusive holder with a live
+-- queue, else by nothing: any waiter may try. A released shared hold or a
+-- removed intent is announced to any waiter.
+--
+-- The last hold of a plain exclusive grant, without lock-delay, intent or
+-- queue, is released before the helpers of the rest are even defined.
+local L, S, SI, W, Q, QE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local token = ARGV[1]
+local holds = redis.call('HGET', L, token)
+if holds == '1' and redis.call('EXISTS', W, Q) == 0 and not redis.call('HGET', L, 'exp') then
+  redis.call('DEL', L)
+  if ARGV[3] ~= '' then
+    redis.call(ARGV[3], ARGV[2], 'next:')
+  end
+  return 0
 end
-local exp = redis.call('HGET', KEYS[1], 'exp')
-if exp then
-  local t = redis.call('TIME')
-  if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) >= tonumber(exp) then
+
+--#common
+local result = -1
+local notify = false -- announce the release
+local anyone = false -- announce it to every waiter, not only the queue's head
+
+if holds then
+  local exp = redis.call('HGET', L, 'exp')
+  if exp and now() >= tonumber(exp) then
     -- The lease expired and the lock sits in its lock-delay: the late
     -- holder is done with it, so the delay has no more reason to run.
-    redis.call('DEL', KEYS[1])
-    if ARGV[3] ~= '' then
-      redis.call(ARGV[3], ARGV[2], KEYS[1])
+    redis.call('DEL', L)
+    notify = true
+  else
+    holds = tonumber(holds) - 1
+    if holds > 0 then
+      redis.call('HSET', L, token, holds)
+    else
+      redis.call('DEL', L)
+      notify = true
     end
-    return -1
+    result = holds
+  end
+else
+  local exp = redis.call('ZSCORE', S, token)
+  if exp then
+    redis.call('ZREM', S, token)
+    redis.call('HDEL', SI, token)
+    fit(S, SI)
+    if tonumber(exp) > now() then
+      result, notify, anyone = 0, true, true
+    end
   end
 end
-holds = tonumber(holds) - 1
-if holds > 0 then
-  redis.call('HSET', KEYS[1], ARGV[1], holds)
-  return holds
+
+local waiters = redis.call('EXISTS', W, Q) > 0
+if waiters then
+  if redis.call('HGET', W, 't') == token then
+    redis.call('DEL', W)
+    notify, anyone = true, true
+  end
+  if redis.call('ZSCORE', Q, token) then
+    prune(QE, Q, 'ZREM')
+    local head = redis.call('ZRANGE', Q, 0, 0)[1]
+    if redis.call('ZREM', Q, token) == 1 then
+      redis.call('ZREM', QE, token)
+      fit(QE, Q)
+      -- The head gave up while the lock was free: the next one may go.
+      if head == token and redis.call('EXISTS', L) == 0 and
+          redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf') == 0 then
+        notify = true
+      end
+    end
+  end
 end
-redis.call('DEL', KEYS[1])
-if ARGV[3] ~= '' then
-  redis.call(ARGV[3], ARGV[2], KEYS[1])
+
+if notify and ARGV[3] ~= '' then
+  local next = ''
+  if waiters and not anyone and redis.call('EXISTS', L) == 0 and redis.call('EXISTS', Q) == 1 then
+    prune(QE, Q, 'ZREM')
+    next = redis.call('ZRANGE', Q, 0, 0)[1] or ''
+  end
+  redis.call(ARGV[3], ARGV[2], 'next:' .. next)
 end
-return 0
+return result

@@ -1,25 +1,36 @@
--- renew: extend KEYS[1] if the token still holds it; never shorten it.
--- KEYS[1] lock hash   ARGV[1] token   ARGV[2] ttl in ms
--- Returns 1 when renewed, 0 when the token is not the holder (or its lease
+-- renew: extend the token's hold, exclusive or shared, if it still holds
+-- it; never shorten it. scripts.go puts common.lua in place of the line
+-- "--#common".
+-- KEYS[1] lock hash   KEYS[2] shared holds   KEYS[3] shared holds' details
+-- ARGV[1] token   ARGV[2] ttl in ms
+-- Returns 1 when renewed, 0 when the token holds nothing (or its lease
 -- expired and the lock sits in its lock-delay; see acquire.lua).
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
-  return 0
-end
+local L, S, SI = KEYS[1], KEYS[2], KEYS[3]
 local ttl = tonumber(ARGV[2])
-local delay = 0
-local exp = redis.call('HGET', KEYS[1], 'exp')
-if exp then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  if now >= tonumber(exp) then
+--#common
+if redis.call('HEXISTS', L, ARGV[1]) == 0 then
+  local exp = tonumber(redis.call('ZSCORE', S, ARGV[1]))
+  if not exp or exp <= now() then
     return 0
   end
-  delay = tonumber(redis.call('HGET', KEYS[1], 'delay') or '0')
-  if now + ttl > tonumber(exp) then
-    redis.call('HSET', KEYS[1], 'exp', now + ttl)
+  if now() + ttl > exp then
+    redis.call('ZADD', S, now() + ttl, ARGV[1])
+    fit(S, SI)
+  end
+  return 1
+end
+local delay = 0
+local exp = redis.call('HGET', L, 'exp')
+if exp then
+  if now() >= tonumber(exp) then
+    return 0
+  end
+  delay = tonumber(redis.call('HGET', L, 'delay') or '0')
+  if now() + ttl > tonumber(exp) then
+    redis.call('HSET', L, 'exp', now() + ttl)
   end
 end
-if redis.call('PTTL', KEYS[1]) < ttl + delay then
-  redis.call('PEXPIRE', KEYS[1], ttl + delay)
+if redis.call('PTTL', L) < ttl + delay then
+  redis.call('PEXPIRE', L, ttl + delay)
 end
 return 1

@@ -298,7 +298,7 @@ func (b *Backend) renewBatchAcked(ctx context.Context, reqs []driver.RenewReques
 		calls := make([]scriptCall, len(idx))
 		for j, i := range idx {
 			r := reqs[i]
-			calls[j] = scriptCall{keys: []string{b.lockKey(r.Key)}, args: []any{r.Token, millis(r.TTL)}}
+			calls[j] = scriptCall{keys: b.renewKeys(r.Key), args: []any{r.Token, millis(r.TTL)}}
 		}
 		cmds, acked, ackErr := b.runAckedAt(ctx, conn, renewScript, calls)
 		for j, cmd := range cmds {

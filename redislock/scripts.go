@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"errors"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -11,17 +12,24 @@ import (
 // The scripts run by EVALSHA; Script.Run falls back to EVAL on NOSCRIPT,
 // which also puts the script back in the server's cache.
 var (
+	// common.lua holds the helpers of the scripts that handle shared holds,
+	// writer intents and fair queues. withCommon puts it in the place a
+	// script marks, after its fast path when it has one: Lua makes its
+	// functions as the script runs, and the fast path needs none of them.
+	//go:embed common.lua
+	commonLua string
+
 	//go:embed acquire.lua
 	acquireLua    string
-	acquireScript = redis.NewScript(acquireLua)
+	acquireScript = redis.NewScript(withCommon(acquireLua))
 
 	//go:embed renew.lua
 	renewLua    string
-	renewScript = redis.NewScript(renewLua)
+	renewScript = redis.NewScript(withCommon(renewLua))
 
 	//go:embed release.lua
 	releaseLua    string
-	releaseScript = redis.NewScript(releaseLua)
+	releaseScript = redis.NewScript(withCommon(releaseLua))
 
 	// inspect.lua and force_release.lua both begin with describe.lua.
 	//go:embed describe.lua
@@ -29,15 +37,15 @@ var (
 
 	//go:embed inspect.lua
 	inspectLua    string
-	inspectScript = redis.NewScript(describeLua + inspectLua)
+	inspectScript = redis.NewScript(withCommon(describeLua) + inspectLua)
 
 	//go:embed force_release.lua
 	forceReleaseLua    string
-	forceReleaseScript = redis.NewScript(describeLua + forceReleaseLua)
+	forceReleaseScript = redis.NewScript(withCommon(describeLua) + forceReleaseLua)
 
 	//go:embed raise_fence.lua
 	raiseFenceLua    string
-	raiseFenceScript = redis.NewScript(raiseFenceLua)
+	raiseFenceScript = redis.NewScript(withCommon(raiseFenceLua))
 
 	//go:embed fenced_set.lua
 	fencedSetLua    string
@@ -47,6 +55,18 @@ var (
 	fencedGetLua    string
 	fencedGetScript = redis.NewScript(fencedGetLua)
 )
+
+// commonMark is the line of a script that withCommon replaces.
+const commonMark = "--#common\n"
+
+// withCommon returns script with common.lua in place of its line
+// "--#common", or in front of it when it has no such line.
+func withCommon(script string) string {
+	if !strings.Contains(script, commonMark) {
+		return commonLua + script
+	}
+	return strings.Replace(script, commonMark, commonLua, 1)
+}
 
 // scriptCall is one run of a script in a pipeline.
 type scriptCall struct {

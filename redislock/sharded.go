@@ -423,7 +423,7 @@ func (l *shardedListener) receive(sh *shard) {
 			}
 		case *redis.Message:
 			if key, ok := l.keyOf(m.Channel); ok {
-				l.fn(key, "")
+				l.fn(key, nextOf(m.Payload))
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -48,6 +49,15 @@ import (
 // granted, nodes that grant it late join it: their fence is raised to F in
 // the background.
 //
+// A shared request (a reader of a read-write lock) goes the same way: a
+// quorum of shared grants wins, with a fence chosen and raised as for an
+// exclusive grant. An exclusive request with Wait records a writer intent
+// on each node where readers refused it (see driver.AcquireRequest.Wait);
+// Queued is set when any node kept one. Readers that refuse a writer, and
+// intents that refuse a reader, are holders to wait for, not contenders:
+// see busyResult. Requests for semaphores (Limit) and fair locks (Fair)
+// are refused with an error wrapping dlock.ErrInvalid (see Supports).
+//
 // Re-entry: a node that answers with a hold count above one re-entered the
 // grant the token holds there. The result is a re-entry only when the client
 // re-enters a grant (req.Joining, its fence) and at least a quorum of the
@@ -55,6 +65,9 @@ import (
 // the attempt is undone and fails. See chooseFence.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
 	if err := ctx.Err(); err != nil {
+		return driver.AcquireResult{}, fmt.Errorf("redlock: acquire %q: %w", req.Key, err)
+	}
+	if err := checkRequest(req); err != nil {
 		return driver.AcquireResult{}, fmt.Errorf("redlock: acquire %q: %w", req.Key, err)
 	}
 	a := newAttempt(b, ctx, req)
@@ -246,10 +259,20 @@ func (a *attempt) decide(ctx context.Context, start time.Time) (driver.AcquireRe
 			break
 		}
 	}
+	// With an even N, readers on N/2 nodes refuse a writer as early as
+	// readers on a quorum would: wait for the answers that tell the two
+	// apart (see busyResult).
+	for t.verdict() == refused && a.readersOpen(busy, t) {
+		if ok, err := more(); err != nil {
+			return driver.AcquireResult{}, err
+		} else if !ok {
+			break
+		}
+	}
 	switch t.verdict() {
 	case refused:
 		a.quiet = true
-		return a.busyResult(busy, len(wins) > 0), nil
+		return a.busyResult(busy, t.yes), nil
 	case won:
 	default:
 		if t.no > 0 && t.yes+t.no >= t.q {
@@ -259,7 +282,7 @@ func (a *attempt) decide(ctx context.Context, start time.Time) (driver.AcquireRe
 			// an outage; an error here would end a waiting Lock, and
 			// contenders retrying at once would split the nodes again.
 			a.quiet = true
-			return a.busyResult(busy, len(wins) > 0), nil
+			return a.busyResult(busy, t.yes), nil
 		}
 		return driver.AcquireResult{}, b.quorumError("acquire", key, t.yes, errs)
 	}
@@ -401,43 +424,149 @@ func reentryOpen(wins []answer[driver.AcquireResult], join uint64, q, pending in
 }
 
 // busyResult is the answer when nodes held by others make a quorum
-// impossible. Holder is the owner most of those nodes reported.
+// impossible; yes is how many nodes granted this attempt.
 //
-// HolderTTL estimates when a quorum could be free. When one owner holds a
-// quorum of nodes, it is the time at which, at the
-// earliest, enough of the busy nodes will have let go, assuming the nodes
-// that did not report a holder are free: of the b busy nodes, the
-// (b−N+Q)-th shortest remaining TTL. When no single owner does, the nodes
-// are split between contenders, all of which fail and undo their grants at
-// once (an owner with fewer than a quorum of nodes is one of them, even when
-// it blocks ours); then it is a random time between a fifth of and one node
-// timeout,
-// so that the contenders come back one at a time instead of splitting the
-// nodes again.
+// The nodes that refused fall in two groups. Waits: for an exclusive
+// request, nodes refused because of shared holds (readers); for a shared
+// request, nodes refused because of another token's writer intent.
+// Contenders: the nodes refused by an exclusive holder. The answer is, in
+// this order:
+//
+//   - When one exclusive owner holds a quorum of nodes, that owner, and
+//     HolderTTL the time at which, at the earliest, enough of the busy
+//     nodes will have let go, assuming the nodes that did not report a
+//     holder are free: of the b busy nodes, the (b−N+Q)-th shortest
+//     remaining TTL.
+//   - When the waits alone block every quorum (N−Q+1 of them) and, for
+//     readers, the nodes not granted to this attempt nor held exclusively
+//     leave room for a quorum of readers, the readers (or the writer
+//     intents): Holder the owner most of those nodes reported, HolderTTL
+//     the time until enough of them will have let go (by the same rule,
+//     over those nodes), Shared the Q-th highest count of shared holds
+//     they reported (a hold left on a minority by an attempt that lost,
+//     not yet undone, is not counted), and WriterWaiting for a shared
+//     request. Readers hold their quorum for as long as they renew:
+//     retrying before then, without a release, would only find them
+//     again. A writer that waits has recorded its intent on those nodes
+//     and comes back within a third of its QueueTTL anyway (Queued).
+//   - Otherwise the nodes are split between contenders, all of which fail
+//     and undo their grants at once (an owner with fewer than a quorum of
+//     nodes is one of them, even when it blocks ours, and so is an attempt
+//     of a reader that won only some nodes); then HolderTTL is a random
+//     time between a fifth of and one node timeout, so that the
+//     contenders come back one at a time instead of splitting the nodes
+//     again.
 //
 // Contenders are told apart by their owner descriptions, which the dlock
 // client makes per process and second, so contenders in this process (several
 // Clients on one name) can look like one owner. When the blocking owner is
-// of this process and this attempt won some nodes (gotSome), the result is
-// treated as a possible split too.
-func (a *attempt) busyResult(busy []answer[driver.AcquireResult], gotSome bool) driver.AcquireResult {
-	counts := make(map[string]int)
-	holder, best := "", 0
-	ttls := make([]time.Duration, 0, len(busy))
-	for _, ans := range busy {
-		counts[ans.val.Holder]++
-		if c := counts[ans.val.Holder]; c > best {
-			holder, best = ans.val.Holder, c
-		}
-		ttls = append(ttls, ans.val.HolderTTL)
-	}
+// of this process and this attempt won some nodes, the result is treated as
+// a possible split too.
+//
+// Queued is set when any node kept a writer intent of this request.
+func (a *attempt) busyResult(busy []answer[driver.AcquireResult], yes int) driver.AcquireResult {
 	n, q := len(a.b.nodes), a.b.Quorum()
+	block := n - q + 1 // refusals that make a quorum impossible
+	shared := a.req.Mode == driver.Shared
+	waits, contenders := a.classify(busy)
+	queued := false
+	for _, ans := range busy {
+		queued = queued || ans.val.Queued
+	}
+
+	holder, best := mostReported(contenders)
 	// A real holder holds a quorum; an owner with fewer nodes, even enough
 	// to block ours (with an even N, half of them), is a contender too.
-	if best < q || (gotSome && strings.HasPrefix(holder, driver.ProcessIdentity()+"|")) {
-		return driver.AcquireResult{Holder: holder, HolderTTL: a.b.splitDelay()}
+	if best >= q && !(yes > 0 && strings.HasPrefix(holder, driver.ProcessIdentity()+"|")) {
+		return driver.AcquireResult{Holder: holder, HolderTTL: letGo(busy, block), Queued: queued}
+	}
+	// Readers hold a quorum only where neither this attempt nor an
+	// exclusive holder does; with an even N, readers on half the nodes
+	// can block a writer that holds the other half, and both are
+	// contenders. Writer intents need no quorum: on N−Q+1 nodes they keep
+	// every reader from one, until the writer is granted or gives up.
+	if len(waits) >= block && (shared || n-yes-len(contenders) >= q) {
+		res := driver.AcquireResult{HolderTTL: letGo(waits, block), WriterWaiting: shared, Queued: queued}
+		res.Holder, _ = mostReported(waits)
+		counts := make([]int, 0, len(waits))
+		for _, ans := range waits {
+			counts = append(counts, ans.val.Shared)
+		}
+		res.Shared = kthHighest(counts, min(q, len(counts)))
+		return res
+	}
+	holder, _ = mostReported(busy)
+	return driver.AcquireResult{Holder: holder, HolderTTL: a.b.splitDelay(), Queued: queued}
+}
+
+// classify splits the refusals of busy into waits (readers refusing a
+// writer, writer intents refusing a reader) and contenders (exclusive
+// holders, and anything else).
+func (a *attempt) classify(busy []answer[driver.AcquireResult]) (waits, contenders []answer[driver.AcquireResult]) {
+	shared := a.req.Mode == driver.Shared
+	for _, ans := range busy {
+		if (shared && ans.val.WriterWaiting) || (!shared && ans.val.Shared > 0) {
+			waits = append(waits, ans)
+		} else {
+			contenders = append(contenders, ans)
+		}
+	}
+	return waits, contenders
+}
+
+// readersOpen reports whether a writer refused by readers cannot yet tell
+// readers that may hold a quorum from readers that are contenders (see
+// busyResult), while the pending answers could tell: readers refused it on
+// enough nodes to block a quorum but on fewer than a quorum, which happens
+// only with an even N.
+func (a *attempt) readersOpen(busy []answer[driver.AcquireResult], t tally) bool {
+	if a.req.Mode != driver.Exclusive || t.pending() == 0 {
+		return false
+	}
+	waits, contenders := a.classify(busy)
+	return len(waits) >= t.n-t.q+1 && len(waits) < t.q && t.n-t.yes-len(contenders) >= t.q
+}
+
+// mostReported returns the holder that most answers name, and how many do.
+func mostReported(answers []answer[driver.AcquireResult]) (holder string, count int) {
+	counts := make(map[string]int)
+	for _, ans := range answers {
+		counts[ans.val.Holder]++
+		if c := counts[ans.val.Holder]; c > count {
+			holder, count = ans.val.Holder, c
+		}
+	}
+	return holder, count
+}
+
+// letGo returns the time until enough of the refusing nodes let go that the
+// rest no longer block a quorum, block being the number that does: the
+// (len−block+1)-th shortest HolderTTL.
+func letGo(refusing []answer[driver.AcquireResult], block int) time.Duration {
+	if len(refusing) == 0 {
+		return 0
+	}
+	ttls := make([]time.Duration, 0, len(refusing))
+	for _, ans := range refusing {
+		ttls = append(ttls, ans.val.HolderTTL)
 	}
 	slices.Sort(ttls)
-	i := min(max(len(busy)-n+q-1, 0), len(ttls)-1)
-	return driver.AcquireResult{Holder: holder, HolderTTL: ttls[i]}
+	return ttls[min(max(len(ttls)-block, 0), len(ttls)-1)]
+}
+
+// checkRequest refuses what Redlock does not offer: semaphores and fair
+// locks (see Backend.Supports), and shared requests with the options of
+// exclusive ones.
+func checkRequest(req driver.AcquireRequest) error {
+	switch {
+	case req.Mode != driver.Exclusive && req.Mode != driver.Shared:
+		return fmt.Errorf("unknown mode %v: %w", req.Mode, dlock.ErrInvalid)
+	case req.Fair:
+		return fmt.Errorf("%v are not supported on a quorum of nodes: %w", driver.CapFair, dlock.ErrInvalid)
+	case req.Mode == driver.Shared && req.Limit != 0:
+		return fmt.Errorf("%v are not supported on a quorum of nodes: %w", driver.CapSemaphore, dlock.ErrInvalid)
+	case req.Mode == driver.Shared && (req.Reentrant || req.LockDelay > 0 || req.Joining != 0):
+		return fmt.Errorf("a shared hold cannot be reentrant nor have a lock-delay: %w", dlock.ErrInvalid)
+	}
+	return nil
 }

@@ -23,6 +23,7 @@ var (
 	_ driver.Inspector    = (*Backend)(nil)
 	_ driver.LockDelayer  = (*Backend)(nil)
 	_ driver.Drifter      = (*Backend)(nil)
+	_ driver.Capabler     = (*Backend)(nil)
 )
 
 // Backend is a dlock store on N independent Redis nodes that grants a lock
@@ -144,6 +145,15 @@ func (b *Backend) Drift(ttl time.Duration) time.Duration {
 // grant (see dlock.WithLockDelay), so the lock stays out of reach on a
 // quorum until the delay has run out there.
 func (b *Backend) SupportsLockDelay() bool { return true }
+
+// Supports reports true for driver.CapShared only: read-write locks are
+// sound on a quorum (a reader and a writer each need a majority, and two
+// majorities share a node, where they exclude each other). Semaphores are
+// not: majorities that are each under the limit do not bound the total, so
+// Limit+1 holders could each win a different majority. Fair locks are not
+// either: each node orders its waiters by arrival there, and the nodes'
+// orders differ. See docs/REDLOCK.md.
+func (b *Backend) Supports(c driver.Capability) bool { return c == driver.CapShared }
 
 // callTimeout is the per-node timeout of acquire and renew for ttl.
 func (b *Backend) callTimeout(ttl time.Duration) time.Duration {

@@ -75,6 +75,19 @@
 // fence of the grant it joins, and counts only when a quorum of nodes
 // re-entered that grant alike (see Backend.Acquire).
 //
+// # Read-write locks
+//
+// Readers (dlock's RWMutex.RLock) are shared holds, granted like a lock on a
+// quorum of nodes, each with its own token, TTL and fence; a writer needs a
+// quorum without readers. Any two quorums share a node, where a reader and
+// a writer exclude each other, so they never both hold a quorum. A waiting
+// writer's intent is kept per node and keeps new readers off the nodes
+// where readers refused it. Readers whose acquires overlap in time can get
+// the same fence; every other pair of grants is ordered. Semaphores and
+// fair locks are not offered (Backend.Supports): a limit counted per node
+// does not bound the total over different majorities, and the nodes'
+// queues do not agree on an order. See docs/REDLOCK.md.
+//
 // When the timing assumptions fail (a process paused past its lease, a
 // clock stepped on a node), two holders can hold the lock at once, as with
 // any lease; fences then tell the resource which one is newer, and

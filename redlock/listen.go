@@ -20,17 +20,20 @@ const (
 )
 
 // Listen opens one notification stream per node (redislock.Backend.Listen)
-// and fans them in: fn(key) is called when a release of key is published on
-// any node, and fn("", "") when any node's stream may have missed releases.
+// and fans them in: fn(key, next) is called when a release of key is
+// published on any node, and fn("", "") when any node's stream may have
+// missed releases.
 //
 // One release is published on every node where it released, a moment apart.
 // Calling fn for each copy would send a waiter at the lock again and again,
 // and its first try could come before a quorum had let go. So the copies are
-// merged: fn(key) is called once every node has announced a release of key,
-// or one coalescing window (a tenth of the node timeout, at least 1ms) after
-// the first announcement, whichever comes first. No announcement goes
-// unanswered: each is followed by fn(key) within the window. ctx bounds only
-// the call.
+// merged: fn(key, next) is called once every node has announced a release
+// of key, or one coalescing window (a tenth of the node timeout, at least
+// 1ms) after the first announcement, whichever comes first. No announcement
+// goes unanswered: each is followed by fn(key, next) within the window.
+// next is the waiter the nodes' copies named, or "" (anyone may try) when
+// they named none or differ; Redlock keeps no fair queues, so its own
+// releases name none. ctx bounds only the call.
 func (b *Backend) Listen(ctx context.Context, fn func(key, next string)) (driver.Listener, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("redlock: listen: %w", err)
@@ -42,7 +45,7 @@ func (b *Backend) Listen(ctx context.Context, fn func(key, next string)) (driver
 	l.ctx, l.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	l.fanIn = &fanIn{fn: fn, n: len(b.nodes), window: max(b.opts.nodeTimeout/10, time.Millisecond), pending: make(map[string]*announced)}
 	for _, n := range b.nodes {
-		nl, err := n.b.Listen(ctx, func(key, _ string) { l.fanIn.announce(n.index, key) })
+		nl, err := n.b.Listen(ctx, func(key, next string) { l.fanIn.announce(n.index, key, next) })
 		if err != nil {
 			_ = l.Close()
 			return nil, fmt.Errorf("redlock: listen: %w", n.nodeError(err))
@@ -276,12 +279,14 @@ type fanIn struct {
 type announced struct {
 	nodes []bool
 	count int
+	next  string // the waiter the copies named; "" once they differ
 	timer *time.Timer
 }
 
-// announce handles node's announcement of a release of key ("" from one
-// node's stream: releases may have been missed, passed on at once).
-func (f *fanIn) announce(node int, key string) {
+// announce handles node's announcement of a release of key naming next
+// (key "" from one node's stream: releases may have been missed, passed on
+// at once).
+func (f *fanIn) announce(node int, key, next string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
@@ -298,9 +303,11 @@ func (f *fanIn) announce(node int, key string) {
 		a = nil
 	}
 	if a == nil {
-		a = &announced{nodes: make([]bool, f.n)}
+		a = &announced{nodes: make([]bool, f.n), next: next}
 		f.pending[key] = a
 		a.timer = time.AfterFunc(f.window, func() { f.expire(key, a) })
+	} else if a.next != next {
+		a.next = "" // the nodes disagree: let every waiter try
 	}
 	a.nodes[node] = true
 	a.count++
@@ -313,7 +320,7 @@ func (f *fanIn) announce(node int, key string) {
 func (f *fanIn) fire(key string, a *announced) {
 	a.timer.Stop()
 	delete(f.pending, key)
-	f.fn(key, "")
+	f.fn(key, a.next)
 }
 
 // expire passes a on when the window has passed without every node's copy.

@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -13,16 +14,26 @@ import (
 	"github.com/dlock-go/dlock/redlock"
 )
 
-// recorder counts the keys a listener reports.
+// recorder counts the keys a listener reports, and keeps the waiter each
+// report named.
 type recorder struct {
-	mu   sync.Mutex
-	seen map[string]int
+	mu    sync.Mutex
+	seen  map[string]int
+	nexts map[string][]string
 }
 
-func (r *recorder) fn(key, _ string) {
+func (r *recorder) fn(key, next string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.seen[key]++
+	r.nexts[key] = append(r.nexts[key], next)
+}
+
+// named returns the waiters that the reports of key named, in order.
+func (r *recorder) named(key string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.nexts[key])
 }
 
 func (r *recorder) count(key string) int {
@@ -33,7 +44,7 @@ func (r *recorder) count(key string) int {
 
 func listen(t *testing.T, b *redlock.Backend) (driver.Listener, *recorder) {
 	t.Helper()
-	r := &recorder{seen: make(map[string]int)}
+	r := &recorder{seen: make(map[string]int), nexts: make(map[string][]string)}
 	l, err := b.Listen(t.Context(), r.fn)
 	if err != nil {
 		t.Fatalf("Listen: %v", err)
@@ -185,4 +196,62 @@ func TestListenerClose(t *testing.T) {
 	if _, err := b.Listen(t.Context(), nil); err == nil {
 		t.Error("Listen with a nil callback succeeded")
 	}
+}
+
+// Releases of shared holds and removed writer intents wake waiters (next
+// ""); a waiter that the nodes' announcements name is passed on when they
+// agree, and "" when they do not.
+func TestListenSharedReleasesAndNext(t *testing.T) {
+	servers := startNodes(t, 3)
+	nodes := admins(t, servers)
+	// A wide coalescing window (see TestOneReleaseIsReportedOnce).
+	b := newBackend(t, servers, redlock.WithNodeTimeout(3*time.Second))
+	l, rec := listen(t, b)
+	for _, key := range []string{"rw", "fair", "mixed"} {
+		if err := l.Subscribe(t.Context(), key); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	r := reader(t, "rw", "reader", time.Minute)
+	mustAcquire(t, b, r)
+	redlock.WaitIdle(b)
+	w := writer(t, "rw", "writer", time.Minute)
+	mustRefuse(t, b, w)
+	mustRelease(t, b, "rw", w.Token) // the writer gives up: its intent goes
+	eventually(t, "the intent's removal is reported", func() bool { return rec.count("rw") == 1 })
+	mustRelease(t, b, "rw", r.Token)
+	eventually(t, "the reader's release is reported", func() bool { return rec.count("rw") == 2 })
+	if got := rec.named("rw"); !slices.Equal(got, []string{"", ""}) {
+		t.Errorf("reports of rw named %q, want anyone", got)
+	}
+
+	// Fair queues are made on the nodes directly: Redlock keeps none, but
+	// a node's announcement that names a waiter is passed on.
+	for key, heads := range map[string][]string{"fair": {"head", "head", "head"}, "mixed": {"head", "head", "other"}} {
+		for i, n := range nodeBackends(nodes) {
+			holder := driver.AcquireRequest{Key: key, Token: "holder", Owner: "holder", TTL: time.Minute}
+			if res, err := n.Acquire(t.Context(), holder); err != nil || !res.Acquired {
+				t.Fatalf("node %d: acquire = %+v, %v", i, res, err)
+			}
+			waiter := driver.AcquireRequest{Key: key, Token: heads[i], Owner: heads[i], TTL: time.Minute, Fair: true, Wait: true, QueueTTL: time.Minute}
+			if res, err := n.Acquire(t.Context(), waiter); err != nil || res.Acquired || !res.Queued {
+				t.Fatalf("node %d: fair acquire = %+v, %v; want queued", i, res, err)
+			}
+		}
+		mustRelease(t, b, key, "holder")
+		eventually(t, "the release of "+key+" is reported", func() bool { return rec.count(key) == 1 })
+		want := "head"
+		if key == "mixed" {
+			want = ""
+		}
+		if got := rec.named(key); len(got) != 1 || got[0] != want {
+			t.Errorf("the release of %s named %q, want %q", key, got, want)
+		}
+		for _, head := range heads {
+			mustRelease(t, b, key, head)
+		}
+		checkClean(t, b, nodes, key)
+	}
+	checkClean(t, b, nodes, "rw")
 }

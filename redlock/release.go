@@ -8,20 +8,23 @@ import (
 	"github.com/dlock-go/dlock/driver"
 )
 
-// Release drops one hold of token on key on every node at once. Once a
-// quorum of nodes has answered it waits for the others only as long again
-// as the quorum took, so that a slow node slows a release no more than an
-// acquire; the late nodes' releases go on in the background. On each node it first waits for this token's earlier
-// calls on key there (an acquire attempt that is still out on a slow node,
-// and the clean-up that follows it), so that a late grant cannot land after
-// the release; the wait and the release are each bounded by min(4 × node
-// timeout, 1s), but at least one node timeout.
+// Release drops one hold of token on key on every node at once: an
+// exclusive hold or a shared one (each node finds it by token), and with it
+// token's writer intent, if any. Once a quorum of nodes has answered it
+// waits for the others only as long again as the quorum took, so that a
+// slow node slows a release no more than an acquire; the late nodes'
+// releases go on in the background. On each node it first waits for this
+// token's earlier calls on key there (an acquire attempt that is still out
+// on a slow node, and the clean-up that follows it), so that a late grant
+// cannot land after the release; the wait and the release are each bounded
+// by min(4 × node timeout, 1s), but at least one node timeout.
 //
 // Held is true when any node that answered held the lock for token, and
-// Remaining is the highest hold count left on such a node, so that a client
-// draining its holds goes on until the nodes are clear. The error is a *QuorumError (Op
-// "release") only when fewer than a quorum of nodes answered at all; the
-// nodes that did answer have released by then.
+// Remaining is the highest hold count left on such a node (0 for a shared
+// hold), so that a client draining its holds goes on until the nodes are
+// clear. The error is a *QuorumError (Op "release") only when fewer than a
+// quorum of nodes answered at all; the nodes that did answer have released
+// by then.
 func (b *Backend) Release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
 	start := time.Now()
 	timeout := b.slowTimeout()

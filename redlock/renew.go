@@ -8,11 +8,12 @@ import (
 	"github.com/dlock-go/dlock/driver"
 )
 
-// Renew extends the lease of token on key to ttl on every node at once, each
-// bounded by min(node timeout, ttl/10). It reports true as soon as a quorum
-// of nodes renewed; false, with a nil error, when nodes that no longer hold
-// the lease for token make a quorum impossible; otherwise a *QuorumError
-// (Op "renew") listing the nodes that failed, or ctx's error wrapped.
+// Renew extends the lease of token on key to ttl on every node at once,
+// exclusive or shared (each node finds it by token), each bounded by
+// min(node timeout, ttl/10). It reports true as soon as a quorum of nodes
+// renewed; false, with a nil error, when nodes that no longer hold the
+// lease for token make a quorum impossible; otherwise a *QuorumError (Op
+// "renew") listing the nodes that failed, or ctx's error wrapped.
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
 	timeout := b.callTimeout(ttl)
 	ch := fanOut(b, ctx, timeout, func(ctx context.Context, n *node) (bool, error) {

@@ -1,0 +1,51 @@
+-- common: helpers of the scripts that handle shared holds, writer intents
+-- and fair queues (acquire, renew, release, describe); scripts.go puts this
+-- text before theirs.
+--
+-- A lock's shared holds are a zset (token → expiry, ms by the server's
+-- clock) and a hash of their details (token → "fence limit owner"); its
+-- fair queue is a zset of expiries (token → expiry) and one of arrival
+-- numbers (token → number). Each pair is written together and carries the
+-- expiry of its latest entry, so it vanishes with it.
+
+-- now returns the server's clock in ms, read once per script.
+local clock
+local function now()
+  if not clock then
+    local t = redis.call('TIME')
+    clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return clock
+end
+
+-- prune drops the entries of the expiry zset z that expired by now(), and
+-- the same members of side with rem ('HDEL' for a hash, 'ZREM' for a zset).
+local function prune(z, side, rem)
+  local gone = redis.call('ZRANGEBYSCORE', z, '-inf', now())
+  if #gone == 0 then
+    return
+  end
+  redis.call('ZREMRANGEBYSCORE', z, '-inf', now())
+  for i = 1, #gone, 1000 do -- unpack has a limit on its results
+    redis.call(rem, side, unpack(gone, i, math.min(i + 999, #gone)))
+  end
+end
+
+-- fit gives the expiry zset z and its side the expiry of z's latest entry,
+-- or deletes both when z is empty.
+local function fit(z, side)
+  local last = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')
+  if #last == 0 then
+    redis.call('DEL', z, side)
+    return
+  end
+  redis.call('PEXPIREAT', z, last[2])
+  redis.call('PEXPIREAT', side, last[2])
+end
+
+-- holdDetails splits a shared hold's details into fence (a decimal
+-- string), limit and owner.
+local function holdDetails(v)
+  local fence, limit, owner = string.match(v or '', '^(%d+) (%d+) (.*)$')
+  return fence or '0', tonumber(limit) or 0, owner or ''
+end
