@@ -179,3 +179,65 @@ func TestFairCancelledWaiterLeavesQueue(t *testing.T) {
 	}
 	_ = h.Unlock(ctx)
 }
+
+// Goroutines of one reentrant fair handle share a token; when some of them
+// give up, the one still waiting must still be woken by a release that
+// names the token (not only by its refresh timer, seconds later).
+func TestReentrantFairWaitersShareWakeUps(t *testing.T) {
+	store := memlock.New()
+	ctx := t.Context()
+	holder := dlock.New(store)
+	defer holder.Close()
+	h, err := holder.Mutex("rq", dlock.Fair()).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dlock.New(store)
+	defer c.Close()
+	busy := make(chan struct{}, 16)
+	m := c.Mutex("rq", dlock.Fair(), dlock.Reentrant(), dlock.WithTTL(time.Minute),
+		dlock.WithOnBusy(func(*dlock.NotObtainedError) { busy <- struct{}{} }))
+
+	type result struct {
+		l   *dlock.Lease
+		err error
+	}
+	start := func(ctx context.Context) chan result {
+		out := make(chan result, 1)
+		go func() {
+			l, err := m.Lock(ctx)
+			out <- result{l, err}
+		}()
+		// Refused twice: by Lock's first attempt, then by the first
+		// attempt of the wait, which registers the waiter before it.
+		<-busy
+		<-busy
+		return out
+	}
+	a := start(ctx)
+	bctx, bcancel := context.WithCancel(ctx)
+	b := start(bctx)
+	cctx, ccancel := context.WithCancel(ctx)
+	cw := start(cctx)
+	bcancel()
+	if r := <-b; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("B: %v", r.err)
+	}
+	ccancel()
+	if r := <-cw; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("C: %v", r.err)
+	}
+	released := time.Now()
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-a
+	if r.err != nil {
+		t.Fatalf("A: %v", r.err)
+	}
+	// The refresh timer would wake A only after min(TTL, 5s)/3 ≈ 1.7s.
+	if d := time.Since(released); d > time.Second {
+		t.Errorf("A obtained the lock %v after the release: it was not woken by it", d)
+	}
+	_ = r.l.Unlock(ctx)
+}

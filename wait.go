@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -35,7 +36,7 @@ type waitGroup struct {
 	// fair waiters by token, guarded by waitHub.mu. They do not queue at the
 	// gate: the store's queue orders them, and a release wakes only the
 	// waiter it names.
-	fair map[string]*fairWaiter
+	fair map[string][]*fairWaiter
 
 	smu        sync.Mutex // serialises subscribing
 	subscribed bool       // guarded by smu; read by the last to leave
@@ -71,7 +72,7 @@ func (h *waitHub) notify(key, next string) {
 	case next == "":
 		g.wakeAll()
 	default:
-		if w := g.fair[next]; w != nil {
+		for _, w := range g.fair[next] {
 			signal(w.wake)
 		}
 	}
@@ -81,8 +82,10 @@ func (h *waitHub) notify(key, next string) {
 // waitHub.mu.
 func (g *waitGroup) wakeAll() {
 	signal(g.wake)
-	for _, w := range g.fair {
-		signal(w.wake)
+	for _, ws := range g.fair {
+		for _, w := range ws {
+			signal(w.wake)
+		}
 	}
 }
 
@@ -97,9 +100,11 @@ func (h *waitHub) wakeKey(key string) {
 		return
 	}
 	signal(g.wake)
-	for _, w := range g.fair {
-		if w.position == 1 {
-			signal(w.wake)
+	for _, ws := range g.fair {
+		for _, w := range ws {
+			if w.position == 1 {
+				signal(w.wake)
+			}
 		}
 	}
 }
@@ -281,20 +286,19 @@ func (h *waitHub) waitFair(ctx context.Context, m *Mutex, token string, last dri
 	w := &fairWaiter{wake: make(chan struct{}, 1), position: last.Position}
 	h.mu.Lock()
 	if g.fair == nil {
-		g.fair = make(map[string]*fairWaiter)
+		g.fair = make(map[string][]*fairWaiter)
 	}
 	// Goroutines of one reentrant handle share a token and so a queue
-	// entry; the last to register is woken for it, the others refresh.
-	prev := g.fair[token]
-	g.fair[token] = w
+	// entry: a release that names the token wakes them all.
+	g.fair[token] = append(g.fair[token], w)
 	h.mu.Unlock()
 	defer func() {
 		h.mu.Lock()
-		if g.fair[token] == w {
+		ws := slices.DeleteFunc(g.fair[token], func(x *fairWaiter) bool { return x == w })
+		if len(ws) == 0 {
 			delete(g.fair, token)
-			if prev != nil {
-				g.fair[token] = prev
-			}
+		} else {
+			g.fair[token] = ws
 		}
 		h.mu.Unlock()
 		h.leave(g)
@@ -335,7 +339,10 @@ func (h *waitHub) waitFair(ctx context.Context, m *Mutex, token string, last dri
 		if h.notifier == nil || m.opts.retry != nil {
 			d = min(d, max(retry.Delay(attempt), time.Millisecond))
 		}
-		if res.Position <= 1 && res.HolderTTL > 0 {
+		if res.HolderTTL > 0 {
+			// Not only the head: when the head left the queue while the
+			// lock was held, nobody is told who is head now, and a holder
+			// that expires is announced by no release.
 			d = min(d, res.HolderTTL+time.Millisecond)
 		}
 		timer.Reset(d)

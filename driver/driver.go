@@ -98,7 +98,7 @@ type AcquireRequest struct {
 	// fewer than Limit live shared holds. Every shared hold is a lease of
 	// its own: its own token, TTL, fence (drawn from the same counter as
 	// exclusive grants) and expiry; Reentrant and LockDelay are never set
-	// with Shared. Only backends whose Capabilities include CapShared (and
+	// with Shared, and a token that has a shared hold already is refused. Only backends whose Capabilities include CapShared (and
 	// CapSemaphore for Limit > 0) receive Shared requests.
 	Mode Mode
 	// Limit, with Mode Shared, is the most live shared holds the lock may

@@ -291,7 +291,7 @@ func TestWriterIntent(t *testing.T) {
 	if res := f.mustRefuse(reader("r2")); !res.WriterWaiting || res.HolderTTL != time.Second {
 		t.Errorf("after w1's refresh: %+v, want WriterWaiting with 1s left", res)
 	}
-	f.mustGet(driver.AcquireRequest{Token: "r1", Mode: driver.Shared}) // r1 keeps its hold (same token: same hold)
+	f.mustRefuse(driver.AcquireRequest{Token: "r1", Mode: driver.Shared}) // a token holds once: its own hold refuses it
 	f.clock.Advance(time.Second)
 	f.mustGet(reader("r2"))
 	if info, _ := f.inspect(); info.WriterWaiting {

@@ -248,9 +248,10 @@ func (b *Backend) acquireShared(req driver.AcquireRequest, st *lockState, now ti
 	if st != nil {
 		res.Shared = len(st.shared)
 		if h := st.shared[req.Token]; h != nil {
-			// The token holds already (a retried request): the same hold.
-			h.expires = later(h.expires, now.Add(req.TTL))
-			return driver.AcquireResult{Acquired: true, Fence: h.fence, Holds: 1}
+			// A token holds once: its own hold refuses it, as an exclusive
+			// holder refuses a request without Reentrant.
+			res.Holder, res.HolderTTL = h.owner, h.expires.Sub(now)
+			return res
 		}
 		if e := st.excl; e != nil {
 			res.Holder, res.HolderTTL = e.owner, e.ttl(now)

@@ -62,18 +62,19 @@ local function enqueue()
   return redis.call('ZRANK', Q, token) + 1
 end
 
--- refuse answers a refused exclusive request: with wait, it records or
--- keeps a writer intent when shared holds refused it (unless another
--- token's intent is live) and, with fair, a queue entry.
+-- refuse answers a refused exclusive request: with wait, it records a
+-- writer intent when shared holds refused it (unless another token's
+-- intent is live), renews the token's own intent whatever refused it, and,
+-- with fair, records or keeps a queue entry.
 local function refuse(holder, pttl, nshared, byShared)
   local position, queued = 0, 0
   if wait then
     local writer = redis.call('HGET', W, 't')
     if writer == token or (byShared and not writer) then
-      if byShared then
-        redis.call('HSET', W, 't', token, 'o', owner)
-        redis.call('PEXPIRE', W, qttl)
-      end
+      -- A waiting writer keeps its intent whatever refuses it now (another
+      -- writer may hold the lock between the readers and this one).
+      redis.call('HSET', W, 't', token, 'o', owner)
+      redis.call('PEXPIRE', W, qttl)
       queued = 1
     end
     if fair then

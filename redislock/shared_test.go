@@ -38,6 +38,7 @@ var sharedCases = []struct {
 	{"SharedTokenHoldsOnce", testSharedTokenHoldsOnce},
 	{"WriterIntentBlocksReaders", testWriterIntentBlocksReaders},
 	{"WriterIntentLapses", testWriterIntentLapses},
+	{"WriterIntentKeptBehindWriter", testWriterIntentKeptBehindWriter},
 	{"FairOrder", testFairOrder},
 	{"FairTryLockYieldsAndRecordsNothing", testFairTryLockYieldsAndRecordsNothing},
 	{"FairEntryLapses", testFairEntryLapses},
@@ -341,6 +342,33 @@ func testWriterIntentLapses(t *testing.T, e sharedEnv) {
 	eventually(t, "a reader gets in after the intent lapsed", func() bool {
 		return acquire(t, e.b, sharedReq("rw", newToken(t), "late reader", 0)).Acquired
 	})
+}
+
+// A waiting writer keeps its intent while another writer holds the lock
+// (the readers it waited for are gone), so readers cannot overtake it when
+// that writer releases.
+func testWriterIntentKeptBehindWriter(t *testing.T, e sharedEnv) {
+	reader, w1, w2 := newToken(t), newToken(t), newToken(t)
+	mustAcquire(t, e.b, sharedReq("rw", reader, "reader", 0))
+	if res := refused(t, e.b2, waitingReq("rw", w1, "w1", 600*time.Millisecond)); !res.Queued {
+		t.Fatalf("the waiting writer recorded no intent: %+v", res)
+	}
+	if _, err := e.b.Release(t.Context(), "rw", reader); err != nil {
+		t.Fatal(err)
+	}
+	mustAcquire(t, e.b, exclusiveReq("rw", w2, "w2")) // another writer overtakes
+	for i := range 6 {                                // 1.2s: twice the intent's TTL
+		time.Sleep(200 * time.Millisecond)
+		if res := refused(t, e.b2, waitingReq("rw", w1, "w1", 600*time.Millisecond)); !res.Queued {
+			t.Fatalf("retry %d: the waiting writer lost its intent behind another writer: %+v", i, res)
+		}
+	}
+	if _, err := e.b.Release(t.Context(), "rw", w2); err != nil {
+		t.Fatal(err)
+	}
+	if res := refused(t, e.b, sharedReq("rw", newToken(t), "late reader", 0)); !res.WriterWaiting {
+		t.Fatalf("a new reader was refused, but not for the waiting writer: %+v", res)
+	}
 }
 
 func testFairOrder(t *testing.T, e sharedEnv) {
