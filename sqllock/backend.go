@@ -16,6 +16,7 @@ var (
 	_ driver.Backend      = (*Backend)(nil)
 	_ driver.BatchRenewer = (*Backend)(nil)
 	_ driver.Inspector    = (*Backend)(nil)
+	_ driver.Capabler     = (*Backend)(nil)
 )
 
 // Limits on what the table holds, in bytes. The dlock client already keeps
@@ -32,9 +33,10 @@ const (
 type Backend struct {
 	db      *sql.DB
 	dialect Dialect
-	table   string // as given to WithTable
-	quoted  string // quoted for the dialect
+	table   string     // as given to WithTable
+	names   tableNames // quoted for the dialect
 	eng     engine
+	tx      *txs
 	err     error // a bad dialect or table name, returned by every call
 
 	create   bool
@@ -42,17 +44,27 @@ type Backend struct {
 	created  atomic.Bool
 }
 
-// engine is one dialect's statements.
+// engine is one dialect's single statements for the common operations on
+// exclusive holds; what takes a transaction, or is alike in every dialect,
+// is in txs.
 type engine interface {
+	// acquire makes or refuses a plain exclusive grant (not Fair). Refused
+	// with Wait because of shared holds, it records the writer intent.
 	acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error)
-	renew(ctx context.Context, key, token string, ttl time.Duration) (bool, error)
-	// renewBatch renews at most batchSize leases with distinct key and
-	// token pairs in one statement where it can and reports which were held.
-	renewBatch(ctx context.Context, reqs []driver.RenewRequest) ([]bool, error)
-	release(ctx context.Context, key, token string) (driver.ReleaseResult, error)
-	inspect(ctx context.Context, key string) (driver.LockInfo, bool, error)
-	list(ctx context.Context, prefix string) ([]driver.LockInfo, error)
-	forceRelease(ctx context.Context, key string) (driver.LockInfo, bool, error)
+	// acquireShared makes or refuses a shared grant where the dialect has
+	// a shorter way than txs.acquireShared; ok false leaves it to that.
+	acquireShared(ctx context.Context, req driver.AcquireRequest) (res driver.AcquireResult, ok bool, err error)
+	// renew renews an exclusive lease; more reports, when it was not
+	// held, that token may have a shared hold (for txs.renew).
+	renew(ctx context.Context, key, token string, ttl time.Duration) (held, more bool, err error)
+	// renewBatch renews at most batchSize exclusive leases with distinct
+	// key and token pairs in one statement where it can, and reports which
+	// were held, and which of the others may be shared holds.
+	renewBatch(ctx context.Context, reqs []driver.RenewRequest) (held, more []bool, err error)
+	// release drops one exclusive hold; more reports, when token held
+	// none, that it may have a shared hold, a queue entry or an intent (for
+	// txs.release).
+	release(ctx context.Context, key, token string) (res driver.ReleaseResult, more bool, err error)
 }
 
 // New returns a Backend that keeps its locks in a table of db, which must be
@@ -68,20 +80,21 @@ func New(db *sql.DB, d Dialect, opts ...Option) *Backend {
 		opt.apply(&o)
 	}
 	b := &Backend{db: db, dialect: d, table: o.table, create: o.create}
-	b.quoted, b.err = quoteTable(d, o.table)
+	b.names, b.err = quoteTables(d, o.table)
 	if b.err == nil && db == nil {
 		b.err = errors.New("nil *sql.DB")
 	}
 	if b.err != nil {
 		return b
 	}
+	b.tx = newTxs(db, d, b.names)
 	switch d {
 	case MySQL:
-		b.eng = newMySQL(db, b.quoted)
+		b.eng = newMySQL(db, b.tx)
 	case PostgreSQL:
-		b.eng = newPostgres(db, b.quoted)
+		b.eng = newPostgres(db, b.tx)
 	case SQLite:
-		b.eng = newSQLite(db, b.quoted)
+		b.eng = newSQLite(db, b.tx)
 	}
 	return b
 }
@@ -92,12 +105,22 @@ func (b *Backend) Dialect() Dialect { return b.dialect }
 // Table returns the lock table's name, as given to WithTable.
 func (b *Backend) Table() string { return b.table }
 
-// Acquire grants the lock to req.Token in one statement when the row is free
-// or expired (a new fence, one more than the row's last) or held by
-// req.Token with req.Reentrant (one more hold, the same fence). Otherwise
-// it reports the holder's owner and remaining TTL, with a nil error. The
-// package documentation lists the round trips per dialect. Errors come from
-// the database, or from a key, token or owner over its limit.
+// Acquire grants the lock to req.Token, or reports who keeps it out, with a
+// nil error.
+//
+// A plain exclusive request is one statement when the row is free or
+// expired (a new fence, one more than the row's last) or held by req.Token
+// with req.Reentrant (one more hold, the same fence); the row also carries
+// what a writer must know about shared holds (shared_until, the latest
+// expiry of the name's shared holds) and waiting writers (the intent), so
+// that row locking alone keeps the grant exact. Refused with Wait because
+// of shared holds, it records req.Token's writer intent with one more
+// statement. Shared requests, and Fair ones, run in a transaction that
+// locks the row first (on PostgreSQL a reader without Limit is one
+// statement too). The package documentation lists the round trips. Errors
+// come from the database, or from a key, token or owner over its limit, or
+// a request the contract does not allow (an unknown Mode, a negative
+// Limit, Wait without a QueueTTL).
 //
 // When ctx ends while its statement is on the way, Acquire still waits up to
 // 200ms for the answer, so that a grant the server makes anyway is not left
@@ -106,6 +129,9 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	err := b.check(ctx, req.Key, req.Token)
 	if err == nil && len(req.Owner) > MaxOwnerLength {
 		err = fmt.Errorf("owner is %d bytes, over %d", len(req.Owner), MaxOwnerLength)
+	}
+	if err == nil {
+		err = checkRequest(req)
 	}
 	if err == nil {
 		err = ctx.Err()
@@ -120,44 +146,104 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	return res, nil
 }
 
-// acquire runs the dialect's acquire (again while SQLite finds the file
-// locked). A refusal without a holder means that the row was granted,
-// released or expired while the statements ran: the lock may well be free
-// now, so it tries once more, while ctx lasts, rather than report an unknown
-// holder. MySQL's acquire already tries again itself when the row changes
-// between its statements.
+// checkRequest refuses what the contract does not allow.
+func checkRequest(req driver.AcquireRequest) error {
+	switch {
+	case req.Mode != driver.Exclusive && req.Mode != driver.Shared:
+		return fmt.Errorf("unknown mode %v", req.Mode)
+	case req.Limit < 0:
+		return fmt.Errorf("limit %d, want >= 0", req.Limit)
+	case req.Wait && req.QueueTTL <= 0:
+		return fmt.Errorf("wait with queue TTL %v, want > 0", req.QueueTTL)
+	}
+	return nil
+}
+
+// acquire runs the acquire (again while SQLite finds the file locked). A
+// plain refusal without a holder means that the row was granted, released
+// or expired while the statements ran: the lock may well be free now, so it
+// tries once more, while ctx lasts, rather than report an unknown holder.
+// MySQL's acquire already tries again itself when the row changes between
+// its statements; a Fair request refused without a holder waits for the
+// queue, and the transaction that said so saw it right.
 func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
 	try := func() (driver.AcquireResult, error) { return b.acquireInFlight(ctx, req) }
 	res, err := retryBusy(ctx, b.dialect, try)
-	if err == nil && !res.Acquired && res.Holder == "" && b.dialect != MySQL && ctx.Err() == nil {
+	if err == nil && !res.Acquired && res.Holder == "" && !res.Queued && !req.Fair && b.dialect != MySQL && ctx.Err() == nil {
 		res, err = retryBusy(ctx, b.dialect, try)
 	}
 	return res, err
 }
 
+// acquireOnce sends req the way its kind takes.
+func (b *Backend) acquireOnce(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	switch {
+	case req.Mode == driver.Shared:
+		if res, ok, err := b.eng.acquireShared(ctx, req); ok || err != nil {
+			return res, err
+		}
+		return b.tx.acquireShared(ctx, req)
+	case req.Fair:
+		return b.tx.acquireFair(ctx, req)
+	}
+	return b.eng.acquire(ctx, req)
+}
+
+// Supports reports that every dialect has read-write locks (shared holds
+// with writer intents), semaphores and fair locks (driver.Capabler). On
+// MySQL and SQLite, which have no notifications, fair waiters are woken by
+// the dlock client's polling.
+func (b *Backend) Supports(c driver.Capability) bool {
+	switch c {
+	case driver.CapShared, driver.CapSemaphore, driver.CapFair:
+		return true
+	}
+	return false
+}
+
 // Renew extends the lease of key to ttl from now, by the database's clock,
-// if token holds it and it has not expired; it never shortens it. It
-// reports false, with a nil error, when token is not the holder.
+// if token holds it and it has not expired; it never shortens it. An
+// exclusive lease is one statement; a shared hold, which that statement
+// does not find, is renewed in a transaction that also raises the name's
+// shared_until. It reports false, with a nil error, when token holds
+// neither.
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
 	if err := b.check(ctx, key, token); err != nil {
 		return false, opError(ctx, "renew", key, err)
 	}
-	held, err := retryBusy(ctx, b.dialect, func() (bool, error) { return b.eng.renew(ctx, key, token, ttl) })
+	held, err := retryBusy(ctx, b.dialect, func() (bool, error) {
+		held, more, err := b.eng.renew(ctx, key, token, ttl)
+		if err != nil || held || !more {
+			return held, err
+		}
+		ok, err := b.tx.renew(ctx, []driver.RenewRequest{{Key: key, Token: token, TTL: ttl}})
+		return err == nil && ok[0], err
+	})
 	if err != nil {
 		return false, opError(ctx, "renew", key, err)
 	}
 	return held, nil
 }
 
-// Release drops one hold of token in one statement. The last hold frees the
-// row (its token becomes NULL; the row and its fence stay) and, on
-// PostgreSQL, notifies listeners in the same statement. Held is false, with
-// a nil error, when token did not hold the lock or its lease had expired.
+// Release drops one hold of token. An exclusive hold is one statement: the
+// last hold frees the row (its token becomes NULL; the row and its fence
+// stay) and, on PostgreSQL, notifies listeners in the same statement, naming
+// the head of the lock's fair queue. When token holds no exclusive hold, its
+// shared hold, queue entry and writer intent are removed in a transaction,
+// which recomputes the name's shared_until from the shared holds left and
+// notifies. Held is false, with a nil error, when token held nothing live
+// (a queue entry or an intent is not a hold).
 func (b *Backend) Release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
 	if err := b.check(ctx, key, token); err != nil {
 		return driver.ReleaseResult{}, opError(ctx, "release", key, err)
 	}
-	res, err := retryBusy(ctx, b.dialect, func() (driver.ReleaseResult, error) { return b.eng.release(ctx, key, token) })
+	res, err := retryBusy(ctx, b.dialect, func() (driver.ReleaseResult, error) {
+		res, more, err := b.eng.release(ctx, key, token)
+		if err != nil || res.Held || !more {
+			return res, err
+		}
+		return b.tx.release(ctx, key, token)
+	})
 	if err != nil {
 		return driver.ReleaseResult{}, opError(ctx, "release", key, err)
 	}

@@ -11,13 +11,16 @@ import (
 // SQLite 32766) and packet sizes.
 const batchSize = 500
 
-// RenewBatch renews every lease of reqs with one statement per batchSize
-// leases and returns one result per request, in order. Requests for the same
-// key and token (holds of one reentrant owner) are sent once, with the
-// longest of their TTLs. On MySQL, which cannot say which rows an UPDATE
-// changed, a statement that did not renew every lease is followed by one
-// Renew per lease of its batch to tell which were held. A failed statement
-// is reported in the result of each of its requests.
+// RenewBatch renews every lease of reqs, exclusive or shared, and returns
+// one result per request, in order. Requests for the same key and token
+// (holds of one reentrant owner) are sent once, with the longest of their
+// TTLs. Exclusive leases take one statement per batchSize leases; the
+// leases it did not find (shared holds, or leases no longer held) are
+// renewed, or found not held, in one transaction per batch that locks their
+// names' rows. On MySQL, which cannot say which rows an UPDATE changed, a
+// statement that did not renew every lease hands its whole batch to that
+// transaction. A failed statement is reported in the result of each of its
+// requests.
 func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []driver.RenewResult {
 	results := make([]driver.RenewResult, len(reqs))
 	type pair struct{ key, token string }
@@ -45,7 +48,7 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 	errs := make([]error, len(unique))
 	for start := 0; start < len(unique); start += batchSize {
 		chunk := unique[start:min(start+batchSize, len(unique))]
-		ok, err := retryBusy(ctx, b.dialect, func() ([]bool, error) { return b.eng.renewBatch(ctx, chunk) })
+		ok, err := retryBusy(ctx, b.dialect, func() ([]bool, error) { return b.renewChunk(ctx, chunk) })
 		for k := range chunk {
 			if err != nil {
 				errs[start+k] = opError(ctx, "renew", chunk[k].Key, err)
@@ -60,4 +63,32 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 		}
 	}
 	return results
+}
+
+// renewChunk renews at most batchSize distinct leases: the exclusive ones in
+// one statement, the others in a transaction.
+func (b *Backend) renewChunk(ctx context.Context, chunk []driver.RenewRequest) ([]bool, error) {
+	held, more, err := b.eng.renewBatch(ctx, chunk)
+	if err != nil {
+		return nil, err
+	}
+	var rest []driver.RenewRequest
+	var at []int
+	for i := range chunk {
+		if !held[i] && more[i] {
+			rest = append(rest, chunk[i])
+			at = append(at, i)
+		}
+	}
+	if len(rest) == 0 {
+		return held, nil
+	}
+	ok, err := b.tx.renew(ctx, rest)
+	if err != nil {
+		return nil, err
+	}
+	for k, i := range at {
+		held[i] = ok[k]
+	}
+	return held, nil
 }

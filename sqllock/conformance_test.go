@@ -1,6 +1,7 @@
 package sqllock_test
 
 import (
+	"database/sql"
 	"fmt"
 	"testing"
 
@@ -34,28 +35,60 @@ func conformance(t *testing.T, newDB newDatabase) {
 	})
 }
 
-// heldRows returns a description of each row of key that has a token.
+// heldRows returns a description of what the tables keep for key beyond
+// the name's row with its fence: an exclusive holder's token (live or
+// not), a writer's intent, a shared_until still ahead, and any row of the
+// shared-hold and queue tables.
 func heldRows(t *testing.T, db *database, key string) []string {
 	t.Helper()
-	rows, err := db.admin(t).QueryContext(t.Context(),
-		"SELECT token, fence, holds FROM "+sqllock.DefaultTable+" WHERE name = "+placeholder(db.dialect)+" AND token IS NOT NULL", key)
+	p := placeholder(db.dialect)
+	now := map[sqllock.Dialect]string{
+		sqllock.SQLite:     "CAST(round(unixepoch('subsec') * 1000) AS INTEGER)",
+		sqllock.MySQL:      "UTC_TIMESTAMP(6)",
+		sqllock.PostgreSQL: "now()",
+	}[db.dialect]
+	var left []string
+	query(t, db, "SELECT token, intent_token, shared_until > "+now+", fence FROM "+sqllock.DefaultTable+
+		" WHERE name = "+p+" AND (token IS NOT NULL OR intent_token IS NOT NULL OR shared_until > "+now+")",
+		func(rows *sql.Rows) error {
+			var token, intent sql.NullString
+			var shared sql.NullBool
+			var fence int64
+			if err := rows.Scan(&token, &intent, &shared, &fence); err != nil {
+				return err
+			}
+			left = append(left, fmt.Sprintf("row %q: token %v, intent %v, shared_until ahead %v, fence %d", key, token, intent, shared, fence))
+			return nil
+		}, key)
+	for _, table := range []string{sqllock.DefaultTable + "_shared", sqllock.DefaultTable + "_queue"} {
+		query(t, db, "SELECT token FROM "+table+" WHERE name = "+p, func(rows *sql.Rows) error {
+			var token string
+			if err := rows.Scan(&token); err != nil {
+				return err
+			}
+			left = append(left, fmt.Sprintf("%s row %q: token %s", table, key, token))
+			return nil
+		}, key)
+	}
+	return left
+}
+
+// query runs a query on an admin pool and calls fn for each row.
+func query(t *testing.T, db *database, q string, fn func(*sql.Rows) error, args ...any) {
+	t.Helper()
+	rows, err := db.admin(t).QueryContext(t.Context(), q, args...)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", q, err)
 	}
 	defer rows.Close()
-	var left []string
 	for rows.Next() {
-		var token string
-		var fence, holds int64
-		if err := rows.Scan(&token, &fence, &holds); err != nil {
+		if err := fn(rows); err != nil {
 			t.Fatal(err)
 		}
-		left = append(left, fmt.Sprintf("row %q: token %s, fence %d, %d holds", key, token, fence, holds))
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return left
 }
 
 // placeholder is the dialect's first positional parameter.

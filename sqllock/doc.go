@@ -1,8 +1,10 @@
 // Package sqllock is a dlock backend on a SQL database: MySQL or MariaDB,
-// PostgreSQL, or a SQLite file. It keeps its locks in one table and runs
-// every operation as a single statement on a pooled *sql.DB: no explicit
-// transaction, no GET_LOCK or advisory lock, no session state. A lock is a
-// row, not a connection, so a pool can never leak one.
+// PostgreSQL, or a SQLite file. It keeps its locks in tables and runs the
+// common operations on exclusive locks (acquire, renew, release) as single
+// statements on a pooled *sql.DB; read-write locks, semaphores and fair
+// locks take a short transaction where they must read other rows. No
+// GET_LOCK or advisory lock, no session state: a lock is a row, not a
+// connection, so a pool can never leak one.
 //
 //	db, _ := sql.Open("mysql", "app:secret@tcp(db:3306)/app?interpolateParams=true")
 //	client := dlock.New(sqllock.New(db, sqllock.MySQL))
@@ -15,32 +17,79 @@
 // it uses. docs/SQL.md in the repository says more, for application authors
 // and DBAs.
 //
-// # The table
+// # The tables
 //
-// One row per lock name ever used (WithTable names the table, "dlock_locks"
-// by default; DDL returns its CREATE TABLE statement): name (compared byte
-// for byte), token (NULL when free), owner, fence, holds, acquired_at and
-// expires_at. A row is held while its token is set and expires_at is in the
-// future by the database's own clock (UTC_TIMESTAMP(6), now(), or
-// unixepoch('subsec') in milliseconds); clients never send a time. Release
-// sets the token to NULL and keeps the row, so the name's next grant draws
-// fence+1: fences never go back, even across a restart of the database. The
-// table is created if missing before the first operation, unless
-// WithoutCreateTable is given.
+// The lock table has one row per lock name ever used (WithTable names the
+// table, "dlock_locks" by default; DDL returns the CREATE TABLE
+// statements): name (compared byte for byte), token (NULL when free),
+// owner, fence, holds, acquired_at and expires_at for the exclusive holder;
+// shared_until, the latest expiry of the name's shared holds; and
+// intent_token, intent_owner and intent_until, a waiting writer's intent. A
+// row is held while its token is set and expires_at is in the future by the
+// database's own clock (UTC_TIMESTAMP(6), now(), or unixepoch('subsec') in
+// milliseconds); clients never send a time. Release sets the token to NULL
+// and keeps the row, so the name's next grant draws fence+1: fences never go
+// back, even across a restart of the database, and shared grants draw
+// theirs from the same column.
+//
+// Two more tables sit beside it, named after it with "_shared" and
+// "_queue": one row per shared hold (a reader of a read-write lock, a
+// semaphore permit: its token, owner, fence, expiry and the limit it was
+// granted under), and one row per waiter of a fair lock, in arrival order.
+// The tables are created if missing before the first operation, unless
+// WithoutCreateTable is given; a lock table made by an earlier version gets
+// the new columns then (see UpgradeDDL).
+//
+// # Shared holds, writer intents and fair queues
+//
+// An exclusive grant needs the row free and shared_until NULL or past: the
+// upsert checks its own row, which it locks, and nothing else, so that row
+// locking alone keeps it exact (a subquery on the shared-hold table would
+// not see a hold committed by a transaction it waited for). Every change to
+// a name's shared holds, queue entries or intent locks the name's row first
+// and reads those tables only after that, in one transaction (PostgreSQL:
+// READ COMMITTED, where each statement reads what was committed when it
+// began; MySQL: the first consistent read comes after the lock; SQLite: the
+// write lock). Releasing a shared hold recomputes shared_until from the
+// holds left, so a writer gets in the moment the last reader leaves. A
+// refused exclusive request with Wait records the writer's intent on the row,
+// which keeps new readers out until the writer is in or gives up. A shared
+// hold whose process died stays as an expired row until the name's next
+// transaction deletes it.
 //
 // # Round trips
 //
-// Acquire, renew and release are one statement each when a grant is made,
-// with these exceptions: a refused acquire on SQLite and MySQL adds a SELECT
-// for the holder; on MySQL, which has no UPDATE ... RETURNING, the first
-// grant of a name ever takes three statements (UPDATE, SELECT, INSERT), a
-// reentrant acquire adds a SELECT for the hold count, and ForceRelease takes
-// two. RenewBatch renews up to 500 leases per statement (on MySQL plus one
-// statement per lease when not all were held). A refused acquire that finds
-// no holder (the row was released or changed hands while it ran) tries once
-// more, as does MySQL's up to three times. On MySQL use
-// interpolateParams=true: without it the driver prepares and closes every
-// statement, two round trips each.
+// Statements per operation (BEGIN and COMMIT count as one each; MySQL with
+// interpolateParams=true, without which every statement with parameters
+// costs two more round trips):
+//
+//	                                          PostgreSQL  MySQL  SQLite
+//	exclusive acquire (granted)                        1      1       1
+//	  refused by a writer                              1      2       2
+//	  refused by readers                               2      2       2
+//	  refused by readers, with Wait (intent)           3      3       3
+//	exclusive renew, release                           1      1       1
+//	reader acquire (RLock)                             1      4     4-5
+//	reader renew                                       1      7       8
+//	reader release                                     6      8       8
+//	semaphore permit acquire                         4-5    4-6     4-6
+//	semaphore permit release                           6      8       8
+//	fair acquire                                       5    5-6     5-6
+//	release of a waiter's queue entry or intent        6      7       7
+//	release of nothing                                 1      2       2
+//	RenewBatch (per 500 leases), exclusive only        1      1       1
+//	  with shared holds                                1      8       8
+//	Inspect, List                                      1      1       1
+//	ForceRelease                                       5      8       6
+//
+// On MySQL the first grant of a name ever takes three statements (UPDATE,
+// SELECT, INSERT), a reentrant acquire adds a SELECT for the hold count, and
+// a batch renewal that did not renew every lease with its UPDATE adds a
+// SELECT to tell which. A refused exclusive acquire that finds no holder
+// (the row was released or changed hands while it ran) tries once more, as
+// does MySQL's up to three times. A transaction that the database rolls
+// back for a deadlock or a serialization failure is run again, up to five
+// times.
 //
 // # SQLite
 //
@@ -76,8 +125,10 @@
 // The dlock client polls for a lock that is held, with backoff capped by the
 // holder's remaining TTL. A PostgresBackend (NewPostgres) also implements
 // driver.Notifier: release notifies on the channel "dlock_release" in the
-// same statement, and each dlock Client keeps one pooled connection
-// listening, so waiters wake at once. The pool must allow at least one more
+// same statement (or transaction), naming the head of the lock's fair queue
+// when there is one to wake, and each dlock Client keeps one pooled
+// connection listening, so waiters wake at once. On MySQL and SQLite, fair
+// waiters are woken by polling too. The pool must allow at least one more
 // connection than there are listening Clients on it (at least 2 for one
 // Client): Listen refuses to take the last one, and waits at most a second
 // for a free one, and the Client then polls. LISTEN does not work through

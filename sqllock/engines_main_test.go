@@ -22,6 +22,7 @@ func TestMariaDB(t *testing.T) {
 	t.Run("FencesSurviveRestart", func(t *testing.T) { testFencesSurviveRestart(t, newDB, srv.Stop, srv.Start, srv.Kill) })
 	t.Run("RenewBatchFallback", func(t *testing.T) { testRenewBatchFallback(t, newDB) })
 	t.Run("AnswersArePerStatement", func(t *testing.T) { testMySQLAnswersPerStatement(t, newDB) })
+	t.Run("Locking", func(t *testing.T) { testMySQLLocking(t, newDB) })
 }
 
 func TestPostgres(t *testing.T) {
@@ -30,6 +31,7 @@ func TestPostgres(t *testing.T) {
 	runCommon(t, newDB)
 	t.Run("FencesSurviveRestart", func(t *testing.T) { testFencesSurviveRestart(t, newDB, srv.Stop, srv.Start, srv.Kill) })
 	t.Run("Notify", func(t *testing.T) { testNotify(t, newDB, srv) })
+	t.Run("NotifyNext", func(t *testing.T) { testNotifyNext(t, newDB) })
 	t.Run("ListenHeartbeat", func(t *testing.T) { testListenHeartbeat(t, newDB) })
 	t.Run("ListenNeedsPgx", func(t *testing.T) { testListenNeedsPgx(t, newDB) })
 	t.Run("ListenSmallPool", func(t *testing.T) { testListenSmallPool(t, newDB) })
@@ -53,6 +55,20 @@ func runCommon(t *testing.T, newDB newDatabase) {
 		{"ListPrefix", testListPrefix},
 		{"Tables", testTables},
 		{"ConcurrentFirstUse", testConcurrentFirstUse},
+		{"SharedExcludesExclusive", testSharedExcludesExclusive},
+		{"SharedExpires", testSharedExpires},
+		{"SemaphoreLimit", testSemaphoreLimit},
+		{"WriterIntent", testWriterIntent},
+		{"FairQueue", testFairQueue},
+		{"FairBehindReaders", testFairBehindReaders},
+		{"SharedRenew", testSharedRenew},
+		{"SharedInspect", testSharedInspect},
+		{"FencesAcrossKinds", testFencesAcrossKinds},
+		{"SharedRequestsChecked", testSharedRequestsChecked},
+		{"Upgrade", testUpgrade},
+		{"SideTableNames", testSideTableNames},
+		{"ConcurrentKinds", testConcurrentKinds},
+		{"RoundTrips", testRoundTrips},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newDB) })
 	}

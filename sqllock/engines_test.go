@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -207,7 +208,7 @@ func postgresDatabases(srv *testserver.Postgres) newDatabase {
 
 // countingConnector opens connections with drv and counts the statements
 // they execute (a prepared statement counts when it runs, not when it is
-// prepared).
+// prepared), and the BEGIN and COMMIT or ROLLBACK of each transaction.
 type countingConnector struct {
 	drv driver.Driver
 	dsn string
@@ -274,6 +275,36 @@ func (c *countingConn) CheckNamedValue(nv *driver.NamedValue) error {
 		return ch.CheckNamedValue(nv)
 	}
 	return driver.ErrSkip
+}
+
+// BeginTx counts the BEGIN, and the transaction counts its COMMIT or
+// ROLLBACK: each is a round trip.
+func (c *countingConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	b, ok := c.Conn.(driver.ConnBeginTx)
+	if !ok {
+		return nil, errors.New("the driver has no BeginTx")
+	}
+	tx, err := b.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	c.n.Add(1)
+	return countingTx{Tx: tx, n: c.n}, nil
+}
+
+type countingTx struct {
+	driver.Tx
+	n *atomic.Int64
+}
+
+func (t countingTx) Commit() error {
+	t.n.Add(1)
+	return t.Tx.Commit()
+}
+
+func (t countingTx) Rollback() error {
+	t.n.Add(1)
+	return t.Tx.Rollback()
 }
 
 func (c *countingConn) ResetSession(ctx context.Context) error {

@@ -41,7 +41,7 @@ func ExampleNew() {
 	// fence 2
 }
 
-// The table for a DBA to create, for a Backend made WithoutCreateTable.
+// The tables for a DBA to create, for a Backend made WithoutCreateTable.
 func ExampleDDL() {
 	ddl, err := sqllock.DDL(sqllock.PostgreSQL, "locks.dlock")
 	if err != nil {
@@ -51,12 +51,35 @@ func ExampleDDL() {
 	fmt.Println(ddl)
 	// Output:
 	// CREATE TABLE IF NOT EXISTS "locks"."dlock" (
-	//   name        text COLLATE "C" NOT NULL PRIMARY KEY,
-	//   token       text,
+	//   name         text COLLATE "C" NOT NULL PRIMARY KEY,
+	//   token        text,
+	//   owner        text NOT NULL,
+	//   fence        bigint NOT NULL,
+	//   holds        integer NOT NULL,
+	//   acquired_at  timestamptz NOT NULL,
+	//   expires_at   timestamptz NOT NULL,
+	//   shared_until timestamptz,
+	//   intent_token text,
+	//   intent_owner text,
+	//   intent_until timestamptz
+	// );
+	//
+	// CREATE TABLE IF NOT EXISTS "locks"."dlock_shared" (
+	//   name        text COLLATE "C" NOT NULL,
+	//   token       text COLLATE "C" NOT NULL,
 	//   owner       text NOT NULL,
 	//   fence       bigint NOT NULL,
-	//   holds       integer NOT NULL,
+	//   lim         integer NOT NULL,
 	//   acquired_at timestamptz NOT NULL,
-	//   expires_at  timestamptz NOT NULL
+	//   expires_at  timestamptz NOT NULL,
+	//   PRIMARY KEY (name, token)
+	// );
+	//
+	// CREATE TABLE IF NOT EXISTS "locks"."dlock_queue" (
+	//   name       text COLLATE "C" NOT NULL,
+	//   token      text COLLATE "C" NOT NULL,
+	//   seq        bigint NOT NULL,
+	//   expires_at timestamptz NOT NULL,
+	//   PRIMARY KEY (name, token)
 	// )
 }

@@ -9,3 +9,9 @@ func SetHeartbeat(d time.Duration) (restore func()) {
 	heartbeat = d
 	return func() { heartbeat = old }
 }
+
+// Notification payloads.
+var (
+	EncodePayload = encodePayload
+	DecodePayload = decodePayload
+)

@@ -35,5 +35,5 @@ func (b *Backend) acquireInFlight(ctx context.Context, req driver.AcquireRequest
 		}
 	})
 	defer stop()
-	return b.eng.acquire(sctx, req) // opError adds ctx's error to a failure
+	return b.acquireOnce(sctx, req) // opError adds ctx's error to a failure
 }

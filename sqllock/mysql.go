@@ -25,54 +25,48 @@ import (
 // columns that are assigned after it: the SQL works under both rules.
 type mysql struct {
 	db    *sql.DB
+	tx    *txs
 	table string // quoted
 	// The statements below, with the table's name filled in.
-	acquireSQL, holdsSQL, holderSQL, insertSQL, renewSQL, releaseSQL string
-	inspectSQL, listSQL, grantSQL, freeSQL                           string
+	acquireSQL, holdsSQL, insertSQL, renewSQL, releaseSQL string
 }
 
-func newMySQL(db *sql.DB, table string) *mysql {
-	t := withTable(table)
+func newMySQL(db *sql.DB, tx *txs) *mysql {
+	t := withTable(tx.x.t)
 	return &mysql{
 		db:         db,
-		table:      table,
+		tx:         tx,
+		table:      tx.x.t,
 		acquireSQL: t(mysqlAcquire),
 		holdsSQL:   t(mysqlHolds),
-		holderSQL:  t(mysqlHolder),
 		insertSQL:  t(mysqlInsert),
 		renewSQL:   t(mysqlRenew),
 		releaseSQL: t(mysqlRelease),
-		inspectSQL: t(mysqlInspect),
-		listSQL:    t(mysqlList),
-		grantSQL:   t(mysqlGrant),
-		freeSQL:    t(mysqlFree),
 	}
 }
 
 const (
-	// Takes a free or expired row, or re-enters; LAST_INSERT_ID carries the
-	// fence. The token is assigned last: every condition before reads the
-	// old one. Parameters: token ×5, owner, ttl µs ×2, token, key, token,
-	// reentrant.
+	// Takes a free or expired row without live shared holds, or re-enters;
+	// LAST_INSERT_ID carries the fence. A grant drops the token's writer
+	// intent, and one that has lapsed. The token is assigned last: every
+	// condition before reads the old one. Parameters: token ×7, owner, ttl
+	// µs ×2, token, key, token, reentrant.
 	mysqlAcquire = `UPDATE {t} SET
-  fence       = LAST_INSERT_ID(IF(token = ? AND expires_at > UTC_TIMESTAMP(6), fence, fence + 1)),
-  holds       = IF(token = ? AND expires_at > UTC_TIMESTAMP(6), holds + 1, 1),
-  acquired_at = IF(token = ? AND expires_at > UTC_TIMESTAMP(6), acquired_at, UTC_TIMESTAMP(6)),
-  owner       = IF(token = ? AND expires_at > UTC_TIMESTAMP(6), owner, ?),
-  expires_at  = IF(token = ? AND expires_at > UTC_TIMESTAMP(6),
-                   GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
-                   UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
-  token       = ?
-WHERE name = ? AND (token IS NULL OR expires_at <= UTC_TIMESTAMP(6) OR (token = ? AND ?))`
+  intent_owner = IF(intent_token = ? OR intent_until <= UTC_TIMESTAMP(6), NULL, intent_owner),
+  intent_token = IF(intent_token = ? OR intent_until <= UTC_TIMESTAMP(6), NULL, intent_token),
+  fence        = LAST_INSERT_ID(IF(token = ? AND expires_at > UTC_TIMESTAMP(6), fence, fence + 1)),
+  holds        = IF(token = ? AND expires_at > UTC_TIMESTAMP(6), holds + 1, 1),
+  acquired_at  = IF(token = ? AND expires_at > UTC_TIMESTAMP(6), acquired_at, UTC_TIMESTAMP(6)),
+  owner        = IF(token = ? AND expires_at > UTC_TIMESTAMP(6), owner, ?),
+  expires_at   = IF(token = ? AND expires_at > UTC_TIMESTAMP(6),
+                    GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
+                    UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
+  token        = ?
+WHERE name = ? AND (token IS NULL OR expires_at <= UTC_TIMESTAMP(6) OR (token = ? AND ?))
+  AND (shared_until IS NULL OR shared_until <= UTC_TIMESTAMP(6))`
 
 	// The hold count after a reentrant acquire, which may have re-entered.
 	mysqlHolds = `SELECT holds FROM {t} WHERE name = ? AND token = ? AND fence = ?`
-
-	// Who holds the lock, after an acquire that matched no row: held is 0
-	// when the row is free or expired (it changed in between).
-	mysqlHolder = `SELECT owner, token IS NOT NULL AND expires_at > UTC_TIMESTAMP(6),
-  TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)
-FROM {t} WHERE name = ?`
 
 	// The first grant of a name ever. IGNORE turns a duplicate key (another
 	// owner inserted it first) into 0 rows affected; the values are
@@ -92,42 +86,23 @@ WHERE name = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)`
   token = IF(holds > 1, token, NULL),
   holds = LAST_INSERT_ID(holds) - 1
 WHERE name = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)`
-
-	mysqlInspect = `SELECT name, owner, fence, holds,
-  TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at),
-  TIMESTAMPDIFF(MICROSECOND, acquired_at, UTC_TIMESTAMP(6))
-FROM {t} WHERE name = ? AND token IS NOT NULL AND expires_at > UTC_TIMESTAMP(6)`
-
-	mysqlList = `SELECT name, owner, fence, holds,
-  TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at),
-  TIMESTAMPDIFF(MICROSECOND, acquired_at, UTC_TIMESTAMP(6))
-FROM {t} WHERE name LIKE ? ESCAPE '!' AND token IS NOT NULL AND expires_at > UTC_TIMESTAMP(6)
-ORDER BY name`
-
-	// ForceRelease: read the grant, then free the row if that grant still
-	// holds it.
-	mysqlGrant = `SELECT name, owner, fence, holds,
-  TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at),
-  TIMESTAMPDIFF(MICROSECOND, acquired_at, UTC_TIMESTAMP(6)), token
-FROM {t} WHERE name = ? AND token IS NOT NULL AND expires_at > UTC_TIMESTAMP(6)`
-	mysqlFree = `UPDATE {t} SET token = NULL
-WHERE name = ? AND token = ? AND fence = ? AND expires_at > UTC_TIMESTAMP(6)`
 )
 
-// attempts bounds the retries of the MySQL acquire and force release when
-// the row changes between their statements.
+// attempts bounds the retries of the MySQL acquire when the row changes
+// between its statements.
 const attempts = 3
 
 // acquire is one UPDATE when the name's row exists and is free, expired or
 // re-entered (a reentrant request adds a SELECT for the hold count). When
-// the UPDATE matches nothing, a SELECT reads the holder; when there is no
-// row at all, an INSERT makes the name's first grant.
+// the UPDATE matches nothing, a SELECT reads the holder (and an UPDATE
+// records a writer intent); when there is no row at all, an INSERT makes
+// the name's first grant.
 func (m *mysql) acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
 	ttl := units(req.TTL, time.Microsecond)
 	tok := req.Token
 	for range attempts {
 		res, err := m.db.ExecContext(ctx, m.acquireSQL,
-			tok, tok, tok, tok, req.Owner, tok, ttl, ttl, tok, req.Key, tok, req.Reentrant)
+			tok, tok, tok, tok, tok, tok, req.Owner, tok, ttl, ttl, tok, req.Key, tok, req.Reentrant)
 		if err != nil {
 			return driver.AcquireResult{}, err
 		}
@@ -137,12 +112,11 @@ func (m *mysql) acquire(ctx context.Context, req driver.AcquireRequest) (driver.
 			return m.granted(ctx, req, fence)
 		}
 
-		var holder string
-		var held bool
-		var ttlUS sql.NullInt64
-		err = m.db.QueryRowContext(ctx, m.holderSQL, req.Key).Scan(&holder, &held, &ttlUS)
+		refused, found, blocked, err := m.tx.refused(ctx, req)
 		switch {
-		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return driver.AcquireResult{}, err
+		case !found:
 			res, err := m.db.ExecContext(ctx, m.insertSQL, req.Key, tok, req.Owner, ttl)
 			if err != nil {
 				return driver.AcquireResult{}, err
@@ -152,10 +126,8 @@ func (m *mysql) acquire(ctx context.Context, req driver.AcquireRequest) (driver.
 			} else if n == 1 {
 				return driver.AcquireResult{Acquired: true, Fence: 1, Holds: 1}, nil
 			}
-		case err != nil:
-			return driver.AcquireResult{}, err
-		case held:
-			return driver.AcquireResult{Holder: holder, HolderTTL: time.Duration(max(ttlUS.Int64, 0)) * time.Microsecond}, nil
+		case blocked:
+			return refused, nil
 		}
 		// Freed or created in between: try again.
 	}
@@ -177,20 +149,31 @@ func (m *mysql) granted(ctx context.Context, req driver.AcquireRequest, fence in
 	return res, err
 }
 
-func (m *mysql) renew(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
-	res, err := m.db.ExecContext(ctx, m.renewSQL, units(ttl, time.Microsecond), key, token)
-	if err != nil {
-		return false, err
+// acquireShared takes a reader (Limit 0) with txs.acquireReader, and
+// leaves a semaphore's permit to txs.acquireShared.
+func (m *mysql) acquireShared(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, bool, error) {
+	if req.Limit > 0 {
+		return driver.AcquireResult{}, false, nil
 	}
-	fence, err := res.LastInsertId()
-	return fence > 0, err
+	res, err := m.tx.acquireReader(ctx, req)
+	return res, true, err
 }
 
-// renewBatch sends one UPDATE for every lease. RowsAffected counts the rows
-// it changed (or matched, with CLIENT_FOUND_ROWS); when that is every lease,
-// all were held. Otherwise some were not, or some expiry did not move
-// (renewals never shorten a lease), and one Renew per lease tells which.
-func (m *mysql) renewBatch(ctx context.Context, reqs []driver.RenewRequest) ([]bool, error) {
+func (m *mysql) renew(ctx context.Context, key, token string, ttl time.Duration) (bool, bool, error) {
+	res, err := m.db.ExecContext(ctx, m.renewSQL, units(ttl, time.Microsecond), key, token)
+	if err != nil {
+		return false, false, err
+	}
+	fence, err := res.LastInsertId()
+	return fence > 0, fence <= 0, err
+}
+
+// renewBatch sends one UPDATE for every exclusive lease. RowsAffected counts
+// the rows it changed (or matched, with CLIENT_FOUND_ROWS); when that is
+// every lease, all were held. Otherwise some were not, or were shared
+// holds, or some expiry did not move (renewals never shorten a lease), and
+// one SELECT (txs.classify) tells which.
+func (m *mysql) renewBatch(ctx context.Context, reqs []driver.RenewRequest) ([]bool, []bool, error) {
 	var q strings.Builder
 	args := make([]any, 0, 5*len(reqs))
 	q.WriteString("UPDATE " + m.table + " SET expires_at = GREATEST(expires_at, CASE")
@@ -209,77 +192,34 @@ func (m *mysql) renewBatch(ctx context.Context, reqs []driver.RenewRequest) ([]b
 	q.WriteString(") AND expires_at > UTC_TIMESTAMP(6)")
 	res, err := m.db.ExecContext(ctx, q.String(), args...)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	held := make([]bool, len(reqs))
 	if n == int64(len(reqs)) {
+		held := make([]bool, len(reqs))
 		for i := range held {
 			held[i] = true
 		}
-		return held, nil
+		return held, make([]bool, len(reqs)), nil
 	}
-	for i, r := range reqs {
-		if held[i], err = m.renew(ctx, r.Key, r.Token, r.TTL); err != nil {
-			return nil, err
-		}
-	}
-	return held, nil
+	return m.tx.classify(ctx, reqs)
 }
 
-func (m *mysql) release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
+func (m *mysql) release(ctx context.Context, key, token string) (driver.ReleaseResult, bool, error) {
 	res, err := m.db.ExecContext(ctx, m.releaseSQL, key, token)
 	if err != nil {
-		return driver.ReleaseResult{}, err
+		return driver.ReleaseResult{}, false, err
 	}
 	before, err := res.LastInsertId()
-	if err != nil || before < 1 {
-		return driver.ReleaseResult{}, err
+	if err != nil {
+		return driver.ReleaseResult{}, false, err
 	}
-	return driver.ReleaseResult{Held: true, Remaining: int(before - 1)}, nil
-}
-
-func (m *mysql) inspect(ctx context.Context, key string) (driver.LockInfo, bool, error) {
-	return queryInfo(ctx, m.db, time.Microsecond, m.inspectSQL, key)
-}
-
-func (m *mysql) list(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
-	escaped := strings.NewReplacer("!", "!!", "%", "!%", "_", "!_").Replace(prefix)
-	return queryInfos(ctx, m.db, time.Microsecond, m.listSQL, escaped+"%")
-}
-
-func (m *mysql) forceRelease(ctx context.Context, key string) (driver.LockInfo, bool, error) {
-	for range attempts {
-		var token string
-		row := m.db.QueryRowContext(ctx, m.grantSQL, key)
-		info, err := scanInfo(scanExtra{row, &token}, time.Microsecond)
-		if errors.Is(err, sql.ErrNoRows) {
-			return driver.LockInfo{}, false, nil
-		}
-		if err != nil {
-			return driver.LockInfo{}, false, err
-		}
-		res, err := m.db.ExecContext(ctx, m.freeSQL, key, token, int64(info.Fence))
-		if err != nil {
-			return driver.LockInfo{}, false, err
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return driver.LockInfo{}, false, err
-		} else if n == 1 {
-			return info, true, nil
-		}
-		// Released, expired or re-granted in between: look again.
+	if before >= 1 {
+		return driver.ReleaseResult{Held: true, Remaining: int(before - 1)}, false, nil
 	}
-	return driver.LockInfo{}, false, nil
+	more, err := m.tx.more(ctx, key, token)
+	return driver.ReleaseResult{}, more, err
 }
-
-// scanExtra scans a row with one more column than scanInfo reads.
-type scanExtra struct {
-	row   *sql.Row
-	extra any
-}
-
-func (s scanExtra) Scan(dest ...any) error { return s.row.Scan(append(dest, s.extra)...) }

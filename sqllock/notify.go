@@ -6,6 +6,8 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -86,8 +88,9 @@ func unreserveConn(db *sql.DB) {
 // Listen takes one connection out of the pool for as long as the stream
 // lives, runs LISTEN on it before it returns, and starts one goroutine that
 // waits for notifications and calls fn with the key of each release that is
-// subscribed. Every release in the database reaches every listener; keys
-// nobody here waits on are dropped. When the connection fails, fn("", "") says
+// subscribed, and the token of the waiter it names (the head of the lock's
+// fair queue), if any. Every release in the database reaches every
+// listener; keys nobody here waits on are dropped. When the connection fails, fn("", "") says
 // that releases may have been missed; the goroutine reconnects with backoff
 // and calls fn("", "") again once it listens anew.
 //
@@ -257,14 +260,49 @@ func (l *listener) receive(conn *sql.Conn) error {
 	})
 }
 
-// deliver calls fn with key if someone waits on it.
-func (l *listener) deliver(key string) {
+// deliver calls fn with the payload's key and next waiter if someone waits
+// on the key.
+func (l *listener) deliver(payload string) {
+	key, next := decodePayload(payload)
 	l.mu.Lock()
 	wanted := l.subs[key] > 0 && !l.closed
 	l.mu.Unlock()
 	if wanted {
-		l.fn(key, "")
+		l.fn(key, next)
 	}
+}
+
+// payloadMark starts a notification payload that carries more than a key.
+// Keys from the dlock client never contain control characters, so a plain
+// key (what earlier versions sent, and still the payload when no waiter is
+// named) never starts with it; a key that does is sent in the long form.
+const payloadMark = "\x1f"
+
+// encodePayload is the payload of a notification about key that names the
+// next waiter to wake ("" for all): the key itself when next is "" (and the
+// key does not start with payloadMark), else payloadMark, the key's length
+// in bytes in decimal, ':', the key and next. The length delimits the key
+// whatever bytes it holds. pgRelease builds the same in SQL.
+func encodePayload(key, next string) string {
+	if next == "" && !strings.HasPrefix(key, payloadMark) {
+		return key
+	}
+	return payloadMark + strconv.Itoa(len(key)) + ":" + key + next
+}
+
+// decodePayload undoes encodePayload. A payload that is not in the long
+// form is a key.
+func decodePayload(payload string) (key, next string) {
+	rest, ok := strings.CutPrefix(payload, payloadMark)
+	if !ok {
+		return payload, ""
+	}
+	n, body, ok := strings.Cut(rest, ":")
+	size, err := strconv.Atoi(n)
+	if !ok || err != nil || size < 0 || size > len(body) || strconv.Itoa(size) != n {
+		return payload, ""
+	}
+	return body[:size], body[size:]
 }
 
 // reconnect takes a new listening connection, retrying with backoff; nil

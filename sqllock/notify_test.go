@@ -274,3 +274,137 @@ func testListenSmallPool(t *testing.T, newDB newDatabase) {
 		t.Log(err)
 	})
 }
+
+// TestPayload checks that a notification's payload gives back its key and
+// next waiter whatever bytes they hold, and that a plain key (what earlier
+// versions sent) reads as itself.
+func TestPayload(t *testing.T) {
+	keys := []string{"k", "orders:42", "", "\x1f", "\x1f3:abc", "3:abc", "a\x1fb", "é:ü", strings.Repeat("x", sqllock.MaxKeyLength)}
+	nexts := []string{"", "tok", "\x1f", "12:x", strings.Repeat("t", sqllock.MaxTokenLength)}
+	for _, key := range keys {
+		for _, next := range nexts {
+			p := sqllock.EncodePayload(key, next)
+			if k, n := sqllock.DecodePayload(p); k != key || n != next {
+				t.Errorf("DecodePayload(EncodePayload(%q, %q)) = %q, %q", key, next, k, n)
+			}
+		}
+	}
+	if p := sqllock.EncodePayload("orders:42", ""); p != "orders:42" {
+		t.Errorf("payload of a release without a named waiter = %q, want the key", p)
+	}
+	for _, p := range []string{"plain", "\x1fx:y", "\x1f99:short", "\x1f-1:k", "\x1f01:k"} {
+		if k, n := sqllock.DecodePayload(p); k != p || n != "" {
+			t.Errorf("DecodePayload(%q) = %q, %q; want the payload as a key", p, k, n)
+		}
+	}
+}
+
+// note is one listener callback.
+type note struct{ key, next string }
+
+// notes collects a listener's callbacks with their next waiter.
+type notes chan note
+
+func (c notes) fn(key, next string) {
+	select {
+	case c <- note{key, next}:
+	default:
+	}
+}
+
+func (c notes) want(t *testing.T, what string, key, next string) {
+	t.Helper()
+	select {
+	case n := <-c:
+		if n.key != key || n.next != next {
+			t.Errorf("%s: notification (%q, next %q), want (%q, next %q)", what, n.key, n.next, key, next)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: no notification within 5s", what)
+	}
+}
+
+func (c notes) none(t *testing.T, what string, d time.Duration) {
+	t.Helper()
+	select {
+	case n := <-c:
+		t.Errorf("%s: unexpected notification %+v", what, n)
+	case <-time.After(d):
+	}
+}
+
+// testNotifyNext checks the notifications of shared holds, intents and fair
+// queues: a release names the head of the fair queue when it leaves the
+// lock without an exclusive holder, and "" otherwise; a key with any bytes
+// arrives whole.
+func testNotifyNext(t *testing.T, newDB newDatabase) {
+	db := newDB(t)
+	b := db.backend(t)
+	got := make(notes, 16)
+	l, err := sqllock.NewPostgres(db.open(t)).Listen(t.Context(), got.fn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const key = "k\x1f3:x"
+	if err := l.Subscribe(t.Context(), key); err != nil {
+		t.Fatal(err)
+	}
+
+	// A reader's release, no queue: next "".
+	r := readReq(key, "r", time.Minute, 0)
+	mustAcquire(t, b, r)
+	release(t, b, key, r.Token)
+	got.want(t, "reader released", key, "")
+
+	// A fair holder, two waiters: the release names the head.
+	h := fair(writeReq(key, "h", time.Minute))
+	mustAcquire(t, b, h)
+	a := waiting(fair(writeReq(key, "a", time.Minute)), 5*time.Second)
+	c := waiting(fair(writeReq(key, "c", time.Minute)), 5*time.Second)
+	refused(t, b, a)
+	refused(t, b, c)
+	got.none(t, "waiters queued", 100*time.Millisecond)
+	release(t, b, key, h.Token)
+	got.want(t, "fair holder released", key, a.Token)
+	// The head leaves while the lock is free: the next one is named.
+	release(t, b, key, a.Token)
+	got.want(t, "head left the queue", key, c.Token)
+	// A waiter behind the head leaves: nobody to wake.
+	d := waiting(fair(writeReq(key, "d", time.Minute)), 5*time.Second)
+	refused(t, b, d)
+	release(t, b, key, d.Token)
+	got.none(t, "a waiter behind the head left", 100*time.Millisecond)
+
+	// c, the last waiter, is granted; its release leaves no queue: next "".
+	mustAcquire(t, b, c)
+	release(t, b, key, c.Token)
+	got.want(t, "last fair holder released", key, "")
+
+	// A reader and a fair writer queued behind it: the reader's release
+	// names the writer.
+	mustAcquire(t, b, r)
+	w := waiting(fair(writeReq(key, "w", time.Minute)), 5*time.Second)
+	refused(t, b, w)
+	release(t, b, key, r.Token)
+	got.want(t, "reader released before a queued writer", key, w.Token)
+	mustAcquire(t, b, w)
+	release(t, b, key, w.Token)
+	got.want(t, "writer released", key, "")
+
+	// A writer's intent removed: next "".
+	mustAcquire(t, b, r)
+	wi := waiting(writeReq(key, "wi", time.Minute), 5*time.Second)
+	if res := refused(t, b, wi); !res.Queued {
+		t.Fatalf("writer beside a reader = %+v, want an intent", res)
+	}
+	release(t, b, key, wi.Token)
+	got.want(t, "intent removed", key, "")
+
+	// ForceRelease: next "".
+	if _, ok, err := b.ForceRelease(t.Context(), key); err != nil || !ok {
+		t.Fatalf("ForceRelease = %v, %v", ok, err)
+	}
+	got.want(t, "ForceRelease", key, "")
+	noRows(t, db, key)
+}

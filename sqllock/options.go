@@ -47,19 +47,22 @@ type optionFunc func(*options)
 func (f optionFunc) apply(o *options) { f(o) }
 
 // WithTable sets the name of the lock table, optionally qualified by a
-// schema or database ("locks.dlock"). Each part is a plain SQL identifier: a
-// letter or underscore, then letters, digits and underscores, at most 63
-// bytes; it is quoted in every statement, so on PostgreSQL its case counts.
-// A name that breaks these rules makes every call of the Backend fail. The
-// default is DefaultTable ("dlock_locks").
+// schema or database ("locks.dlock"); its two side tables are named after
+// it, with "_shared" and "_queue" added (see DDL). Each part is a plain SQL
+// identifier: a letter or underscore, then letters, digits and underscores,
+// at most 63 bytes; it is quoted in every statement, so on PostgreSQL its
+// case counts. A name that breaks these rules makes every call of the
+// Backend fail. The default is DefaultTable ("dlock_locks").
 func WithTable(name string) Option {
 	return optionFunc(func(o *options) { o.table = name })
 }
 
-// WithoutCreateTable stops the Backend from creating its table: use it when
-// the application's database user may not run DDL, and create the table
-// beforehand with the statement from DDL. By default the table is created if
-// missing, once, before the first operation.
+// WithoutCreateTable stops the Backend from creating its tables: use it
+// when the application's database user may not run DDL, and create them
+// beforehand with the statements from DDL (and, for a lock table made by an
+// earlier version, UpgradeDDL). By default the tables are created if
+// missing, and a lock table of an earlier version gets the columns it
+// lacks, once, before the first operation.
 func WithoutCreateTable() Option {
 	return optionFunc(func(o *options) { o.create = false })
 }

@@ -11,8 +11,10 @@ import (
 )
 
 // releaseChannel is the PostgreSQL notification channel on which Release
-// and ForceRelease announce a freed lock; the payload is its key. Every
-// table shares it: a listener ignores keys it does not wait on.
+// and ForceRelease announce a change that may let a waiter in; the payload
+// is the key, and the token of the waiter to wake when there is one (see
+// encodePayload). Every table shares it: a listener ignores keys it does
+// not wait on.
 const releaseChannel = "dlock_release"
 
 // postgres is the PostgreSQL dialect. Times are timestamptz from now(), the
@@ -20,22 +22,21 @@ const releaseChannel = "dlock_release"
 // the statement itself; durations travel as microseconds.
 type postgres struct {
 	db *sql.DB
+	tx *txs
 	// The statements below, with the table's name filled in.
-	acquireSQL, renewSQL, renewBatchSQL, releaseSQL string
-	inspectSQL, listSQL, forceReleaseSQL            string
+	acquireSQL, acquireSharedSQL, renewSQL, renewBatchSQL, releaseSQL string
 }
 
-func newPostgres(db *sql.DB, table string) *postgres {
-	t := withTable(table)
+func newPostgres(db *sql.DB, tx *txs) *postgres {
+	t := tx.x.expand
 	return &postgres{
-		db:              db,
-		acquireSQL:      t(pgAcquire),
-		renewSQL:        t(pgRenew),
-		renewBatchSQL:   t(pgRenewBatch),
-		releaseSQL:      t(pgRelease),
-		inspectSQL:      t(pgInspect),
-		listSQL:         t(pgList),
-		forceReleaseSQL: t(pgForceRelease),
+		db:               db,
+		tx:               tx,
+		acquireSQL:       t(pgAcquire),
+		acquireSharedSQL: t(pgAcquireShared),
+		renewSQL:         t(pgRenew),
+		renewBatchSQL:    t(pgRenewBatch),
+		releaseSQL:       t(pgRelease),
 	}
 }
 
@@ -46,106 +47,224 @@ func withTable(table string) func(string) string {
 }
 
 const (
-	// One round trip whatever happens: the upsert takes a free or expired
-	// row, re-enters, or does nothing; in the last case the outer query
-	// reads the holder. (It reads the statement's snapshot, which a grant
-	// that raced this statement may postdate: then it reports the holder
-	// before, or none, and then Backend.Acquire tries once more.)
+	// One round trip when the upsert takes a free or expired row without
+	// live shared holds, re-enters, or finds an exclusive holder, which the
+	// outer query then reads (kind 2). It reads the statement's snapshot,
+	// which a grant that raced this statement may postdate: then it reports
+	// the holder before, or none. With none, a second statement
+	// (txs.refused) reads the shared holds that keep the lock, or finds it
+	// free, and then Backend.Acquire tries once more. A grant drops the
+	// token's writer intent, and one that has lapsed.
 	pgAcquire = `WITH granted AS (
   INSERT INTO {t} AS l (name, token, owner, fence, holds, acquired_at, expires_at)
   VALUES ($1, $2, $3, 1, 1, now(), now() + $4::bigint * interval '1 microsecond')
   ON CONFLICT (name) DO UPDATE SET
-    fence       = CASE WHEN l.token = excluded.token AND l.expires_at > now() THEN l.fence ELSE l.fence + 1 END,
-    holds       = CASE WHEN l.token = excluded.token AND l.expires_at > now() THEN l.holds + 1 ELSE 1 END,
-    acquired_at = CASE WHEN l.token = excluded.token AND l.expires_at > now() THEN l.acquired_at ELSE now() END,
-    owner       = CASE WHEN l.token = excluded.token AND l.expires_at > now() THEN l.owner ELSE excluded.owner END,
-    expires_at  = CASE WHEN l.token = excluded.token AND l.expires_at > now()
-                  THEN greatest(l.expires_at, excluded.expires_at) ELSE excluded.expires_at END,
-    token       = excluded.token
-  WHERE l.token IS NULL OR l.expires_at <= now() OR (l.token = excluded.token AND $5::boolean)
+    fence        = CASE WHEN l.token = excluded.token AND l.expires_at > now() THEN l.fence ELSE l.fence + 1 END,
+    holds        = CASE WHEN l.token = excluded.token AND l.expires_at > now() THEN l.holds + 1 ELSE 1 END,
+    acquired_at  = CASE WHEN l.token = excluded.token AND l.expires_at > now() THEN l.acquired_at ELSE now() END,
+    owner        = CASE WHEN l.token = excluded.token AND l.expires_at > now() THEN l.owner ELSE excluded.owner END,
+    expires_at   = CASE WHEN l.token = excluded.token AND l.expires_at > now()
+                   THEN greatest(l.expires_at, excluded.expires_at) ELSE excluded.expires_at END,
+    intent_owner = CASE WHEN l.intent_token = excluded.token OR l.intent_until <= now() THEN NULL ELSE l.intent_owner END,
+    intent_token = CASE WHEN l.intent_token = excluded.token OR l.intent_until <= now() THEN NULL ELSE l.intent_token END,
+    token        = excluded.token
+  WHERE (l.token IS NULL OR l.expires_at <= now() OR (l.token = excluded.token AND $5::boolean))
+    AND (l.shared_until IS NULL OR l.shared_until <= now())
   RETURNING l.fence, l.holds
 )
-SELECT true, fence, holds, '', 0::bigint FROM granted
+SELECT 1, fence, holds, '', 0::bigint FROM granted
 UNION ALL
-SELECT false, 0, 0, h.owner, (extract(epoch FROM h.expires_at - now()) * 1000000)::bigint
+SELECT 2, 0, 0, h.owner, (extract(epoch FROM h.expires_at - now()) * 1000000)::bigint
 FROM {t} h
 WHERE h.name = $1 AND h.token IS NOT NULL AND h.expires_at > now() AND NOT EXISTS (SELECT FROM granted)`
 
-	pgRenew = `UPDATE {t}
-SET expires_at = greatest(expires_at, now() + $3::bigint * interval '1 microsecond')
-WHERE name = $1 AND token = $2 AND expires_at > now()`
+	// A reader (Limit 0) in one statement, as safe as the exclusive upsert:
+	// what a shared grant must know (no live exclusive holder, no live
+	// intent of another token) is on the row, which the upsert locks and
+	// checks in its latest version; it raises shared_until and draws the
+	// fence there, and the hold's row is inserted in the same statement. A
+	// release, which recomputes shared_until, locks the row first and then
+	// reads the holds, so it waits for this statement and sees its hold.
+	// Refused, the outer query reads the holder (kind 2) or the writer's
+	// intent (kind 3) from the snapshot, as pgAcquire does.
+	pgAcquireShared = `WITH granted AS (
+  INSERT INTO {t} AS l (name, token, owner, fence, holds, acquired_at, expires_at, shared_until)
+  VALUES ($1, NULL, '', 1, 0, now(), now(), now() + $4::bigint * interval '1 microsecond')
+  ON CONFLICT (name) DO UPDATE SET
+    fence        = l.fence + 1,
+    shared_until = greatest(l.shared_until, excluded.shared_until)
+  WHERE (l.token IS NULL OR l.expires_at <= now())
+    AND (l.intent_token IS NULL OR l.intent_until <= now() OR l.intent_token = $2)
+  RETURNING l.fence
+), hold AS (
+  INSERT INTO {s} (name, token, owner, fence, lim, acquired_at, expires_at)
+  SELECT $1, $2, $3, fence, 0, now(), now() + $4::bigint * interval '1 microsecond' FROM granted
+  ON CONFLICT (name, token) DO UPDATE SET owner = excluded.owner, fence = excluded.fence, lim = excluded.lim,
+    acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+)
+SELECT 1, fence, '', 0::bigint, 0::bigint FROM granted
+UNION ALL
+SELECT 2, 0, h.owner, (extract(epoch FROM h.expires_at - now()) * 1000000)::bigint, 0
+FROM {t} h
+WHERE h.name = $1 AND h.token IS NOT NULL AND h.expires_at > now() AND NOT EXISTS (SELECT FROM granted)
+UNION ALL
+SELECT 3, 0, h.intent_owner, (extract(epoch FROM h.intent_until - now()) * 1000000)::bigint,
+  (SELECT count(*) FROM {s} WHERE name = $1 AND expires_at > now())
+FROM {t} h
+WHERE h.name = $1 AND h.intent_token IS NOT NULL AND h.intent_until > now() AND h.intent_token <> $2
+  AND NOT EXISTS (SELECT FROM granted)`
 
-	pgRenewBatch = `UPDATE {t} AS l
-SET expires_at = greatest(l.expires_at, now() + r.ttl * interval '1 microsecond')
-FROM unnest($1::text[], $2::text[], $3::bigint[]) AS r(name, token, ttl)
-WHERE l.name = r.name AND l.token = r.token AND l.expires_at > now()
-RETURNING l.name, l.token`
+	// Renews an exclusive lease, or a shared hold, in one statement: 1 when
+	// the token held either. A shared hold's renewal locks the name's row
+	// first (locked: the uncorrelated EXISTS runs before any hold row is
+	// touched), as every transaction on shared holds does, so that two never
+	// wait for each other; then it extends the hold and raises shared_until
+	// after it. Both are updates of single rows, which PostgreSQL checks
+	// again in their latest version after a wait: no read of the holds that
+	// an earlier snapshot could leave stale.
+	pgRenew = `WITH renewed AS (
+  UPDATE {t}
+  SET expires_at = greatest(expires_at, now() + $3::bigint * interval '1 microsecond')
+  WHERE name = $1 AND token = $2 AND expires_at > now()
+  RETURNING 1
+), locked AS (
+  SELECT name FROM {t}
+  WHERE name = $1 AND NOT EXISTS (SELECT FROM renewed)
+    AND EXISTS (SELECT FROM {s} WHERE name = $1 AND token = $2 AND expires_at > now())
+  FOR UPDATE
+), hold AS (
+  UPDATE {s}
+  SET expires_at = greatest(expires_at, now() + $3::bigint * interval '1 microsecond')
+  WHERE name = $1 AND token = $2 AND expires_at > now() AND EXISTS (SELECT FROM locked)
+  RETURNING expires_at
+), raised AS (
+  UPDATE {t} AS l SET shared_until = greatest(l.shared_until, h.expires_at)
+  FROM hold h WHERE l.name = $1
+)
+SELECT (SELECT count(*) FROM renewed) + (SELECT count(*) FROM hold)`
 
-	// The last hold frees the row and notifies, in the same statement; the
-	// notification goes out when it commits.
+	// The same for many leases: the (name, token) of each lease renewed.
+	// The names with shared holds among the requests are locked in name
+	// order, so that two batches cannot deadlock.
+	pgRenewBatch = `WITH r AS (
+  SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) AS r(name, token, ttl)
+), renewed AS (
+  UPDATE {t} AS l
+  SET expires_at = greatest(l.expires_at, now() + r.ttl * interval '1 microsecond')
+  FROM r
+  WHERE l.name = r.name AND l.token = r.token AND l.expires_at > now()
+  RETURNING l.name, l.token
+), locked AS (
+  SELECT l.name FROM {t} l
+  WHERE l.name IN (SELECT s.name FROM {s} s JOIN r ON s.name = r.name AND s.token = r.token WHERE s.expires_at > now())
+  ORDER BY l.name
+  FOR UPDATE
+), hold AS (
+  UPDATE {s} AS s
+  SET expires_at = greatest(s.expires_at, now() + r.ttl * interval '1 microsecond')
+  FROM r
+  WHERE s.name = r.name AND s.token = r.token AND s.expires_at > now() AND s.name IN (SELECT name FROM locked)
+  RETURNING s.name, s.token, s.expires_at
+), raised AS (
+  UPDATE {t} AS l SET shared_until = greatest(l.shared_until, x.until)
+  FROM (SELECT name, max(expires_at) AS until FROM hold GROUP BY name) x
+  WHERE l.name = x.name
+)
+SELECT name, token FROM renewed
+UNION ALL
+SELECT name, token FROM hold`
+
+	// The last hold frees the row and notifies, in the same statement, with
+	// the head of the fair queue (see encodePayload); the notification goes
+	// out when it commits. When the token held nothing, the second part
+	// says whether it has a shared hold, a queue entry or an intent, for
+	// txs.release (-1).
 	pgRelease = `WITH released AS (
   UPDATE {t} SET holds = holds - 1, token = CASE WHEN holds > 1 THEN token END
   WHERE name = $1 AND token = $2 AND expires_at > now()
   RETURNING name, holds
 )
 SELECT r.holds FROM released r
-LEFT JOIN LATERAL (SELECT pg_notify('` + releaseChannel + `', r.name) WHERE r.holds = 0) n ON true`
-
-	pgInspect = `SELECT name, owner, fence, holds,
-  (extract(epoch FROM expires_at - now()) * 1000000)::bigint,
-  (extract(epoch FROM now() - acquired_at) * 1000000)::bigint
-FROM {t} WHERE name = $1 AND token IS NOT NULL AND expires_at > now()`
-
-	pgList = `SELECT name, owner, fence, holds,
-  (extract(epoch FROM expires_at - now()) * 1000000)::bigint,
-  (extract(epoch FROM now() - acquired_at) * 1000000)::bigint
-FROM {t} WHERE starts_with(name, $1) AND token IS NOT NULL AND expires_at > now()
-ORDER BY name`
-
-	pgForceRelease = `WITH freed AS (
-  UPDATE {t} SET token = NULL
-  WHERE name = $1 AND token IS NOT NULL AND expires_at > now()
-  RETURNING name, owner, fence, holds,
-    (extract(epoch FROM expires_at - now()) * 1000000)::bigint AS ttl,
-    (extract(epoch FROM now() - acquired_at) * 1000000)::bigint AS held_for
-)
-SELECT f.name, f.owner, f.fence, f.holds, f.ttl, f.held_for FROM freed f
-LEFT JOIN LATERAL (SELECT pg_notify('` + releaseChannel + `', f.name)) n ON true`
+LEFT JOIN LATERAL (
+  SELECT pg_notify('` + releaseChannel + `',
+    CASE WHEN h.token IS NULL AND left(r.name, 1) <> chr(31) THEN r.name
+    ELSE chr(31) || octet_length(r.name) || ':' || r.name || coalesce(h.token, '') END)
+  FROM (SELECT (SELECT q.token FROM {q} q WHERE q.name = r.name AND q.expires_at > now() ORDER BY q.seq LIMIT 1) AS token) h
+  WHERE r.holds = 0
+) n ON true
+UNION ALL
+SELECT -1 WHERE NOT EXISTS (SELECT FROM released) AND (
+  EXISTS (SELECT FROM {s} WHERE name = $1 AND token = $2) OR
+  EXISTS (SELECT FROM {q} WHERE name = $1 AND token = $2) OR
+  EXISTS (SELECT FROM {t} WHERE name = $1 AND intent_token = $2))`
 )
 
 func (p *postgres) acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
 	var (
-		granted      bool
+		kind         int
 		fence, ttlUS int64
 		holds        int
 		holder       string
 	)
 	err := p.db.QueryRowContext(ctx, p.acquireSQL,
 		req.Key, req.Token, req.Owner, units(req.TTL, time.Microsecond), req.Reentrant,
-	).Scan(&granted, &fence, &holds, &holder, &ttlUS)
+	).Scan(&kind, &fence, &holds, &holder, &ttlUS)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		// The holder changed while the statement ran: not granted, holder
-		// unknown. Backend.Acquire tries once more.
-		return driver.AcquireResult{}, nil
+		// Shared holds keep the lock, or its holder changed while the
+		// statement ran.
+		res, _, _, err := p.tx.refused(ctx, req)
+		return res, err
 	case err != nil:
 		return driver.AcquireResult{}, err
-	case granted:
+	case kind == 1:
 		return driver.AcquireResult{Acquired: true, Fence: uint64(fence), Holds: holds}, nil
 	}
 	return driver.AcquireResult{Holder: holder, HolderTTL: time.Duration(max(ttlUS, 0)) * time.Microsecond}, nil
 }
 
-func (p *postgres) renew(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
-	res, err := p.db.ExecContext(ctx, p.renewSQL, key, token, units(ttl, time.Microsecond))
-	if err != nil {
-		return false, err
+func (p *postgres) acquireShared(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, bool, error) {
+	if req.Limit > 0 {
+		return driver.AcquireResult{}, false, nil // the count needs a transaction
 	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	rows, err := p.db.QueryContext(ctx, p.acquireSharedSQL, req.Key, req.Token, req.Owner, units(req.TTL, time.Microsecond))
+	if err != nil {
+		return driver.AcquireResult{}, true, err
+	}
+	var res driver.AcquireResult
+	for rows.Next() {
+		var kind int
+		var fence, ttlUS, count int64
+		var holder string
+		if err := rows.Scan(&kind, &fence, &holder, &ttlUS, &count); err != nil {
+			rows.Close()
+			return driver.AcquireResult{}, true, err
+		}
+		ttl := time.Duration(max(ttlUS, 0)) * time.Microsecond
+		switch {
+		case kind == 1:
+			res = driver.AcquireResult{Acquired: true, Fence: uint64(fence), Holds: 1}
+		case kind == 2:
+			res = driver.AcquireResult{Holder: holder, HolderTTL: ttl}
+		case kind == 3 && res.Holder == "":
+			res = driver.AcquireResult{Holder: holder, HolderTTL: ttl, WriterWaiting: true, Shared: int(count)}
+		}
+	}
+	if err := rows.Close(); err != nil {
+		return driver.AcquireResult{}, true, err
+	}
+	return res, true, rows.Err()
 }
 
-func (p *postgres) renewBatch(ctx context.Context, reqs []driver.RenewRequest) ([]bool, error) {
+// renew renews an exclusive lease or a shared hold in one statement.
+func (p *postgres) renew(ctx context.Context, key, token string, ttl time.Duration) (bool, bool, error) {
+	var n int64
+	err := p.db.QueryRowContext(ctx, p.renewSQL, key, token, units(ttl, time.Microsecond)).Scan(&n)
+	return n > 0, false, err
+}
+
+// renewBatch renews exclusive leases and shared holds in one statement.
+func (p *postgres) renewBatch(ctx context.Context, reqs []driver.RenewRequest) ([]bool, []bool, error) {
 	keys := make([]string, len(reqs))
 	tokens := make([]string, len(reqs))
 	ttls := make([]int64, len(reqs))
@@ -154,9 +273,10 @@ func (p *postgres) renewBatch(ctx context.Context, reqs []driver.RenewRequest) (
 	}
 	rows, err := p.db.QueryContext(ctx, p.renewBatchSQL, keys, tokens, ttls)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return renewedRows(rows, reqs)
+	held, err := renewedRows(rows, reqs)
+	return held, make([]bool, len(reqs)), err
 }
 
 // renewedRows reads the (name, token) rows a batch renewal returned and
@@ -181,18 +301,13 @@ func renewedRows(rows *sql.Rows, reqs []driver.RenewRequest) ([]bool, error) {
 	return held, nil
 }
 
-func (p *postgres) release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
-	return scanRelease(p.db.QueryRowContext(ctx, p.releaseSQL, key, token))
-}
-
-func (p *postgres) inspect(ctx context.Context, key string) (driver.LockInfo, bool, error) {
-	return queryInfo(ctx, p.db, time.Microsecond, p.inspectSQL, key)
-}
-
-func (p *postgres) list(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
-	return queryInfos(ctx, p.db, time.Microsecond, p.listSQL, prefix)
-}
-
-func (p *postgres) forceRelease(ctx context.Context, key string) (driver.LockInfo, bool, error) {
-	return queryInfo(ctx, p.db, time.Microsecond, p.forceReleaseSQL, key)
+func (p *postgres) release(ctx context.Context, key, token string) (driver.ReleaseResult, bool, error) {
+	res, err := scanRelease(p.db.QueryRowContext(ctx, p.releaseSQL, key, token))
+	if err != nil {
+		return driver.ReleaseResult{}, false, err
+	}
+	if res.Held && res.Remaining < 0 {
+		return driver.ReleaseResult{}, true, nil // -1: not held, but more to remove
+	}
+	return res, false, nil
 }

@@ -72,12 +72,29 @@ process of COMMAND's process group has ended.
 
 dlock takes the lock, waiting up to --wait for it, then starts COMMAND in a
 process group of its own, with DLOCK_NAME (the lock's name), DLOCK_FENCE (its
-fencing token, larger than that of every earlier holder) and DLOCK_OWNER (the
-owner string others see) added to its environment. SIGINT, SIGTERM, SIGHUP,
-SIGQUIT, SIGUSR1 and SIGUSR2 sent to dlock are passed on to that process group
-(followed by SIGCONT for the first four, so that a stopped process gets them).
-dlock renews the lease every TTL/3 while COMMAND runs, and exits with COMMAND's
-exit status.
+fencing token, larger than that of every earlier holder), DLOCK_OWNER (the
+owner string others see) and DLOCK_KIND (exclusive, fair, shared or
+semaphore: the kind of lock held) added to its environment. SIGINT, SIGTERM,
+SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to dlock are passed on to that
+process group (followed by SIGCONT for the first four, so that a stopped
+process gets them). dlock renews the lease every TTL/3 while COMMAND runs,
+and exits with COMMAND's exit status.
+
+Kinds of lock (at most one of the flags):
+  (none)          exclusive: one holder at a time. This is also the write side
+                  of a read-write lock: it waits until no reader holds NAME,
+                  and once it waits, new readers wait behind it.
+  --fair          exclusive, granted in the order the waiters arrived; give
+                  --fair to every run on NAME (a run without it may overtake
+                  the queue).
+  --shared        a reader: any number of --shared runs hold NAME together,
+                  never with an exclusive holder.
+  --semaphore N   one of N permits: at most N such runs hold NAME together.
+                  N is this run's; give the same N to every run on NAME.
+Each reader and permit holder has a lease of its own, with its own fence.
+The kinds share one name: an exclusive run on NAME excludes its readers and
+permit holders too. A store without the kind refuses the flag (exit 64):
+Redlock (redlock://) has no semaphores and no fair locks.
 
 When COMMAND exits but processes it started in the background are still
 running in its process group (cmd &), dlock keeps holding and renewing the
@@ -101,9 +118,11 @@ run on unprotected. A dlock stopped with SIGSTOP does not renew the lease,
 and does not stop COMMAND when the lease expires meanwhile. Run dlock under a
 supervisor that kills the whole process group if you need more.
 
-While it waits, dlock says on stderr who holds the lock (owner, held for,
-expires in), and again whenever the holder changes; when stderr is a terminal
-it also keeps a line showing how long it has waited.
+While it waits, dlock says on stderr what keeps the lock from it (the holder,
+held for, expires in; "a writer is waiting" for a reader; "5 of 5 permits in
+use"; "2 readers hold it"; its place in a fair queue, "3rd in the queue"),
+and again whenever that changes; when stderr is a terminal it also keeps a
+line showing how long it has waited.
 
 In the foreground of a terminal, with the terminal as stdin, COMMAND gets the
 terminal: it can read from it, and Ctrl-C reaches it directly. Otherwise
@@ -128,13 +147,17 @@ Flags:
   --lock-delay DURATION      if the lease expires without a release (dlock was
                              paused or cut off from the store), keep the lock
                              from others for this much longer (default 0; Redis,
-                             Redlock only)
+                             Redlock only; not with --shared or --semaphore)
+  --fair                     a fair exclusive lock: waiters get it in order
+  --shared                   a shared (read) lock: exclusive runs wait for it
+  --semaphore N              one of N permits (N from 1 to 1048576)
 ` + backendFlagsHelp + `
 Exit status:
   N       COMMAND's own exit status
   128+N   COMMAND was killed by signal N, or dlock was interrupted by signal N
           while it waited for the lock
-  64      usage error: bad flags, lock name or backend URL
+  64      usage error: bad flags, lock name or backend URL, or a kind of
+          lock the store does not have
   69      the store could not be reached or failed
   75      the lock was not obtained within --wait (the message names the holder)
   76      the lock was lost while COMMAND ran, and COMMAND was stopped (or
@@ -149,6 +172,9 @@ Examples:
   dlock run nightly-report -- ./report.sh
   dlock run --wait 5m --ttl 30s deploy -- make deploy
   dlock run --backend redis://cache:6379/0 orders:42 -- sh -c 'echo "fence $DLOCK_FENCE"'
+  dlock run --shared --wait 1m catalog -- ./read-catalog.sh
+  dlock run --wait 10m catalog -- ./rebuild-catalog.sh   # after the readers
+  dlock run --semaphore 3 --wait forever encoders -- ffmpeg -i in.mov out.mp4
 `
 
 const lsHelp = `usage: dlock ls [PREFIX] [--json]
@@ -157,17 +183,31 @@ Lists the held locks whose names start with PREFIX (all of them without one):
 name, owner, fence, how long it has been held, when it expires unless renewed,
 and the hold count. It prints "no locks held" when there are none.
 
+The owner columns describe the exclusive holder ("-" for a lock held only by
+readers or permit holders). When some lock has shared holds or waiters, two
+columns follow: SHARED ("2 readers", or "3/5 permits" for a semaphore) and
+WAITING ("writer" when a writer waits for the readers, "2 queued" for the
+waiters of a fair lock). 'dlock inspect NAME' lists the shared holders.
+
 Flags:
   --json                     one JSON array of objects for scripts, [] when
                              none: name, owner, fence, holds, held_for_ms
-                             (null when unknown), expires_in_ms
+                             (null when unknown), expires_in_ms for the
+                             exclusive holder (owner "" when there is none);
+                             shared, the readers or permit holders, each with
+                             owner, fence, held_for_ms and expires_in_ms ([]
+                             when none); limit, the semaphore's permits (0
+                             otherwise); queued, the fair queue's length;
+                             writer_waiting
 ` + backendFlagsHelp + `
 Exit status: 0, 64 for a usage error, 69 when the store cannot be reached.
 `
 
 const inspectHelp = `usage: dlock inspect NAME [--json]
 
-Shows the lock NAME as 'dlock ls' does, or says that it is not held.
+Shows the lock NAME as 'dlock ls' does, or says that it is not held. A lock
+with readers or permit holders is followed by a table of them: owner, fence,
+held for, expires in.
 
 Flags:
   --json                     one JSON object: the fields of 'dlock ls --json'
@@ -181,7 +221,8 @@ Exit status: 0 when the lock is held, 1 when it is not, 64 for a usage error,
 const releaseHelp = `usage: dlock release --force NAME
 
 Breaks the lock NAME whoever holds it, wakes its waiters, and says whose lock
-it broke (owner and fence), or that it was not held.
+it broke (owner and fence; each reader or permit holder of a shared lock), or
+that it was not held. The waiters of a fair lock keep their places.
 
 The holder is not told at once: it goes on believing it holds the lock until
 its next renewal (within a third of its TTL) is refused; a 'dlock run' holder

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -27,6 +28,30 @@ type lockJSON struct {
 	// from others for its lock-delay; ExpiresInMS is then the time left
 	// until it is free.
 	InLockDelay bool `json:"in_lock_delay,omitempty"`
+
+	// The fields above describe the exclusive holder: Owner is "" (Fence,
+	// Holds and ExpiresInMS 0, HeldForMS null) when the lock has only
+	// shared holds.
+
+	// Shared lists the shared holds (readers, semaphore permits), oldest
+	// first; [] when none.
+	Shared []sharedJSON `json:"shared"`
+	// Limit is the semaphore's permit count (of its newest grant), 0 for
+	// readers and plain locks.
+	Limit int `json:"limit"`
+	// Queued is the number of waiters in the fair queue.
+	Queued int `json:"queued"`
+	// WriterWaiting: a writer waits for the shared holds to end, and new
+	// readers wait behind it.
+	WriterWaiting bool `json:"writer_waiting"`
+}
+
+// sharedJSON is one shared hold in lockJSON.
+type sharedJSON struct {
+	Owner       string `json:"owner"`
+	Fence       uint64 `json:"fence"`
+	HeldForMS   *int64 `json:"held_for_ms"` // null when unknown
+	ExpiresInMS int64  `json:"expires_in_ms"`
 }
 
 // notHeldJSON is inspect --json's answer for a lock nobody holds.
@@ -43,6 +68,16 @@ func toJSON(info driver.LockInfo, now time.Time) lockJSON {
 	}
 	j.ExpiresInMS = info.TTL.Milliseconds()
 	j.InLockDelay = info.Delayed
+	j.Shared = make([]sharedJSON, 0, len(info.Shared))
+	for _, h := range info.Shared {
+		sj := sharedJSON{Owner: h.Owner, Fence: h.Fence, ExpiresInMS: h.TTL.Milliseconds()}
+		if d, ok := heldFor(driver.LockInfo{Owner: h.Owner}, now); ok {
+			ms := d.Milliseconds()
+			sj.HeldForMS = &ms
+		}
+		j.Shared = append(j.Shared, sj)
+	}
+	j.Limit, j.Queued, j.WriterWaiting = info.Limit, info.Queued, info.WriterWaiting
 	return j
 }
 
@@ -137,27 +172,95 @@ func cmdInspect(ctx context.Context, a *app, args []string) error {
 	case !ok:
 		fmt.Fprintf(a.stdout, "lock %q is not held\n", name)
 	default:
-		writeTable(a.stdout, []driver.LockInfo{info}, time.Now())
+		now := time.Now()
+		writeTable(a.stdout, []driver.LockInfo{info}, now)
+		if len(info.Shared) > 0 {
+			fmt.Fprintln(a.stdout)
+			writeSharedTable(a.stdout, info, now)
+		}
 		return nil
 	}
 	return &exitError{code: exitNotHeld}
 }
 
-// writeTable prints locks as an aligned table.
+// writeTable prints locks as an aligned table. The SHARED and WAITING
+// columns are added when a lock has shared holds or waiters.
 func writeTable(w io.Writer, infos []driver.LockInfo, now time.Time) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tOWNER\tFENCE\tHELD FOR\tEXPIRES IN\tHOLDS")
+	extra := false
 	for _, info := range infos {
+		extra = extra || len(info.Shared) > 0 || info.Queued > 0 || info.WriterWaiting
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	header := "NAME\tOWNER\tFENCE\tHELD FOR\tEXPIRES IN\tHOLDS"
+	if extra {
+		header += "\tSHARED\tWAITING"
+	}
+	fmt.Fprintln(tw, header)
+	for _, info := range infos {
+		owner, fence, held, expires, holds := "-", "-", "-", "-", "-"
+		if info.Owner != "" || len(info.Shared) == 0 {
+			owner, fence, holds = tableCell(info.Owner), strconv.FormatUint(info.Fence, 10), strconv.Itoa(info.Holds)
+			if d, ok := heldFor(info, now); ok {
+				held = fmtDuration(d)
+			}
+			expires = fmtDuration(info.TTL)
+			if info.Delayed {
+				expires = "expired, free in " + expires
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s", tableCell(info.Key), owner, fence, held, expires, holds)
+		if extra {
+			fmt.Fprintf(tw, "\t%s\t%s", sharedText(info), waitingText(info))
+		}
+		fmt.Fprintln(tw)
+	}
+	_ = tw.Flush()
+}
+
+// sharedText is the SHARED cell: "3 readers", "3/5 permits" or "-".
+func sharedText(info driver.LockInfo) string {
+	switch n := len(info.Shared); {
+	case n == 0:
+		return "-"
+	case info.Limit > 0:
+		return fmt.Sprintf("%d/%d permits", n, info.Limit)
+	case n == 1:
+		return "1 reader"
+	default:
+		return fmt.Sprintf("%d readers", n)
+	}
+}
+
+// waitingText is the WAITING cell: "writer", "2 queued", "writer, 2
+// queued" or "-".
+func waitingText(info driver.LockInfo) string {
+	var parts []string
+	if info.WriterWaiting {
+		parts = append(parts, "writer")
+	}
+	if info.Queued > 0 {
+		parts = append(parts, fmt.Sprintf("%d queued", info.Queued))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// writeSharedTable lists the shared holds of info, one line each.
+func writeSharedTable(w io.Writer, info driver.LockInfo, now time.Time) {
+	who := "READER"
+	if info.Limit > 0 {
+		who = "PERMIT HOLDER"
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "%s\tFENCE\tHELD FOR\tEXPIRES IN\n", who)
+	for _, h := range info.Shared {
 		held := "-"
-		if d, ok := heldFor(info, now); ok {
+		if d, ok := heldFor(driver.LockInfo{Owner: h.Owner}, now); ok {
 			held = fmtDuration(d)
 		}
-		expires := fmtDuration(info.TTL)
-		if info.Delayed {
-			expires = "expired, free in " + expires
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\n",
-			tableCell(info.Key), tableCell(info.Owner), info.Fence, held, expires, info.Holds)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", tableCell(h.Owner), h.Fence, held, fmtDuration(h.TTL))
 	}
 	_ = tw.Flush()
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // releaseFlags returns release's flag set, with --force.
@@ -41,13 +43,50 @@ func cmdRelease(ctx context.Context, a *app, args []string) error {
 		fmt.Fprintf(a.stdout, "lock %q was not held; nothing to release\n", name)
 		return nil
 	}
+	now := time.Now()
+	if info.Owner != "" || len(info.Shared) == 0 {
+		fmt.Fprintf(a.stdout, "released %q, held by %s (%s)\n", name, holderText(info.Owner), holdDetails(info, now))
+	}
+	if n := len(info.Shared); n > 0 {
+		var who string
+		switch {
+		case info.Limit > 0:
+			who = fmt.Sprintf("%d %s of its %d permits", n, plural(n, "holder", "holders"), info.Limit)
+		default:
+			who = fmt.Sprintf("%d %s", n, plural(n, "reader", "readers"))
+		}
+		if info.Owner != "" {
+			fmt.Fprintf(a.stdout, "and its %s:\n", who)
+		} else {
+			fmt.Fprintf(a.stdout, "released %q, held by %s:\n", name, who)
+		}
+		for _, h := range info.Shared {
+			fmt.Fprintf(a.stdout, "  %s (%s)\n", holderText(h.Owner),
+				holdDetails(driver.LockInfo{Owner: h.Owner, Fence: h.Fence, Holds: 1}, now))
+		}
+	}
+	if info.Queued > 0 {
+		fmt.Fprintf(a.stdout, "%d %s in its queue\n", info.Queued, plural(info.Queued, "waiter stays", "waiters stay"))
+	}
+	return nil
+}
+
+// holdDetails is "fence 3, held for 4.0s, 2 holds" for a hold.
+func holdDetails(info driver.LockInfo, now time.Time) string {
 	details := []string{fmt.Sprintf("fence %d", info.Fence)}
-	if d, ok := heldFor(info, time.Now()); ok {
+	if d, ok := heldFor(info, now); ok {
 		details = append(details, "held for "+fmtDuration(d))
 	}
 	if info.Holds > 1 {
 		details = append(details, fmt.Sprintf("%d holds", info.Holds))
 	}
-	fmt.Fprintf(a.stdout, "released %q, held by %s (%s)\n", name, holderText(info.Owner), strings.Join(details, ", "))
-	return nil
+	return strings.Join(details, ", ")
+}
+
+// plural returns one when n is 1, else many.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

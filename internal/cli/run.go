@@ -68,6 +68,56 @@ func (w *waitFlag) Set(s string) error {
 	return nil
 }
 
+// lockKind is the kind of lock dlock run takes, as DLOCK_KIND names it.
+type lockKind int
+
+const (
+	lockExclusive lockKind = iota // a plain Mutex: the write side of the name
+	lockFair                      // --fair: a fair Mutex
+	lockShared                    // --shared: a reader (RWMutex.RLock)
+	lockSemaphore                 // --semaphore N: a permit of Semaphore(NAME, N)
+)
+
+// String returns the kind as DLOCK_KIND gives it to the command.
+func (k lockKind) String() string {
+	switch k {
+	case lockFair:
+		return "fair"
+	case lockShared:
+		return "shared"
+	case lockSemaphore:
+		return "semaphore"
+	}
+	return "exclusive"
+}
+
+// flag returns the run flag that asks for the kind, "" for exclusive.
+func (k lockKind) flag() string {
+	switch k {
+	case lockFair:
+		return "--fair"
+	case lockShared:
+		return "--shared"
+	case lockSemaphore:
+		return "--semaphore"
+	}
+	return ""
+}
+
+// capability returns what the store needs for the kind; ok is false for a
+// plain lock, which every store has.
+func (k lockKind) capability() (cp driver.Capability, ok bool) {
+	switch k {
+	case lockFair:
+		return driver.CapFair, true
+	case lockShared:
+		return driver.CapShared, true
+	case lockSemaphore:
+		return driver.CapSemaphore, true
+	}
+	return 0, false
+}
+
 // runOptions are dlock run's parsed arguments.
 type runOptions struct {
 	name      string
@@ -77,6 +127,10 @@ type runOptions struct {
 	killGrace time.Duration
 	metadata  string
 	lockDelay time.Duration
+	kind      lockKind
+	permits   int // --semaphore N: the semaphore's permits
+
+	fair, shared bool // the flags, read into kind by parse
 }
 
 // runFlags returns run's flag set, which fills o and wait.
@@ -87,6 +141,9 @@ func runFlags(a *app, o *runOptions, wait *waitFlag) *flag.FlagSet {
 	fs.DurationVar(&o.killGrace, "kill-grace", defaultKillGrace, "")
 	fs.StringVar(&o.metadata, "metadata", "", "")
 	fs.DurationVar(&o.lockDelay, "lock-delay", 0, "")
+	fs.BoolVar(&o.fair, "fair", false, "")
+	fs.BoolVar(&o.shared, "shared", false, "")
+	fs.IntVar(&o.permits, "semaphore", 0, "")
 	return fs
 }
 
@@ -142,10 +199,43 @@ func (o *runOptions) parse(a *app, fs *flag.FlagSet, wait *waitFlag, args []stri
 	if o.lockDelay < 0 {
 		return usageErr("run", "--lock-delay %v is negative", o.lockDelay)
 	}
+	if err := o.parseKind(fs); err != nil {
+		return err
+	}
 	if margin := o.killGrace + killReserve; margin > o.ttl/2 {
 		return usageErr("run", "--kill-grace %v does not fit in half of --ttl %v: dlock stops the command %v (the grace plus %v) "+
 			"before the lease could expire, which must be at most half the TTL; raise --ttl to at least %v or lower --kill-grace",
 			o.killGrace, o.ttl, margin, killReserve, 2*margin)
+	}
+	return nil
+}
+
+// parseKind reads --fair, --shared and --semaphore into o.kind.
+func (o *runOptions) parseKind(fs *flag.FlagSet) error {
+	semaphore := false
+	fs.Visit(func(f *flag.Flag) { semaphore = semaphore || f.Name == "semaphore" })
+	var given []string
+	if o.fair {
+		o.kind = lockFair
+		given = append(given, "--fair")
+	}
+	if o.shared {
+		o.kind = lockShared
+		given = append(given, "--shared")
+	}
+	if semaphore {
+		o.kind = lockSemaphore
+		given = append(given, "--semaphore")
+	}
+	if len(given) > 1 {
+		return usageErr("run", "%s exclude each other: a run takes one kind of lock "+
+			"(--fair: a fair exclusive lock, --shared: a reader, --semaphore N: one of N permits)", strings.Join(given, " and "))
+	}
+	if semaphore && (o.permits < 1 || o.permits > dlock.MaxPermits) {
+		return usageErr("run", "--semaphore %d: want the number of permits, from 1 to %d", o.permits, dlock.MaxPermits)
+	}
+	if o.lockDelay > 0 && (o.kind == lockShared || o.kind == lockSemaphore) {
+		return usageErr("run", "--lock-delay does not apply to %s: only exclusive locks (a plain or --fair run) keep a lock-delay", o.kind.flag())
 	}
 	return nil
 }
@@ -221,30 +311,37 @@ func acquire(ctx context.Context, a *app, o *runOptions, sigs <-chan os.Signal) 
 		_ = st.Close()
 		return nil, nil, nil, usageErr("run", "--lock-delay needs a Redis or Redlock backend; %s keeps no lock-delay", st.where)
 	}
+	if cp, ok := o.kind.capability(); ok {
+		if cb, ok := st.backend.(driver.Capabler); !ok || !cb.Supports(cp) {
+			stopWatch()
+			_ = st.Close()
+			return nil, nil, nil, usageErr("run", "%s needs a store with %s; %s has none (the SQL stores and the redis:// ones have them)",
+				o.kind.flag(), cp, st.where)
+		}
+	}
 	c := dlock.New(st.backend)
 	closeAll := func() {
 		_ = c.Close()
 		_ = st.Close()
 	}
-	mopts := []dlock.Option{
+	opts := []dlock.Option{
 		dlock.WithTTL(o.ttl),
 		dlock.WithSafetyMargin(o.safetyMargin()),
 		dlock.WithMetadata(o.metadata),
-		dlock.WithLockDelay(o.lockDelay),
 	}
 	var (
 		lease *dlock.Lease
 		rep   *waitReporter
 	)
 	if o.wait == 0 {
-		lease, err = c.Mutex(o.name, mopts...).TryLock(ctx)
+		lease, err = o.take(c, opts, false)(ctx)
 	} else {
-		rep = startWaitReporter(a.stderr, o.name, o.wait, st)
-		mopts = append(mopts, dlock.WithOnBusy(rep.busy))
+		rep = startWaitReporter(a.stderr, o, st)
+		opts = append(opts, dlock.WithOnBusy(rep.busy))
 		if o.wait != waitForever {
-			mopts = append(mopts, dlock.WithWait(o.wait))
+			opts = append(opts, dlock.WithWait(o.wait))
 		}
-		lease, err = c.Mutex(o.name, mopts...).Lock(ctx)
+		lease, err = o.take(c, opts, true)(ctx)
 		rep.Stop()
 	}
 	sig := stopWatch()
@@ -272,24 +369,45 @@ func acquire(ctx context.Context, a *app, o *runOptions, sigs <-chan os.Signal) 
 	return nil, nil, nil, st.storeErr(fmt.Sprintf("lock %q", o.name), err)
 }
 
-// notObtainedErr is exit 75, naming the holder.
+// take returns the call that takes the lock of o's kind from c: the one
+// that waits (subject to WithWait among opts) when wait is set, else the one
+// that tries once.
+func (o *runOptions) take(c *dlock.Client, opts []dlock.Option, wait bool) func(context.Context) (*dlock.Lease, error) {
+	switch o.kind {
+	case lockShared:
+		rw := c.RWMutex(o.name, opts...)
+		if wait {
+			return rw.RLock
+		}
+		return rw.TryRLock
+	case lockSemaphore:
+		s := c.Semaphore(o.name, o.permits, opts...)
+		if wait {
+			return s.Acquire
+		}
+		return s.TryAcquire
+	case lockFair:
+		opts = append(opts, dlock.Fair())
+	}
+	m := c.Mutex(o.name, append(opts, dlock.WithLockDelay(o.lockDelay))...)
+	if wait {
+		return m.Lock
+	}
+	return m.TryLock
+}
+
+// notObtainedErr is exit 75, saying what stood in the way.
 func notObtainedErr(st *store, o *runOptions, e *dlock.NotObtainedError) *exitError {
-	r := &waitReporter{name: o.name, store: st}
+	r := &waitReporter{name: o.name, kind: o.kind, permits: o.permits, store: st}
+	what, afterIs := r.obstacle(e, false)
 	var b strings.Builder
-	if o.wait == 0 {
-		fmt.Fprintf(&b, "%q is held by %s", o.name, holderText(e.Holder))
-	} else {
-		fmt.Fprintf(&b, "%q not obtained within %s: held by %s", o.name, o.wait, holderText(e.Holder))
-	}
-	var details []string
-	if d, ok := r.holderHeldFor(e.Holder); ok && e.Holder != "" {
-		details = append(details, "held for "+fmtDuration(d))
-	}
-	if e.HolderTTL > 0 {
-		details = append(details, "expires in "+fmtDuration(e.HolderTTL))
-	}
-	if len(details) > 0 {
-		fmt.Fprintf(&b, " (%s)", strings.Join(details, ", "))
+	switch {
+	case o.wait == 0 && afterIs:
+		fmt.Fprintf(&b, "%q is %s", o.name, what)
+	case o.wait == 0:
+		fmt.Fprintf(&b, "%q: %s", o.name, what)
+	default:
+		fmt.Fprintf(&b, "%q not obtained within %s: %s", o.name, o.wait, what)
 	}
 	if o.wait == 0 {
 		b.WriteString("; not waiting (--wait 0)")
@@ -304,7 +422,7 @@ func runHolding(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-cha
 	cmd.Stdin = os.Stdin
 	cmd.Stdout = a.stdout
 	cmd.Stderr = a.stderr
-	cmd.Env = childEnv(os.Environ(), lease)
+	cmd.Env = childEnv(os.Environ(), lease, o.kind)
 	cmd.SysProcAttr = childProcAttr()
 	release := func() error {
 		// Bounded like connecting: a store that does not answer lets the
@@ -609,17 +727,23 @@ func lossReason(err error) string {
 }
 
 // childEnv is env with the lock's variables set, replacing any already there.
-func childEnv(env []string, lease *dlock.Lease) []string {
+func childEnv(env []string, lease *dlock.Lease, kind lockKind) []string {
 	vars := []string{
 		"DLOCK_NAME=" + lease.Name(),
 		"DLOCK_FENCE=" + strconv.FormatUint(lease.Fence(), 10),
 		"DLOCK_OWNER=" + lease.Owner(),
+		"DLOCK_KIND=" + kind.String(),
 	}
 	out := make([]string, 0, len(env)+len(vars))
+outer:
 	for _, kv := range env {
-		if !strings.HasPrefix(kv, "DLOCK_NAME=") && !strings.HasPrefix(kv, "DLOCK_FENCE=") && !strings.HasPrefix(kv, "DLOCK_OWNER=") {
-			out = append(out, kv)
+		for _, v := range vars {
+			name, _, _ := strings.Cut(v, "=")
+			if strings.HasPrefix(kv, name+"=") {
+				continue outer
+			}
 		}
+		out = append(out, kv)
 	}
 	return append(out, vars...)
 }

@@ -350,6 +350,12 @@ func TestRunUsageErrors(t *testing.T) {
 		{[]string{"run", strings.Repeat("n", 1000), "--", "true"}, "over MaxNameLength"},
 		{[]string{"run", "--metadata", "\xff", "x", "--", "true"}, "--metadata is not valid UTF-8"},
 		{[]string{"run", "--metadata", strings.Repeat("m", 513), "x", "--", "true"}, "--metadata is 513 bytes, over the limit of 512"},
+		{[]string{"run", "--fair", "--shared", "x", "--", "true"}, "--fair and --shared exclude each other"},
+		{[]string{"run", "--shared", "--semaphore", "2", "x", "--", "true"}, "--shared and --semaphore exclude each other"},
+		{[]string{"run", "--semaphore", "0", "x", "--", "true"}, "--semaphore 0: want the number of permits, from 1 to 1048576"},
+		{[]string{"run", "--semaphore", "x", "--", "true"}, `invalid value "x" for flag -semaphore`},
+		{[]string{"run", "--shared", "--lock-delay", "5s", "x", "--", "true"}, "--lock-delay does not apply to --shared"},
+		{[]string{"run", "--semaphore", "3", "--lock-delay", "5s", "x", "--", "true"}, "--lock-delay does not apply to --semaphore"},
 		{[]string{"--connect-timeout", "0s", "ls"}, "--connect-timeout must be positive"},
 	}
 	for _, c := range cases {

@@ -46,7 +46,11 @@ func TestOtherStores(t *testing.T) {
 	for _, s := range stores {
 		t.Run(s.name, func(t *testing.T) {
 			t.Parallel()
-			scenario(t, s.start(t))
+			backend := s.start(t)
+			scenario(t, backend)
+			if s.name != "redlock" {
+				kindsScenario(t, backend)
+			}
 		})
 	}
 }
@@ -78,4 +82,35 @@ func scenario(t *testing.T, backend string) {
 		t.Errorf("release --force: %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	expect(t, holder.wait(), 76, `lost lock "s"`)
+}
+
+// kindsScenario holds a reader and a semaphore permit: a second reader
+// runs beside the first, a writer and a second permit are refused, and ls
+// shows both; a fair lock's waiter names its place in the queue.
+func kindsScenario(t *testing.T, backend string) {
+	t.Helper()
+	dir := t.TempDir()
+	e := newEnv(t, backend, "DIR="+dir)
+	reader := hold(t, e, dir, "reader", true, "run", "--shared", "k:book")
+	expect(t, e.run("run", "--shared", "k:book", "--", "true"), 0)
+	expect(t, e.run("run", "k:book", "--", "true"), 75, `"k:book": 1 reader holds it`)
+	permit := hold(t, e, dir, "permit", true, "run", "--semaphore", "1", "k:pool")
+	expect(t, e.run("run", "--semaphore", "1", "k:pool", "--", "true"), 75, `"k:pool": 1 of 1 permits in use`)
+	fair := hold(t, e, dir, "fair", true, "run", "--fair", "k:queue")
+	waiter := e.start("run", "--fair", "--wait", "60s", "k:queue", "--", "true")
+	waitStderr(t, waiter, "; 1st in the queue; waiting up to 1m0s")
+
+	r := e.run("ls", "k:", "--json")
+	expect(t, r, 0)
+	var locks []kindsJSON
+	if err := json.Unmarshal([]byte(r.stdout), &locks); err != nil || len(locks) != 3 ||
+		len(locks[0].Shared) != 1 || locks[0].Limit != 0 || !strings.Contains(locks[0].Shared[0].Owner, reader.pid) ||
+		len(locks[1].Shared) != 1 || locks[1].Limit != 1 || !strings.Contains(locks[1].Shared[0].Owner, permit.pid) ||
+		locks[2].Queued != 1 || !strings.Contains(locks[2].Owner, fair.pid) {
+		t.Errorf("ls k: --json: %v\n%s", err, r.stdout)
+	}
+	reader.let(t)
+	permit.let(t)
+	fair.let(t)
+	expect(t, waiter.wait(), 0)
 }

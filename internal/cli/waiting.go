@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,17 +20,20 @@ const liveInterval = 200 * time.Millisecond
 // held the lock, for a message.
 const inspectTimeout = time.Second
 
-// waitReporter tells a waiting user who holds the lock: once, and again when
-// the holder changes. On a terminal it also keeps a live line with the time
-// waited, redrawn in place with '\r'. It runs in a goroutine of its own, so
-// that the lock's WithOnBusy hook never blocks.
+// waitReporter tells a waiting user what keeps the lock from them (its
+// holder, readers, permits in use, a waiting writer, their place in a fair
+// queue): once, and again when that changes. On a terminal it also keeps a
+// live line with the time waited, redrawn in place with '\r'. It runs in a
+// goroutine of its own, so that the lock's WithOnBusy hook never blocks.
 type waitReporter struct {
-	w     io.Writer
-	tty   bool
-	name  string
-	wait  time.Duration // --wait; waitForever for no limit
-	store *store
-	start time.Time
+	w       io.Writer
+	tty     bool
+	name    string
+	kind    lockKind
+	permits int           // --semaphore N
+	wait    time.Duration // --wait; waitForever for no limit
+	store   *store
+	start   time.Time
 
 	updates chan *dlock.NotObtainedError // capacity 1: the latest answer
 	stop    chan struct{}
@@ -38,12 +42,14 @@ type waitReporter struct {
 	liveLen int // width of the live line on screen, 0 when none
 }
 
-func startWaitReporter(w io.Writer, name string, wait time.Duration, st *store) *waitReporter {
+func startWaitReporter(w io.Writer, o *runOptions, st *store) *waitReporter {
 	r := &waitReporter{
 		w:       w,
 		tty:     isTerminal(w),
-		name:    name,
-		wait:    wait,
+		name:    o.name,
+		kind:    o.kind,
+		permits: o.permits,
+		wait:    o.wait,
 		store:   st,
 		start:   time.Now(),
 		updates: make(chan *dlock.NotObtainedError, 1),
@@ -85,16 +91,17 @@ func (r *waitReporter) loop() {
 		defer t.Stop()
 		tick = t.C
 	}
-	var holder string
+	var last string
 	seen := false
 	for {
 		select {
 		case e := <-r.updates:
-			if seen && e.Holder == holder {
+			state := waitState(e)
+			if seen && state == last {
 				continue
 			}
 			line := r.describe(e, seen)
-			seen, holder = true, e.Holder
+			seen, last = true, state
 			r.clearLive()
 			fmt.Fprintf(r.w, "dlock: %s\n", line)
 			r.drawLive()
@@ -107,25 +114,37 @@ func (r *waitReporter) loop() {
 	}
 }
 
-// describe says who holds the lock, for how long and until when.
+// waitState is what a new line is printed for when it changes: the holder
+// of an exclusive lock, the waiting writer, the number of shared holds (not
+// which of them expires first or last, which changes with every renewal),
+// the place in the queue.
+func waitState(e *dlock.NotObtainedError) string {
+	var s string
+	switch {
+	case e.WriterWaiting:
+		s = "writer\x00" + e.Holder
+	case e.Shared > 0:
+		s = "shared\x00" + strconv.Itoa(e.Shared)
+	default:
+		s = "holder\x00" + e.Holder
+	}
+	return s + "\x00" + strconv.Itoa(e.Position)
+}
+
+// describe says what keeps the lock from the waiter, and for how long it
+// waits.
 func (r *waitReporter) describe(e *dlock.NotObtainedError, changed bool) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%q is ", r.name)
-	if changed {
-		b.WriteString("now ")
-	}
-	b.WriteString("held by ")
-	b.WriteString(holderText(e.Holder))
-	b.WriteString(" (")
-	if d, ok := r.holderHeldFor(e.Holder); ok {
-		fmt.Fprintf(&b, "held for %s, ", fmtDuration(d))
-	}
-	if e.HolderTTL > 0 {
-		fmt.Fprintf(&b, "expires in %s", fmtDuration(e.HolderTTL))
+	what, afterIs := r.obstacle(e, changed)
+	if afterIs {
+		fmt.Fprintf(&b, "%q is %s", r.name, what)
 	} else {
-		b.WriteString("expiry unknown")
+		fmt.Fprintf(&b, "%q: %s", r.name, what)
 	}
-	b.WriteString("); ")
+	if e.Position > 0 {
+		fmt.Fprintf(&b, "; %s in the queue", ordinal(e.Position))
+	}
+	b.WriteString("; ")
 	switch {
 	case changed:
 		b.WriteString("still waiting")
@@ -137,19 +156,110 @@ func (r *waitReporter) describe(e *dlock.NotObtainedError, changed bool) string 
 	return b.String()
 }
 
+// obstacle describes what e says keeps the lock from the caller, without
+// the lock's name. When afterIs, it reads after "NAME is": "held by OWNER
+// (held for 3.0s, expires in 7.0s)" for an exclusive holder (or none
+// known), "free, but ..." for a fair lock with waiters queued; else after
+// "NAME:": "a writer is waiting (owner OWNER), ...", "5 of 5 permits in use
+// (...)" or "2 readers hold it (...)". now marks a change since the last
+// message. A reporter that waits says when the holder's expiry is unknown;
+// the final message (wait 0) leaves that out.
+func (r *waitReporter) obstacle(e *dlock.NotObtainedError, now bool) (what string, afterIs bool) {
+	var b strings.Builder
+	if now {
+		b.WriteString("now ")
+	}
+	switch {
+	case e.WriterWaiting:
+		fmt.Fprintf(&b, "a writer is waiting (owner %s), and readers let it go first", holderText(e.Holder))
+		return b.String(), false
+	case e.Shared > 0 && r.kind == lockSemaphore:
+		permits := e.Permits
+		if permits == 0 {
+			permits = r.permits
+		}
+		fmt.Fprintf(&b, "%d of %d permits in use", e.Shared, permits)
+		if e.HolderTTL > 0 {
+			fmt.Fprintf(&b, " (next expires in %s)", fmtDuration(e.HolderTTL))
+		}
+		return b.String(), false
+	case e.Shared > 0:
+		// A writer waits for every shared hold: readers, or the permits of
+		// a semaphore of the same name.
+		info, ok := r.inspect()
+		switch {
+		case ok && info.Limit > 0:
+			fmt.Fprintf(&b, "%d of %d permits in use", e.Shared, info.Limit)
+		case e.Shared == 1:
+			b.WriteString("1 reader holds it")
+		default:
+			fmt.Fprintf(&b, "%d readers hold it", e.Shared)
+		}
+		if e.HolderTTL > 0 {
+			fmt.Fprintf(&b, " (the last expires in %s)", fmtDuration(e.HolderTTL))
+		}
+		return b.String(), false
+	case e.Holder == "" && r.kind == lockFair:
+		// A fair attempt that does not wait yields to the waiters queued
+		// ahead of it, even when the lock is free.
+		if info, ok := r.inspect(); !ok || info.Owner == "" {
+			b.WriteString("free, but others are queued for it (a fair lock goes to them first)")
+			return b.String(), true
+		}
+	}
+	fmt.Fprintf(&b, "held by %s", holderText(e.Holder))
+	var details []string
+	if d, ok := r.holderHeldFor(e.Holder); ok && e.Holder != "" {
+		details = append(details, "held for "+fmtDuration(d))
+	}
+	if e.HolderTTL > 0 {
+		details = append(details, "expires in "+fmtDuration(e.HolderTTL))
+	} else if r.wait != 0 {
+		details = append(details, "expiry unknown")
+	}
+	if len(details) > 0 {
+		fmt.Fprintf(&b, " (%s)", strings.Join(details, ", "))
+	}
+	return b.String(), true
+}
+
+// inspect asks the store about the lock, for a message; ok is false when it
+// is not held or the store cannot tell.
+func (r *waitReporter) inspect() (driver.LockInfo, bool) {
+	if r.store == nil || r.store.inspector == nil {
+		return driver.LockInfo{}, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), inspectTimeout)
+	defer cancel()
+	info, ok, err := r.store.inspector.Inspect(ctx, r.name)
+	return info, ok && err == nil
+}
+
 // holderHeldFor asks the store how long holder has held the lock, and falls
 // back on the time in the owner string.
 func (r *waitReporter) holderHeldFor(holder string) (time.Duration, bool) {
 	info := driver.LockInfo{Key: r.name, Owner: holder}
-	if r.store != nil && r.store.inspector != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), inspectTimeout)
-		got, ok, err := r.store.inspector.Inspect(ctx, r.name)
-		cancel()
-		if err == nil && ok && got.Owner == holder {
-			info = got
-		}
+	if got, ok := r.inspect(); ok && got.Owner == holder {
+		info = got
 	}
 	return heldFor(info, time.Now())
+}
+
+// ordinal spells n as 1st, 2nd, 3rd, 4th, ..., 11th, 12th, 13th, 21st.
+func ordinal(n int) string {
+	suffix := "th"
+	switch n % 10 {
+	case 1:
+		suffix = "st"
+	case 2:
+		suffix = "nd"
+	case 3:
+		suffix = "rd"
+	}
+	if n%100 >= 11 && n%100 <= 13 {
+		suffix = "th"
+	}
+	return strconv.Itoa(n) + suffix
 }
 
 func (r *waitReporter) drawLive() {

@@ -1,0 +1,218 @@
+package cli
+
+import (
+	"bytes"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+)
+
+// TestParseKind: --fair, --shared and --semaphore N set the kind, and the
+// combinations that make no sense are usage errors.
+func TestParseKind(t *testing.T) {
+	a := &app{connectTimeout: defaultConnectTimeout}
+	good := []struct {
+		args    []string
+		kind    lockKind
+		permits int
+	}{
+		{[]string{"x", "--", "true"}, lockExclusive, 0},
+		{[]string{"--fair", "x", "--", "true"}, lockFair, 0},
+		{[]string{"x", "--shared", "--", "true"}, lockShared, 0},
+		{[]string{"--semaphore", "3", "x", "--", "true"}, lockSemaphore, 3},
+		{[]string{"--semaphore=1", "x", "--", "true"}, lockSemaphore, 1},
+		{[]string{"--fair", "--lock-delay", "1s", "x", "--", "true"}, lockFair, 0},
+	}
+	for _, c := range good {
+		o, err := parseRunArgs(a, c.args)
+		if err != nil || o.kind != c.kind || o.permits != c.permits {
+			t.Errorf("run %q: kind %v, permits %d, %v; want %v, %d", c.args, o.kind, o.permits, err, c.kind, c.permits)
+		}
+	}
+	bad := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--fair", "--shared", "x", "--", "true"}, "--fair and --shared exclude each other"},
+		{[]string{"--shared", "--semaphore", "2", "x", "--", "true"}, "--shared and --semaphore exclude each other"},
+		{[]string{"--fair", "--shared", "--semaphore", "2", "x", "--", "true"}, "--fair and --shared and --semaphore exclude each other"},
+		{[]string{"--semaphore", "0", "x", "--", "true"}, "--semaphore 0: want the number of permits, from 1 to 1048576"},
+		{[]string{"--semaphore", "-2", "x", "--", "true"}, "--semaphore -2: want the number of permits"},
+		{[]string{"--semaphore", "1048577", "x", "--", "true"}, "--semaphore 1048577: want"},
+		{[]string{"--semaphore", "many", "x", "--", "true"}, `invalid value "many" for flag -semaphore`},
+		{[]string{"--shared", "--lock-delay", "1s", "x", "--", "true"}, "--lock-delay does not apply to --shared"},
+		{[]string{"--semaphore", "2", "--lock-delay", "1s", "x", "--", "true"}, "--lock-delay does not apply to --semaphore"},
+	}
+	for _, c := range bad {
+		_, err := parseRunArgs(a, c.args)
+		ee, ok := err.(*exitError)
+		if !ok || ee.code != exitUsage || ee.usage != "run" || !strings.Contains(ee.msg, c.want) {
+			t.Errorf("run %q: %v, want a usage error with %q", c.args, err, c.want)
+		}
+	}
+}
+
+// TestKindEnv: DLOCK_KIND names each kind, and replaces a value inherited
+// from the environment.
+func TestKindEnv(t *testing.T) {
+	for kind, want := range map[lockKind]string{lockExclusive: "exclusive", lockFair: "fair", lockShared: "shared", lockSemaphore: "semaphore"} {
+		if kind.String() != want {
+			t.Errorf("%d.String() = %q, want %q", kind, kind.String(), want)
+		}
+	}
+	env := childEnv([]string{"DLOCK_KIND=stale", "DLOCK_KINDNESS=kept", "HOME=/h"}, nil, lockShared)
+	got := strings.Join(env, " ")
+	if strings.Contains(got, "stale") || !strings.Contains(got, "DLOCK_KINDNESS=kept") || !strings.HasSuffix(got, "DLOCK_KIND=shared") {
+		t.Errorf("childEnv = %q", env)
+	}
+}
+
+// TestWaitMessages: the waiting line and the final message describe each
+// kind of refusal.
+func TestWaitMessages(t *testing.T) {
+	owner := "web1|pid 7|2026-11-21T10:00:03Z|nightly"
+	cases := []struct {
+		name    string
+		kind    lockKind
+		permits int
+		e       dlock.NotObtainedError
+		line    string // describe, first message, --wait 30s
+		final   string // notObtainedErr with --wait 0
+	}{
+		{"exclusive holder", lockExclusive, 0,
+			dlock.NotObtainedError{Holder: owner, HolderTTL: 8 * time.Second},
+			`"x" is held by ` + owner + ` (held for \S+, expires in 8.0s); waiting up to 30s`,
+			`"x" is held by ` + owner + ` \(held for \S+, expires in 8.0s\); not waiting \(--wait 0\)`},
+		{"writer waiting", lockShared, 0,
+			dlock.NotObtainedError{Holder: owner, HolderTTL: 4 * time.Second, WriterWaiting: true},
+			`"x": a writer is waiting (owner ` + owner + `), and readers let it go first; waiting up to 30s`,
+			`"x": a writer is waiting \(owner ` + owner + `\), and readers let it go first; not waiting \(--wait 0\)`},
+		{"permits", lockSemaphore, 5,
+			dlock.NotObtainedError{Holder: owner, HolderTTL: 3 * time.Second, Shared: 5, Permits: 5},
+			`"x": 5 of 5 permits in use (next expires in 3.0s); waiting up to 30s`,
+			`"x": 5 of 5 permits in use \(next expires in 3.0s\); not waiting \(--wait 0\)`},
+		{"readers", lockExclusive, 0,
+			dlock.NotObtainedError{Holder: owner, HolderTTL: 9 * time.Second, Shared: 2},
+			`"x": 2 readers hold it (the last expires in 9.0s); waiting up to 30s`,
+			`"x": 2 readers hold it \(the last expires in 9.0s\); not waiting \(--wait 0\)`},
+		{"one reader", lockExclusive, 0,
+			dlock.NotObtainedError{Holder: owner, HolderTTL: 9 * time.Second, Shared: 1},
+			`"x": 1 reader holds it (the last expires in 9.0s); waiting up to 30s`,
+			`"x": 1 reader holds it`},
+		{"fair queue", lockFair, 0,
+			dlock.NotObtainedError{Holder: owner, HolderTTL: 8 * time.Second, Position: 3},
+			`"x" is held by ` + owner + ` (held for \S+, expires in 8.0s); 3rd in the queue; waiting up to 30s`,
+			`"x" is held by ` + owner},
+		{"fair, free, queue ahead", lockFair, 0,
+			dlock.NotObtainedError{Position: 2},
+			`"x" is free, but others are queued for it (a fair lock goes to them first); 2nd in the queue; waiting up to 30s`,
+			`"x" is free, but others are queued for it \(a fair lock goes to them first\); not waiting \(--wait 0\)`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o := &runOptions{name: "x", kind: c.kind, permits: c.permits, wait: 30 * time.Second}
+			r := &waitReporter{name: o.name, kind: o.kind, permits: o.permits, wait: o.wait}
+			e := c.e
+			e.Name = "x"
+			line := r.describe(&e, false)
+			want := regexp.QuoteMeta(c.line)
+			want = strings.ReplaceAll(want, `\\S\+`, `\S+`)
+			if !regexp.MustCompile("^" + want + "$").MatchString(line) {
+				t.Errorf("describe = %q\nwant %q", line, c.line)
+			}
+			o.wait = 0
+			msg := notObtainedErr(&store{where: "test"}, o, &e).msg
+			if !regexp.MustCompile("^" + c.final).MatchString(msg) {
+				t.Errorf("final message = %q\nwant %q", msg, c.final)
+			}
+		})
+	}
+	// A change is announced with "now", and only when what is in the way
+	// changes: not for another shared hold expiring last.
+	r := &waitReporter{name: "x", kind: lockExclusive, wait: waitForever}
+	e := &dlock.NotObtainedError{Name: "x", Holder: owner, HolderTTL: time.Second, Shared: 1}
+	if got := r.describe(e, true); got != `"x": now 1 reader holds it (the last expires in 1.0s); still waiting` {
+		t.Errorf("describe after a change = %q", got)
+	}
+	same := *e
+	same.Holder = "other"
+	if waitState(e) != waitState(&same) {
+		t.Error("a new last-expiring reader counts as a change")
+	}
+	moved := *e
+	moved.Position = 2
+	fewer := *e
+	fewer.Shared = 2
+	if waitState(e) == waitState(&moved) || waitState(e) == waitState(&fewer) {
+		t.Error("a new place in the queue or a new number of readers is not a change")
+	}
+}
+
+func TestOrdinal(t *testing.T) {
+	for n, want := range map[int]string{1: "1st", 2: "2nd", 3: "3rd", 4: "4th", 11: "11th", 12: "12th", 13: "13th", 21: "21st", 22: "22nd", 101: "101st", 111: "111th"} {
+		if got := ordinal(n); got != want {
+			t.Errorf("ordinal(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+// TestTableKinds: the SHARED and WAITING columns appear only when a lock
+// has shared holds or waiters; a lock held only by readers shows "-" in the
+// holder's columns; inspect lists each shared holder.
+func TestTableKinds(t *testing.T) {
+	now := time.Now()
+	plain := driver.LockInfo{Key: "plain", Owner: "a|pid 1|x", Fence: 4, Holds: 1, TTL: 8 * time.Second, HeldFor: 2 * time.Second}
+	var b bytes.Buffer
+	writeTable(&b, []driver.LockInfo{plain}, now)
+	if want := "NAME   OWNER      FENCE  HELD FOR  EXPIRES IN  HOLDS\nplain  a|pid 1|x  4      2.0s      8.0s        1\n"; b.String() != want {
+		t.Errorf("plain table:\n%s\nwant:\n%s", b.String(), want)
+	}
+
+	readers := driver.LockInfo{Key: "reports", WriterWaiting: true, Shared: []driver.SharedHold{
+		{Owner: "r1|pid 2|x", Fence: 5, TTL: 9 * time.Second},
+		{Owner: "r2|pid 3|x", Fence: 6, TTL: 7 * time.Second},
+	}}
+	pool := driver.LockInfo{Key: "pool", Limit: 5, Queued: 2, Shared: []driver.SharedHold{
+		{Owner: "p1|pid 4|x", Fence: 9, TTL: 6 * time.Second},
+	}}
+	fair := plain
+	fair.Key, fair.Queued = "fair", 3
+	b.Reset()
+	writeTable(&b, []driver.LockInfo{fair, plain, pool, readers}, now)
+	want := `NAME     OWNER      FENCE  HELD FOR  EXPIRES IN  HOLDS  SHARED       WAITING
+fair     a|pid 1|x  4      2.0s      8.0s        1      -            3 queued
+plain    a|pid 1|x  4      2.0s      8.0s        1      -            -
+pool     -          -      -         -           -      1/5 permits  2 queued
+reports  -          -      -         -           -      2 readers    writer
+`
+	if b.String() != want {
+		t.Errorf("table with kinds:\n%s\nwant:\n%s", b.String(), want)
+	}
+
+	b.Reset()
+	writeSharedTable(&b, readers, now)
+	want = `READER      FENCE  HELD FOR  EXPIRES IN
+r1|pid 2|x  5      -         9.0s
+r2|pid 3|x  6      -         7.0s
+`
+	if b.String() != want {
+		t.Errorf("readers:\n%s\nwant:\n%s", b.String(), want)
+	}
+	b.Reset()
+	writeSharedTable(&b, pool, now)
+	if !strings.HasPrefix(b.String(), "PERMIT HOLDER  FENCE") {
+		t.Errorf("permit holders:\n%s", b.String())
+	}
+
+	j := toJSON(pool, now)
+	if len(j.Shared) != 1 || j.Shared[0].Fence != 9 || j.Shared[0].ExpiresInMS != 6000 || j.Limit != 5 || j.Queued != 2 || j.Owner != "" || j.HeldForMS != nil {
+		t.Errorf("toJSON(pool) = %+v", j)
+	}
+	if j := toJSON(plain, now); j.Shared == nil || len(j.Shared) != 0 {
+		t.Errorf("toJSON(plain).Shared = %#v, want []", j.Shared)
+	}
+}

@@ -1,0 +1,396 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/dlock-go/dlock/internal/testserver"
+)
+
+// kindsJSON mirrors ls --json and inspect --json with the fields of shared
+// holds, queues and writer intents.
+type kindsJSON struct {
+	lockJSON
+	Shared []struct {
+		Owner       string `json:"owner"`
+		Fence       uint64 `json:"fence"`
+		HeldForMS   *int64 `json:"held_for_ms"`
+		ExpiresInMS int64  `json:"expires_in_ms"`
+	} `json:"shared"`
+	Limit         int  `json:"limit"`
+	Queued        int  `json:"queued"`
+	WriterWaiting bool `json:"writer_waiting"`
+}
+
+// holding is a dlock run whose command holds the lock until the test lets
+// it go.
+type holding struct {
+	*proc
+	dir, id string
+	kind    string // $DLOCK_KIND
+	fence   uint64 // $DLOCK_FENCE
+	pid     string // "|pid N|", as in its owner string
+}
+
+// hold starts dlock run with args (flags and the lock's name), whose
+// command writes "$DLOCK_KIND $DLOCK_FENCE" to DIR/ID.in and then runs until
+// DIR/ID.go exists. With wait it returns once the command runs.
+func hold(t *testing.T, e *env, dir, id string, wait bool, args ...string) *holding {
+	t.Helper()
+	script := fmt.Sprintf(`echo "$DLOCK_KIND $DLOCK_FENCE" > "$DIR/%[1]s.tmp" && mv "$DIR/%[1]s.tmp" "$DIR/%[1]s.in"; `+
+		`while [ ! -e "$DIR/%[1]s.go" ]; do sleep 0.05; done`, id)
+	p := e.start(append(args, "--", "sh", "-c", script)...)
+	h := &holding{proc: p, dir: dir, id: id, pid: fmt.Sprintf("|pid %d|", p.cmd.Process.Pid)}
+	if wait {
+		h.running(t)
+	}
+	return h
+}
+
+// running waits until h's command runs, and reads its kind and fence.
+func (h *holding) running(t *testing.T) {
+	t.Helper()
+	if _, err := fmt.Sscan(waitFile(t, filepath.Join(h.dir, h.id+".in"), h.proc), &h.kind, &h.fence); err != nil {
+		t.Fatalf("%s: %v", h.id, err)
+	}
+}
+
+// isRunning reports whether h's command has started.
+func (h *holding) isRunning() bool {
+	_, err := os.Stat(filepath.Join(h.dir, h.id+".in"))
+	return err == nil
+}
+
+// let ends h's command, and waits for dlock to exit 0.
+func (h *holding) let(t *testing.T) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(h.dir, h.id+".go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, h.wait(), 0)
+}
+
+// lsLine returns the line of ls's table for the lock name, and the header.
+func lsLine(t *testing.T, e *env, name string) (header, line string) {
+	t.Helper()
+	r := e.run("ls")
+	expect(t, r, 0)
+	lines := strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")
+	for _, l := range lines[1:] {
+		if strings.HasPrefix(l, name+" ") {
+			return lines[0], l
+		}
+	}
+	t.Fatalf("ls does not list %q:\n%s", name, r.stdout)
+	return "", ""
+}
+
+// inspectJSON returns inspect --json's answer for name.
+func inspectJSON(t *testing.T, e *env, name string) kindsJSON {
+	t.Helper()
+	r := e.run("inspect", "--json", name)
+	var j kindsJSON
+	if err := json.Unmarshal([]byte(r.stdout), &j); err != nil {
+		t.Fatalf("inspect --json %s: %v (exit %d)\n%s%s", name, err, r.code, r.stdout, r.stderr)
+	}
+	return j
+}
+
+// TestRunShared: two --shared runs hold the lock at once; a plain run (the
+// writer) waits for both, and once it waits new readers wait behind it; ls,
+// inspect and release --force show and remove the readers.
+func TestRunShared(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		dir := t.TempDir()
+		e := newEnv(t, backend, "DIR="+dir)
+
+		// Both readers hold it together: the second is not made to wait
+		// (--wait 0) while the first runs.
+		r1 := hold(t, e, dir, "r1", true, "run", "--shared", "book")
+		r2 := hold(t, e, dir, "r2", true, "run", "--shared", "book")
+		if r1.kind != "shared" || r2.kind != "shared" || r1.fence == r2.fence {
+			t.Errorf("readers: %s %d, %s %d", r1.kind, r1.fence, r2.kind, r2.fence)
+		}
+
+		expect(t, e.run("run", "book", "--", "echo", "ran"), 75, `"book": 2 readers hold it (the last expires in`, "not waiting (--wait 0)")
+
+		header, line := lsLine(t, e, "book")
+		if !regexp.MustCompile(`^NAME +OWNER +FENCE +HELD FOR +EXPIRES IN +HOLDS +SHARED +WAITING$`).MatchString(header) ||
+			!regexp.MustCompile(`^book +- +- +- +- +- +2 readers +-$`).MatchString(line) {
+			t.Errorf("ls:\n%s\n%s", header, line)
+		}
+		r := e.run("inspect", "book")
+		expect(t, r, 0)
+		if !strings.Contains(r.stdout, "\n\nREADER ") || !strings.Contains(r.stdout, r1.pid) || !strings.Contains(r.stdout, r2.pid) ||
+			!regexp.MustCompile(fmt.Sprintf(`\n\S+\|pid \d+\|\S+ +%d +[\d.]+m?s +[\d.]+s\n`, r1.fence)).MatchString(r.stdout) {
+			t.Errorf("inspect book:\n%s", r.stdout)
+		}
+		j := inspectJSON(t, e, "book")
+		if !j.Held || j.Owner != "" || len(j.Shared) != 2 || j.Limit != 0 || j.WriterWaiting ||
+			!strings.Contains(j.Shared[0].Owner+j.Shared[1].Owner, r1.pid) || j.Shared[0].ExpiresInMS <= 0 || j.Shared[0].HeldForMS == nil {
+			t.Errorf("inspect --json: %+v", j)
+		}
+
+		// The writer waits for the readers; a new reader now waits for it.
+		w := hold(t, e, dir, "w", false, "run", "--wait", "60s", "book")
+		waitStderr(t, w.proc, `"book": 2 readers hold it`)
+		expect(t, e.run("run", "--shared", "book", "--", "echo", "ran"), 75,
+			`"book": a writer is waiting (owner `, w.pid, "not waiting (--wait 0)")
+		if _, line := lsLine(t, e, "book"); !regexp.MustCompile(`^book +- +- +- +- +- +2 readers +writer$`).MatchString(line) {
+			t.Errorf("ls with a writer waiting: %q", line)
+		}
+		if j := inspectJSON(t, e, "book"); !j.WriterWaiting {
+			t.Errorf("inspect --json with a writer waiting: %+v", j)
+		}
+		late := hold(t, e, dir, "late", false, "run", "--shared", "--wait", "60s", "book")
+		waitStderr(t, late.proc, `"book": a writer is waiting (owner `)
+
+		r1.let(t)
+		waitStderr(t, w.proc, `"book": now 1 reader holds it`)
+		if w.isRunning() {
+			t.Fatal("the writer runs beside a reader")
+		}
+		r2.let(t)
+		w.running(t)
+		if w.kind != "exclusive" || w.fence <= r2.fence || w.fence <= r1.fence {
+			t.Errorf("writer: %s %d after readers %d, %d", w.kind, w.fence, r1.fence, r2.fence)
+		}
+		expect(t, e.run("run", "--shared", "book", "--", "echo", "ran"), 75, `"book" is held by `, w.pid)
+		if late.isRunning() {
+			t.Fatal("a reader runs beside the writer")
+		}
+		w.let(t)
+		late.running(t)
+		if late.fence <= w.fence {
+			t.Errorf("the late reader's fence %d is not above the writer's %d", late.fence, w.fence)
+		}
+
+		// release --force names every reader it removed; they stop.
+		other := hold(t, e, dir, "other", true, "run", "--shared", "book")
+		r = e.run("release", "--force", "book")
+		expect(t, r, 0)
+		lines := strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")
+		if len(lines) != 3 || lines[0] != `released "book", held by 2 readers:` ||
+			!regexp.MustCompile(`^  \S+\|pid \d+\|\S+ \(fence \d+, held for [\d.]+m?s\)$`).MatchString(lines[1]) ||
+			!strings.Contains(r.stdout, late.pid) || !strings.Contains(r.stdout, other.pid) {
+			t.Errorf("release --force:\n%s", r.stdout)
+		}
+		expect(t, late.wait(), 76, `lost lock "book"`)
+		expect(t, other.wait(), 76, `lost lock "book"`)
+	})
+}
+
+// TestRunSemaphore: --semaphore 2 lets two runs hold the name at once and
+// makes a third wait for a permit; ls and inspect show the permits.
+func TestRunSemaphore(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		dir := t.TempDir()
+		e := newEnv(t, backend, "DIR="+dir)
+		p1 := hold(t, e, dir, "p1", true, "run", "--semaphore", "2", "pool")
+		p2 := hold(t, e, dir, "p2", true, "run", "--semaphore", "2", "pool")
+		if p1.kind != "semaphore" || p2.kind != "semaphore" || p1.fence == p2.fence {
+			t.Errorf("permits: %s %d, %s %d", p1.kind, p1.fence, p2.kind, p2.fence)
+		}
+		expect(t, e.run("run", "--semaphore", "2", "pool", "--", "echo", "ran"), 75,
+			`"pool": 2 of 2 permits in use (next expires in`, "not waiting (--wait 0)")
+
+		if _, line := lsLine(t, e, "pool"); !regexp.MustCompile(`^pool +- +- +- +- +- +2/2 permits +-$`).MatchString(line) {
+			t.Errorf("ls: %q", line)
+		}
+		r := e.run("inspect", "pool")
+		expect(t, r, 0)
+		if !strings.Contains(r.stdout, "\n\nPERMIT HOLDER ") || !strings.Contains(r.stdout, p1.pid) || !strings.Contains(r.stdout, p2.pid) {
+			t.Errorf("inspect pool:\n%s", r.stdout)
+		}
+		if j := inspectJSON(t, e, "pool"); j.Limit != 2 || len(j.Shared) != 2 {
+			t.Errorf("inspect --json: %+v", j)
+		}
+
+		p3 := hold(t, e, dir, "p3", false, "run", "--semaphore", "2", "--wait", "60s", "pool")
+		waitStderr(t, p3.proc, `"pool": 2 of 2 permits in use (next expires in`)
+		if p3.isRunning() {
+			t.Fatal("a third permit holder runs")
+		}
+		// A plain run on the name waits for every permit.
+		expect(t, e.run("run", "pool", "--", "echo", "ran"), 75, `"pool": 2 of 2 permits in use (the last expires in`)
+		p1.let(t)
+		p3.running(t)
+		if p3.fence <= p2.fence {
+			t.Errorf("fence %d after %d", p3.fence, p2.fence)
+		}
+		p2.let(t)
+		p3.let(t)
+	})
+}
+
+// TestRunSemaphoreAtMostN: three runs with --semaphore 2, two rounds each,
+// log when their commands start and end: never more than two at once.
+func TestRunSemaphoreAtMostN(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		out := filepath.Join(t.TempDir(), "log")
+		e := newEnv(t, backend, "OUT="+out)
+		script := `echo "start $(date +%s%N) $DLOCK_FENCE" >> "$OUT"; sleep 0.3; echo "end $(date +%s%N) $DLOCK_FENCE" >> "$OUT"`
+		var wg sync.WaitGroup
+		results := make(chan result, 6)
+		for range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 2 {
+					results <- e.run("run", "--semaphore", "2", "--wait", "60s", "--ttl", "2s", "--kill-grace", "200ms", "sem", "--", "sh", "-c", script)
+				}
+			}()
+		}
+		wg.Wait()
+		close(results)
+		for r := range results {
+			expect(t, r, 0)
+		}
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		type event struct {
+			at    int64
+			delta int
+		}
+		var events []event
+		fences := map[uint64]int{}
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			kind := strings.Fields(l)[0]
+			at, fence := parseEvent(t, l, kind)
+			fences[fence]++
+			if kind == "start" {
+				events = append(events, event{at, +1})
+			} else {
+				events = append(events, event{at, -1})
+			}
+		}
+		if len(events) != 12 || len(fences) != 6 {
+			t.Fatalf("%d events with %d fences, want 12 with 6:\n%s", len(events), len(fences), b)
+		}
+		// Ends sort before starts at the same time: touching is not overlapping.
+		sort.Slice(events, func(i, j int) bool {
+			return events[i].at < events[j].at || events[i].at == events[j].at && events[i].delta < events[j].delta
+		})
+		n, most := 0, 0
+		for _, ev := range events {
+			n += ev.delta
+			most = max(most, n)
+		}
+		if most > 2 {
+			t.Errorf("%d commands ran at once with --semaphore 2:\n%s", most, b)
+		}
+	})
+}
+
+// TestRunFair: waiters of a --fair lock get it in the order they came, and
+// each says its place in the queue; ls shows the queue.
+func TestRunFair(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		dir := t.TempDir()
+		order := filepath.Join(dir, "order")
+		e := newEnv(t, backend, "DIR="+dir, "ORDER="+order)
+		h := hold(t, e, dir, "h", true, "run", "--fair", "q")
+		if h.kind != "fair" {
+			t.Errorf("DLOCK_KIND %q, want fair", h.kind)
+		}
+		var waiters []*proc
+		for i := 1; i <= 3; i++ {
+			p := e.start("run", "--fair", "--wait", "60s", "q", "--", "sh", "-c", fmt.Sprintf(`echo %d >> "$ORDER"`, i))
+			// The next one starts once this one is queued: the order of
+			// arrival is known.
+			waitStderr(t, p, `"q" is held by `)
+			waitStderr(t, p, []string{"", "1st", "2nd", "3rd"}[i]+" in the queue")
+			waiters = append(waiters, p)
+		}
+		if !strings.Contains(waiters[0].stderrSoFar(), h.pid) {
+			t.Errorf("the first waiter does not name the holder:\n%s", waiters[0].stderrSoFar())
+		}
+		if _, line := lsLine(t, e, "q"); !regexp.MustCompile(`^q +\S+\|pid \d+\|\S+ +\d+ +[\d.]+m?s +[\d.]+s +1 +- +3 queued$`).MatchString(line) {
+			t.Errorf("ls: %q", line)
+		}
+		if j := inspectJSON(t, e, "q"); j.Queued != 3 || !strings.Contains(j.Owner, h.pid) {
+			t.Errorf("inspect --json: %+v", j)
+		}
+		expect(t, e.run("run", "--fair", "q", "--", "echo", "ran"), 75, `"q" is held by `, h.pid)
+
+		r := e.run("release", "--force", "q")
+		expect(t, r, 0)
+		if !strings.Contains(r.stdout, h.pid) || !strings.HasSuffix(r.stdout, "\n3 waiters stay in its queue\n") {
+			t.Errorf("release --force:\n%s", r.stdout)
+		}
+		expect(t, h.wait(), 76, `lost lock "q"`)
+		for _, p := range waiters {
+			expect(t, p.wait(), 0)
+		}
+		if got := waitFile(t, order, nil); got != "1\n2\n3\n" {
+			t.Errorf("the waiters ran in the order %q, want 1 2 3", got)
+		}
+	})
+}
+
+// TestRunKindEnv: DLOCK_KIND names the kind, and every kind draws its fence
+// from the name's one counter.
+func TestRunKindEnv(t *testing.T) {
+	e := newEnv(t, sqliteURL(t), "DLOCK_KIND=stale")
+	var last uint64
+	for _, c := range []struct {
+		flags []string
+		kind  string
+	}{
+		{nil, "exclusive"},
+		{[]string{"--fair"}, "fair"},
+		{[]string{"--shared"}, "shared"},
+		{[]string{"--semaphore", "4"}, "semaphore"},
+	} {
+		args := append(append([]string{"run"}, c.flags...), "k", "--", "sh", "-c", `echo "$DLOCK_KIND $DLOCK_FENCE"`)
+		r := e.run(args...)
+		expect(t, r, 0)
+		var kind string
+		var fence uint64
+		if _, err := fmt.Sscan(r.stdout, &kind, &fence); err != nil || kind != c.kind || fence <= last {
+			t.Errorf("run %v: %q (%v), want kind %s and a fence above %d", c.flags, r.stdout, err, c.kind, last)
+		}
+		last = fence
+	}
+}
+
+// TestRunKindsNeedCapability: Redlock has no semaphores and no fair locks:
+// dlock says so as a usage error before it takes anything.
+func TestRunKindsNeedCapability(t *testing.T) {
+	var nodes []*testserver.Redis
+	var addrs []string
+	for range 3 {
+		n := testserver.StartRedis(t)
+		nodes = append(nodes, n)
+		addrs = append(addrs, n.Addr())
+	}
+	e := newEnv(t, "redlock://"+strings.Join(addrs, ","))
+	for _, c := range []struct {
+		flags []string
+		want  string
+	}{
+		{[]string{"--semaphore", "3"}, "--semaphore needs a store with semaphores; redlock over 3 nodes"},
+		{[]string{"--fair", "--wait", "5s"}, "--fair needs a store with fair locks; redlock over 3 nodes"},
+	} {
+		r := e.run(append(append([]string{"run"}, c.flags...), "k", "--", "echo", "ran")...)
+		expect(t, r, 64, c.want, "usage: dlock run")
+		if r.stdout != "" {
+			t.Errorf("run %v ran its command: %q", c.flags, r.stdout)
+		}
+	}
+	for i, n := range nodes {
+		if keys, err := n.Client(t).Keys(t.Context(), "*").Result(); err != nil || len(keys) != 0 {
+			t.Errorf("node %d has keys %v (%v)", i, keys, err)
+		}
+	}
+	expect(t, e.run("run", "k", "--", "true"), 0) // a plain lock works
+}

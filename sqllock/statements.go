@@ -1,0 +1,164 @@
+package sqllock
+
+// Templates (see dialectSQL) of the statements that every dialect runs
+// alike. Those marked "in a transaction" run only after the name's row has
+// been locked (txs.lock), and may then trust what they read: every change to
+// a name's shared holds, queue entries and writer intent is made under that
+// lock.
+const (
+	// mainCols is a name's row as mainRow scans it.
+	mainCols = `token, owner, fence, holds, {left:expires_at}, {left:shared_until}, intent_token, intent_owner, {left:intent_until}`
+
+	// tplEnsure makes the name's row if it has none (free, fence 0) and
+	// locks it, in one statement, and returns it (PostgreSQL and SQLite;
+	// the update changes nothing but takes the row lock).
+	tplEnsure = `INSERT INTO {t} (name, token, owner, fence, holds, acquired_at, expires_at)
+VALUES ($1, NULL, '', 0, 0, {now}, {now})
+ON CONFLICT (name) DO UPDATE SET name = excluded.name
+RETURNING ` + mainCols
+
+	// MySQL: the same in two statements. ON DUPLICATE KEY UPDATE takes an
+	// exclusive lock on an existing row (INSERT IGNORE would take a shared
+	// one, and two transactions that both upgrade it deadlock); the SELECT
+	// after it is the transaction's first consistent read, so its snapshot
+	// is taken after the lock and sees every change made under it.
+	tplEnsureMySQL = `INSERT INTO {t} (name, token, owner, fence, holds, acquired_at, expires_at)
+VALUES ($1, NULL, '', 0, 0, {now}, {now})
+ON DUPLICATE KEY UPDATE fence = fence`
+	tplMain = `SELECT ` + mainCols + ` FROM {t} WHERE name = $1`
+
+	// tplLock locks an existing row (PostgreSQL and MySQL); SQLite takes
+	// the database's write lock with a write instead.
+	tplLock       = tplMain + `{forupdate}`
+	tplLockSQLite = `UPDATE {t} SET name = name WHERE name = $1 RETURNING ` + mainCols
+
+	// stateCols read, in a transaction, what the name's shared holds and
+	// queue say to the request of token $2 ($3 is larger than every seq):
+	// nameState's fields, in order. tplState reads them alone; on MySQL,
+	// tplMainState reads them with the name's row, in the transaction's
+	// first consistent read.
+	stateCols = `
+  (SELECT COUNT(*) FROM {s} WHERE name = $1 AND token <> $2 AND expires_at > {now}),
+  (SELECT COUNT(*) FROM {s} WHERE name = $1 AND expires_at <= {now}),
+  (SELECT {left:expires_at} FROM {s} WHERE name = $1 AND token = $2),
+  (SELECT owner FROM {s} WHERE name = $1 AND token <> $2 AND expires_at > {now} ORDER BY expires_at, fence LIMIT 1),
+  (SELECT {left:expires_at} FROM {s} WHERE name = $1 AND token <> $2 AND expires_at > {now} ORDER BY expires_at, fence LIMIT 1),
+  (SELECT owner FROM {s} WHERE name = $1 AND token <> $2 AND expires_at > {now} ORDER BY expires_at DESC, fence DESC LIMIT 1),
+  (SELECT {left:expires_at} FROM {s} WHERE name = $1 AND token <> $2 AND expires_at > {now} ORDER BY expires_at DESC, fence DESC LIMIT 1),
+  (SELECT {time:MAX(expires_at)} FROM {s} WHERE name = $1 AND token <> $2 AND expires_at > {now}),
+  (SELECT seq FROM {q} WHERE name = $1 AND token = $2),
+  (SELECT {left:expires_at} FROM {q} WHERE name = $1 AND token = $2),
+  (SELECT COUNT(*) FROM {q} WHERE name = $1 AND token <> $2 AND expires_at > {now}),
+  (SELECT COUNT(*) FROM {q} WHERE name = $1 AND token <> $2 AND expires_at > {now}
+     AND seq < COALESCE((SELECT seq FROM {q} WHERE name = $1 AND token = $2 AND expires_at > {now}), $3)),
+  (SELECT token FROM {q} WHERE name = $1 AND token <> $2 AND expires_at > {now} ORDER BY seq LIMIT 1),
+  (SELECT COALESCE(MAX(seq), 0) FROM {q} WHERE name = $1),
+  (SELECT COUNT(*) FROM {q} WHERE name = $1 AND expires_at <= {now})`
+	tplState     = `SELECT` + stateCols
+	tplMainState = `SELECT ` + mainCols + `,` + stateCols + ` FROM {t} WHERE name = $1`
+
+	// A reader (Limit 0) in a transaction of three statements on MySQL and
+	// SQLite: the upsert makes or locks the row and, when no live exclusive
+	// holder and no live intent of another token are on it, draws the fence
+	// and raises shared_until ($3 is the TTL); then tplInsertShared adds the
+	// hold. What the grant must know is on the row, which the upsert locks,
+	// so nothing is read before. On MySQL LAST_INSERT_ID is the fence of a
+	// grant (1 for a new row, from VALUES) or 0; on SQLite a grant returns
+	// the fence.
+	tplReaderMySQL = `INSERT INTO {t} (name, token, owner, fence, holds, acquired_at, expires_at, shared_until)
+VALUES ($1, NULL, '', LAST_INSERT_ID(1), 0, {now}, {now}, {plus:$3})
+ON DUPLICATE KEY UPDATE
+  shared_until = IF((token IS NULL OR expires_at <= {now}) AND (intent_token IS NULL OR intent_until <= {now} OR intent_token = $2),
+                    GREATEST(COALESCE(shared_until, {now}), {plus:$3}), shared_until),
+  fence        = IF((token IS NULL OR expires_at <= {now}) AND (intent_token IS NULL OR intent_until <= {now} OR intent_token = $2),
+                    LAST_INSERT_ID(fence + 1), fence + LAST_INSERT_ID(0))`
+	tplReaderSQLite = `INSERT INTO {t} (name, token, owner, fence, holds, acquired_at, expires_at, shared_until)
+VALUES ($1, NULL, '', 1, 0, {now}, {now}, {plus:$3})
+ON CONFLICT (name) DO UPDATE SET fence = fence + 1,
+  shared_until = max(COALESCE(shared_until, excluded.acquired_at), excluded.shared_until)
+WHERE (token IS NULL OR expires_at <= excluded.acquired_at)
+  AND (intent_token IS NULL OR intent_until <= excluded.acquired_at OR intent_token = $2)
+RETURNING fence`
+
+	// Writes in a transaction, each on rows found by the reads before it.
+
+	// A shared grant: the hold's row (fence $4, limit $5, TTL $6), then the
+	// name's fence and shared_until, which is raised after the row's
+	// expiry was set, by a clock no earlier.
+	tplInsertShared = `INSERT INTO {s} (name, token, owner, fence, lim, acquired_at, expires_at)
+VALUES ($1, $2, $3, $4, $5, {now}, {plus:$6})
+{upsert:name, token} owner = {new:owner}, fence = {new:fence}, lim = {new:lim},
+  acquired_at = {new:acquired_at}, expires_at = {new:expires_at}`
+	tplRaiseShared = `UPDATE {t} SET fence = $2, shared_until = {max}(COALESCE(shared_until, {now}), {plus:$3}) WHERE name = $1`
+
+	// An exclusive grant by the transaction path (fence $2, TTL $4): it
+	// removes token $5's intent, and an intent that has lapsed.
+	tplGrant = `UPDATE {t} SET
+  intent_owner = CASE WHEN intent_token = $5 OR intent_until <= {now} THEN NULL ELSE intent_owner END,
+  intent_token = CASE WHEN intent_token = $5 OR intent_until <= {now} THEN NULL ELSE intent_token END,
+  fence = $2, holds = 1, acquired_at = {now}, owner = $3, expires_at = {plus:$4}, token = $5
+WHERE name = $1`
+	tplReenter = `UPDATE {t} SET holds = holds + 1, expires_at = {max}(expires_at, {plus:$2}) WHERE name = $1`
+
+	// tplSetIntent records token $2's writer intent, for QueueTTL $4.
+	tplSetIntent = `UPDATE {t} SET intent_token = $2, intent_owner = $3, intent_until = {plus:$4} WHERE name = $1`
+
+	// tplReleaseMain sets shared_until to $2 (a value read with {time:...},
+	// or NULL) and drops token $3's intent.
+	tplReleaseMain = `UPDATE {t} SET shared_until = {at:$2},
+  intent_owner = CASE WHEN intent_token = $3 THEN NULL ELSE intent_owner END,
+  intent_token = CASE WHEN intent_token = $3 THEN NULL ELSE intent_token END
+WHERE name = $1`
+
+	// tplFree frees the row of its exclusive holder and shared holds
+	// (ForceRelease).
+	tplFree = `UPDATE {t} SET token = NULL, shared_until = NULL WHERE name = $1`
+
+	tplDeleteShared = `DELETE FROM {s} WHERE name = $1 AND token = $2`
+	tplEnqueue      = `INSERT INTO {q} (name, token, seq, expires_at) VALUES ($1, $2, $3, {plus:$4})`
+	tplRequeue      = `UPDATE {q} SET seq = $3, expires_at = {plus:$4} WHERE name = $1 AND token = $2`
+	tplDequeue      = `DELETE FROM {q} WHERE name = $1 AND token = $2`
+
+	// tplHasMore tells whether token $2 has a shared hold, a queue entry or
+	// a writer intent on the name, for a Release or Renew that found no
+	// exclusive hold of it (outside a transaction: a hint, which the
+	// transaction checks).
+	tplHasMore = `SELECT
+  (SELECT COUNT(*) FROM {s} WHERE name = $1 AND token = $2) +
+  (SELECT COUNT(*) FROM {q} WHERE name = $1 AND token = $2) +
+  (SELECT COUNT(*) FROM {t} WHERE name = $1 AND intent_token = $2)`
+
+	// tplHolder reads who keeps an exclusive request of the name out, after
+	// its upsert was refused (SQLite and MySQL): the exclusive holder, and
+	// the live shared holds (their number, and the one that expires last).
+	tplHolder = `SELECT owner, token IS NOT NULL AND expires_at > {now}, {left:expires_at},
+  (SELECT COUNT(*) FROM {s} WHERE name = $1 AND expires_at > {now}),
+  (SELECT owner FROM {s} WHERE name = $1 AND expires_at > {now} ORDER BY expires_at DESC, fence DESC LIMIT 1),
+  (SELECT {left:expires_at} FROM {s} WHERE name = $1 AND expires_at > {now} ORDER BY expires_at DESC, fence DESC LIMIT 1)
+FROM {t} WHERE name = $1`
+
+	// tplIntent records token $2's writer intent for QueueTTL $4 after an
+	// exclusive request with Wait was refused, if shared holds still keep
+	// the name and no other token's intent is live; the token's own intent
+	// is refreshed. One statement on the row alone, so row locking makes it
+	// exact. (MySQL adds fence = LAST_INSERT_ID(fence) to tell a match.)
+	tplIntent = `UPDATE {t} SET intent_owner = $3, intent_until = {plus:$4}, intent_token = $2{matched}
+WHERE name = $1 AND shared_until > {now} AND NOT (token IS NOT NULL AND expires_at > {now})
+  AND (intent_token IS NULL OR intent_until <= {now} OR intent_token = $2)`
+
+	// Inspection: the name's row with each of its live shared holds, oldest
+	// grant first. infoCols is what scanInfos reads.
+	infoCols = `m.name, m.owner, m.fence, m.holds, {left:m.expires_at}, {since:m.acquired_at},
+  m.token IS NOT NULL AND m.expires_at > {now},
+  m.intent_token IS NOT NULL AND m.intent_until > {now},
+  (SELECT COUNT(*) FROM {q} q WHERE q.name = m.name AND q.expires_at > {now}),
+  s.owner, s.fence, {left:s.expires_at}, s.lim`
+	tplInspect = `SELECT ` + infoCols + `
+FROM {t} m LEFT JOIN {s} s ON s.name = m.name AND s.expires_at > {now}
+WHERE m.name = $1
+ORDER BY s.fence`
+	tplList = `SELECT ` + infoCols + `
+FROM {t} m LEFT JOIN {s} s ON s.name = m.name AND s.expires_at > {now}
+WHERE {prefix:m.name} AND ((m.token IS NOT NULL AND m.expires_at > {now}) OR s.name IS NOT NULL)
+ORDER BY m.name, s.fence`
+)
