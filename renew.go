@@ -104,17 +104,30 @@ func (r *renewer) loop() {
 		for len(r.h) > 0 && !r.h[0].at.After(now) {
 			due = append(due, heap.Pop(&r.h).(*grant))
 		}
+		// When something falls due, take along the grants whose renewal
+		// falls due a little later, so that leases taken one after the
+		// other share a batch instead of going out one loop turn apart.
+		nDue := len(due)
+		if nDue > 0 {
+			for len(r.h) > 0 && !r.h[0].at.After(now.Add(coalesceWindow)) {
+				due = append(due, heap.Pop(&r.h).(*grant))
+			}
+		}
 		r.mu.Unlock()
 
 		var batch []*grant
-		for _, g := range due {
+		for i, g := range due {
 			var lost *LostError
 			g.mu.Lock()
+			at := now
+			if i >= nDue { // taken along: renew up to its slack earlier still
+				at = now.Add(min(g.renewSlack(), coalesceWindow))
+			}
 			switch {
 			case g.ended:
 			case !now.Before(g.safeUntil()):
 				lost = g.lose(g.lossReason(), g.lastErr)
-			case g.renewDue(now):
+			case g.renewDue(at):
 				g.inflight = make(chan struct{})
 				batch = append(batch, g)
 				r.push(g)
@@ -150,6 +163,10 @@ func (r *renewer) loop() {
 		}
 	}
 }
+
+// coalesceWindow is how far ahead the renewer looks for renewals to add to
+// a batch that goes out now.
+const coalesceWindow = 50 * time.Millisecond
 
 // renewBatch renews the grants of one batch in one round trip when the
 // backend can, and applies the results.
