@@ -1,5 +1,6 @@
 // Package fairbench measures how evenly and how fast a contended lock changes
-// hands, for Fair() and for the default lock, on a real redis-server:
+// hands, for Fair() and for the default lock, on a real redis-server and a
+// real PostgreSQL (both wake waiters by notification):
 //
 //	go test -run XXX -bench Fairness -benchtime 1x ./internal/fairbench/
 //
@@ -8,8 +9,8 @@
 // short critical section, unlock and lock again at once. Reported per run:
 //
 //	jain        Jain's fairness index of grants per owner (1 = perfectly even, 1/16 = one owner got all)
-//	handoff-p50 / -p99  µs from a release to the next grant to a *different* owner
-//	ping-p50    µs of a PING on the same server in the same run (the baseline)
+//	handoff-p50 / -p99  µs from the call of a releasing Unlock to the return of the next grant to a *different* owner
+//	ping-p50    µs of a PING (Redis) or SELECT 1 (PostgreSQL) on the same server in the same run (the baseline)
 //	grants/s    grants per second over all owners
 package fairbench
 
@@ -25,8 +26,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock"
+	"github.com/dlock-go/dlock/sqllock"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -34,7 +37,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 const owners = 16
 
 // event is one grant: who got it, when the grant returned, and when the
-// owner's Unlock returned.
+// owner called Unlock.
 type event struct {
 	owner             int
 	granted, released time.Time
@@ -76,8 +79,9 @@ func percentile(d []time.Duration, p float64) time.Duration {
 	return s[int(math.Ceil(p*float64(len(s))))-1]
 }
 
-// contend runs owners on one name for d, each holding the lock for cs.
-func contend(t testing.TB, srv *testserver.Redis, fair bool, d, cs time.Duration) result {
+// contend runs owners on one name for d, each holding the lock for cs;
+// newBackend gives each owner a backend of its own.
+func contend(t testing.TB, newBackend func() driver.Backend, fair bool, d, cs time.Duration) result {
 	t.Helper()
 	opts := []dlock.Option{dlock.WithTTL(5 * time.Second)}
 	if fair {
@@ -86,7 +90,7 @@ func contend(t testing.TB, srv *testserver.Redis, fair bool, d, cs time.Duration
 	name := fmt.Sprintf("fairbench/%v/%d", fair, time.Now().UnixNano())
 	mutexes := make([]*dlock.Mutex, owners)
 	for i := range mutexes {
-		c := dlock.New(redislock.New(srv.Client(t)))
+		c := dlock.New(newBackend())
 		t.Cleanup(func() { _ = c.Close() })
 		mutexes[i] = c.Mutex(name, opts...)
 	}
@@ -116,12 +120,13 @@ func contend(t testing.TB, srv *testserver.Redis, fair bool, d, cs time.Duration
 				if cs > 0 {
 					spin(cs)
 				}
+				released := time.Now()
 				if err := l.Unlock(context.Background()); err != nil {
 					errs <- err
 					return
 				}
 				mu.Lock()
-				events = append(events, event{owner: i, granted: granted, released: time.Now()})
+				events = append(events, event{owner: i, granted: granted, released: released})
 				mu.Unlock()
 			}
 		}()
@@ -151,12 +156,12 @@ func spin(d time.Duration) {
 	}
 }
 
-func pingRTT(t testing.TB, srv *testserver.Redis) time.Duration {
-	rdb := srv.Client(t)
+// median returns the median time of 200 calls of fn.
+func median(t testing.TB, fn func() error) time.Duration {
 	var rtts []time.Duration
 	for range 200 {
 		s := time.Now()
-		if err := rdb.Ping(context.Background()).Err(); err != nil {
+		if err := fn(); err != nil {
 			t.Fatal(err)
 		}
 		rtts = append(rtts, time.Since(s))
@@ -164,21 +169,53 @@ func pingRTT(t testing.TB, srv *testserver.Redis) time.Duration {
 	return percentile(rtts, 0.5)
 }
 
+// store is one server under test: a backend per owner and a baseline round trip.
+type store struct {
+	newBackend func() driver.Backend
+	ping       func() error
+}
+
+func redisStore(t testing.TB) store {
+	srv := testserver.StartRedis(t)
+	rdb := srv.Client(t)
+	return store{
+		newBackend: func() driver.Backend { return redislock.New(srv.Client(t)) },
+		ping:       func() error { return rdb.Ping(context.Background()).Err() },
+	}
+}
+
+func postgresStore(t testing.TB) store {
+	srv := testserver.StartPostgres(t)
+	db := srv.DB(t, "postgres")
+	return store{
+		newBackend: func() driver.Backend { return sqllock.NewPostgres(srv.DB(t, "postgres")) },
+		ping: func() error {
+			var one int
+			return db.QueryRowContext(context.Background(), "SELECT 1").Scan(&one)
+		},
+	}
+}
+
 func BenchmarkFairness(b *testing.B) {
-	for _, fair := range []bool{false, true} {
-		b.Run(map[bool]string{false: "default", true: "fair"}[fair], func(b *testing.B) {
-			srv := testserver.StartRedis(b)
-			ping := pingRTT(b, srv)
-			for range b.N {
-				r := contend(b, srv, fair, 3*time.Second, 100*time.Microsecond)
-				b.ReportMetric(r.jain(), "jain")
-				b.ReportMetric(float64(percentile(r.handoffs, 0.5).Microseconds()), "handoff-p50-µs")
-				b.ReportMetric(float64(percentile(r.handoffs, 0.99).Microseconds()), "handoff-p99-µs")
-				b.ReportMetric(float64(ping.Microseconds()), "ping-p50-µs")
-				b.ReportMetric(float64(r.total())/r.elapsed.Seconds(), "grants/s")
-				b.Logf("grants per owner: %v", r.grants)
-			}
-		})
+	for _, backend := range []struct {
+		name  string
+		start func(testing.TB) store
+	}{{"redis", redisStore}, {"postgres", postgresStore}} {
+		for _, fair := range []bool{false, true} {
+			b.Run(backend.name+"/"+map[bool]string{false: "default", true: "fair"}[fair], func(b *testing.B) {
+				st := backend.start(b)
+				ping := median(b, st.ping)
+				for range b.N {
+					r := contend(b, st.newBackend, fair, 3*time.Second, 100*time.Microsecond)
+					b.ReportMetric(r.jain(), "jain")
+					b.ReportMetric(float64(percentile(r.handoffs, 0.5).Microseconds()), "handoff-p50-µs")
+					b.ReportMetric(float64(percentile(r.handoffs, 0.99).Microseconds()), "handoff-p99-µs")
+					b.ReportMetric(float64(ping.Microseconds()), "ping-p50-µs")
+					b.ReportMetric(float64(r.total())/r.elapsed.Seconds(), "grants/s")
+					b.Logf("grants per owner: %v", r.grants)
+				}
+			})
+		}
 	}
 }
 
@@ -186,8 +223,8 @@ func BenchmarkFairness(b *testing.B) {
 // with Fair, sixteen owners that lock again at once are served in turn, so
 // every owner gets a share and the index is close to 1. It asserts no speed.
 func TestFairRoundRobin(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	r := contend(t, srv, true, 2*time.Second, 0)
+	st := redisStore(t)
+	r := contend(t, st.newBackend, true, 2*time.Second, 0)
 	t.Logf("fair: %d grants, per owner %v, Jain %.3f", r.total(), r.grants, r.jain())
 	if r.total() < 4*owners {
 		t.Fatalf("only %d grants in 2s; want at least %d to judge fairness", r.total(), 4*owners)
