@@ -171,7 +171,11 @@ func (r *waitReporter) obstacle(e *dlock.NotObtainedError, now bool) (what strin
 	}
 	switch {
 	case e.WriterWaiting:
-		fmt.Fprintf(&b, "a writer is waiting (owner %s), and readers let it go first", holderText(e.Holder))
+		who := "readers"
+		if r.kind == lockSemaphore {
+			who = "permit holders"
+		}
+		fmt.Fprintf(&b, "a writer is waiting (owner %s), and %s let it go first", holderText(e.Holder), who)
 		return b.String(), false
 	case e.Shared > 0 && r.kind == lockSemaphore:
 		permits := e.Permits
