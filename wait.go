@@ -230,13 +230,7 @@ func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for attempt := 1; ; attempt++ {
-		h.subscribe(ctx, g)
-		// A release seen before this attempt is covered by the attempt.
-		select {
-		case <-g.wake:
-		default:
-		}
-		l, res, err := m.try(ctx, token, true)
+		l, res, err := h.attempt(ctx, g, g.wake, m, token)
 		switch {
 		case l != nil:
 			return l, nil
@@ -256,19 +250,9 @@ func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.
 			// A writer intent is kept only by trying again before it lapses.
 			d = min(d, m.opts.queueTTL()/3)
 		}
-		timer.Reset(d)
-		select {
-		case <-g.wake:
-		case <-timer.C:
-		case <-ctx.Done():
+		if !sleep(ctx, timer, d, g.wake) {
 			m.abandon(token, last)
 			return nil, notObtained()
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
 		}
 	}
 }
@@ -313,14 +297,7 @@ func (h *waitHub) waitFair(ctx context.Context, m *Mutex, token string, last dri
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for attempt := 1; ; attempt++ {
-		// Subscribe before trying, so that no release after the attempt
-		// is missed; a wake-up seen before it is covered by it.
-		h.subscribe(ctx, g)
-		select {
-		case <-w.wake:
-		default:
-		}
-		l, res, err := m.try(ctx, token, true)
+		l, res, err := h.attempt(ctx, g, w.wake, m, token)
 		switch {
 		case l != nil:
 			return l, nil
@@ -345,21 +322,43 @@ func (h *waitHub) waitFair(ctx context.Context, m *Mutex, token string, last dri
 			// that expires is announced by no release.
 			d = min(d, res.HolderTTL+time.Millisecond)
 		}
-		timer.Reset(d)
-		select {
-		case <-w.wake:
-		case <-timer.C:
-		case <-ctx.Done():
+		if !sleep(ctx, timer, d, w.wake) {
 			m.abandon(token, last)
 			return nil, notObtained()
 		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
+	}
+}
+
+// attempt makes one attempt of a wait: it subscribes to releases of the
+// key first, so that none after the attempt is missed, and drops a wake-up
+// seen before it, which the attempt covers.
+func (h *waitHub) attempt(ctx context.Context, g *waitGroup, wake chan struct{}, m *Mutex, token string) (*Lease, driver.AcquireResult, error) {
+	h.subscribe(ctx, g)
+	select {
+	case <-wake:
+	default:
+	}
+	return m.try(ctx, token, true)
+}
+
+// sleep waits for d, a wake-up or the end of ctx; it reports false when ctx
+// ended. timer is stopped and drained when it returns.
+func sleep(ctx context.Context, timer *time.Timer, d time.Duration, wake chan struct{}) bool {
+	timer.Reset(d)
+	ok := true
+	select {
+	case <-wake:
+	case <-timer.C:
+	case <-ctx.Done():
+		ok = false
+	}
+	if !timer.Stop() {
+		select {
+		case <-timer.C:
+		default:
 		}
 	}
+	return ok
 }
 
 var (
