@@ -51,11 +51,25 @@
 // READ COMMITTED, where each statement reads what was committed when it
 // began; MySQL: the first consistent read comes after the lock; SQLite: the
 // write lock). Releasing a shared hold recomputes shared_until from the
-// holds left, so a writer gets in the moment the last reader leaves. A
-// refused exclusive request with Wait records the writer's intent on the row,
-// which keeps new readers out until the writer is in or gives up. A shared
-// hold whose process died stays as an expired row until the name's next
-// transaction deletes it.
+// holds left, so a writer gets in the moment the last reader leaves; every
+// grant and renewal of a shared hold raises shared_until to at least the
+// hold's expiry (a reader's hold on MySQL and SQLite, inserted after the
+// upsert that raised it, is capped by it), so shared_until is never behind a
+// live hold, and a shared hold is not renewed while an exclusive holder is
+// live. A token holds one shared hold: a second shared request with it is
+// refused. A refused exclusive request with Wait records the writer's intent
+// on the row, which keeps new readers out until the writer is in or gives
+// up; a later refused request with Wait keeps the token's intent whatever
+// refuses it (another writer, too).
+//
+// Expired shared holds, queue entries and intents (a process that died, a
+// waiter that stopped asking) never keep anyone out: every check compares
+// their expiry with the database's clock. Their rows are deleted by the
+// name's next transaction (a reader's or a permit's acquire, a fair
+// acquire, the release of a shared hold, queue entry or intent, and
+// ForceRelease); the plain exclusive statements leave them, so the rows of
+// a name that only plain mutexes use afterwards, or that nobody uses again,
+// stay until such a transaction comes.
 //
 // # Round trips
 //
@@ -66,6 +80,7 @@
 //	                                          PostgreSQL  MySQL  SQLite
 //	exclusive acquire (granted)                        1      1       1
 //	  refused by a writer                              1      2       2
+//	  refused by a writer, Wait, token's own intent    2      3       3
 //	  refused by readers                               2      2       2
 //	  refused by readers, with Wait (intent)           3      3       3
 //	exclusive renew, release                           1      1       1
@@ -80,14 +95,16 @@
 //	RenewBatch (per 500 leases), exclusive only        1      1       1
 //	  with shared holds                                1      8       8
 //	Inspect, List                                      1      1       1
-//	ForceRelease                                       5      8       6
+//	ForceRelease                                       5      8       7
 //
 // On MySQL the first grant of a name ever takes three statements (UPDATE,
-// SELECT, INSERT), a reentrant acquire adds a SELECT for the hold count, and
-// a batch renewal that did not renew every lease with its UPDATE adds a
-// SELECT to tell which. A refused exclusive acquire that finds no holder
-// (the row was released or changed hands while it ran) tries once more, as
-// does MySQL's up to three times. A transaction that the database rolls
+// SELECT, INSERT), a reentrant acquire adds a SELECT for the hold count, a
+// batch renewal that did not renew every lease with its UPDATE adds a
+// SELECT to tell which, and a transaction that deletes a name's expired
+// rows from one table adds a SELECT and a DELETE (one DELETE elsewhere, in
+// the same statement as the other writes on PostgreSQL). A refused
+// exclusive acquire that finds no holder (the row was released or changed
+// hands while it ran) tries once more, as does MySQL's up to three times. A transaction that the database rolls
 // back for a deadlock or a serialization failure is run again, up to five
 // times.
 //

@@ -49,7 +49,9 @@ func withTable(table string) func(string) string {
 const (
 	// One round trip when the upsert takes a free or expired row without
 	// live shared holds, re-enters, or finds an exclusive holder, which the
-	// outer query then reads (kind 2). It reads the statement's snapshot,
+	// outer query then reads (kind 2), with whether the token has a live
+	// writer intent (which a request with Wait then refreshes with
+	// txs.recordIntent). It reads the statement's snapshot,
 	// which a grant that raced this statement may postdate: then it reports
 	// the holder before, or none. With none, a second statement
 	// (txs.refused) reads the shared holds that keep the lock, or finds it
@@ -72,9 +74,10 @@ const (
     AND (l.shared_until IS NULL OR l.shared_until <= now())
   RETURNING l.fence, l.holds
 )
-SELECT 1, fence, holds, '', 0::bigint FROM granted
+SELECT 1, fence, holds, '', 0::bigint, false FROM granted
 UNION ALL
-SELECT 2, 0, 0, h.owner, (extract(epoch FROM h.expires_at - now()) * 1000000)::bigint
+SELECT 2, 0, 0, h.owner, (extract(epoch FROM h.expires_at - now()) * 1000000)::bigint,
+  h.intent_token IS NOT NULL AND h.intent_token = $2 AND h.intent_until > now()
 FROM {t} h
 WHERE h.name = $1 AND h.token IS NOT NULL AND h.expires_at > now() AND NOT EXISTS (SELECT FROM granted)`
 
@@ -82,11 +85,16 @@ WHERE h.name = $1 AND h.token IS NOT NULL AND h.expires_at > now() AND NOT EXIST
 	// what a shared grant must know (no live exclusive holder, no live
 	// intent of another token) is on the row, which the upsert locks and
 	// checks in its latest version; it raises shared_until and draws the
-	// fence there, and the hold's row is inserted in the same statement. A
-	// release, which recomputes shared_until, locks the row first and then
-	// reads the holds, so it waits for this statement and sees its hold.
-	// Refused, the outer query reads the holder (kind 2) or the writer's
-	// intent (kind 3) from the snapshot, as pgAcquire does.
+	// fence there, and the hold's row is inserted in the same statement,
+	// with the same now(), so that shared_until covers it. A release, which
+	// recomputes shared_until, locks the row first and then reads the
+	// holds, so it waits for this statement and sees its hold. A token
+	// holds once: its live hold refuses the grant (kind 4; the check reads
+	// the snapshot, and a hold of the same token committed meanwhile, by a
+	// request sent twice at once, is kept: then nothing is granted and the
+	// statement reports nothing). Refused, the outer query reads the holder
+	// (kind 2) or the writer's intent (kind 3) from the snapshot, as
+	// pgAcquire does.
 	pgAcquireShared = `WITH granted AS (
   INSERT INTO {t} AS l (name, token, owner, fence, holds, acquired_at, expires_at, shared_until)
   VALUES ($1, NULL, '', 1, 0, now(), now(), now() + $4::bigint * interval '1 microsecond')
@@ -95,14 +103,17 @@ WHERE h.name = $1 AND h.token IS NOT NULL AND h.expires_at > now() AND NOT EXIST
     shared_until = greatest(l.shared_until, excluded.shared_until)
   WHERE (l.token IS NULL OR l.expires_at <= now())
     AND (l.intent_token IS NULL OR l.intent_until <= now() OR l.intent_token = $2)
+    AND NOT EXISTS (SELECT FROM {s} WHERE name = $1 AND token = $2 AND expires_at > now())
   RETURNING l.fence
 ), hold AS (
-  INSERT INTO {s} (name, token, owner, fence, lim, acquired_at, expires_at)
+  INSERT INTO {s} AS s (name, token, owner, fence, lim, acquired_at, expires_at)
   SELECT $1, $2, $3, fence, 0, now(), now() + $4::bigint * interval '1 microsecond' FROM granted
   ON CONFLICT (name, token) DO UPDATE SET owner = excluded.owner, fence = excluded.fence, lim = excluded.lim,
     acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+  WHERE s.expires_at <= now()
+  RETURNING s.fence
 )
-SELECT 1, fence, '', 0::bigint, 0::bigint FROM granted
+SELECT 1, fence, '', 0::bigint, 0::bigint FROM hold
 UNION ALL
 SELECT 2, 0, h.owner, (extract(epoch FROM h.expires_at - now()) * 1000000)::bigint, 0
 FROM {t} h
@@ -112,16 +123,30 @@ SELECT 3, 0, h.intent_owner, (extract(epoch FROM h.intent_until - now()) * 10000
   (SELECT count(*) FROM {s} WHERE name = $1 AND expires_at > now())
 FROM {t} h
 WHERE h.name = $1 AND h.intent_token IS NOT NULL AND h.intent_until > now() AND h.intent_token <> $2
-  AND NOT EXISTS (SELECT FROM granted)`
+  AND NOT EXISTS (SELECT FROM granted)
+UNION ALL
+SELECT 4, 0, $3, (extract(epoch FROM s.expires_at - now()) * 1000000)::bigint,
+  (SELECT count(*) FROM {s} WHERE name = $1 AND expires_at > now())
+FROM {s} s
+WHERE s.name = $1 AND s.token = $2 AND s.expires_at > now() AND NOT EXISTS (SELECT FROM granted)`
 
 	// Renews an exclusive lease, or a shared hold, in one statement: 1 when
 	// the token held either. A shared hold's renewal locks the name's row
 	// first (locked: the uncorrelated EXISTS runs before any hold row is
 	// touched), as every transaction on shared holds does, so that two never
-	// wait for each other; then it extends the hold and raises shared_until
-	// after it. Both are updates of single rows, which PostgreSQL checks
-	// again in their latest version after a wait: no read of the holds that
-	// an earlier snapshot could leave stale.
+	// wait for each other, and only while the row has no live exclusive
+	// holder, which FOR UPDATE checks again in the row's latest version
+	// after a wait; then it extends the hold and raises shared_until after
+	// it. Both are updates of single rows, which PostgreSQL checks again in
+	// their latest version after a wait: no read of the holds that an
+	// earlier snapshot could leave stale.
+	//
+	// now() is the statement's start, before any wait for the row lock. An
+	// exclusive lease that expired during that wait may still be renewed:
+	// no one else can have taken the row meanwhile (the token check runs on
+	// its latest version). A shared hold's expiry is checked against
+	// clock_timestamp(), after the row lock: a writer may have come and gone
+	// during the wait once the hold expired, and it must not revive.
 	pgRenew = `WITH renewed AS (
   UPDATE {t}
   SET expires_at = greatest(expires_at, now() + $3::bigint * interval '1 microsecond')
@@ -131,11 +156,12 @@ WHERE h.name = $1 AND h.intent_token IS NOT NULL AND h.intent_until > now() AND 
   SELECT name FROM {t}
   WHERE name = $1 AND NOT EXISTS (SELECT FROM renewed)
     AND EXISTS (SELECT FROM {s} WHERE name = $1 AND token = $2 AND expires_at > now())
+    AND (token IS NULL OR expires_at <= now())
   FOR UPDATE
 ), hold AS (
   UPDATE {s}
   SET expires_at = greatest(expires_at, now() + $3::bigint * interval '1 microsecond')
-  WHERE name = $1 AND token = $2 AND expires_at > now() AND EXISTS (SELECT FROM locked)
+  WHERE name = $1 AND token = $2 AND expires_at > clock_timestamp() AND EXISTS (SELECT FROM locked)
   RETURNING expires_at
 ), raised AS (
   UPDATE {t} AS l SET shared_until = greatest(l.shared_until, h.expires_at)
@@ -145,7 +171,8 @@ SELECT (SELECT count(*) FROM renewed) + (SELECT count(*) FROM hold)`
 
 	// The same for many leases: the (name, token) of each lease renewed.
 	// The names with shared holds among the requests are locked in name
-	// order, so that two batches cannot deadlock.
+	// order, so that two batches cannot deadlock, when they have no live
+	// exclusive holder.
 	pgRenewBatch = `WITH r AS (
   SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) AS r(name, token, ttl)
 ), renewed AS (
@@ -157,13 +184,14 @@ SELECT (SELECT count(*) FROM renewed) + (SELECT count(*) FROM hold)`
 ), locked AS (
   SELECT l.name FROM {t} l
   WHERE l.name IN (SELECT s.name FROM {s} s JOIN r ON s.name = r.name AND s.token = r.token WHERE s.expires_at > now())
+    AND (l.token IS NULL OR l.expires_at <= now())
   ORDER BY l.name
   FOR UPDATE
 ), hold AS (
   UPDATE {s} AS s
   SET expires_at = greatest(s.expires_at, now() + r.ttl * interval '1 microsecond')
   FROM r
-  WHERE s.name = r.name AND s.token = r.token AND s.expires_at > now() AND s.name IN (SELECT name FROM locked)
+  WHERE s.name = r.name AND s.token = r.token AND s.expires_at > clock_timestamp() AND s.name IN (SELECT name FROM locked)
   RETURNING s.name, s.token, s.expires_at
 ), raised AS (
   UPDATE {t} AS l SET shared_until = greatest(l.shared_until, x.until)
@@ -179,6 +207,15 @@ SELECT name, token FROM hold`
 	// out when it commits. When the token held nothing, the second part
 	// says whether it has a shared hold, a queue entry or an intent, for
 	// txs.release (-1).
+	//
+	// now() is the statement's start, before any wait for the row lock: a
+	// lease that expired during the wait is still released (no one else
+	// took the row meanwhile: the token check runs on its latest version).
+	// The head is read after the wait, from the statement's snapshot, with
+	// entries that lapsed during it left out (clock_timestamp()); an entry
+	// that came or left during the wait may be missed or named, which costs
+	// the waiters only a retry at their refresh (QueueTTL/3), as does a
+	// notification lost.
 	pgRelease = `WITH released AS (
   UPDATE {t} SET holds = holds - 1, token = CASE WHEN holds > 1 THEN token END
   WHERE name = $1 AND token = $2 AND expires_at > now()
@@ -189,7 +226,7 @@ LEFT JOIN LATERAL (
   SELECT pg_notify('` + releaseChannel + `',
     CASE WHEN h.token IS NULL AND left(r.name, 1) <> chr(31) THEN r.name
     ELSE chr(31) || octet_length(r.name) || ':' || r.name || coalesce(h.token, '') END)
-  FROM (SELECT (SELECT q.token FROM {q} q WHERE q.name = r.name AND q.expires_at > now() ORDER BY q.seq LIMIT 1) AS token) h
+  FROM (SELECT (SELECT q.token FROM {q} q WHERE q.name = r.name AND q.expires_at > clock_timestamp() ORDER BY q.seq LIMIT 1) AS token) h
   WHERE r.holds = 0
 ) n ON true
 UNION ALL
@@ -205,10 +242,11 @@ func (p *postgres) acquire(ctx context.Context, req driver.AcquireRequest) (driv
 		fence, ttlUS int64
 		holds        int
 		holder       string
+		ownIntent    bool
 	)
 	err := p.db.QueryRowContext(ctx, p.acquireSQL,
 		req.Key, req.Token, req.Owner, units(req.TTL, time.Microsecond), req.Reentrant,
-	).Scan(&kind, &fence, &holds, &holder, &ttlUS)
+	).Scan(&kind, &fence, &holds, &holder, &ttlUS, &ownIntent)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		// Shared holds keep the lock, or its holder changed while the
@@ -220,7 +258,12 @@ func (p *postgres) acquire(ctx context.Context, req driver.AcquireRequest) (driv
 	case kind == 1:
 		return driver.AcquireResult{Acquired: true, Fence: uint64(fence), Holds: holds}, nil
 	}
-	return driver.AcquireResult{Holder: holder, HolderTTL: time.Duration(max(ttlUS, 0)) * time.Microsecond}, nil
+	res := driver.AcquireResult{Holder: holder, HolderTTL: time.Duration(max(ttlUS, 0)) * time.Microsecond}
+	if ownIntent && req.Wait {
+		// A waiting writer keeps its intent behind another writer.
+		res.Queued, err = p.tx.recordIntent(ctx, req)
+	}
+	return res, err
 }
 
 func (p *postgres) acquireShared(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, bool, error) {
@@ -231,7 +274,10 @@ func (p *postgres) acquireShared(ctx context.Context, req driver.AcquireRequest)
 	if err != nil {
 		return driver.AcquireResult{}, true, err
 	}
+	// The rows come in no set order: the lowest kind says (a grant; else
+	// the exclusive holder, the writer's intent, the token's own hold).
 	var res driver.AcquireResult
+	best := 0
 	for rows.Next() {
 		var kind int
 		var fence, ttlUS, count int64
@@ -240,14 +286,20 @@ func (p *postgres) acquireShared(ctx context.Context, req driver.AcquireRequest)
 			rows.Close()
 			return driver.AcquireResult{}, true, err
 		}
+		if best != 0 && kind >= best {
+			continue
+		}
+		best = kind
 		ttl := time.Duration(max(ttlUS, 0)) * time.Microsecond
-		switch {
-		case kind == 1:
+		switch kind {
+		case 1:
 			res = driver.AcquireResult{Acquired: true, Fence: uint64(fence), Holds: 1}
-		case kind == 2:
+		case 2:
 			res = driver.AcquireResult{Holder: holder, HolderTTL: ttl}
-		case kind == 3 && res.Holder == "":
+		case 3:
 			res = driver.AcquireResult{Holder: holder, HolderTTL: ttl, WriterWaiting: true, Shared: int(count)}
+		case 4:
+			res = driver.AcquireResult{Holder: holder, HolderTTL: ttl, Shared: int(count)}
 		}
 	}
 	if err := rows.Close(); err != nil {

@@ -23,6 +23,7 @@ func (t *txs) acquireShared(ctx context.Context, req driver.AcquireRequest) (dri
 		if err != nil {
 			return false, err
 		}
+		mine := st.mineLeft.Valid && st.mineLeft.Int64 > 0
 		switch {
 		case m.held():
 			res.Holder, res.HolderTTL = m.owner, t.x.duration(m.heldLeft.Int64)
@@ -31,6 +32,14 @@ func (t *txs) acquireShared(ctx context.Context, req driver.AcquireRequest) (dri
 			res.WriterWaiting = true
 			res.Holder, res.HolderTTL = m.intentOwner.String, t.x.duration(m.intentLeft.Int64)
 			res.Shared = int(st.sharedLive)
+			if mine {
+				res.Shared++
+			}
+			return false, nil
+		case mine:
+			// A token holds once: its own hold refuses it, as an exclusive
+			// holder refuses a request without Reentrant.
+			refuseOwn(&res, t.x, req.Owner, st)
 			return false, nil
 		case req.Limit > 0 && st.sharedLive >= int64(req.Limit):
 			res.Holder, res.HolderTTL = st.firstOwner.String, t.x.duration(st.firstLeft.Int64)
@@ -79,28 +88,58 @@ func (t *txs) acquireReader(ctx context.Context, req driver.AcquireRequest) (dri
 		if err != nil {
 			return false, err
 		}
-		if fence <= 0 {
-			m, st, err := x.read(req.Key, req.Token)
-			if err != nil {
-				return false, err
+		if fence > 0 {
+			// The hold, unless the token has a live one (a token holds
+			// once): then the transaction, the upsert's fence and
+			// shared_until with it, is rolled back.
+			var added bool
+			if added, err = x.insertReader(req, fence, ttl); err != nil || added {
+				res = driver.AcquireResult{Acquired: added, Fence: uint64(fence), Holds: 1}
+				return added, err
 			}
-			switch {
-			case m.held():
-				res.Holder, res.HolderTTL = m.owner, t.x.duration(m.heldLeft.Int64)
-			case m.intentLive():
-				res.WriterWaiting = true
-				res.Holder, res.HolderTTL = m.intentOwner.String, t.x.duration(m.intentLeft.Int64)
-				res.Shared = int(st.sharedLive)
-			}
-			return false, nil
 		}
-		if err := x.exec(t.insertShared, req.Key, req.Token, req.Owner, fence, 0, ttl); err != nil {
+		m, st, err := x.read(req.Key, req.Token)
+		if err != nil {
 			return false, err
 		}
-		res = driver.AcquireResult{Acquired: true, Fence: uint64(fence), Holds: 1}
-		return true, nil
+		switch {
+		case m.held():
+			res.Holder, res.HolderTTL = m.owner, t.x.duration(m.heldLeft.Int64)
+		case m.intentLive() && m.intentToken.String != req.Token:
+			res.WriterWaiting = true
+			res.Holder, res.HolderTTL = m.intentOwner.String, t.x.duration(m.intentLeft.Int64)
+			res.Shared = int(st.sharedLive)
+		case st.mineLeft.Valid && st.mineLeft.Int64 > 0:
+			refuseOwn(&res, t.x, req.Owner, st)
+		}
+		return false, nil
 	})
 	return res, err
+}
+
+// insertReader adds the hold of a reader that tplReader granted with
+// fence (tplInsertReader), and reports false when the token has a live
+// hold already, which it keeps.
+func (x *txn) insertReader(req driver.AcquireRequest, fence, ttl int64) (bool, error) {
+	s := x.t.insertReader
+	r, err := x.tx.ExecContext(x.ctx, s.query, s.args(req.Key, req.Token, req.Owner, fence, ttl)...)
+	if err != nil {
+		return false, err
+	}
+	if x.t.d == MySQL {
+		id, err := r.LastInsertId()
+		return id > 0, err
+	}
+	n, err := r.RowsAffected()
+	return n > 0, err
+}
+
+// refuseOwn describes the refusal of a shared request whose token has a
+// live shared hold already: that hold (its owner, from the request, and
+// its time to live) and the live shared holds, the token's included.
+func refuseOwn(res *driver.AcquireResult, x *dialectSQL, owner string, st nameState) {
+	res.Holder, res.HolderTTL = owner, x.duration(st.mineLeft.Int64)
+	res.Shared = int(st.sharedLive) + 1
 }
 
 // acquireFair makes or refuses a Fair exclusive grant in a transaction. A
@@ -163,7 +202,11 @@ func (t *txs) acquireFair(ctx context.Context, req driver.AcquireRequest) (drive
 		if err != nil {
 			return false, err
 		}
-		if blocked && (!m.intentLive() || m.intentToken.String == req.Token) {
+		// A writer intent is recorded when shared holds keep the lock out
+		// and no other token's intent is live; the token's own live intent
+		// is kept whatever refused it (another writer too).
+		ownIntent := m.intentLive() && m.intentToken.String == req.Token
+		if ownIntent || (blocked && !m.intentLive()) {
 			if err := x.exec(t.setIntent, req.Key, req.Token, req.Owner, qttl); err != nil {
 				return false, err
 			}
@@ -204,11 +247,6 @@ func (t *txs) release(ctx context.Context, key, token string) (driver.ReleaseRes
 			if err := x.exec(t.deleteShared, key, token); err != nil {
 				return false, err
 			}
-			if st.sharedExpired > 0 {
-				if err := x.prune(key, token, false, false); err != nil {
-					return false, err
-				}
-			}
 		}
 		if hadShared || ownIntent {
 			if err := x.exec(t.releaseMain, key, st.maxOthers, token); err != nil {
@@ -219,20 +257,29 @@ func (t *txs) release(ctx context.Context, key, token string) (driver.ReleaseRes
 			if err := x.exec(t.dequeue, key, token); err != nil {
 				return false, err
 			}
-			if st.queueExpired > 0 {
-				if err := x.prune(key, token, true, false); err != nil {
-					return false, err
-				}
+		}
+		// The name's expired rows go too, whatever the token had (on
+		// PostgreSQL in the same statement as the writes above).
+		if st.sharedExpired > 0 {
+			if err := x.prune(key, token, false, false); err != nil {
+				return false, err
+			}
+		}
+		if st.queueExpired > 0 {
+			if err := x.prune(key, token, true, false); err != nil {
+				return false, err
 			}
 		}
 		heldShared := hadShared && st.mineLeft.Int64 > 0
 		wasHead := hadEntry && st.myLeft.Int64 > 0 && st.ahead == 0
-		if heldShared || (ownIntent && m.intentLive()) || (wasHead && !m.held()) {
-			next := ""
-			if !m.held() && st.head.Valid {
-				next = st.head.String
-			}
-			x.notify(key, next)
+		switch {
+		case heldShared || (ownIntent && m.intentLive()):
+			// Readers may be let in, or a writer: everyone tries.
+			x.notify(key, "")
+		case wasHead && !m.held():
+			// The head left a lock without an exclusive holder: the next
+			// in line may take it.
+			x.notify(key, st.head.String)
 		}
 		res = driver.ReleaseResult{Held: heldShared}
 		return true, nil
@@ -295,8 +342,12 @@ func (t *txs) renew(ctx context.Context, reqs []driver.RenewRequest) ([]bool, er
 			}
 			cond.WriteString("))")
 		}
+		// A shared hold is renewed only while no exclusive holder is live:
+		// one beside it would be a broken invariant (shared_until behind a
+		// hold), and renewing it would keep the reader beside the writer.
 		read := t.x.stmt(`SELECT 1, name, token, {left:expires_at} FROM {t} WHERE ` + cond.String() +
-			` UNION ALL SELECT 2, name, token, {left:expires_at} FROM {s} WHERE ` + cond.String())
+			` UNION ALL SELECT 2, name, token, {left:expires_at} FROM {s} s WHERE (` + cond.String() + `)
+  AND NOT EXISTS (SELECT 1 FROM {t} m WHERE m.name = s.name AND m.token IS NOT NULL AND m.expires_at > {now})`)
 		rows, err := tx.QueryContext(ctx, read.query, read.args(args...)...)
 		if err != nil {
 			return false, err
@@ -400,13 +451,17 @@ func (t *txs) renew(ctx context.Context, reqs []driver.RenewRequest) ([]bool, er
 }
 
 // forceRelease frees the name of its exclusive holder and every shared
-// hold, keeps its queue and writer intent, and notifies (next "").
+// hold, keeps its queue (but its expired entries) and writer intent, and
+// notifies (next "").
 func (t *txs) forceRelease(ctx context.Context, key string) (driver.LockInfo, bool, error) {
 	var info driver.LockInfo
 	var ok bool
 	err := t.run(ctx, func(x *txn) (bool, error) {
 		info, ok = driver.LockInfo{}, false
-		if _, _, found, err := x.lock(key, "", false, false); err != nil || !found {
+		// MySQL reads the queue's state with the row, at no cost; the
+		// others delete the expired entries without asking.
+		_, st, found, err := x.lock(key, "", false, t.d == MySQL)
+		if err != nil || !found {
 			return false, err
 		}
 		infos, err := t.infos(ctx, x.tx, t.inspect, key)
@@ -418,6 +473,11 @@ func (t *txs) forceRelease(ctx context.Context, key string) (driver.LockInfo, bo
 		}
 		if err := x.prune(key, "", false, true); err != nil {
 			return false, err
+		}
+		if t.d != MySQL || st.queueExpired > 0 {
+			if err := x.prune(key, "", true, false); err != nil {
+				return false, err
+			}
 		}
 		x.notify(key, "")
 		info, ok = infos[0], true
@@ -511,18 +571,20 @@ func (t *txs) infos(ctx context.Context, q querier, s stmt, arg string) ([]drive
 	return held, nil
 }
 
-// refused completes an exclusive request that the upsert refused, on SQLite
-// and MySQL: it reads who keeps it out (tplHolder) and, when shared holds do
-// and the request will wait, records its writer intent. found is false when
-// the row is missing; blocked is false when the name was free when the
-// holder was read (it changed in between).
+// refused completes an exclusive request that the upsert refused (on
+// PostgreSQL, one that met no exclusive holder, or one with Wait whose
+// token has a live intent): it reads who keeps it out (tplHolder) and, when
+// the request will wait, records its writer intent if shared holds keep it
+// out, or refreshes the token's own live intent whatever keeps it out.
+// found is false when the row is missing; blocked is false when the name
+// was free when the holder was read (it changed in between).
 func (t *txs) refused(ctx context.Context, req driver.AcquireRequest) (res driver.AcquireResult, found, blocked bool, err error) {
-	var held bool
+	var held, ownIntent bool
 	var ttl, shared int64
 	var owner string
 	var sOwner sql.NullString
 	var sLeft sql.NullInt64
-	err = t.db.QueryRowContext(ctx, t.holder.query, t.holder.args(req.Key)...).Scan(&owner, &held, &ttl, &shared, &sOwner, &sLeft)
+	err = t.db.QueryRowContext(ctx, t.holder.query, t.holder.args(req.Key, req.Token)...).Scan(&owner, &held, &ttl, &ownIntent, &shared, &sOwner, &sLeft)
 	if errors.Is(err, sql.ErrNoRows) {
 		return res, false, false, nil
 	}
@@ -532,6 +594,9 @@ func (t *txs) refused(ctx context.Context, req driver.AcquireRequest) (res drive
 	switch {
 	case held:
 		res.Holder, res.HolderTTL = owner, t.x.duration(ttl)
+		if ownIntent { // a waiting writer keeps its intent behind another writer
+			res.Queued, err = t.recordIntent(ctx, req)
+		}
 	case shared > 0:
 		res.Holder, res.HolderTTL, res.Shared = sOwner.String, t.x.duration(sLeft.Int64), int(shared)
 		res.Queued, err = t.recordIntent(ctx, req)
@@ -539,8 +604,8 @@ func (t *txs) refused(ctx context.Context, req driver.AcquireRequest) (res drive
 	return res, true, held || shared > 0, err
 }
 
-// recordIntent records req's writer intent (tplIntent) when it will wait,
-// and reports whether the token's intent is live.
+// recordIntent records or refreshes req's writer intent (tplIntent) when it
+// will wait, and reports whether the token's intent is live.
 func (t *txs) recordIntent(ctx context.Context, req driver.AcquireRequest) (bool, error) {
 	if !req.Wait {
 		return false, nil

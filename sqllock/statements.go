@@ -60,7 +60,7 @@ ON DUPLICATE KEY UPDATE fence = fence`
 	// A reader (Limit 0) in a transaction of three statements on MySQL and
 	// SQLite: the upsert makes or locks the row and, when no live exclusive
 	// holder and no live intent of another token are on it, draws the fence
-	// and raises shared_until ($3 is the TTL); then tplInsertShared adds the
+	// and raises shared_until ($3 is the TTL); then tplInsertReader adds the
 	// hold. What the grant must know is on the row, which the upsert locks,
 	// so nothing is read before. On MySQL LAST_INSERT_ID is the fence of a
 	// grant (1 for a new row, from VALUES) or 0; on SQLite a grant returns
@@ -79,6 +79,26 @@ ON CONFLICT (name) DO UPDATE SET fence = fence + 1,
 WHERE (token IS NULL OR expires_at <= excluded.acquired_at)
   AND (intent_token IS NULL OR intent_until <= excluded.acquired_at OR intent_token = $2)
 RETURNING fence`
+
+	// The reader's hold (fence $4, TTL $5), after tplReader granted it. Its
+	// expiry is capped by the shared_until that the upsert set, by an
+	// earlier clock, so that shared_until stays at or after the expiry of
+	// every live hold: the exclusive upsert trusts it. A live hold of the
+	// same token is kept, and the grant refused (a token holds once): on
+	// SQLite no row changes, on MySQL LAST_INSERT_ID is 0 (else the fence).
+	tplInsertReaderSQLite = `INSERT INTO {s} (name, token, owner, fence, lim, acquired_at, expires_at)
+VALUES ($1, $2, $3, $4, 0, {now}, min({plus:$5}, (SELECT shared_until FROM {t} WHERE name = $1)))
+ON CONFLICT (name, token) DO UPDATE SET owner = excluded.owner, fence = excluded.fence, lim = excluded.lim,
+  acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+WHERE expires_at <= {now}`
+	tplInsertReaderMySQL = `INSERT INTO {s} (name, token, owner, fence, lim, acquired_at, expires_at)
+VALUES ($1, $2, $3, LAST_INSERT_ID($4), 0, {now}, LEAST({plus:$5}, (SELECT shared_until FROM {t} WHERE name = $1)))
+ON DUPLICATE KEY UPDATE
+  owner       = IF(expires_at <= {now}, VALUES(owner), owner),
+  lim         = IF(expires_at <= {now}, VALUES(lim), lim),
+  acquired_at = IF(expires_at <= {now}, VALUES(acquired_at), acquired_at),
+  fence       = IF(expires_at <= {now}, LAST_INSERT_ID(VALUES(fence)), fence + LAST_INSERT_ID(0)),
+  expires_at  = IF(expires_at <= {now}, VALUES(expires_at), expires_at)`
 
 	// Writes in a transaction, each on rows found by the reads before it.
 
@@ -104,15 +124,18 @@ WHERE name = $1`
 	tplSetIntent = `UPDATE {t} SET intent_token = $2, intent_owner = $3, intent_until = {plus:$4} WHERE name = $1`
 
 	// tplReleaseMain sets shared_until to $2 (a value read with {time:...},
-	// or NULL) and drops token $3's intent.
+	// or NULL) and drops token $3's intent, and one that has lapsed.
 	tplReleaseMain = `UPDATE {t} SET shared_until = {at:$2},
-  intent_owner = CASE WHEN intent_token = $3 THEN NULL ELSE intent_owner END,
-  intent_token = CASE WHEN intent_token = $3 THEN NULL ELSE intent_token END
+  intent_owner = CASE WHEN intent_token = $3 OR intent_until <= {now} THEN NULL ELSE intent_owner END,
+  intent_token = CASE WHEN intent_token = $3 OR intent_until <= {now} THEN NULL ELSE intent_token END
 WHERE name = $1`
 
 	// tplFree frees the row of its exclusive holder and shared holds
-	// (ForceRelease).
-	tplFree = `UPDATE {t} SET token = NULL, shared_until = NULL WHERE name = $1`
+	// (ForceRelease), and drops an intent that has lapsed.
+	tplFree = `UPDATE {t} SET token = NULL, shared_until = NULL,
+  intent_owner = CASE WHEN intent_until <= {now} THEN NULL ELSE intent_owner END,
+  intent_token = CASE WHEN intent_until <= {now} THEN NULL ELSE intent_token END
+WHERE name = $1`
 
 	tplDeleteShared = `DELETE FROM {s} WHERE name = $1 AND token = $2`
 	tplEnqueue      = `INSERT INTO {q} (name, token, seq, expires_at) VALUES ($1, $2, $3, {plus:$4})`
@@ -130,8 +153,11 @@ WHERE name = $1`
 
 	// tplHolder reads who keeps an exclusive request of the name out, after
 	// its upsert was refused (SQLite and MySQL): the exclusive holder, and
-	// the live shared holds (their number, and the one that expires last).
+	// the live shared holds (their number, and the one that expires last);
+	// and whether token $2 has a live writer intent, which a request with
+	// Wait keeps whatever refused it.
 	tplHolder = `SELECT owner, token IS NOT NULL AND expires_at > {now}, {left:expires_at},
+  intent_token IS NOT NULL AND intent_token = $2 AND intent_until > {now},
   (SELECT COUNT(*) FROM {s} WHERE name = $1 AND expires_at > {now}),
   (SELECT owner FROM {s} WHERE name = $1 AND expires_at > {now} ORDER BY expires_at DESC, fence DESC LIMIT 1),
   (SELECT {left:expires_at} FROM {s} WHERE name = $1 AND expires_at > {now} ORDER BY expires_at DESC, fence DESC LIMIT 1)
@@ -139,12 +165,15 @@ FROM {t} WHERE name = $1`
 
 	// tplIntent records token $2's writer intent for QueueTTL $4 after an
 	// exclusive request with Wait was refused, if shared holds still keep
-	// the name and no other token's intent is live; the token's own intent
-	// is refreshed. One statement on the row alone, so row locking makes it
-	// exact. (MySQL adds fence = LAST_INSERT_ID(fence) to tell a match.)
+	// the name and no other token's intent is live; the token's own live
+	// intent is refreshed whatever refused it (another writer, too), so
+	// that a waiting writer keeps its place ahead of new readers. One
+	// statement on the row alone, so row locking makes it exact. (MySQL
+	// adds fence = LAST_INSERT_ID(fence) to tell a match.)
 	tplIntent = `UPDATE {t} SET intent_owner = $3, intent_until = {plus:$4}, intent_token = $2{matched}
-WHERE name = $1 AND shared_until > {now} AND NOT (token IS NOT NULL AND expires_at > {now})
-  AND (intent_token IS NULL OR intent_until <= {now} OR intent_token = $2)`
+WHERE name = $1 AND ((shared_until > {now} AND NOT (token IS NOT NULL AND expires_at > {now})
+    AND (intent_token IS NULL OR intent_until <= {now} OR intent_token = $2))
+  OR (intent_token = $2 AND intent_until > {now}))`
 
 	// Inspection: the name's row with each of its live shared holds, oldest
 	// grant first. infoCols is what scanInfos reads.

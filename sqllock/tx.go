@@ -51,7 +51,7 @@ type txs struct {
 	pruneShared, pruneQueue, clearShared                                    stmt // PostgreSQL and SQLite
 	expiredShared, expiredQueue, allShared                                  stmt // MySQL: the tokens to delete
 	hasMore, holder, intent, inspect, list                                  stmt
-	reader                                                                  stmt // MySQL and SQLite
+	reader, insertReader                                                    stmt // MySQL and SQLite
 }
 
 // maxTxAttempts bounds the runs of a transaction that the database rolled
@@ -108,8 +108,10 @@ func newTxs(db *sql.DB, d Dialect, names tableNames) *txs {
 	switch d {
 	case MySQL:
 		t.reader = x.stmt(tplReaderMySQL)
+		t.insertReader = x.stmt(tplInsertReaderMySQL)
 	case SQLite:
 		t.reader = x.stmt(tplReaderSQLite)
+		t.insertReader = x.stmt(tplInsertReaderSQLite)
 	}
 	t.inspect = x.stmt(tplInspect)
 	t.list = x.stmt(tplList)
