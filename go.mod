@@ -3,10 +3,12 @@ module github.com/dlock-go/dlock
 go 1.24.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/jackc/pgx/v5 v5.8.0
 	github.com/redis/go-redis/v9 v9.22.0
 	go.uber.org/goleak v1.3.0
+	golang.org/x/sys v0.37.0
 	modernc.org/sqlite v1.46.1
 )
 
@@ -27,7 +29,6 @@ require (
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/exp v0.0.0-20251023183803-a4bb9ffd2546 // indirect
 	golang.org/x/sync v0.17.0 // indirect
-	golang.org/x/sys v0.37.0 // indirect
 	golang.org/x/text v0.29.0 // indirect
 	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
 	modernc.org/libc v1.67.6 // indirect

@@ -1,0 +1,462 @@
+package chaos
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// CheckOptions tunes Check.
+type CheckOptions struct {
+	// LinearizabilityTimeout bounds porcupine's search for each name; 0
+	// means one minute. A name whose search times out is listed in
+	// Report.Unchecked.
+	LinearizabilityTimeout time.Duration
+}
+
+// Window is the time during which one lease's holder could trust it: from
+// the moment its acquire returned to the first of Unlock being called, the
+// loss being reported to it, and its last local deadline.
+type Window struct {
+	Lease  string
+	Client string
+	Name   string
+	Mode   Mode
+	Limit  int
+	Fence  uint64
+	Start  int64
+	End    int64
+	Ended  string // "unlock", "loss" or "deadline"
+	Holder string // for permit overlaps: how many permits were in use
+}
+
+// Overlap is an exclusion violation: two windows of one name that must not
+// meet did (an exclusive lease with any other), or more permits of a
+// semaphore were valid at once than it has (A is the permit that went over).
+type Overlap struct {
+	A, B    Window
+	Permits int // permit overlaps: permits valid at once, B's included
+}
+
+// NameSummary is what the resource saw of one name.
+type NameSummary struct {
+	Initial Value // the value Init gave it
+	Final   Value // the value after the last accepted write
+	Writes  int   // accepted writes
+}
+
+// Report is the result of Check. Counts are over the whole history.
+type Report struct {
+	Events         int
+	Grants         int // acquires that returned a lease
+	AcquireFailed  int // acquires that returned ErrNotObtained (or another answer of the store)
+	AcquireUnknown int // acquires that ended in an error with no answer (cancelled, timed out, store unreachable)
+	Releases       int // Unlock calls that returned nil
+	ReleaseFailed  int // Unlock calls answered ErrNotHeld or ErrLost
+	ReleaseUnknown int // Unlock calls with no answer
+	Renewals       int // manual refreshes that succeeded
+	StoreCalls     int // store calls recorded by Observe (background renewals included)
+	Losses         int // leases lost before Unlock, as reported to their holders
+	// LateLossReports counts losses reported to the holder after the
+	// lease's local deadline: a holder told too late.
+	LateLossReports int
+
+	// Overlaps are the exclusion violations: leases of one name valid at
+	// once that must not be (read-write and semaphore rules included).
+	Overlaps []Overlap
+	// FenceRegressions counts grants whose fence was not above the fence of
+	// a grant that had completed before they were requested.
+	FenceRegressions int
+	// DuplicateFences counts grants that share a fence with another lease
+	// of the same name, one of them exclusive.
+	DuplicateFences int
+
+	Reads, Writes int // resource accesses accepted
+	// StaleRejected counts accesses a fenced resource refused.
+	StaleRejected int
+	// StaleAccepted counts accesses the resource accepted although it had
+	// already accepted a higher fence, or the same fence from another
+	// lease: on a fenced resource, a failure of fencing.
+	StaleAccepted int
+	// LateWrites counts accepted writes made after the writer's window had
+	// ended: the writer no longer held the lock.
+	LateWrites int
+	// LostUpdates counts accepted writes whose lease had not read the value
+	// they overwrote: another holder's update was lost (an oversold unit in
+	// the stock workload, a vanished member in the set workload).
+	LostUpdates int
+	// NegativeStock counts accepted writes of a stock below zero.
+	NegativeStock int
+	// NonLinearizable lists the names whose resource history porcupine
+	// found not linearizable as critical sections (read, then write what
+	// was read, updated); Unchecked those whose search timed out.
+	NonLinearizable []string
+	Unchecked       []string
+
+	// Names summarises each name the resource saw.
+	Names map[string]NameSummary
+
+	linear map[string][]operation // porcupine input per name, for WriteFiles
+	t0     int64
+}
+
+// Violations counts every broken property: overlaps, stale accesses
+// accepted, lost updates, negative stock, fence regressions and
+// duplicates, names not linearizable and late loss reports. Late writes are
+// not counted: whether they are harmful is what the other counts tell.
+func (r *Report) Violations() int {
+	return len(r.Overlaps) + r.StaleAccepted + r.LostUpdates + r.NegativeStock + r.FenceRegressions +
+		r.DuplicateFences + len(r.NonLinearizable) + r.LateLossReports
+}
+
+// leaseRec gathers the events of one lease.
+type leaseRec struct {
+	acq      Event
+	release  *Event
+	loss     *Event
+	deadline int64
+}
+
+// Check checks a history: the exclusion of lease windows per name (with the
+// read-write and semaphore rules), the order and uniqueness of fences, the
+// resource's accesses against the fence rule, lost updates, the stock floor,
+// the linearizability of each name's critical sections (porcupine), and
+// that every loss reached its holder before the lease's local deadline.
+func Check(events []Event, opts CheckOptions) *Report {
+	if opts.LinearizabilityTimeout <= 0 {
+		opts.LinearizabilityTimeout = time.Minute
+	}
+	events = slices.Clone(events)
+	slices.SortStableFunc(events, func(a, b Event) int {
+		return cmp.Or(cmp.Compare(a.Start, b.Start), cmp.Compare(a.End, b.End))
+	})
+	r := &Report{Events: len(events), Names: make(map[string]NameSummary)}
+	if len(events) > 0 {
+		r.t0 = events[0].Start
+	}
+	leases := make(map[string]*leaseRec)
+	for i := range events {
+		e := &events[i]
+		switch e.Kind {
+		case KindAcquire:
+			switch e.Outcome {
+			case OK:
+				r.Grants++
+				leases[e.Lease] = &leaseRec{acq: *e, deadline: e.Deadline}
+			case Failed:
+				r.AcquireFailed++
+			default:
+				r.AcquireUnknown++
+			}
+		case KindRenew:
+			if lr := leases[e.Lease]; lr != nil && e.Outcome == OK {
+				r.Renewals++
+				lr.deadline = max(lr.deadline, e.Deadline)
+			}
+		case KindLoss:
+			r.Losses++
+			if e.Deadline != 0 && e.End > e.Deadline {
+				r.LateLossReports++
+			}
+			if lr := leases[e.Lease]; lr != nil {
+				lr.loss = e
+				lr.deadline = max(lr.deadline, e.Deadline)
+			}
+		case KindRelease:
+			switch e.Outcome {
+			case OK:
+				r.Releases++
+			case Failed:
+				r.ReleaseFailed++
+			default:
+				r.ReleaseUnknown++
+			}
+			if lr := leases[e.Lease]; lr != nil {
+				lr.release = e
+				lr.deadline = max(lr.deadline, e.Deadline)
+			}
+		case KindStoreAcquire, KindStoreRenew, KindStoreRelease:
+			r.StoreCalls++
+		}
+	}
+	windows := make(map[string]Window, len(leases))
+	for id, lr := range leases {
+		w := Window{Lease: id, Client: lr.acq.Client, Name: lr.acq.Name, Mode: lr.acq.Mode, Limit: lr.acq.Limit,
+			Fence: lr.acq.Fence, Start: lr.acq.End, End: lr.deadline, Ended: "deadline"}
+		if lr.loss != nil && lr.loss.End < w.End {
+			w.End, w.Ended = lr.loss.End, "loss"
+		}
+		if lr.release != nil && lr.release.Start < w.End {
+			w.End, w.Ended = lr.release.Start, "unlock"
+		}
+		windows[id] = w
+	}
+	r.checkExclusion(windows)
+	r.checkFences(leases)
+	r.checkResource(events, windows, opts.LinearizabilityTimeout)
+	return r
+}
+
+// checkExclusion sweeps each name's windows in start order.
+func (r *Report) checkExclusion(windows map[string]Window) {
+	byName := make(map[string][]Window)
+	for _, w := range windows {
+		if w.End <= w.Start {
+			continue // never valid: granted after its own deadline
+		}
+		byName[w.Name] = append(byName[w.Name], w)
+	}
+	for _, name := range sortedKeys(byName) {
+		ws := byName[name]
+		slices.SortFunc(ws, func(a, b Window) int { return cmp.Or(cmp.Compare(a.Start, b.Start), strings.Compare(a.Lease, b.Lease)) })
+		var active []Window
+		for _, w := range ws {
+			active = slices.DeleteFunc(active, func(a Window) bool { return a.End <= w.Start })
+			permits := 1
+			for _, a := range active {
+				switch {
+				case a.Mode == Exclusive || w.Mode == Exclusive:
+					r.Overlaps = append(r.Overlaps, Overlap{A: a, B: w})
+				case a.Mode == Permit && w.Mode == Permit:
+					permits++
+				}
+			}
+			if w.Mode == Permit && w.Limit > 0 && permits > w.Limit {
+				r.Overlaps = append(r.Overlaps, Overlap{A: active[len(active)-1], B: w, Permits: permits})
+			}
+			active = append(active, w)
+		}
+	}
+}
+
+// checkFences finds, per name, grants whose fence is not above one that
+// had completed before they were requested, and fences given to two leases.
+func (r *Report) checkFences(leases map[string]*leaseRec) {
+	byName := make(map[string][]Event)
+	for _, lr := range leases {
+		byName[lr.acq.Name] = append(byName[lr.acq.Name], lr.acq)
+	}
+	for _, name := range sortedKeys(byName) {
+		grants := byName[name]
+		byEnd := slices.Clone(grants)
+		slices.SortFunc(byEnd, func(a, b Event) int { return cmp.Compare(a.End, b.End) })
+		slices.SortFunc(grants, func(a, b Event) int { return cmp.Compare(a.Start, b.Start) })
+		var (
+			i       int
+			highest uint64
+		)
+		for _, g := range grants {
+			for i < len(byEnd) && byEnd[i].End < g.Start {
+				highest = max(highest, byEnd[i].Fence)
+				i++
+			}
+			if g.Fence <= highest {
+				r.FenceRegressions++
+			}
+		}
+		type holders struct {
+			n         int
+			exclusive bool
+		}
+		seen := make(map[uint64]*holders)
+		for _, g := range grants {
+			h := seen[g.Fence]
+			if h == nil {
+				h = &holders{}
+				seen[g.Fence] = h
+			}
+			h.n++
+			h.exclusive = h.exclusive || g.Mode == Exclusive
+		}
+		for _, h := range seen {
+			if h.n > 1 && h.exclusive {
+				r.DuplicateFences += h.n - 1
+			}
+		}
+	}
+}
+
+// checkResource replays the resource's accesses in the order it served
+// them.
+func (r *Report) checkResource(events []Event, windows map[string]Window, timeout time.Duration) {
+	type reg struct {
+		value    Value
+		fence    uint64
+		atFence  map[string]bool // leases whose accesses carried fence
+		lastRead map[string]Value
+		sum      NameSummary
+		reads    map[string]Event // first accepted read per lease
+		ops      []operation
+	}
+	regs := make(map[string]*reg)
+	get := func(name string) *reg {
+		g := regs[name]
+		if g == nil {
+			g = &reg{atFence: make(map[string]bool), lastRead: make(map[string]Value), reads: make(map[string]Event)}
+			regs[name] = g
+		}
+		return g
+	}
+	for _, e := range events {
+		switch e.Kind {
+		case KindInit:
+			g := get(e.Name)
+			g.value = Value{Stock: e.Value, Members: e.Members}
+			g.sum.Initial, g.sum.Final = g.value, g.value
+		case KindRead, KindWrite:
+			g := get(e.Name)
+			if e.Outcome != OK {
+				r.StaleRejected++
+				continue
+			}
+			switch {
+			case e.Fence > g.fence:
+				g.fence = e.Fence
+				clear(g.atFence)
+				g.atFence[e.Lease] = true
+			case e.Fence == g.fence && g.atFence[e.Lease]:
+			case e.Fence == g.fence && (len(g.atFence) == 0 || e.Kind == KindRead):
+				// Readers of an RWMutex may share a fence (Redlock):
+				// a read at the highest fence is no threat.
+				g.atFence[e.Lease] = true
+			default:
+				r.StaleAccepted++
+			}
+			if e.Kind == KindRead {
+				r.Reads++
+				v := Value{Stock: e.Value, Members: e.Members}
+				g.lastRead[e.Lease] = v
+				if _, ok := g.reads[e.Lease]; !ok {
+					g.reads[e.Lease] = e
+					g.ops = append(g.ops, operation{client: e.Client, lease: e.Lease, read: v, call: e.Start, ret: e.End})
+				}
+				continue
+			}
+			r.Writes++
+			g.sum.Writes++
+			if read, ok := g.lastRead[e.Lease]; !ok || !sameValue(read, g.value) {
+				r.LostUpdates++
+			}
+			if e.Value < 0 {
+				r.NegativeStock++
+			}
+			if w, ok := windows[e.Lease]; ok && e.Start > w.End {
+				r.LateWrites++
+			}
+			g.value = Value{Stock: e.Value, Members: e.Members}
+			g.sum.Final = g.value
+			// The write completes the lease's critical section.
+			for i := len(g.ops) - 1; i >= 0; i-- {
+				if g.ops[i].lease == e.Lease {
+					g.ops[i].wrote, g.ops[i].written, g.ops[i].ret = true, g.value, e.End
+					break
+				}
+			}
+		}
+	}
+	r.linear = make(map[string][]operation)
+	for _, name := range sortedKeys(regs) {
+		g := regs[name]
+		r.Names[name] = g.sum
+		if len(g.ops) == 0 {
+			continue
+		}
+		r.linear[name] = g.ops
+		switch checkLinear(g.sum.Initial, g.ops, timeout) {
+		case resultIllegal:
+			r.NonLinearizable = append(r.NonLinearizable, name)
+		case resultUnknown:
+			r.Unchecked = append(r.Unchecked, name)
+		}
+	}
+}
+
+func sameValue(a, b Value) bool { return a.Stock == b.Stock && slices.Equal(a.Members, b.Members) }
+
+func sortedKeys[M ~map[string]V, V any](m M) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// Summary is the report on one line.
+func (r *Report) Summary() string {
+	lin := "yes"
+	switch {
+	case len(r.NonLinearizable) > 0:
+		lin = "NO"
+	case len(r.Unchecked) > 0:
+		lin = "unknown"
+	}
+	return fmt.Sprintf("grants=%d overlaps=%d fence-regressions=%d dup-fences=%d stale-rejected=%d stale-accepted=%d late-writes=%d lost-updates=%d negative=%d losses=%d late-loss-reports=%d linearizable=%s",
+		r.Grants, len(r.Overlaps), r.FenceRegressions, r.DuplicateFences, r.StaleRejected, r.StaleAccepted, r.LateWrites, r.LostUpdates, r.NegativeStock, r.Losses, r.LateLossReports, lin)
+}
+
+// String is the report in plain words, one finding per line.
+func (r *Report) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d grants (%d acquires refused, %d had no answer); %d unlocks succeeded (%d found the lease gone, %d had no answer); %d store calls.\n",
+		r.Grants, r.AcquireFailed, r.AcquireUnknown, r.Releases, r.ReleaseFailed, r.ReleaseUnknown, r.StoreCalls)
+	if r.Losses == 0 {
+		b.WriteString("No lease was lost.\n")
+	} else {
+		fmt.Fprintf(&b, "%d leases lost; %d of them reported to their holder after the local deadline.\n", r.Losses, r.LateLossReports)
+	}
+	if len(r.Overlaps) == 0 {
+		b.WriteString("Exclusion held: no two leases of one name were valid at once.\n")
+	} else {
+		fmt.Fprintf(&b, "Exclusion BROKEN: %d overlaps of lease windows, first: %s\n", len(r.Overlaps), r.describeOverlap(r.Overlaps[0]))
+	}
+	if r.FenceRegressions == 0 && r.DuplicateFences == 0 {
+		b.WriteString("Fences rose with every grant.\n")
+	} else {
+		fmt.Fprintf(&b, "Fences BROKEN: %d grants got a fence no higher than an earlier grant's; %d fences were given twice.\n", r.FenceRegressions, r.DuplicateFences)
+	}
+	fmt.Fprintf(&b, "Resource: %d reads and %d writes accepted, %d stale accesses refused, %d stale accepted, %d writes made after the writer's lease had ended.\n",
+		r.Reads, r.Writes, r.StaleRejected, r.StaleAccepted, r.LateWrites)
+	if r.LostUpdates == 0 && r.NegativeStock == 0 {
+		b.WriteString("No update was lost; the stock never went below zero.\n")
+	} else {
+		fmt.Fprintf(&b, "%d updates LOST (each an oversold unit or a vanished member); %d writes of a negative stock.\n", r.LostUpdates, r.NegativeStock)
+	}
+	switch {
+	case len(r.NonLinearizable) > 0:
+		fmt.Fprintf(&b, "Linearizability (porcupine): NOT linearizable: %s.\n", strings.Join(r.NonLinearizable, ", "))
+	case len(r.Unchecked) > 0:
+		fmt.Fprintf(&b, "Linearizability (porcupine): search timed out for %s.\n", strings.Join(r.Unchecked, ", "))
+	default:
+		fmt.Fprintf(&b, "Linearizability (porcupine): every name's critical sections are linearizable (%d names).\n", len(r.linear))
+	}
+	for _, name := range sortedKeys(r.Names) {
+		s := r.Names[name]
+		fmt.Fprintf(&b, "  %s: %s -> %s after %d writes\n", name, describeValue(s.Initial), describeValue(s.Final), s.Writes)
+	}
+	return b.String()
+}
+
+func (r *Report) at(t int64) string {
+	return time.Duration(t - r.t0).Round(time.Microsecond).String()
+}
+
+func (r *Report) describeWindow(w Window) string {
+	return fmt.Sprintf("%s lease %s (%s, fence %d, %s to %s, ended by %s)", w.Client, w.Lease, w.Mode, w.Fence, r.at(w.Start), r.at(w.End), w.Ended)
+}
+
+func (r *Report) describeOverlap(o Overlap) string {
+	if o.Permits > 0 {
+		return fmt.Sprintf("%d permits of %d in use on %q when %s began", o.Permits, o.B.Limit, o.B.Name, r.describeWindow(o.B))
+	}
+	return fmt.Sprintf("on %q, %s and %s", o.B.Name, r.describeWindow(o.A), r.describeWindow(o.B))
+}
+
+func describeValue(v Value) string {
+	if len(v.Members) == 0 {
+		return fmt.Sprintf("stock %d", v.Stock)
+	}
+	return fmt.Sprintf("%d members", len(v.Members))
+}

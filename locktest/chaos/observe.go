@@ -1,0 +1,189 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// ObserveOption configures Observe.
+type ObserveOption func(*observed)
+
+// WithStoreClockRate makes the store's clock run rate times as fast as the
+// client's, as far as lock expiry goes: every time to live the store is
+// sent (acquire and renew) is divided by rate, so a rate of 1.05 lets the
+// store expire a lease 5% early by the client's clock. It injects clock
+// skew between a client and its stores, for example to check that Redlock's
+// drift allowance covers it. rate must be positive; 1 (the default) changes
+// nothing.
+func WithStoreClockRate(rate float64) ObserveOption {
+	return func(o *observed) {
+		if rate > 0 {
+			o.rate = rate
+		}
+	}
+}
+
+// Observe wraps a backend so that every call the client makes to the store,
+// renewals made in the background included, is recorded in sink as a store
+// event of client. The result keeps the inner backend's optional interfaces
+// that the client uses (capabilities, notifications, batch renewal, lock
+// delay, drift) and forwards Inspector.
+func Observe(b driver.Backend, sink Sink, client string, opts ...ObserveOption) driver.Backend {
+	o := &observed{inner: b, sink: sink, client: client, rate: 1}
+	for _, opt := range opts {
+		opt(o)
+	}
+	if _, ok := b.(driver.Notifier); ok {
+		return observedNotifier{o}
+	}
+	return o
+}
+
+type observed struct {
+	inner  driver.Backend
+	sink   Sink
+	client string
+	rate   float64
+}
+
+var (
+	_ driver.Backend      = (*observed)(nil)
+	_ driver.Capabler     = (*observed)(nil)
+	_ driver.BatchRenewer = (*observed)(nil)
+	_ driver.LockDelayer  = (*observed)(nil)
+	_ driver.Drifter      = (*observed)(nil)
+	_ driver.Inspector    = (*observed)(nil)
+	_ driver.Notifier     = observedNotifier{}
+)
+
+func (o *observed) ttl(d time.Duration) time.Duration {
+	if o.rate == 1 {
+		return d
+	}
+	return max(time.Duration(float64(d)/o.rate), time.Millisecond)
+}
+
+func outcome(ok bool, err error) Outcome {
+	switch {
+	case err != nil:
+		return Unknown
+	case ok:
+		return OK
+	}
+	return Failed
+}
+
+func (o *observed) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	start := Now()
+	req.TTL = o.ttl(req.TTL)
+	res, err := o.inner.Acquire(ctx, req)
+	e := Event{Kind: KindStoreAcquire, Client: o.client, Name: req.Key, Token: req.Token, Limit: req.Limit,
+		Start: start, End: Now(), Outcome: outcome(res.Acquired, err), Err: errText(err), Fence: res.Fence}
+	if req.Mode == driver.Shared {
+		e.Mode = Shared
+		if req.Limit > 0 {
+			e.Mode = Permit
+		}
+	}
+	o.sink.Add(e)
+	return res, err
+}
+
+func (o *observed) Renew(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	start := Now()
+	held, err := o.inner.Renew(ctx, key, token, o.ttl(ttl))
+	o.sink.Add(Event{Kind: KindStoreRenew, Client: o.client, Name: key, Token: token, Start: start, End: Now(), Outcome: outcome(held, err), Err: errText(err)})
+	return held, err
+}
+
+func (o *observed) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []driver.RenewResult {
+	start := Now()
+	var out []driver.RenewResult
+	if b, ok := o.inner.(driver.BatchRenewer); ok {
+		scaled := make([]driver.RenewRequest, len(reqs))
+		for i, r := range reqs {
+			scaled[i] = r
+			scaled[i].TTL = o.ttl(r.TTL)
+		}
+		out = b.RenewBatch(ctx, scaled)
+	} else {
+		out = make([]driver.RenewResult, len(reqs))
+		for i, r := range reqs {
+			out[i].Held, out[i].Err = o.inner.Renew(ctx, r.Key, r.Token, o.ttl(r.TTL))
+		}
+	}
+	end := Now()
+	for i, r := range reqs {
+		var res driver.RenewResult
+		if i < len(out) {
+			res = out[i]
+		} else {
+			res.Err = errors.New("chaos: batch renewal returned too few results")
+		}
+		o.sink.Add(Event{Kind: KindStoreRenew, Client: o.client, Name: r.Key, Token: r.Token, Start: start, End: end, Outcome: outcome(res.Held, res.Err), Err: errText(res.Err)})
+	}
+	return out
+}
+
+func (o *observed) Release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
+	start := Now()
+	res, err := o.inner.Release(ctx, key, token)
+	o.sink.Add(Event{Kind: KindStoreRelease, Client: o.client, Name: key, Token: token, Start: start, End: Now(), Outcome: outcome(res.Held, err), Err: errText(err)})
+	return res, err
+}
+
+// Supports forwards driver.Capabler; a backend without it supports nothing.
+func (o *observed) Supports(c driver.Capability) bool {
+	cb, ok := o.inner.(driver.Capabler)
+	return ok && cb.Supports(c)
+}
+
+// SupportsLockDelay forwards driver.LockDelayer.
+func (o *observed) SupportsLockDelay() bool {
+	ld, ok := o.inner.(driver.LockDelayer)
+	return ok && ld.SupportsLockDelay()
+}
+
+// Drift forwards driver.Drifter; 0 for a backend without it.
+func (o *observed) Drift(ttl time.Duration) time.Duration {
+	if d, ok := o.inner.(driver.Drifter); ok {
+		return d.Drift(ttl)
+	}
+	return 0
+}
+
+var errNoInspector = errors.New("chaos: the observed backend cannot list its locks")
+
+// Inspect forwards driver.Inspector.
+func (o *observed) Inspect(ctx context.Context, key string) (driver.LockInfo, bool, error) {
+	if in, ok := o.inner.(driver.Inspector); ok {
+		return in.Inspect(ctx, key)
+	}
+	return driver.LockInfo{}, false, errNoInspector
+}
+
+// List forwards driver.Inspector.
+func (o *observed) List(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
+	if in, ok := o.inner.(driver.Inspector); ok {
+		return in.List(ctx, prefix)
+	}
+	return nil, errNoInspector
+}
+
+// ForceRelease forwards driver.Inspector.
+func (o *observed) ForceRelease(ctx context.Context, key string) (driver.LockInfo, bool, error) {
+	if in, ok := o.inner.(driver.Inspector); ok {
+		return in.ForceRelease(ctx, key)
+	}
+	return driver.LockInfo{}, false, errNoInspector
+}
+
+// observedNotifier is an observed backend whose inner backend notifies.
+type observedNotifier struct{ *observed }
+
+func (o observedNotifier) Listen(ctx context.Context, fn func(key, next string)) (driver.Listener, error) {
+	return o.inner.(driver.Notifier).Listen(ctx, fn)
+}
