@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -225,3 +226,52 @@ func TestZeroRetryDelayIsNotABusyLoop(t *testing.T) {
 type zeroDelay struct{}
 
 func (zeroDelay) Delay(int) time.Duration { return 0 }
+
+// slowAcquire is a memlock store whose acquires answer after a delay, as a
+// store far away or overloaded would.
+type slowAcquire struct {
+	*memlock.Backend
+	delay time.Duration
+}
+
+func (s slowAcquire) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	res, err := s.Backend.Acquire(ctx, req)
+	time.Sleep(s.delay)
+	return res, err
+}
+
+// A grant whose answer arrives after the lease's safe validity is of no use:
+// Lock and TryLock must not return it (found by the chaos latency scenario
+// on MariaDB: a lease was handed out already past its deadline), and the
+// grant must be given back so that others need not wait for its TTL.
+func TestGrantAnsweredTooLateIsGivenBack(t *testing.T) {
+	store := memlock.New()
+	c := dlock.New(slowAcquire{Backend: store, delay: 120 * time.Millisecond}, dlock.WithTTL(100*time.Millisecond))
+	defer c.Close()
+	for _, lock := range []func(context.Context) (*dlock.Lease, error){c.Mutex("x").Lock, c.Mutex("x").TryLock, c.RWMutex("x").RLock} {
+		l, err := lock(t.Context())
+		if err == nil {
+			t.Fatalf("got a lease with %v left before its deadline; want an error", time.Until(l.Deadline()))
+		}
+		if !errors.Is(err, dlock.ErrNotObtained) || !strings.Contains(err.Error(), "given back") {
+			t.Fatalf("err = %v; want ErrNotObtained saying the grant was given back", err)
+		}
+		deadline := time.Now().Add(50 * time.Millisecond) // well inside the 100ms TTL
+		for info := held(t, store, "x"); info.Owner != "" || len(info.Shared) > 0; info = held(t, store, "x") {
+			if time.Now().After(deadline) {
+				t.Fatal("the late grant was not given back")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	// A store fast enough still grants.
+	fast := dlock.New(slowAcquire{Backend: store, delay: 10 * time.Millisecond}, dlock.WithTTL(100*time.Millisecond))
+	defer fast.Close()
+	l, err := fast.Mutex("x").Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}

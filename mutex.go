@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -202,8 +203,34 @@ func (m *Mutex) try(ctx context.Context, token string, wait bool) (*Lease, drive
 	if !res.Acquired {
 		return nil, res, nil
 	}
+	if joined == nil {
+		// A new grant is trusted until sent + validity − margin. An answer
+		// that comes later than that brings a lease that is already dead:
+		// give it back rather than hand the caller a lock it must not use.
+		if took, safe := time.Since(sent), m.c.validFor(m.opts.ttl)-m.opts.safetyMargin(); took >= safe {
+			m.c.cleanup(m.key, token, m.opts.ttl)
+			return nil, res, &lateGrantError{name: m.name, took: took, safe: safe, ttl: m.opts.ttl}
+		}
+	}
 	return m.grantLease(joined, token, req.Owner, res, sent), res, nil
 }
+
+// lateGrantError is the error of an acquire whose grant came back after the
+// lease's safe validity had run out (a store slower than the TTL allows).
+// It is ErrNotObtained: the grant was given back.
+type lateGrantError struct {
+	name       string
+	took, safe time.Duration
+	ttl        time.Duration
+}
+
+func (e *lateGrantError) Error() string {
+	return fmt.Sprintf("dlock: lock %q not obtained: the store granted it after %v, but a lease of TTL %v may be trusted for only %v after the request (drift allowance and safety margin taken off); the grant was given back — use a longer TTL for a store this slow",
+		e.name, e.took.Round(time.Millisecond), e.ttl, e.safe.Round(time.Millisecond))
+}
+
+// Is reports whether target is ErrNotObtained.
+func (e *lateGrantError) Is(target error) bool { return target == ErrNotObtained }
 
 // grantLease makes the lease for a successful acquire sent at sent.
 func (m *Mutex) grantLease(joined *grant, token, owner string, res driver.AcquireResult, sent time.Time) *Lease {

@@ -78,7 +78,8 @@ type Report struct {
 	StaleRejected int
 	// StaleAccepted counts accesses the resource accepted although it had
 	// already accepted a higher fence, or the same fence from another
-	// lease: on a fenced resource, a failure of fencing.
+	// lease (for a reader: a writer's higher fence): on a fenced resource,
+	// a failure of fencing.
 	StaleAccepted int
 	// LateWrites counts accepted writes made after the writer's window had
 	// ended: the writer no longer held the lock.
@@ -282,9 +283,10 @@ func (r *Report) checkFences(leases map[string]*leaseRec) {
 // them.
 func (r *Report) checkResource(events []Event, windows map[string]Window, timeout time.Duration) {
 	type reg struct {
-		value    Value
-		fence    uint64
-		atFence  map[string]bool // leases whose accesses carried fence
+		value     Value
+		fence     uint64
+		exclusive uint64          // highest fence of an exclusive access
+		atFence   map[string]bool // leases whose accesses carried fence
 		lastRead map[string]Value
 		sum      NameSummary
 		reads    map[string]Event // first accepted read per lease
@@ -312,14 +314,26 @@ func (r *Report) checkResource(events []Event, windows map[string]Window, timeou
 				continue
 			}
 			switch {
+			case e.Mode == Shared:
+				// Readers may come in any order among themselves (and
+				// share a fence on Redlock); only a writer's higher
+				// fence makes a reader stale.
+				if e.Fence < g.exclusive {
+					r.StaleAccepted++
+				}
+				if e.Fence > g.fence {
+					g.fence = e.Fence
+					clear(g.atFence)
+				}
+				if e.Fence == g.fence {
+					g.atFence[e.Lease] = true
+				}
 			case e.Fence > g.fence:
-				g.fence = e.Fence
+				g.fence, g.exclusive = e.Fence, e.Fence
 				clear(g.atFence)
 				g.atFence[e.Lease] = true
-			case e.Fence == g.fence && g.atFence[e.Lease]:
-			case e.Fence == g.fence && (len(g.atFence) == 0 || e.Kind == KindRead):
-				// Readers of an RWMutex may share a fence (Redlock):
-				// a read at the highest fence is no threat.
+			case e.Fence == g.fence && (g.atFence[e.Lease] || len(g.atFence) == 0):
+				g.exclusive = e.Fence
 				g.atFence[e.Lease] = true
 			default:
 				r.StaleAccepted++

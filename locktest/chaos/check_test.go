@@ -179,3 +179,48 @@ func TestCheckLateLossReport(t *testing.T) {
 		t.Errorf("losses %d (want 2), late reports %d (want 1)", r.Losses, r.LateLossReports)
 	}
 }
+
+// TestCheckReadersInAnyOrder: readers of one period may reach the resource
+// out of fence order; a writer's higher fence makes an older reader stale,
+// and a reader's higher fence an older writer.
+func TestCheckReadersInAnyOrder(t *testing.T) {
+	var h hist
+	h.init("x", 10)
+	read := func(lease string, fence uint64, at int64) {
+		h.events = append(h.events, Event{Kind: KindRead, Client: "r", Name: "x", Lease: lease, Fence: fence, Mode: Shared, Start: at, End: at + 1, Outcome: OK, Value: 10})
+	}
+	read("r/2", 2, 10)
+	read("r/1", 1, 20)                              // older reader after a newer one: fine
+	h.access(KindWrite, "w/1", "x", 1, 30, true, 9) // writer older than a reader: stale
+	h.access(KindWrite, "w/3", "x", 3, 40, true, 9)
+	read("r/0", 2, 50) // a reader older than the writer: stale
+	r := Check(h.events, CheckOptions{})
+	if r.StaleAccepted != 2 {
+		t.Errorf("stale accepted = %d, want 2 (w/1 after r/2, r/0 after w/3)", r.StaleAccepted)
+	}
+}
+
+func TestResourceFencesReaders(t *testing.T) {
+	rec := NewRecorder()
+	res := NewResource(rec, true)
+	ctx := t.Context()
+	read := func(fence uint64, mode Mode) error {
+		_, err := res.Read(ctx, Access{Name: "x", Lease: "l", Fence: fence, Mode: mode})
+		return err
+	}
+	for _, step := range []struct {
+		fence uint64
+		mode  Mode
+		want  error
+	}{
+		{5, Shared, nil}, {4, Shared, nil}, // readers in any order
+		{3, Exclusive, ErrStale}, // a writer older than a reader
+		{6, Exclusive, nil},
+		{5, Shared, ErrStale}, // a reader older than a writer
+		{7, Shared, nil},
+	} {
+		if err := read(step.fence, step.mode); err != step.want {
+			t.Errorf("%s access with fence %d: %v, want %v", step.mode, step.fence, err, step.want)
+		}
+	}
+}

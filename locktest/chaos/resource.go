@@ -21,6 +21,10 @@ type Access struct {
 	Name   string `json:"name"`
 	Lease  string `json:"lease"`
 	Fence  uint64 `json:"fence"`
+	// Mode is the lease's: a Shared (reader's) access is refused only when
+	// a writer has come in with a higher fence, as readers of one grant
+	// period may reach the resource in any order.
+	Mode Mode `json:"mode,omitempty"`
 }
 
 // Value is the content of one name of the resource: a stock count (the
@@ -46,8 +50,11 @@ type Accessor interface {
 // A fenced Resource keeps the highest fence it has accepted per name and
 // refuses (ErrStale) a read or a write with a lower one: a new holder's
 // first read shuts every older holder out, which is what makes a
-// read-sleep-write critical section safe when its lease has lapsed. An
-// unfenced Resource accepts everything, as most resources do.
+// read-sleep-write critical section safe when its lease has lapsed. Readers
+// (Access.Mode Shared) shut writers out the same way, but among themselves
+// they may come in any order: a reader is refused only a fence below the
+// highest fence of an exclusive access. An unfenced Resource accepts
+// everything, as most resources do.
 type Resource struct {
 	fenced bool
 	sink   Sink
@@ -57,8 +64,9 @@ type Resource struct {
 }
 
 type register struct {
-	value Value
-	fence uint64 // highest fence accepted
+	value     Value
+	fence     uint64 // highest fence accepted
+	exclusive uint64 // highest fence of an exclusive access accepted
 }
 
 var _ Accessor = (*Resource)(nil)
@@ -111,11 +119,18 @@ func (r *Resource) reg(name string) *register {
 }
 
 // admit applies the fence rule under r.mu.
-func (r *Resource) admit(reg *register, fence uint64) bool {
-	if r.fenced && fence < reg.fence {
-		return false
+func (r *Resource) admit(reg *register, a Access) bool {
+	if a.Mode == Shared {
+		if r.fenced && a.Fence < reg.exclusive {
+			return false
+		}
+	} else {
+		if r.fenced && a.Fence < reg.fence {
+			return false
+		}
+		reg.exclusive = max(reg.exclusive, a.Fence)
 	}
-	reg.fence = max(reg.fence, fence)
+	reg.fence = max(reg.fence, a.Fence)
 	return true
 }
 
@@ -127,11 +142,11 @@ func (r *Resource) Read(ctx context.Context, a Access) (Value, error) {
 	r.mu.Lock()
 	start := Now()
 	reg := r.reg(a.Name)
-	ok := r.admit(reg, a.Fence)
+	ok := r.admit(reg, a)
 	v := Value{Stock: reg.value.Stock, Members: slices.Clone(reg.value.Members)}
 	end := Now()
 	r.mu.Unlock()
-	e := Event{Kind: KindRead, Client: a.Client, Name: a.Name, Lease: a.Lease, Fence: a.Fence, Start: start, End: end, Outcome: OK, Value: v.Stock, Members: v.Members}
+	e := Event{Kind: KindRead, Client: a.Client, Name: a.Name, Lease: a.Lease, Fence: a.Fence, Mode: a.Mode, Start: start, End: end, Outcome: OK, Value: v.Stock, Members: v.Members}
 	if !ok {
 		e.Outcome, e.Err, e.Value, e.Members = Failed, ErrStale.Error(), 0, nil
 		r.sink.Add(e)
@@ -150,13 +165,13 @@ func (r *Resource) Write(ctx context.Context, a Access, v Value) error {
 	r.mu.Lock()
 	start := Now()
 	reg := r.reg(a.Name)
-	ok := r.admit(reg, a.Fence)
+	ok := r.admit(reg, a)
 	if ok {
 		reg.value = v
 	}
 	end := Now()
 	r.mu.Unlock()
-	e := Event{Kind: KindWrite, Client: a.Client, Name: a.Name, Lease: a.Lease, Fence: a.Fence, Start: start, End: end, Outcome: OK, Value: v.Stock, Members: v.Members}
+	e := Event{Kind: KindWrite, Client: a.Client, Name: a.Name, Lease: a.Lease, Fence: a.Fence, Mode: a.Mode, Start: start, End: end, Outcome: OK, Value: v.Stock, Members: v.Members}
 	if !ok {
 		e.Outcome, e.Err = Failed, ErrStale.Error()
 		r.sink.Add(e)

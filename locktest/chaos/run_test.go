@@ -75,7 +75,7 @@ func TestRunKindsAreClean(t *testing.T) {
 	}
 	chaos.Run(t.Context(), ws, targets, 300, 0)
 	r := chaos.Check(rec.Events(), chaos.CheckOptions{})
-	if r.Violations() != 0 {
+	if r.Violations() != 0 || r.StaleRejected != 0 {
 		t.Fatalf("kinds: %s\n%s", r.Summary(), r)
 	}
 }

@@ -176,7 +176,7 @@ const resourceTimeout = 10 * time.Second
 
 // critical is the critical section of one lease.
 func (w *Worker) critical(ctx context.Context, tg Target, l *dlock.Lease, lease string, n uint64, res *Result) {
-	a := Access{Client: w.client(), Name: tg.Name, Lease: lease, Fence: l.Fence()}
+	a := Access{Client: w.client(), Name: tg.Name, Lease: lease, Fence: l.Fence(), Mode: tg.Mode}
 	var (
 		v   Value
 		err error
