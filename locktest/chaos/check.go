@@ -287,10 +287,10 @@ func (r *Report) checkResource(events []Event, windows map[string]Window, timeou
 		fence     uint64
 		exclusive uint64          // highest fence of an exclusive access
 		atFence   map[string]bool // leases whose accesses carried fence
-		lastRead map[string]Value
-		sum      NameSummary
-		reads    map[string]Event // first accepted read per lease
-		ops      []operation
+		lastRead  map[string]Value
+		sum       NameSummary
+		reads     map[string]Event // first accepted read per lease
+		ops       []operation
 	}
 	regs := make(map[string]*reg)
 	get := func(name string) *reg {
