@@ -109,6 +109,12 @@ type NotObtainedError struct {
 	WriterWaiting bool
 	// Position is a fair waiter's place in the queue (1 is next), or 0.
 	Position int
+	// Slow, when not 0, is how long the store took to grant the lock to a
+	// TryLock: longer than a lease of the TTL may be trusted (the TTL less
+	// the backend's drift allowance and the safety margin), so the grant was
+	// given back. A store this slow needs a longer TTL. (Lock gives such a
+	// grant back too, and goes on waiting.)
+	Slow time.Duration
 }
 
 // Error names the lock and what stands in the way.
@@ -116,6 +122,9 @@ func (e *NotObtainedError) Error() string {
 	ttl := e.HolderTTL.Round(time.Millisecond)
 	var msg string
 	switch {
+	case e.Slow > 0:
+		msg = fmt.Sprintf("dlock: lock %q not obtained: the store granted it only after %s, too late for the lease to be trusted; the grant was given back (a store this slow needs a longer TTL)",
+			e.Name, e.Slow.Round(time.Millisecond))
 	case e.WriterWaiting:
 		msg = fmt.Sprintf("dlock: lock %q not obtained: a writer is waiting", e.Name)
 		if e.Holder != "" {

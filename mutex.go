@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -36,6 +35,9 @@ func (m *Mutex) Name() string { return m.name }
 // *NotObtainedError (errors.Is(err, ErrNotObtained)) naming the holder when
 // another owner holds it, ErrInvalid for a bad name or option, ErrClosed
 // after Client.Close, and the store's error, wrapped, when the store fails.
+// A grant that the store answers too late to be trusted (after the TTL less
+// drift allowance and safety margin) is given back, and the
+// *NotObtainedError says how long the store took (Slow).
 func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 	if err := m.enter(); err != nil {
 		return nil, err
@@ -56,7 +58,9 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 // each further attempt, and also tries again when the holder's TTL runs out
 // and, as a safety net, on the WithRetry schedule. Among the goroutines of one
 // Client waiting on one name, only one at a time retries; the others queue
-// behind it without touching the store.
+// behind it without touching the store. A grant answered too late to be
+// trusted is given back and the wait goes on (a fair waiter then queues
+// again, at the back).
 //
 // When the wait ends first, Lock returns errors.Join(*NotObtainedError,
 // ctx.Err()) (context.DeadlineExceeded when WithWait elapsed), promptly and
@@ -203,34 +207,36 @@ func (m *Mutex) try(ctx context.Context, token string, wait bool) (*Lease, drive
 	if !res.Acquired {
 		return nil, res, nil
 	}
-	if joined == nil {
+	if joined == nil || res.Fence != joined.fence {
 		// A new grant is trusted until sent + validity − margin. An answer
 		// that comes later than that brings a lease that is already dead:
 		// give it back rather than hand the caller a lock it must not use.
-		if took, safe := time.Since(sent), m.c.validFor(m.opts.ttl)-m.opts.safetyMargin(); took >= safe {
-			m.c.cleanup(m.key, token, m.opts.ttl)
-			return nil, res, &lateGrantError{name: m.name, took: took, safe: safe, ttl: m.opts.ttl}
+		// The release is made before returning, so that a wait that tries
+		// again with the same token cannot have its next grant released.
+		if took := time.Since(sent); took >= m.c.validFor(m.opts.ttl)-m.opts.safetyMargin() {
+			m.giveBack(ctx, token)
+			if wait {
+				return nil, driver.AcquireResult{}, nil // not obtained: the wait goes on
+			}
+			return nil, res, &NotObtainedError{Name: m.name, Slow: took}
 		}
 	}
 	return m.grantLease(joined, token, req.Owner, res, sent), res, nil
 }
 
-// lateGrantError is the error of an acquire whose grant came back after the
-// lease's safe validity had run out (a store slower than the TTL allows).
-// It is ErrNotObtained: the grant was given back.
-type lateGrantError struct {
-	name       string
-	took, safe time.Duration
-	ttl        time.Duration
+// giveBack releases a grant that came too late to be used, within a TTL.
+func (m *Mutex) giveBack(ctx context.Context, token string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.opts.ttl)
+	defer cancel()
+	res, err := m.c.backend.Release(ctx, m.key, token)
+	switch {
+	case err != nil:
+		m.c.log.Warn("dlock: giving back a grant that came too late failed; the lock expires after its TTL",
+			"key", m.key, "err", err)
+	case res.Held && res.Remaining == 0:
+		m.c.hub.wakeKey(m.key)
+	}
 }
-
-func (e *lateGrantError) Error() string {
-	return fmt.Sprintf("dlock: lock %q not obtained: the store granted it after %v, but a lease of TTL %v may be trusted for only %v after the request (drift allowance and safety margin taken off); the grant was given back — use a longer TTL for a store this slow",
-		e.name, e.took.Round(time.Millisecond), e.ttl, e.safe.Round(time.Millisecond))
-}
-
-// Is reports whether target is ErrNotObtained.
-func (e *lateGrantError) Is(target error) bool { return target == ErrNotObtained }
 
 // grantLease makes the lease for a successful acquire sent at sent.
 func (m *Mutex) grantLease(joined *grant, token, owner string, res driver.AcquireResult, sent time.Time) *Lease {
