@@ -51,8 +51,8 @@ type NameSummary struct {
 type Report struct {
 	Events         int
 	Grants         int // acquires that returned a lease
-	AcquireFailed  int // acquires that returned ErrNotObtained (or another answer of the store)
-	AcquireUnknown int // acquires that ended in an error with no answer (cancelled, timed out, store unreachable)
+	AcquireFailed  int // acquires that returned ErrNotObtained (a cancelled or timed-out wait included) or ErrInvalid
+	AcquireUnknown int // acquires that ended in another error: the store failed or could not be reached
 	Releases       int // Unlock calls that returned nil
 	ReleaseFailed  int // Unlock calls answered ErrNotHeld or ErrLost
 	ReleaseUnknown int // Unlock calls with no answer
@@ -82,7 +82,8 @@ type Report struct {
 	// a failure of fencing.
 	StaleAccepted int
 	// LateWrites counts accepted writes made after the writer's window had
-	// ended: the writer no longer held the lock.
+	// ended (the writer no longer held the lock), or by a lease the
+	// history has no grant of.
 	LateWrites int
 	// LostUpdates counts accepted writes whose lease had not read the value
 	// they overwrote: another holder's update was lost (an oversold unit in
@@ -182,6 +183,7 @@ func Check(events []Event, opts CheckOptions) *Report {
 			r.StoreCalls++
 		}
 	}
+	extendByStore(events, leases)
 	windows := make(map[string]Window, len(leases))
 	for id, lr := range leases {
 		w := Window{Lease: id, Client: lr.acq.Client, Name: lr.acq.Name, Mode: lr.acq.Mode, Limit: lr.acq.Limit,
@@ -198,6 +200,45 @@ func Check(events []Event, opts CheckOptions) *Report {
 	r.checkFences(leases)
 	r.checkResource(events, windows, opts.LinearizabilityTimeout)
 	return r
+}
+
+// extendByStore finds each lease's owner token (the successful store
+// acquire of the same client with the same fence, on a key that ends with
+// the lease's name) and moves the lease's deadline to the latest deadline a
+// successful store call of that token gave it: renewals made in the
+// background are seen only there, and a holder that dies while it holds
+// records nothing else.
+func extendByStore(events []Event, leases map[string]*leaseRec) {
+	type grantKey struct {
+		client string
+		fence  uint64
+	}
+	byGrant := make(map[grantKey][]*leaseRec)
+	for _, lr := range leases {
+		k := grantKey{lr.acq.Client, lr.acq.Fence}
+		byGrant[k] = append(byGrant[k], lr)
+	}
+	byToken := make(map[string][]*leaseRec)
+	for _, e := range events {
+		if e.Kind != KindStoreAcquire || e.Outcome != OK {
+			continue
+		}
+		for _, lr := range byGrant[grantKey{e.Client, e.Fence}] {
+			if strings.HasSuffix(e.Name, lr.acq.Name) && e.End <= lr.acq.End {
+				byToken[e.Token] = append(byToken[e.Token], lr)
+			}
+		}
+	}
+	for _, e := range events {
+		if (e.Kind != KindStoreRenew && e.Kind != KindStoreAcquire) || e.Outcome != OK || e.Deadline == 0 {
+			continue
+		}
+		for _, lr := range byToken[e.Token] {
+			if e.Start >= lr.acq.Start && (lr.release == nil || e.Start < lr.release.Start) && (lr.loss == nil || e.Start < lr.loss.End) {
+				lr.deadline = max(lr.deadline, e.Deadline)
+			}
+		}
+	}
 }
 
 // checkExclusion sweeps each name's windows in start order.
@@ -244,16 +285,23 @@ func (r *Report) checkFences(leases map[string]*leaseRec) {
 		byEnd := slices.Clone(grants)
 		slices.SortFunc(byEnd, func(a, b Event) int { return cmp.Compare(a.End, b.End) })
 		slices.SortFunc(grants, func(a, b Event) int { return cmp.Compare(a.Start, b.Start) })
+		// Highest fences of the grants completed before g was requested:
+		// g must be above every exclusive one, and above every shared one
+		// unless g is shared too (Redlock readers may share a fence).
 		var (
-			i       int
-			highest uint64
+			i                 int
+			exclusive, shared uint64
 		)
 		for _, g := range grants {
 			for i < len(byEnd) && byEnd[i].End < g.Start {
-				highest = max(highest, byEnd[i].Fence)
+				if byEnd[i].Mode == Exclusive {
+					exclusive = max(exclusive, byEnd[i].Fence)
+				} else {
+					shared = max(shared, byEnd[i].Fence)
+				}
 				i++
 			}
-			if g.Fence <= highest {
+			if g.Fence <= exclusive || g.Fence < shared || (g.Fence == shared && g.Mode == Exclusive) {
 				r.FenceRegressions++
 			}
 		}
@@ -356,7 +404,7 @@ func (r *Report) checkResource(events []Event, windows map[string]Window, timeou
 			if e.Value < 0 {
 				r.NegativeStock++
 			}
-			if w, ok := windows[e.Lease]; ok && e.Start > w.End {
+			if w, ok := windows[e.Lease]; !ok || e.Start > w.End {
 				r.LateWrites++
 			}
 			g.value = Value{Stock: e.Value, Members: e.Members}

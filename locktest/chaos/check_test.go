@@ -224,3 +224,46 @@ func TestResourceFencesReaders(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckWindowFollowsBackgroundRenewals: a holder that renewed in the
+// background and then died records only its grant; its window must run to
+// the deadline its last renewal gave it.
+func TestCheckWindowFollowsBackgroundRenewals(t *testing.T) {
+	var h hist
+	h.grant("a/1", "x", Exclusive, 0, 1, 0, 10, 500)
+	h.events = append(h.events,
+		Event{Kind: KindStoreAcquire, Client: "a", Name: "prefix:x", Token: "tok", Fence: 1, Start: 1, End: 9, Deadline: 501, Outcome: OK},
+		Event{Kind: KindStoreRenew, Client: "a", Name: "prefix:x", Token: "tok", Start: 160, End: 170, Deadline: 660, Outcome: OK},
+		Event{Kind: KindStoreRenew, Client: "a", Name: "prefix:x", Token: "other", Start: 300, End: 310, Deadline: 900, Outcome: OK},
+	)
+	h.grant("b/1", "x", Exclusive, 0, 2, 510, 520, 1100)
+	r := Check(h.events, CheckOptions{})
+	if len(r.Overlaps) != 1 {
+		t.Fatalf("overlaps = %d, want 1: a's renewal made it valid until 660", len(r.Overlaps))
+	}
+	if got := r.Overlaps[0].A.End; got != 660 {
+		t.Errorf("a's window ends at %d, want 660 (another token's renewal must not count)", got)
+	}
+}
+
+func TestCheckReaderFences(t *testing.T) {
+	var h hist
+	h.grant("r1/1", "x", Shared, 0, 5, 0, 10, 100)
+	h.grant("r2/1", "x", Shared, 0, 5, 20, 30, 100)     // after r1, same fence: Redlock readers may
+	h.grant("w/1", "x", Exclusive, 0, 5, 200, 210, 300) // a writer must be above
+	h.grant("r3/1", "x", Shared, 0, 4, 400, 410, 500)   // a reader below an earlier reader
+	r := Check(h.events, CheckOptions{})
+	if r.FenceRegressions != 2 {
+		t.Errorf("fence regressions = %d, want 2 (w/1 and r3/1)", r.FenceRegressions)
+	}
+}
+
+func TestCheckWriteWithoutLease(t *testing.T) {
+	var h hist
+	h.init("x", 1)
+	h.access(KindWrite, "ghost/1", "x", 9, 10, true, 0)
+	r := Check(h.events, CheckOptions{})
+	if r.LateWrites != 1 {
+		t.Errorf("late writes = %d, want 1 for a write under no lease", r.LateWrites)
+	}
+}

@@ -26,9 +26,10 @@ const (
 	// KindRelease: Unlock was called (Start) and returned (End). Deadline is
 	// the lease's last local deadline.
 	KindRelease
-	// KindLoss: the lease ended without Unlock, as its holder was told: End
-	// is when its Done channel closed, Deadline the local deadline it had
-	// then, Err the *dlock.LostError.
+	// KindLoss: the lease ended without Unlock. End is when its holder was
+	// told (its context ended; Text "told"), or, when it had not been, when
+	// Unlock found the lease gone (Text "found by Unlock"); Deadline is the
+	// lease's local deadline then, Err the cause.
 	KindLoss
 	// KindRenew: a manual Refresh.
 	KindRenew
@@ -111,7 +112,7 @@ func (m Mode) String() string {
 type Event struct {
 	Kind     Kind    `json:"kind"`
 	Client   string  `json:"client,omitempty"` // who acted: "c3", "child-1", "fault"
-	Name     string  `json:"name,omitempty"`   // lock (and resource) name
+	Name     string  `json:"name,omitempty"`   // lock (and resource) name; for store events the store key, prefix included
 	Lease    string  `json:"lease,omitempty"`  // lease identity, unique in a history
 	Token    string  `json:"token,omitempty"`  // owner token (store events)
 	Mode     Mode    `json:"mode,omitempty"`

@@ -28,16 +28,30 @@ func WithStoreClockRate(rate float64) ObserveOption {
 
 // Observe wraps a backend so that every call the client makes to the store,
 // renewals made in the background included, is recorded in sink as a store
-// event of client. The result keeps the inner backend's optional interfaces
-// that the client uses (capabilities, notifications, batch renewal, lock
-// delay, drift) and forwards Inspector.
+// event of client (with the store's key, prefix included, as its Name). A
+// successful store acquire or renewal carries the local deadline it gives
+// the lease (Deadline), so that Check can extend a lease's window by the
+// renewals made in the background. The result has the inner backend's
+// notifications and batch renewal only when the inner backend has them,
+// forwards its capabilities, lock delay and drift (none, when it lacks
+// them) and Inspector.
 func Observe(b driver.Backend, sink Sink, client string, opts ...ObserveOption) driver.Backend {
 	o := &observed{inner: b, sink: sink, client: client, rate: 1}
 	for _, opt := range opts {
 		opt(o)
 	}
-	if _, ok := b.(driver.Notifier); ok {
+	if d, ok := b.(driver.Drifter); ok {
+		o.drift = d.Drift
+	}
+	_, notifies := b.(driver.Notifier)
+	_, batches := b.(driver.BatchRenewer)
+	switch {
+	case notifies && batches:
+		return observedBoth{observedBatch{o}}
+	case notifies:
 		return observedNotifier{o}
+	case batches:
+		return observedBatch{o}
 	}
 	return o
 }
@@ -47,17 +61,30 @@ type observed struct {
 	sink   Sink
 	client string
 	rate   float64
+	drift  func(time.Duration) time.Duration // the inner backend's, or nil
 }
 
 var (
 	_ driver.Backend      = (*observed)(nil)
 	_ driver.Capabler     = (*observed)(nil)
-	_ driver.BatchRenewer = (*observed)(nil)
 	_ driver.LockDelayer  = (*observed)(nil)
 	_ driver.Drifter      = (*observed)(nil)
 	_ driver.Inspector    = (*observed)(nil)
 	_ driver.Notifier     = observedNotifier{}
+	_ driver.BatchRenewer = observedBatch{}
+	_ driver.Notifier     = observedBoth{}
+	_ driver.BatchRenewer = observedBoth{}
 )
+
+// deadline is the local deadline the client gives a grant or renewal of
+// ttl sent at start: start + ttl − drift (its own clock; the store's clock
+// rate does not enter into it).
+func (o *observed) deadline(start int64, ttl time.Duration) int64 {
+	if o.drift != nil {
+		ttl -= o.drift(ttl)
+	}
+	return start + int64(ttl)
+}
 
 func (o *observed) ttl(d time.Duration) time.Duration {
 	if o.rate == 1 {
@@ -78,10 +105,14 @@ func outcome(ok bool, err error) Outcome {
 
 func (o *observed) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
 	start := Now()
+	ttl := req.TTL
 	req.TTL = o.ttl(req.TTL)
 	res, err := o.inner.Acquire(ctx, req)
 	e := Event{Kind: KindStoreAcquire, Client: o.client, Name: req.Key, Token: req.Token, Limit: req.Limit,
 		Start: start, End: Now(), Outcome: outcome(res.Acquired, err), Err: errText(err), Fence: res.Fence}
+	if e.Outcome == OK {
+		e.Deadline = o.deadline(start, ttl)
+	}
 	if req.Mode == driver.Shared {
 		e.Mode = Shared
 		if req.Limit > 0 {
@@ -95,26 +126,32 @@ func (o *observed) Acquire(ctx context.Context, req driver.AcquireRequest) (driv
 func (o *observed) Renew(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
 	start := Now()
 	held, err := o.inner.Renew(ctx, key, token, o.ttl(ttl))
-	o.sink.Add(Event{Kind: KindStoreRenew, Client: o.client, Name: key, Token: token, Start: start, End: Now(), Outcome: outcome(held, err), Err: errText(err)})
+	o.renewed(key, token, ttl, start, Now(), held, err)
 	return held, err
 }
 
-func (o *observed) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []driver.RenewResult {
-	start := Now()
-	var out []driver.RenewResult
-	if b, ok := o.inner.(driver.BatchRenewer); ok {
-		scaled := make([]driver.RenewRequest, len(reqs))
-		for i, r := range reqs {
-			scaled[i] = r
-			scaled[i].TTL = o.ttl(r.TTL)
-		}
-		out = b.RenewBatch(ctx, scaled)
-	} else {
-		out = make([]driver.RenewResult, len(reqs))
-		for i, r := range reqs {
-			out[i].Held, out[i].Err = o.inner.Renew(ctx, r.Key, r.Token, o.ttl(r.TTL))
-		}
+// renewed records one renewal; a successful one with the deadline the
+// client gives the lease.
+func (o *observed) renewed(key, token string, ttl time.Duration, start, end int64, held bool, err error) {
+	e := Event{Kind: KindStoreRenew, Client: o.client, Name: key, Token: token, Start: start, End: end, Outcome: outcome(held, err), Err: errText(err)}
+	if e.Outcome == OK {
+		e.Deadline = o.deadline(start, ttl)
 	}
+	o.sink.Add(e)
+}
+
+// observedBatch is an observed backend whose inner backend renews in
+// batches.
+type observedBatch struct{ *observed }
+
+func (o observedBatch) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []driver.RenewResult {
+	start := Now()
+	scaled := make([]driver.RenewRequest, len(reqs))
+	for i, r := range reqs {
+		scaled[i] = r
+		scaled[i].TTL = o.ttl(r.TTL)
+	}
+	out := o.inner.(driver.BatchRenewer).RenewBatch(ctx, scaled)
 	end := Now()
 	for i, r := range reqs {
 		var res driver.RenewResult
@@ -123,7 +160,7 @@ func (o *observed) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) [
 		} else {
 			res.Err = errors.New("chaos: batch renewal returned too few results")
 		}
-		o.sink.Add(Event{Kind: KindStoreRenew, Client: o.client, Name: r.Key, Token: r.Token, Start: start, End: end, Outcome: outcome(res.Held, res.Err), Err: errText(res.Err)})
+		o.renewed(r.Key, r.Token, r.TTL, start, end, res.Held, res.Err)
 	}
 	return out
 }
@@ -185,5 +222,13 @@ func (o *observed) ForceRelease(ctx context.Context, key string) (driver.LockInf
 type observedNotifier struct{ *observed }
 
 func (o observedNotifier) Listen(ctx context.Context, fn func(key, next string)) (driver.Listener, error) {
+	return o.inner.(driver.Notifier).Listen(ctx, fn)
+}
+
+// observedBoth is an observed backend whose inner backend notifies and
+// renews in batches.
+type observedBoth struct{ observedBatch }
+
+func (o observedBoth) Listen(ctx context.Context, fn func(key, next string)) (driver.Listener, error) {
 	return o.inner.(driver.Notifier).Listen(ctx, fn)
 }

@@ -190,6 +190,9 @@ func TestObserveClockRate(t *testing.T) {
 	if _, ok := b.(driver.Notifier); ok {
 		t.Fatal("a backend without notifications must not gain them")
 	}
+	if _, ok := b.(driver.BatchRenewer); ok {
+		t.Fatal("a backend without batch renewal must not gain it")
+	}
 	c := dlock.New(b, dlock.WithTTL(time.Second))
 	defer c.Close()
 	l, err := c.Mutex("x").Lock(t.Context())

@@ -29,7 +29,11 @@ const (
 // Target is a lock the workload takes: a name and the kind of hold. Mode
 // Exclusive is a Mutex; Shared is the read side of an RWMutex (and
 // Exclusive with RW set its write side); Permit one of Limit permits of a
-// Semaphore.
+// Semaphore. An exclusive holder reads the resource and writes it; a shared
+// holder only reads it; a permit holder does not touch it (Check counts
+// the permits in use). Reentrant locks are not modelled: a re-entry shares
+// its fence and window with the first hold, which Check would report as a
+// duplicate fence and an overlap.
 type Target struct {
 	Name  string
 	Mode  Mode
@@ -49,9 +53,12 @@ type Worker struct {
 	// Think is the longest sleep inside a critical section, between the
 	// read and the write; each is random in [0, Think].
 	Think time.Duration
-	// IgnoreLoss makes the worker write even when its lease has been lost
+	// IgnoreLoss makes the worker write even when its lease has ended
 	// during the sleep, as code that checked its lock once and then wrote
-	// would. By default it checks lease.Err() just before writing.
+	// would. By default it does not write when lease.Err() is set or the
+	// lease's Deadline has passed, checked just before the write (a pause
+	// between that check and the write still lets a late write through:
+	// that is what fencing is for).
 	IgnoreLoss bool
 	// CancelRate is the chance, for each acquire, unlock and (once per
 	// critical section) manual Refresh, that its context is cancelled after
@@ -149,11 +156,20 @@ func (w *Worker) Step(ctx context.Context, tg Target) (Result, error) {
 	uerr := l.Unlock(uctx)
 	uend := Now()
 	ucancel()
-	if errors.Is(l.Err(), dlock.ErrLost) {
-		if at := endedAt.Load(); at != 0 && at <= ustart {
-			res.Lost = true
-			w.Sink.Add(Event{Kind: KindLoss, Client: w.client(), Name: tg.Name, Lease: lease, Mode: tg.Mode, Fence: res.Fence, Start: at, End: at, Deadline: dl, Outcome: OK, Err: errText(l.Err())})
+	// A lease lost before Unlock: reported when its context ended, or, if
+	// the holder had not been told, by Unlock itself (at ustart; late if
+	// the deadline had passed by then).
+	if lost := errors.Is(l.Err(), dlock.ErrLost) || errors.Is(uerr, dlock.ErrNotHeld); lost {
+		at, how := endedAt.Load(), "told"
+		if at == 0 || at > ustart {
+			at, how = ustart, "found by Unlock"
 		}
+		res.Lost = true
+		cause := l.Err()
+		if !errors.Is(cause, dlock.ErrLost) {
+			cause = uerr
+		}
+		w.Sink.Add(Event{Kind: KindLoss, Client: w.client(), Name: tg.Name, Lease: lease, Mode: tg.Mode, Fence: res.Fence, Start: at, End: at, Deadline: dl, Outcome: OK, Err: errText(cause), Text: how})
 	}
 	w.Sink.Add(Event{Kind: KindRelease, Client: w.client(), Name: tg.Name, Lease: lease, Mode: tg.Mode, Fence: res.Fence, Start: ustart, End: uend, Deadline: dl, Outcome: lockOutcome(uerr), Err: errText(uerr)})
 	return res, nil
@@ -205,7 +221,7 @@ func (w *Worker) critical(ctx context.Context, tg Target, l *dlock.Lease, lease 
 	if w.BeforeWrite != nil {
 		w.BeforeWrite(ctx, l)
 	}
-	if !w.IgnoreLoss && l.Err() != nil {
+	if !w.IgnoreLoss && (l.Err() != nil || !time.Now().Before(l.Deadline())) {
 		return
 	}
 	next, ok := w.next(v, n)
@@ -253,11 +269,13 @@ func (w *Worker) next(v Value, n uint64) (Value, bool) {
 }
 
 // Run runs workers against targets until ctx ends or ops critical sections
-// (acquire attempts that got the lock) have run in all, whichever comes
-// first (ops 0: until ctx ends). Every worker runs one goroutine per target.
-// A failed acquire is followed by a random pause of up to backoff (0: 50ms)
-// before the next. Run returns when every goroutine has stopped.
-func Run(ctx context.Context, workers []*Worker, targets []Target, ops int, backoff time.Duration) {
+// (acquires that got the lock) have run in all, whichever comes first (ops
+// 0: until ctx ends); critical sections under way when the count is reached
+// finish, so a few more may run. Every worker runs one goroutine per
+// target. A failed acquire is followed by a random pause of up to backoff
+// (0: 50ms) before the next. Run returns, once every goroutine has stopped,
+// the number of critical sections run.
+func Run(ctx context.Context, workers []*Worker, targets []Target, ops int, backoff time.Duration) int {
 	if backoff <= 0 {
 		backoff = 50 * time.Millisecond
 	}
@@ -276,7 +294,7 @@ func Run(ctx context.Context, workers []*Worker, targets []Target, ops int, back
 				defer pause.Stop()
 				for ctx.Err() == nil {
 					res, err := w.Step(ctx, tg)
-					if res.Acquired && ops > 0 && done.Add(1) >= int64(ops) {
+					if res.Acquired && done.Add(1) >= int64(ops) && ops > 0 {
 						cancel()
 						return
 					}
@@ -292,4 +310,5 @@ func Run(ctx context.Context, workers []*Worker, targets []Target, ops int, back
 		}
 	}
 	wg.Wait()
+	return int(done.Load())
 }
