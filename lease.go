@@ -104,10 +104,13 @@ func (l *Lease) Context() context.Context {
 }
 
 // Deadline returns the local validity deadline: the moment the last
-// successful acquire or renewal was sent plus the TTL, on this process's
-// monotonic clock. The store cannot have let the lease go before then; the
-// lease is treated as lost at Deadline minus the safety margin if it could
-// not be renewed.
+// successful acquire or renewal was sent plus the TTL (less the backend's
+// drift allowance), on this process's monotonic clock. The store cannot have
+// let the lease go before then, give or take its clock's granularity
+// (stores count expiry in milliseconds on their wall clock, so a lease can
+// end a millisecond or two early); the lease is treated as lost at Deadline
+// minus the safety margin if it could not be renewed, which keeps the holder
+// clear of that.
 func (l *Lease) Deadline() time.Time {
 	if l == nil || l.g == nil {
 		return time.Time{}

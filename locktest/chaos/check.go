@@ -14,7 +14,15 @@ type CheckOptions struct {
 	// means one minute. A name whose search times out is listed in
 	// Report.Unchecked.
 	LinearizabilityTimeout time.Duration
+	// ClockSlack is how much before a lease's local deadline its store may
+	// end it without breaking the lock's promise: stores count expiry in
+	// milliseconds on their wall clock. A window that ends at its deadline
+	// ends this much earlier. 0 means 2ms; a negative value means none.
+	ClockSlack time.Duration
 }
+
+// defaultClockSlack is CheckOptions.ClockSlack's default.
+const defaultClockSlack = 2 * time.Millisecond
 
 // Window is the time during which one lease's holder could trust it: from
 // the moment its acquire returned to the first of Unlock being called, the
@@ -130,6 +138,12 @@ func Check(events []Event, opts CheckOptions) *Report {
 	if opts.LinearizabilityTimeout <= 0 {
 		opts.LinearizabilityTimeout = time.Minute
 	}
+	switch {
+	case opts.ClockSlack == 0:
+		opts.ClockSlack = defaultClockSlack
+	case opts.ClockSlack < 0:
+		opts.ClockSlack = 0
+	}
 	events = slices.Clone(events)
 	slices.SortStableFunc(events, func(a, b Event) int {
 		return cmp.Or(cmp.Compare(a.Start, b.Start), cmp.Compare(a.End, b.End))
@@ -187,7 +201,7 @@ func Check(events []Event, opts CheckOptions) *Report {
 	windows := make(map[string]Window, len(leases))
 	for id, lr := range leases {
 		w := Window{Lease: id, Client: lr.acq.Client, Name: lr.acq.Name, Mode: lr.acq.Mode, Limit: lr.acq.Limit,
-			Fence: lr.acq.Fence, Start: lr.acq.End, End: lr.deadline, Ended: "deadline"}
+			Fence: lr.acq.Fence, Start: lr.acq.End, End: lr.deadline - int64(opts.ClockSlack), Ended: "deadline"}
 		if lr.loss != nil && lr.loss.End < w.End {
 			w.End, w.Ended = lr.loss.End, "loss"
 		}

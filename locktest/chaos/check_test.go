@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // hist builds synthetic histories: times are plain numbers.
@@ -45,7 +46,7 @@ func TestCheckCleanHistory(t *testing.T) {
 	h.access(KindRead, "b/1", "x", 2, 60, true, 9)
 	h.access(KindWrite, "b/1", "x", 2, 70, true, 8)
 	h.unlock("b/1", "x", 80, 2000)
-	r := Check(h.events, CheckOptions{})
+	r := Check(h.events, CheckOptions{ClockSlack: -1})
 	if r.Violations() != 0 || r.Grants != 2 || r.Writes != 2 || r.LateWrites != 0 {
 		t.Fatalf("clean history: %s\n%s", r.Summary(), r)
 	}
@@ -70,7 +71,7 @@ func TestCheckFindsPausedHolder(t *testing.T) {
 	h.unlock("b/1", "x", 190, 1000)
 	h.access(KindWrite, "a/1", "x", 1, 300, true, 9) // a wakes and writes 10-1
 	h.unlock("a/1", "x", 310, 100)
-	r := Check(h.events, CheckOptions{})
+	r := Check(h.events, CheckOptions{ClockSlack: -1})
 	if len(r.Overlaps) != 0 {
 		t.Errorf("overlaps = %d, want 0 (a's window ended at its deadline)", len(r.Overlaps))
 	}
@@ -110,7 +111,7 @@ func TestCheckFencedResourceRefusal(t *testing.T) {
 	h.access(KindWrite, "b/1", "x", 2, 180, true, 9)
 	h.unlock("b/1", "x", 190, 1000)
 	h.access(KindWrite, "a/1", "x", 1, 300, false, 9)
-	r := Check(h.events, CheckOptions{})
+	r := Check(h.events, CheckOptions{ClockSlack: -1})
 	if r.Violations() != 0 || r.StaleRejected != 1 || r.LateWrites != 0 {
 		t.Fatalf("fenced pause: %s", r.Summary())
 	}
@@ -134,7 +135,7 @@ func TestCheckOverlapsAndKinds(t *testing.T) {
 	h.grant("p2/1", "sem", Permit, 2, 2, 0, 20, 100)
 	h.grant("p3/1", "sem", Permit, 2, 3, 0, 30, 100)
 	h.grant("p4/1", "sem", Permit, 2, 4, 100, 110, 200) // others expired at 100: fine
-	r := Check(h.events, CheckOptions{})
+	r := Check(h.events, CheckOptions{ClockSlack: -1})
 	var ex, rw, sem int
 	for _, o := range r.Overlaps {
 		switch o.B.Name {
@@ -162,7 +163,7 @@ func TestCheckFences(t *testing.T) {
 	h.grant("d/1", "x", Exclusive, 0, 7, 90, 95, 99) // repeated
 	h.grant("r1/1", "y", Shared, 0, 4, 0, 10, 50)
 	h.grant("r2/1", "y", Shared, 0, 4, 5, 10, 50) // readers sharing a fence: allowed
-	r := Check(h.events, CheckOptions{})
+	r := Check(h.events, CheckOptions{ClockSlack: -1})
 	if r.FenceRegressions != 2 || r.DuplicateFences != 1 {
 		t.Errorf("fence regressions %d (want 2: b, d), duplicates %d (want 1)", r.FenceRegressions, r.DuplicateFences)
 	}
@@ -174,7 +175,7 @@ func TestCheckLateLossReport(t *testing.T) {
 	h.loss("a/1", "x", 90, 100)
 	h.grant("b/1", "x", Exclusive, 0, 2, 0, 110, 300)
 	h.loss("b/1", "x", 310, 300) // told after its deadline
-	r := Check(h.events, CheckOptions{})
+	r := Check(h.events, CheckOptions{ClockSlack: -1})
 	if r.Losses != 2 || r.LateLossReports != 1 {
 		t.Errorf("losses %d (want 2), late reports %d (want 1)", r.Losses, r.LateLossReports)
 	}
@@ -194,7 +195,7 @@ func TestCheckReadersInAnyOrder(t *testing.T) {
 	h.access(KindWrite, "w/1", "x", 1, 30, true, 9) // writer older than a reader: stale
 	h.access(KindWrite, "w/3", "x", 3, 40, true, 9)
 	read("r/0", 2, 50) // a reader older than the writer: stale
-	r := Check(h.events, CheckOptions{})
+	r := Check(h.events, CheckOptions{ClockSlack: -1})
 	if r.StaleAccepted != 2 {
 		t.Errorf("stale accepted = %d, want 2 (w/1 after r/2, r/0 after w/3)", r.StaleAccepted)
 	}
@@ -237,7 +238,7 @@ func TestCheckWindowFollowsBackgroundRenewals(t *testing.T) {
 		Event{Kind: KindStoreRenew, Client: "a", Name: "prefix:x", Token: "other", Start: 300, End: 310, Deadline: 900, Outcome: OK},
 	)
 	h.grant("b/1", "x", Exclusive, 0, 2, 510, 520, 1100)
-	r := Check(h.events, CheckOptions{})
+	r := Check(h.events, CheckOptions{ClockSlack: -1})
 	if len(r.Overlaps) != 1 {
 		t.Fatalf("overlaps = %d, want 1: a's renewal made it valid until 660", len(r.Overlaps))
 	}
@@ -252,7 +253,7 @@ func TestCheckReaderFences(t *testing.T) {
 	h.grant("r2/1", "x", Shared, 0, 5, 20, 30, 100)     // after r1, same fence: Redlock readers may
 	h.grant("w/1", "x", Exclusive, 0, 5, 200, 210, 300) // a writer must be above
 	h.grant("r3/1", "x", Shared, 0, 4, 400, 410, 500)   // a reader below an earlier reader
-	r := Check(h.events, CheckOptions{})
+	r := Check(h.events, CheckOptions{ClockSlack: -1})
 	if r.FenceRegressions != 2 {
 		t.Errorf("fence regressions = %d, want 2 (w/1 and r3/1)", r.FenceRegressions)
 	}
@@ -262,8 +263,26 @@ func TestCheckWriteWithoutLease(t *testing.T) {
 	var h hist
 	h.init("x", 1)
 	h.access(KindWrite, "ghost/1", "x", 9, 10, true, 0)
-	r := Check(h.events, CheckOptions{})
+	r := Check(h.events, CheckOptions{ClockSlack: -1})
 	if r.LateWrites != 1 {
 		t.Errorf("late writes = %d, want 1 for a write under no lease", r.LateWrites)
+	}
+}
+
+// TestCheckClockSlack: a store that ends a lease a millisecond before the
+// client's deadline (its clock counts milliseconds) is within the lock's
+// promise; two milliseconds past the slack is not.
+func TestCheckClockSlack(t *testing.T) {
+	ms := int64(time.Millisecond)
+	for _, tc := range []struct {
+		next int64
+		want int
+	}{{499 * ms, 0}, {496 * ms, 1}} {
+		var h hist
+		h.grant("a/1", "x", Exclusive, 0, 1, 0, 10*ms, 500*ms)
+		h.grant("b/1", "x", Exclusive, 0, 2, tc.next-ms, tc.next, 900*ms)
+		if got := len(Check(h.events, CheckOptions{}).Overlaps); got != tc.want {
+			t.Errorf("next grant at %v: %d overlaps, want %d", time.Duration(tc.next), got, tc.want)
+		}
 	}
 }
