@@ -2,7 +2,11 @@ package chaostest
 
 import (
 	"context"
-	"math/rand/v2"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,18 +78,128 @@ func TestBaseline(t *testing.T) {
 	}
 }
 
-// TestCancel cancels contexts at random, on every backend: a fifth of the
-// acquires, unlocks and manual refreshes have their context cancelled
-// within 2ms, mid-call on the networked stores. Cancelled calls may leave
-// a grant or a hold behind on the store, but no two holders, and every
-// such hold expires.
+// TestCancel cancels contexts at random, on every backend, on eight names:
+// a fifth of the acquires, unlocks and manual refreshes have their context
+// cancelled within cancelWithin. Cancelled calls may leave a grant or a
+// hold behind on the store, but no two holders, and every such hold
+// expires. The runs must show that cancellations landed: an acquire, a
+// refresh and an unlock, at least, that failed for one, over the two runs
+// of a store (a refresh is cancelled in one critical section in
+// twenty-five: the set run alone has too few).
 func TestCancel(t *testing.T) {
 	for _, kind := range allKinds {
 		t.Run(kind, func(t *testing.T) {
 			s := startStore(t, kind, storeOptions{})
-			runBoth(t, scenario{store: s, cancelRate: 0.2, duration: 1500 * time.Millisecond}, longThink)
+			var tally cancelTally
+			base := scenario{
+				store: s, names: cancelNames(), cancelRate: 0.2, cancelWithin: cancelWithin(kind),
+				duration: 1500 * time.Millisecond, faults: tally.watch, extra: tally.count,
+			}
+			runBoth(t, base, longThink)
 		})
 	}
+}
+
+// cancelNames are TestCancel's names: eight, as in a soak, so that the
+// runs have enough manual refreshes to cancel.
+func cancelNames() []string {
+	return []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+}
+
+// cancelWithin is the longest delay of TestCancel's cancellations on a
+// store of kind (Worker.CancelWithin), about a refresh's time on the store
+// under -race: the worker's 2ms default is ten times that or more, and
+// nearly every cancellation came after the call had returned. Where a call
+// notices its context only before it goes out (memlock checks it on entry;
+// go-redis on taking a connection, not while it waits for the answer), a
+// cancellation lands only if it fires before then, so those get the
+// shortest delay the worker takes (1ns: at its timer's first chance).
+func cancelWithin(kind string) time.Duration {
+	switch kind {
+	case kindMemlock, kindRedis:
+		return time.Nanosecond
+	case kindPostgres:
+		return 300 * time.Microsecond
+	}
+	return 100 * time.Microsecond // redlock (before its fan-out), SQLite, MariaDB
+}
+
+// cancelledText are the marks of a call cut short by its context: the
+// injected cause (Lock reports context.Cause) or the context's error
+// (Refresh and Unlock report ctx.Err(), wrapped; drivers the same).
+var cancelledText = []string{"chaos: injected cancellation", context.Canceled.Error()}
+
+// cancelTally counts, over the runs of one store, the acquires, manual
+// refreshes and unlocks, and those that failed for a cancelled context.
+type cancelTally struct {
+	ended  atomic.Int64 // when the current run's context ended
+	runs   int
+	calls  map[chaos.Kind]int
+	landed map[chaos.Kind]int
+}
+
+// watch notes when the run's context ends (scenario.faults): calls that
+// ended later may have been cut short by the run's end, not by an injected
+// cancellation.
+func (c *cancelTally) watch(ctx context.Context, _ *runState) {
+	c.ended.Store(math.MaxInt64)
+	<-ctx.Done()
+	c.ended.Store(chaos.Now())
+}
+
+// count adds a run's calls (scenario.extra) and logs them; after the
+// second run (runBoth's last) it checks them, so that a failure shows in
+// that run's summary row.
+func (c *cancelTally) count(t *testing.T, r *runState) {
+	t.Helper()
+	if c.calls == nil {
+		c.calls, c.landed = map[chaos.Kind]int{}, map[chaos.Kind]int{}
+	}
+	ended := c.ended.Load()
+	calls, landed := map[chaos.Kind]int{}, map[chaos.Kind]int{}
+	for _, e := range r.rec.Events() {
+		switch e.Kind {
+		case chaos.KindAcquire, chaos.KindRenew, chaos.KindRelease:
+		default:
+			continue
+		}
+		calls[e.Kind]++
+		if e.End >= ended || e.Err == "" {
+			continue
+		}
+		for _, text := range cancelledText {
+			if strings.Contains(e.Err, text) {
+				landed[e.Kind]++
+				break
+			}
+		}
+	}
+	for k, n := range calls {
+		c.calls[k] += n
+		c.landed[k] += landed[k]
+	}
+	t.Logf("calls that failed for an injected cancellation: %s", cancelCounts(calls, landed))
+	if c.runs++; c.runs == 2 {
+		c.check(t)
+	}
+}
+
+// check fails the test unless an acquire, a refresh and an unlock failed
+// for a cancelled context in the runs counted.
+func (c *cancelTally) check(t *testing.T) {
+	t.Helper()
+	t.Logf("calls that failed for an injected cancellation, all runs: %s", cancelCounts(c.calls, c.landed))
+	for _, k := range []chaos.Kind{chaos.KindAcquire, chaos.KindRenew, chaos.KindRelease} {
+		if c.landed[k] == 0 {
+			t.Errorf("no %s call (of %d) failed for a cancelled context: cancellation was not put to the test there", k, c.calls[k])
+		}
+	}
+}
+
+func cancelCounts(calls, landed map[chaos.Kind]int) string {
+	return fmt.Sprintf("%d of %d acquires, %d of %d refreshes, %d of %d unlocks",
+		landed[chaos.KindAcquire], calls[chaos.KindAcquire], landed[chaos.KindRenew], calls[chaos.KindRenew],
+		landed[chaos.KindRelease], calls[chaos.KindRelease])
 }
 
 // latencySteps are the round-trip delays TestLatency cycles through, each
@@ -135,11 +249,13 @@ func TestLatency(t *testing.T) {
 // proxy of its own, and the first to stop before a write once a round is
 // armed is the one cut off (whoever holds the lock: waiting for a given
 // client could take long, as locks are not fair). It ignores the loss of
-// its lease (Worker.IgnoreLoss) and writes once it has been told of it and
-// another client has had time to take the lock over: on an unfenced
-// resource the late write must be found (and usually loses an update); on a
-// fenced one it must be refused or harmless. Every loss must be reported to
-// its holder before the lease's local deadline.
+// its lease (Worker.IgnoreLoss): once it has been told of the loss, and
+// another client has then taken the lock and had a write accepted on the
+// same name, it makes its own write. On an unfenced resource that late
+// write must be accepted and lose the other's update; on a fenced one it
+// must be refused. Every loss must be reported to its holder before the
+// lease's local deadline. A short run makes partitionRounds rounds and
+// ends; a soak makes rounds until its critical sections are done.
 func TestPartition(t *testing.T) {
 	for _, kind := range []string{kindRedis, kindMariaDB, kindPostgres} {
 		t.Run(kind, func(t *testing.T) {
@@ -154,21 +270,26 @@ func TestPartition(t *testing.T) {
 				}
 				sc := scenario{
 					store: s, specs: specs, workload: chaos.Stock, fenced: fenced, ignoreLoss: true,
-					duration: 3 * time.Second, setup: p.setup, faults: p.faults,
+					duration: partitionLimit, setup: p.setup, faults: p.faults, extra: p.check,
 					expect: expect{why: "a partitioned holder that ignores its lost lease writes late", may: late},
 				}
 				if !fenced {
 					sc.expect.must = late
-				}
-				sc.extra = func(t *testing.T, r *runState) {
-					t.Logf("%d partition rounds; %d stale accesses refused, %d accepted; %d late writes accepted",
-						p.rounds, r.report.StaleRejected, r.report.StaleAccepted, r.report.LateWrites)
 				}
 				runScenario(t, sc)
 			}
 		})
 	}
 }
+
+const (
+	// partitionRounds is the number of rounds of a short TestPartition
+	// run, which ends after them.
+	partitionRounds = 4
+	// partitionLimit bounds a short TestPartition run (a round takes
+	// about a second: half a TTL to settle, the loss, the takeover).
+	partitionLimit = 20 * time.Second
+)
 
 // partition is the fault injector of TestPartition.
 type partition struct {
@@ -177,7 +298,10 @@ type partition struct {
 	armed   atomic.Bool
 	inCS    chan holding  // from the hook: "I hold this lease and am about to write"
 	resume  chan struct{} // to the hook: "write now"
-	rounds  int
+
+	mu   sync.Mutex
+	cur  *round   // the round under way, nil between rounds
+	done []*round // the rounds whose late write was made
 }
 
 // holding is a worker stopped before its write.
@@ -186,10 +310,27 @@ type holding struct {
 	lease  *dlock.Lease
 }
 
+// round is one partition of a holder, as the resource saw it.
+type round struct {
+	n            int
+	client, name string
+	fence        uint64 // the partitioned holder's
+	// Set under partition.mu: when the holder was told of its loss (0
+	// before), and the first write of another client on name accepted
+	// after that (takeover is closed then).
+	toldAt   int64
+	by       string
+	byFence  uint64
+	takeover chan struct{}
+	late     chan error // the answer to the holder's late write
+	lateErr  error
+}
+
 // setup makes every worker stop before its write when a round is armed,
-// the first one only.
+// the first one only, and watches the writes every worker makes.
 func (p *partition) setup(r *runState) {
 	for i, w := range r.workers {
+		w.Resource = watched{Accessor: w.Resource, p: p}
 		w.BeforeWrite = func(ctx context.Context, l *dlock.Lease) {
 			if !p.armed.CompareAndSwap(true, false) {
 				return
@@ -207,10 +348,48 @@ func (p *partition) setup(r *runState) {
 	}
 }
 
+// watched is a worker's way to the resource, which tells the partition of
+// every write and its answer.
+type watched struct {
+	chaos.Accessor
+	p *partition
+}
+
+// Write writes through to the resource.
+func (w watched) Write(ctx context.Context, a chaos.Access, v chaos.Value) error {
+	start := chaos.Now()
+	err := w.Accessor.Write(ctx, a, v)
+	w.p.wrote(a, start, err)
+	return err
+}
+
+// wrote notes a write that began at start and was answered err: the
+// partitioned holder's late write, or another client's taking over.
+func (p *partition) wrote(a chaos.Access, start int64, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rd := p.cur
+	switch {
+	case rd == nil || a.Name != rd.name:
+	case a.Client == rd.client:
+		if a.Fence == rd.fence {
+			select {
+			case rd.late <- err:
+			default:
+			}
+		}
+	case err == nil && rd.toldAt != 0 && start >= rd.toldAt && rd.by == "":
+		rd.by, rd.byFence = a.Client, a.Fence
+		close(rd.takeover)
+	}
+}
+
 // faults runs rounds of: wait for a client to be about to write, cut its
-// path to the store, wait until it is told of its loss, let another client
-// take over, let it write, heal. A short run has time for one or two
-// rounds, a soak runs them until the end.
+// path to the store, wait until it is told of its loss, then until another
+// client has had a write accepted on the same name, let the cut-off client
+// write, wait for the answer, heal. It ends the run when it returns: after
+// partitionRounds rounds in a short run, when a round went wrong, or when
+// the run ended.
 func (p *partition) faults(ctx context.Context, r *runState) {
 	t := r.t
 	defer func() {
@@ -222,10 +401,28 @@ func (p *partition) faults(ctx context.Context, r *runState) {
 		for _, px := range p.proxies {
 			px.Heal(t)
 		}
+		p.mu.Lock()
+		p.cur = nil
+		p.mu.Unlock()
+		r.end()
 	}()
-	for round := 1; ; round++ {
+	// wait waits for ch until d has passed or ctx ended, and reports
+	// whether ch came and, if not, whether d passed.
+	wait := func(ch <-chan struct{}, d time.Duration) (came, timedOut bool) {
+		timer := time.NewTimer(d)
+		defer timer.Stop()
+		select {
+		case <-ch:
+			return true, false
+		case <-timer.C:
+			return false, true
+		case <-ctx.Done():
+			return false, false
+		}
+	}
+	for n := 1; ; n++ {
 		// Let the clients settle after the last heal.
-		if !r.sleep(ctx, p.ttl) {
+		if !r.sleep(ctx, p.ttl/2) {
 			return
 		}
 		p.armed.Store(true)
@@ -236,27 +433,99 @@ func (p *partition) faults(ctx context.Context, r *runState) {
 			return
 		}
 		c := r.workers[h.worker].Client
+		rd := &round{n: n, client: c, name: h.lease.Name(), fence: h.lease.Fence(),
+			takeover: make(chan struct{}), late: make(chan error, 1)}
+		p.mu.Lock()
+		p.cur = rd
+		p.mu.Unlock()
 		p.proxies[h.worker].Partition(t)
-		r.rec.Note("round %d: partitioned %s from the store; it holds fence %d and is about to write", round, c, h.lease.Fence())
-		told := time.NewTimer(3 * p.ttl)
-		select {
-		case <-h.lease.Done():
-			r.rec.Note("round %d: %s told of its loss: %v", round, c, h.lease.Err())
-		case <-told.C:
-			t.Errorf("round %d: %s not told of the loss of its lease %v after the partition began", round, c, 3*p.ttl)
-		case <-ctx.Done():
-		}
-		told.Stop()
-		// The store frees the lock a safety margin after the loss; give
-		// a waiter time to take it, and maybe to write.
-		r.sleep(ctx, p.ttl/4+rand.N(p.ttl/2))
-		r.rec.Note("round %d: %s writes, ignoring its loss", round, c)
-		p.resume <- struct{}{}
-		if !r.sleep(ctx, p.ttl/2) {
+		r.rec.Note("round %d: partitioned %s from the store; it holds %q with fence %d and is about to write", n, c, rd.name, rd.fence)
+
+		if came, timedOut := wait(h.lease.Done(), 3*p.ttl); !came {
+			if timedOut {
+				t.Errorf("round %d: %s not told of the loss of its lease %v after the partition began", n, c, 3*p.ttl)
+			}
 			return
 		}
+		p.mu.Lock()
+		rd.toldAt = chaos.Now()
+		p.mu.Unlock()
+		r.rec.Note("round %d: %s told of its loss: %v", n, c, h.lease.Err())
+
+		if came, timedOut := wait(rd.takeover, 5*p.ttl); !came {
+			if timedOut {
+				t.Errorf("round %d: no other client had a write on %q accepted within %v after %s was told of its loss; "+
+					"the late write would prove nothing", n, rd.name, 5*p.ttl, c)
+			}
+			return
+		}
+		p.mu.Lock()
+		by, byFence := rd.by, rd.byFence
+		p.mu.Unlock()
+		r.rec.Note("round %d: %s took %q over and wrote with fence %d; %s writes now, ignoring its loss", n, by, rd.name, byFence, c)
+		p.resume <- struct{}{}
+		// The write is made even when the run ends meanwhile.
+		timer := time.NewTimer(30 * time.Second)
+		select {
+		case rd.lateErr = <-rd.late:
+			timer.Stop()
+		case <-timer.C:
+			t.Errorf("round %d: %s's late write not made 30s after it was let go", n, c)
+			return
+		}
+		if rd.lateErr == nil {
+			r.rec.Note("round %d: %s's late write with fence %d accepted", n, c, rd.fence)
+		} else {
+			r.rec.Note("round %d: %s's late write with fence %d refused: %v", n, c, rd.fence, rd.lateErr)
+		}
+		p.mu.Lock()
+		p.cur = nil
+		p.done = append(p.done, rd)
+		p.mu.Unlock()
 		p.proxies[h.worker].Heal(t)
-		r.rec.Note("round %d: healed %s's path to the store", round, c)
-		p.rounds = round
+		r.rec.Note("round %d: healed %s's path to the store", n, c)
+		if !r.soak && n >= partitionRounds {
+			return
+		}
+	}
+}
+
+// check asserts what the rounds must have caused (scenario.extra): on a
+// fenced resource every late write refused, none stale accepted; on an
+// unfenced one every late write accepted, late, and losing an update.
+func (p *partition) check(t *testing.T, r *runState) {
+	t.Helper()
+	rp := r.report
+	p.mu.Lock()
+	rounds := p.done
+	p.mu.Unlock()
+	if len(rounds) == 0 {
+		t.Errorf("no partition round was completed: the run proves nothing about late writes")
+		return
+	}
+	for _, rd := range rounds {
+		switch {
+		case r.sc.fenced && !errors.Is(rd.lateErr, chaos.ErrStale):
+			t.Errorf("round %d: the fenced resource answered %s's late write (fence %d, after %s's write with fence %d) with %v; want it refused as stale",
+				rd.n, rd.client, rd.fence, rd.by, rd.byFence, rd.lateErr)
+		case !r.sc.fenced && rd.lateErr != nil:
+			t.Errorf("round %d: the unfenced resource refused %s's late write: %v", rd.n, rd.client, rd.lateErr)
+		}
+	}
+	n := len(rounds)
+	if r.sc.fenced {
+		t.Logf("expected: after each of %d rounds the fenced resource refuses the partitioned holder's late write, as another client wrote with a higher fence first; "+
+			"found %d stale accesses refused, %d accepted", n, rp.StaleRejected, rp.StaleAccepted)
+		if rp.StaleRejected < n || rp.StaleAccepted != 0 {
+			t.Errorf("fenced: %d stale accesses refused and %d accepted after %d partition rounds; want at least %d refused and none accepted",
+				rp.StaleRejected, rp.StaleAccepted, n, n)
+		}
+		return
+	}
+	t.Logf("expected: after each of %d rounds the unfenced resource accepts the partitioned holder's late write, which overwrites another client's update; "+
+		"found %d late writes, %d lost updates", n, rp.LateWrites, rp.LostUpdates)
+	if rp.LostUpdates < n || rp.LateWrites < n {
+		t.Errorf("unfenced: %d late writes and %d lost updates after %d partition rounds; want at least %d of each",
+			rp.LateWrites, rp.LostUpdates, n, n)
 	}
 }

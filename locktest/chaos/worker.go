@@ -61,8 +61,9 @@ type Worker struct {
 	// that is what fencing is for).
 	IgnoreLoss bool
 	// CancelRate is the chance, for each acquire, unlock and (once per
-	// critical section) manual Refresh, that its context is cancelled after
-	// a random delay of up to CancelWithin.
+	// critical section) manual Refresh, that its context is cancelled: half
+	// of those before the call starts, half after a random delay of up to
+	// CancelWithin, which lands during the call on a store slow enough.
 	CancelRate   float64
 	CancelWithin time.Duration // 0: 2ms
 	// BeforeWrite, when set, is called between the read and the write (a
@@ -102,6 +103,10 @@ func (w *Worker) cancellable(ctx context.Context) (context.Context, context.Canc
 		within = 2 * time.Millisecond
 	}
 	cctx, cancel := context.WithCancelCause(ctx)
+	if rand.N(2) == 0 {
+		cancel(errInjectedCancel)
+		return cctx, func() {}
+	}
 	t := time.AfterFunc(rand.N(within)+1, func() { cancel(errInjectedCancel) })
 	return cctx, func() {
 		t.Stop()
