@@ -28,10 +28,11 @@ const childLine = "chaos-child:"
 const (
 	// rolePause: each "step" command runs one critical section that stops
 	// before its write: the child says "paused fence=N held=B" and reads a
-	// line from its standard input (the parent SIGSTOPs it meanwhile and
-	// writes the line, which waits in the pipe), then writes whatever its
-	// lease says, as code that checked its lock just before a long pause
-	// would, unlocks and says "done ...".
+	// line from its standard input (the parent SIGSTOPs it meanwhile, and
+	// writes the line just before its SIGCONT, so that a child resumed by
+	// anything else cannot write), then writes whatever its lease says, as
+	// code that checked its lock just before a long pause would, unlocks
+	// and says "done ...".
 	rolePause = "pause"
 	// roleCrash: the "step" command takes the lock, reads, says "holding
 	// fence=N" and waits for a line that never comes: the parent kills it.

@@ -4,6 +4,7 @@ package chaostest
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -103,11 +105,13 @@ func TestCrash(t *testing.T) {
 	}
 }
 
-// pauseResult is what one pause did, as the child tells it.
+// pauseResult is what one pause did, as the child tells it, and when the
+// parent stopped and resumed it (chaos.Now).
 type pauseResult struct {
 	lease              string
 	fence              uint64
 	wrote, stale, lost bool
+	stopped, resumed   int64
 }
 
 func runPause(t *testing.T, s *store, fenced bool) {
@@ -144,6 +148,7 @@ func runPause(t *testing.T, s *store, fenced bool) {
 	c.waitExit(t, 0)
 
 	rp, events := r.finish()
+	checkPausesHeld(t, sc, c.client(), results, events)
 	for i, res := range results {
 		switch {
 		case fenced && (res.wrote || !res.stale):
@@ -196,7 +201,15 @@ func checkLateLossReports(t *testing.T, events []chaos.Event) {
 }
 
 // pauseRound runs one critical section in the child c and pauses it before
-// its write until in-process clients have written under a newer lease.
+// its write until in-process clients have written under a lease granted
+// after the child's lease could have expired on the store.
+//
+// The child must stay stopped all that time: if it ran, it would renew its
+// lease (and the in-process clients would wait for it), and a write it made
+// would be one under a valid lease, not a late one. So the line that lets
+// it write is only sent just before SIGCONT, and the test fails at once,
+// with the facts, if the child is seen running or its events show it ran
+// before that.
 func (r *procRun) pauseRound(c *childProc, round int) pauseResult {
 	t := r.t
 	r.gate.close(t)
@@ -212,18 +225,107 @@ func (r *procRun) pauseRound(c *childProc, round int) pauseResult {
 	c.stopAtRest(t)
 	stopped := chaos.Now()
 	r.rec.Note("SIGSTOP %s before its write, holding fence %d", c.client(), fence)
-	c.send(t, "go") // waits in the pipe until SIGCONT
 	r.gate.open()
-	r.waitFor(t, "an in-process client to write after the pause", procWait, func() bool { return r.watch.lastWrite.Load() > stopped })
+	pid := c.cmd.Process.Pid
+	var (
+		ran   string          // what showed that the child ran, if it did
+		state pauseWatchState // the watch's state when the wait ended
+	)
+	r.waitFor(t, "an in-process client to write after the pause, under a lease granted after the child's could have expired on the store", procWait, func() bool {
+		state = r.watch.pauseState()
+		switch {
+		case state.childLast.Start > stopped:
+			ran = fmt.Sprintf("it recorded %s %s %v after the stop", state.childLast.Kind, state.childLast.Name, time.Duration(state.childLast.Start-stopped))
+		case !processStopped(pid):
+			ran = "its process was found running " + time.Duration(chaos.Now()-stopped).Round(100*time.Microsecond).String() + " after the stop (thread states: " + taskStates(pid) + ")"
+		}
+		return ran != "" || state.freshWrite(stopped, r.sc.ttl)
+	})
+	if ran == "" && !allStopped(pid) {
+		ran = "not all of its threads were stopped when the in-process clients had written (thread states: " + taskStates(pid) + ")"
+	}
+	if ran != "" {
+		r.pauseBroken(c, "pause %d: %s ran while it was to be stopped (holding fence %d, before its write): %s."+
+			" This test had stopped it (every thread was seen stopped) and had not resumed it: something else sent it SIGCONT (a debugger, kill -CONT;"+
+			" it runs in a process group of its own, which job control and the kernel's SIGCONT to an orphaned group do not reach)."+
+			" Its last store acquire or renewal was sent %v before the stop. A pause that did not hold proves nothing: stopping here",
+			round, c.client(), fence, ran, time.Duration(stopped-state.childSent).Round(100*time.Microsecond))
+	}
 	r.rec.Note("SIGCONT %s: in-process clients have taken the lock and written", c.client())
 	resumed := chaos.Now()
+	c.send(t, "go") // waits in the pipe for the SIGCONT: the write follows it at once
 	c.signal(t, syscall.SIGCONT)
-	var res pauseResult
+	res := pauseResult{stopped: stopped, resumed: resumed}
 	c.scan(t, "done lease=%s fence=%d wrote=%t stale=%t lost=%t", &res.lease, &res.fence, &res.wrote, &res.stale, &res.lost)
 	t.Logf("pause %d: %s stopped %v holding lease %s (fence %d) before its write; in-process clients took the lock and wrote meanwhile; resumed, its write was accepted %t, refused as stale %t; lease loss seen before unlock %t",
 		round, c.client(), time.Duration(resumed-stopped).Round(time.Millisecond), res.lease, res.fence, res.wrote, res.stale, res.lost)
 	return res
 }
+
+// pauseBroken fails the test when a pause did not hold: it kills the child
+// (so that its lease ends and the workers can stop), writes the history and
+// report of the run for the failure files and ends the test with the facts.
+func (r *procRun) pauseBroken(c *childProc, format string, args ...any) {
+	t := r.t
+	t.Helper()
+	_ = c.cmd.Process.Kill()
+	r.stop()
+	events := r.rec.Events()
+	writeFailure(t, chaos.Check(events, chaos.CheckOptions{}), events)
+	t.Fatalf(format, args...)
+}
+
+// checkPausesHeld checks each pause on the whole history, where every event
+// of the child has arrived: the child recorded nothing between its stop and
+// its resumption (it did not run), and an in-process client wrote meanwhile
+// under a lease granted after the child's lease could have expired on the
+// store (the Start of its last successful store acquire or renewal, plus
+// the TTL).
+func checkPausesHeld(t *testing.T, sc scenario, child string, results []pauseResult, events []chaos.Event) {
+	t.Helper()
+	granted := map[string]int64{} // in-process leases of procName: End of their grant
+	for _, e := range events {
+		if e.Name == procName && e.Kind == chaos.KindAcquire && e.Outcome == chaos.OK && !isChild(e.Client) {
+			granted[e.Lease] = e.End
+		}
+	}
+	for i, res := range results {
+		// Events are ordered by Start: [from, to) are those between the
+		// stop and the resumption.
+		from, _ := slices.BinarySearchFunc(events, res.stopped+1, func(e chaos.Event, at int64) int { return cmp.Compare(e.Start, at) })
+		to, _ := slices.BinarySearchFunc(events, res.resumed, func(e chaos.Event, at int64) int { return cmp.Compare(e.Start, at) })
+		var lastSent int64
+		for j := from - 1; j >= 0 && lastSent == 0; j-- {
+			if e := &events[j]; e.Client == child && e.Name == procName && (e.Kind == chaos.KindStoreAcquire || e.Kind == chaos.KindStoreRenew) && e.Outcome == chaos.OK {
+				lastSent = e.Start
+			}
+		}
+		storeFree := lastSent + int64(sc.ttl) - int64(storeClockSlack)
+		var ran, write *chaos.Event
+		for j := from; j < to; j++ {
+			e := &events[j]
+			switch {
+			case e.Client == child && childStamped(e.Kind) && ran == nil:
+				ran = e
+			case e.Name == procName && e.Kind == chaos.KindWrite && e.Outcome == chaos.OK && !isChild(e.Client) && granted[e.Lease] > storeFree && write == nil:
+				write = e
+			}
+		}
+		switch {
+		case ran != nil:
+			t.Errorf("pause %d: %s recorded %s %s %v after its stop, before it was resumed: it ran while it was to be stopped", i+1, child, ran.Kind, ran.Name, time.Duration(ran.Start-res.stopped))
+		case lastSent == 0:
+			t.Errorf("pause %d: %s recorded no store acquire or renewal of %q before its stop", i+1, child, procName)
+		case write == nil:
+			t.Errorf("pause %d: no in-process client wrote, while %s was stopped, under a lease granted after the child's could have expired on the store (last acquire or renewal sent %v before the stop, TTL %v)",
+				i+1, child, time.Duration(res.stopped-lastSent), sc.ttl)
+		}
+	}
+}
+
+// childStamped reports whether a child's event of kind k carries the
+// child's own times; resource events carry the parent's.
+func childStamped(k chaos.Kind) bool { return k != chaos.KindRead && k != chaos.KindWrite }
 
 // crashResult is one crash of a child that held the lock.
 type crashResult struct {
@@ -372,7 +474,7 @@ func startProcRun(t *testing.T, sc scenario) *procRun {
 	}
 	sc.store.track(sc.names...)
 	mux := http.NewServeMux()
-	mux.Handle("/event", r.rec.Handler())
+	mux.Handle("/event", childEvents(r.watch))
 	mux.Handle("/resource/", res.Handler())
 	srv := httptest.NewServer(mux) // on loopback
 	t.Cleanup(srv.Close)
@@ -485,26 +587,88 @@ func (r *procRun) waitFor(t *testing.T, what string, within time.Duration, cond 
 
 func isChild(client string) bool { return strings.HasPrefix(client, "child-") }
 
-// watchSink passes events on to the Recorder and keeps the time of the
-// last grant and of the last accepted write of an in-process client on
-// procName, for the scenarios to wait on.
+// childEvents serves the events the children send (chaos.RemoteRecorder)
+// to sink, as chaos.Recorder.Handler does to its Recorder.
+func childEvents(sink chaos.Sink) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method != http.MethodPost {
+			http.Error(w, "POST an event", http.StatusMethodNotAllowed)
+			return
+		}
+		var e chaos.Event
+		if err := json.NewDecoder(io.LimitReader(req.Body, 1<<20)).Decode(&e); err != nil {
+			http.Error(w, "bad event: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		sink.Add(e)
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+// watchSink passes events on to the Recorder and keeps, for the scenarios
+// to wait on, what happened last on procName: the last grant of an
+// in-process client, its last accepted write and the grant of the lease
+// that made it, and the children's events.
 type watchSink struct {
 	rec       *chaos.Recorder
 	lastGrant atomic.Int64 // End of the last in-process grant
-	lastWrite atomic.Int64 // Start of the last accepted in-process write
+
+	mu     sync.Mutex
+	grants map[string]int64 // in-process leases of procName held: End of their grant
+	pause  pauseWatchState
+}
+
+// pauseWatchState is what a pause waits on.
+type pauseWatchState struct {
+	lastWrite      int64       // Start of the last accepted in-process write
+	lastWriteGrant int64       // End of the grant of the lease that made it
+	childSent      int64       // Start of the children's last successful store acquire or renewal
+	childLast      chaos.Event // the child event, stamped by the child, that started last
+}
+
+// freshWrite reports whether an in-process client wrote after stopped under
+// a lease granted after a child's lease, last acquired or renewed at
+// s.childSent, could have expired on the store.
+func (s pauseWatchState) freshWrite(stopped int64, ttl time.Duration) bool {
+	storeFree := s.childSent + int64(ttl) - int64(storeClockSlack)
+	return s.lastWrite > stopped && s.lastWriteGrant > storeFree
 }
 
 func (w *watchSink) Add(e chaos.Event) {
 	w.rec.Add(e)
-	if e.Name != procName || e.Outcome != chaos.OK || isChild(e.Client) {
+	if e.Name != procName {
 		return
 	}
-	switch e.Kind {
-	case chaos.KindAcquire:
-		raise(&w.lastGrant, e.End)
-	case chaos.KindWrite:
-		raise(&w.lastWrite, e.Start)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if isChild(e.Client) {
+		if childStamped(e.Kind) && e.Start > w.pause.childLast.Start {
+			w.pause.childLast = e
+		}
+		if (e.Kind == chaos.KindStoreAcquire || e.Kind == chaos.KindStoreRenew) && e.Outcome == chaos.OK {
+			w.pause.childSent = max(w.pause.childSent, e.Start)
+		}
+		return
 	}
+	switch {
+	case e.Kind == chaos.KindAcquire && e.Outcome == chaos.OK:
+		raise(&w.lastGrant, e.End)
+		if w.grants == nil {
+			w.grants = map[string]int64{}
+		}
+		w.grants[e.Lease] = e.End
+	case e.Kind == chaos.KindWrite && e.Outcome == chaos.OK && e.Start > w.pause.lastWrite:
+		w.pause.lastWrite, w.pause.lastWriteGrant = e.Start, w.grants[e.Lease]
+	case e.Kind == chaos.KindRelease:
+		delete(w.grants, e.Lease)
+	}
+}
+
+// pauseState returns what a pause waits on.
+func (w *watchSink) pauseState() pauseWatchState {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.pause
 }
 
 func raise(a *atomic.Int64, v int64) {
@@ -626,7 +790,12 @@ func (r *procRun) startChild(role string) *childProc {
 	c := &childProc{spec: spec, lines: make(chan string, 16), exited: make(chan struct{})}
 	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
 	c.cmd.Env = append(os.Environ(), childEnv+"="+string(raw))
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// The child runs in a process group of its own, so that only this
+	// test signals it: a SIGCONT to the test's group (job control; the
+	// kernel's SIGHUP and SIGCONT to a group that becomes orphaned while
+	// one of its processes is stopped, as when the shell that started a
+	// nohup'ed test exits) would resume a paused child.
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	c.cmd.Stderr = &c.stderr
 	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
@@ -771,6 +940,35 @@ func (c *childProc) stopAtRest(t *testing.T) {
 		c.signal(t, syscall.SIGCONT)
 		time.Sleep(time.Duration(rand.N(5)+1) * time.Millisecond)
 	}
+}
+
+// processStopped reports whether the main thread of pid is stopped: after a
+// stop of every thread, it is no longer once the process is continued.
+func processStopped(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'T'
+}
+
+// taskStates lists the state of each thread of pid ("123:T 124:S"), for
+// messages.
+func taskStates(pid int) string {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return err.Error()
+	}
+	var states []string
+	for _, task := range tasks {
+		b, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+		if i := strings.LastIndexByte(string(b), ')'); err == nil && i >= 0 && i+2 < len(b) {
+			states = append(states, task.Name()+":"+string(b[i+2]))
+		}
+	}
+	return strings.Join(states, " ")
 }
 
 // allStopped reports whether every thread of pid is stopped.
