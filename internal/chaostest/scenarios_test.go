@@ -302,6 +302,10 @@ type partition struct {
 	mu   sync.Mutex
 	cur  *round   // the round under way, nil between rounds
 	done []*round // the rounds whose late write was made
+	// soldOut: a round's name sold out (a soak sizes the stock to sell
+	// out near its end), so no takeover write can come; the rounds stop
+	// and the run goes on to its count.
+	soldOut bool
 }
 
 // holding is a worker stopped before its write.
@@ -404,7 +408,9 @@ func (p *partition) faults(ctx context.Context, r *runState) {
 		p.mu.Lock()
 		p.cur = nil
 		p.mu.Unlock()
-		r.end()
+		if !p.soldOut {
+			r.end()
+		}
 	}()
 	// wait waits for ch until d has passed or ctx ended, and reports
 	// whether ch came and, if not, whether d passed.
@@ -453,6 +459,12 @@ func (p *partition) faults(ctx context.Context, r *runState) {
 		r.rec.Note("round %d: %s told of its loss: %v", n, c, h.lease.Err())
 
 		if came, timedOut := wait(rd.takeover, 5*p.ttl); !came {
+			if timedOut && r.res.Snapshot(rd.name).Stock <= 0 {
+				r.rec.Note("round %d: %q is sold out, so no other client writes it; no more rounds", n, rd.name)
+				t.Logf("round %d: %q sold out; the rounds end, the run goes on", n, rd.name)
+				p.soldOut = true
+				return
+			}
 			if timedOut {
 				t.Errorf("round %d: no other client had a write on %q accepted within %v after %s was told of its loss; "+
 					"the late write would prove nothing", n, rd.name, 5*p.ttl, c)
