@@ -37,7 +37,6 @@ type Window struct {
 	Start  int64
 	End    int64
 	Ended  string // "unlock", "loss" or "deadline"
-	Holder string // for permit overlaps: how many permits were in use
 }
 
 // Overlap is an exclusion violation: two windows of one name that must not

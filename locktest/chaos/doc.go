@@ -23,7 +23,9 @@
 //
 // A lease's window, the time its holder may trust it, runs from the moment
 // its acquire returned to the first of Unlock being called, the loss being
-// reported and its local deadline (lease.Deadline). Child processes record
+// reported and its local deadline (lease.Deadline, or the later one a
+// renewal recorded by Observe gave it, less CheckOptions.ClockSlack for the
+// stores' millisecond clocks). Child processes record
 // into the parent's Recorder and reach its Resource over HTTP
 // (RemoteRecorder, RemoteResource): on Linux, times of every process on the
 // host are on one clock.
