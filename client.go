@@ -218,16 +218,22 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 // in the background so that a cancelled Lock returns at once.
 func (c *Client) cleanup(key, token string, ttl time.Duration) {
 	c.background(ttl, func(ctx context.Context) {
-		res, err := c.backend.Release(ctx, key, token)
-		if err != nil {
-			c.log.Warn("dlock: clean-up after an interrupted acquire failed; the lock expires after its TTL",
-				"key", key, "err", err)
-			return
-		}
-		if res.Held && res.Remaining == 0 {
-			c.hub.wakeKey(key)
-		}
+		c.releaseUnused(ctx, key, token, "clean-up after an interrupted acquire")
 	})
+}
+
+// releaseUnused releases what token may hold on key without a lease to show
+// for it (an acquire of unknown outcome, a grant that came too late), and
+// wakes local waiters when that freed the lock. what names the occasion in
+// the warning logged when the release fails.
+func (c *Client) releaseUnused(ctx context.Context, key, token, what string) {
+	res, err := c.backend.Release(ctx, key, token)
+	switch {
+	case err != nil:
+		c.log.Warn("dlock: "+what+" failed; the lock expires after its TTL", "key", key, "err", err)
+	case res.Held && res.Remaining == 0:
+		c.hub.wakeKey(key)
+	}
 }
 
 // background runs fn in a goroutine that Close waits for, with a context

@@ -228,14 +228,7 @@ func (m *Mutex) try(ctx context.Context, token string, wait bool) (*Lease, drive
 func (m *Mutex) giveBack(ctx context.Context, token string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.opts.ttl)
 	defer cancel()
-	res, err := m.c.backend.Release(ctx, m.key, token)
-	switch {
-	case err != nil:
-		m.c.log.Warn("dlock: giving back a grant that came too late failed; the lock expires after its TTL",
-			"key", m.key, "err", err)
-	case res.Held && res.Remaining == 0:
-		m.c.hub.wakeKey(m.key)
-	}
+	m.c.releaseUnused(ctx, m.key, token, "giving back a grant that came too late")
 }
 
 // grantLease makes the lease for a successful acquire sent at sent.
