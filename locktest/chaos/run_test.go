@@ -52,6 +52,9 @@ func TestRunIsCleanOnAHealthyStore(t *testing.T) {
 			if r.Grants < 300 || r.Writes < 290 || r.StoreCalls < 2*r.Grants {
 				t.Fatalf("too little recorded: %s, %d store calls", r.Summary(), r.StoreCalls)
 			}
+			if got := res.Names(); len(got) != 2 || got[0] != "a" || got[1] != "b" || res.Fenced() != tc.fenced {
+				t.Errorf("resource: names %v, fenced %v", got, res.Fenced())
+			}
 			for _, name := range []string{"a", "b"} {
 				s := r.Names[name]
 				if tc.workload == chaos.Stock && s.Initial.Stock-s.Final.Stock != int64(s.Writes) {
@@ -211,6 +214,11 @@ func TestObserveClockRate(t *testing.T) {
 	kinds := map[chaos.Kind]int{}
 	for _, e := range rec.Events() {
 		kinds[e.Kind]++
+		// The deadline a store call gives is the client's: the TTL it
+		// asked for, not the one the skewed store was sent.
+		if (e.Kind == chaos.KindStoreAcquire || e.Kind == chaos.KindStoreRenew) && time.Duration(e.Deadline-e.Start) != time.Second {
+			t.Errorf("%s deadline = start + %v, want start + 1s", e.Kind, time.Duration(e.Deadline-e.Start))
+		}
 	}
 	if kinds[chaos.KindStoreAcquire] != 1 || kinds[chaos.KindStoreRenew] != 1 || kinds[chaos.KindStoreRelease] != 1 {
 		t.Errorf("store events: %v", kinds)
