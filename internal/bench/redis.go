@@ -1,0 +1,164 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisRTT returns the percentiles of n PINGs, one after the other: the
+// round trip floor of every lock on that server.
+func RedisRTT(ctx context.Context, rdb redis.UniversalClient, n int) (Percentiles, error) {
+	d := make([]time.Duration, 0, n)
+	for range n {
+		s := time.Now()
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			return Percentiles{}, fmt.Errorf("bench: ping: %w", err)
+		}
+		d = append(d, time.Since(s))
+	}
+	return Summarize(d), nil
+}
+
+// RedisHook returns a go-redis hook that counts every command or pipeline
+// a client sends as one round trip. Add it to each client of a subject with
+// AddHook.
+func (t *Trips) RedisHook() redis.Hook { return tripHook{t} }
+
+type tripHook struct{ t *Trips }
+
+func (tripHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h tripHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.t.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h tripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.t.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// RedisCounter counts the commands Redis servers served, from INFO
+// commandstats (summed over the servers; the INFO calls themselves are left
+// out). Other clients of the same servers are counted too.
+type RedisCounter []redis.UniversalClient
+
+// Count implements Counter.
+func (rc RedisCounter) Count(ctx context.Context) (map[string]uint64, error) {
+	total := map[string]uint64{}
+	for _, rdb := range rc {
+		var infos []string
+		if cc, ok := rdb.(*redis.ClusterClient); ok {
+			err := cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
+				s, err := c.Info(ctx, "commandstats").Result()
+				infos = append(infos, s)
+				return err
+			})
+			if err != nil {
+				return nil, err
+			}
+		} else {
+			s, err := rdb.Info(ctx, "commandstats").Result()
+			if err != nil {
+				return nil, err
+			}
+			infos = append(infos, s)
+		}
+		for _, s := range infos {
+			for k, v := range parseCommandStats(s) {
+				total[k] += v
+			}
+		}
+	}
+	return total, nil
+}
+
+// parseCommandStats reads "cmdstat_NAME:calls=N,..." lines, without INFO.
+func parseCommandStats(s string) map[string]uint64 {
+	m := map[string]uint64{}
+	for _, line := range strings.Split(s, "\n") {
+		line = strings.TrimSpace(line)
+		stat, ok := strings.CutPrefix(line, "cmdstat_")
+		if !ok {
+			continue
+		}
+		name, rest, ok := strings.Cut(stat, ":")
+		if !ok || name == "info" {
+			continue
+		}
+		for _, f := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+					m[name] += n
+				}
+			}
+		}
+	}
+	return m
+}
+
+// rawRelease deletes the key only while it still holds the caller's token.
+var rawRelease = redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end`)
+
+// RawRedis is the floor a Redis lock is measured against: SET NX PX to
+// acquire, retried at once while taken (a busy spin, one command in flight
+// per worker), and a compare-and-delete script to release. It has no
+// renewal, no fencing and no waking; it is a baseline, not a lock to use.
+func RawRedis(name string, newClient func() redis.UniversalClient, ttl time.Duration) Subject {
+	return Subject{
+		Name: name,
+		NewWorker: func(ctx context.Context, id int) (Worker, error) {
+			rdb := newClient()
+			if err := rawRelease.Load(ctx, rdb).Err(); err != nil {
+				_ = rdb.Close()
+				return nil, err
+			}
+			return &rawRedisWorker{rdb: rdb, ttl: ttl, token: fmt.Sprintf("raw-%d-%d", id, time.Now().UnixNano())}, nil
+		},
+	}
+}
+
+type rawRedisWorker struct {
+	rdb   redis.UniversalClient
+	ttl   time.Duration
+	token string
+}
+
+type rawRedisHeld struct {
+	w   *rawRedisWorker
+	key string
+}
+
+func (w *rawRedisWorker) Lock(ctx context.Context, name string) (Held, error) {
+	for {
+		ok, err := w.rdb.SetNX(ctx, name, w.token, w.ttl).Result()
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return rawRedisHeld{w, name}, nil
+		}
+	}
+}
+
+func (h rawRedisHeld) Unlock(ctx context.Context) error {
+	n, err := rawRelease.EvalSha(ctx, h.w.rdb, []string{h.key}, h.w.token).Int()
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return fmt.Errorf("raw release of %q: not held", h.key)
+	}
+	return nil
+}
+
+func (w *rawRedisWorker) Close() error { return w.rdb.Close() }
