@@ -24,6 +24,7 @@ type Client struct {
 
 	renewer *renewer
 	hub     *waitHub
+	owners  ownerCache // the owner string of the current second
 
 	mu        sync.Mutex
 	cond      *sync.Cond

@@ -27,6 +27,7 @@ type grant struct {
 
 	mu       sync.Mutex
 	leases   []*Lease      // live leases on this grant
+	first    [1]*Lease     // leases' first backing array, so that one holder costs no allocation
 	deadline time.Time     // local validity deadline: send time of the last good acquire or renewal + ttl − the backend's drift
 	renewAt  time.Time     // next automatic renewal
 	lastErr  error         // error of the last renewal attempt, nil after a good one
@@ -40,8 +41,19 @@ type grant struct {
 	index int       // position in the renewer's heap, -1 when not in it
 }
 
-func newGrant(c *Client, m *Mutex, token, owner string, fence uint64, sent time.Time) *grant {
-	g := &grant{
+// grantAndLease is a new grant with its first lease, made in one
+// allocation: a grant almost always has exactly one lease, and each keeps
+// the other alive anyway (the lease points to its grant, the grant lists
+// its live leases).
+type grantAndLease struct {
+	g grant
+	l Lease
+}
+
+// newGrant makes the grant of an acquire sent at sent, with its first lease
+// on it. The grant is not scheduled yet.
+func newGrant(c *Client, m *Mutex, token, owner string, fence uint64, sent time.Time) (*grant, *Lease) {
+	gl := &grantAndLease{g: grant{
 		c:           c,
 		name:        m.name,
 		key:         m.key,
@@ -56,8 +68,12 @@ func newGrant(c *Client, m *Mutex, token, owner string, fence uint64, sent time.
 		deadline:    sent.Add(c.validFor(m.opts.ttl)),
 		renewAt:     sent.Add(m.opts.ttl / 3),
 		index:       -1,
-	}
-	return g
+	}}
+	g, l := &gl.g, &gl.l
+	l.g = g
+	g.first[0] = l
+	g.leases = g.first[:1]
+	return g, l
 }
 
 // safeUntil is when the lease must be treated as lost if it was not renewed.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,8 +18,11 @@ import (
 // A Lease is safe for concurrent use. The zero Lease is not valid: its methods
 // return ErrInvalid or act as if it were released.
 type Lease struct {
-	g    *grant
-	done chan struct{}
+	g *grant
+	// done holds the chan struct{} that Done returns, made on first use:
+	// most holders never ask for it. It is stored under mu and closed by
+	// finish; once the lease has ended, a first Done gets closedChan.
+	done atomic.Value
 
 	mu        sync.Mutex
 	err       error // nil while held
@@ -27,8 +31,10 @@ type Lease struct {
 	unlocking bool
 }
 
+// newLease makes a further lease on g (a re-entry); newGrant makes the
+// first.
 func newLease(g *grant) *Lease {
-	return &Lease{g: g, done: make(chan struct{})}
+	return &Lease{g: g}
 }
 
 // Name returns the lock's name, without the key prefix.
@@ -66,7 +72,20 @@ func (l *Lease) Done() <-chan struct{} {
 	if l == nil || l.g == nil {
 		return closedChan
 	}
-	return l.done
+	if d, ok := l.done.Load().(chan struct{}); ok {
+		return d
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if d, ok := l.done.Load().(chan struct{}); ok {
+		return d
+	}
+	d := closedChan
+	if l.err == nil {
+		d = make(chan struct{})
+	}
+	l.done.Store(d)
+	return d
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
@@ -128,7 +147,9 @@ func (l *Lease) finish(err error) {
 		return
 	}
 	l.err = err
-	close(l.done)
+	if d, ok := l.done.Load().(chan struct{}); ok {
+		close(d) // not closedChan: that is stored only once err is set
+	}
 	if l.cancel != nil {
 		l.cancel(err)
 	}
@@ -154,10 +175,10 @@ func (l *Lease) Refresh(ctx context.Context) error {
 			return heldErr("refresh", g.name, ErrReleased)
 		}
 		g.mu.Lock()
-		wait := g.inflight
+		var wait <-chan struct{} = g.inflight
 		if g.ended {
 			// Ending right now; l.err is set in a moment.
-			wait = l.done
+			wait = l.Done()
 		}
 		if wait == nil {
 			g.inflight = make(chan struct{})
@@ -215,7 +236,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if l.unlocking { // another Unlock is on its way: wait for its outcome
 		l.mu.Unlock()
 		select {
-		case <-l.done:
+		case <-l.Done():
 			if err := l.Err(); !errors.Is(err, ErrReleased) {
 				return heldErr("unlock", g.name, err)
 			}

@@ -190,7 +190,7 @@ func (m *Mutex) try(ctx context.Context, token string, wait bool) (*Lease, drive
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), m.opts.ttl)
 		defer cancel()
 	} else {
-		req.Owner = ownerString(sent, m.opts.metadata)
+		req.Owner = m.c.owners.get(sent, m.opts.metadata)
 	}
 	res, err := m.c.backend.Acquire(ctx, req)
 	if err != nil {
@@ -255,10 +255,8 @@ func (m *Mutex) grantLease(joined *grant, token, owner string, res driver.Acquir
 		joined.mu.Unlock() // lost meanwhile: start a grant of its own
 		m.c.logLoss(joined.name, lost, nil)
 	}
-	g := newGrant(m.c, m, token, owner, res.Fence, sent)
-	l := newLease(g)
+	g, l := newGrant(m.c, m, token, owner, res.Fence, sent)
 	g.mu.Lock()
-	g.leases = append(g.leases, l)
 	m.c.renewer.reschedule(g)
 	g.mu.Unlock()
 	if m.opts.reentrant {

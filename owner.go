@@ -3,7 +3,7 @@ package dlock
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -19,14 +19,37 @@ func newToken() string {
 // ownerString describes an owner for other waiters and for dlock ls:
 // "host|pid 4242|2026-11-21T10:00:03Z", then "|metadata" when there is some.
 func ownerString(at time.Time, metadata string) string {
-	var b strings.Builder
-	b.Grow(len(driver.ProcessIdentity()) + 22 + len(metadata))
-	b.WriteString(driver.ProcessIdentity())
-	b.WriteByte('|')
-	b.WriteString(at.UTC().Format(time.RFC3339))
+	var buf [128]byte
+	b := append(buf[:0], driver.ProcessIdentity()...)
+	b = append(b, '|')
+	b = at.UTC().AppendFormat(b, time.RFC3339)
 	if metadata != "" {
-		b.WriteByte('|')
-		b.WriteString(metadata)
+		b = append(b, '|')
+		b = append(b, metadata...)
 	}
-	return b.String()
+	return string(b)
+}
+
+// ownerCache keeps the last owner string a Client made. The string names
+// the acquire's second only, so every acquire of one second with the same
+// metadata can share it: no allocation per Lock, and one string for the
+// many leases taken in that second.
+type ownerCache struct{ last atomic.Pointer[ownerStamp] }
+
+type ownerStamp struct {
+	sec      int64 // at.Unix(): ownerString depends on nothing finer
+	metadata string
+	s        string
+}
+
+// get returns ownerString(at, metadata), from the cache when it was made
+// for the same second and metadata.
+func (oc *ownerCache) get(at time.Time, metadata string) string {
+	sec := at.Unix()
+	if p := oc.last.Load(); p != nil && p.sec == sec && p.metadata == metadata {
+		return p.s
+	}
+	s := ownerString(at, metadata)
+	oc.last.Store(&ownerStamp{sec: sec, metadata: metadata, s: s})
+	return s
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -31,6 +32,8 @@ type Backend struct {
 	// are heard with SSUBSCRIBE, on the node that owns the lock's slot.
 	sharded bool
 	publish string // "PUBLISH" or "SPUBLISH"
+	// publishArg is publish as a script argument, boxed once.
+	publishArg any
 	// ackReplicas and ackTimeout are WithReplicaAck's (see replica.go).
 	ackReplicas int
 	ackTimeout  time.Duration
@@ -47,6 +50,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Backend {
 	if _, ok := rdb.(*redis.ClusterClient); ok {
 		b.sharded, b.publish = true, "SPUBLISH"
 	}
+	b.publishArg = b.publish
 	return b
 }
 
@@ -67,14 +71,14 @@ func (b *Backend) SupportsLockDelay() bool { return true }
 // contract describes. Errors come only from Redis and wrap its error, or
 // name a Mode the backend does not know.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
-	keys, args, err := b.acquireCall(req)
+	args, err := b.acquireCall(req)
 	if err != nil {
 		return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, err)
 	}
 	if b.acking() {
-		return b.acquireAcked(ctx, req, keys, args)
+		return b.acquireAcked(ctx, req, splitEvalSha(args))
 	}
-	reply, err := acquireScript.Run(ctx, b.rdb, keys, args...).Slice()
+	reply, err := runEvalSha(ctx, b.rdb, acquireScript, args).Slice()
 	if err != nil {
 		return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, err)
 	}
@@ -85,15 +89,16 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	return res, nil
 }
 
-// acquireCall returns the keys and arguments of acquire.lua for req.
-func (b *Backend) acquireCall(req driver.AcquireRequest) ([]string, []any, error) {
+// acquireCall returns the EVALSHA of acquire.lua for req, as evalShaArgs
+// lays it out.
+func (b *Backend) acquireCall(req driver.AcquireRequest) ([]any, error) {
 	var shared bool
 	switch req.Mode {
 	case driver.Exclusive:
 	case driver.Shared:
 		shared = true
 	default:
-		return nil, nil, fmt.Errorf("unknown mode %v", req.Mode)
+		return nil, fmt.Errorf("unknown mode %v", req.Mode)
 	}
 	delay := int64(0)
 	if req.LockDelay > 0 {
@@ -103,9 +108,16 @@ func (b *Backend) acquireCall(req driver.AcquireRequest) ([]string, []any, error
 	if req.Wait && req.QueueTTL > 0 {
 		queueTTL = millis(req.QueueTTL)
 	}
-	args := []any{req.Token, req.Owner, millis(req.TTL), flag(req.Reentrant), delay,
-		flag(shared), max(req.Limit, 0), flag(req.Fair), flag(req.Wait), queueTTL}
-	return b.acquireKeys(req.Key), args, nil
+	const nk = len(acquireSuffixes)
+	var keys [nk]string
+	b.keysInto(keys[:], req.Key, acquireSuffixes[:])
+	args := evalShaArgs(acquireSHA, nk, 10)
+	for i, k := range keys {
+		args[3+i] = k
+	}
+	copy(args[3+nk:], []any{req.Token, req.Owner, millis(req.TTL), flag(req.Reentrant), delay,
+		flag(shared), max(req.Limit, 0), flag(req.Fair), flag(req.Wait), queueTTL})
+	return args, nil
 }
 
 // flags are the boolean arguments of a script, boxed once.
@@ -172,7 +184,15 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 	if b.acking() {
 		return b.renewAcked(ctx, key, token, ttl)
 	}
-	n, err := renewScript.Run(ctx, b.rdb, b.renewKeys(key), token, millis(ttl)).Int64()
+	const nk = len(renewSuffixes)
+	var keys [nk]string
+	b.keysInto(keys[:], key, renewSuffixes[:])
+	args := evalShaArgs(renewSHA, nk, 2)
+	for i, k := range keys {
+		args[3+i] = k
+	}
+	args[3+nk], args[4+nk] = token, millis(ttl)
+	n, err := runEvalSha(ctx, b.rdb, renewScript, args).Int64()
 	if err != nil {
 		return false, fmt.Errorf("redislock: renew %q: %w", key, err)
 	}
@@ -186,13 +206,22 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 // the head of the fair queue when the lock is left free with a live queue
 // (see Listen). Held is false, with a nil error, when token held nothing.
 func (b *Backend) Release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
-	return b.release(ctx, key, token, b.publish)
+	return b.release(ctx, key, token, b.publishArg)
 }
 
 // release runs the release script; publish is the command that announces
 // the release, or "" for none.
-func (b *Backend) release(ctx context.Context, key, token, publish string) (driver.ReleaseResult, error) {
-	n, err := releaseScript.Run(ctx, b.rdb, b.stateKeys(key), token, b.channel(key), publish).Int64()
+func (b *Backend) release(ctx context.Context, key, token string, publish any) (driver.ReleaseResult, error) {
+	// The keys and the channel are cut from one string.
+	const nk = len(releaseSuffixes) - 1
+	var names [nk + 1]string
+	b.keysInto(names[:], key, releaseSuffixes[:])
+	args := evalShaArgs(releaseSHA, nk, 3)
+	for i, k := range names[:nk] {
+		args[3+i] = k
+	}
+	args[3+nk], args[4+nk], args[5+nk] = token, names[nk], publish
+	n, err := runEvalSha(ctx, b.rdb, releaseScript, args).Int64()
 	if err != nil {
 		return driver.ReleaseResult{}, fmt.Errorf("redislock: release %q: %w", key, err)
 	}
@@ -235,11 +264,7 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 	if b.acking() {
 		return b.renewBatchAcked(ctx, reqs)
 	}
-	calls := make([]scriptCall, len(reqs))
-	for i, r := range reqs {
-		calls[i] = scriptCall{keys: b.renewKeys(r.Key), args: []any{r.Token, millis(r.TTL)}}
-	}
-	cmds := runPipelined(ctx, b.rdb, renewScript, calls)
+	cmds := runPipelined(ctx, b.rdb, renewScript, b.renewCalls(reqs))
 	results := make([]driver.RenewResult, len(reqs))
 	for i, cmd := range cmds {
 		n, err := cmd.Int64()
@@ -250,6 +275,39 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 		results[i].Held = n == 1
 	}
 	return results
+}
+
+// renewCalls returns the runs of renew.lua for reqs. Their keys are cut
+// from one string and their keys and arguments from one slice each, so that
+// a batch of any size allocates a handful of times plus once a token.
+func (b *Backend) renewCalls(reqs []driver.RenewRequest) []scriptCall {
+	const nk, na = len(renewSuffixes), 2
+	n := 0
+	for _, r := range reqs {
+		n += b.keysLen(r.Key, renewSuffixes[:])
+	}
+	var sb strings.Builder
+	sb.Grow(n)
+	for _, r := range reqs {
+		b.writeKeys(&sb, r.Key, renewSuffixes[:])
+	}
+	all := sb.String()
+	calls := make([]scriptCall, len(reqs))
+	keys := make([]string, nk*len(reqs))
+	args := make([]any, na*len(reqs))
+	var ttl time.Duration
+	var ms any
+	for i, r := range reqs {
+		k := keys[i*nk : (i+1)*nk : (i+1)*nk]
+		all = b.cutKeys(k, all, r.Key, renewSuffixes[:])
+		if ms == nil || r.TTL != ttl { // leases of one batch mostly share a TTL: box it once
+			ttl, ms = r.TTL, millis(r.TTL)
+		}
+		a := args[i*na : (i+1)*na : (i+1)*na]
+		a[0], a[1] = r.Token, ms
+		calls[i] = scriptCall{keys: k, args: a}
+	}
+	return calls
 }
 
 // millis converts a TTL to whole milliseconds for PEXPIRE, rounding up so a

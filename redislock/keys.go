@@ -45,11 +45,14 @@ const sharedSuffix = ":s"
 var (
 	// acquire.lua: the lock hash, the fence counter, the shared holds and
 	// their details, the writer intent, the fair queue and its expiries.
-	acquireSuffixes = []string{"", ":fence", sharedSuffix, ":si", ":w", ":q", ":qe"}
+	acquireSuffixes = [...]string{"", ":fence", sharedSuffix, ":si", ":w", ":q", ":qe"}
 	// release.lua and describe.lua: acquire's without the fence counter.
 	stateSuffixes = []string{"", sharedSuffix, ":si", ":w", ":q", ":qe"}
+	// release.lua: stateSuffixes, then the release channel (an argument,
+	// not a key), so that one string holds all the names of a release.
+	releaseSuffixes = [...]string{"", sharedSuffix, ":si", ":w", ":q", ":qe", ":rel"}
 	// renew.lua: the lock hash, the shared holds and their details.
-	renewSuffixes = []string{"", sharedSuffix, ":si"}
+	renewSuffixes = [...]string{"", sharedSuffix, ":si"}
 	// raise_fence.lua: the lock hash, the fence counter, the shared holds
 	// and their details.
 	raiseSuffixes = []string{"", ":fence", sharedSuffix, ":si"}
@@ -57,32 +60,58 @@ var (
 
 // acquireKeys, stateKeys, renewKeys and raiseKeys return the KEYS of the
 // scripts for key.
-func (b *Backend) acquireKeys(key string) []string { return b.keysOf(key, acquireSuffixes) }
+func (b *Backend) acquireKeys(key string) []string { return b.keysOf(key, acquireSuffixes[:]) }
 func (b *Backend) stateKeys(key string) []string   { return b.keysOf(key, stateSuffixes) }
-func (b *Backend) renewKeys(key string) []string   { return b.keysOf(key, renewSuffixes) }
+func (b *Backend) renewKeys(key string) []string   { return b.keysOf(key, renewSuffixes[:]) }
 func (b *Backend) raiseKeys(key string) []string   { return b.keysOf(key, raiseSuffixes) }
 
 // keysOf returns the lock hash's name of key followed by each suffix, cut
 // from one string so that the hot path allocates twice, not once a key.
 func (b *Backend) keysOf(key string, suffixes []string) []string {
-	l := b.lockKey(key)
-	n := 0
-	for _, s := range suffixes {
-		n += len(l) + len(s)
-	}
+	keys := make([]string, len(suffixes))
+	b.keysInto(keys, key, suffixes)
+	return keys
+}
+
+// keysInto sets dst[i] to the lock hash's name of key followed by
+// suffixes[i], all cut from one string: one allocation.
+func (b *Backend) keysInto(dst []string, key string, suffixes []string) {
 	var sb strings.Builder
-	sb.Grow(n)
+	sb.Grow(b.keysLen(key, suffixes))
+	b.writeKeys(&sb, key, suffixes)
+	b.cutKeys(dst, sb.String(), key, suffixes)
+}
+
+// keysLen is the length of what writeKeys writes.
+func (b *Backend) keysLen(key string, suffixes []string) int {
+	n := len(suffixes) * (len(b.ns) + len(":{}") + len(key))
 	for _, s := range suffixes {
-		sb.WriteString(l)
+		n += len(s)
+	}
+	return n
+}
+
+// writeKeys writes the lock hash's name of key followed by each suffix, one
+// after the other, without separators; cutKeys cuts them apart.
+func (b *Backend) writeKeys(sb *strings.Builder, key string, suffixes []string) {
+	for _, s := range suffixes {
+		sb.WriteString(b.ns)
+		sb.WriteString(":{")
+		sb.WriteString(key)
+		sb.WriteByte('}')
 		sb.WriteString(s)
 	}
-	all := sb.String()
-	keys := make([]string, len(suffixes))
+}
+
+// cutKeys sets dst[i] to the i-th name that writeKeys wrote for key and
+// suffixes at the start of all, and returns the rest of all.
+func (b *Backend) cutKeys(dst []string, all, key string, suffixes []string) string {
+	l := len(b.ns) + len(":{}") + len(key)
 	for i, s := range suffixes {
-		end := len(l) + len(s)
-		keys[i], all = all[:end], all[end:]
+		end := l + len(s)
+		dst[i], all = all[:end], all[end:]
 	}
-	return keys
+	return all
 }
 
 // keyOfLock returns K for the name of a lock hash NS:{K} or of a set of

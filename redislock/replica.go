@@ -230,13 +230,13 @@ func waitResult(cmd *redis.Cmd) (int, error) {
 }
 
 // acquireAcked is Acquire with WithReplicaAck.
-func (b *Backend) acquireAcked(ctx context.Context, req driver.AcquireRequest, keys []string, args []any) (driver.AcquireResult, error) {
+func (b *Backend) acquireAcked(ctx context.Context, req driver.AcquireRequest, call scriptCall) (driver.AcquireResult, error) {
 	key := req.Key
-	conn, err := b.connFor(ctx, keys[0])
+	conn, err := b.connFor(ctx, call.keys[0])
 	if err != nil {
 		return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", key, err)
 	}
-	cmds, acked, ackErr := b.runAckedAt(ctx, conn, acquireScript, []scriptCall{{keys: keys, args: args}})
+	cmds, acked, ackErr := b.runAckedAt(ctx, conn, acquireScript, []scriptCall{call})
 	reply, err := cmds[0].Slice()
 	if err != nil {
 		b.movedOn(ctx, err)

@@ -56,6 +56,52 @@ var (
 	fencedGetScript = redis.NewScript(fencedGetLua)
 )
 
+// The hashes of the scripts on the hot path, boxed once as EVALSHA
+// arguments.
+var (
+	acquireSHA any = acquireScript.Hash()
+	renewSHA   any = renewScript.Hash()
+	releaseSHA any = releaseScript.Hash()
+)
+
+// evalShaArgs returns the arguments of an EVALSHA of the script whose hash
+// is sha with nkeys keys and nargs script arguments: "evalsha", sha, nkeys,
+// then nkeys+nargs slots for the caller to fill, keys first. One slice is
+// the whole command, where Script.Run would copy keys and arguments into a
+// new one and box every key and the hash again.
+func evalShaArgs(sha any, nkeys, nargs int) []any {
+	args := make([]any, 3+nkeys+nargs)
+	args[0], args[1], args[2] = "evalsha", sha, nkeys
+	return args
+}
+
+// runEvalSha sends args (made by evalShaArgs and filled) and, when the
+// server does not have the script, runs script by EVAL with the same keys
+// and arguments, as Script.Run does.
+func runEvalSha(ctx context.Context, rdb redis.UniversalClient, script *redis.Script, args []any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, args...)
+	if args[2] != 0 {
+		cmd.SetFirstKeyPos(3) // as Script.Run does, for Cluster routing
+	}
+	_ = rdb.Process(ctx, cmd)
+	if !isNoScript(cmd.Err()) {
+		return cmd
+	}
+	c := splitEvalSha(args)
+	return script.Eval(ctx, rdb, c.keys, c.args...)
+}
+
+// splitEvalSha returns the keys and script arguments of args, made by
+// evalShaArgs and filled.
+func splitEvalSha(args []any) scriptCall {
+	n, _ := args[2].(int)
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i], _ = args[3+i].(string)
+	}
+	return scriptCall{keys: keys, args: args[3+n:]}
+}
+
 // commonMark is the line of a script that withCommon replaces.
 const commonMark = "--#common\n"
 

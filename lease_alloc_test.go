@@ -1,0 +1,107 @@
+package dlock_test
+
+import (
+	"errors"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/memlock"
+)
+
+// A lease makes its Done channel on first use; it must behave as one made
+// at the start: the same channel every time, closed when the lease ends,
+// and closed already when first asked for after the end.
+func TestLeaseDoneOnDemand(t *testing.T) {
+	ctx := t.Context()
+	store := memlock.New()
+	c := dlock.New(store, dlock.WithTTL(time.Second))
+	defer c.Close()
+
+	early, err := c.Mutex("done/early").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := early.Done()
+	if early.Done() != d {
+		t.Fatal("Done returned two different channels")
+	}
+	select {
+	case <-d:
+		t.Fatal("Done closed while the lease is held")
+	default:
+	}
+	if err := early.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d:
+	default:
+		t.Fatal("Done asked for before Unlock is not closed after it")
+	}
+	if early.Done() != d {
+		t.Fatal("Done changed after Unlock")
+	}
+
+	late, err := c.Mutex("done/late").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := late.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-late.Done():
+	default:
+		t.Fatal("Done first asked for after Unlock is not closed")
+	}
+
+	// A loss (the store dropped the lock) closes a channel asked for
+	// before it; Refresh reports the loss.
+	lost, err := c.Mutex("done/lost").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d = lost.Done()
+	if _, _, err := store.ForceRelease(ctx, "done/lost"); err != nil {
+		t.Fatal(err)
+	}
+	if err := lost.Refresh(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Refresh after a force release = %v, want ErrNotHeld", err)
+	}
+	select {
+	case <-d:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done not closed after the loss")
+	}
+	if !errors.Is(lost.Err(), dlock.ErrLost) {
+		t.Fatalf("Err = %v, want ErrLost", lost.Err())
+	}
+}
+
+// Owner strings are shared by the acquires of one second with the same
+// metadata; handles with different metadata must still get their own.
+func TestOwnerStringPerMetadata(t *testing.T) {
+	ctx := t.Context()
+	c := dlock.New(memlock.New())
+	defer c.Close()
+	pattern := "^" + regexp.QuoteMeta(driver.ProcessIdentity()) + `\|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`
+	for _, meta := range []string{"", "a", "", "b", "b"} {
+		l, err := c.Mutex("owner/"+meta, dlock.WithMetadata(meta)).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := pattern + "$"
+		if meta != "" {
+			want = pattern + `\|` + meta + "$"
+		}
+		if !regexp.MustCompile(want).MatchString(l.Owner()) {
+			t.Errorf("Owner() = %q, want it to match %s", l.Owner(), want)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
