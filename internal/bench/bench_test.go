@@ -24,18 +24,24 @@ func TestRunRedis(t *testing.T) {
 	newClient := func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: srv.Addr()}) }
 	counter := RedisCounter{newClient()}
 	defer counter[0].Close()
-	sub := Dlock("dlock", func(ctx context.Context, id int) (driver.Backend, func() error, error) {
+	subject := func(name string, opts ...dlock.Option) Subject {
+		trips := new(Trips)
+		s := Dlock(name, func(ctx context.Context, id int) (driver.Backend, func() error, error) {
+			rdb := newClient()
+			rdb.AddHook(trips.RedisHook())
+			return redislock.New(rdb), rdb.Close, nil
+		}, opts...)
+		s.Counter, s.Trips = counter, trips
+		return s
+	}
+	sub, fair := subject("dlock"), subject("dlock-fair", dlock.Fair())
+	rawTrips := new(Trips)
+	raw := RawRedis("raw", func() redis.UniversalClient {
 		rdb := newClient()
-		return redislock.New(rdb), rdb.Close, nil
-	})
-	sub.Counter = counter
-	fair := Dlock("dlock-fair", func(ctx context.Context, id int) (driver.Backend, func() error, error) {
-		rdb := newClient()
-		return redislock.New(rdb), rdb.Close, nil
-	}, dlock.Fair())
-	fair.Counter = counter
-	raw := RawRedis("raw", newClient, 10*time.Second)
-	raw.Counter = counter
+		rdb.AddHook(rawTrips.RedisHook())
+		return rdb
+	}, 10*time.Second)
+	raw.Counter, raw.Trips = counter, rawTrips
 	rep := &Report{Machine: ThisMachine()}
 	rtt, err := RedisRTT(ctx, counter[0], 200)
 	if err != nil {
@@ -55,6 +61,9 @@ func TestRunRedis(t *testing.T) {
 		}
 	}
 	rep.WriteTable(os.Stdout)
+	for _, r := range rep.Results {
+		t.Logf("%s %s ops %v", r.Subject, r.Workload, r.Ops)
+	}
 }
 
 func TestRunMemlock(t *testing.T) {
