@@ -22,10 +22,12 @@ type waitHub struct {
 	mu     sync.Mutex
 	groups map[string]*waitGroup
 
-	lmu      sync.Mutex // serialises opening the listener
-	listener driver.Listener
-	closed   bool
-	failedAt time.Time // last failed Listen, to retry at most once a second
+	lmu       sync.Mutex // serialises opening the listener
+	listener  driver.Listener
+	closed    bool
+	lingering map[*time.Timer]struct{} // unsubscriptions not yet due, guarded by lmu
+	lingerWG  sync.WaitGroup           // unsubscriptions scheduled or running
+	failedAt  time.Time                // last failed Listen, to retry at most once a second
 }
 
 type waitGroup struct {
@@ -143,20 +145,48 @@ func (h *waitHub) leave(g *waitGroup) {
 	subscribed := g.subscribed
 	g.smu.Unlock()
 	if subscribed {
-		if l := h.currentListener(); l != nil {
-			ctx, cancel := context.WithTimeout(h.c.ctx, time.Second)
-			if err := l.Unsubscribe(ctx, g.key); err != nil {
-				h.c.log.Debug("dlock: unsubscribe failed", "key", g.key, "err", err)
-			}
-			cancel()
-		}
+		h.unsubscribeLater(g.key)
 	}
 }
 
-func (h *waitHub) currentListener() driver.Listener {
+// subscriptionLinger is how long the subscription to a key's releases
+// outlives the last waiter that took it: a Client that waits for the same
+// name again soon (a worker that locks, unlocks and locks again) then finds
+// it in place, instead of paying for a SUBSCRIBE, its confirmation and an
+// UNSUBSCRIBE every time it waits.
+var subscriptionLinger = 2 * time.Second
+
+// unsubscribeLater drops one subscription to key once subscriptionLinger
+// has passed. The listener counts a key's subscriptions, so a waiter that
+// subscribes meanwhile keeps it, without a round trip.
+func (h *waitHub) unsubscribeLater(key string) {
 	h.lmu.Lock()
 	defer h.lmu.Unlock()
-	return h.listener
+	l := h.listener
+	if l == nil || h.closed {
+		return
+	}
+	if h.lingering == nil {
+		h.lingering = make(map[*time.Timer]struct{})
+	}
+	h.lingerWG.Add(1)
+	var t *time.Timer
+	t = time.AfterFunc(subscriptionLinger, func() {
+		defer h.lingerWG.Done()
+		h.lmu.Lock()
+		delete(h.lingering, t)
+		closed := h.closed
+		h.lmu.Unlock()
+		if closed {
+			return
+		}
+		ctx, cancel := context.WithTimeout(h.c.ctx, time.Second)
+		defer cancel()
+		if err := l.Unsubscribe(ctx, key); err != nil {
+			h.c.log.Debug("dlock: unsubscribe failed", "key", key, "err", err)
+		}
+	})
+	h.lingering[t] = struct{}{}
 }
 
 // openListener opens the Client's notification stream on first use.
@@ -372,7 +402,14 @@ func (h *waitHub) close() {
 	h.closed = true
 	l := h.listener
 	h.listener = nil
+	for t := range h.lingering {
+		if t.Stop() {
+			h.lingerWG.Done()
+		}
+	}
+	h.lingering = nil
 	h.lmu.Unlock()
+	h.lingerWG.Wait() // an unsubscription under way finishes before the stream closes
 	if l != nil {
 		if err := l.Close(); err != nil {
 			h.c.log.Debug("dlock: closing the notification stream", "err", err)

@@ -1,0 +1,151 @@
+package dlock_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/memlock"
+)
+
+// subCounting is a memlock store whose notification streams count
+// Subscribe and Unsubscribe calls and the live subscriptions per key.
+type subCounting struct {
+	*memlock.Backend
+
+	mu            sync.Mutex
+	subs, unsubs  int
+	live          map[string]int
+	droppedToZero int // times a key's live subscriptions fell to 0
+}
+
+func (s *subCounting) Listen(ctx context.Context, fn func(key, next string)) (driver.Listener, error) {
+	l, err := s.Backend.Listen(ctx, fn)
+	if err != nil {
+		return nil, err
+	}
+	return &subCountingListener{Listener: l, s: s}, nil
+}
+
+func (s *subCounting) counts() (subs, unsubs, dropped int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.subs, s.unsubs, s.droppedToZero
+}
+
+type subCountingListener struct {
+	driver.Listener
+	s *subCounting
+}
+
+func (l *subCountingListener) Subscribe(ctx context.Context, key string) error {
+	err := l.Listener.Subscribe(ctx, key)
+	if err == nil {
+		l.s.mu.Lock()
+		l.s.subs++
+		if l.s.live == nil {
+			l.s.live = map[string]int{}
+		}
+		l.s.live[key]++
+		l.s.mu.Unlock()
+	}
+	return err
+}
+
+func (l *subCountingListener) Unsubscribe(ctx context.Context, key string) error {
+	l.s.mu.Lock()
+	l.s.unsubs++
+	if l.s.live[key]--; l.s.live[key] == 0 {
+		l.s.droppedToZero++
+	}
+	l.s.mu.Unlock()
+	return l.Listener.Unsubscribe(ctx, key)
+}
+
+// waitOnce makes waiter wait for name while holder holds it, then lets it
+// in; the waiter unlocks at once.
+func waitOnce(t *testing.T, holder, waiter *dlock.Client, store *subCounting, name string) {
+	t.Helper()
+	ctx := context.Background()
+	held, err := holder.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subsBefore, _, _ := store.counts()
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.Mutex(name).Lock(ctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	// The waiter subscribes before it waits; release only then, so that
+	// it is a waiter that the release wakes.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if s, _, _ := store.counts(); s > subsBefore {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter never subscribed")
+		}
+	}
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not let in after the release")
+	}
+}
+
+// TestWaitsShareASubscription checks that a Client that waits for the same
+// name again soon keeps its subscription to the name's releases in between
+// (one SUBSCRIBE and UNSUBSCRIBE per wait cost a hot lock round trips), and
+// that it drops it once no waiter came back for a while.
+func TestWaitsShareASubscription(t *testing.T) {
+	t.Run("kept between waits", func(t *testing.T) {
+		defer dlock.SetSubscriptionLinger(time.Hour)()
+		store := &subCounting{Backend: memlock.New()}
+		holder, waiter := dlock.New(store.Backend), dlock.New(store)
+		defer holder.Close()
+		for range 3 {
+			waitOnce(t, holder, waiter, store, "hot")
+		}
+		subs, unsubs, dropped := store.counts()
+		if subs != 3 || unsubs != 0 || dropped != 0 {
+			t.Errorf("after three waits: %d subscribes, %d unsubscribes, subscription dropped %d times; want 3, 0, 0", subs, unsubs, dropped)
+		}
+		start := time.Now()
+		if err := waiter.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("Close took %v with unsubscriptions pending", d)
+		}
+	})
+	t.Run("dropped after the linger", func(t *testing.T) {
+		defer dlock.SetSubscriptionLinger(10 * time.Millisecond)()
+		store := &subCounting{Backend: memlock.New()}
+		holder, waiter := dlock.New(store.Backend), dlock.New(store)
+		defer holder.Close()
+		defer waiter.Close()
+		waitOnce(t, holder, waiter, store, "once")
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			subs, unsubs, _ := store.counts()
+			if subs == 1 && unsubs == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d subscribes, %d unsubscribes 10s after the wait; want 1 and 1", subs, unsubs)
+			}
+		}
+	})
+}
