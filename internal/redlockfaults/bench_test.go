@@ -14,6 +14,8 @@ package redlockfaults_test
 // should not notice, and a release waits for the late nodes only as long as
 // the quorum took. raw-quorum-N is the floor of any quorum lock here: SET NX
 // PX and compare-and-delete on N nodes at once, each half done at quorum.
+// The net1ms variants put every node 1ms away, so that the network, not
+// this machine's cores, sets the pace (run them with -benchtime 300x).
 
 import (
 	"context"
@@ -59,6 +61,44 @@ func BenchmarkCycle(b *testing.B) {
 				clients[i] = ns.client(b, i)
 			}
 			benchRawQuorum(b, clients)
+		})
+	}
+	// On a network: every node 1ms away (toxiproxy's finest step), as
+	// nodes on other machines would be; there the round trip, not this
+	// machine's two cores, sets the pace, and a quorum of parallel calls
+	// should cost about one call.
+	for _, v := range []struct {
+		name  string
+		nodes int
+		slow  time.Duration // latency of node 0 instead of 1ms
+		raw   bool          // the raw quorum instead of dlock
+	}{
+		{"net1ms/one-node", 1, 0, false},
+		{"net1ms/raw-quorum-1", 1, 0, true},
+		{"net1ms/redlock-5", 5, 0, false},
+		{"net1ms/raw-quorum-5", 5, 0, true},
+		{"net1ms/redlock-5-slow", 5, 50 * time.Millisecond, false},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			ns := startNodes(b, v.nodes)
+			for i := range v.nodes {
+				ns.proxies[i].Latency(b, time.Millisecond)
+			}
+			if v.slow > 0 {
+				ns.proxies[0].Latency(b, v.slow)
+			}
+			switch {
+			case v.raw:
+				clients := make([]*redis.Client, v.nodes)
+				for i := range clients {
+					clients[i] = ns.client(b, i)
+				}
+				benchRawQuorum(b, clients)
+			case v.nodes == 1:
+				benchCycle(b, redislock.New(ns.client(b, 0)))
+			default:
+				benchCycle(b, ns.redlock(b))
+			}
 		})
 	}
 	for _, v := range []struct {
