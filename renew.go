@@ -21,7 +21,8 @@ type renewer struct {
 
 	mu     sync.Mutex
 	h      grantHeap
-	wakeup chan struct{} // capacity 1: the heap's head changed
+	wakeAt time.Time     // when the loop's timer fires next, guarded by mu
+	wakeup chan struct{} // capacity 1: a grant falls due before wakeAt
 	stop   chan struct{}
 	done   chan struct{}
 	ctx    context.Context // cancelled at close, for batches in flight
@@ -60,7 +61,10 @@ func (r *renewer) reschedule(g *grant) {
 	}
 }
 
-// push (re)places g in the heap and reports whether it is now first. The
+// push (re)places g in the heap and reports whether the loop must wake
+// for it: when it is now first and falls due before the loop's timer fires.
+// A lock taken while no other lease is held usually falls due after the
+// timer left by the last one, and then costs the loop no wake-up. The
 // caller holds g.mu.
 func (r *renewer) push(g *grant) bool {
 	r.start()
@@ -71,9 +75,9 @@ func (r *renewer) push(g *grant) bool {
 	} else {
 		heap.Push(&r.h, g)
 	}
-	first := g.index == 0
+	wake := g.index == 0 && g.at.Before(r.wakeAt)
 	r.mu.Unlock()
-	return first
+	return wake
 }
 
 // remove unschedules g. The caller holds g.mu.
@@ -143,12 +147,23 @@ func (r *renewer) loop() {
 		}
 
 		r.mu.Lock()
-		wait := time.Hour
-		if len(r.h) > 0 {
-			wait = max(time.Until(r.h[0].at), 0)
+		now = time.Now()
+		var next time.Time
+		switch {
+		case len(r.h) > 0:
+			next = r.h[0].at
+		case r.wakeAt.After(now):
+			// Nothing is held: keep the timer of the last lease rather
+			// than push it an hour away, so that the next lease, which
+			// falls due later, need not wake the loop (see push). It
+			// costs one idle turn.
+			next = r.wakeAt
+		default:
+			next = now.Add(time.Hour)
 		}
+		r.wakeAt = next
 		r.mu.Unlock()
-		timer.Reset(wait)
+		timer.Reset(max(next.Sub(now), 0))
 		select {
 		case <-timer.C:
 		case <-r.wakeup:
