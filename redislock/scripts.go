@@ -121,11 +121,15 @@ type scriptCall struct {
 }
 
 // runPipelined runs script once per call in one pipeline and returns one
-// command per call, in order. Calls that fail with NOSCRIPT (the script cache
-// was flushed, or a failover reached a node that never saw the script) are
-// sent again as EVAL in one more pipeline: EVAL caches the script as it runs
-// it, so this costs one extra round trip, against two for SCRIPT LOAD and a
-// second EVALSHA. On a ClusterClient go-redis splits both pipelines by node.
+// command per call, in order. When calls fail with NOSCRIPT (the script
+// cache was flushed, or a failover reached a node that never saw the
+// script), they are sent again in one more pipeline: the first as EVAL,
+// which caches the script as it runs it, the others as EVALSHA behind it,
+// so that a batch of thousands of renewals after a restart sends the script
+// once, not once per lease. On a ClusterClient go-redis splits pipelines by
+// node and keeps their order on each node, so each further pass caches the
+// script on at least one more node; after maxScriptPasses the rest go as
+// EVAL.
 func runPipelined(ctx context.Context, rdb redis.Cmdable, script *redis.Script, calls []scriptCall) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	pipe := rdb.Pipeline()
@@ -134,22 +138,33 @@ func runPipelined(ctx context.Context, rdb redis.Cmdable, script *redis.Script, 
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below
 
-	var retry []int
-	for i, cmd := range cmds {
-		if isNoScript(cmd.Err()) {
-			retry = append(retry, i)
+	for pass := 1; ; pass++ {
+		var retry []int
+		for i, cmd := range cmds {
+			if isNoScript(cmd.Err()) {
+				retry = append(retry, i)
+			}
+		}
+		if len(retry) == 0 || ctx.Err() != nil {
+			return cmds
+		}
+		pipe = rdb.Pipeline()
+		for j, i := range retry {
+			if j == 0 || pass >= maxScriptPasses {
+				cmds[i] = script.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
+			} else {
+				cmds[i] = pipe.EvalSha(ctx, script.Hash(), calls[i].keys, calls[i].args...)
+			}
+		}
+		_, _ = pipe.Exec(ctx)
+		if pass >= maxScriptPasses {
+			return cmds
 		}
 	}
-	if len(retry) == 0 {
-		return cmds
-	}
-	pipe = rdb.Pipeline()
-	for _, i := range retry {
-		cmds[i] = script.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
-	}
-	_, _ = pipe.Exec(ctx)
-	return cmds
 }
+
+// maxScriptPasses bounds the pipelines runPipelined sends after NOSCRIPT.
+const maxScriptPasses = 8
 
 // isNoScript reports whether err says the server does not have the script.
 // go-redis normalises the error to redis.ErrNoScript only outside pipelines.
