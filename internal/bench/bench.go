@@ -155,6 +155,12 @@ type Result struct {
 	Throughput float64       `json:"grants_per_sec"`
 	// Wait is the time from calling Lock to its return, for every grant.
 	Wait Percentiles `json:"acquire_wait"`
+	// Blocked is Wait of the grants that had to wait for someone else:
+	// those during whose Lock call another worker was granted the name.
+	// Where a releasing worker takes the lock straight back, most grants
+	// wait for nobody, and Wait's percentiles hide the workers that starve
+	// meanwhile; Blocked shows them.
+	Blocked Percentiles `json:"blocked_wait"`
 	// Handoff is the time from a release returning to the return of the
 	// next grant of that name to a different worker that was already
 	// waiting when the release returned.
@@ -405,6 +411,26 @@ func summarize(res *Result, cycles [][]cycle, names int) {
 		handoffs = append(handoffs, max(next.granted.Sub(prev.released), 0))
 	}
 	res.Handoff = Summarize(handoffs)
+
+	// Blocked waits: grants whose Lock call spanned another grant of the
+	// same name (a worker is never granted while its own Lock is pending,
+	// so every grant inside the call is someone else's).
+	var blocked []time.Duration
+	for lo := 0; lo < len(all); {
+		hi := lo
+		for hi < len(all) && all[hi].name == all[lo].name {
+			hi++
+		}
+		grants := all[lo:hi] // one name, in grant order
+		for _, c := range grants {
+			i := sort.Search(len(grants), func(i int) bool { return grants[i].granted.After(c.called) })
+			if i < len(grants) && grants[i].granted.Before(c.granted) {
+				blocked = append(blocked, c.granted.Sub(c.called))
+			}
+		}
+		lo = hi
+	}
+	res.Blocked = Summarize(blocked)
 }
 
 // spin busy-waits for d.

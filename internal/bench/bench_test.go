@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"math"
 	"os"
 	"testing"
 	"time"
@@ -60,9 +61,23 @@ func TestRunRedis(t *testing.T) {
 			rep.Results = append(rep.Results, r)
 		}
 	}
-	rep.WriteTable(os.Stdout)
+	if err := rep.WriteTable(os.Stdout); err != nil {
+		t.Fatal(err)
+	}
 	for _, r := range rep.Results {
-		t.Logf("%s %s ops %v", r.Subject, r.Workload, r.Ops)
+		t.Logf("%s %s store commands per cycle: %v", r.Subject, r.Workload, r.Ops)
+		if r.Grants == 0 || r.Errors != 0 {
+			t.Errorf("%s %s: %d grants, %d errors (%s)", r.Subject, r.Workload, r.Grants, r.Errors, r.FirstError)
+		}
+		// One worker: every cycle is one acquire and one release, but for a
+		// few calls of set-up (a script's first EVALSHA fails and is sent
+		// again as EVAL); one more per cycle would be thousands.
+		if extra := r.TripsPerCycle*float64(r.Grants) - 2*float64(r.Grants); r.Params.Workers == 1 && (extra < -0.5 || extra > 10) {
+			t.Errorf("%s %s: %.5f round trips per cycle (%.0f beyond 2 per cycle), want 2", r.Subject, r.Workload, r.TripsPerCycle, extra)
+		}
+		if r.OpsPerCycle == 0 {
+			t.Errorf("%s %s: no store commands counted", r.Subject, r.Workload)
+		}
 	}
 }
 
@@ -75,5 +90,52 @@ func TestRunMemlock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%+v", r)
+	if r.Grants == 0 || r.Errors != 0 || len(r.GrantsPerWorker) != 4 || r.Wait.N != r.Grants {
+		t.Errorf("memlock run: %+v", r)
+	}
+}
+
+// TestSummarize checks the statistics on a made-up history: worker 0 takes
+// the name back twice while worker 1 waits through both grants.
+func TestSummarize(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	at := func(us int) time.Time { return t0.Add(time.Duration(us) * time.Microsecond) }
+	cycles := [][]cycle{
+		{ // worker 0: never blocked, releases at 20 and 45
+			{worker: 0, called: at(0), granted: at(10), released: at(20)},
+			{worker: 0, called: at(21), granted: at(25), released: at(45)},
+		},
+		{ // worker 1: calls at 5, granted at 50 after worker 0's second release
+			{worker: 1, called: at(5), granted: at(50), released: at(60)},
+		},
+	}
+	var res Result
+	res.Elapsed = time.Second
+	summarize(&res, cycles, 1)
+	if res.Grants != 3 || res.GrantsPerWorker[0] != 2 || res.GrantsPerWorker[1] != 1 {
+		t.Fatalf("grants %d %v, want 3 [2 1]", res.Grants, res.GrantsPerWorker)
+	}
+	// Only worker 1's grant is a handoff (0 → 1, 5µs after the release);
+	// worker 0 taking its own release back is not.
+	if res.Handoff.N != 1 || res.Handoff.P50 != 5*time.Microsecond {
+		t.Errorf("handoff %+v, want one of 5µs", res.Handoff)
+	}
+	// Worker 1 waited 45µs through worker 0's second grant; worker 0's
+	// waits (10µs, 4µs) spanned nobody's grant.
+	if res.Blocked.N != 1 || res.Blocked.Max != 45*time.Microsecond {
+		t.Errorf("blocked %+v, want one of 45µs", res.Blocked)
+	}
+	if res.Wait.N != 3 || res.Wait.Max != 45*time.Microsecond || res.Wait.P50 != 10*time.Microsecond {
+		t.Errorf("wait %+v, want 3 waits, p50 10µs, max 45µs", res.Wait)
+	}
+	if want := 9.0 / (2 * 5); math.Abs(res.Jain-want) > 1e-9 {
+		t.Errorf("Jain %v, want %v", res.Jain, want)
+	}
+}
+
+func TestParseCommandStats(t *testing.T) {
+	got := parseCommandStats("# Commandstats\r\ncmdstat_set:calls=12,usec=3,usec_per_call=0.25\r\ncmdstat_info:calls=4,usec=1\r\ncmdstat_evalsha:calls=7,usec=9\r\nnoise\r\n")
+	if len(got) != 2 || got["set"] != 12 || got["evalsha"] != 7 {
+		t.Errorf("parseCommandStats = %v, want set 12, evalsha 7 (info left out)", got)
+	}
 }

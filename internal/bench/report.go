@@ -82,7 +82,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "subject\tworkload\tgrants/s\twait p50\tp99\tp99.9\thandoff p50\tp99\thandoffs\tjain\ttrips/cycle\tops/cycle\terrors\t")
+	fmt.Fprintln(tw, "subject\tworkload\tgrants/s\twait p50\tp99\tp99.9\tblocked p99\tblocked\thandoff p50\tp99\thandoffs\tjain\ttrips/cycle\tops/cycle\terrors\t")
 	for _, x := range r.Results {
 		ops := "-"
 		if x.Ops != nil {
@@ -96,14 +96,19 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if x.Handoff.N > 0 {
 			ho, ho99 = us(x.Handoff.P50), us(x.Handoff.P99)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%d\t%.3f\t%s\t%s\t%d\t\n",
+		bl := "-"
+		if x.Blocked.N > 0 {
+			bl = us(x.Blocked.P99)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%.3f\t%s\t%s\t%d\t\n",
 			x.Subject, x.Workload, x.Throughput, us(x.Wait.P50), us(x.Wait.P99), us(x.Wait.P999),
-			ho, ho99, x.Handoff.N, x.Jain, trips, ops, x.Errors)
+			bl, x.Blocked.N, ho, ho99, x.Handoff.N, x.Jain, trips, ops, x.Errors)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(w, "\nwait and handoff in µs; handoff = release returned → a different, already waiting worker's acquire returned;")
+	fmt.Fprintln(w, "\nwait and handoff in µs; blocked = waits during which another worker was granted the name;")
+	fmt.Fprintln(w, "handoff = release returned → a different, already waiting worker's acquire returned;")
 	fmt.Fprintln(w, "trips = the client's round trips to the store; ops = commands or statements the store served (Redis counts those scripts run)")
 	for _, x := range r.Results {
 		if x.FirstError != "" {
