@@ -1,0 +1,253 @@
+package peers_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/bench/peers"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/bench"
+	"github.com/dlock-go/dlock/internal/testserver"
+	dlockredis "github.com/dlock-go/dlock/redislock"
+	"github.com/dlock-go/dlock/redlock"
+)
+
+var (
+	flagDuration  = flag.Duration("peers.duration", 300*time.Millisecond, "how long each subject runs each workload")
+	flagOut       = flag.String("peers.out", "", "write the report as JSON to this file")
+	flagWorkloads = flag.String("peers.workloads", "uncontended,hot,keys",
+		"comma list of workloads: uncontended, hot (8 workers on one name, CS 0/100µs/1ms/10ms), headline (hot with CS 100µs), keys (8 workers over 64 names, CS 100µs), or a workload's label")
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// workloads returns the workloads the flags select, in the order they run.
+func workloads(t *testing.T) []bench.Workload {
+	t.Helper()
+	var all []bench.Workload
+	kinds := map[string][]int{} // kind → indexes into all
+	add := func(kind string, w bench.Workload) {
+		w.Duration = *flagDuration
+		kinds[kind] = append(kinds[kind], len(all))
+		if w.CS == peers.Headline.CS && w.Names == 1 && w.Workers == peers.Headline.Workers {
+			kinds["headline"] = append(kinds["headline"], len(all))
+		}
+		all = append(all, w)
+	}
+	add("uncontended", peers.Uncontended)
+	for _, cs := range []time.Duration{0, 100 * time.Microsecond, time.Millisecond, 10 * time.Millisecond} {
+		add("hot", bench.Workload{Workers: 8, Names: 1, CS: cs})
+	}
+	add("keys", bench.Workload{Workers: 8, Names: 64, CS: 100 * time.Microsecond})
+
+	chosen := make([]bool, len(all))
+	for _, tok := range strings.Split(*flagWorkloads, ",") {
+		tok = strings.TrimSpace(tok)
+		if tok == "" {
+			continue
+		}
+		idx, ok := kinds[tok]
+		if !ok {
+			for i, w := range all {
+				if w.Label() == tok {
+					idx, ok = []int{i}, true
+				}
+			}
+		}
+		if !ok {
+			t.Fatalf("-peers.workloads: unknown workload %q", tok)
+		}
+		for _, i := range idx {
+			chosen[i] = true
+		}
+	}
+	var out []bench.Workload
+	for i, w := range all {
+		if chosen[i] {
+			out = append(out, w)
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("-peers.workloads selects no workload")
+	}
+	return out
+}
+
+// hooked returns a new client of addr whose commands trips counts.
+func hooked(addr string, trips *bench.Trips) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	rdb.AddHook(trips.RedisHook())
+	return rdb
+}
+
+// TestCompare runs dlock, the raw baseline and every peer variant over the
+// same workloads on the same Redis server, then dlock's redlock and
+// redsync's Redlock on three nodes, and prints the table and the targets.
+// It asserts only that every subject completed grants without errors.
+func TestCompare(t *testing.T) {
+	ctx := t.Context()
+	ws := workloads(t)
+
+	one := testserver.StartRedis(t)
+	var nodes []*testserver.Redis
+	for range 3 {
+		nodes = append(nodes, testserver.StartRedis(t))
+	}
+
+	// One node.
+	oneCounter := bench.RedisCounter{one.Client(t)}
+	dlockOn := func(name string, opts ...dlock.Option) bench.Subject {
+		trips := new(bench.Trips)
+		s := bench.Dlock(name, func(ctx context.Context, id int) (driver.Backend, func() error, error) {
+			rdb := hooked(one.Addr(), trips)
+			return dlockredis.New(rdb), rdb.Close, nil
+		}, opts...)
+		s.Counter, s.Trips = oneCounter, trips
+		return s
+	}
+	withTrips := func(s func(trips *bench.Trips) bench.Subject) bench.Subject {
+		trips := new(bench.Trips)
+		sub := s(trips)
+		sub.Counter, sub.Trips = oneCounter, trips
+		return sub
+	}
+	oneNode := []bench.Subject{
+		withTrips(func(trips *bench.Trips) bench.Subject {
+			return bench.RawRedis(peers.SubjectRaw, func() redis.UniversalClient { return hooked(one.Addr(), trips) }, dlock.DefaultTTL)
+		}),
+		dlockOn(peers.SubjectDlock),
+		dlockOn(peers.SubjectDlockFair, dlock.Fair()),
+		withTrips(func(trips *bench.Trips) bench.Subject {
+			return peers.Redsync(peers.SubjectRedsync, func() []redis.UniversalClient {
+				return []redis.UniversalClient{hooked(one.Addr(), trips)}
+			}, peers.RedsyncDefault()...)
+		}),
+		withTrips(func(trips *bench.Trips) bench.Subject {
+			return peers.Redsync(peers.SubjectRedsyncTune, func() []redis.UniversalClient {
+				return []redis.UniversalClient{hooked(one.Addr(), trips)}
+			}, peers.RedsyncTuned()...)
+		}),
+		withTrips(func(trips *bench.Trips) bench.Subject {
+			return peers.BSM(peers.SubjectBSM, func() redis.UniversalClient { return hooked(one.Addr(), trips) }, peers.BSMTTL, peers.BSMDefault)
+		}),
+		withTrips(func(trips *bench.Trips) bench.Subject {
+			return peers.BSM(peers.SubjectBSMTuned, func() redis.UniversalClient { return hooked(one.Addr(), trips) }, peers.BSMTTL, peers.BSMTuned)
+		}),
+	}
+
+	// Three nodes.
+	var threeCounter bench.RedisCounter
+	for _, n := range nodes {
+		threeCounter = append(threeCounter, n.Client(t))
+	}
+	threeClients := func(trips *bench.Trips) []redis.UniversalClient {
+		var cs []redis.UniversalClient
+		for _, n := range nodes {
+			cs = append(cs, hooked(n.Addr(), trips))
+		}
+		return cs
+	}
+	dlockTrips, redsyncTrips := new(bench.Trips), new(bench.Trips)
+	dlockRL3 := bench.Dlock(peers.SubjectDlockRL3, func(ctx context.Context, id int) (driver.Backend, func() error, error) {
+		cs := threeClients(dlockTrips)
+		closeAll := func() error {
+			var first error
+			for _, c := range cs {
+				if err := c.Close(); err != nil && first == nil {
+					first = err
+				}
+			}
+			return first
+		}
+		b, err := redlock.New(cs)
+		if err != nil {
+			_ = closeAll()
+			return nil, nil, err
+		}
+		return b, closeAll, nil
+	})
+	dlockRL3.Counter, dlockRL3.Trips = threeCounter, dlockTrips
+	redsyncRL3 := peers.Redsync(peers.SubjectRedsyncRL3, func() []redis.UniversalClient { return threeClients(redsyncTrips) }, peers.RedsyncDefault()...)
+	redsyncRL3.Counter, redsyncRL3.Trips = threeCounter, redsyncTrips
+
+	// Baselines, measured in this run.
+	rep := &bench.Report{Machine: bench.ThisMachine(), Started: time.Now(), Baselines: map[string]bench.Percentiles{}}
+	version, err := oneCounter[0].InfoMap(ctx, "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep.Store = fmt.Sprintf("redis-server %s on loopback: 1 node; 3 independent nodes for the *-redlock3 rows", version["Server"]["redis_version"])
+	ping, err := bench.RedisRTT(ctx, oneCounter[0], 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep.Baselines["ping"] = ping
+	for i, c := range threeCounter {
+		p, err := bench.RedisRTT(ctx, c, 300)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep.Baselines[fmt.Sprintf("ping-node-%d", i)] = p
+	}
+
+	run := func(s bench.Subject, w bench.Workload) {
+		t.Helper()
+		r, err := bench.Run(ctx, s, w, nil)
+		if err != nil {
+			t.Fatalf("%s %s: %v", s.Name, w.Label(), err)
+		}
+		rep.Results = append(rep.Results, r)
+	}
+	for _, w := range ws {
+		for _, s := range oneNode {
+			run(s, w)
+		}
+	}
+	for _, w := range ws {
+		if w.Label() == peers.Uncontended.Label() || w.Label() == peers.Headline.Label() {
+			run(dlockRL3, w)
+			run(redsyncRL3, w)
+		}
+	}
+
+	var out strings.Builder
+	if err := rep.WriteTable(&out); err != nil {
+		t.Fatal(err)
+	}
+	if err := peers.WriteTargets(&out, rep); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(&out, "\ndefault and tuned: redsync default = no options (expiry 8s, 32 tries, retry delay rand[50ms,250ms)); "+
+		"redsync-tuned = retry delay rand[%v,%v), 1<<20 tries; bsm-redislock = LinearBackoff(%v); bsm-redislock-tuned = LinearBackoff(%v); bsm TTL %v\n",
+		peers.RedsyncTunedDelay/2, peers.RedsyncTunedDelay, peers.BSMDefaultBackoff, peers.BSMTunedBackoff, peers.BSMTTL)
+	fmt.Print(out.String()) // go test shows it with -v, or when the test fails
+
+	if *flagOut != "" {
+		f, err := os.Create(*flagOut)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rep.WriteJSON(f); err != nil {
+			_ = f.Close()
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for _, r := range rep.Results {
+		if r.Grants == 0 || r.Errors != 0 {
+			t.Errorf("%s %s: %d grants, %d errors (first: %s)", r.Subject, r.Workload, r.Grants, r.Errors, r.FirstError)
+		}
+	}
+}

@@ -1,0 +1,102 @@
+package peers
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/bench"
+)
+
+// The subject names of the comparison, as TestCompare runs them and
+// WriteTargets looks them up.
+const (
+	SubjectDlock       = "dlock"               // dlock's default Mutex over redislock
+	SubjectDlockFair   = "dlock-fair"          // dlock.Fair() over redislock
+	SubjectRaw         = "raw"                 // bench.RawRedis: SET NX PX busy spin + compare-and-delete
+	SubjectRedsync     = "redsync"             // RedsyncDefault, one node
+	SubjectRedsyncTune = "redsync-tuned"       // RedsyncTuned, one node
+	SubjectBSM         = "bsm-redislock"       // BSMDefault
+	SubjectBSMTuned    = "bsm-redislock-tuned" // BSMTuned
+	SubjectDlockRL3    = "dlock-redlock3"      // dlock over dlock's redlock package, 3 nodes
+	SubjectRedsyncRL3  = "redsync-redlock3"    // RedsyncDefault over 3 nodes
+)
+
+// Headline is the workload the issue's targets are about: 8 workers on one
+// name, a 100µs critical section, each locking again as soon as it released.
+var Headline = bench.Workload{Workers: 8, Names: 1, CS: 100 * time.Microsecond}
+
+// Uncontended is one worker locking and unlocking one name.
+var Uncontended = bench.Workload{Workers: 1, Names: 1}
+
+// WriteTargets writes the target ratios of issue 7, each from rep alone
+// (one run, one machine): the ratio, the target, and whether it is met.
+// A ratio whose rows or baseline rep lacks is shown as "n/a". The peers'
+// tuned settings have no target; their ratios are shown for reference.
+func WriteTargets(w io.Writer, rep *bench.Report) error {
+	head, unc := Headline.Label(), Uncontended.Label()
+	find := func(subject, workload string) *bench.Result {
+		if r := rep.Find(subject, workload); r != nil && r.Grants > 0 {
+			return r
+		}
+		return nil
+	}
+	wait50 := func(r *bench.Result) float64 { return float64(r.Wait.P50) }
+	wait99 := func(r *bench.Result) float64 { return float64(r.Wait.P99) }
+	ratio := func(a, b *bench.Result, f func(*bench.Result) float64) float64 {
+		if a == nil || b == nil || f(b) == 0 {
+			return math.NaN()
+		}
+		return f(a) / f(b)
+	}
+
+	fmt.Fprintf(w, "\ntargets (ratios from this run; headline = %s):\n", head)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(what string, v float64, op string, want float64) {
+		verdict, target := "", "-"
+		if op != "" {
+			target = fmt.Sprintf("%s %g", op, want)
+			switch {
+			case math.IsNaN(v):
+			case op == "≤" && v <= want, op == "≥" && v >= want:
+				verdict = "ok"
+			default:
+				verdict = "MISSED"
+			}
+		}
+		val := "n/a"
+		if !math.IsNaN(v) {
+			val = fmt.Sprintf("%.3g", v)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", what, val, target, verdict)
+	}
+
+	dl, dlu := find(SubjectDlock, head), find(SubjectDlock, unc)
+	row("dlock uncontended wait p50 / raw's", ratio(dlu, find(SubjectRaw, unc), wait50), "≤", 1.15)
+	for _, p := range []struct {
+		subject string
+		target  bool
+	}{{SubjectRedsync, true}, {SubjectBSM, true}, {SubjectRedsyncTune, false}, {SubjectBSMTuned, false}} {
+		op := ""
+		if p.target {
+			op = "≥"
+		}
+		row(p.subject+" headline wait p99 / dlock's", ratio(find(p.subject, head), dl, wait99), op, 20)
+	}
+	row("dlock headline grants/s / raw's", ratio(dl, find(SubjectRaw, head), func(r *bench.Result) float64 { return r.Throughput }), "≥", 1)
+	jain := math.NaN()
+	if dl != nil {
+		jain = dl.Jain
+	}
+	row("dlock headline Jain", jain, "≥", 0.95)
+	ho := math.NaN()
+	if ping, ok := rep.Baselines["ping"]; ok && dl != nil && dl.Handoff.N > 0 && ping.P50 > 0 {
+		ho = float64(dl.Handoff.P50) / float64(ping.P50)
+	}
+	row("dlock headline handoff p50 / ping p50", ho, "≤", 3)
+	row(SubjectDlockRL3+" uncontended wait p50 / dlock's (1 node)", ratio(find(SubjectDlockRL3, unc), dlu, wait50), "≤", 1.3)
+	row(SubjectRedsyncRL3+" headline wait p99 / "+SubjectDlockRL3+"'s", ratio(find(SubjectRedsyncRL3, head), find(SubjectDlockRL3, head), wait99), "≥", 20)
+	return tw.Flush()
+}
