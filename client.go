@@ -183,6 +183,12 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	} else if m.opts.reentrant {
 		m.token = newToken()
 	}
+	// A handle whose token outlives a wait (reentrant, owner ID) cannot
+	// leave a queue at once when the wait ends, so it never joins one
+	// unasked; and where releases are not announced, the owners that
+	// overtake a queue would never hear of it.
+	m.starve = m.err == nil && c.backend != nil && !m.opts.fair && m.token == "" &&
+		c.need(driver.CapFair) == nil && c.hub.notifier != nil
 	return m
 }
 

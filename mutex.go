@@ -24,8 +24,19 @@ type Mutex struct {
 	mode  driver.Mode
 	limit int // a semaphore's permits; 0 otherwise
 
+	// starve: a plain Mutex on a store with fair queues, whose waits join
+	// the queue when they starve (see starveAfter) and whose requests
+	// respect a queue the Client has seen (see waitHub.queueLive).
+	starve bool
+
 	mu   sync.Mutex
 	held *grant // a reentrant handle's current grant
+}
+
+// fairNow reports whether the next request should be a fair one: always for
+// a Fair Mutex, and for a plain one while its name has a live queue.
+func (m *Mutex) fairNow() bool {
+	return m.opts.fair || (m.starve && m.c.hub.queueLive(m.key))
 }
 
 // Name returns the lock's name, without the key prefix.
@@ -46,7 +57,7 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(&NotObtainedError{Name: m.name}, err)
 	}
-	l, res, err := m.try(ctx, m.tokenFor(), false)
+	l, res, err := m.try(ctx, m.tokenFor(), false, m.fairNow())
 	if err != nil || l != nil {
 		return l, m.tryErr(ctx, err)
 	}
@@ -61,6 +72,13 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 // behind it without touching the store. A grant answered too late to be
 // trusted is given back and the wait goes on (a fair waiter then queues
 // again, at the back).
+//
+// Without Fair, an owner that unlocks and locks again at once would win
+// nearly every race against waiters that must first hear of the release. As
+// in Go's sync.Mutex, a plain wait that has lasted a millisecond therefore
+// joins the store's fair queue (on stores with driver.CapFair), and the
+// owners that learn of the queue queue too (see Fair), until contention
+// ends.
 //
 // When the wait ends first, Lock returns errors.Join(*NotObtainedError,
 // ctx.Err()) (context.DeadlineExceeded when WithWait elapsed), promptly and
@@ -79,15 +97,21 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 		return nil, errors.Join(&NotObtainedError{Name: m.name}, err)
 	}
 	token := m.tokenFor()
-	l, res, err := m.try(ctx, token, true)
+	fair := m.fairNow()
+	l, res, err := m.try(ctx, token, true, fair)
 	if err != nil || l != nil {
 		return l, m.tryErr(ctx, err)
 	}
 	m.busy(res)
-	if m.opts.fair {
+	if fair {
 		return m.c.hub.waitFair(ctx, m, token, res)
 	}
-	return m.c.hub.wait(ctx, m, token, res)
+	l, res, err = m.c.hub.wait(ctx, m, token, res)
+	if err != nil || l != nil {
+		return l, err
+	}
+	// The wait starved: queue up, as a fair waiter.
+	return m.c.hub.waitFair(ctx, m, token, res)
 }
 
 func (m *Mutex) enter() error {
@@ -148,11 +172,12 @@ func (m *Mutex) abandon(token string, last driver.AcquireResult) {
 }
 
 // try makes one acquire attempt with token; wait tells the store that the
-// caller waits (it may queue the token or record a writer intent). It
+// caller waits (it may queue the token or record a writer intent), fair that
+// the request respects the name's queue (and, with wait, joins it). It
 // returns a lease when the lock was obtained, the store's answer when it was
 // not, or an error when the store failed; then what the attempt may have
 // written is removed.
-func (m *Mutex) try(ctx context.Context, token string, wait bool) (*Lease, driver.AcquireResult, error) {
+func (m *Mutex) try(ctx context.Context, token string, wait, fair bool) (*Lease, driver.AcquireResult, error) {
 	var joined *grant
 	if m.opts.reentrant {
 		m.mu.Lock()
@@ -173,7 +198,7 @@ func (m *Mutex) try(ctx context.Context, token string, wait bool) (*Lease, drive
 		LockDelay: m.opts.lockDelay,
 		Mode:      m.mode,
 		Limit:     m.limit,
-		Fair:      m.opts.fair,
+		Fair:      fair,
 		Wait:      wait,
 	}
 	if wait {
@@ -206,6 +231,9 @@ func (m *Mutex) try(ctx context.Context, token string, wait bool) (*Lease, drive
 	}
 	if !res.Acquired {
 		return nil, res, nil
+	}
+	if res.Overtook && m.starve {
+		m.c.hub.noteQueue(m.key)
 	}
 	if joined == nil || res.Fence != joined.fence {
 		// A new grant is trusted until sent + validity − margin. An answer

@@ -147,8 +147,13 @@ func WithLockDelay(d time.Duration) Option { return optionFunc(func(o *options) 
 // removes its entry at once. TryLock on a fair Mutex yields to the waiters
 // queued ahead of it and leaves no entry.
 //
-// Fairness is a property of the name: give Fair to every Mutex of that name
-// (a Mutex without it does not look at the queue and may overtake it). It
+// Fairness is a property of the name: give Fair to every Mutex of that name.
+// A plain Mutex does not wait in the queue from the start, but it does not
+// starve the queue either: its waits join the queue once they have lasted a
+// millisecond, and a Client that sees the name has a live queue (a release
+// named its head, or its own grant went before it) makes its plain requests
+// fair for the next second; so a plain Mutex overtakes a queue once at most,
+// on stores that announce releases (Redis, PostgreSQL, memlock). It
 // needs a backend with driver.CapFair (memlock, redislock, sqllock); Redlock
 // does not have it. A fair handle that is also Reentrant or shares an owner ID
 // cannot remove its queue entry at once when its wait ends (the entry belongs

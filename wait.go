@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -21,6 +22,12 @@ type waitHub struct {
 
 	mu     sync.Mutex
 	groups map[string]*waitGroup
+	// queueSeen is when a release of each key last named the head of a
+	// live fair queue (see queueLive); queueSeenN is its length, read
+	// without mu so that a Lock on a Client that never saw a queue takes no
+	// lock for it.
+	queueSeen  map[string]time.Time
+	queueSeenN atomic.Int32
 
 	lmu       sync.Mutex // serialises opening the listener
 	listener  driver.Listener
@@ -68,6 +75,9 @@ func (h *waitHub) notify(key, next string) {
 		}
 		return
 	}
+	if next != "" {
+		h.sawQueue(key)
+	}
 	g := h.groups[key]
 	switch {
 	case g == nil:
@@ -77,7 +87,76 @@ func (h *waitHub) notify(key, next string) {
 		for _, w := range g.fair[next] {
 			signal(w.wake)
 		}
+		// The name has a queue now: a plain waiter joins it (see wait).
+		signal(g.wake)
 	}
+}
+
+// Starvation. A plain Mutex lets a releasing owner take the lock straight
+// back, which is fast, but under steady contention the owner that just
+// released wins almost every race against waiters that must first hear of
+// the release, and they starve. As in Go's sync.Mutex, a waiter that has
+// waited starveAfter joins the store's fair queue; a release that leaves
+// the lock to a queue's head announces it, and a grant that went before a
+// queue says so (driver.AcquireResult.Overtook); every plain Mutex of a
+// Client that heard or saw either within queueLiveFor queues too, the owner
+// that just released included. The name is then served in arrival order
+// until its queue is empty and the announcements stop.
+const (
+	starveAfter  = time.Millisecond
+	queueLiveFor = time.Second
+)
+
+// sawQueue records that a release of key named a queue's head. The caller
+// holds h.mu.
+func (h *waitHub) sawQueue(key string) {
+	now := time.Now()
+	if h.queueSeen == nil {
+		h.queueSeen = make(map[string]time.Time)
+	}
+	if len(h.queueSeen) >= 1024 {
+		for k, t := range h.queueSeen {
+			if now.Sub(t) > queueLiveFor {
+				delete(h.queueSeen, k)
+			}
+		}
+	}
+	h.queueSeen[key] = now
+	h.queueSeenN.Store(int32(len(h.queueSeen)))
+}
+
+// noteQueue records that key has a live queue, as an acquire that
+// overtook it reported.
+func (h *waitHub) noteQueue(key string) {
+	h.mu.Lock()
+	h.sawQueue(key)
+	h.mu.Unlock()
+}
+
+// queueLive reports whether a release of key named a queue's head, or an
+// acquire of key overtook one, within queueLiveFor.
+func (h *waitHub) queueLive(key string) bool {
+	if h.queueSeenN.Load() == 0 {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t, ok := h.queueSeen[key]
+	if ok && time.Since(t) > queueLiveFor {
+		delete(h.queueSeen, key)
+		h.queueSeenN.Store(int32(len(h.queueSeen)))
+		ok = false
+	}
+	return ok
+}
+
+// starving reports whether a plain waiter that started at start, and was
+// last refused with last, should join the queue. A writer that waits for
+// readers keeps its writer intent instead, which already holds new readers
+// back.
+func (h *waitHub) starving(m *Mutex, start time.Time, last driver.AcquireResult) bool {
+	return m.starve && last.Shared == 0 && !last.Queued &&
+		(time.Since(start) >= starveAfter || h.queueLive(m.key))
 }
 
 // wakeAll wakes the active waiter and every fair waiter. The caller holds
@@ -232,8 +311,11 @@ func (h *waitHub) subscribe(ctx context.Context, g *waitGroup) {
 	}
 }
 
-// wait is Lock after a failed first attempt.
-func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.AcquireResult) (*Lease, error) {
+// wait is Lock after a failed first attempt. It returns no lease and no
+// error, with the last answer, when the wait starved and should go on in
+// the queue (waitFair).
+func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.AcquireResult) (*Lease, driver.AcquireResult, error) {
+	start := time.Now()
 	// Close ends the wait, even in the middle of a store call.
 	ctx, stop := h.c.closeAware(ctx)
 	defer stop()
@@ -245,7 +327,7 @@ func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.
 	case g.gate <- struct{}{}:
 	case <-ctx.Done():
 		m.abandon(token, last)
-		return nil, notObtained()
+		return nil, last, notObtained()
 	}
 	defer func() { <-g.gate }()
 
@@ -260,17 +342,20 @@ func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for attempt := 1; ; attempt++ {
-		l, res, err := h.attempt(ctx, g, g.wake, m, token)
+		l, res, err := h.attempt(ctx, g, g.wake, m, token, false)
 		switch {
 		case l != nil:
-			return l, nil
+			return l, res, nil
 		case err != nil && ctx.Err() != nil:
-			return nil, notObtained() // names the holder last seen; try cleaned up
+			return nil, last, notObtained() // names the holder last seen; try cleaned up
 		case err != nil:
-			return nil, err
+			return nil, last, err
 		}
 		last = res
 		m.busy(res)
+		if h.starving(m, start, last) {
+			return nil, last, nil
+		}
 
 		d := max(retry.Delay(attempt), time.Millisecond)
 		if res.HolderTTL > 0 && res.HolderTTL < d {
@@ -282,7 +367,10 @@ func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.
 		}
 		if !sleep(ctx, timer, d, g.wake) {
 			m.abandon(token, last)
-			return nil, notObtained()
+			return nil, last, notObtained()
+		}
+		if h.starving(m, start, last) {
+			return nil, last, nil
 		}
 	}
 }
@@ -327,7 +415,7 @@ func (h *waitHub) waitFair(ctx context.Context, m *Mutex, token string, last dri
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for attempt := 1; ; attempt++ {
-		l, res, err := h.attempt(ctx, g, w.wake, m, token)
+		l, res, err := h.attempt(ctx, g, w.wake, m, token, true)
 		switch {
 		case l != nil:
 			return l, nil
@@ -362,13 +450,13 @@ func (h *waitHub) waitFair(ctx context.Context, m *Mutex, token string, last dri
 // attempt makes one attempt of a wait: it subscribes to releases of the
 // key first, so that none after the attempt is missed, and drops a wake-up
 // seen before it, which the attempt covers.
-func (h *waitHub) attempt(ctx context.Context, g *waitGroup, wake chan struct{}, m *Mutex, token string) (*Lease, driver.AcquireResult, error) {
+func (h *waitHub) attempt(ctx context.Context, g *waitGroup, wake chan struct{}, m *Mutex, token string, fair bool) (*Lease, driver.AcquireResult, error) {
 	h.subscribe(ctx, g)
 	select {
 	case <-wake:
 	default:
 	}
-	return m.try(ctx, token, true)
+	return m.try(ctx, token, true, fair)
 }
 
 // sleep waits for d, a wake-up or the end of ctx; it reports false when ctx

@@ -119,9 +119,12 @@ func TestWaitsShareASubscription(t *testing.T) {
 		for range 3 {
 			waitOnce(t, holder, waiter, store, "hot")
 		}
+		// A wait that starves goes on in the queue and subscribes again
+		// (the listener counts it; no SUBSCRIBE goes out), so there may be
+		// more subscriptions than waits, but none is dropped.
 		subs, unsubs, dropped := store.counts()
-		if subs != 3 || unsubs != 0 || dropped != 0 {
-			t.Errorf("after three waits: %d subscribes, %d unsubscribes, subscription dropped %d times; want 3, 0, 0", subs, unsubs, dropped)
+		if subs < 3 || unsubs != 0 || dropped != 0 {
+			t.Errorf("after three waits: %d subscribes, %d unsubscribes, subscription dropped %d times; want ≥ 3, 0, 0", subs, unsubs, dropped)
 		}
 		start := time.Now()
 		if err := waiter.Close(); err != nil {
@@ -140,11 +143,11 @@ func TestWaitsShareASubscription(t *testing.T) {
 		waitOnce(t, holder, waiter, store, "once")
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 			subs, unsubs, _ := store.counts()
-			if subs == 1 && unsubs == 1 {
+			if subs >= 1 && unsubs == subs {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%d subscribes, %d unsubscribes 10s after the wait; want 1 and 1", subs, unsubs)
+				t.Fatalf("%d subscribes, %d unsubscribes 10s after the wait; want as many of each", subs, unsubs)
 			}
 		}
 	})

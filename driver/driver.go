@@ -222,6 +222,13 @@ type AcquireResult struct {
 	// a writer intent of Token is live after the call: the caller must try
 	// again (with Wait) within QueueTTL to keep it.
 	Queued bool
+	// Overtook reports, for an exclusive grant to a request without Fair,
+	// that the lock's fair queue had a live entry of another token: the
+	// grant went before waiters queued for the lock. The client then makes
+	// its next requests for the name fair, so that an owner that locks again
+	// right after releasing cannot starve them. A backend that cannot tell
+	// without more work than the grant itself may leave it false.
+	Overtook bool
 }
 
 // ReleaseResult is the output of Backend.Release.

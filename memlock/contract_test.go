@@ -206,13 +206,21 @@ func TestFairYieldsToQueue(t *testing.T) {
 	if res := f.mustRefuse(fair("b")); res.Position != 2 {
 		t.Errorf("b: %+v, want position 2", res)
 	}
-	// A non-fair request ignores the queue.
-	f.mustGet(excl("x"))
+	// A non-fair request ignores the queue, and says that it overtook it.
+	if res := f.mustGet(excl("x")); !res.Overtook {
+		t.Errorf("non-fair grant before a live queue: %+v, want Overtook", res)
+	}
 	f.release("x")
-	f.mustGet(fair("a"))
+	if res := f.mustGet(fair("a")); res.Overtook {
+		t.Errorf("the head's own grant: %+v, want no Overtook", res)
+	}
 	f.release("a")
 	f.mustGet(fair("b"))
 	f.release("b")
+	if res := f.mustGet(excl("y")); res.Overtook {
+		t.Errorf("grant with no queue: %+v, want no Overtook", res)
+	}
+	f.release("y")
 	f.noLeftovers()
 
 	// A head whose entry lapsed is skipped.

@@ -213,6 +213,7 @@ func (b *Backend) acquireExclusive(req driver.AcquireRequest, st *lockState, now
 		}
 	}
 	if !blocked {
+		overtook := !req.Fair && st != nil && st.othersAhead(req.Token)
 		st = b.stateFor(req.Key)
 		f := b.grantFence(req.Key)
 		st.excl = &entry{
@@ -224,7 +225,7 @@ func (b *Backend) acquireExclusive(req driver.AcquireRequest, st *lockState, now
 			delay:    max(req.LockDelay, 0),
 		}
 		st.leave(req.Token)
-		return driver.AcquireResult{Acquired: true, Fence: f, Holds: 1}
+		return driver.AcquireResult{Acquired: true, Fence: f, Holds: 1, Overtook: overtook}
 	}
 	if !req.Wait || req.QueueTTL <= 0 {
 		return res

@@ -8,7 +8,9 @@
 -- ARGV[5] lock-delay in ms ("0": none)   ARGV[6] "1" for a shared hold
 -- ARGV[7] limit of shared holds ("0": none)   ARGV[8] "1" when fair
 -- ARGV[9] "1" when the caller waits   ARGV[10] queue ttl in ms
--- Returns {1, fence, holds} when granted; when not, {0, holder owner,
+-- Returns {1, fence, holds} when granted, or {1, fence, holds, overtook}
+-- where overtook is 1 when a grant without fair went before a live fair
+-- queue's head; when not, {0, holder owner,
 -- holder pttl} or {0, holder owner, holder pttl, live shared holds,
 -- 1 when a writer intent refused it, position in the queue, 1 when queued}.
 --
@@ -42,6 +44,7 @@ end
 
 --#common
 local fair = ARGV[8] == '1' and not shared
+local overtook = 0
 local qttl = tonumber(ARGV[10] or '0') or 0
 local wait = ARGV[9] == '1' and qttl > 0
 
@@ -162,13 +165,16 @@ if redis.call('EXISTS', S, W, Q) > 0 then
     local _, _, holder = holdDetails(redis.call('HGET', SI, last[1]))
     return refuse(holder, tonumber(last[2]) - now(), n, true)
   end
-  if fair then
-    prune(QE, Q, 'ZREM')
-    local head = redis.call('ZRANGE', Q, 0, 0)[1]
-    if head and head ~= token then
+  prune(QE, Q, 'ZREM')
+  local head = redis.call('ZRANGE', Q, 0, 0)[1]
+  if head and head ~= token then
+    if fair then
       return refuse('', -2, 0, false) -- free, but promised to the head
     end
+    overtook = 1
   end
   forget()
 end
-return grant(now())
+local r = grant(now())
+r[4] = overtook
+return r

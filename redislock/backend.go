@@ -131,11 +131,11 @@ func flag(v bool) any {
 	return flags[0]
 }
 
-// parseAcquire reads acquire.lua's reply: {1, fence, holds} for a grant,
-// {0, owner, pttl} or {0, owner, pttl, shared, writer waiting, position,
-// queued} for a refusal.
+// parseAcquire reads acquire.lua's reply: {1, fence, holds} or {1, fence,
+// holds, overtook} for a grant, {0, owner, pttl} or {0, owner, pttl,
+// shared, writer waiting, position, queued} for a refusal.
 func parseAcquire(reply []any) (driver.AcquireResult, error) {
-	if len(reply) != 3 && len(reply) != 7 {
+	if len(reply) != 3 && len(reply) != 4 && len(reply) != 7 {
 		return driver.AcquireResult{}, fmt.Errorf("unexpected reply %v", reply)
 	}
 	var ints [7]int64
@@ -154,7 +154,7 @@ func parseAcquire(reply []any) (driver.AcquireResult, error) {
 		if err != nil {
 			return driver.AcquireResult{}, err
 		}
-		return driver.AcquireResult{Acquired: true, Fence: fence, Holds: int(ints[2])}, nil
+		return driver.AcquireResult{Acquired: true, Fence: fence, Holds: int(ints[2]), Overtook: len(reply) == 4 && ints[3] == 1}, nil
 	}
 	owner, _ := reply[1].(string)
 	res := driver.AcquireResult{Holder: owner, HolderTTL: ttlOf(ints[2])}

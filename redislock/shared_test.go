@@ -411,14 +411,22 @@ func testFairOrder(t *testing.T, e sharedEnv) {
 		t.Errorf("C after A's grant = %+v, want position 2", res)
 	}
 	release(t, e.b, "f", tokA)
-	// A request without Fair ignores the queue.
+	// A request without Fair ignores the queue, and says that it overtook it.
 	plain := newToken(t)
-	mustAcquire(t, e.b2, exclusiveReq("f", plain, "plain"))
+	if res := mustAcquire(t, e.b2, exclusiveReq("f", plain, "plain")); !res.Overtook {
+		t.Errorf("non-fair grant before a live queue = %+v, want Overtook", res)
+	}
 	release(t, e.b2, "f", plain)
-	mustAcquire(t, e.b2, fairReq("f", tokB, "waiter", true))
+	if res := mustAcquire(t, e.b2, fairReq("f", tokB, "waiter", true)); res.Overtook {
+		t.Errorf("the head's own grant = %+v, want no Overtook", res)
+	}
 	release(t, e.b2, "f", tokB)
 	mustAcquire(t, e.b, fairReq("f", tokC, "waiter", true))
 	release(t, e.b, "f", tokC)
+	if res := mustAcquire(t, e.b, exclusiveReq("f", plain, "plain")); res.Overtook {
+		t.Errorf("grant with no queue = %+v, want no Overtook", res)
+	}
+	release(t, e.b, "f", plain)
 	if got := e.keys(t, "f"); !slices.Equal(got, []string{lockKey("f") + ":fence"}) {
 		t.Errorf("keys after every fair waiter had its turn = %v, want the fence counter", got)
 	}

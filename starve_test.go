@@ -1,0 +1,69 @@
+package dlock_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/memlock"
+)
+
+// TestPlainMutexDoesNotStarveWaiters runs four owners, each with a Client of
+// its own, on one name with a plain (not Fair) Mutex; each holds the lock
+// briefly and locks again at once. The owner that just released would win
+// nearly every race against waiters that must first hear of the release;
+// waiters that starve join the store's queue, and then every owner queues,
+// so each gets a fair share. It asserts shares, not speed.
+func TestPlainMutexDoesNotStarveWaiters(t *testing.T) {
+	const owners = 4
+	store := memlock.New()
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	grants := make([]int, owners)
+	var longest time.Duration
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range owners {
+		c := dlock.New(store)
+		defer c.Close()
+		m := c.Mutex("hot")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				start := time.Now()
+				l, err := m.Lock(ctx)
+				if err != nil {
+					return
+				}
+				waited := time.Since(start)
+				for end := time.Now().Add(200 * time.Microsecond); time.Now().Before(end); {
+				}
+				if err := l.Unlock(context.Background()); err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				grants[i]++
+				longest = max(longest, waited)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for _, g := range grants {
+		total += g
+	}
+	t.Logf("grants per owner %v, longest wait %v", grants, longest)
+	if total < 40*owners {
+		t.Fatalf("only %d grants in 1.5s; want at least %d to judge the shares", total, 40*owners)
+	}
+	for i, g := range grants {
+		if g < total/owners/3 {
+			t.Errorf("owner %d got %d of %d grants; want at least a third of an even share (%d)", i, g, total, total/owners/3)
+		}
+	}
+}
