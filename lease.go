@@ -217,8 +217,10 @@ func (l *Lease) Refresh(ctx context.Context) error {
 //
 // Unlock returns ErrNotHeld when the lease had been lost or the store no
 // longer had it, ErrReleased when it was already unlocked, ErrInvalid for a
-// nil lease, ctx's error when ctx ends while a renewal is in flight (the
-// release is then sent in the background once the renewal is back), and the
+// nil lease, ctx's error when ctx has ended or ends before the store
+// answers (the release is then sent in the background, bounded by the TTL,
+// after a renewal in flight is back; not for a reentrant handle or an owner
+// ID, whose token a later Lock may hold again), and the
 // store's error, wrapped, when the release failed; the lock then expires on
 // the store after its TTL. In every case the lease has ended when Unlock
 // returns.
@@ -284,8 +286,25 @@ func (l *Lease) Unlock(ctx context.Context) error {
 			return fmt.Errorf("dlock: unlock %q: %w", g.name, ctx.Err())
 		}
 	}
+	// A token used once (not a reentrant handle's or an owner ID, which a
+	// later Lock may hold again) can be released after Unlock returned.
+	later := last && !g.reusedToken
+	if ctx.Err() != nil && later {
+		// The caller has given up on waiting, not on releasing: send the
+		// release in the background rather than leave the lock on the store
+		// until its TTL runs out.
+		l.finish(ErrReleased)
+		c.background(g.ttl, func(bctx context.Context) { _, _ = g.release(bctx, true) })
+		return fmt.Errorf("dlock: unlock %q: %w", g.name, ctx.Err())
+	}
 	held, err := g.release(ctx, last)
 	switch {
+	case err != nil && ctx.Err() != nil && later:
+		// Cut short by ctx: the outcome is unknown; release again in the
+		// background (a release of a token that holds nothing is harmless).
+		l.finish(ErrReleased)
+		c.background(g.ttl, func(bctx context.Context) { _, _ = g.release(bctx, true) })
+		return fmt.Errorf("dlock: unlock %q: %w", g.name, ctx.Err())
 	case err != nil:
 		l.finish(ErrReleased)
 		return wrapStore("unlock", g.name, err)

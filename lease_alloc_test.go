@@ -1,6 +1,7 @@
 package dlock_test
 
 import (
+	"context"
 	"errors"
 	"regexp"
 	"testing"
@@ -104,4 +105,58 @@ func TestOwnerStringPerMetadata(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestUnlockWithEndedContextStillReleases checks that Unlock with a context
+// that has already ended (a request that timed out, a deferred Unlock after
+// Ctrl-C) still releases the lock, in the background, instead of leaving it
+// on the store for its TTL.
+func TestUnlockWithEndedContextStillReleases(t *testing.T) {
+	store := memlock.New()
+	c, other := dlock.New(slowRelease{store}), dlock.New(store)
+	defer c.Close()
+	defer other.Close()
+	for _, cut := range []string{"before", "during"} {
+		l, err := c.Mutex("k", dlock.WithTTL(time.Minute)).Lock(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		if cut == "before" {
+			cancel()
+		} else {
+			time.AfterFunc(10*time.Millisecond, cancel) // while the release is on its way
+		}
+		if err := l.Unlock(ctx); !errors.Is(err, context.Canceled) {
+			t.Errorf("%s: Unlock = %v, want context.Canceled", cut, err)
+		}
+		cancel()
+		// Released within seconds, not the minute of the TTL.
+		got, err := other.Mutex("k").Lock(ctxTimeout(t, 10*time.Second))
+		if err != nil {
+			t.Fatalf("%s: the lock stayed after Unlock with an ended context: %v", cut, err)
+		}
+		if err := got.Unlock(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// slowRelease is a store whose releases take 50ms to arrive; one whose
+// context ends first never arrives.
+type slowRelease struct{ driver.Backend }
+
+func (s slowRelease) Release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
+	select {
+	case <-time.After(50 * time.Millisecond):
+	case <-ctx.Done():
+		return driver.ReleaseResult{}, ctx.Err()
+	}
+	return s.Backend.Release(ctx, key, token)
 }
