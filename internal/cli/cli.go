@@ -1,6 +1,6 @@
 // Package cli is the dlock command: it maps backend URLs to backends and runs
-// the subcommands (run, ls, inspect, release, version, help). cmd/dlock only
-// calls Main.
+// the subcommands (run, ls, inspect, release, bench, version, help).
+// cmd/dlock only calls Main.
 package cli
 
 import (
@@ -42,6 +42,7 @@ func commandList() []command {
 		{"ls", "list held locks", cmdLs},
 		{"inspect", "show one lock", cmdInspect},
 		{"release", "break a lock held by someone else (--force)", cmdRelease},
+		{"bench", "measure lock latency and throughput on a store", cmdBench},
 		{"version", "print dlock's version", cmdVersion},
 		{"help", "show help for dlock or a command", cmdHelp},
 	}

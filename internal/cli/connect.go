@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"database/sql"
+	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
 	"net"
@@ -19,6 +20,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/bench"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
 )
@@ -38,6 +40,21 @@ type store struct {
 	where     string
 	secrets   []string
 	closeFn   func() error
+
+	// The store's clients, for dlock bench's baselines and counters: its
+	// Redis clients (one per node for Redlock), or its SQL handle and
+	// dialect.
+	rdbs    []redis.UniversalClient
+	db      *sql.DB
+	dialect sqlDialect
+}
+
+// connectHooks let dlock bench watch what a store's clients send.
+type connectHooks struct {
+	// redis, when not nil, is added to every Redis client of the store.
+	redis redis.Hook
+	// statements, when not nil, counts the statements of the SQL handle.
+	statements *bench.StatementCounter
 }
 
 // Close closes the store's client or database handle.
@@ -66,13 +83,21 @@ var silenceRedis sync.Once
 // within timeout. Its errors are *exitError: 69 when the store cannot be
 // reached or fails.
 func connect(ctx context.Context, b *backendURL, timeout time.Duration) (*store, error) {
+	return connectHooked(ctx, b, timeout, connectHooks{})
+}
+
+// connectHooked is connect, with hooks on the store's clients.
+func connectHooked(ctx context.Context, b *backendURL, timeout time.Duration, hooks connectHooks) (*store, error) {
 	silenceRedis.Do(func() { redis.SetLogger(quietRedisLogger{}) })
 	s := &store{where: b.where, secrets: b.secrets}
 	var ping func(ctx context.Context) error
 	switch b.kind {
 	case kindRedis, kindSentinel, kindCluster:
 		rdb := newRedisClient(b, timeout, false)
-		s.closeFn = rdb.Close
+		if hooks.redis != nil {
+			rdb.AddHook(hooks.redis)
+		}
+		s.closeFn, s.rdbs = rdb.Close, []redis.UniversalClient{rdb}
 		ping = func(ctx context.Context) error {
 			if b.failover != nil {
 				if err := askSentinels(ctx, b.failover); err != nil {
@@ -93,15 +118,15 @@ func connect(ctx context.Context, b *backendURL, timeout time.Duration) (*store,
 		s.backend, s.inspector = rb, rb
 	case kindRedlock:
 		var err error
-		if s, ping, err = connectRedlock(b, timeout); err != nil {
+		if s, ping, err = connectRedlock(b, timeout, hooks.redis); err != nil {
 			return nil, err
 		}
 	case kindSQLite, kindMySQL, kindPostgres:
-		db, dialect, err := openSQL(b, timeout)
+		db, dialect, err := openSQL(b, timeout, hooks.statements)
 		if err != nil {
 			return nil, err
 		}
-		s.closeFn = db.Close
+		s.closeFn, s.db, s.dialect = db.Close, db, dialect
 		ping = db.PingContext
 		be, err := newSQLBackend(db, dialect)
 		if err != nil {
@@ -167,14 +192,18 @@ func newRedisClient(b *backendURL, timeout time.Duration, noRetries bool) redis.
 	}
 }
 
-// connectRedlock opens one client per node of a redlock:// URL. Its ping
-// succeeds once a quorum of nodes answers, as Redlock itself would.
-func connectRedlock(b *backendURL, timeout time.Duration) (*store, func(context.Context) error, error) {
-	s := &store{where: b.where, secrets: b.secrets}
+// connectRedlock opens one client per node of a redlock:// URL, with hook
+// when not nil. Its ping succeeds once a quorum of nodes answers, as Redlock
+// itself would.
+func connectRedlock(b *backendURL, timeout time.Duration, hook redis.Hook) (*store, func(context.Context) error, error) {
 	clients := make([]redis.UniversalClient, len(b.redlock.nodes))
 	for i, o := range b.redlock.nodes {
 		clients[i] = newRedisClient(&backendURL{redis: o}, timeout, false)
+		if hook != nil {
+			clients[i].AddHook(hook)
+		}
 	}
+	s := &store{where: b.where, secrets: b.secrets, rdbs: clients}
 	s.closeFn = func() error {
 		var first error
 		for _, c := range clients {
@@ -269,16 +298,29 @@ const (
 	dialectPostgres
 )
 
-// openSQL opens the database handle for b. It does no I/O except, for the
-// default SQLite file, creating its directory.
-func openSQL(b *backendURL, timeout time.Duration) (*sql.DB, sqlDialect, error) {
+// openSQL opens the database handle for b, its statements counted by
+// counter when not nil. It does no I/O except, for the default SQLite file,
+// creating its directory.
+func openSQL(b *backendURL, timeout time.Duration, counter *bench.StatementCounter) (*sql.DB, sqlDialect, error) {
+	open := func(conn sqldriver.Connector) *sql.DB {
+		if counter != nil {
+			conn = counter.Connector(conn)
+		}
+		return sql.OpenDB(conn)
+	}
 	switch b.kind {
 	case kindSQLite:
 		dir := filepath.Dir(b.path)
 		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 			return nil, 0, fail(exitUnavailable, "%s: directory %s does not exist", b.where, dir)
 		}
-		db, err := sql.Open("sqlite", sqliteDSN(b.path))
+		var db *sql.DB
+		var err error
+		if counter != nil {
+			db, err = counter.OpenCounted("sqlite", sqliteDSN(b.path))
+		} else {
+			db, err = sql.Open("sqlite", sqliteDSN(b.path))
+		}
 		if err != nil {
 			return nil, 0, fail(exitUnavailable, "%s: %v", b.where, err)
 		}
@@ -292,13 +334,13 @@ func openSQL(b *backendURL, timeout time.Duration) (*sql.DB, sqlDialect, error) 
 		if err != nil {
 			return nil, 0, fail(exitUsage, "%s: %s", b.where, oneLine(scrub(err.Error(), b.secrets)))
 		}
-		return sql.OpenDB(conn), dialectMySQL, nil
+		return open(conn), dialectMySQL, nil
 	case kindPostgres:
 		cfg := b.postgres.Copy()
 		if cfg.ConnectTimeout <= 0 || cfg.ConnectTimeout > timeout {
 			cfg.ConnectTimeout = timeout
 		}
-		return stdlib.OpenDB(*cfg), dialectPostgres, nil
+		return open(stdlib.GetConnector(*cfg)), dialectPostgres, nil
 	}
 	return nil, 0, errors.New("not an SQL backend")
 }

@@ -14,6 +14,7 @@ var synopses = map[string]string{
 	"ls":      "dlock ls [PREFIX] [--json]",
 	"inspect": "dlock inspect NAME [--json]",
 	"release": "dlock release --force NAME",
+	"bench":   "dlock bench [flags] [URL...]",
 	"version": "dlock version",
 	"help":    "dlock help [COMMAND]",
 }
@@ -238,6 +239,70 @@ Exit status: 0 (also when the lock was not held), 64 for a usage error or
 without --force, 69 when the store cannot be reached.
 `
 
+const benchHelp = `usage: dlock bench [flags] [URL...]
+
+Measures how fast locks are taken, released and handed from one holder to
+the next on each store URL names (without one, the store of --backend,
+DLOCK_BACKEND or the default SQLite file), and prints a report per store.
+Each worker has a connection and a dlock client of its own, as a separate
+process would; all run on this machine, timed by one clock.
+
+Subjects (--subjects):
+  dlock           dlock's exclusive lock, as 'dlock run' takes it
+  dlock-fair      the fair lock (--fair); not on stores without fair locks
+                  (Redlock)
+  raw             the floor a lock on that store is measured against: SET NX
+                  PX retried at once while taken, and a compare-and-delete
+                  script (Redis); INSERT of the name retried at once, and a
+                  DELETE (SQL, in the table dlock_bench_raw, which it
+                  creates). No expiry, fencing, renewal or waking: not a lock
+                  to use. Redlock has none; its baselines are per node.
+Workloads (--workloads), each run for --duration:
+  uncontended     one worker on one name, no critical section
+  hot             --workers workers on one name, once for each --cs
+  keys            --workers workers over --names names, 100us critical section
+A worker locks again as soon as it has released. The critical section is a
+busy loop, as work would be. Before the runs, dlock times 1000 round trips:
+PING on Redis (on each node for Redlock), SELECT 1 on SQL.
+
+The report, per subject and workload: grants per second; the wait in Lock
+(p50, p99, p99.9, in µs); the waits during which another worker got the
+name (blocked: p99, count); the handoff, from a release to a worker already
+waiting getting the lock (p50, p99, count); Jain's fairness index of the
+grants over the workers (1 when equal); the client's round trips per grant
+(Redis); the commands the store served per grant (Redis, from INFO
+commandstats, counting other clients' commands too) or the statements the
+workers sent (SQL); and the errors. Compare numbers of one run only: a shared
+or busy machine makes them vary from one run to the next.
+
+The runs lock names under dlock-bench/ on the store. Interrupting dlock
+(Ctrl-C) ends the runs; the locks held are released.
+
+Flags:
+  --subjects LIST            comma list of dlock, dlock-fair, raw (default all)
+  --workloads LIST           comma list of uncontended, hot, keys (default all)
+  --workers N                workers of hot and keys (default 8)
+  --names N                  lock names of keys (default 64)
+  --cs LIST                  critical sections of hot, a comma list of
+                             durations (default 0,100us,1ms,10ms)
+  --duration DURATION        length of each run (default 2s)
+  --json                     a JSON array of reports, one per store: machine,
+                             store, started, baselines (percentiles in ns),
+                             results (one per subject and workload, durations
+                             in ns), notes (subjects the store cannot have)
+` + backendFlagsHelp + `
+On a terminal, a line on stderr shows the run under way.
+
+Exit status: 0; 64 for a usage error; 69 when a store cannot be reached or
+fails, or when a run had errors (the report is printed first); 128+N when
+interrupted by signal N.
+
+Examples:
+  dlock bench
+  dlock bench --workloads hot --cs 100us --duration 5s redis://localhost:6379/0
+  dlock bench --json redis://localhost:6379/0 postgres://u:p@db/locks > bench.json
+`
+
 const versionHelp = `usage: dlock version
 
 Prints dlock's version, the commit it was built from when known, and the Go
@@ -254,6 +319,7 @@ var helps = map[string]string{
 	"ls":      lsHelp,
 	"inspect": inspectHelp,
 	"release": releaseHelp,
+	"bench":   benchHelp,
 	"version": versionHelp,
 	"help":    helpHelp,
 }

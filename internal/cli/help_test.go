@@ -17,6 +17,7 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 		"ls":      func(a *app) *flag.FlagSet { fs, _ := jsonFlags(a, "ls"); return fs },
 		"inspect": func(a *app) *flag.FlagSet { fs, _ := jsonFlags(a, "inspect"); return fs },
 		"release": func(a *app) *flag.FlagSet { fs, _ := releaseFlags(a); return fs },
+		"bench":   func(a *app) *flag.FlagSet { return benchFlags(a, &benchOptions{}, &benchLists{}) },
 	}
 	for _, c := range commandList() {
 		if _, ok := helps[c.name]; !ok {

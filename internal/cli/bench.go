@@ -1,0 +1,461 @@
+package cli
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/bench"
+)
+
+// Subjects and workloads of dlock bench, in the order they run.
+var (
+	benchSubjects  = []string{"dlock", "dlock-fair", "raw"}
+	benchWorkloads = []string{"uncontended", "hot", "keys"}
+)
+
+const (
+	// rttSamples is the number of round trips each baseline times.
+	rttSamples = 1000
+	// rawTTL is the raw Redis baseline's lease: long enough never to expire
+	// under a critical section, short enough that a raw lock a killed bench
+	// leaves behind soon goes.
+	rawTTL = 10 * time.Second
+	// keysCS is the critical section of the keys workload.
+	keysCS = 100 * time.Microsecond
+)
+
+// benchOptions are the flags of dlock bench.
+type benchOptions struct {
+	subjects  []string
+	workloads []string
+	workers   int
+	names     int
+	cs        []time.Duration
+	duration  time.Duration
+	json      bool
+	urls      []*backendURL // the stores, in the order given
+}
+
+// benchReport is one store's report as --json writes it: bench.Report with
+// the notes on subjects left out.
+type benchReport struct {
+	bench.Report
+	Notes []string `json:"notes,omitempty"`
+}
+
+// benchLists are the comma-list flags of dlock bench, as given.
+type benchLists struct{ subjects, workloads, cs string }
+
+// benchFlags returns bench's flag set, filling o and l.
+func benchFlags(a *app, o *benchOptions, l *benchLists) *flag.FlagSet {
+	fs := a.newFlagSet("bench")
+	fs.StringVar(&l.subjects, "subjects", strings.Join(benchSubjects, ","), "")
+	fs.StringVar(&l.workloads, "workloads", strings.Join(benchWorkloads, ","), "")
+	fs.StringVar(&l.cs, "cs", "0,100us,1ms,10ms", "")
+	fs.IntVar(&o.workers, "workers", 8, "")
+	fs.IntVar(&o.names, "names", 64, "")
+	fs.DurationVar(&o.duration, "duration", 2*time.Second, "")
+	fs.BoolVar(&o.json, "json", false, "")
+	return fs
+}
+
+func parseBenchArgs(a *app, args []string) (*benchOptions, error) {
+	o := &benchOptions{}
+	var l benchLists
+	fs := benchFlags(a, o, &l)
+	pos, err := a.parseCommand(fs, "bench", args)
+	if err != nil {
+		return nil, err
+	}
+	if o.subjects, err = benchList("--subjects", l.subjects, benchSubjects); err != nil {
+		return nil, err
+	}
+	if o.workloads, err = benchList("--workloads", l.workloads, benchWorkloads); err != nil {
+		return nil, err
+	}
+	for _, s := range strings.Split(l.cs, ",") {
+		s = strings.TrimSpace(s)
+		d, err := time.ParseDuration(s)
+		switch {
+		case err != nil:
+			return nil, usageErr("bench", "--cs: %q is not a duration (write 0, 100us, 1ms, ...)", printable(s, 40))
+		case d < 0:
+			return nil, usageErr("bench", "--cs: %v is negative", d)
+		}
+		if !slices.Contains(o.cs, d) {
+			o.cs = append(o.cs, d)
+		}
+	}
+	switch {
+	case o.workers < 1:
+		return nil, usageErr("bench", "--workers must be at least 1, not %d", o.workers)
+	case o.names < 1:
+		return nil, usageErr("bench", "--names must be at least 1, not %d", o.names)
+	case o.duration <= 0:
+		return nil, usageErr("bench", "--duration must be positive, not %v", o.duration)
+	}
+	for _, raw := range pos {
+		b, err := parseBackendURL(strings.TrimSpace(raw))
+		if err != nil {
+			return nil, fail(exitUsage, "store %q: %s", redact(raw), err)
+		}
+		o.urls = append(o.urls, b)
+	}
+	if len(o.urls) == 0 {
+		b, err := a.backendURL()
+		if err != nil {
+			return nil, err
+		}
+		o.urls = []*backendURL{b}
+	}
+	return o, nil
+}
+
+// benchList parses a comma list of choices from known, without repeats, in
+// the order given.
+func benchList(name, value string, known []string) ([]string, error) {
+	var out []string
+	for _, s := range strings.Split(value, ",") {
+		s = strings.TrimSpace(s)
+		if !slices.Contains(known, s) {
+			return nil, usageErr("bench", "%s: unknown %q; want a comma list of %s", name, printable(s, 40), strings.Join(known, ", "))
+		}
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// workloadList returns the runs the options ask for, in order.
+func (o *benchOptions) workloadList() []bench.Workload {
+	var out []bench.Workload
+	for _, w := range o.workloads {
+		switch w {
+		case "uncontended":
+			out = append(out, bench.Workload{Name: "uncontended", Workers: 1, Names: 1, Duration: o.duration})
+		case "hot":
+			for _, cs := range o.cs {
+				out = append(out, bench.Workload{Name: fmt.Sprintf("hot-%dw-cs%v", o.workers, cs),
+					Workers: o.workers, Names: 1, CS: cs, Duration: o.duration})
+			}
+		case "keys":
+			out = append(out, bench.Workload{Name: fmt.Sprintf("keys-%dw-%dn-cs%v", o.workers, o.names, keysCS),
+				Workers: o.workers, Names: o.names, CS: keysCS, Duration: o.duration})
+		}
+	}
+	return out
+}
+
+func cmdBench(ctx context.Context, a *app, args []string) error {
+	o, err := parseBenchArgs(a, args)
+	if err != nil {
+		return err
+	}
+	// A signal ends the runs under way; the workers' Clients release what
+	// they hold as they close.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, sigTerm)
+	defer signal.Stop(sigs)
+	var (
+		caught os.Signal
+		wg     sync.WaitGroup
+		stop   = make(chan struct{})
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case caught = <-sigs:
+			cancel()
+		case <-stop:
+		}
+	}()
+	err = a.bench(ctx, o)
+	close(stop)
+	wg.Wait()
+	if caught != nil {
+		return fail(exitSignalBase+signalNumber(caught), "%s: bench stopped; locks held were released", signalName(caught))
+	}
+	return err
+}
+
+// bench connects to every store, then benches them one after the other.
+func (a *app) bench(ctx context.Context, o *benchOptions) error {
+	stores := make([]*store, 0, len(o.urls))
+	defer func() {
+		for _, st := range stores {
+			_ = st.Close()
+		}
+	}()
+	for _, b := range o.urls {
+		st, err := connect(ctx, b, a.connectTimeout)
+		if err != nil {
+			return err
+		}
+		stores = append(stores, st)
+	}
+	var (
+		reports []benchReport
+		errRuns int
+	)
+	for i, st := range stores {
+		rep, err := a.benchStore(ctx, o, o.urls[i], st)
+		if err != nil {
+			return err
+		}
+		for _, r := range rep.Results {
+			if r.Errors > 0 {
+				errRuns++
+			}
+		}
+		if o.json {
+			reports = append(reports, rep)
+			continue
+		}
+		if i > 0 {
+			fmt.Fprintln(a.stdout)
+		}
+		if err := rep.WriteTable(a.stdout); err != nil {
+			return fail(exitUnavailable, "write table: %v", err)
+		}
+		for _, n := range rep.Notes {
+			fmt.Fprintf(a.stdout, "note: %s\n", n)
+		}
+	}
+	if o.json {
+		if err := writeJSON(a.stdout, reports); err != nil {
+			return err
+		}
+	}
+	if errRuns > 0 {
+		return fail(exitUnavailable, "%d %s had errors (see the errors column)", errRuns, plural(errRuns, "run", "runs"))
+	}
+	return nil
+}
+
+// benchStore measures the store's baselines, then runs every workload on
+// every subject, the subjects of a workload one after the other.
+func (a *app) benchStore(ctx context.Context, o *benchOptions, b *backendURL, st *store) (benchReport, error) {
+	rep := benchReport{Report: bench.Report{Machine: bench.ThisMachine(), Store: st.where, Started: time.Now()}}
+	subjects, notes := a.benchSubjects(o, b, st)
+	rep.Notes = notes
+
+	base, err := baselines(ctx, st)
+	if err != nil {
+		return rep, err
+	}
+	rep.Baselines = base
+
+	workloads := o.workloadList()
+	var progress bench.Progress
+	if isTerminal(a.stderr) {
+		p, clear := bench.LineProgress(a.stderr, len(workloads)*len(subjects))
+		defer clear()
+		progress = p
+	}
+	for _, w := range workloads {
+		for _, s := range subjects {
+			if progress != nil {
+				progress(s.Name, w.Name, 0, 0) // LineProgress counts the runs from these calls
+			}
+			r, err := bench.Run(ctx, s, w, progress)
+			if err != nil {
+				if ctx.Err() != nil {
+					return rep, ctx.Err()
+				}
+				var ee *exitError
+				if errors.As(err, &ee) {
+					return rep, ee
+				}
+				return rep, st.storeErr("bench "+s.Name+" "+w.Name, err)
+			}
+			rep.Results = append(rep.Results, r)
+		}
+	}
+	return rep, nil
+}
+
+// baselines times the store's round trips: PING on Redis (on each node of
+// Redlock), SELECT 1 on SQL.
+func baselines(ctx context.Context, st *store) (map[string]bench.Percentiles, error) {
+	out := map[string]bench.Percentiles{}
+	if st.db != nil {
+		p, err := bench.SQLRTT(ctx, st.db, rttSamples)
+		if err != nil {
+			return nil, st.storeErr("baseline", err)
+		}
+		out["select1"] = p
+		return out, nil
+	}
+	for i, rdb := range st.rdbs {
+		p, err := bench.RedisRTT(ctx, rdb, rttSamples)
+		if err != nil {
+			return nil, st.storeErr("baseline", err)
+		}
+		name := "ping"
+		if len(st.rdbs) > 1 {
+			name = fmt.Sprintf("ping-node-%d", i+1)
+		}
+		out[name] = p
+	}
+	return out, nil
+}
+
+// benchSubjects returns the subjects o asks for on the store, and notes on
+// those the store cannot have.
+func (a *app) benchSubjects(o *benchOptions, b *backendURL, st *store) ([]bench.Subject, []string) {
+	var (
+		out   []bench.Subject
+		notes []string
+	)
+	for _, name := range o.subjects {
+		switch name {
+		case "dlock":
+			out = append(out, a.dlockSubject(b, st, name))
+		case "dlock-fair":
+			if c, ok := st.backend.(driver.Capabler); !ok || !c.Supports(driver.CapFair) {
+				notes = append(notes, fmt.Sprintf("no dlock-fair: %s stores have no fair locks", b.kind))
+				continue
+			}
+			out = append(out, a.dlockSubject(b, st, name, dlock.Fair()))
+		case "raw":
+			s, ok := a.rawSubject(b, st)
+			if !ok {
+				notes = append(notes, "no raw baseline on Redlock: a lock on a majority of nodes has no one-command floor; "+
+					"compare with the ping-node baselines")
+				continue
+			}
+			out = append(out, s)
+		}
+	}
+	return out, notes
+}
+
+// watchers returns what counts a subject's traffic on st: its round trips
+// (Redis), and the store's operations.
+func watchers(st *store) (*bench.Trips, bench.Counter, connectHooks) {
+	if st.db != nil {
+		c := new(bench.StatementCounter)
+		return nil, c, connectHooks{statements: c}
+	}
+	t := new(bench.Trips)
+	return t, bench.RedisCounter(st.rdbs), connectHooks{redis: t.RedisHook()}
+}
+
+// dlockSubject is dlock's Mutex, made with opts, each worker with a
+// connection and a Client of its own, as separate processes would have.
+func (a *app) dlockSubject(b *backendURL, st *store, name string, opts ...dlock.Option) bench.Subject {
+	trips, counter, hooks := watchers(st)
+	s := bench.Dlock(name, func(ctx context.Context, _ int) (driver.Backend, func() error, error) {
+		ws, err := connectHooked(ctx, b, a.connectTimeout, hooks)
+		if err != nil {
+			return nil, nil, err
+		}
+		return ws.backend, ws.Close, nil
+	}, opts...)
+	s.Trips, s.Counter = trips, counter
+	return graceful(s, a.connectTimeout)
+}
+
+// rawSubject is the store's raw baseline, and false on Redlock, which has
+// none.
+func (a *app) rawSubject(b *backendURL, st *store) (bench.Subject, bool) {
+	trips, counter, hooks := watchers(st)
+	var s bench.Subject
+	switch b.kind {
+	case kindRedis, kindSentinel, kindCluster:
+		s = bench.RawRedis("raw", func() redis.UniversalClient {
+			rdb := newRedisClient(b, a.connectTimeout, false)
+			rdb.AddHook(hooks.redis)
+			return rdb
+		}, rawTTL)
+	case kindSQLite, kindMySQL, kindPostgres:
+		dialect := map[sqlDialect]string{dialectSQLite: "sqlite", dialectMySQL: "mysql", dialectPostgres: "postgres"}[st.dialect]
+		var err error
+		s, err = bench.RawSQL("raw", dialect, func() (*sql.DB, error) {
+			db, _, err := openSQL(b, a.connectTimeout, hooks.statements)
+			return db, err
+		})
+		if err != nil { // not reached: the dialect is one of the three
+			return s, false
+		}
+	default:
+		return s, false
+	}
+	s.Trips, s.Counter = trips, counter
+	return graceful(s, a.connectTimeout), true
+}
+
+// graceful makes s's workers release on a context that ends only grace
+// after the run's: a run ended by a signal cancels the calls under way, and a
+// release cancelled so would leave its lock on the store until the lease
+// expires (a raw baseline's lock in SQL, for good), as Lease.Unlock does.
+// Waits for the lock still end at once.
+func graceful(s bench.Subject, grace time.Duration) bench.Subject {
+	newWorker := s.NewWorker
+	s.NewWorker = func(ctx context.Context, id int) (bench.Worker, error) {
+		w, err := newWorker(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		return &graceWorker{Worker: w, grace: grace}, nil
+	}
+	return s
+}
+
+// graceWorker is a worker of graceful. Run calls Lock and Unlock from one
+// goroutine, and Close after it has ended.
+type graceWorker struct {
+	bench.Worker
+	grace  time.Duration
+	ctx    context.Context // for releases; set by the first Lock
+	cancel context.CancelFunc
+	stop   func() bool
+	held   graceHeld // the lock held: one at a time
+}
+
+// graceHeld releases on its worker's context.
+type graceHeld struct {
+	w *graceWorker
+	h bench.Held
+}
+
+func (w *graceWorker) Lock(ctx context.Context, name string) (bench.Held, error) {
+	if w.ctx == nil {
+		uctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		w.ctx, w.cancel = uctx, cancel
+		w.stop = context.AfterFunc(ctx, func() { time.AfterFunc(w.grace, cancel) })
+	}
+	h, err := w.Worker.Lock(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	w.held = graceHeld{w, h}
+	return &w.held, nil
+}
+
+func (h *graceHeld) Unlock(context.Context) error { return h.h.Unlock(h.w.ctx) }
+
+func (w *graceWorker) Close() error {
+	if w.ctx != nil {
+		w.stop()
+		w.cancel()
+	}
+	return w.Worker.Close()
+}
