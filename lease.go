@@ -274,21 +274,23 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	}
 	g.mu.Unlock()
 
+	// A token used once (not a reentrant handle's or an owner ID, which a
+	// later Lock may hold again) can be released after Unlock returned.
+	later := last && !g.reusedToken
 	if inflight != nil {
 		select {
 		case <-inflight:
 		case <-ctx.Done():
 			l.finish(ErrReleased)
-			c.background(g.ttl, func(bctx context.Context) {
-				<-inflight
-				_, _ = g.release(bctx, true)
-			})
+			if later {
+				c.background(g.ttl, func(bctx context.Context) {
+					<-inflight
+					_, _ = g.release(bctx, true)
+				})
+			}
 			return fmt.Errorf("dlock: unlock %q: %w", g.name, ctx.Err())
 		}
 	}
-	// A token used once (not a reentrant handle's or an owner ID, which a
-	// later Lock may hold again) can be released after Unlock returned.
-	later := last && !g.reusedToken
 	if ctx.Err() != nil && later {
 		// The caller has given up on waiting, not on releasing: send the
 		// release in the background rather than leave the lock on the store

@@ -57,7 +57,7 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(&NotObtainedError{Name: m.name}, err)
 	}
-	l, res, err := m.try(ctx, m.tokenFor(), false, m.fairNow())
+	l, res, err := m.try(ctx, m.tokenFor(), false, m.opts.fair)
 	if err != nil || l != nil {
 		return l, m.tryErr(ctx, err)
 	}

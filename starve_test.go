@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/memlock"
 )
 
@@ -65,5 +66,50 @@ func TestPlainMutexDoesNotStarveWaiters(t *testing.T) {
 		if g < total/owners/3 {
 			t.Errorf("owner %d got %d of %d grants; want at least a third of an even share (%d)", i, g, total, total/owners/3)
 		}
+	}
+}
+
+// TestPlainMutexDoesNotWaitOnDeadHead: a waiter that died leaves its queue
+// entry for up to five seconds. A plain Mutex that learned of the queue
+// queues behind it, but takes the free lock without the queue after a short
+// grace instead of waiting the entry out; its TryLock ignores the queue.
+func TestPlainMutexDoesNotWaitOnDeadHead(t *testing.T) {
+	store := memlock.New()
+	ctx := context.Background()
+	holder := dlock.New(store)
+	defer holder.Close()
+	h, err := holder.Mutex("k").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A fair waiter queues, then its process dies: its entry stays.
+	if res, err := store.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "dead", Owner: "dead",
+		TTL: time.Minute, Fair: true, Wait: true, QueueTTL: 5 * time.Second}); err != nil || !res.Queued {
+		t.Fatalf("queueing the dead waiter: %+v, %v", res, err)
+	}
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	c := dlock.New(store)
+	defer c.Close()
+	m := c.Mutex("k")
+	for i := range 3 {
+		start := time.Now()
+		l, err := m.Lock(ctxTimeout(t, 3*time.Second))
+		if err != nil {
+			t.Fatalf("Lock %d on a free lock with a dead head queued: %v after %v", i, err, time.Since(start))
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("Lock %d took %v", i, time.Since(start))
+	}
+	l, err := m.TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock on a free lock with a dead head queued: %v", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -28,6 +28,7 @@ type waitHub struct {
 	// lock for it.
 	queueSeen  map[string]time.Time
 	queueSeenN atomic.Int32
+	queueSwept time.Time // last sweep of queueSeen, at most one per queueLiveFor
 
 	lmu       sync.Mutex // serialises opening the listener
 	listener  driver.Listener
@@ -105,6 +106,11 @@ func (h *waitHub) notify(key, next string) {
 const (
 	starveAfter  = time.Millisecond
 	queueLiveFor = time.Second
+	// A plain waiter in the queue that finds the lock free but promised to
+	// another head for promisedGrace takes it without the queue (see
+	// waitFair), trying every promisedRetry meanwhile.
+	promisedGrace = 100 * time.Millisecond
+	promisedRetry = 20 * time.Millisecond
 )
 
 // sawQueue records that a release of key named a queue's head. The caller
@@ -114,7 +120,8 @@ func (h *waitHub) sawQueue(key string) {
 	if h.queueSeen == nil {
 		h.queueSeen = make(map[string]time.Time)
 	}
-	if len(h.queueSeen) >= 1024 {
+	if len(h.queueSeen) >= 1024 && now.Sub(h.queueSwept) > queueLiveFor {
+		h.queueSwept = now
 		for k, t := range h.queueSeen {
 			if now.Sub(t) > queueLiveFor {
 				delete(h.queueSeen, k)
@@ -414,8 +421,19 @@ func (h *waitHub) waitFair(ctx context.Context, m *Mutex, token string, last dri
 	refresh := m.opts.queueTTL() / 3
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	// A plain Mutex that queued because it starved does not wait on a
+	// head that does not come: a waiter that died keeps its entry until the
+	// entry lapses (up to 5s). While the lock stays free but promised to
+	// another head, such a waiter tries again every promisedRetry, and after
+	// promisedGrace it takes the lock without the queue, as a plain Mutex
+	// may.
+	var promisedSince time.Time
 	for attempt := 1; ; attempt++ {
-		l, res, err := h.attempt(ctx, g, w.wake, m, token, true)
+		fair := true
+		if m.starve && !promisedSince.IsZero() && time.Since(promisedSince) >= promisedGrace {
+			fair = false
+		}
+		l, res, err := h.attempt(ctx, g, w.wake, m, token, fair)
 		switch {
 		case l != nil:
 			return l, nil
@@ -433,6 +451,17 @@ func (h *waitHub) waitFair(ctx context.Context, m *Mutex, token string, last dri
 		d := refresh
 		if h.notifier == nil || m.opts.retry != nil {
 			d = min(d, max(retry.Delay(attempt), time.Millisecond))
+		}
+		switch {
+		case !m.starve:
+		case res.Holder == "" && res.HolderTTL == 0 && res.Shared == 0:
+			// Free, but promised to the queue's head.
+			if promisedSince.IsZero() {
+				promisedSince = time.Now()
+			}
+			d = min(d, promisedRetry)
+		default:
+			promisedSince = time.Time{}
 		}
 		if res.HolderTTL > 0 {
 			// Not only the head: when the head left the queue while the
