@@ -338,14 +338,6 @@ func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.
 	}
 	defer func() { <-g.gate }()
 
-	retry := m.opts.retry
-	if retry == nil {
-		if h.notifier != nil {
-			retry = defaultNotifiedRetry
-		} else {
-			retry = defaultPolledRetry
-		}
-	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for attempt := 1; ; attempt++ {
@@ -364,6 +356,16 @@ func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.
 			return nil, last, nil
 		}
 
+		// Releases wake a subscribed waiter, so it polls only as a safety
+		// net; one that is not (no notifications, or they failed) polls
+		// in earnest.
+		retry := m.opts.retry
+		if retry == nil {
+			retry = defaultPolledRetry
+			if h.notified(g) {
+				retry = defaultNotifiedRetry
+			}
+		}
 		d := max(retry.Delay(attempt), time.Millisecond)
 		if res.HolderTTL > 0 && res.HolderTTL < d {
 			d = res.HolderTTL + time.Millisecond
@@ -449,8 +451,16 @@ func (h *waitHub) waitFair(ctx context.Context, m *Mutex, token string, last dri
 		m.busy(res)
 
 		d := refresh
-		if h.notifier == nil || m.opts.retry != nil {
+		notified := h.notified(g)
+		if !notified || m.opts.retry != nil {
 			d = min(d, max(retry.Delay(attempt), time.Millisecond))
+		}
+		if !notified && m.opts.retry == nil && res.Position > 0 {
+			// Polling: only the head can be let in, and every poll of the
+			// waiters behind it is in vain until it is their turn; the head
+			// polls at the schedule's first pace and the others the slower,
+			// the further back they are.
+			d = min(d, time.Duration(res.Position)*max(retry.Delay(1), time.Millisecond))
 		}
 		switch {
 		case !m.starve:
@@ -474,6 +484,17 @@ func (h *waitHub) waitFair(ctx context.Context, m *Mutex, token string, last dri
 			return nil, notObtained()
 		}
 	}
+}
+
+// notified reports whether releases of g's key wake its waiters: the
+// Client's notification stream took the subscription.
+func (h *waitHub) notified(g *waitGroup) bool {
+	if h.notifier == nil {
+		return false
+	}
+	g.smu.Lock()
+	defer g.smu.Unlock()
+	return g.subscribed
 }
 
 // attempt makes one attempt of a wait: it subscribes to releases of the
