@@ -34,6 +34,7 @@ func TestPostgres(t *testing.T) {
 	t.Run("NotifyNext", func(t *testing.T) { testNotifyNext(t, newDB) })
 	t.Run("ListenHeartbeat", func(t *testing.T) { testListenHeartbeat(t, newDB) })
 	t.Run("ListenNeedsPgx", func(t *testing.T) { testListenNeedsPgx(t, newDB) })
+	t.Run("ListenThroughWrapper", func(t *testing.T) { testListenThroughWrapper(t, newDB) })
 	t.Run("ListenSmallPool", func(t *testing.T) { testListenSmallPool(t, newDB) })
 }
 

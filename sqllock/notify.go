@@ -142,7 +142,7 @@ func listenConn(ctx context.Context, db *sql.DB) (*sql.Conn, error) {
 		return nil, err
 	}
 	err = conn.Raw(func(dc any) error {
-		if _, ok := dc.(*stdlib.Conn); !ok {
+		if pgxConn(dc) == nil {
 			return fmt.Errorf("the *sql.DB's driver connection is a %T, not pgx's (github.com/jackc/pgx/v5/stdlib)", dc)
 		}
 		return nil
@@ -155,6 +155,24 @@ func listenConn(ctx context.Context, db *sql.DB) (*sql.Conn, error) {
 		return nil, err
 	}
 	return conn, nil
+}
+
+// pgxConn returns the pgx connection under dc, a driver connection of a
+// *sql.DB, or nil. A connection wrapped by instrumentation (statement
+// counters, tracing) is unwrapped when the wrapper has an
+// Unwrap() driver.Conn method.
+func pgxConn(dc any) *stdlib.Conn {
+	for range 8 {
+		switch c := dc.(type) {
+		case *stdlib.Conn:
+			return c
+		case interface{ Unwrap() driver.Conn }:
+			dc = c.Unwrap()
+		default:
+			return nil
+		}
+	}
+	return nil
 }
 
 // discard closes conn without handing it back to the pool, where its
@@ -235,7 +253,7 @@ func (l *listener) run(conn *sql.Conn) {
 // receive delivers notifications from conn until it fails or Close.
 func (l *listener) receive(conn *sql.Conn) error {
 	return conn.Raw(func(dc any) error {
-		pc := dc.(*stdlib.Conn).Conn()
+		pc := pgxConn(dc).Conn()
 		for {
 			ctx, cancel := context.WithTimeout(l.ctx, heartbeat)
 			n, err := pc.WaitForNotification(ctx)

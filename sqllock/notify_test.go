@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/bench"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/sqllock"
 )
@@ -140,6 +141,34 @@ func testListenHeartbeat(t *testing.T, newDB newDatabase) {
 		t.Fatal(err)
 	}
 	got.none(t, 300*time.Millisecond)
+	b, tok := db.backend(t), newToken()
+	mustAcquire(t, b, driver.AcquireRequest{Key: "k", Token: tok, Owner: "o", TTL: time.Minute})
+	release(t, b, "k", tok)
+	if key := got.next(t); key != "k" {
+		t.Fatalf("notification %q, want k", key)
+	}
+}
+
+// testListenThroughWrapper: a pool whose connections instrumentation wraps
+// (here dlock bench's statement counter) still listens, when the wrapper
+// can be unwrapped to pgx's connection.
+func testListenThroughWrapper(t *testing.T, newDB newDatabase) {
+	db := newDB(t)
+	var counter bench.StatementCounter
+	pool, err := counter.OpenCounted(db.driverName, db.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	got := make(events, 16)
+	l, err := sqllock.NewPostgres(pool).Listen(t.Context(), got.fn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Subscribe(t.Context(), "k"); err != nil {
+		t.Fatal(err)
+	}
 	b, tok := db.backend(t), newToken()
 	mustAcquire(t, b, driver.AcquireRequest{Key: "k", Token: tok, Owner: "o", TTL: time.Minute})
 	release(t, b, "k", tok)

@@ -89,9 +89,10 @@ func (w *rawSQLWorker) Lock(ctx context.Context, name string) (Held, error) {
 			if ctx.Err() != nil {
 				return nil, err
 			}
-			// SQLite's "database is locked" under a spinning crowd is
-			// contention, not failure: spin on.
-			if strings.Contains(err.Error(), "locked") || strings.Contains(err.Error(), "busy") {
+			// Under a spinning crowd, SQLite's "database is locked" and
+			// InnoDB's deadlock on the unique index are contention, not
+			// failure: spin on.
+			if contention(err) {
 				continue
 			}
 			return nil, err
@@ -108,7 +109,7 @@ func (h rawSQLHeld) Unlock(ctx context.Context) error {
 	for {
 		r, err := h.w.db.ExecContext(ctx, h.w.del, h.name, h.w.token)
 		if err != nil {
-			if ctx.Err() == nil && (strings.Contains(err.Error(), "locked") || strings.Contains(err.Error(), "busy")) {
+			if ctx.Err() == nil && contention(err) {
 				continue
 			}
 			return err
@@ -123,6 +124,20 @@ func (h rawSQLHeld) Unlock(ctx context.Context) error {
 }
 
 func (w *rawSQLWorker) Close() error { return w.db.Close() }
+
+// contention reports whether err is a statement the store refused only
+// because others were at the same rows: SQLite's busy and locked, MySQL's
+// deadlock (1213) and lock wait timeout (1205), PostgreSQL's serialization
+// failure and deadlock (40001, 40P01).
+func contention(err error) bool {
+	msg := err.Error()
+	for _, s := range []string{"database is locked", "SQLITE_BUSY", "busy", "Error 1213", "Error 1205", "40001", "40P01"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
 
 // StatementCounter counts the statements database handles send, by their
 // first word (SELECT, INSERT, ...), plus BEGIN, COMMIT, ROLLBACK and
@@ -235,6 +250,10 @@ func (cn *countingConn) PrepareContext(ctx context.Context, query string) (drive
 }
 
 func (cn *countingConn) Close() error { return cn.inner.Close() }
+
+// Unwrap returns the driver's own connection, for code that needs it (the
+// PostgreSQL notification listener of sqllock waits on pgx's connection).
+func (cn *countingConn) Unwrap() driver.Conn { return cn.inner }
 
 func (cn *countingConn) Begin() (driver.Tx, error) {
 	return cn.BeginTx(context.Background(), driver.TxOptions{})
