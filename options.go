@@ -148,13 +148,14 @@ func WithLockDelay(d time.Duration) Option { return optionFunc(func(o *options) 
 // queued ahead of it and leaves no entry.
 //
 // Fairness is a property of the name: give Fair to every Mutex of that name.
-// A plain Mutex does not wait in the queue from the start, but it does not
-// starve the queue either: on stores that announce releases (Redis,
-// PostgreSQL, memlock) its waits join the queue once they have lasted a
-// millisecond, and a Client that learns the name has a live queue (a release
-// it hears names the queue's head, or, on Redis and memlock, its own grant
-// went before the queue) makes its plain Lock calls queue too for the next
-// second. Such a plain waiter does not wait on a head that never comes: when
+// A plain Mutex does not wait in the queue from the start, but on Redis and
+// memlock (driver.CapOvertook) it does not starve the queue either: its waits
+// join the queue once they have lasted a millisecond, and a Client that
+// learns the name has a live queue (a release it hears names the queue's
+// head, or its own grant went before the queue) makes its plain Lock calls
+// queue too for the next second. On SQL stores, where a fair acquire is a
+// transaction of several statements, a plain Mutex never queues and may
+// overtake the queue. Such a plain waiter does not wait on a head that never comes: when
 // the lock stays free but promised to another head for 100ms (a waiter
 // that died), it takes the lock without the queue. TryLock of a plain Mutex
 // never looks at the queue. It

@@ -164,6 +164,11 @@ const (
 	// CapFair: AcquireRequest.Fair, with a queue in arrival order whose
 	// releases name the head waiter (Notifier).
 	CapFair
+	// CapOvertook: AcquireResult.Overtook is reported, at little cost
+	// beside the grant, and a fair acquire costs about as much as a plain
+	// one. With it (and CapFair and a Notifier) the client lets a plain
+	// Mutex's starving waiters join the fair queue.
+	CapOvertook
 )
 
 // String returns the capability's name.
@@ -175,6 +180,8 @@ func (c Capability) String() string {
 		return "semaphores"
 	case CapFair:
 		return "fair locks"
+	case CapOvertook:
+		return "overtake reports"
 	}
 	return "Capability(" + strconv.Itoa(int(c)) + ")"
 }
@@ -227,7 +234,8 @@ type AcquireResult struct {
 	// grant went before waiters queued for the lock. The client then makes
 	// its next requests for the name fair, so that an owner that locks again
 	// right after releasing cannot starve them. A backend that cannot tell
-	// without more work than the grant itself may leave it false.
+	// without more work than the grant itself may leave it false, and then
+	// does not claim CapOvertook.
 	Overtook bool
 }
 

@@ -92,10 +92,10 @@ func (b *Backend) SetUnavailable(err error) {
 func (b *Backend) SupportsLockDelay() bool { return true }
 
 // Supports implements driver.Capabler: memlock has read-write locks,
-// semaphores and fair locks.
+// semaphores and fair locks, and reports grants that overtook a queue.
 func (b *Backend) Supports(c driver.Capability) bool {
 	switch c {
-	case driver.CapShared, driver.CapSemaphore, driver.CapFair:
+	case driver.CapShared, driver.CapSemaphore, driver.CapFair, driver.CapOvertook:
 		return true
 	}
 	return false

@@ -167,10 +167,11 @@ func parseAcquire(reply []any) (driver.AcquireResult, error) {
 
 // Supports reports true for driver.CapShared, driver.CapSemaphore and
 // driver.CapFair: read-write locks, semaphores and fair locks are kept in
-// keys next to the lock's hash (see the package documentation).
+// keys next to the lock's hash (see the package documentation); and for
+// driver.CapOvertook: a grant says when it went before a fair queue.
 func (b *Backend) Supports(c driver.Capability) bool {
 	switch c {
-	case driver.CapShared, driver.CapSemaphore, driver.CapFair:
+	case driver.CapShared, driver.CapSemaphore, driver.CapFair, driver.CapOvertook:
 		return true
 	}
 	return false
