@@ -13,11 +13,16 @@ import (
 // RedisRTT returns the percentiles of n PINGs, one after the other: the
 // round trip floor of every lock on that server.
 func RedisRTT(ctx context.Context, rdb redis.UniversalClient, n int) (Percentiles, error) {
+	return timeCalls(n, "ping", func() error { return rdb.Ping(ctx).Err() })
+}
+
+// timeCalls returns the percentiles of n calls of fn, one after the other.
+func timeCalls(n int, what string, fn func() error) (Percentiles, error) {
 	d := make([]time.Duration, 0, n)
 	for range n {
 		s := time.Now()
-		if err := rdb.Ping(ctx).Err(); err != nil {
-			return Percentiles{}, fmt.Errorf("bench: ping: %w", err)
+		if err := fn(); err != nil {
+			return Percentiles{}, fmt.Errorf("bench: %s: %w", what, err)
 		}
 		d = append(d, time.Since(s))
 	}

@@ -14,16 +14,10 @@ import (
 // SQLRTT returns the percentiles of n "SELECT 1" queries, one after the
 // other: the round trip floor of every lock on that database.
 func SQLRTT(ctx context.Context, db *sql.DB, n int) (Percentiles, error) {
-	d := make([]time.Duration, 0, n)
-	for range n {
-		s := time.Now()
+	return timeCalls(n, "SELECT 1", func() error {
 		var one int
-		if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
-			return Percentiles{}, fmt.Errorf("bench: SELECT 1: %w", err)
-		}
-		d = append(d, time.Since(s))
-	}
-	return Summarize(d), nil
+		return db.QueryRowContext(ctx, "SELECT 1").Scan(&one)
+	})
 }
 
 // rawTable is the table of the raw SQL baseline.

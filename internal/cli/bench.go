@@ -10,7 +10,6 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -167,29 +166,12 @@ func cmdBench(ctx context.Context, a *app, args []string) error {
 	}
 	// A signal ends the runs under way; the workers' Clients release what
 	// they hold as they close.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, sigTerm)
 	defer signal.Stop(sigs)
-	var (
-		caught os.Signal
-		wg     sync.WaitGroup
-		stop   = make(chan struct{})
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		select {
-		case caught = <-sigs:
-			cancel()
-		case <-stop:
-		}
-	}()
+	ctx, stopWatch := cancelOnSignal(ctx, sigs)
 	err = a.bench(ctx, o)
-	close(stop)
-	wg.Wait()
-	if caught != nil {
+	if caught := stopWatch(); caught != nil {
 		return fail(exitSignalBase+signalNumber(caught), "%s: bench stopped; locks held were released", signalName(caught))
 	}
 	return err

@@ -273,11 +273,11 @@ func interrupted(name string, sig os.Signal) *exitError {
 	return fail(exitSignalBase+signalNumber(sig), "%s while waiting for %q; nothing was left on the store", signalName(sig), name)
 }
 
-// acquire connects to the store and takes the lock, watching sigs meanwhile.
-// On success the caller closes the Client and then the store.
-func acquire(ctx context.Context, a *app, o *runOptions, sigs <-chan os.Signal) (*dlock.Lease, *store, *dlock.Client, error) {
+// cancelOnSignal returns ctx, cancelled when a signal arrives on sigs, and
+// the function that stops watching and returns the signal caught, if any.
+// It must be called once.
+func cancelOnSignal(ctx context.Context, sigs <-chan os.Signal) (context.Context, func() os.Signal) {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var (
 		caught os.Signal
 		wg     sync.WaitGroup
@@ -292,12 +292,18 @@ func acquire(ctx context.Context, a *app, o *runOptions, sigs <-chan os.Signal) 
 		case <-stop:
 		}
 	}()
-	// stopWatch ends the watcher and returns the signal it caught, if any.
-	stopWatch := func() os.Signal {
+	return ctx, func() os.Signal {
 		close(stop)
 		wg.Wait()
+		cancel()
 		return caught
 	}
+}
+
+// acquire connects to the store and takes the lock, watching sigs meanwhile.
+// On success the caller closes the Client and then the store.
+func acquire(ctx context.Context, a *app, o *runOptions, sigs <-chan os.Signal) (*dlock.Lease, *store, *dlock.Client, error) {
+	ctx, stopWatch := cancelOnSignal(ctx, sigs)
 
 	st, err := a.open(ctx)
 	if err != nil {
