@@ -33,9 +33,9 @@ type waitHub struct {
 	lmu       sync.Mutex // serialises opening the listener
 	listener  driver.Listener
 	closed    bool
-	lingering map[*time.Timer]struct{} // unsubscriptions not yet due, guarded by lmu
-	lingerWG  sync.WaitGroup           // unsubscriptions scheduled or running
-	failedAt  time.Time                // last failed Listen, to retry at most once a second
+	lingering map[string]*linger // a key's one lingering subscription, guarded by lmu
+	lingerWG  sync.WaitGroup     // lingering subscriptions' timers scheduled or running
+	failedAt  time.Time          // last failed Listen, to retry at most once a second
 }
 
 type waitGroup struct {
@@ -242,37 +242,70 @@ func (h *waitHub) leave(g *waitGroup) {
 // UNSUBSCRIBE every time it waits.
 var subscriptionLinger = 2 * time.Second
 
+// linger is the subscription a key keeps after its last waiter left.
+type linger struct {
+	timer *time.Timer
+	until time.Time // when to drop it, pushed on by each wait that ends
+}
+
 // unsubscribeLater drops one subscription to key once subscriptionLinger
 // has passed. The listener counts a key's subscriptions, so a waiter that
-// subscribes meanwhile keeps it, without a round trip.
+// subscribes meanwhile keeps it, without a round trip. A key keeps one
+// lingering subscription at most, whose time each later wait pushes on: the
+// subscriptions of those waits are dropped at once (the listener only counts
+// them down), so that a hot key holds one timer, not one per wait.
 func (h *waitHub) unsubscribeLater(key string) {
 	h.lmu.Lock()
-	defer h.lmu.Unlock()
 	l := h.listener
 	if l == nil || h.closed {
+		h.lmu.Unlock()
+		return
+	}
+	until := time.Now().Add(subscriptionLinger)
+	if lg := h.lingering[key]; lg != nil {
+		lg.until = until
+		h.lmu.Unlock()
+		h.unsubscribe(l, key)
 		return
 	}
 	if h.lingering == nil {
-		h.lingering = make(map[*time.Timer]struct{})
+		h.lingering = make(map[string]*linger)
 	}
+	lg := &linger{until: until}
 	h.lingerWG.Add(1)
-	var t *time.Timer
-	t = time.AfterFunc(subscriptionLinger, func() {
-		defer h.lingerWG.Done()
-		h.lmu.Lock()
-		delete(h.lingering, t)
-		closed := h.closed
+	lg.timer = time.AfterFunc(subscriptionLinger, func() { h.lingerDue(key, lg) })
+	h.lingering[key] = lg
+	h.lmu.Unlock()
+}
+
+// lingerDue drops key's lingering subscription lg when its time has come,
+// and otherwise sets its timer again.
+func (h *waitHub) lingerDue(key string, lg *linger) {
+	h.lmu.Lock()
+	if h.closed || h.lingering[key] != lg {
 		h.lmu.Unlock()
-		if closed {
-			return
-		}
-		ctx, cancel := context.WithTimeout(h.c.ctx, time.Second)
-		defer cancel()
-		if err := l.Unsubscribe(ctx, key); err != nil {
-			h.c.log.Debug("dlock: unsubscribe failed", "key", key, "err", err)
-		}
-	})
-	h.lingering[t] = struct{}{}
+		h.lingerWG.Done()
+		return
+	}
+	if d := time.Until(lg.until); d > 0 {
+		lg.timer.Reset(d) // still counted in lingerWG
+		h.lmu.Unlock()
+		return
+	}
+	delete(h.lingering, key)
+	l := h.listener
+	h.lmu.Unlock()
+	defer h.lingerWG.Done()
+	h.unsubscribe(l, key)
+}
+
+// unsubscribe drops one subscription to key on l.
+func (h *waitHub) unsubscribe(l driver.Listener, key string) {
+	ctx, cancel := context.WithTimeout(h.c.ctx, time.Second)
+	defer cancel()
+	if err := l.Unsubscribe(ctx, key); err != nil {
+		h.c.log.Debug("dlock: unsubscribe failed", "key", key, "err", err)
+	}
 }
 
 // openListener opens the Client's notification stream on first use.
@@ -540,8 +573,8 @@ func (h *waitHub) close() {
 	h.closed = true
 	l := h.listener
 	h.listener = nil
-	for t := range h.lingering {
-		if t.Stop() {
+	for _, lg := range h.lingering {
+		if lg.timer.Stop() {
 			h.lingerWG.Done()
 		}
 	}
