@@ -98,20 +98,21 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	}
 	token := m.tokenFor()
 	fair := m.fairNow()
+	mk := m.c.hub.mark(m.key)
 	l, res, err := m.try(ctx, token, true, fair)
 	if err != nil || l != nil {
 		return l, m.tryErr(ctx, err)
 	}
 	m.busy(res)
 	if fair {
-		return m.c.hub.waitFair(ctx, m, token, res)
+		return m.c.hub.waitFair(ctx, m, token, res, mk)
 	}
-	l, res, err = m.c.hub.wait(ctx, m, token, res)
+	l, res, err = m.c.hub.wait(ctx, m, token, res, mk)
 	if err != nil || l != nil {
 		return l, err
 	}
-	// The wait starved: queue up, as a fair waiter.
-	return m.c.hub.waitFair(ctx, m, token, res)
+	// The wait starved: queue up, as a fair waiter (its first try queues).
+	return m.c.hub.waitFair(ctx, m, token, res, releaseMark{})
 }
 
 func (m *Mutex) enter() error {

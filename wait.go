@@ -22,6 +22,12 @@ type waitHub struct {
 
 	mu     sync.Mutex
 	groups map[string]*waitGroup
+	// subs counts, per key, the subscriptions the listener has confirmed
+	// and not yet been asked to drop, and the releases heard for the key
+	// meanwhile; epoch counts the moments releases may have been missed.
+	// See mark.
+	subs  map[string]*keySub
+	epoch uint64
 	// queueSeen is when a release of each key last named the head of a
 	// live fair queue (see queueLive); queueSeenN is its length, read
 	// without mu so that a Lock on a Client that never saw a queue takes no
@@ -36,6 +42,75 @@ type waitHub struct {
 	lingering map[string]*linger // a key's one lingering subscription, guarded by lmu
 	lingerWG  sync.WaitGroup     // lingering subscriptions' timers scheduled or running
 	failedAt  time.Time          // last failed Listen, to retry at most once a second
+}
+
+// keySub is a key whose releases the Client hears.
+type keySub struct {
+	refs int    // subscriptions confirmed and not dropped
+	seq  uint64 // releases heard
+}
+
+// releaseMark is what the Client knew of a key's releases at one moment.
+type releaseMark struct {
+	sub        *keySub // nil when the key was not subscribed
+	seq, epoch uint64
+}
+
+// mark returns what the Client knows of key's releases now. Taken before
+// an attempt, it tells a wait that follows whether a release may have come
+// after the attempt (see released).
+func (h *waitHub) mark(key string) releaseMark {
+	if h.notifier == nil {
+		return releaseMark{}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.subs[key]
+	if s == nil {
+		return releaseMark{}
+	}
+	return releaseMark{sub: s, seq: s.seq, epoch: h.epoch}
+}
+
+// released reports whether key may have been released since mk was taken:
+// when there was no subscription then, there has been a moment without one
+// since, or a release or a gap in the stream was heard since. When it
+// reports false, the key was subscribed all along and no release came, so
+// the next release will be heard: a wait may sleep before trying again.
+func (h *waitHub) released(key string, mk releaseMark) bool {
+	if mk.sub == nil {
+		return true
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.subs[key] != mk.sub || mk.sub.seq != mk.seq || h.epoch != mk.epoch
+}
+
+// subscribed counts a confirmed subscription of key; dropping undoes it.
+func (h *waitHub) subscribed(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.subs == nil {
+		h.subs = make(map[string]*keySub)
+	}
+	s := h.subs[key]
+	if s == nil {
+		s = &keySub{}
+		h.subs[key] = s
+	}
+	s.refs++
+}
+
+// dropping uncounts a subscription of key before the listener drops it, so
+// that the hub never counts one that the store no longer has.
+func (h *waitHub) dropping(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s := h.subs[key]; s != nil {
+		if s.refs--; s.refs <= 0 {
+			delete(h.subs, key)
+		}
+	}
 }
 
 type waitGroup struct {
@@ -70,6 +145,11 @@ func newWaitHub(c *Client) *waitHub {
 func (h *waitHub) notify(key, next string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if key == "" {
+		h.epoch++
+	} else if ks := h.subs[key]; ks != nil {
+		ks.seq++
+	}
 	if key == "" {
 		for _, g := range h.groups {
 			g.wakeAll()
@@ -301,6 +381,7 @@ func (h *waitHub) lingerDue(key string, lg *linger) {
 
 // unsubscribe drops one subscription to key on l.
 func (h *waitHub) unsubscribe(l driver.Listener, key string) {
+	h.dropping(key)
 	ctx, cancel := context.WithTimeout(h.c.ctx, time.Second)
 	defer cancel()
 	if err := l.Unsubscribe(ctx, key); err != nil {
@@ -345,6 +426,9 @@ func (h *waitHub) subscribe(ctx context.Context, g *waitGroup) {
 	if err == nil && l != nil {
 		err = l.Subscribe(ctx, g.key)
 		g.subscribed = err == nil
+		if g.subscribed {
+			h.subscribed(g.key)
+		}
 	}
 	if err != nil && ctx.Err() == nil && !errors.Is(err, errListenBackoff) {
 		h.c.log.Warn("dlock: release notifications unavailable; polling", "key", g.key, "err", err)
@@ -354,7 +438,10 @@ func (h *waitHub) subscribe(ctx context.Context, g *waitGroup) {
 // wait is Lock after a failed first attempt. It returns no lease and no
 // error, with the last answer, when the wait starved and should go on in
 // the queue (waitFair).
-func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.AcquireResult) (*Lease, driver.AcquireResult, error) {
+//
+// mk is what the Client knew of the key's releases before that attempt:
+// when no release came since, the wait sleeps before its first try.
+func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.AcquireResult, mk releaseMark) (*Lease, driver.AcquireResult, error) {
 	start := time.Now()
 	// Close ends the wait, even in the middle of a store call.
 	ctx, stop := h.c.closeAware(ctx)
@@ -374,17 +461,21 @@ func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for attempt := 1; ; attempt++ {
-		l, res, err := h.attempt(ctx, g, g.wake, m, token, false)
-		switch {
-		case l != nil:
-			return l, res, nil
-		case err != nil && ctx.Err() != nil:
-			return nil, last, notObtained() // names the holder last seen; try cleaned up
-		case err != nil:
-			return nil, last, err
+		res := last
+		h.subscribe(ctx, g) // before released: this wait's own subscription must be in place
+		if attempt > 1 || h.released(m.key, mk) {
+			l, r, err := h.attempt(ctx, g, g.wake, m, token, false)
+			switch {
+			case l != nil:
+				return l, r, nil
+			case err != nil && ctx.Err() != nil:
+				return nil, last, notObtained() // names the holder last seen; try cleaned up
+			case err != nil:
+				return nil, last, err
+			}
+			res, last = r, r
+			m.busy(res)
 		}
-		last = res
-		m.busy(res)
 		if h.starving(m, start, last) {
 			return nil, last, nil
 		}
@@ -423,7 +514,11 @@ func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.
 // time to live, and is woken by a release that names it, by the holder's
 // TTL running out when it is at the head, and, on stores without
 // notification, by polling on the WithRetry schedule.
-func (h *waitHub) waitFair(ctx context.Context, m *Mutex, token string, last driver.AcquireResult) (*Lease, error) {
+//
+// mk is what the Client knew of the key's releases before the attempt that
+// queued token: when no release came since, the wait sleeps before its
+// first try.
+func (h *waitHub) waitFair(ctx context.Context, m *Mutex, token string, last driver.AcquireResult, mk releaseMark) (*Lease, error) {
 	ctx, stop := h.c.closeAware(ctx)
 	defer stop()
 	g := h.join(m.key)
@@ -468,20 +563,24 @@ func (h *waitHub) waitFair(ctx context.Context, m *Mutex, token string, last dri
 		if m.starve && !promisedSince.IsZero() && time.Since(promisedSince) >= promisedGrace {
 			fair = false
 		}
-		l, res, err := h.attempt(ctx, g, w.wake, m, token, fair)
-		switch {
-		case l != nil:
-			return l, nil
-		case err != nil && ctx.Err() != nil:
-			return nil, notObtained() // try cleaned up
-		case err != nil:
-			return nil, err
+		res := last
+		h.subscribe(ctx, g) // before released: this wait's own subscription must be in place
+		if attempt > 1 || !last.Queued || h.released(m.key, mk) {
+			l, r, err := h.attempt(ctx, g, w.wake, m, token, fair)
+			switch {
+			case l != nil:
+				return l, nil
+			case err != nil && ctx.Err() != nil:
+				return nil, notObtained() // try cleaned up
+			case err != nil:
+				return nil, err
+			}
+			res, last = r, r
+			h.mu.Lock()
+			w.position = res.Position
+			h.mu.Unlock()
+			m.busy(res)
 		}
-		last = res
-		h.mu.Lock()
-		w.position = res.Position
-		h.mu.Unlock()
-		m.busy(res)
 
 		d := refresh
 		notified := h.notified(g)

@@ -161,3 +161,77 @@ func TestWaitsShareASubscription(t *testing.T) {
 		}
 	})
 }
+
+// acquireCounting is a memlock store that counts Acquire calls.
+type acquireCounting struct {
+	*memlock.Backend
+	mu sync.Mutex
+	n  int
+}
+
+func (a *acquireCounting) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	a.mu.Lock()
+	a.n++
+	a.mu.Unlock()
+	return a.Backend.Acquire(ctx, req)
+}
+
+func (a *acquireCounting) calls() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.n
+}
+
+// TestWaitSleepsFirstWhenNoReleaseCame: a waiter whose Client was already
+// subscribed to the name when its first attempt was refused, and has heard
+// no release since, does not ask the store again before it sleeps: the next
+// release will wake it. (It saves one of the four store calls per grant of
+// a hot fair lock.)
+func TestWaitSleepsFirstWhenNoReleaseCame(t *testing.T) {
+	for _, fair := range []bool{true, false} {
+		store := &acquireCounting{Backend: memlock.New()}
+		holder, waiter := dlock.New(store.Backend), dlock.New(store)
+		var opts []dlock.Option
+		if fair {
+			opts = append(opts, dlock.Fair())
+		}
+		m := waiter.Mutex("k", opts...)
+		ctx := context.Background()
+		for round := range 2 {
+			h, err := holder.Mutex("k", opts...).Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := store.calls()
+			got := make(chan error, 1)
+			go func() {
+				l, err := m.Lock(ctxTimeout(t, 10*time.Second))
+				if err == nil {
+					err = l.Unlock(ctx)
+				}
+				got <- err
+			}()
+			// The waiter tries, then sleeps: a plain one until its first
+			// retry (100ms), a fair one until a release.
+			for deadline := time.Now().Add(10 * time.Second); store.calls() == before; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the waiter never tried")
+				}
+			}
+			time.Sleep(30 * time.Millisecond)
+			waited := store.calls() - before
+			if round == 1 && waited != 1 {
+				// The first round subscribed; the subscription lingers.
+				t.Errorf("fair=%v: the waiter called Acquire %d times before any release; want 1 (its first try)", fair, waited)
+			}
+			if err := h.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-got; err != nil {
+				t.Fatal(err)
+			}
+		}
+		_ = holder.Close()
+		_ = waiter.Close()
+	}
+}
