@@ -27,6 +27,7 @@ type waitHub struct {
 	// meanwhile; epoch counts the moments releases may have been missed.
 	// See mark.
 	subs  map[string]*keySub
+	subsN atomic.Int32 // len(subs), read without mu by mark
 	epoch uint64
 	// queueSeen is when a release of each key last named the head of a
 	// live fair queue (see queueLive); queueSeenN is its length, read
@@ -60,7 +61,7 @@ type releaseMark struct {
 // an attempt, it tells a wait that follows whether a release may have come
 // after the attempt (see released).
 func (h *waitHub) mark(key string) releaseMark {
-	if h.notifier == nil {
+	if h.notifier == nil || h.subsN.Load() == 0 {
 		return releaseMark{}
 	}
 	h.mu.Lock()
@@ -97,6 +98,7 @@ func (h *waitHub) subscribed(key string) {
 	if s == nil {
 		s = &keySub{}
 		h.subs[key] = s
+		h.subsN.Store(int32(len(h.subs)))
 	}
 	s.refs++
 }
@@ -109,6 +111,7 @@ func (h *waitHub) dropping(key string) {
 	if s := h.subs[key]; s != nil {
 		if s.refs--; s.refs <= 0 {
 			delete(h.subs, key)
+			h.subsN.Store(int32(len(h.subs)))
 		}
 	}
 }
@@ -263,6 +266,9 @@ func (g *waitGroup) wakeAll() {
 func (h *waitHub) wakeKey(key string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if ks := h.subs[key]; ks != nil {
+		ks.seq++ // a release by this Client counts as heard (see released)
+	}
 	g := h.groups[key]
 	if g == nil {
 		return
@@ -450,11 +456,19 @@ func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.
 	defer h.leave(g)
 
 	notObtained := func() error { return errors.Join(m.notObtained(last), context.Cause(ctx)) }
+	// A waiter that queued behind another at the gate tries at once when its
+	// turn comes: what its first try saw (the holder's TTL) is old by then.
+	gated := false
 	select {
 	case g.gate <- struct{}{}:
-	case <-ctx.Done():
-		m.abandon(token, last)
-		return nil, last, notObtained()
+	default:
+		gated = true
+		select {
+		case g.gate <- struct{}{}:
+		case <-ctx.Done():
+			m.abandon(token, last)
+			return nil, last, notObtained()
+		}
 	}
 	defer func() { <-g.gate }()
 
@@ -463,7 +477,7 @@ func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.
 	for attempt := 1; ; attempt++ {
 		res := last
 		h.subscribe(ctx, g) // before released: this wait's own subscription must be in place
-		if attempt > 1 || h.released(m.key, mk) {
+		if attempt > 1 || gated || h.released(m.key, mk) {
 			l, r, err := h.attempt(ctx, g, g.wake, m, token, false)
 			switch {
 			case l != nil:

@@ -191,14 +191,16 @@ func TestWaitSleepsFirstWhenNoReleaseCame(t *testing.T) {
 	for _, fair := range []bool{true, false} {
 		store := &acquireCounting{Backend: memlock.New()}
 		holder, waiter := dlock.New(store.Backend), dlock.New(store)
-		var opts []dlock.Option
+		// The plain case is Reentrant so that it never switches to the
+		// queue (a waiter that starves tries at once, as a fair one).
+		opts := []dlock.Option{dlock.Reentrant()}
 		if fair {
-			opts = append(opts, dlock.Fair())
+			opts = []dlock.Option{dlock.Fair()}
 		}
 		m := waiter.Mutex("k", opts...)
 		ctx := context.Background()
 		for round := range 2 {
-			h, err := holder.Mutex("k", opts...).Lock(ctx)
+			h, err := holder.Mutex("k").Lock(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -229,6 +231,77 @@ func TestWaitSleepsFirstWhenNoReleaseCame(t *testing.T) {
 			}
 			if err := <-got; err != nil {
 				t.Fatal(err)
+			}
+		}
+		_ = holder.Close()
+		_ = waiter.Close()
+	}
+}
+
+// releaseOnRefusal is a memlock store that, when armed, releases the
+// holder's lease right after the store refused a request and before the
+// refusal reaches the waiter: the release falls between the waiter's
+// first try and its wait.
+type releaseOnRefusal struct {
+	*memlock.Backend
+	mu    sync.Mutex
+	armed *dlock.Lease
+}
+
+func (r *releaseOnRefusal) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	res, err := r.Backend.Acquire(ctx, req)
+	r.mu.Lock()
+	l := r.armed
+	if err == nil && !res.Acquired && l != nil {
+		r.armed = nil
+	}
+	r.mu.Unlock()
+	if err == nil && !res.Acquired && l != nil {
+		_ = l.Unlock(context.Background())
+	}
+	return res, err
+}
+
+// TestWaitTriesWhenReleasedBeforeItWaits: a release that comes between a
+// waiter's refused first try and its wait is heard (the Client was
+// subscribed), so the waiter tries again at once instead of sleeping on the
+// old answer.
+func TestWaitTriesWhenReleasedBeforeItWaits(t *testing.T) {
+	for _, fair := range []bool{true, false} {
+		store := &releaseOnRefusal{Backend: memlock.New()}
+		holder, waiter := dlock.New(store.Backend), dlock.New(store)
+		opts := []dlock.Option{dlock.Reentrant()}
+		if fair {
+			opts = []dlock.Option{dlock.Fair()}
+		}
+		m := waiter.Mutex("k", opts...)
+		ctx := context.Background()
+		for round := range 2 {
+			h, err := holder.Mutex("k").Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if round == 0 {
+				// The first round subscribes; the subscription lingers.
+				go func() { time.Sleep(50 * time.Millisecond); _ = h.Unlock(ctx) }()
+			} else {
+				store.mu.Lock()
+				store.armed = h
+				store.mu.Unlock()
+			}
+			start := time.Now()
+			l, err := m.Lock(ctxTimeout(t, 10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			took := time.Since(start)
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// Sleeping on the old answer would take a retry (plain:
+			// 100ms) or a queue refresh (fair: 1.7s).
+			if round == 1 && took > 25*time.Millisecond {
+				t.Errorf("fair=%v: Lock took %v with the lock released before the wait; want it at once", fair, took)
 			}
 		}
 		_ = holder.Close()
