@@ -49,7 +49,6 @@ func StartCluster(t testing.TB, primaries int, args ...string) *Cluster {
 	c := &Cluster{}
 	for range primaries {
 		bus := freePort(t)
-		c.busPorts = append(c.busPorts, bus)
 		nodeArgs := []string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
@@ -58,7 +57,9 @@ func StartCluster(t testing.TB, primaries int, args ...string) *Cluster {
 			// above 65535 or taken.
 			"--cluster-port", strconv.Itoa(bus),
 		}
-		c.nodes = append(c.nodes, StartRedis(t, append(nodeArgs, args...)...))
+		n := StartRedis(t, append(nodeArgs, args...)...)
+		c.nodes = append(c.nodes, n)
+		c.busPorts = append(c.busPorts, n.ClusterPort()) // StartRedis may have moved it
 	}
 
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), readyTimeout)

@@ -55,8 +55,39 @@ func StartRedis(t testing.TB, args ...string) *Redis {
 	// Registered after TempDir, so it runs first: the process is gone
 	// before its directory is removed.
 	t.Cleanup(func() { r.Kill(t) })
-	r.Start(t)
-	return r
+	// A free port found by freePort is free only until someone else takes
+	// it (another test's server, a connection's local port): when the
+	// server could not bind, try again on other ports.
+	for attempt := 1; ; attempt++ {
+		r.mu.Lock()
+		err := r.start()
+		r.mu.Unlock()
+		if err == nil {
+			return r
+		}
+		if attempt < 5 && strings.Contains(tail(r.log, 5), "Address already in use") {
+			r.port = freePort(t)
+			for i := 0; i+1 < len(r.args); i++ {
+				if r.args[i] == "--cluster-port" {
+					r.args[i+1] = strconv.Itoa(freePort(t))
+				}
+			}
+			continue
+		}
+		t.Fatalf("%v", err)
+	}
+}
+
+// ClusterPort returns the port of the server's cluster bus, from its
+// --cluster-port argument, or 0.
+func (r *Redis) ClusterPort() int {
+	for i := 0; i+1 < len(r.args); i++ {
+		if r.args[i] == "--cluster-port" {
+			p, _ := strconv.Atoi(r.args[i+1])
+			return p
+		}
+	}
+	return 0
 }
 
 // Addr returns the server's address, "127.0.0.1:PORT".
@@ -80,13 +111,20 @@ func (r *Redis) Start(t testing.TB) {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if err := r.start(); err != nil {
+		t.Fatalf("%v", err)
+	}
+}
+
+// start is Start, returning its failure. r.mu must be held.
+func (r *Redis) start() error {
 	if r.exited != nil {
-		t.Fatalf("redis-server on %s is already running", r.Addr())
+		return fmt.Errorf("redis-server on %s is already running", r.Addr())
 	}
 
 	logFile, err := os.OpenFile(r.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		t.Fatalf("open redis-server log: %v", err)
+		return fmt.Errorf("open redis-server log: %v", err)
 	}
 	defer logFile.Close() // the child has its own copy of the descriptor
 
@@ -103,7 +141,7 @@ func (r *Redis) Start(t testing.TB) {
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start redis-server: %v", err)
+		return fmt.Errorf("start redis-server: %v", err)
 	}
 	exited := make(chan struct{})
 	go func() {
@@ -114,8 +152,9 @@ func (r *Redis) Start(t testing.TB) {
 
 	if err := waitReady(r.Addr(), exited); err != nil {
 		r.signalAndWait(syscall.SIGKILL)
-		t.Fatalf("redis-server on %s: %v\nlast lines of %s:\n%s", r.Addr(), err, r.log, tail(r.log, 20))
+		return fmt.Errorf("redis-server on %s: %v\nlast lines of %s:\n%s", r.Addr(), err, r.log, tail(r.log, 20))
 	}
+	return nil
 }
 
 // Stop sends SIGTERM and waits for the server to exit. It does nothing when

@@ -2,7 +2,9 @@ package testserver_test
 
 import (
 	"fmt"
+	"net"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -120,5 +122,25 @@ func TestRequireBinaryMessageForRedis(t *testing.T) {
 	want := "redis-server not found in PATH; install it with apt-get install redis-server (scripts/test does this)"
 	if r.fatal != want {
 		t.Errorf("message = %q, want %q", r.fatal, want)
+	}
+}
+
+// TestStartMovesOffTakenPorts: a port freePort found can be taken before
+// the server binds it; the server then starts on other ports. Here the
+// cluster bus port is taken on purpose.
+func TestStartMovesOffTakenPorts(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	taken := l.Addr().(*net.TCPAddr).Port
+	r := testserver.StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+		"--cluster-port", strconv.Itoa(taken))
+	if p := r.ClusterPort(); p == taken || p == 0 {
+		t.Errorf("cluster bus port %d, want one other than the taken %d", p, taken)
+	}
+	if err := r.Client(t).Ping(t.Context()).Err(); err != nil {
+		t.Fatal(err)
 	}
 }
