@@ -31,6 +31,11 @@ type Mutex struct {
 
 	mu   sync.Mutex
 	held *grant // a reentrant handle's current grant
+	// uncertain: an acquire with the handle's fixed token failed with an
+	// unknown outcome while the handle held nothing, so the store may count
+	// a hold that no lease stands for. The handle's next grant inherits it
+	// and drains such holds at its last Unlock. Guarded by mu.
+	uncertain bool
 }
 
 // fairNow reports whether the next request should be a fair one: always for
@@ -220,14 +225,7 @@ func (m *Mutex) try(ctx context.Context, token string, wait, fair bool) (*Lease,
 	}
 	res, err := m.c.backend.Acquire(ctx, req)
 	if err != nil {
-		if joined == nil {
-			m.c.cleanup(m.key, token, m.opts.ttl)
-		} else {
-			// The hold may have been added: the last Unlock drains it.
-			joined.mu.Lock()
-			joined.uncertain = true
-			joined.mu.Unlock()
-		}
+		m.unknownOutcome(token, joined)
 		return nil, res, wrapStore("acquire", m.name, err)
 	}
 	if !res.Acquired {
@@ -251,6 +249,38 @@ func (m *Mutex) try(ctx context.Context, token string, wait, fair bool) (*Lease,
 		}
 	}
 	return m.grantLease(joined, token, req.Owner, res, sent), res, nil
+}
+
+// unknownOutcome deals with an acquire of token whose outcome is unknown
+// (the store failed, or ctx ended, perhaps after the store acted): it may
+// have added a hold. A token drawn for this one call holds nothing anyone
+// else relies on, so what it may hold is released in the background. A
+// handle's fixed token (Reentrant, WithOwnerID) is another matter: another
+// goroutine of the handle may hold the lock with it, or be about to, and a
+// release would take its hold away — two holders. Such a hold is counted as
+// uncertain instead: the last Unlock of the handle's grant drains it, and
+// when the handle holds nothing it lapses after its TTL.
+func (m *Mutex) unknownOutcome(token string, joined *grant) {
+	if m.token == "" {
+		m.c.cleanup(m.key, token, m.opts.ttl)
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	g := joined
+	if g == nil {
+		g = m.held
+	}
+	if g != nil {
+		g.mu.Lock()
+		if !g.ended {
+			g.uncertain = true
+			g.mu.Unlock()
+			return
+		}
+		g.mu.Unlock()
+	}
+	m.uncertain = true
 }
 
 // giveBack releases a grant that came too late to be used, within a TTL.
@@ -285,13 +315,16 @@ func (m *Mutex) grantLease(joined *grant, token, owner string, res driver.Acquir
 		m.c.logLoss(joined.name, lost, nil)
 	}
 	g, l := newGrant(m.c, m, token, owner, res.Fence, sent)
+	if m.token != "" {
+		m.mu.Lock()
+		g.uncertain, m.uncertain = m.uncertain, false
+		if m.opts.reentrant {
+			m.held = g
+		}
+		m.mu.Unlock()
+	}
 	g.mu.Lock()
 	m.c.renewer.reschedule(g)
 	g.mu.Unlock()
-	if m.opts.reentrant {
-		m.mu.Lock()
-		m.held = g
-		m.mu.Unlock()
-	}
 	return l
 }

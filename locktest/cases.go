@@ -273,6 +273,50 @@ func testReentrant(t *testing.T, s *Store) {
 	}
 }
 
+// testReentrantSharedHandle: goroutines that share a reentrant handle share
+// its owner token, so when one goroutine's acquire fails without an answer
+// (here: its context ends while the call waits for a connection, before it
+// reaches the store), releasing "what it may have taken" would release the
+// hold another goroutine of the handle got meanwhile, and a third owner
+// would get the lock while that goroutine still holds it.
+func testReentrantSharedHandle(t *testing.T, s *Store) {
+	const name = "locktest/reentrant-shared"
+	p := newProbe(s.NewBackend(t))
+	m := clientOn(t, p.backend()).Mutex(name, dlock.Reentrant())
+	other := client(t, s).Mutex(name)
+
+	ctx, cancel := context.WithCancel(stalling(t.Context()))
+	failed := make(chan error, 1)
+	go func() {
+		_, err := m.TryLock(ctx)
+		failed <- err
+	}()
+	p.waitStalled(1)
+	held := lock(t, m) // another goroutine of the handle gets the lock
+	cancel()
+	if err := <-failed; err == nil {
+		t.Fatal("TryLock whose call never reached the store succeeded")
+	}
+	// Whatever the failed call leaves to do in the background, the holder
+	// keeps the lock.
+	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {
+		mustBeHeldByOther(t, other)
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := held.Err(); err != nil {
+		t.Fatalf("the holder's lease ended: %v", err)
+	}
+	unlock(t, held)
+	l, err := other.TryLock(t.Context())
+	if err != nil {
+		t.Fatalf("TryLock after the holder's Unlock: %v", err)
+	}
+	unlock(t, l)
+	if left := s.Leftovers(t, name); len(left) > 0 {
+		t.Errorf("left on the store: %v", left)
+	}
+}
+
 func testNotReentrantWaits(t *testing.T, s *Store) {
 	m := client(t, s).Mutex("locktest/notreentrant")
 	held := lock(t, m)

@@ -85,6 +85,7 @@ var cases = []testCase{
 	{"DeletedBehindHolder", testDeletedBehindHolder},
 	{"StoreKilled", testStoreKilled},
 	{"Reentrant", testReentrant},
+	{"ReentrantSharedHandle", testReentrantSharedHandle},
 	{"NotReentrantWaits", testNotReentrantWaits},
 	{"SharedOwnerID", testSharedOwnerID},
 	{"SharedOwnerShorterTTL", testSharedOwnerShorterTTL},

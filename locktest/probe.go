@@ -23,6 +23,28 @@ type probe struct {
 	paused   chan struct{} // non-nil while paused; closed by resume
 	dead     bool
 	attempts []attempt
+	// stalled counts the acquires held back because their context carries
+	// stallKey: they wait for their context to end and never reach the
+	// store, like a call waiting for a pooled connection.
+	stalled int
+}
+
+// stallKey marks a context whose Acquire calls the probe holds back until
+// the context ends (see probe.stalled).
+type stallKey struct{}
+
+// stalling returns ctx marked so that the probe holds its acquires back.
+func stalling(ctx context.Context) context.Context {
+	return context.WithValue(ctx, stallKey{}, true)
+}
+
+// waitStalled waits until n acquires are held back.
+func (p *probe) waitStalled(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.stalled < n {
+		p.idle.Wait()
+	}
 }
 
 // attempt is one Acquire call that the store answered.
@@ -126,6 +148,14 @@ func (p *probe) recorded() []attempt {
 }
 
 func (p *probe) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	if ctx.Value(stallKey{}) != nil {
+		p.mu.Lock()
+		p.stalled++
+		p.idle.Broadcast()
+		p.mu.Unlock()
+		<-ctx.Done()
+		return driver.AcquireResult{}, ctx.Err()
+	}
 	exit, err := p.enter(ctx)
 	if err != nil {
 		return driver.AcquireResult{}, err
