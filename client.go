@@ -223,12 +223,36 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	return errors.Join(fnErr, uerr)
 }
 
-// cleanup removes what an acquire with an unknown outcome may have written,
-// in the background so that a cancelled Lock returns at once.
+// cleanup removes what an acquire with an unknown outcome, or a wait that
+// ended, may have left on the store, before the call returns when the store
+// answers within settleWait (see settle).
 func (c *Client) cleanup(key, token string, ttl time.Duration) {
-	c.background(ttl, func(ctx context.Context) {
+	c.settle(ttl, func(ctx context.Context) {
 		c.releaseUnused(ctx, key, token, "clean-up after an interrupted acquire")
 	})
+}
+
+// settleWait bounds how long a call that ends waits for its clean-up on the
+// store (see settle).
+const settleWait = 250 * time.Millisecond
+
+// settle runs fn, with a context that ends after timeout, and waits for it
+// up to settleWait: a wait that gives up withdraws its place before Lock
+// returns, so that the next TryLock finds the lock as free as it is, while
+// a store that does not answer delays the caller no more than settleWait;
+// fn then goes on in the background (Close waits for it).
+func (c *Client) settle(timeout time.Duration, fn func(ctx context.Context)) {
+	done := make(chan struct{})
+	c.background(timeout, func(ctx context.Context) {
+		defer close(done)
+		fn(ctx)
+	})
+	t := time.NewTimer(settleWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // releaseUnused releases what token may hold on key without a lease to show

@@ -168,13 +168,37 @@ func (m *Mutex) notObtained(res driver.AcquireResult) *NotObtainedError {
 }
 
 // abandon removes what a wait that ended may have left on the store: a
-// queue entry or a writer intent of token (last is the wait's last answer).
-// A token that outlives the wait (reentrant handle, WithOwnerID) may hold
-// the lock meanwhile, so its entry is left to lapse instead.
-func (m *Mutex) abandon(token string, last driver.AcquireResult) {
-	if last.Queued && m.token == "" {
+// queue entry or a writer intent of token (last is the wait's last answer),
+// before Lock returns unless the store is slow to answer (see settle). A
+// token that outlives the wait (reentrant handle, WithOwnerID) may hold the
+// lock meanwhile, which a release would end, so its entry is withdrawn
+// without touching holds (driver.Withdrawer); where the backend cannot, or
+// shared says that other waiters of this Client use the same entry, it is
+// left to lapse after its QueueTTL.
+func (m *Mutex) abandon(token string, last driver.AcquireResult, shared bool) {
+	switch {
+	case !last.Queued:
+	case m.token == "":
 		m.c.cleanup(m.key, token, m.opts.ttl)
+	case shared:
+	default:
+		m.withdraw(token)
 	}
+}
+
+// withdraw takes token's queue entry and writer intent off the store
+// without touching its holds, where the backend can (driver.Withdrawer),
+// before the call returns unless the store is slow to answer (see settle).
+func (m *Mutex) withdraw(token string) {
+	w, ok := m.c.backend.(driver.Withdrawer)
+	if !ok {
+		return
+	}
+	m.c.settle(m.opts.ttl, func(ctx context.Context) {
+		if err := w.Withdraw(ctx, m.key, token); err != nil && !errors.Is(err, errors.ErrUnsupported) {
+			m.c.log.Warn("dlock: leaving the queue failed; the entry lapses after its time to live", "name", m.name, "err", err)
+		}
+	})
 }
 
 // try makes one acquire attempt with token; wait tells the store that the
@@ -225,7 +249,7 @@ func (m *Mutex) try(ctx context.Context, token string, wait, fair bool) (*Lease,
 	}
 	res, err := m.c.backend.Acquire(ctx, req)
 	if err != nil {
-		m.unknownOutcome(token, joined)
+		m.unknownOutcome(token, joined, wait)
 		return nil, res, wrapStore("acquire", m.name, err)
 	}
 	if !res.Acquired {
@@ -259,11 +283,15 @@ func (m *Mutex) try(ctx context.Context, token string, wait, fair bool) (*Lease,
 // goroutine of the handle may hold the lock with it, or be about to, and a
 // release would take its hold away — two holders. Such a hold is counted as
 // uncertain instead: the last Unlock of the handle's grant drains it, and
-// when the handle holds nothing it lapses after its TTL.
-func (m *Mutex) unknownOutcome(token string, joined *grant) {
+// when the handle holds nothing it lapses after its TTL. A queue entry or
+// writer intent the acquire may have made (wait) is withdrawn all the same.
+func (m *Mutex) unknownOutcome(token string, joined *grant, wait bool) {
 	if m.token == "" {
 		m.c.cleanup(m.key, token, m.opts.ttl)
 		return
+	}
+	if wait && joined == nil {
+		m.withdraw(token)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

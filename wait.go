@@ -466,7 +466,7 @@ func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.
 		select {
 		case g.gate <- struct{}{}:
 		case <-ctx.Done():
-			m.abandon(token, last)
+			m.abandon(token, last, false)
 			return nil, last, notObtained()
 		}
 	}
@@ -513,7 +513,7 @@ func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.
 			d = min(d, m.opts.queueTTL()/3)
 		}
 		if !sleep(ctx, timer, d, g.wake) {
-			m.abandon(token, last)
+			m.abandon(token, last, false)
 			return nil, last, notObtained()
 		}
 		if h.starving(m, start, last) {
@@ -626,10 +626,18 @@ func (h *waitHub) waitFair(ctx context.Context, m *Mutex, token string, last dri
 			d = min(d, res.HolderTTL+time.Millisecond)
 		}
 		if !sleep(ctx, timer, d, w.wake) {
-			m.abandon(token, last)
+			m.abandon(token, last, h.sharesEntry(g, token))
 			return nil, notObtained()
 		}
 	}
+}
+
+// sharesEntry reports whether more than one fair waiter of g waits with
+// token, and so on one queue entry (goroutines of one reentrant handle).
+func (h *waitHub) sharesEntry(g *waitGroup, token string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(g.fair[token]) > 1
 }
 
 // notified reports whether releases of g's key wake its waiters: the

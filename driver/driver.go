@@ -50,7 +50,10 @@ type Backend interface {
 	//
 	// When Acquire returns an error the outcome is unknown: the grant may
 	// have been made. The client then calls Release with the same token,
-	// which is harmless when nothing was granted.
+	// which is harmless when nothing was granted, when the token was drawn
+	// for that one call; a token that other calls use too (a reentrant
+	// handle's, a shared owner ID) may hold the lock for one of them, so the
+	// client calls Withdraw instead, where the backend has it.
 	Acquire(ctx context.Context, req AcquireRequest) (AcquireResult, error)
 
 	// Renew extends the time to live of key to ttl from now if token still
@@ -248,6 +251,20 @@ type ReleaseResult struct {
 	// Remaining is the hold count left after the release; 0 means the lock was
 	// deleted.
 	Remaining int
+}
+
+// Withdrawer is implemented by backends that can take a waiter out of a
+// lock's fair queue, and withdraw its writer intent, without touching any
+// hold. The client uses it when a wait ends with a token that may hold the
+// lock at the same moment or soon (a reentrant handle, a shared owner ID),
+// where Release would drop that hold; without it, such a waiter's entry
+// stays until its QueueTTL runs out.
+type Withdrawer interface {
+	// Withdraw removes token's fair queue entry and writer intent on key,
+	// if any, and notifies waiters as Release does when that lets another
+	// in. It never changes a hold. A wrapper whose inner backend has no
+	// Withdraw returns errors.ErrUnsupported.
+	Withdraw(ctx context.Context, key, token string) error
 }
 
 // Notifier is implemented by backends that can wake waiters when a lock is

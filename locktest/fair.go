@@ -294,3 +294,68 @@ func testFairTryLockYields(t *testing.T, s *Store) {
 	unlock(t, waitLease(t, "waiter D", outD, 10*time.Second))
 	noLeftovers(t, s, name)
 }
+
+// testGivenUpLeavesAtOnce checks that a wait that ends has left the queue,
+// or withdrawn its writer intent, by the time Lock returns: the next
+// request sees the lock as free as it is, not blocked by a waiter that has
+// gone. A reentrant fair handle's token may hold the lock again later, so it
+// cannot be released; its queue entry must go all the same.
+func testGivenUpLeavesAtOnce(t *testing.T, s *Store) {
+	cases := []struct {
+		name string
+		opts []dlock.Option
+		need driver.Capability
+		rw   bool
+	}{
+		{"fair", []dlock.Option{dlock.Fair()}, driver.CapFair, false},
+		{"fair-reentrant", []dlock.Option{dlock.Fair(), dlock.Reentrant()}, driver.CapFair, false},
+		{"writer", nil, driver.CapShared, true},
+	}
+	for _, tc := range cases {
+		name := "locktest/given-up-" + tc.name
+		if !supports(t, s, tc.need) {
+			continue
+		}
+		// Long TTLs: an entry left behind would block the check for seconds.
+		opts := append([]dlock.Option{dlock.WithTTL(10 * time.Second)}, tc.opts...)
+		holderC, waiterC, probeC := client(t, s), client(t, s), client(t, s)
+		busy, onBusy := busySignal()
+		for round := range 4 {
+			var holder *dlock.Lease
+			var waitFn func(context.Context) (*dlock.Lease, error)
+			if tc.rw {
+				holder = within(t, "RLock", holderC.RWMutex(name, opts...).RLock)
+				waitFn = waiterC.RWMutex(name, append(opts, onBusy)...).Lock
+			} else {
+				holder = lock(t, holderC.Mutex(name, opts...))
+				waitFn = waiterC.Mutex(name, append(opts, onBusy)...).Lock
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			out := goLock(ctx, waitFn)
+			waitBusy(t, tc.name+" waiter", busy, out)
+			cancel()
+			if o := <-out; !errors.Is(o.err, dlock.ErrNotObtained) {
+				t.Fatalf("%s, round %d: cancelled Lock = %v, want ErrNotObtained", tc.name, round, o.err)
+			}
+			if tc.rw {
+				// A reader is let in at once: the writer that gave up no
+				// longer waits.
+				l, err := probeC.RWMutex(name).TryRLock(t.Context())
+				if err != nil {
+					t.Fatalf("%s, round %d: TryRLock after the writer gave up = %v", tc.name, round, err)
+				}
+				unlock(t, l)
+				unlock(t, holder)
+				continue
+			}
+			unlock(t, holder)
+			// The lock is free and nobody waits: a fair TryLock gets it.
+			l, err := probeC.Mutex(name, dlock.Fair()).TryLock(t.Context())
+			if err != nil {
+				t.Fatalf("%s, round %d: fair TryLock of the free lock after the waiter gave up = %v", tc.name, round, err)
+			}
+			unlock(t, l)
+		}
+		noLeftovers(t, s, name)
+	}
+}

@@ -106,6 +106,7 @@ var cases = []testCase{
 	{"FairCancelledLeaves", testFairCancelledLeaves},
 	{"FairDeadWaiterLeaves", testFairDeadWaiterLeaves},
 	{"FairTryLockYields", testFairTryLockYields},
+	{"GivenUpLeavesAtOnce", testGivenUpLeavesAtOnce},
 	{"RWReadersShare", testRWReadersShare},
 	{"RWWriterExcludes", testRWWriterExcludes},
 	{"RWWriterNotStarved", testRWWriterNotStarved},

@@ -226,3 +226,16 @@ func (l probeListener) Subscribe(ctx context.Context, key string) error {
 	defer exit()
 	return l.Listener.Subscribe(ctx, key)
 }
+
+func (p *probe) Withdraw(ctx context.Context, key, token string) error {
+	w, ok := p.inner.(driver.Withdrawer)
+	if !ok {
+		return errors.ErrUnsupported
+	}
+	exit, err := p.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer exit()
+	return w.Withdraw(ctx, key, token)
+}

@@ -86,3 +86,10 @@ func (s *spy) Listen(ctx context.Context, fn func(string, string)) (driver.Liste
 	}
 	return nil, errors.New("locktest: backend has no notifications")
 }
+
+func (s *spy) Withdraw(ctx context.Context, key, token string) error {
+	if w, ok := s.inner.(driver.Withdrawer); ok {
+		return w.Withdraw(ctx, key, token)
+	}
+	return errors.ErrUnsupported
+}

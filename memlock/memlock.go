@@ -28,6 +28,7 @@ var (
 	_ driver.Inspector    = (*Backend)(nil)
 	_ driver.LockDelayer  = (*Backend)(nil)
 	_ driver.Capabler     = (*Backend)(nil)
+	_ driver.Withdrawer   = (*Backend)(nil)
 )
 
 // Clock tells the store's time. The store's clock decides expiry.
@@ -374,6 +375,37 @@ func (b *Backend) Release(ctx context.Context, key, token string) (driver.Releas
 		fn(key, next)
 	}
 	return res, nil
+}
+
+// Withdraw implements driver.Withdrawer: it removes token's queue entry and
+// writer intent, and wakes waiters when that lets another in.
+func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
+	b.mu.Lock()
+	if err := b.check(ctx, "withdraw", key); err != nil {
+		b.mu.Unlock()
+		return err
+	}
+	st := b.state(key, b.clock.Now())
+	if st == nil {
+		b.mu.Unlock()
+		return nil
+	}
+	hadIntent := st.intent != nil && st.intent.token == token
+	wake := st.leave(token)
+	next := ""
+	if !hadIntent {
+		next = st.next()
+	}
+	b.tidy(key, st)
+	var fns []func(key, next string)
+	if wake {
+		fns = b.subscribers(key)
+	}
+	b.mu.Unlock()
+	for _, fn := range fns {
+		fn(key, next)
+	}
+	return nil
 }
 
 // Inspect implements driver.Inspector.

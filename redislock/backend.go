@@ -19,6 +19,7 @@ var (
 	_ driver.Inspector    = (*Backend)(nil)
 	_ driver.LockDelayer  = (*Backend)(nil)
 	_ driver.Capabler     = (*Backend)(nil)
+	_ driver.Withdrawer   = (*Backend)(nil)
 )
 
 // Backend is a dlock store on Redis: one node, Sentinel or Cluster, through a
@@ -230,6 +231,18 @@ func (b *Backend) release(ctx context.Context, key, token string, publish any) (
 		return driver.ReleaseResult{}, nil
 	}
 	return driver.ReleaseResult{Held: true, Remaining: int(n)}, nil
+}
+
+// Withdraw removes token's fair queue entry and writer intent, if any, in
+// one script that touches no hold, and publishes on the release channel
+// when that lets a waiter in, as Release does.
+func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
+	names := b.keysOf(key, releaseSuffixes[:])
+	nk := len(names) - 1
+	if err := withdrawScript.Run(ctx, b.rdb, names[:nk], token, names[nk], b.publishArg).Err(); err != nil {
+		return fmt.Errorf("redislock: withdraw %q: %w", key, err)
+	}
+	return nil
 }
 
 // ReleaseQuietly is Release without waking waiters: the release is not

@@ -31,6 +31,10 @@ var (
 	releaseLua    string
 	releaseScript = redis.NewScript(withCommon(releaseLua))
 
+	//go:embed withdraw.lua
+	withdrawLua    string
+	withdrawScript = redis.NewScript(withCommon(withdrawLua))
+
 	// inspect.lua and force_release.lua both begin with describe.lua.
 	//go:embed describe.lua
 	describeLua string

@@ -17,6 +17,7 @@ var (
 	_ driver.BatchRenewer = (*Backend)(nil)
 	_ driver.Inspector    = (*Backend)(nil)
 	_ driver.Capabler     = (*Backend)(nil)
+	_ driver.Withdrawer   = (*Backend)(nil)
 )
 
 // Limits on what the table holds, in bytes. The dlock client already keeps
@@ -242,12 +243,28 @@ func (b *Backend) Release(ctx context.Context, key, token string) (driver.Releas
 		if err != nil || res.Held || !more {
 			return res, err
 		}
-		return b.tx.release(ctx, key, token)
+		return b.tx.release(ctx, key, token, false)
 	})
 	if err != nil {
 		return driver.ReleaseResult{}, opError(ctx, "release", key, err)
 	}
 	return res, nil
+}
+
+// Withdraw removes token's fair queue entry and writer intent, if any, in
+// one transaction that changes no hold (driver.Withdrawer), and notifies (on
+// PostgreSQL) when that lets a waiter in, as Release does.
+func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
+	if err := b.check(ctx, key, token); err != nil {
+		return opError(ctx, "withdraw", key, err)
+	}
+	_, err := retryBusy(ctx, b.dialect, func() (driver.ReleaseResult, error) {
+		return b.tx.release(ctx, key, token, true)
+	})
+	if err != nil {
+		return opError(ctx, "withdraw", key, err)
+	}
+	return nil
 }
 
 // opError describes a failed operation on key. When the caller's deadline

@@ -229,7 +229,10 @@ func (t *txs) acquireFair(ctx context.Context, req driver.AcquireRequest) (drive
 // moment the last reader leaves. It notifies (on PostgreSQL) when a shared
 // hold or a live intent went, or the head of the queue left a lock without
 // an exclusive holder.
-func (t *txs) release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
+//
+// With withdraw (Backend.Withdraw), a shared hold of token is left alone:
+// only its queue entry and writer intent go.
+func (t *txs) release(ctx context.Context, key, token string, withdraw bool) (driver.ReleaseResult, error) {
 	var res driver.ReleaseResult
 	err := t.run(ctx, func(x *txn) (bool, error) {
 		res = driver.ReleaseResult{}
@@ -237,7 +240,7 @@ func (t *txs) release(ctx context.Context, key, token string) (driver.ReleaseRes
 		if err != nil || !found {
 			return false, err
 		}
-		hadShared := st.mineLeft.Valid
+		hadShared := st.mineLeft.Valid && !withdraw
 		ownIntent := m.intentToken.Valid && m.intentToken.String == token
 		hadEntry := st.myLeft.Valid
 		if !hadShared && !ownIntent && !hadEntry {

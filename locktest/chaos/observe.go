@@ -219,6 +219,13 @@ func (o *observed) ForceRelease(ctx context.Context, key string) (driver.LockInf
 }
 
 // observedNotifier is an observed backend whose inner backend notifies.
+func (o *observed) Withdraw(ctx context.Context, key, token string) error {
+	if w, ok := o.inner.(driver.Withdrawer); ok {
+		return w.Withdraw(ctx, key, token)
+	}
+	return errors.ErrUnsupported
+}
+
 type observedNotifier struct{ *observed }
 
 func (o observedNotifier) Listen(ctx context.Context, fn func(key, next string)) (driver.Listener, error) {
