@@ -31,6 +31,11 @@ type Client struct {
 	closed    bool
 	active    int           // calls in progress, waited for by Close
 	closing   chan struct{} // closed when Close begins
+	// closingCtx is cancelled when Close begins. A wait's context follows
+	// it through context.AfterFunc, which costs no goroutine for a context
+	// made by the context package (it would for a context type of ours).
+	closingCtx    context.Context
+	cancelClosing context.CancelFunc
 	closeDone chan struct{} // closed when Close has finished
 	bgClosed  bool          // no more background work may start
 	bg        sync.WaitGroup
@@ -45,6 +50,7 @@ type Client struct {
 func New(backend driver.Backend, opts ...Option) *Client {
 	c := &Client{backend: backend, opts: defaultOptions(), closing: make(chan struct{}), closeDone: make(chan struct{})}
 	c.cond = sync.NewCond(&c.mu)
+	c.closingCtx, c.cancelClosing = context.WithCancel(context.Background())
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&c.opts)
@@ -119,6 +125,7 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	close(c.closing)
+	c.cancelClosing()
 	for c.active > 0 {
 		c.cond.Wait()
 	}
@@ -294,24 +301,9 @@ func (c *Client) background(timeout time.Duration, fn func(ctx context.Context))
 // that a wait never holds Close up.
 func (c *Client) closeAware(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(closingContext{c.closing}, func() { cancel(ErrClosed) })
+	stop := context.AfterFunc(c.closingCtx, func() { cancel(ErrClosed) })
 	return ctx, func() {
 		stop()
 		cancel(nil)
 	}
 }
-
-// closingContext is a context that is done when Close begins.
-type closingContext struct{ done chan struct{} }
-
-func (closingContext) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (c closingContext) Done() <-chan struct{}     { return c.done }
-func (c closingContext) Err() error {
-	select {
-	case <-c.done:
-		return context.Canceled
-	default:
-		return nil
-	}
-}
-func (closingContext) Value(any) any { return nil }

@@ -104,20 +104,16 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	token := m.tokenFor()
 	fair := m.fairNow()
 	mk := m.c.hub.mark(m.key)
-	l, res, err := m.try(ctx, token, true, fair)
+	// A Client keeps one place per name in the store's queue, for the
+	// waiter at the gate of its group (see waitHub.wait): a fair first try
+	// joins the queue only when the Client has no waiter on the name yet.
+	queue := !fair || !m.c.hub.waiting(m.key)
+	l, res, err := m.try(ctx, token, queue, fair)
 	if err != nil || l != nil {
 		return l, m.tryErr(ctx, err)
 	}
 	m.busy(res)
-	if fair {
-		return m.c.hub.waitFair(ctx, m, token, res, mk)
-	}
-	l, res, err = m.c.hub.wait(ctx, m, token, res, mk)
-	if err != nil || l != nil {
-		return l, err
-	}
-	// The wait starved: queue up, as a fair waiter (its first try queues).
-	return m.c.hub.waitFair(ctx, m, token, res, releaseMark{})
+	return m.c.hub.wait(ctx, m, token, res, mk)
 }
 
 func (m *Mutex) enter() error {

@@ -20,8 +20,9 @@ type waitHub struct {
 	c        *Client
 	notifier driver.Notifier // nil when the backend has none
 
-	mu     sync.Mutex
-	groups map[string]*waitGroup
+	mu      sync.Mutex
+	groups  map[string]*waitGroup
+	groupsN atomic.Int32 // len(groups), read without mu by waiting
 	// subs counts, per key, the subscriptions the listener has confirmed
 	// and not yet been asked to drop, and the releases heard for the key
 	// meanwhile; epoch counts the moments releases may have been missed.
@@ -290,6 +291,16 @@ func signal(c chan struct{}) {
 	}
 }
 
+// waiting reports whether the Client has waiters on key.
+func (h *waitHub) waiting(key string) bool {
+	if h.groupsN.Load() == 0 {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.groups[key] != nil
+}
+
 func (h *waitHub) join(key string) *waitGroup {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -297,6 +308,7 @@ func (h *waitHub) join(key string) *waitGroup {
 	if g == nil {
 		g = &waitGroup{key: key, gate: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
 		h.groups[key] = g
+		h.groupsN.Store(int32(len(h.groups)))
 	}
 	g.refs++
 	return g
@@ -308,6 +320,7 @@ func (h *waitHub) leave(g *waitGroup) {
 	last := g.refs == 0
 	if last {
 		delete(h.groups, g.key)
+		h.groupsN.Store(int32(len(h.groups)))
 	}
 	h.mu.Unlock()
 	if !last {
@@ -441,57 +454,88 @@ func (h *waitHub) subscribe(ctx context.Context, g *waitGroup) {
 	}
 }
 
-// wait is Lock after a failed first attempt. It returns no lease and no
-// error, with the last answer, when the wait starved and should go on in
-// the queue (waitFair).
+// wait is Lock after a failed first attempt, whose answer is last; mk is
+// what the Client knew of the key's releases before that attempt: when no
+// release came since, the wait sleeps before it tries again.
 //
-// mk is what the Client knew of the key's releases before that attempt:
-// when no release came since, the wait sleeps before its first try.
-func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.AcquireResult, mk releaseMark) (*Lease, driver.AcquireResult, error) {
-	start := time.Now()
+// The waiters of one Client on one key queue at the group's gate, in
+// arrival order, and only the one at the gate deals with the store: it
+// alone tries, is woken by releases, and, when it waits in the store's fair
+// queue (a Fair Mutex, or a plain one whose wait starved), holds the
+// Client's one place in that queue. However many goroutines wait, a Client
+// costs the store one entry per name and one attempt per release, and each
+// waiter costs its own goroutine only.
+func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.AcquireResult, mk releaseMark) (*Lease, error) {
 	// Close ends the wait, even in the middle of a store call.
 	ctx, stop := h.c.closeAware(ctx)
 	defer stop()
 	g := h.join(m.key)
 	defer h.leave(g)
 
-	notObtained := func() error { return errors.Join(m.notObtained(last), context.Cause(ctx)) }
-	// A waiter that queued behind another at the gate tries at once when its
-	// turn comes: what its first try saw (the holder's TTL) is old by then.
+	// A waiter that queued behind another at the gate tries at once when
+	// its turn comes: what its first try saw (the holder's TTL) is old by
+	// then.
 	gated := false
 	select {
 	case g.gate <- struct{}{}:
 	default:
 		gated = true
+		if last.Queued {
+			// The waiter at the gate keeps the Client's place; a queue
+			// entry or writer intent of this one would stand for nobody
+			// (and a queue entry that came to the head would hold the lock
+			// up for everyone until it lapsed).
+			m.abandon(token, last, h.entryUsers(g, token) > 0)
+			last.Queued = false
+		}
 		select {
 		case g.gate <- struct{}{}:
 		case <-ctx.Done():
-			m.abandon(token, last, false)
-			return nil, last, notObtained()
+			return nil, errors.Join(m.notObtained(last), context.Cause(ctx))
 		}
 	}
 	defer func() { <-g.gate }()
 
+	if !m.opts.fair {
+		l, starved, err := h.waitPlain(ctx, g, m, token, &last, mk, gated)
+		if !starved {
+			return l, err
+		}
+		// Queue up, as a fair waiter: its first try queues.
+		mk, gated = releaseMark{}, true
+	}
+	return h.waitFair(ctx, g, m, token, last, mk, gated)
+}
+
+// waitPlain is the wait of a Mutex without Fair, at the gate. It reports
+// starved, with no lease and no error, when the wait starved and should go
+// on in the queue (waitFair); *last is the last answer of the store.
+func (h *waitHub) waitPlain(ctx context.Context, g *waitGroup, m *Mutex, token string, last *driver.AcquireResult, mk releaseMark, gated bool) (l *Lease, starved bool, err error) {
+	if m.fairNow() {
+		return nil, true, nil // the name has a live queue: join it at once
+	}
+	start := time.Now()
+	notObtained := func() error { return errors.Join(m.notObtained(*last), context.Cause(ctx)) }
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for attempt := 1; ; attempt++ {
-		res := last
+		res := *last
 		h.subscribe(ctx, g) // before released: this wait's own subscription must be in place
 		if attempt > 1 || gated || h.released(m.key, mk) {
 			l, r, err := h.attempt(ctx, g, g.wake, m, token, false)
 			switch {
 			case l != nil:
-				return l, r, nil
+				return l, false, nil
 			case err != nil && ctx.Err() != nil:
-				return nil, last, notObtained() // names the holder last seen; try cleaned up
+				return nil, false, notObtained() // names the holder last seen; try cleaned up
 			case err != nil:
-				return nil, last, err
+				return nil, false, err
 			}
-			res, last = r, r
+			res, *last = r, r
 			m.busy(res)
 		}
-		if h.starving(m, start, last) {
-			return nil, last, nil
+		if h.starving(m, start, *last) {
+			return nil, true, nil
 		}
 
 		// Releases wake a subscribed waiter, so it polls only as a safety
@@ -513,29 +557,23 @@ func (h *waitHub) wait(ctx context.Context, m *Mutex, token string, last driver.
 			d = min(d, m.opts.queueTTL()/3)
 		}
 		if !sleep(ctx, timer, d, g.wake) {
-			m.abandon(token, last, false)
-			return nil, last, notObtained()
+			m.abandon(token, *last, false)
+			return nil, false, notObtained()
 		}
-		if h.starving(m, start, last) {
-			return nil, last, nil
+		if h.starving(m, start, *last) {
+			return nil, true, nil
 		}
 	}
 }
 
-// waitFair is Lock of a fair Mutex after a failed first attempt, which
-// queued token on the store. Fair waiters do not queue at the group's gate:
-// each keeps its own queue entry alive by trying again every third of its
-// time to live, and is woken by a release that names it, by the holder's
-// TTL running out when it is at the head, and, on stores without
-// notification, by polling on the WithRetry schedule.
-//
-// mk is what the Client knew of the key's releases before the attempt that
-// queued token: when no release came since, the wait sleeps before its
-// first try.
-func (h *waitHub) waitFair(ctx context.Context, m *Mutex, token string, last driver.AcquireResult, mk releaseMark) (*Lease, error) {
-	ctx, stop := h.c.closeAware(ctx)
-	defer stop()
-	g := h.join(m.key)
+// waitFair is the wait of a fair Mutex, or of a plain one that starved, at
+// the gate. It keeps the Client's queue entry alive by trying again every
+// third of its time to live, and is woken by a release that names its
+// token, by the holder's TTL running out, and, on stores without
+// notification, by polling on the WithRetry schedule. It tries at once
+// when gated is set or its last answer did not queue it, and otherwise
+// when a release may have come since mk.
+func (h *waitHub) waitFair(ctx context.Context, g *waitGroup, m *Mutex, token string, last driver.AcquireResult, mk releaseMark, gated bool) (*Lease, error) {
 	w := &fairWaiter{wake: make(chan struct{}, 1), position: last.Position}
 	h.mu.Lock()
 	if g.fair == nil {
@@ -554,7 +592,6 @@ func (h *waitHub) waitFair(ctx context.Context, m *Mutex, token string, last dri
 			g.fair[token] = ws
 		}
 		h.mu.Unlock()
-		h.leave(g)
 	}()
 
 	notObtained := func() error { return errors.Join(m.notObtained(last), context.Cause(ctx)) }
@@ -579,7 +616,7 @@ func (h *waitHub) waitFair(ctx context.Context, m *Mutex, token string, last dri
 		}
 		res := last
 		h.subscribe(ctx, g) // before released: this wait's own subscription must be in place
-		if attempt > 1 || !last.Queued || h.released(m.key, mk) {
+		if attempt > 1 || gated || !last.Queued || h.released(m.key, mk) {
 			l, r, err := h.attempt(ctx, g, w.wake, m, token, fair)
 			switch {
 			case l != nil:
@@ -626,18 +663,18 @@ func (h *waitHub) waitFair(ctx context.Context, m *Mutex, token string, last dri
 			d = min(d, res.HolderTTL+time.Millisecond)
 		}
 		if !sleep(ctx, timer, d, w.wake) {
-			m.abandon(token, last, h.sharesEntry(g, token))
+			m.abandon(token, last, h.entryUsers(g, token) > 1)
 			return nil, notObtained()
 		}
 	}
 }
 
-// sharesEntry reports whether more than one fair waiter of g waits with
-// token, and so on one queue entry (goroutines of one reentrant handle).
-func (h *waitHub) sharesEntry(g *waitGroup, token string) bool {
+// entryUsers returns how many waiters of g wait in the queue with token,
+// and so on one queue entry (goroutines of one reentrant handle).
+func (h *waitHub) entryUsers(g *waitGroup, token string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return len(g.fair[token]) > 1
+	return len(g.fair[token])
 }
 
 // notified reports whether releases of g's key wake its waiters: the

@@ -93,6 +93,7 @@ var cases = []testCase{
 	{"StaleReentrantUnlock", testStaleReentrantUnlock},
 	{"WokenByRelease", testWokenByRelease},
 	{"OneClientManyWaiters", testOneClientManyWaiters},
+	{"ManyWaitersOneClient", testManyWaitersOneClient},
 	{"CancelledWaitLeavesNothing", testCancelledWaitLeavesNothing},
 	{"WithWaitBoundsTheWait", testWithWait},
 	{"UnlockAfterLoss", testUnlockAfterLoss},

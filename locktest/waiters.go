@@ -3,6 +3,8 @@ package locktest
 import (
 	"context"
 	"errors"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -152,4 +154,94 @@ func notObtained(t *testing.T, what string, l *dlock.Lease, err error) *dlock.No
 		t.Fatalf("%s = %v, want a *NotObtainedError", what, err)
 	}
 	return no
+}
+
+// testManyWaitersOneClient checks that waiters of one Client on one name
+// cost the store what one waiter costs, whatever their number: only the
+// waiter at the Client's local gate tries, refreshes a queue entry or is
+// woken by the holder's TTL, the Client holds at most one place in the
+// store's queue, and a waiter costs no goroutine besides its own. Plain
+// waiters are checked past the point where their wait starves and joins
+// the queue, and fair ones from the start.
+func testManyWaitersOneClient(t *testing.T, s *Store) {
+	const many = 100
+	kinds := []struct {
+		name string
+		opts []dlock.Option
+	}{{"plain", nil}}
+	if supports(t, s, driver.CapFair) {
+		kinds = append(kinds, struct {
+			name string
+			opts []dlock.Option
+		}{"fair", []dlock.Option{dlock.Fair()}})
+	}
+	_, inspects := s.NewBackend(t).(driver.Inspector)
+	for _, kind := range kinds {
+		name := "locktest/many-waiters-" + kind.name
+		// A short TTL makes the holder's renewals, and queue refreshes,
+		// frequent: waiters that each acted on them would show.
+		opts := append([]dlock.Option{dlock.WithTTL(600 * time.Millisecond)}, kind.opts...)
+		// The holder's own TTL is longer, so that a store slowed down by
+		// the waiters' first tries cannot make it lose the lock.
+		holder := lock(t, client(t, s).Mutex(name, append(opts, dlock.WithTTL(3*time.Second))...))
+
+		// waitWith starts n waiters in a Client of their own and returns
+		// the acquire attempts they make in one second once every one of
+		// them has tried, the goroutines they cost beyond their own, and
+		// the store's queue entries meanwhile (-1 when it cannot tell).
+		waitWith := func(n int) (attempts, extra, queued int) {
+			p := newProbe(s.NewBackend(t))
+			c := clientOn(t, p.backend())
+			before := runtime.NumGoroutine()
+			ctx, cancel := context.WithCancel(t.Context())
+			var wg sync.WaitGroup
+			for range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if l, err := c.Mutex(name, opts...).Lock(ctx); err == nil {
+						t.Errorf("%s: a waiter obtained the lock while it was held (holder's lease: %v)", kind.name, holder.Err())
+						_ = l.Unlock(t.Context())
+					}
+				}()
+			}
+			for len(p.recorded()) < n {
+				time.Sleep(5 * time.Millisecond)
+			}
+			time.Sleep(50 * time.Millisecond) // past the starvation switch (1ms)
+			start := len(p.recorded())
+			time.Sleep(time.Second)
+			attempts = len(p.recorded()) - start
+			extra = runtime.NumGoroutine() - before - n
+			queued = -1
+			if inspects {
+				info, _, err := s.NewBackend(t).(driver.Inspector).Inspect(t.Context(), name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				queued = info.Queued
+			}
+			cancel()
+			wg.Wait()
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+			return attempts, extra, queued
+		}
+		one, _, _ := waitWith(1)
+		attempts, extra, queued := waitWith(many)
+		t.Logf("%s: %d waiters made %d attempts in 1s (one waiter: %d), %d extra goroutines, %d queue entries",
+			kind.name, many, attempts, one, extra, queued)
+		if limit := 3*one + 20; attempts > limit {
+			t.Errorf("%s: %d waiters of one Client made %d store attempts in 1s, one waiter %d: want at most %d", kind.name, many, attempts, one, limit)
+		}
+		if extra > 10 {
+			t.Errorf("%s: %d waiters cost %d goroutines beyond their own", kind.name, many, extra)
+		}
+		if queued > 1 {
+			t.Errorf("%s: one Client's waiters hold %d entries in the store's queue, want at most 1", kind.name, queued)
+		}
+		unlock(t, holder)
+		noLeftovers(t, s, name)
+	}
 }
