@@ -26,6 +26,15 @@
 //	close         Client.Close leaves no lock key behind (the fence
 //	              counters stay by design; see package redislock)
 //
+// TestWaiters (-scale.waiters, default 1000; 10000 for the figures in
+// docs/PERFORMANCE.md) makes N goroutines of one Client wait on one lock
+// held by another Client, plain and Fair, at TTL 10s and 1s, and checks that
+// the waiting Client's round trips in 5s (<= 60), the lock's fair queue
+// (<= 1 entry), its goroutines (N + 8) and heap (<= 4 KiB a waiter) do not
+// grow with N:
+//
+//	go test -count=1 -run TestWaiters -v ./internal/scalebench/ -scale.waiters 10000
+//
 // BenchmarkHeldLeases reports the same figures with b.ReportMetric:
 // rt-per-100-leases-per-interval, bytes-per-lease, goroutines,
 // renewals/interval and lost.
