@@ -51,9 +51,11 @@
 // is never missed, and it also tries again when the holder's TTL runs out and,
 // as a safety net, on a capped backoff (WithRetry). Goroutines of one Client
 // waiting on one name queue locally: only one of them queries the store at a
-// time. WithWait bounds a wait independently of the TTL; a cancelled wait
-// returns at once with errors.Join(*NotObtainedError, ctx.Err()) and leaves
-// nothing on the store.
+// time, and only that one holds a place in a fair queue. WithWait bounds a
+// wait independently of the TTL; a cancelled wait returns promptly with
+// errors.Join(*NotObtainedError, ctx.Err()), having removed what it left on
+// the store (a queue entry, a writer intent) unless the store took longer
+// than a quarter second to answer, when that goes on in the background.
 //
 // # Renewal
 //

@@ -19,10 +19,9 @@ const MaxPermits = 1 << 20
 // Lock, new readers are refused (NotObtainedError.WriterWaiting) and wait
 // until the writer has had its turn. The waiting writer keeps that claim
 // alive on the store by trying again every third of min(TTL, 5s); when it
-// gives up, its claim is removed at once, and when it dies the claim lapses
-// within that time. (A writer that is a reentrant Mutex or uses WithOwnerID
-// cannot remove its claim when it gives up, since its token may hold the
-// lock by then: the claim lapses.)
+// gives up, its claim has been removed when Lock returns (a writer that is a
+// reentrant Mutex or uses WithOwnerID withdraws it without touching the
+// holds of its token), and when it dies the claim lapses within that time.
 //
 // An RWMutex is not reentrant: a goroutine that holds a read lease and asks
 // for another may wait behind a waiting writer that waits for it (as with

@@ -138,14 +138,17 @@ func WithOnBusy(fn func(*NotObtainedError)) Option {
 // lock fails with ErrInvalid.
 func WithLockDelay(d time.Duration) Option { return optionFunc(func(o *options) { o.lockDelay = d }) }
 
-// Fair makes a Mutex fair: waiters are granted the lock in the order they
-// arrived at the store, and a release wakes only the waiter at the head of
-// the queue, not every waiter. Each waiter keeps a queue entry on the store
-// that lives min(TTL, 5s) unless the waiter renews it, which it does every
-// third of that while it waits, so a waiter that dies leaves the queue
+// Fair makes a Mutex fair: the lock is granted in the order the waiters
+// arrived, and a release wakes only the waiter at the head of the queue, not
+// every waiter. The store keeps the queue; a Client keeps one place in it per
+// name, for the first of its waiters, and its other waiters on that name line
+// up behind that one locally, in arrival order, at no cost to the store (so
+// waiters of several Clients take turns Client by Client). The place is a
+// queue entry that lives min(TTL, 5s) unless renewed, which the Client does
+// every third of that while it waits, so a Client that dies leaves the queue
 // within that time; a wait that ends (context cancelled, WithWait elapsed)
-// removes its entry at once. TryLock on a fair Mutex yields to the waiters
-// queued ahead of it and leaves no entry.
+// has removed its entry when Lock returns. TryLock on a fair Mutex yields to
+// the waiters queued ahead of it and leaves no entry.
 //
 // Fairness is a property of the name: give Fair to every Mutex of that name.
 // A plain Mutex does not wait in the queue from the start, but on Redis and
@@ -155,15 +158,15 @@ func WithLockDelay(d time.Duration) Option { return optionFunc(func(o *options) 
 // head, or its own grant went before the queue) makes its plain Lock calls
 // queue too for the next second. On SQL stores, where a fair acquire is a
 // transaction of several statements, a plain Mutex never queues and may
-// overtake the queue. Such a plain waiter does not wait on a head that never comes: when
-// the lock stays free but promised to another head for 100ms (a waiter
-// that died), it takes the lock without the queue. TryLock of a plain Mutex
-// never looks at the queue. It
-// needs a backend with driver.CapFair (memlock, redislock, sqllock); Redlock
-// does not have it. A fair handle that is also Reentrant or shares an owner ID
-// cannot remove its queue entry at once when its wait ends (the entry belongs
-// to an owner that may hold the lock meanwhile); the entry then lapses. Fair
-// applies to Mutex only; RWMutex and Semaphore refuse it.
+// overtake the queue. Such a plain waiter does not wait on a head that never
+// comes: when the lock stays free but promised to another head for 100ms (a
+// waiter that died), it takes the lock without the queue. TryLock of a plain
+// Mutex never looks at the queue. Fair needs a backend with driver.CapFair
+// (memlock, redislock, sqllock); Redlock does not have it. A fair handle that
+// is also Reentrant or shares an owner ID leaves the queue without touching
+// the holds of its token (driver.Withdrawer) when its wait ends; on a backend
+// without that, its entry lapses. Fair applies to Mutex only; RWMutex and
+// Semaphore refuse it.
 func Fair() Option { return optionFunc(func(o *options) { o.fair = true }) }
 
 // Reentrant makes a Mutex reentrant: while the handle holds the lock, Lock and
