@@ -38,6 +38,10 @@ type waitHub struct {
 	queueSeenN atomic.Int32
 	queueSwept time.Time // last sweep of queueSeen, at most one per queueLiveFor
 
+	// refused: the store refused a subscription for lack of rights
+	// (driver.ErrNotifyRefused); waiters no longer subscribe, and poll.
+	refused atomic.Bool
+
 	lmu       sync.Mutex // serialises opening the listener
 	listener  driver.Listener
 	closed    bool
@@ -433,7 +437,7 @@ var errListenBackoff = errors.New("dlock: notifications unavailable; retrying la
 // subscribe makes sure the active waiter of g gets release notifications
 // before it tries again. Without them it still works, by polling.
 func (h *waitHub) subscribe(ctx context.Context, g *waitGroup) {
-	if h.notifier == nil {
+	if h.notifier == nil || h.refused.Load() {
 		return
 	}
 	g.smu.Lock()
@@ -449,7 +453,15 @@ func (h *waitHub) subscribe(ctx context.Context, g *waitGroup) {
 			h.subscribed(g.key)
 		}
 	}
-	if err != nil && ctx.Err() == nil && !errors.Is(err, errListenBackoff) {
+	switch {
+	case err == nil || errors.Is(err, errListenBackoff):
+	case errors.Is(err, driver.ErrNotifyRefused):
+		// The store will refuse every key alike (an ACL): stop asking, and
+		// say so once.
+		if h.refused.CompareAndSwap(false, true) {
+			h.c.log.Warn("dlock: the store refuses release notifications; every wait polls from now on, which hands the lock over later", "err", err)
+		}
+	case ctx.Err() == nil:
 		h.c.log.Warn("dlock: release notifications unavailable; polling", "key", g.key, "err", err)
 	}
 }

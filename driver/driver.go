@@ -19,6 +19,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strconv"
 	"time"
@@ -252,6 +253,12 @@ type ReleaseResult struct {
 	// deleted.
 	Remaining int
 }
+
+// ErrNotifyRefused is wrapped by Listener.Subscribe when the store refuses
+// the subscription for lack of rights (a Redis user whose ACL does not allow
+// the release channels): no release of that store will be heard, so the
+// client stops subscribing and its waiters poll.
+var ErrNotifyRefused = errors.New("notifications refused by the store")
 
 // Withdrawer is implemented by backends that can take a waiter out of a
 // lock's fair queue, and withdraw its writer intent, without touching any

@@ -78,6 +78,9 @@ type listener struct {
 	mu     sync.Mutex
 	subs   map[string]*subscription // by channel
 	closed bool
+	// refused is Redis's answer when it refused a SUBSCRIBE for lack of
+	// rights (see refuse); Subscribe fails with it from then on.
+	refused error
 }
 
 // subscription is one subscribed channel. Its SUBSCRIBE is never followed by
@@ -93,8 +96,9 @@ type listener struct {
 type subscription struct {
 	key       string
 	refs      int           // Subscribe calls not yet undone
-	ready     chan struct{} // closed once the server has confirmed
+	ready     chan struct{} // closed once the server has confirmed, or refused
 	confirmed bool
+	err       error // set, before ready is closed, when the server refused
 }
 
 // Subscribe subscribes to key's release channel, or joins the subscription
@@ -111,6 +115,10 @@ func (l *listener) Subscribe(ctx context.Context, key string) error {
 	if l.closed {
 		l.mu.Unlock()
 		return fmt.Errorf("redislock: subscribe %q: %w", key, redis.ErrClosed)
+	}
+	if l.refused != nil {
+		l.mu.Unlock()
+		return refusedError(key, ch, l.refused)
 	}
 	s := l.subs[ch]
 	if s == nil {
@@ -132,12 +140,55 @@ func (l *listener) Subscribe(ctx context.Context, key string) error {
 
 	select {
 	case <-ready:
+		if s.err != nil {
+			return refusedError(key, ch, s.err)
+		}
 		return nil
 	case <-ctx.Done():
 		_ = l.drop(context.WithoutCancel(ctx), ch)
 		return fmt.Errorf("redislock: subscribe %q: %w", key, ctx.Err())
 	case <-l.ctx.Done():
 		return fmt.Errorf("redislock: subscribe %q: %w", key, redis.ErrClosed)
+	}
+}
+
+// isNoPerm reports whether err is Redis refusing a command for lack of
+// rights (an ACL error), as opposed to a failed connection.
+func isNoPerm(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOPERM")
+}
+
+// refusedError is the error of a subscription to key (on channel ch) that
+// Redis refused with err: it wraps driver.ErrNotifyRefused and says which
+// ACL rule is missing.
+func refusedError(key, ch string, err error) error {
+	return fmt.Errorf("redislock: subscribe %q: %w: %w (the Redis user needs the channel rule &%s or allchannels, and SUBSCRIBE, SSUBSCRIBE and PUBLISH, SPUBLISH in its commands; see docs/REDIS.md)",
+		key, driver.ErrNotifyRefused, err, channelPattern(ch))
+}
+
+// channelPattern is the ACL channel pattern that covers ch: the namespace
+// followed by "*".
+func channelPattern(ch string) string {
+	if i := strings.Index(ch, ":{"); i >= 0 {
+		return ch[:i] + ":*"
+	}
+	return ch
+}
+
+// refuse handles Redis's refusal of a SUBSCRIBE (NOPERM): the ACL rules are
+// the same for every release channel, so every subscription not yet
+// confirmed fails with it, and so will every later Subscribe.
+func (l *listener) refuse(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.refused = err
+	for ch, s := range l.subs {
+		if !s.confirmed {
+			s.err = err
+			close(s.ready)
+			delete(l.subs, ch)
+		}
 	}
 }
 
@@ -209,6 +260,11 @@ func (l *listener) receive() {
 		if err != nil {
 			if l.ctx.Err() != nil {
 				return // closed
+			}
+			if isNoPerm(err) {
+				// The connection is fine; Redis refused a SUBSCRIBE.
+				l.refuse(err)
+				continue
 			}
 			// go-redis has reconnected, or will on the next Receive, and
 			// resubscribes; releases published meanwhile are lost.

@@ -22,7 +22,7 @@ local holds = redis.call('HGET', L, token)
 if holds == '1' and redis.call('EXISTS', W, Q) == 0 and not redis.call('HGET', L, 'exp') then
   redis.call('DEL', L)
   if ARGV[3] ~= '' then
-    redis.call(ARGV[3], ARGV[2], 'next:')
+    redis.pcall(ARGV[3], ARGV[2], 'next:') -- refused (ACL): the release stands
   end
   return 0
 end
@@ -88,6 +88,6 @@ if notify and ARGV[3] ~= '' then
     prune(QE, Q, 'ZREM')
     next = redis.call('ZRANGE', Q, 0, 0)[1] or ''
   end
-  redis.call(ARGV[3], ARGV[2], 'next:' .. next)
+  redis.pcall(ARGV[3], ARGV[2], 'next:' .. next) -- refused (ACL): the release stands
 end
 return result

@@ -59,6 +59,9 @@ type shardedListener struct {
 	shards map[string]*shard    // by master address
 	lost   bool                 // a connection failed since the last fn("", "")
 	closed bool
+	// refused is a master's answer when it refused an SSUBSCRIBE for lack
+	// of rights; Subscribe fails with it from then on (see listener.refuse).
+	refused error
 }
 
 // shard is the pub/sub connection to one master.
@@ -83,8 +86,9 @@ type shardOp struct {
 type shardSub struct {
 	key       string
 	refs      int
-	ready     chan struct{} // closed once a master has confirmed
+	ready     chan struct{} // closed once a master has confirmed, or refused
 	confirmed bool
+	err       error // set, before ready is closed, when a master refused
 	shard     *shard // where the SSUBSCRIBE went; nil until homed again
 	homing    bool   // its master is being looked up, out of mu
 	rehomed   bool   // confirmed before, lost since: report key when confirmed again
@@ -120,6 +124,10 @@ func (l *shardedListener) Subscribe(ctx context.Context, key string) error {
 		l.mu.Unlock()
 		return fmt.Errorf("redislock: subscribe %q: %w", key, redis.ErrClosed)
 	}
+	if l.refused != nil {
+		l.mu.Unlock()
+		return refusedError(key, ch, l.refused)
+	}
 	s := l.subs[ch]
 	fresh := s == nil
 	if fresh {
@@ -138,6 +146,9 @@ func (l *shardedListener) Subscribe(ctx context.Context, key string) error {
 	}
 	select {
 	case <-ready:
+		if s.err != nil {
+			return refusedError(key, ch, s.err)
+		}
 		return nil
 	case <-ctx.Done():
 		_ = l.drop(context.WithoutCancel(ctx), ch, false)
@@ -400,6 +411,11 @@ func (l *shardedListener) receive(sh *shard) {
 	defer l.wg.Done()
 	for {
 		msg, err := sh.ps.Receive(l.ctx)
+		if err != nil && isNoPerm(err) && l.ctx.Err() == nil {
+			// The connection is fine; the master refused an SSUBSCRIBE.
+			l.refuse(err)
+			continue
+		}
 		if err != nil {
 			// A broken connection, an error reply (MOVED when the slot map
 			// was stale), or Close.
@@ -425,6 +441,22 @@ func (l *shardedListener) receive(sh *shard) {
 			if key, ok := l.keyOf(m.Channel); ok {
 				l.fn(key, nextOf(m.Payload))
 			}
+		}
+	}
+}
+
+// refuse handles a master's refusal of an SSUBSCRIBE (NOPERM), as
+// listener.refuse does: every subscription not yet confirmed fails with it,
+// and so will every later Subscribe.
+func (l *shardedListener) refuse(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.refused = err
+	for ch, s := range l.subs {
+		if !s.confirmed {
+			s.err = err
+			close(s.ready)
+			delete(l.subs, ch)
 		}
 	}
 }

@@ -159,8 +159,8 @@ func (l *listener) subscribeNode(s *subscription, i int) {
 		if attempt == 1 {
 			s.first <- answer[struct{}]{node: n, err: err}
 		}
-		if err == nil || undone || !sleep(s.ctx, resubscribeDelay(attempt)) {
-			return
+		if err == nil || undone || errors.Is(err, driver.ErrNotifyRefused) || !sleep(s.ctx, resubscribeDelay(attempt)) {
+			return // a node whose ACL refuses the channel will not change its mind
 		}
 	}
 }
