@@ -26,19 +26,19 @@ type Client struct {
 	hub     *waitHub
 	owners  ownerCache // the owner string of the current second
 
-	mu        sync.Mutex
-	cond      *sync.Cond
-	closed    bool
-	active    int           // calls in progress, waited for by Close
-	closing   chan struct{} // closed when Close begins
+	mu      sync.Mutex
+	cond    *sync.Cond
+	closed  bool
+	active  int           // calls in progress, waited for by Close
+	closing chan struct{} // closed when Close begins
 	// closingCtx is cancelled when Close begins. A wait's context follows
 	// it through context.AfterFunc, which costs no goroutine for a context
 	// made by the context package (it would for a context type of ours).
 	closingCtx    context.Context
 	cancelClosing context.CancelFunc
-	closeDone chan struct{} // closed when Close has finished
-	bgClosed  bool          // no more background work may start
-	bg        sync.WaitGroup
+	closeDone     chan struct{} // closed when Close has finished
+	bgClosed      bool          // no more background work may start
+	bg            sync.WaitGroup
 
 	ctx    context.Context // cancelled at the end of Close
 	cancel context.CancelFunc

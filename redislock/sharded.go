@@ -88,7 +88,7 @@ type shardSub struct {
 	refs      int
 	ready     chan struct{} // closed once a master has confirmed, or refused
 	confirmed bool
-	err       error // set, before ready is closed, when a master refused
+	err       error  // set, before ready is closed, when a master refused
 	shard     *shard // where the SSUBSCRIBE went; nil until homed again
 	homing    bool   // its master is being looked up, out of mu
 	rehomed   bool   // confirmed before, lost since: report key when confirmed again
