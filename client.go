@@ -26,11 +26,10 @@ type Client struct {
 	hub     *waitHub
 	owners  ownerCache // the owner string of the current second
 
-	mu      sync.Mutex
-	cond    *sync.Cond
-	closed  bool
-	active  int           // calls in progress, waited for by Close
-	closing chan struct{} // closed when Close begins
+	mu     sync.Mutex
+	cond   *sync.Cond
+	closed bool
+	active int // calls in progress, waited for by Close
 	// closingCtx is cancelled when Close begins. A wait's context follows
 	// it through context.AfterFunc, which costs no goroutine for a context
 	// made by the context package (it would for a context type of ours).
@@ -48,7 +47,7 @@ type Client struct {
 // defaults of every lock the Client makes. A nil backend or an invalid option
 // does not panic: every call on the Client then returns ErrInvalid.
 func New(backend driver.Backend, opts ...Option) *Client {
-	c := &Client{backend: backend, opts: defaultOptions(), closing: make(chan struct{}), closeDone: make(chan struct{})}
+	c := &Client{backend: backend, opts: defaultOptions(), closeDone: make(chan struct{})}
 	c.cond = sync.NewCond(&c.mu)
 	c.closingCtx, c.cancelClosing = context.WithCancel(context.Background())
 	for _, o := range opts {
@@ -124,7 +123,6 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
-	close(c.closing)
 	c.cancelClosing()
 	for c.active > 0 {
 		c.cond.Wait()
