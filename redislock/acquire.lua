@@ -14,9 +14,9 @@
 -- holder pttl} or {0, holder owner, holder pttl, live shared holds,
 -- 1 when a writer intent refused it, position in the queue, 1 when queued}.
 --
--- With a lock-delay the hash also keeps 'exp' (when the lease expires, ms by
--- the server's clock) and 'delay', and lives delay ms past 'exp': in between,
--- the lock is expired but nobody may take it.
+-- With a lock-delay the hash also keeps 'delay' and lives delay ms past the
+-- lease: in between, the lock is expired but nobody may take it (see
+-- leaseState in common.lua; grants of earlier versions also kept 'exp').
 --
 -- A lock that is free of everything (no lock hash, no shared holds, no
 -- intent, no queue) is granted at once, before the helpers of the rest are
@@ -29,9 +29,10 @@ local shared = ARGV[6] == '1'
 local function grant(at)
   local fence = redis.call('INCR', F)
   local delay = tonumber(ARGV[5]) or 0
-  redis.call('HSET', L, token, 1, 'owner', owner, 'fence', fence, 'at', at)
   if delay > 0 then
-    redis.call('HSET', L, 'exp', at + ttl, 'delay', delay)
+    redis.call('HSET', L, token, 1, 'owner', owner, 'fence', fence, 'at', at, 'delay', delay)
+  else
+    redis.call('HSET', L, token, 1, 'owner', owner, 'fence', fence, 'at', at)
   end
   redis.call('PEXPIRE', L, ttl + delay)
   return {1, fence, 1}
@@ -128,8 +129,8 @@ if shared then
   return {1, fence, 1}
 end
 
-local exp = redis.call('HGET', L, 'exp')
-if exp and now() >= tonumber(exp) then
+local delay, expired = leaseState(L)
+if expired then
   local r = busy() -- expired, kept out of reach for its lock-delay
   return refuse(r[2], r[3], 0, false)
 end
@@ -140,13 +141,6 @@ if holds then
     return refuse(r[2], r[3], 0, false)
   end
   holds = redis.call('HINCRBY', L, token, 1)
-  local delay = tonumber(redis.call('HGET', L, 'delay') or '0')
-  if delay > 0 then
-    local e = now() + ttl
-    if e > tonumber(exp) then
-      redis.call('HSET', L, 'exp', e)
-    end
-  end
   if redis.call('PTTL', L) < ttl + delay then
     redis.call('PEXPIRE', L, ttl + delay) -- extend, never shorten
   end

@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -38,6 +39,11 @@ type Backend struct {
 	// ackReplicas and ackTimeout are WithReplicaAck's (see replica.go).
 	ackReplicas int
 	ackTimeout  time.Duration
+	// allowEviction is WithEvictionAllowed; eviction checks the
+	// maxmemory-policy before the first acquire (see eviction.go).
+	allowEviction bool
+	eviction      evictionCheck
+	log           *slog.Logger
 }
 
 // New returns a Backend that keeps its locks in rdb. It does no I/O; the
@@ -47,7 +53,8 @@ func New(rdb redis.UniversalClient, opts ...Option) *Backend {
 	for _, opt := range opts {
 		opt.apply(&o)
 	}
-	b := &Backend{rdb: rdb, ns: o.namespace, publish: "PUBLISH", ackReplicas: o.ackReplicas, ackTimeout: o.ackTimeout}
+	b := &Backend{rdb: rdb, ns: o.namespace, publish: "PUBLISH", ackReplicas: o.ackReplicas, ackTimeout: o.ackTimeout,
+		allowEviction: o.allowEviction, log: o.log}
 	if _, ok := rdb.(*redis.ClusterClient); ok {
 		b.sharded, b.publish = true, "SPUBLISH"
 	}
@@ -72,6 +79,11 @@ func (b *Backend) SupportsLockDelay() bool { return true }
 // contract describes. Errors come only from Redis and wrap its error, or
 // name a Mode the backend does not know.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	if !b.eviction.ok.Load() {
+		if err := b.checkEviction(ctx); err != nil {
+			return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, err)
+		}
+	}
 	args, err := b.acquireCall(req)
 	if err != nil {
 		return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, err)

@@ -43,6 +43,21 @@ local function fit(z, side)
   redis.call('PEXPIREAT', side, last[2])
 end
 
+-- leaseState returns the lock-delay of the exclusive grant in hash l (0
+-- without one) and whether its lease has expired. A grant with a delay
+-- keeps the key delay ms past its lease (PEXPIRE ttl + delay, renewed the
+-- same way), so the lease has expired once the key's PTTL is down to the
+-- delay: no field needs writing when it is renewed, which keeps renewals
+-- working when Redis refuses writes that need memory (noeviction at
+-- maxmemory), as plain ones do.
+local function leaseState(l)
+  local delay = tonumber(redis.call('HGET', l, 'delay') or '0') or 0
+  if delay <= 0 then
+    return 0, false
+  end
+  return delay, redis.call('PTTL', l) <= delay
+end
+
 -- holdDetails splits a shared hold's details into fence (a decimal
 -- string), limit and owner.
 local function holdDetails(v)

@@ -13,7 +13,7 @@ local function describe()
   local owner, fence, holds, pttl, heldFor, delayed = '', '0', 0, -2, -1, 0
   local fields = redis.call('HGETALL', KEYS[1])
   if #fields > 0 then
-    local at, exp
+    local at, delay
     for i = 1, #fields, 2 do
       local name, value = fields[i], fields[i + 1]
       if name == 'owner' then
@@ -22,9 +22,9 @@ local function describe()
         fence = value
       elseif name == 'at' then
         at = tonumber(value)
-      elseif name == 'exp' then
-        exp = tonumber(value)
-      elseif name ~= 'delay' then
+      elseif name == 'delay' then
+        delay = tonumber(value)
+      elseif name ~= 'exp' then -- 'exp': kept by grants of earlier versions
         holds = holds + (tonumber(value) or 0)
       end
     end
@@ -34,10 +34,12 @@ local function describe()
     -- With a lock-delay the key outlives the lease: report the lease's
     -- TTL, or once it expired, the time left in the delay.
     pttl = redis.call('PTTL', KEYS[1])
-    if exp and now() >= exp then
-      delayed = 1
-    elseif exp then
-      pttl = exp - now()
+    if delay and delay > 0 then
+      if pttl <= delay then
+        delayed = 1
+      else
+        pttl = pttl - delay
+      end
     end
   end
   local shared, limit, newest = {}, 0, -1

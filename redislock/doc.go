@@ -10,9 +10,10 @@
 //
 //	NS:{K}        a hash: owner token → hold count, "owner" → the holder's
 //	              description, "fence" → the fence of the current grant,
-//	              "at" → when it was granted; with a lock-delay also "exp"
-//	              (when the lease expires) and "delay". It carries the
-//	              lease's TTL (plus the delay) and is deleted on release.
+//	              "at" → when it was granted; with a lock-delay also
+//	              "delay". It carries the lease's TTL plus the delay (the
+//	              lease has expired once its PTTL is down to the delay)
+//	              and is deleted on release.
 //	NS:{K}:fence  the fence counter (INCR). It never expires.
 //	NS:{K}:s      the shared holds (readers of an RWMutex, permits of a
 //	              Semaphore): a sorted set of tokens scored by expiry,

@@ -6,8 +6,9 @@ import "strings"
 //
 //	NS:{K}        hash: token → hold count, "owner", "fence", "at"
 //	              (acquired, ms, by the server's clock), and with a
-//	              lock-delay "exp" (lease expiry, ms) and "delay" (ms);
-//	              carries the TTL (plus the delay). The exclusive holder.
+//	              lock-delay "delay" (ms); carries the TTL plus the delay,
+//	              so the lease has expired once its PTTL is down to the
+//	              delay. The exclusive holder.
 //	NS:{K}:fence  the fence counter; never expires, survives release
 //	NS:{K}:s      zset: shared token → expiry (ms, server clock); one
 //	              member per live reader or semaphore permit

@@ -1,6 +1,9 @@
 package redislock
 
-import "time"
+import (
+	"log/slog"
+	"time"
+)
 
 // DefaultNamespace is the namespace of keys and channels when WithNamespace
 // is not given.
@@ -12,7 +15,9 @@ type Option interface {
 }
 
 type options struct {
-	namespace   string
+	allowEviction bool         // WithEvictionAllowed
+	log           *slog.Logger // WithLogger
+	namespace     string
 	ackReplicas int           // WithReplicaAck; 0: off
 	ackTimeout  time.Duration // WithReplicaAck
 }
@@ -31,4 +36,20 @@ func WithNamespace(ns string) Option {
 			o.namespace = ns
 		}
 	})
+}
+
+// WithEvictionAllowed lets the Backend grant locks on a Redis whose
+// maxmemory-policy is not noeviction. By default it refuses (EvictionError):
+// a Redis that evicts keys may delete a held lock, letting a second holder
+// in while the first lease reports nothing wrong, or a fence counter, so
+// that fences start again from 1. Give it only when you accept that risk,
+// for instance for a cache-only Redis where memory never runs short.
+func WithEvictionAllowed() Option {
+	return optionFunc(func(o *options) { o.allowEviction = true })
+}
+
+// WithLogger sets the logger for the Backend's few warnings (a
+// maxmemory-policy it cannot read). The default is slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(o *options) { o.log = l })
 }

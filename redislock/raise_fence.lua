@@ -21,8 +21,8 @@ if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
   raise()
   return 1
 end
-local exp = redis.call('HGET', KEYS[1], 'exp')
-if exp and now() >= tonumber(exp) then
+local _, expired = leaseState(KEYS[1])
+if expired then
   return 0
 end
 raise()

@@ -19,7 +19,7 @@
 local L, S, SI, W, Q, QE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local token = ARGV[1]
 local holds = redis.call('HGET', L, token)
-if holds == '1' and redis.call('EXISTS', W, Q) == 0 and not redis.call('HGET', L, 'exp') then
+if holds == '1' and redis.call('EXISTS', W, Q) == 0 and not redis.call('HGET', L, 'delay') then
   redis.call('DEL', L)
   if ARGV[3] ~= '' then
     redis.pcall(ARGV[3], ARGV[2], 'next:') -- refused (ACL): the release stands
@@ -33,8 +33,8 @@ local notify = false -- announce the release
 local anyone = false -- announce it to every waiter, not only the queue's head
 
 if holds then
-  local exp = redis.call('HGET', L, 'exp')
-  if exp and now() >= tonumber(exp) then
+  local _, expired = leaseState(L)
+  if expired then
     -- The lease expired and the lock sits in its lock-delay: the late
     -- holder is done with it, so the delay has no more reason to run.
     redis.call('DEL', L)

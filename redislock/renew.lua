@@ -19,16 +19,10 @@ if redis.call('HEXISTS', L, ARGV[1]) == 0 then
   end
   return 1
 end
-local delay = 0
-local exp = redis.call('HGET', L, 'exp')
-if exp then
-  if now() >= tonumber(exp) then
-    return 0
-  end
-  delay = tonumber(redis.call('HGET', L, 'delay') or '0')
-  if now() + ttl > tonumber(exp) then
-    redis.call('HSET', L, 'exp', now() + ttl)
-  end
+-- PEXPIRE is all a renewal writes: Redis allows it at maxmemory.
+local delay, expired = leaseState(L)
+if expired then
+  return 0
 end
 if redis.call('PTTL', L) < ttl + delay then
   redis.call('PEXPIRE', L, ttl + delay)

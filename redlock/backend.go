@@ -88,7 +88,7 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Backend, error) {
 			index: i,
 			addr:  addrOf(c),
 			rdb:   c,
-			b:     redislock.New(c, redislock.WithNamespace(ns)),
+			b:     redislock.New(c, append([]redislock.Option{redislock.WithNamespace(ns)}, o.node...)...),
 		})
 	}
 	return b, nil

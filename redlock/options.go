@@ -2,11 +2,13 @@ package redlock
 
 import (
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/redislock"
 )
 
 // DefaultNodeTimeout is how long one call to one node may take when
@@ -34,7 +36,8 @@ type options struct {
 	nodeTimeout time.Duration
 	driftFactor float64
 	driftExtra  time.Duration
-	err         error // the first invalid option
+	node        []redislock.Option // WithEvictionAllowed, WithLogger: for every node
+	err         error              // the first invalid option
 }
 
 type optionFunc func(*options)
@@ -101,4 +104,18 @@ func WithClockDrift(factor float64, extra time.Duration) Option {
 		}
 		o.driftFactor, o.driftExtra = factor, extra
 	})
+}
+
+// WithEvictionAllowed lets every node grant locks although its
+// maxmemory-policy is not noeviction, as redislock.WithEvictionAllowed
+// does. By default a node whose Redis may evict keys refuses to grant
+// (redislock.EvictionError), which counts against the quorum.
+func WithEvictionAllowed() Option {
+	return optionFunc(func(o *options) { o.node = append(o.node, redislock.WithEvictionAllowed()) })
+}
+
+// WithLogger sets the logger of every node's few warnings, as
+// redislock.WithLogger does. The default is slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(o *options) { o.node = append(o.node, redislock.WithLogger(l)) })
 }

@@ -23,6 +23,8 @@ import (
 //	redis+sentinel://[user:pass@]h1:26379,h2:26379/MASTER[?db=N]
 //	redis+cluster://[user:pass@]h1:7000,h2:7001
 //	    the three Redis forms also take replica_ack=N[&replica_ack_timeout=100ms]
+//	    every Redis form (Redlock too) takes allow_eviction=1: grant locks
+//	    although maxmemory-policy is not noeviction (see redislock.EvictionError)
 //	redlock://[user:pass@]h1:6379,h2:6379,h3:6379[/db][?node_timeout=50ms]
 //	                                    independent Redis nodes, Redlock quorum
 //	mysql://user:pass@host:3306/dbname[?driver params]
@@ -91,6 +93,7 @@ type backendURL struct {
 
 	replicaAck        int           // Redis: WAIT for this many replicas; 0 off
 	replicaAckTimeout time.Duration // Redis: WAIT's timeout
+	allowEviction     bool          // Redis, Redlock: allow_eviction=1
 	mysql             *mysql.Config
 	postgres          *pgx.ConnConfig
 }
@@ -183,6 +186,10 @@ func parseRedis(raw string) (*backendURL, error) {
 	if err != nil {
 		return nil, err
 	}
+	allowEviction, err := takeAllowEviction(query)
+	if err != nil {
+		return nil, err
+	}
 	if u.RawQuery != "" {
 		// go-redis refuses parameters it does not know: hand it the rest.
 		base, _, _ := strings.Cut(raw, "?")
@@ -195,7 +202,7 @@ func parseRedis(raw string) (*backendURL, error) {
 		return nil, errors.New(strings.TrimPrefix(err.Error(), "redis: "))
 	}
 	b := &backendURL{redis: opts, user: opts.Username, where: fmt.Sprintf("redis at %s (db %d)", opts.Addr, opts.DB),
-		replicaAck: n, replicaAckTimeout: timeout}
+		replicaAck: n, replicaAckTimeout: timeout, allowEviction: allowEviction}
 	if pw, ok := u.User.Password(); ok && pw != "" {
 		b.secrets = append(b.secrets, pw)
 	}
@@ -248,6 +255,9 @@ func parseRedisMulti(kind backendKind, raw string) (*backendURL, error) {
 	}
 	path = strings.Trim(path, "/")
 	b := &backendURL{user: user}
+	if b.allowEviction, err = takeAllowEviction(query); err != nil {
+		return nil, err
+	}
 	if kind != kindRedlock {
 		if b.replicaAck, b.replicaAckTimeout, err = takeReplicaAck(query); err != nil {
 			return nil, err
@@ -283,7 +293,7 @@ func parseRedisMulti(kind backendKind, raw string) (*backendURL, error) {
 			case "sentinel_password":
 				o.SentinelPassword = v
 			default:
-				return nil, fmt.Errorf("unknown parameter %q; redis+sentinel takes db, sentinel_username, sentinel_password, replica_ack and replica_ack_timeout", printable(k, 40))
+				return nil, fmt.Errorf("unknown parameter %q; redis+sentinel takes db, sentinel_username, sentinel_password, replica_ack, replica_ack_timeout and allow_eviction", printable(k, 40))
 			}
 		}
 		b.failover = o
@@ -293,7 +303,7 @@ func parseRedisMulti(kind backendKind, raw string) (*backendURL, error) {
 			return nil, errors.New("a Redis Cluster has only database 0; drop the path")
 		}
 		if len(query) > 0 {
-			return nil, errors.New("redis+cluster takes only replica_ack and replica_ack_timeout")
+			return nil, errors.New("redis+cluster takes only replica_ack, replica_ack_timeout and allow_eviction")
 		}
 		o := &redis.ClusterOptions{Addrs: addrs}
 		if hasUser {
@@ -321,6 +331,23 @@ func parseRedisMulti(kind backendKind, raw string) (*backendURL, error) {
 // replica_ack without replica_ack_timeout: short next to the default TTL's
 // renewal interval (10s / 3).
 const defaultReplicaAckTimeout = 100 * time.Millisecond
+
+// takeAllowEviction reads and removes the allow_eviction parameter of a
+// Redis or Redlock URL (see redislock.WithEvictionAllowed).
+func takeAllowEviction(query url.Values) (bool, error) {
+	v, ok := query["allow_eviction"]
+	if !ok {
+		return false, nil
+	}
+	delete(query, "allow_eviction")
+	switch v[len(v)-1] {
+	case "1", "true":
+		return true, nil
+	case "0", "false":
+		return false, nil
+	}
+	return false, fmt.Errorf("allow_eviction=%q: want 1 or 0", printable(v[len(v)-1], 20))
+}
 
 // takeReplicaAck reads and removes the replica_ack and replica_ack_timeout
 // parameters of a Redis URL (see redislock.WithReplicaAck).

@@ -114,6 +114,9 @@ func connectHooked(ctx context.Context, b *backendURL, timeout time.Duration, ho
 		if b.replicaAck > 0 {
 			opts = append(opts, redislock.WithReplicaAck(b.replicaAck, b.replicaAckTimeout))
 		}
+		if b.allowEviction {
+			opts = append(opts, redislock.WithEvictionAllowed())
+		}
 		rb := redislock.New(rdb, opts...)
 		s.backend, s.inspector = rb, rb
 	case kindRedlock:
@@ -216,6 +219,9 @@ func connectRedlock(b *backendURL, timeout time.Duration, hook redis.Hook) (*sto
 	var opts []redlock.Option
 	if b.redlock.nodeTimeout > 0 {
 		opts = append(opts, redlock.WithNodeTimeout(b.redlock.nodeTimeout))
+	}
+	if b.allowEviction {
+		opts = append(opts, redlock.WithEvictionAllowed())
 	}
 	rl, err := redlock.New(clients, opts...)
 	if err != nil {

@@ -49,6 +49,9 @@ Backends (--backend URL, or the DLOCK_BACKEND environment variable):
                                      PostgreSQL (also postgresql://)
 The three Redis forms take replica_ack=N (and replica_ack_timeout=100ms): every
 grant and renewal waits until N replicas have it, so a failover keeps the lock.
+dlock refuses a Redis whose maxmemory-policy is not noeviction (it could evict
+a held lock or a fence counter); allow_eviction=1, on any Redis form, accepts
+that risk.
 Percent-encode '/', '?', '#' and '@' in passwords (%%2F, %%3F, %%23, %%40).
 
 With no backend given, dlock keeps its locks in the SQLite file
