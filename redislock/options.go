@@ -18,8 +18,8 @@ type options struct {
 	allowEviction bool         // WithEvictionAllowed
 	log           *slog.Logger // WithLogger
 	namespace     string
-	ackReplicas int           // WithReplicaAck; 0: off
-	ackTimeout  time.Duration // WithReplicaAck
+	ackReplicas   int           // WithReplicaAck; 0: off
+	ackTimeout    time.Duration // WithReplicaAck
 }
 
 type optionFunc func(*options)
