@@ -85,7 +85,7 @@ func WithRetry(s RetryStrategy) Option { return optionFunc(func(o *options) { o.
 // and can release each other's holds. Keep IDs secret and unique per owner:
 // anyone who knows one can release the lock. At most MaxOwnerIDLength bytes;
 // the names a store keeps beside the owner tokens ("owner", "fence", "at",
-// "exp", "delay") are refused. The default is a random 128-bit token per handle (reentrant) or per Lock
+// "exp", "delay", "rid", "rrid") are refused. The default is a random 128-bit token per handle (reentrant) or per Lock
 // call (not reentrant).
 func WithOwnerID(id string) Option { return optionFunc(func(o *options) { o.ownerID = id }) }
 
@@ -239,7 +239,7 @@ func (o *options) validate(name string) error {
 
 // reservedOwnerIDs are the field names that Redis stores keep in a lock's
 // hash next to the owner tokens.
-var reservedOwnerIDs = []string{"owner", "fence", "at", "exp", "delay"}
+var reservedOwnerIDs = []string{"owner", "fence", "at", "exp", "delay", "rid", "rrid"}
 
 // CheckName reports whether name is a valid lock name (see MaxNameLength),
 // with the same ErrInvalid error Lock would return, so that programs can

@@ -102,7 +102,11 @@ type AcquireRequest struct {
 	// fewer than Limit live shared holds. Every shared hold is a lease of
 	// its own: its own token, TTL, fence (drawn from the same counter as
 	// exclusive grants) and expiry; Reentrant and LockDelay are never set
-	// with Shared, and a token that has a shared hold already is refused. Only backends whose Capabilities include CapShared (and
+	// with Shared, and a token that has a shared hold already is refused,
+	// or, where the backend must answer a request the network delivered
+	// twice as it answered it the first time (redislock), given that hold
+	// back as the grant: the client draws a token for every shared request,
+	// so a token that holds already is that same request. Only backends whose Capabilities include CapShared (and
 	// CapSemaphore for Limit > 0) receive Shared requests.
 	Mode Mode
 	// Limit, with Mode Shared, is the most live shared holds the lock may

@@ -43,8 +43,9 @@ type Store struct {
 	Delete func(t *testing.T, key string)
 	// Leftovers returns what the store still holds for the lock with the
 	// given key (keys, rows): holds of every mode, fair queue entries and
-	// writer intents, leaving out the fence counter that stores keep on
-	// purpose. Required.
+	// writer intents, leaving out what stores keep on purpose: the fence
+	// counter, and records that expire by themselves without holding
+	// anything back (Redis's ids of recent releases). Required.
 	Leftovers func(t *testing.T, key string) []string
 	// Kill makes the store stop answering for the rest of the case, for
 	// example by stopping the server process. Required.

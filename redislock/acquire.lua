@@ -8,6 +8,7 @@
 -- ARGV[5] lock-delay in ms ("0": none)   ARGV[6] "1" for a shared hold
 -- ARGV[7] limit of shared holds ("0": none)   ARGV[8] "1" when fair
 -- ARGV[9] "1" when the caller waits   ARGV[10] queue ttl in ms
+-- ARGV[11] the request's id
 -- Returns {1, fence, holds} when granted, or {1, fence, holds, overtook}
 -- where overtook is 1 when a grant without fair went before a live fair
 -- queue's head; when not, {0, holder owner,
@@ -18,11 +19,19 @@
 -- lease: in between, the lock is expired but nobody may take it (see
 -- leaseState in common.lua; grants of earlier versions also kept 'exp').
 --
+-- A client may send the same request twice (go-redis resends a command
+-- whose answer was lost with its connection, though it ran): the second
+-- must answer as the first did. An exclusive grant keeps the ids of the
+-- requests that made it or entered it again ('rid', the latest few), and
+-- a request whose id is there gets the grant back unchanged. A shared hold
+-- is always its request's alone (the client draws a token per request), so
+-- a request that finds its token's hold gets it back.
+--
 -- A lock that is free of everything (no lock hash, no shared holds, no
 -- intent, no queue) is granted at once, before the helpers of the rest are
 -- even defined: the plain uncontended grant costs one EXISTS.
 local L, F, S, SI, W, Q, QE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local token, owner, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local token, owner, ttl, rid = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[11]
 local shared = ARGV[6] == '1'
 
 -- grant makes a new exclusive grant and returns its answer.
@@ -30,9 +39,9 @@ local function grant(at)
   local fence = redis.call('INCR', F)
   local delay = tonumber(ARGV[5]) or 0
   if delay > 0 then
-    redis.call('HSET', L, token, 1, 'owner', owner, 'fence', fence, 'at', at, 'delay', delay)
+    redis.call('HSET', L, token, 1, 'owner', owner, 'fence', fence, 'at', at, 'rid', rid, 'delay', delay)
   else
-    redis.call('HSET', L, token, 1, 'owner', owner, 'fence', fence, 'at', at)
+    redis.call('HSET', L, token, 1, 'owner', owner, 'fence', fence, 'at', at, 'rid', rid)
   end
   redis.call('PEXPIRE', L, ttl + delay)
   return {1, fence, 1}
@@ -105,19 +114,20 @@ if shared then
   end
   prune(S, SI, 'HDEL')
   local n = redis.call('ZCARD', S)
+  local mine = redis.call('ZSCORE', S, token)
+  if mine then
+    -- This request's own hold (pruned above if it expired): it was resent.
+    local fence = holdDetails(redis.call('HGET', SI, token))
+    return {1, fence, 1}
+  end
   local writer = redis.call('HMGET', W, 't', 'o')
   if writer[1] and writer[1] ~= token then
     return {0, writer[2] or '', redis.call('PTTL', W), n, 1, 0, 0}
   end
-  local mine = redis.call('ZSCORE', S, token)
   local limit = tonumber(ARGV[7]) or 0
-  if mine or (limit > 0 and n >= limit) then
-    -- A token holds once: its own hold refuses it, as the exclusive
-    -- holder refuses a request without Reentrant.
-    local first = {token, mine}
-    if not mine then
-      first = redis.call('ZRANGE', S, 0, 0, 'WITHSCORES')
-    end
+  if limit > 0 and n >= limit then
+    -- At the limit: wait for the hold that expires first.
+    local first = redis.call('ZRANGE', S, 0, 0, 'WITHSCORES')
     local _, _, holder = holdDetails(redis.call('HGET', SI, first[1]))
     return {0, holder, tonumber(first[2]) - now(), n, 0, 0, 0}
   end
@@ -136,11 +146,23 @@ if expired then
 end
 local holds = redis.call('HGET', L, token)
 if holds then
+  local rids = redis.call('HGET', L, 'rid') or ''
+  if string.find(' ' .. rids .. ' ', ' ' .. rid .. ' ', 1, true) then
+    return {1, redis.call('HGET', L, 'fence'), tonumber(holds)} -- resent
+  end
   if ARGV[4] ~= '1' then
     local r = busy()
     return refuse(r[2], r[3], 0, false)
   end
   holds = redis.call('HINCRBY', L, token, 1)
+  local keep = {rid}
+  for x in string.gmatch(rids, '%S+') do
+    if #keep >= 16 then
+      break
+    end
+    keep[#keep + 1] = x
+  end
+  redis.call('HSET', L, 'rid', table.concat(keep, ' '))
   if redis.call('PTTL', L) < ttl + delay then
     redis.call('PEXPIRE', L, ttl + delay) -- extend, never shorten
   end

@@ -2,14 +2,18 @@ package redislock
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -44,21 +48,50 @@ type Backend struct {
 	allowEviction bool
 	eviction      evictionCheck
 	log           *slog.Logger
+	// err is an invalid option or a nil client, returned by every call.
+	err error
+	// ridPrefix and ridSeq make the ids of acquire and release requests,
+	// by which a script tells a resent request from a new one.
+	ridPrefix string
+	ridSeq    atomic.Uint64
+}
+
+// requestID returns a new id for an acquire or release request: unique to
+// this Backend (a random prefix) and to the request (a counter).
+func (b *Backend) requestID() string {
+	return b.ridPrefix + strconv.FormatUint(b.ridSeq.Add(1), 36)
 }
 
 // New returns a Backend that keeps its locks in rdb. It does no I/O; the
-// scripts are loaded on first use.
+// scripts are loaded on first use. An invalid option (WithNamespace with a
+// brace) or a nil rdb does not panic: every call of the Backend then returns
+// an error wrapping dlock.ErrInvalid.
+//
+// Give rdb ContextTimeoutEnabled (redis.Options, ClusterOptions,
+// FailoverOptions): without it go-redis bounds each command by its own
+// ReadTimeout and WriteTimeout (3s by default), not by the context, so
+// against a Redis that hangs a TryLock with a 1s deadline returns after
+// several seconds, and so do Unlock and Client.Close. The dlock CLI sets it.
+// Automatic retries (MaxRetries) are safe: every script recognises a
+// request that go-redis sends again after a lost answer and answers it as it
+// answered the first time.
 func New(rdb redis.UniversalClient, opts ...Option) *Backend {
 	o := options{namespace: DefaultNamespace}
 	for _, opt := range opts {
 		opt.apply(&o)
 	}
 	b := &Backend{rdb: rdb, ns: o.namespace, publish: "PUBLISH", ackReplicas: o.ackReplicas, ackTimeout: o.ackTimeout,
-		allowEviction: o.allowEviction, log: o.log}
+		allowEviction: o.allowEviction, log: o.log, err: o.err}
+	if rdb == nil && b.err == nil {
+		b.err = fmt.Errorf("redislock: nil client: %w", dlock.ErrInvalid)
+	}
 	if _, ok := rdb.(*redis.ClusterClient); ok {
 		b.sharded, b.publish = true, "SPUBLISH"
 	}
 	b.publishArg = b.publish
+	var r [9]byte
+	_, _ = rand.Read(r[:])
+	b.ridPrefix = base64.RawURLEncoding.EncodeToString(r[:]) + "."
 	return b
 }
 
@@ -79,25 +112,28 @@ func (b *Backend) SupportsLockDelay() bool { return true }
 // contract describes. Errors come only from Redis and wrap its error, or
 // name a Mode the backend does not know.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
-	if !b.eviction.ok.Load() {
-		if err := b.checkEviction(ctx); err != nil {
-			return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, err)
+	if b.err != nil {
+		return driver.AcquireResult{}, b.err
+	}
+	if !b.allowEviction && !b.eviction.ok.Load() {
+		if err := b.checkEviction(ctx, req.Key); err != nil {
+			return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, foreign(req.Key, err))
 		}
 	}
 	args, err := b.acquireCall(req)
 	if err != nil {
-		return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, err)
+		return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, foreign(req.Key, err))
 	}
 	if b.acking() {
 		return b.acquireAcked(ctx, req, splitEvalSha(args))
 	}
 	reply, err := runEvalSha(ctx, b.rdb, acquireScript, args).Slice()
 	if err != nil {
-		return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, err)
+		return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, foreign(req.Key, err))
 	}
 	res, err := parseAcquire(reply)
 	if err != nil {
-		return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, err)
+		return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, foreign(req.Key, err))
 	}
 	return res, nil
 }
@@ -124,12 +160,12 @@ func (b *Backend) acquireCall(req driver.AcquireRequest) ([]any, error) {
 	const nk = len(acquireSuffixes)
 	var keys [nk]string
 	b.keysInto(keys[:], req.Key, acquireSuffixes[:])
-	args := evalShaArgs(acquireSHA, nk, 10)
+	args := evalShaArgs(acquireSHA, nk, 11)
 	for i, k := range keys {
 		args[3+i] = k
 	}
 	copy(args[3+nk:], []any{req.Token, req.Owner, millis(req.TTL), flag(req.Reentrant), delay,
-		flag(shared), max(req.Limit, 0), flag(req.Fair), flag(req.Wait), queueTTL})
+		flag(shared), max(req.Limit, 0), flag(req.Fair), flag(req.Wait), queueTTL, b.requestID()})
 	return args, nil
 }
 
@@ -195,6 +231,9 @@ func (b *Backend) Supports(c driver.Capability) bool {
 // It reports false, with a nil error, when token is not a holder (released,
 // expired or taken over).
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	if b.err != nil {
+		return false, b.err
+	}
 	if b.acking() {
 		return b.renewAcked(ctx, key, token, ttl)
 	}
@@ -208,7 +247,7 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 	args[3+nk], args[4+nk] = token, millis(ttl)
 	n, err := runEvalSha(ctx, b.rdb, renewScript, args).Int64()
 	if err != nil {
-		return false, fmt.Errorf("redislock: renew %q: %w", key, err)
+		return false, fmt.Errorf("redislock: renew %q: %w", key, foreign(key, err))
 	}
 	return n == 1, nil
 }
@@ -220,6 +259,9 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 // the head of the fair queue when the lock is left free with a live queue
 // (see Listen). Held is false, with a nil error, when token held nothing.
 func (b *Backend) Release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
+	if b.err != nil {
+		return driver.ReleaseResult{}, b.err
+	}
 	return b.release(ctx, key, token, b.publishArg)
 }
 
@@ -230,14 +272,14 @@ func (b *Backend) release(ctx context.Context, key, token string, publish any) (
 	const nk = len(releaseSuffixes) - 1
 	var names [nk + 1]string
 	b.keysInto(names[:], key, releaseSuffixes[:])
-	args := evalShaArgs(releaseSHA, nk, 3)
+	args := evalShaArgs(releaseSHA, nk, 4)
 	for i, k := range names[:nk] {
 		args[3+i] = k
 	}
-	args[3+nk], args[4+nk], args[5+nk] = token, names[nk], publish
+	args[3+nk], args[4+nk], args[5+nk], args[6+nk] = token, names[nk], publish, b.requestID()
 	n, err := runEvalSha(ctx, b.rdb, releaseScript, args).Int64()
 	if err != nil {
-		return driver.ReleaseResult{}, fmt.Errorf("redislock: release %q: %w", key, err)
+		return driver.ReleaseResult{}, fmt.Errorf("redislock: release %q: %w", key, foreign(key, err))
 	}
 	if n < 0 {
 		return driver.ReleaseResult{}, nil
@@ -249,10 +291,13 @@ func (b *Backend) release(ctx context.Context, key, token string, publish any) (
 // one script that touches no hold, and publishes on the release channel
 // when that lets a waiter in, as Release does.
 func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
+	if b.err != nil {
+		return b.err
+	}
 	names := b.keysOf(key, releaseSuffixes[:])
 	nk := len(names) - 1
 	if err := withdrawScript.Run(ctx, b.rdb, names[:nk], token, names[nk], b.publishArg).Err(); err != nil {
-		return fmt.Errorf("redislock: withdraw %q: %w", key, err)
+		return fmt.Errorf("redislock: withdraw %q: %w", key, foreign(key, err))
 	}
 	return nil
 }
@@ -287,6 +332,13 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 	if len(reqs) == 0 {
 		return nil
 	}
+	if b.err != nil {
+		out := make([]driver.RenewResult, len(reqs))
+		for i := range out {
+			out[i].Err = b.err
+		}
+		return out
+	}
 	if b.acking() {
 		return b.renewBatchAcked(ctx, reqs)
 	}
@@ -295,7 +347,7 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 	for i, cmd := range cmds {
 		n, err := cmd.Int64()
 		if err != nil {
-			results[i].Err = fmt.Errorf("redislock: renew %q: %w", reqs[i].Key, err)
+			results[i].Err = fmt.Errorf("redislock: renew %q: %w", reqs[i].Key, foreign(reqs[i].Key, err))
 			continue
 		}
 		results[i].Held = n == 1

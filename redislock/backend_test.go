@@ -129,6 +129,11 @@ func TestAcquireFreeLockStoresGrant(t *testing.T) {
 		t.Errorf("acquired-at field %q, want the server's time in ms (about %d)", got["at"], serverMillis)
 	}
 	delete(got, "at")
+	// The request's id, by which a resent acquire is recognised.
+	if got["rid"] == "" || strings.Contains(got["rid"], " ") {
+		t.Errorf("request id field %q, want one id", got["rid"])
+	}
+	delete(got, "rid")
 	want := map[string]string{tok: "1", "owner": "host-a|pid 1", "fence": "1"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("lock hash = %v, want %v", got, want)

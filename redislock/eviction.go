@@ -41,54 +41,129 @@ func (e *EvictionError) Is(target error) bool { return target == ErrEviction }
 // again (an operator may have fixed it).
 const evictionRecheck = 10 * time.Second
 
-// evictionCheck is a Backend's check of the maxmemory-policy of its nodes.
+// evictionCheck is a Backend's check of the maxmemory-policy of its
+// masters, each read once, before the first acquire it serves.
 type evictionCheck struct {
-	ok      atomic.Bool // done, read without mu on every acquire
-	mu      sync.Mutex
-	done    bool      // the policy was found safe, or could not be read
-	refused error     // the last refusal, an *EvictionError
+	ok    atomic.Bool // every master is fine: a single node, Sentinel or Ring found so
+	mu    sync.Mutex
+	nodes map[string]*nodeEviction // by address, guarded by mu
+	// fine holds the addresses of Cluster masters found fine, read
+	// without mu on every acquire.
+	fine   sync.Map
+	warned bool // the unreadable policy was logged, guarded by mu
+}
+
+// nodeEviction is what is known of one master's policy.
+type nodeEviction struct {
+	refused error     // an *EvictionError, or nil
 	at      time.Time // when refused was found
 }
 
-// checkEviction returns nil when every master of the Backend's Redis has
-// maxmemory-policy noeviction, when WithEvictionAllowed was given, or when
-// the policy cannot be read (CONFIG refused or renamed, as on many managed
-// services: logged once); otherwise an *EvictionError. The policy is read
-// once per Backend (a refusal again after evictionRecheck), before the first
-// acquire, so the hot path pays nothing.
-func (b *Backend) checkEviction(ctx context.Context) error {
+// CheckEviction reads maxmemory-policy on every master the Backend uses
+// (on a Cluster, every master now in the slot map) and returns an
+// *EvictionError when one may evict keys, unless WithEvictionAllowed was
+// given. Acquire does the same, for the master of its key, before its
+// first grant there; call CheckEviction to learn of a bad policy at start
+// up. Where CONFIG GET is not allowed it logs one warning and returns nil.
+func (b *Backend) CheckEviction(ctx context.Context) error {
+	if b.allowEviction || b.eviction.ok.Load() {
+		return nil
+	}
+	var nodes []redis.Cmdable
+	switch c := b.rdb.(type) {
+	case *redis.ClusterClient:
+		var mu sync.Mutex
+		err := c.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error {
+			mu.Lock()
+			nodes = append(nodes, n)
+			mu.Unlock()
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("redislock: reading maxmemory-policy: %w", err)
+		}
+	case *redis.Ring:
+		var mu sync.Mutex
+		err := c.ForEachShard(ctx, func(_ context.Context, n *redis.Client) error {
+			mu.Lock()
+			nodes = append(nodes, n)
+			mu.Unlock()
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("redislock: reading maxmemory-policy: %w", err)
+		}
+	default:
+		nodes = []redis.Cmdable{b.rdb}
+	}
+	for _, n := range nodes {
+		if err := b.checkNode(ctx, n); err != nil {
+			return err
+		}
+	}
+	if _, cluster := b.rdb.(*redis.ClusterClient); !cluster {
+		b.eviction.ok.Store(true)
+	}
+	return nil
+}
+
+// checkEviction is CheckEviction for the master of key: on a Cluster the
+// master of its slot, elsewhere every master.
+func (b *Backend) checkEviction(ctx context.Context, key string) error {
+	cc, ok := b.rdb.(*redis.ClusterClient)
+	if !ok {
+		return b.CheckEviction(ctx)
+	}
+	node, err := cc.MasterForKey(ctx, b.lockKey(key))
+	if err != nil {
+		return fmt.Errorf("redislock: reading maxmemory-policy: %w", err)
+	}
+	if _, fine := b.eviction.fine.Load(node.Options().Addr); fine {
+		return nil
+	}
+	return b.checkNode(ctx, node)
+}
+
+// checkNode reads the policy of node unless it is known, and returns the
+// refusal, if any.
+func (b *Backend) checkNode(ctx context.Context, node redis.Cmdable) error {
 	ec := &b.eviction
-	if b.allowEviction {
-		ec.ok.Store(true)
+	addr := "redis"
+	if c, ok := node.(*redis.Client); ok {
+		addr = c.Options().Addr
+	}
+	if _, fine := ec.fine.Load(addr); fine {
 		return nil
 	}
 	ec.mu.Lock()
 	defer ec.mu.Unlock()
-	if ec.done {
-		return nil
+	if ec.nodes == nil {
+		ec.nodes = make(map[string]*nodeEviction)
 	}
-	if ec.refused != nil && time.Since(ec.at) < evictionRecheck {
-		return ec.refused
+	known := ec.nodes[addr]
+	if known != nil && known.refused != nil && time.Since(known.at) < evictionRecheck {
+		return known.refused
 	}
-	policies, err := b.maxmemoryPolicies(ctx)
+	policy, err := policyOf(ctx, node)
 	switch {
 	case err != nil && unreadableConfig(err):
-		ec.done = true
-		ec.ok.Store(true)
-		b.logger().Warn("redislock: cannot read Redis's maxmemory-policy (CONFIG GET is not allowed); "+
-			"make sure it is noeviction, or lock keys and fence counters may be evicted", "err", err)
+		if !ec.warned {
+			ec.warned = true
+			b.logger().Warn("redislock: cannot read Redis's maxmemory-policy (CONFIG GET is not allowed); "+
+				"make sure it is noeviction, or lock keys and fence counters may be evicted", "addr", addr, "err", err)
+		}
+		ec.nodes[addr] = &nodeEviction{}
+		ec.fine.Store(addr, true)
 		return nil
 	case err != nil:
 		return fmt.Errorf("redislock: reading maxmemory-policy: %w", err)
+	case policy != "noeviction":
+		refused := &EvictionError{Addr: addr, Policy: policy}
+		ec.nodes[addr] = &nodeEviction{refused: refused, at: time.Now()}
+		return refused
 	}
-	for addr, p := range policies {
-		if p != "noeviction" {
-			ec.refused, ec.at = &EvictionError{Addr: addr, Policy: p}, time.Now()
-			return ec.refused
-		}
-	}
-	ec.done, ec.refused = true, nil
-	ec.ok.Store(true)
+	ec.nodes[addr] = &nodeEviction{}
+	ec.fine.Store(addr, true)
 	return nil
 }
 
@@ -102,41 +177,6 @@ func unreadableConfig(err error) bool {
 	msg := re.Error()
 	return strings.HasPrefix(msg, "NOPERM") || strings.Contains(msg, "unknown command") ||
 		strings.Contains(msg, "unknown subcommand")
-}
-
-// maxmemoryPolicies reads maxmemory-policy on every master: the one node,
-// the Sentinel's current primary, or each master of a Cluster or shard of
-// a Ring.
-func (b *Backend) maxmemoryPolicies(ctx context.Context) (map[string]string, error) {
-	var (
-		mu  sync.Mutex
-		out = make(map[string]string)
-	)
-	read := func(ctx context.Context, node *redis.Client) error {
-		p, err := policyOf(ctx, node)
-		if err != nil {
-			return err
-		}
-		mu.Lock()
-		out[node.Options().Addr] = p
-		mu.Unlock()
-		return nil
-	}
-	var err error
-	switch c := b.rdb.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, read)
-	case *redis.Ring:
-		err = c.ForEachShard(ctx, read)
-	case *redis.Client:
-		err = read(ctx, c)
-	default:
-		var p string
-		if p, err = policyOf(ctx, b.rdb); err == nil {
-			out["redis"] = p
-		}
-	}
-	return out, err
 }
 
 // policyOf reads maxmemory-policy with CONFIG GET.

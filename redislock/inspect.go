@@ -25,9 +25,12 @@ const scanCount = 500
 // intent is live. ok is false, with a nil error, when the lock has neither
 // an exclusive holder nor a live shared hold.
 func (b *Backend) Inspect(ctx context.Context, key string) (driver.LockInfo, bool, error) {
+	if b.err != nil {
+		return driver.LockInfo{}, false, b.err
+	}
 	info, ok, err := parseInfo(key, inspectScript.Run(ctx, b.rdb, b.stateKeys(key)))
 	if err != nil {
-		return driver.LockInfo{}, false, fmt.Errorf("redislock: inspect %q: %w", key, err)
+		return driver.LockInfo{}, false, fmt.Errorf("redislock: inspect %q: %w", key, foreign(key, err))
 	}
 	return info, ok, nil
 }
@@ -39,10 +42,13 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.LockInfo, boo
 // and a writer intent, which belong to waiters. ok is false, with a nil
 // error, when the lock was not held.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.LockInfo, bool, error) {
+	if b.err != nil {
+		return driver.LockInfo{}, false, b.err
+	}
 	cmd := forceReleaseScript.Run(ctx, b.rdb, b.stateKeys(key), b.channel(key), b.publish)
 	info, ok, err := parseInfo(key, cmd)
 	if err != nil {
-		return driver.LockInfo{}, false, fmt.Errorf("redislock: force release %q: %w", key, err)
+		return driver.LockInfo{}, false, fmt.Errorf("redislock: force release %q: %w", key, foreign(key, err))
 	}
 	return info, ok, nil
 }
@@ -55,6 +61,9 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.LockInfo
 // per page; a lock taken or released during the walk may or may not be
 // listed.
 func (b *Backend) List(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
+	if b.err != nil {
+		return nil, b.err
+	}
 	pattern := globEscape(b.ns) + ":{" + globEscape(prefix) + "*"
 	var (
 		mu    sync.Mutex

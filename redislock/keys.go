@@ -19,13 +19,16 @@ import "strings"
 //	NS:{K}:q      zset: fair queue, token → arrival number (1 + the
 //	              largest in the queue, so no counter is kept)
 //	NS:{K}:qe     zset: fair queue, token → entry expiry (ms, server clock)
+//	NS:{K}:r      string: the ids of the latest releases (up to 16) that
+//	              deleted the hash or a shared hold; lives 15s after the
+//	              last. A resent release finds its id and changes nothing.
 //	NS:{K}:rel    release channel (a channel name, not a key)
 //
 // :s and :si, and :q and :qe, are written together and carry the expiry of
 // their latest entry (PEXPIREAT), so they vanish with it; scripts prune
 // expired entries by the server's clock and delete a structure that has
 // become empty. After every holder and waiter has gone, only the fence
-// counter is left.
+// counter is left, and :r for 15s.
 //
 // The braces are a Cluster hash tag: all of one lock's keys hash to one slot,
 // so a script may touch them together.
@@ -42,6 +45,11 @@ func (b *Backend) channel(key string) string { return b.lockKey(key) + ":rel" }
 // sharedSuffix ends the name of a lock's set of shared holds.
 const sharedSuffix = ":s"
 
+// recentSuffix ends the name of the key that keeps the ids of a lock's
+// recent releases for 15s, so that a release that was resent is answered
+// as it was the first time (see release.lua).
+const recentSuffix = ":r"
+
 // The KEYS of the scripts, as suffixes of the lock hash's name.
 var (
 	// acquire.lua: the lock hash, the fence counter, the shared holds and
@@ -49,9 +57,10 @@ var (
 	acquireSuffixes = [...]string{"", ":fence", sharedSuffix, ":si", ":w", ":q", ":qe"}
 	// release.lua and describe.lua: acquire's without the fence counter.
 	stateSuffixes = []string{"", sharedSuffix, ":si", ":w", ":q", ":qe"}
-	// release.lua: stateSuffixes, then the release channel (an argument,
-	// not a key), so that one string holds all the names of a release.
-	releaseSuffixes = [...]string{"", sharedSuffix, ":si", ":w", ":q", ":qe", ":rel"}
+	// release.lua: stateSuffixes, the recent releases, then the release
+	// channel (an argument, not a key), so that one string holds all the
+	// names of a release.
+	releaseSuffixes = [...]string{"", sharedSuffix, ":si", ":w", ":q", ":qe", recentSuffix, ":rel"}
 	// renew.lua: the lock hash, the shared holds and their details.
 	renewSuffixes = [...]string{"", sharedSuffix, ":si"}
 	// raise_fence.lua: the lock hash, the fence counter, the shared holds

@@ -41,6 +41,9 @@ const (
 // subscribers with an unsolicited "sunsubscribe"), since a release may have
 // been missed meanwhile; next is "" then.
 func (b *Backend) Listen(ctx context.Context, fn func(key, next string)) (driver.Listener, error) {
+	if b.err != nil {
+		return nil, b.err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("redislock: listen: %w", err)
 	}

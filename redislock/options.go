@@ -1,8 +1,12 @@
 package redislock
 
 import (
+	"fmt"
 	"log/slog"
+	"strings"
 	"time"
+
+	"github.com/dlock-go/dlock"
 )
 
 // DefaultNamespace is the namespace of keys and channels when WithNamespace
@@ -15,6 +19,7 @@ type Option interface {
 }
 
 type options struct {
+	err           error        // the first invalid option
 	allowEviction bool         // WithEvictionAllowed
 	log           *slog.Logger // WithLogger
 	namespace     string
@@ -29,9 +34,15 @@ func (f optionFunc) apply(o *options) { f(o) }
 // WithNamespace sets the first part of every key and channel the backend
 // uses, so that several applications can share one Redis without seeing each
 // other's locks. It must not contain '{' or '}', which would move the Cluster
-// hash tag. An empty ns keeps the default, DefaultNamespace ("dlock").
+// hash tag: such a namespace makes every call of the Backend return an error
+// wrapping dlock.ErrInvalid. An empty ns keeps the default, DefaultNamespace
+// ("dlock").
 func WithNamespace(ns string) Option {
 	return optionFunc(func(o *options) {
+		if strings.ContainsAny(ns, "{}") && o.err == nil {
+			o.err = fmt.Errorf("redislock: namespace %q: contains a brace, which would move the Cluster hash tag: %w", ns, dlock.ErrInvalid)
+			return
+		}
 		if ns != "" {
 			o.namespace = ns
 		}

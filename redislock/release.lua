@@ -7,7 +7,15 @@
 -- ARGV[1] token   ARGV[2] release channel
 -- ARGV[3] the publish command: PUBLISH, or SPUBLISH on a Cluster; "" for
 -- a release that wakes nobody (ReleaseQuietly)
+-- KEYS[7] recent releases   ARGV[4] the request's id
 -- Returns -1 when the token held nothing, else the holds left.
+--
+-- A client may send the same request twice (go-redis resends a command
+-- whose answer was lost with its connection, though it ran): the second
+-- must answer as the first did. So the ids of recent releases are kept:
+-- those that left holds in the hash ('rrid'), those that deleted the hash
+-- or a shared hold in KEYS[7], for recentTTL ms; a request whose id is
+-- there changes nothing and reports the holds the token has now.
 --
 -- The announcement is "next:" followed by the token at the head of the fair
 -- queue when the lock is left free of an exclusive holder with a live
@@ -16,11 +24,47 @@
 --
 -- The last hold of a plain exclusive grant, without lock-delay, intent or
 -- queue, is released before the helpers of the rest are even defined.
-local L, S, SI, W, Q, QE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local token = ARGV[1]
+local L, S, SI, W, Q, QE, R = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local token, rid = ARGV[1], ARGV[4]
+local recentTTL, recentMax = 15000, 16
+
+-- seen reports whether the space-separated ids ids include id.
+local function seen(ids, id)
+  return ids ~= nil and ids ~= false and string.find(' ' .. ids .. ' ', ' ' .. id .. ' ', 1, true) ~= nil
+end
+
+-- push returns ids with id in front, keeping recentMax of them.
+local function push(ids, id)
+  if not ids then
+    return id
+  end
+  local out, n = {id}, 1
+  for x in string.gmatch(ids, '%S+') do
+    if n >= recentMax then
+      break
+    end
+    n = n + 1
+    out[n] = x
+  end
+  return table.concat(out, ' ')
+end
+
+-- done records that this request deleted the hash or a shared hold.
+local function done()
+  redis.call('SET', R, push(redis.call('GET', R), rid), 'PX', recentTTL)
+end
+
 local holds = redis.call('HGET', L, token)
+if holds then
+  if seen(redis.call('HGET', L, 'rrid'), rid) then
+    return tonumber(holds) -- a resent request: released already
+  end
+elseif seen(redis.call('GET', R), rid) then
+  return 0 -- a resent request: it deleted the hold already
+end
 if holds == '1' and redis.call('EXISTS', W, Q) == 0 and not redis.call('HGET', L, 'delay') then
   redis.call('DEL', L)
+  done()
   if ARGV[3] ~= '' then
     redis.pcall(ARGV[3], ARGV[2], 'next:') -- refused (ACL): the release stands
   end
@@ -37,14 +81,15 @@ if holds then
   if expired then
     -- The lease expired and the lock sits in its lock-delay: the late
     -- holder is done with it, so the delay has no more reason to run.
-    redis.call('DEL', L)
+    redis.call('DEL', L) -- not done(): a resend, too, finds nothing held
     notify = true
   else
     holds = tonumber(holds) - 1
     if holds > 0 then
-      redis.call('HSET', L, token, holds)
+      redis.call('HSET', L, token, holds, 'rrid', push(redis.call('HGET', L, 'rrid'), rid))
     else
       redis.call('DEL', L)
+      done()
       notify = true
     end
     result = holds
@@ -55,6 +100,7 @@ else
     redis.call('ZREM', S, token)
     redis.call('HDEL', SI, token)
     fit(S, SI)
+    done()
     if tonumber(exp) > now() then
       result, notify, anyone = 0, true, true
     end

@@ -234,17 +234,17 @@ func (b *Backend) acquireAcked(ctx context.Context, req driver.AcquireRequest, c
 	key := req.Key
 	conn, err := b.connFor(ctx, call.keys[0])
 	if err != nil {
-		return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", key, err)
+		return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", key, foreign(key, err))
 	}
 	cmds, acked, ackErr := b.runAckedAt(ctx, conn, acquireScript, []scriptCall{call})
 	reply, err := cmds[0].Slice()
 	if err != nil {
 		b.movedOn(ctx, err)
-		return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", key, err)
+		return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", key, foreign(key, err))
 	}
 	res, err := parseAcquire(reply)
 	if err != nil {
-		return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", key, err)
+		return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", key, foreign(key, err))
 	}
 	if !res.Acquired {
 		return res, nil
@@ -267,7 +267,7 @@ func (b *Backend) acquireAcked(ctx context.Context, req driver.AcquireRequest, c
 	if _, uerr := b.Release(uctx, key, req.Token); uerr != nil {
 		err = errors.Join(err, fmt.Errorf("undo: %w", uerr))
 	}
-	return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", key, err)
+	return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", key, foreign(key, err))
 }
 
 // renewAcked is Renew with WithReplicaAck.
@@ -286,7 +286,7 @@ func (b *Backend) renewBatchAcked(ctx context.Context, reqs []driver.RenewReques
 	for i, r := range reqs {
 		conn, err := b.connFor(ctx, b.lockKey(r.Key))
 		if err != nil {
-			results[i].Err = fmt.Errorf("redislock: renew %q: %w", r.Key, err)
+			results[i].Err = fmt.Errorf("redislock: renew %q: %w", r.Key, foreign(r.Key, err))
 			continue
 		}
 		if _, ok := groups[conn]; !ok {
@@ -307,7 +307,7 @@ func (b *Backend) renewBatchAcked(ctx context.Context, reqs []driver.RenewReques
 			switch {
 			case err != nil:
 				b.movedOn(ctx, err)
-				results[i].Err = fmt.Errorf("redislock: renew %q: %w", key, err)
+				results[i].Err = fmt.Errorf("redislock: renew %q: %w", key, foreign(key, err))
 			case n != 1:
 				// Not held: nothing was written, so nothing to wait for.
 			case ackErr != nil:

@@ -108,6 +108,9 @@ func sortedKeys(t *testing.T, rdb redis.Cmdable, key string) []string {
 	if err != nil {
 		t.Fatalf("KEYS: %v", err)
 	}
+	// The ids of recent releases stay 15s on purpose (see release.lua):
+	// they hold nothing back.
+	keys = slices.DeleteFunc(keys, func(k string) bool { return k == lockKey(key)+":r" })
 	slices.Sort(keys)
 	return keys
 }
@@ -272,12 +275,18 @@ func testLoweredLimitKeepsHolders(t *testing.T, e sharedEnv) {
 	mustAcquire(t, e.b2, sharedReq("sem", newToken(t), "new", 2))
 }
 
+// A token holds once; since the client draws a token for every shared
+// request, a request that finds its token's hold is that request resent
+// (go-redis resends a command whose answer was lost), and gets the hold
+// back as the first run made it.
 func testSharedTokenHoldsOnce(t *testing.T, e sharedEnv) {
 	tok := newToken(t)
 	first := mustAcquire(t, e.b, sharedReq("k", tok, "reader", 0))
-	res := refused(t, e.b, sharedReq("k", tok, "reader", 0))
-	if res.Holder != "reader" || res.Shared != 1 {
-		t.Errorf("second acquire by the same token = %+v, want refused by its own hold", res)
+	if again := mustAcquire(t, e.b, sharedReq("k", tok, "reader", 0)); again.Fence != first.Fence {
+		t.Errorf("second acquire by the same token = %+v, want the first grant (fence %d) back", again, first.Fence)
+	}
+	if info, _, err := e.b.Inspect(t.Context(), "k"); err != nil || len(info.Shared) != 1 {
+		t.Errorf("shared holds after the second acquire = %+v, %v; want one", info.Shared, err)
 	}
 	if got := release(t, e.b, "k", tok); got != (driver.ReleaseResult{Held: true}) {
 		t.Errorf("release = %+v, want held with 0 remaining", got)

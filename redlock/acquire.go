@@ -144,9 +144,18 @@ func newAttempt(b *Backend, ctx context.Context, req driver.AcquireRequest) *att
 // possible and the follow-up matches it; decide returns at once when the
 // caller's context ends.
 func (a *attempt) run(n *node) {
-	ctx, cancel := context.WithTimeout(a.bg, a.timeout)
-	res, err := n.b.Acquire(ctx, a.req)
+	// The node's maxmemory-policy is read before its first acquire, with
+	// a timeout of its own: within the acquire's (a tenth of the TTL) it
+	// would cost the node its first answer.
+	ctx, cancel := context.WithTimeout(a.bg, a.b.slowTimeout())
+	err := n.b.CheckEviction(ctx)
 	cancel()
+	var res driver.AcquireResult
+	if err == nil {
+		ctx, cancel = context.WithTimeout(a.bg, a.timeout)
+		res, err = n.b.Acquire(ctx, a.req)
+		cancel()
+	}
 	a.answers <- answer[driver.AcquireResult]{node: n, val: res, err: err}
 
 	select {
