@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/safetext"
 )
 
 var (
@@ -117,9 +119,12 @@ type NotObtainedError struct {
 	Slow time.Duration
 }
 
-// Error names the lock and what stands in the way.
+// Error names the lock and what stands in the way. The holder's owner
+// string was written by another program: it is shown escaped when it holds
+// anything a terminal could take for a command.
 func (e *NotObtainedError) Error() string {
 	ttl := e.HolderTTL.Round(time.Millisecond)
+	holder := safetext.Escape(e.Holder)
 	var msg string
 	switch {
 	case e.Slow > 0:
@@ -128,22 +133,22 @@ func (e *NotObtainedError) Error() string {
 	case e.WriterWaiting:
 		msg = fmt.Sprintf("dlock: lock %q not obtained: a writer is waiting", e.Name)
 		if e.Holder != "" {
-			msg += fmt.Sprintf(" (%s, for up to %s more)", e.Holder, ttl)
+			msg += fmt.Sprintf(" (%s, for up to %s more)", holder, ttl)
 		}
 	case e.Permits > 0 && e.Shared > 0:
 		msg = fmt.Sprintf("dlock: semaphore %q not obtained: %d of %d permits in use", e.Name, e.Shared, e.Permits)
 		if e.Holder != "" {
-			msg += fmt.Sprintf(" (the first to expire, held by %s, in %s)", e.Holder, ttl)
+			msg += fmt.Sprintf(" (the first to expire, held by %s, in %s)", holder, ttl)
 		}
 	case e.Shared > 0:
 		msg = fmt.Sprintf("dlock: lock %q not obtained: held by %d shared holders", e.Name, e.Shared)
 		if e.Holder != "" {
-			msg += fmt.Sprintf(" (the last to expire, %s, in %s)", e.Holder, ttl)
+			msg += fmt.Sprintf(" (the last to expire, %s, in %s)", holder, ttl)
 		}
 	case e.Holder == "":
 		msg = fmt.Sprintf("dlock: lock %q not obtained", e.Name)
 	default:
-		msg = fmt.Sprintf("dlock: lock %q not obtained: held by %s (expires in %s)", e.Name, e.Holder, ttl)
+		msg = fmt.Sprintf("dlock: lock %q not obtained: held by %s (expires in %s)", e.Name, holder, ttl)
 	}
 	if e.Position > 0 {
 		msg += fmt.Sprintf("; place %d in the queue", e.Position)

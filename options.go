@@ -5,8 +5,9 @@ import (
 	"math/rand/v2"
 	"slices"
 	"time"
-	"unicode"
 	"unicode/utf8"
+
+	"github.com/dlock-go/dlock/internal/safetext"
 )
 
 // Limits on user input. Calls given values outside them return ErrInvalid.
@@ -91,7 +92,9 @@ func WithOwnerID(id string) Option { return optionFunc(func(o *options) { o.owne
 
 // WithMetadata adds free text to the owner string stored with the lock, shown
 // to waiters that fail to obtain it and by dlock ls. At most
-// MaxMetadataLength bytes. The default is empty.
+// MaxMetadataLength bytes of valid UTF-8 without control characters (C0,
+// DEL, C1) or bidi formatting characters (U+202E and the like): others see
+// this text on their terminals. The default is empty.
 func WithMetadata(text string) Option { return optionFunc(func(o *options) { o.metadata = text }) }
 
 // WithLogger sets the Client's logger for renewals, losses and store errors.
@@ -220,8 +223,8 @@ func (o *options) validate(name string) error {
 	if len(o.metadata) > MaxMetadataLength {
 		return invalid("metadata: %d bytes, over MaxMetadataLength (%d)", len(o.metadata), MaxMetadataLength)
 	}
-	if !utf8.ValidString(o.metadata) {
-		return invalid("metadata: not valid UTF-8")
+	if err := checkText("metadata", o.metadata); err != nil {
+		return err
 	}
 	if len(o.ownerID) > MaxOwnerIDLength {
 		return invalid("owner ID: %d bytes, over MaxOwnerIDLength (%d)", len(o.ownerID), MaxOwnerIDLength)
@@ -256,15 +259,21 @@ func validateName(field, s string) error {
 	if len(s) > MaxNameLength {
 		return invalid("%s: %d bytes, over MaxNameLength (%d)", field, len(s), MaxNameLength)
 	}
-	if !utf8.ValidString(s) {
-		return invalid("%s: not valid UTF-8", field)
+	return checkText(field, s)
+}
+
+// checkText refuses text that is not valid UTF-8 or holds a control (C0,
+// DEL, C1) or bidi formatting character: names and metadata are stored and
+// shown to other users, whose terminals must not take them for commands.
+func checkText(field, s string) error {
+	r, at, ok := safetext.Check(s)
+	switch {
+	case ok:
+		return nil
+	case r == utf8.RuneError:
+		return invalid("%s: not valid UTF-8 (byte %d)", field, at)
 	}
-	for _, r := range s {
-		if unicode.IsControl(r) {
-			return invalid("%s: %q contains a control character", field, s)
-		}
-	}
-	return nil
+	return invalid("%s: %s contains %U at byte %d, a control or bidi formatting character", field, safetext.Escape(s), r, at)
 }
 
 // RetryStrategy gives the pause before the next attempt of a waiter that was

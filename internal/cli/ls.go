@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/safetext"
 )
 
 // lockJSON is one lock in the output of ls --json and inspect --json. The
@@ -265,18 +266,14 @@ func writeSharedTable(w io.Writer, info driver.LockInfo, now time.Time) {
 	_ = tw.Flush()
 }
 
-// tableCell keeps a value on its line and in its column: names and owners
-// may hold tabs or other odd characters, which are shown quoted.
+// tableCell keeps a value on its line and in its column, and the reader's
+// terminal as it was: names and owners written by other programs may hold
+// tabs, escape sequences, C1 or bidi characters, which are shown quoted.
 func tableCell(s string) string {
 	if s == "" {
 		return "-"
 	}
-	for _, r := range s {
-		if r < ' ' || r == 0x7f {
-			return strconv.Quote(s)
-		}
-	}
-	return s
+	return safetext.Escape(s)
 }
 
 func writeJSON(w io.Writer, v any) error {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/safetext"
 )
 
 // liveInterval is how often the live line on a terminal is redrawn.
@@ -284,12 +285,13 @@ func (r *waitReporter) clearLive() {
 	r.liveLen = 0
 }
 
-// holderText is the owner string for a message.
+// holderText is the owner string for a message, escaped (see safetext):
+// another program wrote it.
 func holderText(owner string) string {
 	if owner == "" {
 		return "an unknown owner"
 	}
-	return owner
+	return safetext.Escape(owner)
 }
 
 // isTerminal reports whether w is a terminal (a character device).
