@@ -273,7 +273,7 @@ func checkText(field, s string) error {
 	case r == utf8.RuneError:
 		return invalid("%s: not valid UTF-8 (byte %d)", field, at)
 	}
-	return invalid("%s: %s contains %U at byte %d, a control or bidi formatting character", field, safetext.Escape(s), r, at)
+	return invalid("%s: %s contains %U at byte %d, a control character or a bidi formatting character", field, safetext.Escape(s), r, at)
 }
 
 // RetryStrategy gives the pause before the next attempt of a waiter that was

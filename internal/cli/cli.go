@@ -25,6 +25,7 @@ type app struct {
 	stdout, stderr io.Writer
 
 	backend        string // --backend; "" means DLOCK_BACKEND, then the default
+	passwordFile   string // --password-file; "" means DLOCK_PASSWORD, if set
 	connectTimeout time.Duration
 }
 
@@ -113,6 +114,7 @@ func (a *app) main(ctx context.Context, args []string) error {
 // command's name or after it.
 func (a *app) globalFlags(fs *flag.FlagSet) {
 	fs.StringVar(&a.backend, "backend", a.backend, "")
+	fs.StringVar(&a.passwordFile, "password-file", a.passwordFile, "")
 	fs.DurationVar(&a.connectTimeout, "connect-timeout", a.connectTimeout, "")
 }
 
@@ -199,12 +201,27 @@ func (a *app) backendURL() (*backendURL, error) {
 		raw, source = os.Getenv(envBackend), envBackend
 	}
 	raw = strings.TrimSpace(raw)
+	pw, pwSource, err := a.password()
+	if err != nil {
+		return nil, err
+	}
 	if raw == "" {
+		if pwSource == "--password-file" {
+			return nil, passwordErr(pwSource, errors.New("the default SQLite file takes no password"))
+		}
 		return defaultBackend()
 	}
 	b, err := parseBackendURL(raw)
 	if err != nil {
 		return nil, fail(exitUsage, "%s %q: %s", source, redact(raw), err)
+	}
+	if pw != "" {
+		if b.kind == kindSQLite && pwSource == envPassword {
+			return b, nil // DLOCK_PASSWORD is for the servers it is set for
+		}
+		if err := b.setPassword(pw); err != nil {
+			return nil, passwordErr(pwSource, err)
+		}
 	}
 	return b, nil
 }

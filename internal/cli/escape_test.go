@@ -58,7 +58,7 @@ func TestControlCharactersRefused(t *testing.T) {
 		{[]string{"run", "ev\u202eil", "--", "true"}},
 	} {
 		r := e.run(tc.args...)
-		if r.code != 64 || !strings.Contains(r.stderr, "control or bidi") {
+		if r.code != 64 || !strings.Contains(r.stderr, "control character") {
 			t.Errorf("%q: exit %d, stderr %q; want 64 and the reason", tc.args, r.code, r.stderr)
 		}
 		for _, c := range r.stderr {

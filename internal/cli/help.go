@@ -9,7 +9,7 @@ import (
 
 // synopses are the usage lines, printed after a usage error.
 var synopses = map[string]string{
-	"dlock":   "dlock [--backend URL] [--connect-timeout DURATION] COMMAND [ARGS...]",
+	"dlock":   "dlock [--backend URL] [--password-file PATH] [--connect-timeout DURATION] COMMAND [ARGS...]",
 	"run":     "dlock run [flags] NAME -- COMMAND [ARGS...]",
 	"ls":      "dlock ls [PREFIX] [--json]",
 	"inspect": "dlock inspect NAME [--json]",
@@ -22,6 +22,10 @@ var synopses = map[string]string{
 const backendFlagsHelp = `  --backend URL              the store (default: $DLOCK_BACKEND, else the
                              SQLite file in your state directory, private to
                              your user; see 'dlock help')
+  --password-file PATH       the store's password, read from the file's first
+                             line (default: $DLOCK_PASSWORD), for a URL
+                             without one: a password in --backend is on the
+                             command line, which ps shows to every user
   --connect-timeout DURATION longest wait for the store's first answer (default 5s)
 `
 
@@ -34,24 +38,29 @@ Commands:
 Backends (--backend URL, or the DLOCK_BACKEND environment variable):
   sqlite:///abs/path/locks.db        SQLite file (three slashes: absolute path)
   sqlite:rel/path/locks.db           SQLite file relative to the current directory
-  redis://[user:pass@]host:6379/0    one Redis node; rediss:// for TLS
-  redis+sentinel://[user:pass@]h1:26379,h2:26379/MASTER[?db=N]
+  redis://[user@]host:6379/0         one Redis node; rediss:// for TLS
+  redis+sentinel://[user@]h1:26379,h2:26379/MASTER[?db=N]
                                      Redis via Sentinel; user and password are the
                                      master's (sentinel_username= and
                                      sentinel_password= parameters for the sentinels)
-  redis+cluster://[user:pass@]h1:7000,h2:7001
+  redis+cluster://[user@]h1:7000,h2:7001
                                      Redis Cluster
-  redlock://[user:pass@]h1:6379,h2:6379,h3:6379[/db][?node_timeout=50ms]
+  redlock://[user@]h1:6379,h2:6379,h3:6379[/db][?node_timeout=50ms]
                                      three or more independent Redis nodes, a lock
                                      held by a majority of them (docs/REDLOCK.md)
-  mysql://user:pass@host:3306/dbname MySQL or MariaDB
-  postgres://user:pass@host:5432/dbname
+  mysql://user@host:3306/dbname      MySQL or MariaDB
+  postgres://user@host:5432/dbname
                                      PostgreSQL (also postgresql://)
 The three Redis forms take replica_ack=N (and replica_ack_timeout=100ms): every
 grant and renewal waits until N replicas have it, so a failover keeps the lock.
 dlock refuses a Redis whose maxmemory-policy is not noeviction (it could evict
 a held lock or a fence counter); allow_eviction=1, on any Redis form, accepts
 that risk.
+Keep passwords out of the URL: a --backend URL stands on the command line,
+where ps shows it to every user of the machine for as long as dlock runs. Give
+the user in the URL (redis://app@h:6379/0) and the password in DLOCK_PASSWORD
+or a file named by --password-file (readable by you alone). dlock run hands
+the command neither DLOCK_PASSWORD nor a DLOCK_BACKEND that holds a password.
 Percent-encode '/', '?', '#' and '@' in passwords (%%2F, %%3F, %%23, %%40).
 
 With no backend given, dlock keeps its locks in the SQLite file

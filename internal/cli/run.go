@@ -428,7 +428,7 @@ func runHolding(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-cha
 	cmd.Stdin = os.Stdin
 	cmd.Stdout = a.stdout
 	cmd.Stderr = a.stderr
-	cmd.Env = childEnv(os.Environ(), lease, o.kind)
+	cmd.Env = childEnv(withoutCredentials(os.Environ()), lease, o.kind)
 	cmd.SysProcAttr = childProcAttr()
 	release := func() error {
 		// Bounded like connecting: a store that does not answer lets the

@@ -1,0 +1,84 @@
+package cli_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dlock-go/dlock/internal/testserver"
+)
+
+// A password in --backend stands on the command line, where ps shows it to
+// every user while dlock run lasts. DLOCK_PASSWORD and --password-file keep
+// it off; and the command run under the lock is handed no credential.
+func TestPasswordOffTheCommandLine(t *testing.T) {
+	const secret = "s3cret-Pw.42"
+	srv := testserver.StartRedis(t)
+	if err := srv.Client(t).ConfigSet(t.Context(), "requirepass", secret).Err(); err != nil {
+		t.Fatal(err)
+	}
+	plain := "redis://" + srv.Addr() + "/0"
+	dir := t.TempDir()
+	file := filepath.Join(dir, "pw")
+	if err := os.WriteFile(file, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// Without a password Redis refuses; with one from either source it works.
+	if r := newEnv(t, plain).run("run", "a", "--", "true"); r.code == 0 {
+		t.Fatalf("run without the password succeeded: %q", r.stderr)
+	}
+	pwEnv := newEnv(t, plain, "DLOCK_PASSWORD="+secret)
+	expect(t, pwEnv.run("run", "a", "--", "true"), 0)
+	expect(t, newEnv(t, plain).run("--password-file", file, "run", "a", "--", "true"), 0)
+
+	// The child sees neither DLOCK_PASSWORD nor a DLOCK_BACKEND that holds a
+	// password; it still gets its lock's name and fence.
+	withPW := "redis://:" + secret + "@" + srv.Addr() + "/0"
+	for _, e := range []*env{pwEnv, newEnv(t, withPW)} {
+		out := filepath.Join(dir, "env")
+		expect(t, e.run("run", "a", "--", "sh", "-c", `env > "$0"`, out), 0)
+		data, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(data), secret) {
+			t.Errorf("the command's environment holds the password:\n%s", data)
+		}
+		if !strings.Contains(string(data), "DLOCK_NAME=a\n") || !strings.Contains(string(data), "DLOCK_FENCE=") {
+			t.Errorf("the command's environment lacks DLOCK_NAME or DLOCK_FENCE:\n%s", data)
+		}
+	}
+	// A DLOCK_BACKEND without a password is passed on.
+	out := filepath.Join(dir, "env2")
+	expect(t, pwEnv.run("run", "a", "--", "sh", "-c", `env > "$0"`, out), 0)
+	if data, _ := os.ReadFile(out); !strings.Contains(string(data), "DLOCK_BACKEND="+plain+"\n") {
+		t.Errorf("a DLOCK_BACKEND without a password was not passed on:\n%s", data)
+	}
+
+	// Bad input: a clear error, exit 64, no password echoed.
+	for _, tc := range []struct {
+		env  *env
+		args []string
+		want string
+	}{
+		{newEnv(t, plain), []string{"--password-file", filepath.Join(dir, "missing"), "run", "a", "--", "true"}, "--password-file"},
+		{newEnv(t, plain), []string{"--password-file", emptyFile(t), "run", "a", "--", "true"}, "empty"},
+		{newEnv(t, withPW), []string{"--password-file", file, "run", "a", "--", "true"}, "give it once"},
+		{newEnv(t, ""), []string{"--password-file", file, "run", "a", "--", "true"}, "no password"},
+	} {
+		r := tc.env.run(tc.args...)
+		if r.code != 64 || !strings.Contains(r.stderr, tc.want) || strings.Contains(r.stderr, secret) {
+			t.Errorf("%q: exit %d, stderr %q; want 64 and %q, without the password", tc.args, r.code, r.stderr, tc.want)
+		}
+	}
+}
+
+func emptyFile(t *testing.T) string {
+	p := filepath.Join(t.TempDir(), "empty")
+	if err := os.WriteFile(p, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
