@@ -195,18 +195,26 @@ func testManyWaitersOneClient(t *testing.T, s *Store) {
 			before := runtime.NumGoroutine()
 			ctx, cancel := context.WithCancel(t.Context())
 			var wg sync.WaitGroup
+			// The waiters start one after another, each once the one before
+			// has been refused: their first tries do not pile up on the
+			// store at once (which is not what is measured here).
 			for range n {
+				busy, onBusy := busySignal()
 				wg.Add(1)
+				out := make(chan outcome, 1)
 				go func() {
 					defer wg.Done()
-					if l, err := c.Mutex(name, opts...).Lock(ctx); err == nil {
+					l, err := c.Mutex(name, append(opts, onBusy)...).Lock(ctx)
+					switch {
+					case err == nil:
 						t.Errorf("%s: a waiter obtained the lock while it was held (holder's lease: %v)", kind.name, holder.Err())
 						_ = l.Unlock(t.Context())
+					case ctx.Err() == nil:
+						t.Errorf("%s: a waiter's Lock failed: %v", kind.name, err)
+						out <- outcome{err: err}
 					}
 				}()
-			}
-			for len(p.recorded()) < n {
-				time.Sleep(5 * time.Millisecond)
+				waitBusy(t, kind.name+" waiter", busy, out)
 			}
 			time.Sleep(50 * time.Millisecond) // past the starvation switch (1ms)
 			start := len(p.recorded())

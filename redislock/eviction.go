@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -137,6 +136,9 @@ func (b *Backend) checkNode(ctx context.Context, node redis.Cmdable) error {
 	}
 	ec.mu.Lock()
 	defer ec.mu.Unlock()
+	if _, fine := ec.fine.Load(addr); fine {
+		return nil // read by a call that held mu before this one
+	}
 	if ec.nodes == nil {
 		ec.nodes = make(map[string]*nodeEviction)
 	}
@@ -167,17 +169,20 @@ func (b *Backend) checkNode(ctx context.Context, node redis.Cmdable) error {
 	return nil
 }
 
-// unreadableConfig reports whether err says that CONFIG GET may not be
-// used (ACL, a renamed or disabled command), rather than a failed call.
+// unreadableConfig reports whether err is the server's answer to CONFIG
+// GET, rather than a failed call: the command is not allowed (ACL), renamed
+// or disabled (managed services), or the setting is missing.
 func unreadableConfig(err error) bool {
-	var re redis.Error
-	if !errors.As(err, &re) {
-		return false
+	if errors.Is(err, errNoPolicy) {
+		return true
 	}
-	msg := re.Error()
-	return strings.HasPrefix(msg, "NOPERM") || strings.Contains(msg, "unknown command") ||
-		strings.Contains(msg, "unknown subcommand")
+	var re redis.Error
+	return errors.As(err, &re)
 }
+
+// errNoPolicy is CONFIG GET's empty answer (a proxy, a Redis-compatible
+// server without the setting): the policy cannot be read.
+var errNoPolicy = errors.New("CONFIG GET maxmemory-policy: no such setting")
 
 // policyOf reads maxmemory-policy with CONFIG GET.
 func policyOf(ctx context.Context, c redis.Cmdable) (string, error) {
@@ -187,7 +192,7 @@ func policyOf(ctx context.Context, c redis.Cmdable) (string, error) {
 	}
 	p, ok := m["maxmemory-policy"]
 	if !ok {
-		return "", errors.New("CONFIG GET maxmemory-policy: no answer")
+		return "", errNoPolicy
 	}
 	return p, nil
 }

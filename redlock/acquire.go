@@ -145,9 +145,9 @@ func newAttempt(b *Backend, ctx context.Context, req driver.AcquireRequest) *att
 // caller's context ends.
 func (a *attempt) run(n *node) {
 	// The node's maxmemory-policy is read before its first acquire, with
-	// a timeout of its own: within the acquire's (a tenth of the TTL) it
-	// would cost the node its first answer.
-	ctx, cancel := context.WithTimeout(a.bg, a.b.slowTimeout())
+	// a timeout of its own: within the acquire's it would cost the node its
+	// first answer.
+	ctx, cancel := context.WithTimeout(a.bg, a.timeout)
 	err := n.b.CheckEviction(ctx)
 	cancel()
 	var res driver.AcquireResult
