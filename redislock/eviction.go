@@ -52,11 +52,20 @@ type evictionCheck struct {
 	warned bool // the unreadable policy was logged, guarded by mu
 }
 
-// nodeEviction is what is known of one master's policy.
+// nodeEviction is one reading of a master's policy: made once, in the
+// background, by whichever call needed it first, and waited for by every
+// call meanwhile, each as long as its own context allows, so that callers
+// with short deadlines (Redlock's node timeouts) neither read it over and
+// over nor give up each other's reading.
 type nodeEviction struct {
-	refused error     // an *EvictionError, or nil
-	at      time.Time // when refused was found
+	done    chan struct{} // closed when the reading is over
+	refused error         // an *EvictionError, or nil; set before done is closed
+	failed  error         // the reading failed (the call, not the policy): read again
+	at      time.Time     // when it was over
 }
+
+// evictionReadTimeout bounds one reading of a master's policy.
+const evictionReadTimeout = 2 * time.Second
 
 // CheckEviction reads maxmemory-policy on every master the Backend uses
 // (on a Cluster, every master now in the slot map) and returns an
@@ -123,8 +132,8 @@ func (b *Backend) checkEviction(ctx context.Context, key string) error {
 	return b.checkNode(ctx, node)
 }
 
-// checkNode reads the policy of node unless it is known, and returns the
-// refusal, if any.
+// checkNode returns the refusal of node's policy, if any, reading it
+// unless it is known (see nodeEviction).
 func (b *Backend) checkNode(ctx context.Context, node redis.Cmdable) error {
 	ec := &b.eviction
 	addr := "redis"
@@ -135,18 +144,39 @@ func (b *Backend) checkNode(ctx context.Context, node redis.Cmdable) error {
 		return nil
 	}
 	ec.mu.Lock()
-	defer ec.mu.Unlock()
-	if _, fine := ec.fine.Load(addr); fine {
-		return nil // read by a call that held mu before this one
-	}
 	if ec.nodes == nil {
 		ec.nodes = make(map[string]*nodeEviction)
 	}
-	known := ec.nodes[addr]
-	if known != nil && known.refused != nil && time.Since(known.at) < evictionRecheck {
-		return known.refused
+	ne := ec.nodes[addr]
+	stale := ne != nil && isDone(ne.done) &&
+		(ne.failed != nil || (ne.refused != nil && time.Since(ne.at) >= evictionRecheck))
+	if ne == nil || stale {
+		ne = &nodeEviction{done: make(chan struct{})}
+		ec.nodes[addr] = ne
+		go b.readPolicy(addr, node, ne)
 	}
+	ec.mu.Unlock()
+	select {
+	case <-ne.done:
+	case <-ctx.Done():
+		return fmt.Errorf("redislock: reading maxmemory-policy: %w", ctx.Err())
+	}
+	if ne.failed != nil {
+		return fmt.Errorf("redislock: reading maxmemory-policy: %w", ne.failed)
+	}
+	return ne.refused
+}
+
+// readPolicy makes the reading ne of node's policy.
+func (b *Backend) readPolicy(addr string, node redis.Cmdable, ne *nodeEviction) {
+	ec := &b.eviction
+	ctx, cancel := context.WithTimeout(context.Background(), evictionReadTimeout)
 	policy, err := policyOf(ctx, node)
+	cancel()
+	ec.mu.Lock()
+	defer ec.mu.Unlock()
+	defer close(ne.done)
+	ne.at = time.Now()
 	switch {
 	case err != nil && unreadableConfig(err):
 		if !ec.warned {
@@ -154,19 +184,24 @@ func (b *Backend) checkNode(ctx context.Context, node redis.Cmdable) error {
 			b.logger().Warn("redislock: cannot read Redis's maxmemory-policy (CONFIG GET is not allowed); "+
 				"make sure it is noeviction, or lock keys and fence counters may be evicted", "addr", addr, "err", err)
 		}
-		ec.nodes[addr] = &nodeEviction{}
 		ec.fine.Store(addr, true)
-		return nil
 	case err != nil:
-		return fmt.Errorf("redislock: reading maxmemory-policy: %w", err)
+		ne.failed = err
 	case policy != "noeviction":
-		refused := &EvictionError{Addr: addr, Policy: policy}
-		ec.nodes[addr] = &nodeEviction{refused: refused, at: time.Now()}
-		return refused
+		ne.refused = &EvictionError{Addr: addr, Policy: policy}
+	default:
+		ec.fine.Store(addr, true)
 	}
-	ec.nodes[addr] = &nodeEviction{}
-	ec.fine.Store(addr, true)
-	return nil
+}
+
+// isDone reports whether c is closed.
+func isDone(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // unreadableConfig reports whether err is the server's answer to CONFIG
