@@ -64,3 +64,40 @@ local function holdDetails(v)
   local fence, limit, owner = string.match(v or '', '^(%d+) (%d+) (.*)$')
   return fence or '0', tonumber(limit) or 0, owner or ''
 end
+
+-- leave takes token's writer intent and fair queue entry off the lock (KEYS
+-- as named in release.lua) and returns whether it had an intent (its going
+-- concerns every waiter), whether it had an entry, and whether it was the
+-- head of the queue and left the lock free, so that the next may go.
+local function leave(L, S, W, Q, QE, token)
+  local intent, entry, headLeft = false, false, false
+  if redis.call('HGET', W, 't') == token then
+    redis.call('DEL', W)
+    intent = true
+  end
+  if redis.call('ZSCORE', Q, token) then
+    prune(QE, Q, 'ZREM')
+    local head = redis.call('ZRANGE', Q, 0, 0)[1]
+    if redis.call('ZREM', Q, token) == 1 then
+      entry = true
+      redis.call('ZREM', QE, token)
+      fit(QE, Q)
+      headLeft = head == token and redis.call('EXISTS', L) == 0 and
+          redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf') == 0
+    end
+  end
+  return intent, entry, headLeft
+end
+
+-- announce publishes "next:" on channel with publish (PUBLISH or SPUBLISH),
+-- followed by the fair queue's head when the lock is free with a live queue
+-- and the news is for the head alone (not anyone). A refused publish (an
+-- ACL without the channel) does not undo what the script did.
+local function announce(L, Q, QE, publish, channel, anyone)
+  local next = ''
+  if not anyone and redis.call('EXISTS', L) == 0 and redis.call('EXISTS', Q) == 1 then
+    prune(QE, Q, 'ZREM')
+    next = redis.call('ZRANGE', Q, 0, 0)[1] or ''
+  end
+  redis.pcall(publish, channel, 'next:' .. next)
+end

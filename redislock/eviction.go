@@ -77,22 +77,18 @@ func (b *Backend) CheckEviction(ctx context.Context) error {
 	if b.allowEviction || b.eviction.ok.Load() {
 		return nil
 	}
-	var nodes []redis.Cmdable
+	nodes := []redis.Cmdable{b.rdb}
+	var forEach func(context.Context, func(context.Context, *redis.Client) error) error
 	switch c := b.rdb.(type) {
 	case *redis.ClusterClient:
-		var mu sync.Mutex
-		err := c.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error {
-			mu.Lock()
-			nodes = append(nodes, n)
-			mu.Unlock()
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("redislock: reading maxmemory-policy: %w", err)
-		}
+		forEach = c.ForEachMaster
 	case *redis.Ring:
+		forEach = c.ForEachShard
+	}
+	if forEach != nil {
 		var mu sync.Mutex
-		err := c.ForEachShard(ctx, func(_ context.Context, n *redis.Client) error {
+		nodes = nil
+		err := forEach(ctx, func(_ context.Context, n *redis.Client) error {
 			mu.Lock()
 			nodes = append(nodes, n)
 			mu.Unlock()
@@ -101,8 +97,6 @@ func (b *Backend) CheckEviction(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("redislock: reading maxmemory-policy: %w", err)
 		}
-	default:
-		nodes = []redis.Cmdable{b.rdb}
 	}
 	for _, n := range nodes {
 		if err := b.checkNode(ctx, n); err != nil {

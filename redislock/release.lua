@@ -109,31 +109,16 @@ end
 
 local waiters = redis.call('EXISTS', W, Q) > 0
 if waiters then
-  if redis.call('HGET', W, 't') == token then
-    redis.call('DEL', W)
+  local intent, _, headLeft = leave(L, S, W, Q, QE, token)
+  if intent then
     notify, anyone = true, true
   end
-  if redis.call('ZSCORE', Q, token) then
-    prune(QE, Q, 'ZREM')
-    local head = redis.call('ZRANGE', Q, 0, 0)[1]
-    if redis.call('ZREM', Q, token) == 1 then
-      redis.call('ZREM', QE, token)
-      fit(QE, Q)
-      -- The head gave up while the lock was free: the next one may go.
-      if head == token and redis.call('EXISTS', L) == 0 and
-          redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf') == 0 then
-        notify = true
-      end
-    end
+  if headLeft then
+    notify = true -- the head gave up while the lock was free: the next may go
   end
 end
 
 if notify and ARGV[3] ~= '' then
-  local next = ''
-  if waiters and not anyone and redis.call('EXISTS', L) == 0 and redis.call('EXISTS', Q) == 1 then
-    prune(QE, Q, 'ZREM')
-    next = redis.call('ZRANGE', Q, 0, 0)[1] or ''
-  end
-  redis.pcall(ARGV[3], ARGV[2], 'next:' .. next) -- refused (ACL): the release stands
+  announce(L, Q, QE, ARGV[3], ARGV[2], anyone or not waiters)
 end
 return result

@@ -15,31 +15,11 @@ if redis.call('EXISTS', W, Q) == 0 then
 end
 
 --#common
-local removed, notify, anyone = 0, false, false
-if redis.call('HGET', W, 't') == token then
-  redis.call('DEL', W)
-  removed, notify, anyone = 1, true, true
+local intent, entry, headLeft = leave(L, S, W, Q, QE, token)
+if intent or headLeft then
+  announce(L, Q, QE, ARGV[3], ARGV[2], intent)
 end
-if redis.call('ZSCORE', Q, token) then
-  prune(QE, Q, 'ZREM')
-  local head = redis.call('ZRANGE', Q, 0, 0)[1]
-  if redis.call('ZREM', Q, token) == 1 then
-    removed = 1
-    redis.call('ZREM', QE, token)
-    fit(QE, Q)
-    -- The head gave up while the lock was free: the next one may go.
-    if head == token and redis.call('EXISTS', L) == 0 and
-        redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf') == 0 then
-      notify = true
-    end
-  end
+if intent or entry then
+  return 1
 end
-if notify then
-  local next = ''
-  if not anyone and redis.call('EXISTS', L) == 0 and redis.call('EXISTS', Q) == 1 then
-    prune(QE, Q, 'ZREM')
-    next = redis.call('ZRANGE', Q, 0, 0)[1] or ''
-  end
-  redis.pcall(ARGV[3], ARGV[2], 'next:' .. next)
-end
-return removed
+return 0
