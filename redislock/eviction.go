@@ -126,6 +126,28 @@ func (b *Backend) checkEviction(ctx context.Context, key string) error {
 	return b.checkNode(ctx, node)
 }
 
+// EvictionRefusal returns at once what is known of the policy of the
+// Backend's Redis (a single node or Sentinel primary): an *EvictionError
+// when it may evict keys, nil when it is fine, could not be read, or is not
+// known yet, in which case a reading starts in the background. It does not
+// look at WithEvictionAllowed. Package redlock uses it, so that reading a
+// node's policy never delays the node's answer to an acquire.
+func (b *Backend) EvictionRefusal() error {
+	if _, cluster := b.rdb.(*redis.ClusterClient); cluster || b.eviction.ok.Load() {
+		return nil
+	}
+	if _, ring := b.rdb.(*redis.Ring); ring {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // do not wait: take what is known
+	err := b.checkNode(ctx, b.rdb)
+	if errors.Is(err, ErrEviction) {
+		return err
+	}
+	return nil
+}
+
 // checkNode returns the refusal of node's policy, if any, reading it
 // unless it is known (see nodeEviction).
 func (b *Backend) checkNode(ctx context.Context, node redis.Cmdable) error {
@@ -153,7 +175,9 @@ func (b *Backend) checkNode(ctx context.Context, node redis.Cmdable) error {
 	select {
 	case <-ne.done:
 	case <-ctx.Done():
-		return fmt.Errorf("redislock: reading maxmemory-policy: %w", ctx.Err())
+		if !isDone(ne.done) {
+			return fmt.Errorf("redislock: reading maxmemory-policy: %w", ctx.Err())
+		}
 	}
 	if ne.failed != nil {
 		return fmt.Errorf("redislock: reading maxmemory-policy: %w", ne.failed)

@@ -144,15 +144,14 @@ func newAttempt(b *Backend, ctx context.Context, req driver.AcquireRequest) *att
 // possible and the follow-up matches it; decide returns at once when the
 // caller's context ends.
 func (a *attempt) run(n *node) {
-	// The node's maxmemory-policy is read before its first acquire, with
-	// a timeout of its own: within the acquire's it would cost the node its
-	// first answer.
-	ctx, cancel := context.WithTimeout(a.bg, a.timeout)
-	err := n.b.CheckEviction(ctx)
-	cancel()
+	// A node whose maxmemory-policy may evict keys grants nothing, unless
+	// WithEvictionAllowed. Its policy is read in the background, beside the
+	// node's first acquires, so that the reading never costs a node its
+	// answer within the node timeout (see redislock.EvictionError).
 	var res driver.AcquireResult
+	err := n.evictionRefusal()
 	if err == nil {
-		ctx, cancel = context.WithTimeout(a.bg, a.timeout)
+		ctx, cancel := context.WithTimeout(a.bg, a.timeout)
 		res, err = n.b.Acquire(ctx, a.req)
 		cancel()
 	}
@@ -178,7 +177,7 @@ func (a *attempt) run(n *node) {
 	if act == actNone {
 		return
 	}
-	ctx, cancel = context.WithTimeout(a.bg, a.b.slowTimeout())
+	ctx, cancel := context.WithTimeout(a.bg, a.b.slowTimeout())
 	defer cancel()
 	switch act {
 	case actRaise:

@@ -55,6 +55,17 @@ type node struct {
 	addr  string
 	rdb   redis.UniversalClient
 	b     *redislock.Backend
+	// allowEviction is WithEvictionAllowed.
+	allowEviction bool
+}
+
+// evictionRefusal is the node's refusal to grant because its Redis may
+// evict keys, known so far (redislock.Backend.EvictionRefusal), or nil.
+func (n *node) evictionRefusal() error {
+	if n.allowEviction {
+		return nil
+	}
+	return n.b.EvictionRefusal()
 }
 
 // New returns a Backend on the given nodes, each an independent Redis
@@ -88,7 +99,10 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Backend, error) {
 			index: i,
 			addr:  addrOf(c),
 			rdb:   c,
-			b:     redislock.New(c, append([]redislock.Option{redislock.WithNamespace(ns)}, o.node...)...),
+			// The node's own Backend grants on any policy: the node checks
+			// it without waiting (evictionRefusal).
+			b:             redislock.New(c, append([]redislock.Option{redislock.WithNamespace(ns), redislock.WithEvictionAllowed()}, o.node...)...),
+			allowEviction: o.allowEviction,
 		})
 	}
 	return b, nil

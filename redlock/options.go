@@ -32,12 +32,13 @@ type Option interface {
 }
 
 type options struct {
-	namespace   string
-	nodeTimeout time.Duration
-	driftFactor float64
-	driftExtra  time.Duration
-	node        []redislock.Option // WithEvictionAllowed, WithLogger: for every node
-	err         error              // the first invalid option
+	namespace     string
+	nodeTimeout   time.Duration
+	driftFactor   float64
+	driftExtra    time.Duration
+	node          []redislock.Option // WithLogger: for every node
+	allowEviction bool               // WithEvictionAllowed
+	err           error              // the first invalid option
 }
 
 type optionFunc func(*options)
@@ -111,7 +112,7 @@ func WithClockDrift(factor float64, extra time.Duration) Option {
 // does. By default a node whose Redis may evict keys refuses to grant
 // (redislock.EvictionError), which counts against the quorum.
 func WithEvictionAllowed() Option {
-	return optionFunc(func(o *options) { o.node = append(o.node, redislock.WithEvictionAllowed()) })
+	return optionFunc(func(o *options) { o.allowEviction = true })
 }
 
 // WithLogger sets the logger of every node's few warnings, as
