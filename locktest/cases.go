@@ -457,13 +457,20 @@ func testOneClientManyWaiters(t *testing.T, s *Store) {
 	held := lock(t, holder.Mutex("locktest/herd"))
 	var wg sync.WaitGroup
 	var inside atomic.Int32
+	// The waiters start one after another, each once the one before has
+	// been refused: what is measured is the cost of a release, not first
+	// tries on cold connections at once (which Redlock's 50ms node timeout
+	// does not always allow under the race detector).
 	for range waiters {
+		busy, onBusy := busySignal()
+		out := make(chan outcome, 1)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			l, err := c.Mutex("locktest/herd").Lock(t.Context())
+			l, err := c.Mutex("locktest/herd", onBusy).Lock(t.Context())
 			if err != nil {
 				t.Error(err)
+				out <- outcome{err: err}
 				return
 			}
 			if !inside.CompareAndSwap(0, 1) {
@@ -475,6 +482,7 @@ func testOneClientManyWaiters(t *testing.T, s *Store) {
 				t.Error(err)
 			}
 		}()
+		waitBusy(t, "a waiter", busy, out)
 	}
 	time.Sleep(300 * time.Millisecond)
 	unlock(t, held)
