@@ -54,6 +54,8 @@ type storeSpec struct {
 	Kind  string   `json:"kind"`            // one of the kind constants
 	Addrs []string `json:"addrs,omitempty"` // redis/redlock host:port, through the proxies when the store has them
 	DSN   string   `json:"dsn,omitempty"`   // SQLite file DSN, MariaDB DSN, PostgreSQL URL; memlock: its key in memStores
+	// NodeTimeout is redlock's WithNodeTimeout, or 0 for its default.
+	NodeTimeout time.Duration `json:"node_timeout,omitempty"`
 }
 
 // memStores holds the memlock stores of the running tests, by the DSN of
@@ -109,7 +111,11 @@ func (s storeSpec) open() (driver.Backend, func() error, error) {
 			}
 			return errors.Join(errs...)
 		}
-		b, err := redlock.New(clients)
+		var opts []redlock.Option
+		if s.NodeTimeout > 0 {
+			opts = append(opts, redlock.WithNodeTimeout(s.NodeTimeout))
+		}
+		b, err := redlock.New(clients, opts...)
 		if err != nil {
 			_ = closeAll()
 			return nil, nil, fmt.Errorf("chaostest: redlock store: %w", err)
