@@ -49,6 +49,7 @@ type Client struct {
 func New(backend driver.Backend, opts ...Option) *Client {
 	c := &Client{backend: backend, opts: defaultOptions(), closeDone: make(chan struct{})}
 	c.cond = sync.NewCond(&c.mu)
+	c.owners.identity = clientIdentity(clients.Add(1))
 	c.closingCtx, c.cancelClosing = context.WithCancel(context.Background())
 	for _, o := range opts {
 		if o != nil {

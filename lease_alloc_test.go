@@ -3,7 +3,9 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,7 +90,7 @@ func TestOwnerStringPerMetadata(t *testing.T) {
 	ctx := t.Context()
 	c := dlock.New(memlock.New())
 	defer c.Close()
-	pattern := "^" + regexp.QuoteMeta(driver.ProcessIdentity()) + `\|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`
+	pattern := "^" + regexp.QuoteMeta(driver.ProcessIdentity()) + `( client \d+)?\|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`
 	for _, meta := range []string{"", "a", "", "b", "b"} {
 		l, err := c.Mutex("owner/"+meta, dlock.WithMetadata(meta)).Lock(ctx)
 		if err != nil {
@@ -103,6 +105,42 @@ func TestOwnerStringPerMetadata(t *testing.T) {
 		}
 		if err := l.Unlock(ctx); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// Two Clients of one process are two owners: their owner strings differ,
+// and both are of this process (redlock tells a quorum held by one owner
+// from nodes split between contenders by these strings: with one string,
+// contenders of two Clients looked like a holder and their waiters slept
+// for the TTL).
+func TestOwnerStringPerClient(t *testing.T) {
+	ctx := t.Context()
+	store := memlock.New()
+	var owners []string
+	for i := range 2 {
+		c := dlock.New(store)
+		defer c.Close()
+		l, err := c.Mutex(fmt.Sprintf("owner-per-client/%d", i)).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		owners = append(owners, l.Owner())
+		if !driver.OfThisProcess(l.Owner()) {
+			t.Errorf("OfThisProcess(%q) = false", l.Owner())
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The two may straddle a second: compare what comes before the time.
+	who := func(owner string) string { return owner[:strings.LastIndex(owner, "|")] }
+	if who(owners[0]) == who(owners[1]) {
+		t.Errorf("two Clients share the owner identity %q (owners %q)", who(owners[0]), owners)
+	}
+	for _, o := range []string{"otherhost|pid 1|2026-11-21T10:00:03Z", driver.ProcessIdentity() + "0|2026-11-21T10:00:03Z", ""} {
+		if driver.OfThisProcess(o) {
+			t.Errorf("OfThisProcess(%q) = true", o)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package dlock
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -16,11 +17,27 @@ func newToken() string {
 	return hex.EncodeToString(b[:])
 }
 
+// clients numbers the Clients of this process.
+var clients atomic.Int64
+
+// clientIdentity returns the identity of the Client numbered n:
+// driver.ProcessIdentity() for the first, and with " client n" after it for
+// the others ("host|pid 4242 client 2"). Contenders are told apart by their
+// owner strings (redlock tells a real holder from nodes split between
+// contenders that way), so two Clients of one process must not share one.
+func clientIdentity(n int64) string {
+	if n <= 1 {
+		return driver.ProcessIdentity()
+	}
+	return driver.ProcessIdentity() + " client " + strconv.FormatInt(n, 10)
+}
+
 // ownerString describes an owner for other waiters and for dlock ls:
-// "host|pid 4242|2026-11-21T10:00:03Z", then "|metadata" when there is some.
-func ownerString(at time.Time, metadata string) string {
+// "host|pid 4242|2026-11-21T10:00:03Z", then "|metadata" when there is some;
+// identity is the Client's (see clientIdentity).
+func ownerString(identity string, at time.Time, metadata string) string {
 	var buf [128]byte
-	b := append(buf[:0], driver.ProcessIdentity()...)
+	b := append(buf[:0], identity...)
 	b = append(b, '|')
 	b = at.UTC().AppendFormat(b, time.RFC3339)
 	if metadata != "" {
@@ -34,7 +51,10 @@ func ownerString(at time.Time, metadata string) string {
 // the acquire's second only, so every acquire of one second with the same
 // metadata can share it: no allocation per Lock, and one string for the
 // many leases taken in that second.
-type ownerCache struct{ last atomic.Pointer[ownerStamp] }
+type ownerCache struct {
+	identity string // the Client's, set by New
+	last     atomic.Pointer[ownerStamp]
+}
 
 type ownerStamp struct {
 	sec      int64 // at.Unix(): ownerString depends on nothing finer
@@ -49,7 +69,7 @@ func (oc *ownerCache) get(at time.Time, metadata string) string {
 	if p := oc.last.Load(); p != nil && p.sec == sec && p.metadata == metadata {
 		return p.s
 	}
-	s := ownerString(at, metadata)
+	s := ownerString(oc.identity, at, metadata)
 	oc.last.Store(&ownerStamp{sec: sec, metadata: metadata, s: s})
 	return s
 }

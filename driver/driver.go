@@ -22,14 +22,24 @@ import (
 	"errors"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
 // ProcessIdentity returns "host|pid N" for this process. The dlock client
-// starts every owner description (AcquireRequest.Owner) with it and a '|',
-// so a backend can tell owners of this process from others (redlock does,
-// to spot nodes split between contenders of one process).
+// starts every owner description (AcquireRequest.Owner) with it: the first
+// Client of a process follows it with '|', the others with " client N|"
+// (N numbering the process's Clients), so that a backend can tell owners of
+// this process from others, and the Clients of one process apart (redlock
+// does, to spot nodes split between contenders). See OfThisProcess.
 func ProcessIdentity() string { return processIdentity }
+
+// OfThisProcess reports whether the owner description owner was made by a
+// dlock client of this process.
+func OfThisProcess(owner string) bool {
+	rest, ok := strings.CutPrefix(owner, processIdentity)
+	return ok && (strings.HasPrefix(rest, "|") || strings.HasPrefix(rest, " client "))
+}
 
 var processIdentity = func() string {
 	host, err := os.Hostname()

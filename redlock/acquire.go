@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -466,10 +465,10 @@ func reentryOpen(wins []answer[driver.AcquireResult], join uint64, q, pending in
 //     again.
 //
 // Contenders are told apart by their owner descriptions, which the dlock
-// client makes per process and second, so contenders in this process (several
-// Clients on one name) can look like one owner. When the blocking owner is
-// of this process and this attempt won some nodes, the result is treated as
-// a possible split too.
+// client makes per Client and second, so contenders of one Client (two
+// tokens of one name, say Lock and TryLock at once) can look like one
+// owner. When the blocking owner is of this process and this attempt won
+// some nodes, the result is treated as a possible split too.
 //
 // Queued is set when any node kept a writer intent of this request.
 func (a *attempt) busyResult(busy []answer[driver.AcquireResult], yes int) driver.AcquireResult {
@@ -485,7 +484,7 @@ func (a *attempt) busyResult(busy []answer[driver.AcquireResult], yes int) drive
 	holder, best := mostReported(contenders)
 	// A real holder holds a quorum; an owner with fewer nodes, even enough
 	// to block ours (with an even N, half of them), is a contender too.
-	if best >= q && !(yes > 0 && strings.HasPrefix(holder, driver.ProcessIdentity()+"|")) {
+	if best >= q && !(yes > 0 && driver.OfThisProcess(holder)) {
 		return driver.AcquireResult{Holder: holder, HolderTTL: letGo(busy, block), Queued: queued}
 	}
 	// Readers hold a quorum only where neither this attempt nor an

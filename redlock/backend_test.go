@@ -162,6 +162,48 @@ func TestSplitVoteRetriesSoonAndQuietly(t *testing.T) {
 	}
 }
 
+// Contenders of two Clients of one process that split the nodes are two
+// contenders, not one holder: their owner strings differ. When they were
+// the same string, a third contender that won no node took them for a
+// quorum holder and slept for their TTL after they had given up (the
+// undoing of a lost attempt is not announced), and Redlock waiters stalled.
+func TestSplitBetweenClientsOfOneProcess(t *testing.T) {
+	// Five nodes, two of them down: the quorum of three needs every live
+	// node, and the two Clients' contenders hold two and one of them.
+	servers := startNodes(t, 5)
+	nodes := admins(t, servers)
+	// The owner strings the two Clients give their grants.
+	var owners []string
+	for range 2 {
+		c := dlock.New(newBackend(t, servers))
+		l, err := c.Mutex("owner-probe", dlock.WithTTL(time.Second)).TryLock(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		owners = append(owners, l.Owner())
+		if err := l.Unlock(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holdForeign(t, nodes[0], "k", owners[0])
+	holdForeign(t, nodes[1], "k", owners[0])
+	holdForeign(t, nodes[2], "k", owners[1])
+	servers[3].Kill(t)
+	servers[4].Kill(t)
+
+	b := newBackend(t, servers)
+	res, err := b.Acquire(t.Context(), request(t, "k", 10*time.Second))
+	if err != nil || res.Acquired {
+		t.Fatalf("Acquire on nodes split between two Clients = %+v, %v; want not acquired", res, err)
+	}
+	if res.HolderTTL <= 0 || res.HolderTTL > redlock.DefaultNodeTimeout {
+		t.Errorf("HolderTTL = %v (holders %q), want a short delay within the node timeout", res.HolderTTL, owners)
+	}
+}
+
 // With one node dead and the live nodes split between two contenders, an
 // acquire is refused as contention (come back soon), not failed with a
 // QuorumError, which would end a waiting Lock.
