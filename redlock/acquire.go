@@ -312,6 +312,7 @@ func (a *attempt) decide(ctx context.Context, start time.Time) (driver.AcquireRe
 			key, elapsed.Round(time.Microsecond), a.req.TTL, drift, ErrValidityElapsed)
 	}
 	a.granted = true
+	b.noSplit(key)
 	return driver.AcquireResult{Acquired: true, Fence: fence, Holds: holds}, nil
 }
 
@@ -460,9 +461,10 @@ func reentryOpen(wins []answer[driver.AcquireResult], join uint64, q, pending in
 //     and undo their grants at once (an owner with fewer than a quorum of
 //     nodes is one of them, even when it blocks ours, and so is an attempt
 //     of a reader that won only some nodes); then HolderTTL is a random
-//     time between a fifth of and one node timeout, so that the
-//     contenders come back one at a time instead of splitting the nodes
-//     again.
+//     time between a fifth of and one node timeout, doubled for each split
+//     of the key in a row up to eight times (see Backend.splitDelay), so
+//     that the contenders come back one at a time instead of splitting the
+//     nodes again.
 //
 // Contenders are told apart by their owner descriptions, which the dlock
 // client makes per Client and second, so contenders of one Client (two
@@ -485,6 +487,7 @@ func (a *attempt) busyResult(busy []answer[driver.AcquireResult], yes int) drive
 	// A real holder holds a quorum; an owner with fewer nodes, even enough
 	// to block ours (with an even N, half of them), is a contender too.
 	if best >= q && !(yes > 0 && driver.OfThisProcess(holder)) {
+		a.b.noSplit(a.req.Key)
 		return driver.AcquireResult{Holder: holder, HolderTTL: letGo(busy, block), Queued: queued}
 	}
 	// Readers hold a quorum only where neither this attempt nor an
@@ -493,6 +496,7 @@ func (a *attempt) busyResult(busy []answer[driver.AcquireResult], yes int) drive
 	// contenders. Writer intents need no quorum: on N−Q+1 nodes they keep
 	// every reader from one, until the writer is granted or gives up.
 	if len(waits) >= block && (shared || n-yes-len(contenders) >= q) {
+		a.b.noSplit(a.req.Key)
 		res := driver.AcquireResult{HolderTTL: letGo(waits, block), WriterWaiting: shared, Queued: queued}
 		res.Holder, _ = mostReported(waits)
 		counts := make([]int, 0, len(waits))
@@ -503,7 +507,7 @@ func (a *attempt) busyResult(busy []answer[driver.AcquireResult], yes int) drive
 		return res
 	}
 	holder, _ = mostReported(busy)
-	return driver.AcquireResult{Holder: holder, HolderTTL: a.b.splitDelay(), Queued: queued}
+	return driver.AcquireResult{Holder: holder, HolderTTL: a.b.splitDelay(a.req.Key), Queued: queued}
 }
 
 // classify splits the refusals of busy into waits (readers refusing a

@@ -47,6 +47,9 @@ type Backend struct {
 	// drops to zero (tests wait on it).
 	running int
 	idle    *sync.Cond
+	// splits counts, by key, this Backend's attempts in a row that found
+	// the nodes split between contenders (see splitDelay).
+	splits map[string]int
 }
 
 // node is one Redis node.
@@ -180,11 +183,34 @@ func (b *Backend) slowTimeout() time.Duration {
 	return max(b.opts.nodeTimeout, min(4*b.opts.nodeTimeout, time.Second))
 }
 
-// splitDelay is a random wait in [nodeTimeout/5, nodeTimeout), at least
-// 1ms, after an attempt that found the nodes split between contenders.
-func (b *Backend) splitDelay() time.Duration {
+// splitDelay is a random wait after an attempt on key that found the nodes
+// split between contenders: in [nodeTimeout/5, nodeTimeout), at least 1ms,
+// after the first split in a row, and twice as long after each further one,
+// up to 8 times. Contenders that keep colliding (every live node needed for
+// a quorum, all of them waiting for the same release) spread out further
+// each time instead of splitting the nodes again and again.
+func (b *Backend) splitDelay(key string) time.Duration {
+	b.mu.Lock()
+	if b.splits == nil || len(b.splits) >= maxSplitKeys {
+		b.splits = make(map[string]int) // forget: a key is only slower to back off
+	}
+	b.splits[key]++
+	n := b.splits[key]
+	b.mu.Unlock()
 	lo := max(b.opts.nodeTimeout/5, time.Millisecond)
-	return lo + rand.N(max(b.opts.nodeTimeout-lo, time.Millisecond))
+	d := lo + rand.N(max(b.opts.nodeTimeout-lo, time.Millisecond))
+	return d << min(n-1, 3)
+}
+
+// maxSplitKeys bounds the keys splitDelay remembers.
+const maxSplitKeys = 4096
+
+// noSplit forgets the splits in a row of key: an attempt on it was granted,
+// or refused by a holder.
+func (b *Backend) noSplit(key string) {
+	b.mu.Lock()
+	delete(b.splits, key)
+	b.mu.Unlock()
 }
 
 // listTimeout bounds one node's walk in List, which may take many pages.

@@ -45,6 +45,15 @@ type ledger struct {
 	firstErr   error
 	unlockErrs int
 	losses     map[dlock.LostReason]int
+	events     map[string][]string // by name: what the workers saw, for a failure's log
+}
+
+// event records what a worker of name saw, at an offset from the start.
+func (l *ledger) event(name string, client int, format string, args ...any) {
+	at := l.at(time.Now())
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events[name] = append(l.events[name], fmt.Sprintf("%s client %d: %s", at, client, fmt.Sprintf(format, args...)))
 }
 
 func (l *ledger) add(g grantRecord) {
@@ -86,7 +95,7 @@ func contend(t *testing.T, cfg contention, newBackend func(t *testing.T) driver.
 		clients[i] = dlock.New(newBackend(t), dlock.WithTTL(cfg.ttl))
 		warmUp(t, clients[i], cfg.ttl)
 	}
-	lg := &ledger{losses: make(map[dlock.LostReason]int), errsByName: make(map[string]int)}
+	lg := &ledger{losses: make(map[dlock.LostReason]int), errsByName: make(map[string]int), events: make(map[string][]string)}
 	ctx, cancel := context.WithTimeout(t.Context(), cfg.run)
 	var wg sync.WaitGroup
 	// stop ends the run; deferred too, so that the workers stop and the
@@ -123,7 +132,9 @@ func contend(t *testing.T, cfg contention, newBackend func(t *testing.T) driver.
 // random time: mostly a few milliseconds, one time in eight between half the
 // TTL and one and a half, so that renewals are needed.
 func work(ctx context.Context, lg *ledger, c *dlock.Client, client int, name string, ttl time.Duration) {
-	m := c.Mutex(name)
+	m := c.Mutex(name, dlock.WithOnBusy(func(e *dlock.NotObtainedError) {
+		lg.event(name, client, "busy: holder %q for %v", e.Holder, e.HolderTTL)
+	}))
 	pause := time.NewTimer(time.Hour)
 	defer pause.Stop()
 	hold := time.NewTimer(time.Hour)
@@ -135,6 +146,7 @@ func work(ctx context.Context, lg *ledger, c *dlock.Client, client int, name str
 				return
 			}
 			lg.lockFailed(name, err)
+			lg.event(name, client, "Lock: %v", err)
 			// Back off at random, as an application would. With a node
 			// down, contenders that split the live nodes between them all
 			// get a *QuorumError, not "held by another", and their next
@@ -144,6 +156,7 @@ func work(ctx context.Context, lg *ledger, c *dlock.Client, client int, name str
 			continue
 		}
 		start := time.Now()
+		lg.event(name, client, "granted, fence %d", l.Fence())
 		d := time.Duration(rand.N(10)+1) * time.Millisecond
 		if rand.N(8) == 0 {
 			d = ttl/2 + rand.N(ttl)
@@ -213,6 +226,9 @@ func (l *ledger) checkExclusion(t *testing.T, names []string, minGrants int) {
 		counts = append(counts, fmt.Sprintf("%s: %d (longest gap %v)", name, len(gs), gap.Round(time.Millisecond)))
 		if len(gs) < minGrants {
 			t.Errorf("%s: %d grants, want at least %d", name, len(gs), minGrants)
+			l.mu.Lock()
+			t.Logf("what the workers of %s saw:\n%s", name, strings.Join(l.events[name], "\n"))
+			l.mu.Unlock()
 		}
 	}
 	for _, o := range l.overlaps() {
