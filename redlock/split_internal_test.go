@@ -32,7 +32,7 @@ func TestSplitDelayBacksOff(t *testing.T) {
 func TestSplitDelayForgets(t *testing.T) {
 	b := &Backend{opts: options{nodeTimeout: 50 * time.Millisecond}}
 	for i := range 3 * maxSplitKeys {
-		b.splitDelay(string(rune('a' + i%26)) + time.Duration(i).String())
+		b.splitDelay(string(rune('a'+i%26)) + time.Duration(i).String())
 	}
 	if n := len(b.splits); n > maxSplitKeys {
 		t.Errorf("%d keys remembered, want at most %d", n, maxSplitKeys)
