@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -16,7 +15,6 @@ import (
 // goroutines.
 type Client struct {
 	backend driver.Backend
-	batcher driver.BatchRenewer                   // nil when the backend has no batch renewal
 	drift   func(ttl time.Duration) time.Duration // nil when the backend has no drift allowance
 	opts    options
 	log     *slog.Logger
@@ -75,10 +73,10 @@ func New(backend driver.Backend, opts ...Option) *Client {
 			c.err = err
 		}
 	}
-	c.batcher, _ = backend.(driver.BatchRenewer)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.renewer = newRenewer(c)
-	c.hub = newWaitHub(c)
+	c.renewer = newRenewer(backend, c.log)
+	notifier, _ := backend.(driver.Notifier)
+	c.hub = newWaitHub(notifier, c.log, c.ctx)
 	return c
 }
 
@@ -167,68 +165,6 @@ func (c *Client) exit() {
 	c.mu.Unlock()
 }
 
-// Mutex returns a handle on the lock named name. Making a handle touches no
-// store; bad names and options are reported by its methods as ErrInvalid.
-func (c *Client) Mutex(name string, opts ...Option) *Mutex {
-	if c == nil {
-		return &Mutex{name: name, err: invalid("client: nil")}
-	}
-	m := &Mutex{c: c, name: name, opts: c.opts}
-	for _, o := range opts {
-		if o != nil {
-			o.apply(&m.opts)
-		}
-	}
-	m.err = m.opts.validate(name)
-	if m.err == nil && c.backend != nil {
-		m.err = c.checkBackend(&m.opts)
-	}
-	m.key = m.opts.keyPrefix + name
-	if m.opts.ownerID != "" {
-		m.token = m.opts.ownerID
-	} else if m.opts.reentrant {
-		m.token = newToken()
-	}
-	// A handle whose token outlives a wait (reentrant, owner ID) cannot
-	// leave a queue at once when the wait ends, so it never joins one
-	// unasked; where releases are not announced, or grants do not say that
-	// they overtook a queue, the owners that overtake it would not learn of
-	// it; and where a fair acquire costs several statements (SQL), queueing
-	// would halve a hot lock's throughput.
-	m.starve = m.err == nil && c.backend != nil && !m.opts.fair && m.token == "" &&
-		c.need(driver.CapFair) == nil && c.need(driver.CapOvertook) == nil && c.hub.notifier != nil
-	return m
-}
-
-// Do locks name, runs fn with a context that is cancelled when the lease is
-// lost (or ctx is done), and unlocks. It returns fn's error, joined with the
-// *LostError when the lease was lost while fn ran and with the Unlock error
-// when unlocking failed. The lock options are as for Mutex; Lock's errors are
-// returned as they are, without running fn.
-func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
-	if fn == nil {
-		return invalid("fn: nil")
-	}
-	lease, err := c.Mutex(name, opts...).Lock(ctx)
-	if err != nil {
-		return err
-	}
-	fnCtx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
-	fnErr := fn(fnCtx)
-	stop()
-	cancel(nil)
-
-	// Release even when the caller's context is done, within one TTL.
-	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), lease.g.ttl)
-	defer ucancel()
-	uerr := lease.Unlock(uctx)
-	if lost := lease.Err(); errors.Is(lost, ErrLost) {
-		return errors.Join(fnErr, lost)
-	}
-	return errors.Join(fnErr, uerr)
-}
-
 // cleanup removes what an acquire with an unknown outcome, or a wait that
 // ended, may have left on the store, before the call returns when the store
 // answers within settleWait (see settle).
@@ -266,12 +202,39 @@ func (c *Client) settle(timeout time.Duration, fn func(ctx context.Context)) {
 // wakes local waiters when that freed the lock. what names the occasion in
 // the warning logged when the release fails.
 func (c *Client) releaseUnused(ctx context.Context, key, token, what string) {
-	res, err := c.backend.Release(ctx, key, token)
-	switch {
-	case err != nil:
+	if _, err := c.release(ctx, key, token); err != nil {
 		c.log.Warn("dlock: "+what+" failed; the lock expires after its TTL", "key", key, "err", err)
-	case res.Held && res.Remaining == 0:
+	}
+}
+
+// release sends one release of token on key, and wakes this Client's
+// waiters on key at once when it left the lock free.
+func (c *Client) release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
+	res, err := c.backend.Release(ctx, key, token)
+	if err == nil && res.Held && res.Remaining == 0 {
 		c.hub.wakeKey(key)
+	}
+	return res, err
+}
+
+// owner returns the owner string of an acquire sent at sent.
+func (c *Client) owner(sent time.Time, metadata string) string {
+	return c.owners.get(sent, metadata)
+}
+
+// logLoss logs a loss and a failed renewal; call it without holding a
+// grant's mu, since a log handler may call back into the lease.
+func (c *Client) logLoss(name string, lost *LostError, failed error) {
+	logLoss(c.log, name, lost, failed)
+}
+
+// logLoss logs a loss and a failed renewal to log.
+func logLoss(log *slog.Logger, name string, lost *LostError, failed error) {
+	if failed != nil {
+		log.Warn("dlock: renewal failed", "name", name, "err", failed)
+	}
+	if lost != nil {
+		log.Warn("dlock: lease lost", "name", name, "reason", lost.Reason.String(), "err", lost.Cause)
 	}
 }
 

@@ -1,5 +1,8 @@
 // Package dlock provides distributed locks over the stores teams already run:
-// Redis (redislock), and, for tests and single processes, memory (memlock).
+// Redis on one node, Sentinel or Cluster (redislock), several independent
+// Redis nodes with the Redlock quorum (redlock), MySQL/MariaDB, PostgreSQL
+// and SQLite (sqllock), and, for tests and single processes, memory
+// (memlock).
 //
 // A lock is held as a lease: a hold with a time to live on the store, renewed
 // automatically while the holder works, and told to the holder the moment it
@@ -51,7 +54,11 @@
 // is never missed, and it also tries again when the holder's TTL runs out and,
 // as a safety net, on a capped backoff (WithRetry). Goroutines of one Client
 // waiting on one name queue locally: only one of them queries the store at a
-// time, and only that one holds a place in a fair queue. WithWait bounds a
+// time, and only that one holds a place in a fair queue. A plain Mutex's wait
+// that has lasted a millisecond joins the store's fair queue where the store
+// has one (redislock, memlock), and so do the Client's other Lock calls on
+// that name while the queue lives, so that an owner that unlocks and locks
+// again cannot starve the others (as in Go's sync.Mutex). WithWait bounds a
 // wait independently of the TTL; a cancelled wait returns promptly with
 // errors.Join(*NotObtainedError, ctx.Err()), having removed what it left on
 // the store (a queue entry, a writer intent) unless the store took longer
@@ -90,3 +97,26 @@
 // LostReason), ErrInvalid for bad arguments and ErrClosed. Store failures are
 // wrapped with the operation and the lock's name.
 package dlock
+
+// Inside the package. A Client owns three components: the renewer
+// (renew.go: one goroutine, a heap of grants), the wait hub (hub.go,
+// listener.go, starve.go: waiter groups, the notification stream, the
+// starvation policy) and its lifecycle (client.go). A handle (handle.go)
+// backs Mutex, RWMutex and Semaphore; its Lock waits in lockwait.go. A
+// grant (grant.go) is one hold on the store, and only grant.go changes its
+// state; a Lease (lease.go) is one holder's view of a grant. See
+// docs/ARCHITECTURE.md.
+//
+// Mutex order: a goroutine that holds several of the package's mutexes took
+// them in this order, and takes none of them while it holds a later one:
+//
+//	handle.mu → grant.mu → renewer.mu
+//	               grant.mu → Lease.mu
+//	waitGroup.smu → waitHub.lmu
+//	waitGroup.smu → waitHub.mu
+//
+// Client.mu, renewer.mu, Lease.mu and waitHub.mu are leaves: nothing else is
+// taken while one is held (waitHub.mu only signals channels without
+// blocking). No mutex is held across a store call, except waitGroup.smu
+// around a Subscribe (which serialises one group's subscribing) and
+// waitHub.lmu around Listen.

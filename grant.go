@@ -1,6 +1,11 @@
+// A grant: one hold of a lock on the store by one token, and every change
+// of its state (joining, renewing, losing, ending). No other file writes a
+// grant's guarded fields.
+
 package dlock
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -8,14 +13,20 @@ import (
 // grant is one hold of a lock on the store by one token: the unit that is
 // renewed and lost. Leases of a reentrant handle that hold the lock at the
 // same time share one grant.
+//
+// Its life: newGrant (with its first lease) and schedule; rejoin adds a
+// lease; beginRefresh/tick start a renewal and finishRenewal applies its
+// answer; lose or stop end it (ended), after which it makes no store call.
 type grant struct {
-	c         *Client
+	c         *Client  // for the Client's services: releases, logging, background work
+	r         *renewer // schedules the grant's renewals and safety deadline
 	name      string
 	key       string
 	token     string
 	owner     string
 	fence     uint64
 	ttl       time.Duration
+	valid     time.Duration // how long after its send time a grant or renewal is valid: ttl less the backend's drift
 	margin    time.Duration
 	autoRenew bool
 	// reusedToken: the token outlives this grant (reentrant handle or
@@ -28,7 +39,7 @@ type grant struct {
 	mu       sync.Mutex
 	leases   []*Lease      // live leases on this grant
 	first    [1]*Lease     // leases' first backing array, so that one holder costs no allocation
-	deadline time.Time     // local validity deadline: send time of the last good acquire or renewal + ttl − the backend's drift
+	deadline time.Time     // local validity deadline: send time of the last good acquire or renewal + valid
 	renewAt  time.Time     // next automatic renewal
 	lastErr  error         // error of the last renewal attempt, nil after a good one
 	inflight chan struct{} // non-nil while a renewal is in flight; closed when it returns
@@ -37,7 +48,8 @@ type grant struct {
 	// re-entry or a release whose outcome is unknown).
 	uncertain bool
 
-	at    time.Time // next event, for the renewer's heap (guarded by renewer.mu)
+	// The renewer's bookkeeping, guarded by renewer.mu (renew.go).
+	at    time.Time // next event, for the renewer's heap
 	index int       // position in the renewer's heap, -1 when not in it
 }
 
@@ -50,23 +62,26 @@ type grantAndLease struct {
 	l Lease
 }
 
-// newGrant makes the grant of an acquire sent at sent, with its first lease
-// on it. The grant is not scheduled yet.
-func newGrant(c *Client, m *Mutex, token, owner string, fence uint64, sent time.Time) (*grant, *Lease) {
+// newGrant makes the grant of h's acquire sent at sent, with its first
+// lease on it. The grant is not scheduled yet (see schedule).
+func newGrant(c *Client, h *handle, token, owner string, fence uint64, sent time.Time) (*grant, *Lease) {
+	valid := c.validFor(h.opts.ttl)
 	gl := &grantAndLease{g: grant{
 		c:           c,
-		name:        m.name,
-		key:         m.key,
+		r:           c.renewer,
+		name:        h.name,
+		key:         h.key,
 		token:       token,
 		owner:       owner,
 		fence:       fence,
-		ttl:         m.opts.ttl,
-		margin:      m.opts.safetyMargin(),
-		autoRenew:   m.opts.autoRenew,
-		reusedToken: m.token != "",
-		sharedToken: m.opts.ownerID != "",
-		deadline:    sent.Add(c.validFor(m.opts.ttl)),
-		renewAt:     sent.Add(m.opts.ttl / 3),
+		ttl:         h.opts.ttl,
+		valid:       valid,
+		margin:      h.opts.safetyMargin(),
+		autoRenew:   h.opts.autoRenew,
+		reusedToken: h.token != "",
+		sharedToken: h.opts.ownerID != "",
+		deadline:    sent.Add(valid),
+		renewAt:     sent.Add(h.opts.ttl / 3),
 		index:       -1,
 	}}
 	g, l := &gl.g, &gl.l
@@ -76,8 +91,76 @@ func newGrant(c *Client, m *Mutex, token, owner string, fence uint64, sent time.
 	return g, l
 }
 
+// schedule hands a new grant to the renewer.
+func (g *grant) schedule() {
+	g.mu.Lock()
+	g.r.reschedule(g)
+	g.mu.Unlock()
+}
+
+// live reports whether the grant has not ended.
+func (g *grant) live() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return !g.ended
+}
+
+// rejoin adds a lease for a re-entry sent at sent, which the store answered
+// with fence, and extends the deadline. It returns no lease when the grant
+// has ended, or when fence is not the grant's (the store made a fresh grant:
+// this one was gone without the client noticing yet, and is lost now; the
+// loss is returned to be logged).
+func (g *grant) rejoin(fence uint64, sent time.Time) (*Lease, *LostError) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ended {
+		return nil, nil
+	}
+	if fence != g.fence {
+		return nil, g.lose(LostMissing, nil)
+	}
+	l := newLease(g)
+	g.leases = append(g.leases, l)
+	if g.extend(sent) {
+		g.renewAt = sent.Add(g.ttl / 3)
+		g.r.reschedule(g)
+	}
+	return l, nil
+}
+
+// extend moves the deadline to sent + valid when that is later, and
+// reports whether it did. The caller holds g.mu.
+func (g *grant) extend(sent time.Time) bool {
+	d := sent.Add(g.valid)
+	if !d.After(g.deadline) {
+		return false
+	}
+	g.deadline = d
+	return true
+}
+
+// markUncertain records that the store may count a hold no lease stands
+// for, unless the grant has ended; it reports whether it recorded it.
+func (g *grant) markUncertain() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ended {
+		return false
+	}
+	g.uncertain = true
+	return true
+}
+
 // safeUntil is when the lease must be treated as lost if it was not renewed.
+// The caller holds g.mu.
 func (g *grant) safeUntil() time.Time { return g.deadline.Add(-g.margin) }
+
+// safeDeadline is safeUntil for callers that do not hold g.mu.
+func (g *grant) safeDeadline() time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.safeUntil()
+}
 
 // renewSlack is how early a renewal may go out to join a batch.
 func (g *grant) renewSlack() time.Duration { return g.ttl / 30 }
@@ -89,6 +172,7 @@ func (g *grant) renewDue(now time.Time) bool {
 
 // nextEvent is when the renewer must next look at g: the safety deadline, or
 // a renewal a little before it is due so that neighbours share a batch.
+// The caller holds g.mu.
 func (g *grant) nextEvent() time.Time {
 	at := g.safeUntil()
 	if g.autoRenew && g.inflight == nil {
@@ -97,6 +181,73 @@ func (g *grant) nextEvent() time.Time {
 		}
 	}
 	return at
+}
+
+// tick is the renewer's look at a grant that fell due at now: it loses the
+// grant when its safety deadline has passed, starts a renewal when one is
+// due at at (now, or a little later for a grant taken along into a batch)
+// and reports it, and otherwise schedules the grant again.
+func (g *grant) tick(now, at time.Time) (renew bool, lost *LostError) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case g.ended:
+	case !now.Before(g.safeUntil()):
+		lost = g.lose(g.lossReason(), g.lastErr)
+	case g.renewDue(at):
+		g.inflight = make(chan struct{})
+		g.r.push(g)
+		renew = true
+	default:
+		g.r.push(g)
+	}
+	return renew, lost
+}
+
+// beginRefresh starts a renewal for Lease.Refresh. When one is in flight
+// already it returns its channel, to wait on before trying again; ended
+// reports that the grant has ended.
+func (g *grant) beginRefresh() (inflight <-chan struct{}, ended bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case g.ended:
+		return nil, true
+	case g.inflight != nil:
+		return g.inflight, false
+	}
+	g.inflight = make(chan struct{})
+	return nil, false
+}
+
+// finishRenewal ends the renewal in flight, sent at sent, with the store's
+// answer, and returns what to log (see Client.logLoss).
+func (g *grant) finishRenewal(sent time.Time, held bool, err error) (lost *LostError, failed error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	close(g.inflight)
+	g.inflight = nil
+	if g.ended {
+		return nil, nil
+	}
+	switch {
+	case err != nil:
+		g.lastErr = err
+		failed = err
+		// Try again soon, but not in a tight loop.
+		g.renewAt = time.Now().Add(min(max(g.ttl/10, 10*time.Millisecond), time.Second)).Add(g.renewSlack())
+	case !held:
+		return g.lose(LostMissing, nil), nil
+	default:
+		g.lastErr = nil
+		g.extend(sent)
+		g.renewAt = sent.Add(g.ttl / 3)
+	}
+	if !time.Now().Before(g.safeUntil()) {
+		return g.lose(g.lossReason(), g.lastErr), failed
+	}
+	g.r.reschedule(g)
+	return nil, failed
 }
 
 // lossReason is the reason for a loss at the safety deadline.
@@ -115,7 +266,7 @@ func (g *grant) lose(reason LostReason, cause error) *LostError {
 		return nil
 	}
 	g.ended = true
-	g.c.renewer.remove(g)
+	g.r.remove(g)
 	err := &LostError{Name: g.name, Reason: reason, Cause: cause}
 	for _, l := range g.leases {
 		l.finish(err)
@@ -124,50 +275,66 @@ func (g *grant) lose(reason LostReason, cause error) *LostError {
 	return err
 }
 
-// applyRenewal records the outcome of a renewal sent at sent and returns
-// what to log once g.mu is released. The caller holds g.mu.
-func (g *grant) applyRenewal(sent time.Time, held bool, err error) (lost *LostError, failed error) {
+// loseNow is lose for callers that do not hold g.mu.
+func (g *grant) loseNow(reason LostReason, cause error) *LostError {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.lose(reason, cause)
+}
+
+// closing ends the grant as the Client closes: it returns how many leases
+// held it, to release as many holds, and the loss (nil when it had ended).
+func (g *grant) closing() (holds int, lost *LostError) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	holds = len(g.leases)
+	return holds, g.lose(LostClosed, nil)
+}
+
+// drop takes lease l off the grant for Unlock. It reports ended when the
+// grant had ended already (l has its error then), and last when l was its
+// last lease: then the grant ends here, unscheduled, and inflight is the
+// renewal in flight, if any, to wait for before the release is sent.
+func (g *grant) drop(l *Lease) (ended, last bool, inflight <-chan struct{}) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if g.ended {
-		return nil, nil
+		return true, false, nil
 	}
-	switch {
-	case err != nil:
-		g.lastErr = err
-		failed = err
-		// Try again soon, but not in a tight loop.
-		g.renewAt = time.Now().Add(min(max(g.ttl/10, 10*time.Millisecond), time.Second)).Add(g.renewSlack())
-	case !held:
-		return g.lose(LostMissing, nil), nil
-	default:
-		g.lastErr = nil
-		if d := sent.Add(g.c.validFor(g.ttl)); d.After(g.deadline) {
-			g.deadline = d
+	for i, x := range g.leases {
+		if x == l {
+			g.leases = append(g.leases[:i], g.leases[i+1:]...)
+			break
 		}
-		g.renewAt = sent.Add(g.ttl / 3)
 	}
-	if !time.Now().Before(g.safeUntil()) {
-		return g.lose(g.lossReason(), g.lastErr), failed
+	if len(g.leases) > 0 {
+		return false, false, nil
 	}
-	g.c.renewer.reschedule(g)
-	return nil, failed
-}
-
-// logLoss logs a loss and a failed renewal; call it without holding g.mu,
-// since a log handler may call back into the lease.
-func (c *Client) logLoss(name string, lost *LostError, failed error) {
-	if failed != nil {
-		c.log.Warn("dlock: renewal failed", "name", name, "err", failed)
-	}
-	if lost != nil {
-		c.log.Warn("dlock: lease lost", "name", name, "reason", lost.Reason.String(), "err", lost.Cause)
-	}
-}
-
-// stopRenewal ends the grant for a release and returns the channel of a
-// renewal in flight, if any, to wait on before the release is sent. The
-// caller holds g.mu.
-func (g *grant) stopRenewal() <-chan struct{} {
 	g.ended = true
-	g.c.renewer.remove(g)
-	return g.inflight
+	g.r.remove(g)
+	return false, true, g.inflight
+}
+
+// release sends one release of g's token, and when last is set and the hold
+// count on the store may be higher than the client knows (a re-entry or a
+// release with an unknown outcome), drains the handle's extra holds. It
+// reports whether the token held the lock.
+func (g *grant) release(ctx context.Context, last bool) (held bool, err error) {
+	res, err := g.c.release(ctx, g.key, g.token)
+	if err != nil {
+		g.mu.Lock()
+		g.uncertain = true // the hold may or may not be gone
+		g.mu.Unlock()
+		return false, err
+	}
+	g.mu.Lock()
+	drain := last && g.uncertain && !g.sharedToken
+	g.mu.Unlock()
+	for extra := res.Remaining; drain && res.Held && res.Remaining > 0 && extra > 0; extra-- {
+		res, err = g.c.release(ctx, g.key, g.token)
+		if err != nil {
+			return true, err
+		}
+	}
+	return res.Held, nil
 }

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -81,29 +82,49 @@ func TestKindOptionsRefused(t *testing.T) {
 		t.Errorf("RWMutex on a nil Client: %v, want ErrInvalid", err)
 	}
 
-	// Client-wide defaults that do not apply to the kinds are dropped, not refused.
-	dc := dlock.New(memlock.New(), dlock.Reentrant(), dlock.Fair(), dlock.WithOwnerID("svc"))
-	defer dc.Close()
-	r1, err := dc.RWMutex("y").RLock(ctx)
-	if err != nil {
-		t.Fatalf("RLock with Client-wide Reentrant/Fair/WithOwnerID: %v", err)
+	// Client-wide defaults that cannot apply to the kinds are refused,
+	// naming the option, not dropped.
+	for _, o := range []struct {
+		name string
+		opt  dlock.Option
+	}{{"Reentrant", dlock.Reentrant()}, {"Fair", dlock.Fair()}, {"WithOwnerID", dlock.WithOwnerID("svc")}} {
+		dc := dlock.New(memlock.New(), o.opt)
+		if _, err := dc.RWMutex("y").RLock(ctx); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), o.name) {
+			t.Errorf("RLock on a Client with %s by default: %v, want ErrInvalid naming %s", o.name, err, o.name)
+		}
+		if _, err := dc.Semaphore("z", 1).TryAcquire(ctx); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), o.name) {
+			t.Errorf("TryAcquire on a Client with %s by default: %v, want ErrInvalid naming %s", o.name, err, o.name)
+		}
+		// The Client's Mutexes have it.
+		l, err := dc.Mutex("m").TryLock(ctx)
+		if err != nil {
+			t.Errorf("Mutex on a Client with %s by default: %v", o.name, err)
+		} else {
+			_ = l.Unlock(ctx)
+		}
+		dc.Close()
 	}
-	r2, err := dc.RWMutex("y").RLock(ctx)
-	if err != nil {
-		t.Fatalf("second RLock: %v", err)
+}
+
+// TestClientOptionGivenToLock checks that WithLogger, a Client option, is
+// refused when given to a lock rather than ignored.
+func TestClientOptionGivenToLock(t *testing.T) {
+	c := dlock.New(memlock.New())
+	defer c.Close()
+	ctx := t.Context()
+	log := slog.New(slog.DiscardHandler)
+	calls := map[string]func() error{
+		"Mutex":     func() error { _, err := c.Mutex("x", dlock.WithLogger(log)).TryLock(ctx); return err },
+		"RWMutex":   func() error { _, err := c.RWMutex("x", dlock.WithLogger(log)).TryRLock(ctx); return err },
+		"Semaphore": func() error { _, err := c.Semaphore("x", 2, dlock.WithLogger(log)).TryAcquire(ctx); return err },
+		"Do": func() error {
+			return c.Do(ctx, "x", func(context.Context) error { return nil }, dlock.WithLogger(log))
+		},
 	}
-	if r1.Fence() == r2.Fence() {
-		t.Error("two readers share a fence: the Client's owner ID leaked into the readers' tokens")
-	}
-	p, err := dc.Semaphore("z", 1).TryAcquire(ctx)
-	if err != nil {
-		t.Fatalf("Semaphore with Client-wide defaults: %v", err)
-	}
-	if _, err := dc.Semaphore("z", 1).TryAcquire(ctx); !errors.Is(err, dlock.ErrNotObtained) {
-		t.Errorf("second permit of 1 with a shared owner ID: %v, want ErrNotObtained", err)
-	}
-	for _, l := range []*dlock.Lease{r1, r2, p} {
-		_ = l.Unlock(ctx)
+	for name, call := range calls {
+		if err := call(); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "WithLogger") {
+			t.Errorf("%s with WithLogger: %v, want ErrInvalid naming WithLogger", name, err)
+		}
 	}
 }
 

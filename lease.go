@@ -174,18 +174,13 @@ func (l *Lease) Refresh(ctx context.Context) error {
 		case unlocking:
 			return heldErr("refresh", g.name, ErrReleased)
 		}
-		g.mu.Lock()
-		var wait <-chan struct{} = g.inflight
-		if g.ended {
-			// Ending right now; l.err is set in a moment.
-			wait = l.Done()
+		wait, ended := g.beginRefresh()
+		if ended {
+			wait = l.Done() // ending right now; l.err is set in a moment
 		}
 		if wait == nil {
-			g.inflight = make(chan struct{})
-			g.mu.Unlock()
 			break
 		}
-		g.mu.Unlock()
 		select {
 		case <-wait:
 		case <-ctx.Done():
@@ -194,11 +189,7 @@ func (l *Lease) Refresh(ctx context.Context) error {
 	}
 	sent := time.Now()
 	held, err := g.c.backend.Renew(ctx, g.key, g.token, g.ttl)
-	g.mu.Lock()
-	close(g.inflight)
-	g.inflight = nil
-	lost, failed := g.applyRenewal(sent, held, err)
-	g.mu.Unlock()
+	lost, failed := g.finishRenewal(sent, held, err)
 	g.c.logLoss(g.name, lost, failed)
 	switch {
 	case err != nil:
@@ -256,23 +247,10 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		defer c.exit()
 	}
 
-	g.mu.Lock()
-	if g.ended { // lost meanwhile: lose has set l.err
-		g.mu.Unlock()
+	ended, last, inflight := g.drop(l)
+	if ended { // lost meanwhile: lose has set l.err
 		return l.afterEnd(ctx, l.Err())
 	}
-	for i, x := range g.leases {
-		if x == l {
-			g.leases = append(g.leases[:i], g.leases[i+1:]...)
-			break
-		}
-	}
-	last := len(g.leases) == 0
-	var inflight <-chan struct{}
-	if last {
-		inflight = g.stopRenewal()
-	}
-	g.mu.Unlock()
 
 	// A token used once (not a reentrant handle's or an owner ID, which a
 	// later Lock may hold again) can be released after Unlock returned.
@@ -312,44 +290,15 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		return wrapStore("unlock", g.name, err)
 	case !held:
 		lost := &LostError{Name: g.name, Reason: LostMissing}
-		g.mu.Lock()
-		if gl := g.lose(LostMissing, nil); gl != nil {
+		if gl := g.loseNow(LostMissing, nil); gl != nil {
 			lost = gl
 		}
-		g.mu.Unlock()
 		l.finish(lost)
 		c.logLoss(g.name, lost, nil)
 		return heldErr("unlock", g.name, lost)
 	}
 	l.finish(ErrReleased)
 	return nil
-}
-
-// release sends one release of g's token, and when last is set and the hold
-// count on the store may be higher than the client knows (a re-entry or a
-// release with an unknown outcome), drains the handle's extra holds. It
-// reports whether the token held the lock.
-func (g *grant) release(ctx context.Context, last bool) (held bool, err error) {
-	res, err := g.c.backend.Release(ctx, g.key, g.token)
-	if err != nil {
-		g.mu.Lock()
-		g.uncertain = true // the hold may or may not be gone
-		g.mu.Unlock()
-		return false, err
-	}
-	g.mu.Lock()
-	drain := last && g.uncertain && !g.sharedToken
-	g.mu.Unlock()
-	for extra := res.Remaining; drain && res.Held && res.Remaining > 0 && extra > 0; extra-- {
-		res, err = g.c.backend.Release(ctx, g.key, g.token)
-		if err != nil {
-			return true, err
-		}
-	}
-	if res.Held && res.Remaining == 0 {
-		g.c.hub.wakeKey(g.key)
-	}
-	return res.Held, nil
 }
 
 // afterEnd is Unlock of a lease that had already ended with err. A lease lost
@@ -362,9 +311,7 @@ func (l *Lease) afterEnd(ctx context.Context, err error) error {
 	var lost *LostError
 	if errors.As(err, &lost) && !g.reusedToken &&
 		(lost.Reason == LostUnreachable || lost.Reason == LostExpired) {
-		if res, rerr := g.c.backend.Release(ctx, g.key, g.token); rerr == nil && res.Held && res.Remaining == 0 {
-			g.c.hub.wakeKey(g.key)
-		}
+		_, _ = g.c.release(ctx, g.key, g.token)
 	}
 	return heldErr("unlock", g.name, err)
 }

@@ -27,8 +27,10 @@ const (
 const DefaultTTL = 10 * time.Second
 
 // Option configures a Client (as the default for every lock it makes) or one
-// lock (Client.Mutex, Client.Do). Options given to a lock override the
-// Client's.
+// lock (Client.Mutex, Client.Do, Client.RWMutex, Client.Semaphore).
+// Options given to a lock override the Client's. An option that cannot apply
+// where it is given (WithLogger given to a lock, Fair for a Semaphore) makes
+// the lock's calls fail with ErrInvalid naming it; nothing is dropped.
 type Option interface{ apply(*options) }
 
 type optionFunc func(*options)
@@ -43,6 +45,7 @@ type options struct {
 	ownerID   string
 	metadata  string
 	logger    *slog.Logger
+	loggerSet bool // WithLogger was given: a Client option only
 	keyPrefix string
 	reentrant bool
 	margin    time.Duration // used when marginSet; else TTL/10
@@ -98,9 +101,11 @@ func WithOwnerID(id string) Option { return optionFunc(func(o *options) { o.owne
 func WithMetadata(text string) Option { return optionFunc(func(o *options) { o.metadata = text }) }
 
 // WithLogger sets the Client's logger for renewals, losses and store errors.
-// It is a Client option: given to a lock it is ignored. The default discards
-// everything.
-func WithLogger(l *slog.Logger) Option { return optionFunc(func(o *options) { o.logger = l }) }
+// It is a Client option: a lock given it fails with ErrInvalid. The default
+// discards everything.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(o *options) { o.logger, o.loggerSet = l, true })
+}
 
 // WithKeyPrefix puts prefix in front of every lock name, to keep several
 // applications apart on one store. The prefix counts toward MaxNameLength.
@@ -142,34 +147,13 @@ func WithOnBusy(fn func(*NotObtainedError)) Option {
 func WithLockDelay(d time.Duration) Option { return optionFunc(func(o *options) { o.lockDelay = d }) }
 
 // Fair makes a Mutex fair: the lock is granted in the order the waiters
-// arrived, and a release wakes only the waiter at the head of the queue, not
-// every waiter. The store keeps the queue; a Client keeps one place in it per
-// name, for the first of its waiters, and its other waiters on that name line
-// up behind that one locally, in arrival order, at no cost to the store (so
-// waiters of several Clients take turns Client by Client). The place is a
-// queue entry that lives min(TTL, 5s) unless renewed, which the Client does
-// every third of that while it waits, so a Client that dies leaves the queue
-// within that time; a wait that ends (context cancelled, WithWait elapsed)
-// has removed its entry when Lock returns. TryLock on a fair Mutex yields to
-// the waiters queued ahead of it and leaves no entry.
-//
-// Fairness is a property of the name: give Fair to every Mutex of that name.
-// A plain Mutex does not wait in the queue from the start, but on Redis and
-// memlock (driver.CapOvertook) it does not starve the queue either: its waits
-// join the queue once they have lasted a millisecond, and a Client that
-// learns the name has a live queue (a release it hears names the queue's
-// head, or its own grant went before the queue) makes its plain Lock calls
-// queue too for the next second. On SQL stores, where a fair acquire is a
-// transaction of several statements, a plain Mutex never queues and may
-// overtake the queue. Such a plain waiter does not wait on a head that never
-// comes: when the lock stays free but promised to another head for 100ms (a
-// waiter that died), it takes the lock without the queue. TryLock of a plain
-// Mutex never looks at the queue. Fair needs a backend with driver.CapFair
-// (memlock, redislock, sqllock); Redlock does not have it. A fair handle that
-// is also Reentrant or shares an owner ID leaves the queue without touching
-// the holds of its token (driver.Withdrawer) when its wait ends; on a backend
-// without that, its entry lapses. Fair applies to Mutex only; RWMutex and
-// Semaphore refuse it.
+// arrived, and a release wakes only the waiter at the head of the store's
+// queue. A Client keeps one place per name in the queue, renewed while it
+// waits (it lapses within min(TTL, 5s) when the process dies, and is removed
+// when a wait ends). TryLock yields to the queue and leaves no entry. Give
+// Fair to every Mutex of a name; see docs/LOCK-KINDS.md for how plain
+// Mutexes behave beside it. It needs a backend with driver.CapFair
+// (memlock, redislock, sqllock; not redlock), and applies to Mutex only.
 func Fair() Option { return optionFunc(func(o *options) { o.fair = true }) }
 
 // Reentrant makes a Mutex reentrant: while the handle holds the lock, Lock and
@@ -177,6 +161,37 @@ func Fair() Option { return optionFunc(func(o *options) { o.fair = true }) }
 // must be unlocked, and the last Unlock releases the lock. Without it, a
 // second Lock on the same handle waits like any other owner.
 func Reentrant() Option { return optionFunc(func(o *options) { o.reentrant = true }) }
+
+// checkScope refuses the options that cannot apply to a handle of kind
+// ("Mutex", "RWMutex", "Semaphore"): given, the options given to the
+// handle, and client, the Client's defaults. A Client option given to a
+// lock is refused, and so are the Mutex-only options (Reentrant, Fair,
+// WithOwnerID) for the other kinds, given or by default: a lock never runs
+// with an option silently dropped.
+func checkScope(kind string, client, given *options) error {
+	if given.loggerSet {
+		return invalid("WithLogger: a Client option (give it to New), not one of a lock")
+	}
+	if kind == "Mutex" {
+		return nil
+	}
+	for _, o := range []struct {
+		name          string
+		given, client bool
+	}{
+		{"Reentrant", given.reentrant, client.reentrant},
+		{"Fair", given.fair, client.fair},
+		{"WithOwnerID", given.ownerID != "", client.ownerID != ""},
+	} {
+		switch {
+		case o.given:
+			return invalid("%s: not supported by %s (only Mutex)", o.name, kind)
+		case o.client:
+			return invalid("%s: not supported by %s, and a default of the Client: make the %s with a Client without it", o.name, kind, kind)
+		}
+	}
+	return nil
+}
 
 // queueTTL is the time to live of a waiter's queue entry or writer intent.
 func (o *options) queueTTL() time.Duration { return min(o.ttl, maxQueueTTL) }

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -17,7 +18,9 @@ import (
 // as one batch in a goroutine of their own, so that a store that does not
 // answer can never delay the safety deadline of any lease.
 type renewer struct {
-	c *Client
+	backend driver.Backend
+	batcher driver.BatchRenewer // nil when the backend has no batch renewal
+	log     *slog.Logger
 
 	mu     sync.Mutex
 	h      grantHeap
@@ -33,13 +36,15 @@ type renewer struct {
 	started bool // set inside once
 }
 
-func newRenewer(c *Client) *renewer {
+func newRenewer(backend driver.Backend, log *slog.Logger) *renewer {
 	r := &renewer{
-		c:      c,
-		wakeup: make(chan struct{}, 1),
-		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
+		backend: backend,
+		log:     log,
+		wakeup:  make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
 	}
+	r.batcher, _ = backend.(driver.BatchRenewer)
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	return r
 }
@@ -121,25 +126,15 @@ func (r *renewer) loop() {
 
 		var batch []*grant
 		for i, g := range due {
-			var lost *LostError
-			g.mu.Lock()
 			at := now
 			if i >= nDue { // taken along: renew up to its slack earlier still
 				at = now.Add(min(g.renewSlack(), coalesceWindow))
 			}
-			switch {
-			case g.ended:
-			case !now.Before(g.safeUntil()):
-				lost = g.lose(g.lossReason(), g.lastErr)
-			case g.renewDue(at):
-				g.inflight = make(chan struct{})
+			renew, lost := g.tick(now, at)
+			if renew {
 				batch = append(batch, g)
-				r.push(g)
-			default:
-				r.push(g)
 			}
-			g.mu.Unlock()
-			r.c.logLoss(g.name, lost, nil)
+			logLoss(r.log, g.name, lost, nil)
 		}
 		if len(batch) > 0 {
 			r.calls.Add(1)
@@ -193,20 +188,18 @@ func (r *renewer) renewBatch(batch []*grant) {
 	limit := time.Duration(1<<63 - 1)
 	reqs := make([]driver.RenewRequest, len(batch))
 	for i, g := range batch {
-		g.mu.Lock()
-		limit = min(limit, g.safeUntil().Sub(sent))
-		g.mu.Unlock()
+		limit = min(limit, g.safeDeadline().Sub(sent))
 		reqs[i] = driver.RenewRequest{Key: g.key, Token: g.token, TTL: g.ttl}
 	}
 	ctx, cancel := context.WithTimeout(r.ctx, max(limit, 10*time.Millisecond))
 	defer cancel()
 
 	results := make([]driver.RenewResult, len(batch))
-	if r.c.batcher != nil && len(batch) > 1 {
-		results = r.c.batcher.RenewBatch(ctx, reqs)
+	if r.batcher != nil && len(batch) > 1 {
+		results = r.batcher.RenewBatch(ctx, reqs)
 	} else {
 		for i, q := range reqs {
-			results[i].Held, results[i].Err = r.c.backend.Renew(ctx, q.Key, q.Token, q.TTL)
+			results[i].Held, results[i].Err = r.backend.Renew(ctx, q.Key, q.Token, q.TTL)
 		}
 	}
 	for i, g := range batch {
@@ -214,12 +207,8 @@ func (r *renewer) renewBatch(batch []*grant) {
 		if i < len(results) {
 			res = results[i]
 		}
-		g.mu.Lock()
-		close(g.inflight)
-		g.inflight = nil
-		lost, failed := g.applyRenewal(sent, res.Held, res.Err)
-		g.mu.Unlock()
-		r.c.logLoss(g.name, lost, failed)
+		lost, failed := g.finishRenewal(sent, res.Held, res.Err)
+		logLoss(r.log, g.name, lost, failed)
 	}
 }
 
@@ -247,20 +236,17 @@ func (r *renewer) close() error {
 		slots = make(chan struct{}, 16) // releases in flight at once
 	)
 	for _, g := range grants {
-		g.mu.Lock()
-		holds := len(g.leases)
-		lost := g.lose(LostClosed, nil)
-		g.mu.Unlock()
+		holds, lost := g.closing()
 		if lost == nil {
 			continue
 		}
-		r.c.logLoss(g.name, lost, nil)
+		logLoss(r.log, g.name, lost, nil)
 		slots <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-slots; wg.Done() }()
 			for range holds {
-				res, err := r.c.backend.Release(ctx, g.key, g.token)
+				res, err := r.backend.Release(ctx, g.key, g.token)
 				if err != nil {
 					mu.Lock()
 					if first == nil {

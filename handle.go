@@ -1,0 +1,348 @@
+// The handle behind Mutex, RWMutex and Semaphore: its set-up, TryLock and
+// the first attempt of Lock, one attempt on the store, and what a failed or
+// abandoned attempt leaves to clean up.
+
+package dlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// handle is one owner of one named lock: a Mutex, one side of an RWMutex,
+// or a Semaphore. A reentrant handle (Reentrant) keeps one owner token for
+// its life and may hold the lock several times; any other handle draws a
+// new token for every Lock, so a second Lock on it waits like any other
+// owner.
+type handle struct {
+	c       *Client // for the Client's services: calls in progress, clean-ups, owner strings
+	backend driver.Backend
+	hub     *waitHub
+	name    string
+	key     string
+	opts    options
+	err     error  // invalid name or options
+	token   string // fixed token of a reentrant handle or of WithOwnerID; else ""
+	mode    driver.Mode
+	limit   int // a semaphore's permits; 0 otherwise
+
+	// starve: a plain Mutex on a store with fair queues, whose waits join
+	// the queue when they starve and whose requests respect a queue the
+	// Client has seen (see starve.go).
+	starve bool
+
+	mu   sync.Mutex
+	held *grant // a reentrant handle's current grant
+	// uncertain: an acquire with the handle's fixed token failed with an
+	// unknown outcome while the handle held nothing, so the store may count
+	// a hold that no lease stands for. The handle's next grant inherits it
+	// and drains such holds at its last Unlock. Guarded by mu.
+	uncertain bool
+}
+
+// init sets h up as kind's handle on name: the Client's defaults, then
+// opts. mode and limit are the kind's (Exclusive and 0 for a Mutex and a
+// writer). Errors are kept in h.err, for its methods to return.
+func (h *handle) init(c *Client, kind, name string, mode driver.Mode, limit int, opts []Option) {
+	h.name, h.mode, h.limit = name, mode, limit
+	if c == nil {
+		h.err = invalid("client: nil")
+		return
+	}
+	h.c, h.backend, h.hub, h.opts = c, c.backend, c.hub, c.opts
+	var given options // the options given to this handle, to check their scope
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&h.opts)
+			o.apply(&given)
+		}
+	}
+	h.key = h.opts.keyPrefix + name
+	h.err = checkScope(kind, &c.opts, &given)
+	if h.err == nil {
+		h.err = h.opts.validate(name)
+	}
+	if h.err == nil && c.backend != nil {
+		h.err = c.checkBackend(&h.opts)
+	}
+	if h.err == nil && c.backend != nil && mode == driver.Shared {
+		if limit > 0 {
+			h.err = c.need(driver.CapSemaphore)
+		} else {
+			h.err = c.need(driver.CapShared)
+		}
+	}
+	if h.opts.ownerID != "" {
+		h.token = h.opts.ownerID
+	} else if h.opts.reentrant {
+		h.token = newToken()
+	}
+	// A handle whose token outlives a wait (reentrant, owner ID) cannot
+	// leave a queue at once when the wait ends, so it never joins one
+	// unasked; where releases are not announced, or grants do not say that
+	// they overtook a queue, the owners that overtake it would not learn of
+	// it; and where a fair acquire costs several statements (SQL), queueing
+	// would halve a hot lock's throughput.
+	h.starve = h.err == nil && kind == "Mutex" && c.backend != nil && !h.opts.fair && h.token == "" &&
+		c.need(driver.CapFair) == nil && c.need(driver.CapOvertook) == nil && h.hub.notifier != nil
+}
+
+// tryLock is TryLock of every kind.
+func (h *handle) tryLock(ctx context.Context) (*Lease, error) {
+	if err := h.enter(); err != nil {
+		return nil, err
+	}
+	defer h.c.exit()
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(&NotObtainedError{Name: h.name}, err)
+	}
+	l, res, err := h.try(ctx, h.tokenFor(), false, h.opts.fair)
+	if err != nil || l != nil {
+		return l, h.tryErr(ctx, err)
+	}
+	return nil, h.notObtained(res)
+}
+
+// lock is Lock of every kind: a first attempt, then the wait (lockwait.go).
+func (h *handle) lock(ctx context.Context) (*Lease, error) {
+	if err := h.enter(); err != nil {
+		return nil, err
+	}
+	defer h.c.exit()
+	if h.opts.wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, h.opts.wait)
+		defer cancel()
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(&NotObtainedError{Name: h.name}, err)
+	}
+	token := h.tokenFor()
+	fair := h.fairNow()
+	mk := h.hub.mark(h.key)
+	// A Client keeps one place per name in the store's queue, for the
+	// waiter at the gate of its group (see handle.wait): a fair first try
+	// joins the queue only when the Client has no waiter on the name yet.
+	queue := !fair || !h.hub.waiting(h.key)
+	l, res, err := h.try(ctx, token, queue, fair)
+	if err != nil || l != nil {
+		return l, h.tryErr(ctx, err)
+	}
+	h.busy(res)
+	return h.wait(ctx, token, res, mk)
+}
+
+func (h *handle) enter() error {
+	if h.err != nil {
+		return h.err
+	}
+	if h.c == nil {
+		return invalid("mutex: not made by a Client")
+	}
+	return h.c.enter()
+}
+
+// tokenFor returns the owner token for one Lock call.
+func (h *handle) tokenFor() string {
+	if h.token != "" {
+		return h.token
+	}
+	return newToken()
+}
+
+// tryErr turns an acquire error into Lock's error: a wait ended by ctx is
+// "not obtained".
+func (h *handle) tryErr(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return errors.Join(&NotObtainedError{Name: h.name}, context.Cause(ctx))
+	}
+	return err
+}
+
+// busy reports a failed attempt to the WithOnBusy function.
+func (h *handle) busy(res driver.AcquireResult) {
+	if h.opts.onBusy != nil {
+		h.opts.onBusy(h.notObtained(res))
+	}
+}
+
+func (h *handle) notObtained(res driver.AcquireResult) *NotObtainedError {
+	return &NotObtainedError{
+		Name: h.name, Holder: res.Holder, HolderTTL: res.HolderTTL,
+		Shared: res.Shared, Permits: h.limit, WriterWaiting: res.WriterWaiting, Position: res.Position,
+	}
+}
+
+// try makes one acquire attempt with token; wait tells the store that the
+// caller waits (it may queue the token or record a writer intent), fair that
+// the request respects the name's queue (and, with wait, joins it). It
+// returns a lease when the lock was obtained, the store's answer when it was
+// not, or an error when the store failed; then what the attempt may have
+// written is removed.
+func (h *handle) try(ctx context.Context, token string, wait, fair bool) (*Lease, driver.AcquireResult, error) {
+	var joined *grant
+	if h.opts.reentrant {
+		h.mu.Lock()
+		if h.held != nil && h.held.live() {
+			joined = h.held
+		}
+		h.mu.Unlock()
+	}
+	req := driver.AcquireRequest{
+		Key:       h.key,
+		Token:     token,
+		TTL:       h.opts.ttl,
+		Reentrant: h.opts.reentrant,
+		LockDelay: h.opts.lockDelay,
+		Mode:      h.mode,
+		Limit:     h.limit,
+		Fair:      fair,
+		Wait:      wait,
+	}
+	if wait {
+		req.QueueTTL = h.opts.queueTTL()
+	}
+	sent := time.Now()
+	if joined != nil {
+		req.Owner = joined.owner
+		req.Joining = joined.fence
+		// Re-entry is one round trip that never waits. Its outcome must be
+		// known, or the hold count could be left wrong, so it is not cut
+		// short by ctx, only bounded by the TTL.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), h.opts.ttl)
+		defer cancel()
+	} else {
+		req.Owner = h.c.owner(sent, h.opts.metadata)
+	}
+	res, err := h.backend.Acquire(ctx, req)
+	if err != nil {
+		h.unknownOutcome(token, joined, wait)
+		return nil, res, wrapStore("acquire", h.name, err)
+	}
+	if !res.Acquired {
+		return nil, res, nil
+	}
+	if res.Overtook && h.starve {
+		h.hub.noteQueue(h.key)
+	}
+	if joined == nil || res.Fence != joined.fence {
+		// A new grant is trusted until sent + validity − margin. An answer
+		// that comes later than that brings a lease that is already dead:
+		// give it back rather than hand the caller a lock it must not use.
+		// The release is made before returning, so that a wait that tries
+		// again with the same token cannot have its next grant released.
+		if took := time.Since(sent); took >= h.c.validFor(h.opts.ttl)-h.opts.safetyMargin() {
+			h.giveBack(ctx, token)
+			if wait {
+				return nil, driver.AcquireResult{}, nil // not obtained: the wait goes on
+			}
+			return nil, res, &NotObtainedError{Name: h.name, Slow: took}
+		}
+	}
+	return h.grantLease(joined, token, req.Owner, res, sent), res, nil
+}
+
+// grantLease makes the lease for a successful acquire sent at sent: a
+// further lease on joined when the store joined the handle's grant, and
+// otherwise a new grant.
+func (h *handle) grantLease(joined *grant, token, owner string, res driver.AcquireResult, sent time.Time) *Lease {
+	if joined != nil {
+		l, lost := joined.rejoin(res.Fence, sent)
+		if l != nil {
+			return l
+		}
+		// Lost meanwhile, or the store made a fresh grant because the one
+		// this handle held was gone (deleted, expired) without the client
+		// noticing yet: start a grant of its own.
+		h.c.logLoss(joined.name, lost, nil)
+	}
+	g, l := newGrant(h.c, h, token, owner, res.Fence, sent)
+	if h.token != "" {
+		h.mu.Lock()
+		g.uncertain, h.uncertain = h.uncertain, false
+		if h.opts.reentrant {
+			h.held = g
+		}
+		h.mu.Unlock()
+	}
+	g.schedule()
+	return l
+}
+
+// unknownOutcome deals with an acquire of token whose outcome is unknown
+// (the store failed, or ctx ended, perhaps after the store acted): it may
+// have added a hold. A token drawn for this one call holds nothing anyone
+// else relies on, so what it may hold is released in the background. A
+// handle's fixed token (Reentrant, WithOwnerID) is another matter: another
+// goroutine of the handle may hold the lock with it, or be about to, and a
+// release would take its hold away — two holders. Such a hold is counted as
+// uncertain instead: the last Unlock of the handle's grant drains it, and
+// when the handle holds nothing it lapses after its TTL. A queue entry or
+// writer intent the acquire may have made (wait) is withdrawn all the same.
+func (h *handle) unknownOutcome(token string, joined *grant, wait bool) {
+	if h.token == "" {
+		h.c.cleanup(h.key, token, h.opts.ttl)
+		return
+	}
+	if wait && joined == nil {
+		h.withdraw(token)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g := joined
+	if g == nil {
+		g = h.held
+	}
+	if g == nil || !g.markUncertain() {
+		h.uncertain = true
+	}
+}
+
+// giveBack releases a grant that came too late to be used, within a TTL.
+func (h *handle) giveBack(ctx context.Context, token string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.opts.ttl)
+	defer cancel()
+	h.c.releaseUnused(ctx, h.key, token, "giving back a grant that came too late")
+}
+
+// abandon removes what a wait that ended may have left on the store: a
+// queue entry or a writer intent of token (last is the wait's last answer),
+// before Lock returns unless the store is slow to answer (see settle). A
+// token that outlives the wait (reentrant handle, WithOwnerID) may hold the
+// lock meanwhile, which a release would end, so its entry is withdrawn
+// without touching holds (driver.Withdrawer); where the backend cannot, or
+// shared says that other waiters of this Client use the same entry, it is
+// left to lapse after its QueueTTL.
+func (h *handle) abandon(token string, last driver.AcquireResult, shared bool) {
+	switch {
+	case !last.Queued:
+	case h.token == "":
+		h.c.cleanup(h.key, token, h.opts.ttl)
+	case shared:
+	default:
+		h.withdraw(token)
+	}
+}
+
+// withdraw takes token's queue entry and writer intent off the store
+// without touching its holds, where the backend can (driver.Withdrawer),
+// before the call returns unless the store is slow to answer (see settle).
+func (h *handle) withdraw(token string) {
+	w, ok := h.backend.(driver.Withdrawer)
+	if !ok {
+		return
+	}
+	h.c.settle(h.opts.ttl, func(ctx context.Context) {
+		if err := w.Withdraw(ctx, h.key, token); err != nil && !errors.Is(err, errors.ErrUnsupported) {
+			h.c.log.Warn("dlock: leaving the queue failed; the entry lapses after its time to live", "name", h.name, "err", err)
+		}
+	})
+}

@@ -1,0 +1,314 @@
+// The wait hub: a Client's waiter groups, their gates and wake-ups, and what
+// the Client knows of each key's releases.
+
+package dlock
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// waitHub coordinates a Client's waiters. Waiters on one key form a group;
+// only the group's active waiter (the one that holds its gate) queries the
+// store, so a release costs one attempt per Client and key, not one per
+// goroutine. The hub owns the Client's one notification stream (listener.go)
+// and routes each release to the group of its key. The wait loop itself is
+// the handle's (lockwait.go); the hub gives it primitives only.
+type waitHub struct {
+	notifier driver.Notifier // nil when the backend has none
+	log      *slog.Logger
+	ctx      context.Context // the Client's life: the stream's and unsubscriptions' context
+
+	mu      sync.Mutex
+	groups  map[string]*waitGroup
+	groupsN atomic.Int32 // len(groups), read without mu by waiting
+	// subs counts, per key, the subscriptions the listener has confirmed
+	// and not yet been asked to drop, and the releases heard for the key
+	// meanwhile; epoch counts the moments releases may have been missed.
+	// See mark.
+	subs  map[string]*keySub
+	subsN atomic.Int32 // len(subs), read without mu by mark
+	epoch uint64
+	// queueSeen is when a release of each key last named the head of a
+	// live fair queue (see queueLive in starve.go); queueSeenN is its
+	// length, read without mu so that a Lock on a Client that never saw a
+	// queue takes no lock for it.
+	queueSeen  map[string]time.Time
+	queueSeenN atomic.Int32
+	queueSwept time.Time // last sweep of queueSeen, at most one per queueLiveFor
+
+	// refused: the store refused a subscription for lack of rights
+	// (driver.ErrNotifyRefused); waiters no longer subscribe, and poll.
+	refused atomic.Bool
+
+	lmu       sync.Mutex // serialises opening the listener; guards the fields below
+	listener  driver.Listener
+	closed    bool
+	lingering map[string]*linger // a key's one lingering subscription
+	lingerWG  sync.WaitGroup     // lingering subscriptions' timers scheduled or running
+	failedAt  time.Time          // last failed Listen, to retry at most once a second
+}
+
+func newWaitHub(notifier driver.Notifier, log *slog.Logger, ctx context.Context) *waitHub {
+	return &waitHub{notifier: notifier, log: log, ctx: ctx, groups: make(map[string]*waitGroup)}
+}
+
+// waitGroup is the waiters of one Client on one key.
+type waitGroup struct {
+	key  string
+	refs int           // waiters in the group, guarded by waitHub.mu
+	gate chan struct{} // capacity 1: held by the active waiter
+	wake chan struct{} // capacity 1: a release of key was seen
+	// fair waiters by token, guarded by waitHub.mu. They do not queue at the
+	// gate: the store's queue orders them, and a release wakes only the
+	// waiter it names.
+	fair map[string][]*fairWaiter
+
+	smu        sync.Mutex // serialises subscribing
+	subscribed bool       // guarded by smu; read by the last to leave
+}
+
+// fairWaiter is one waiter in the store's fair queue.
+type fairWaiter struct {
+	wake     chan struct{} // capacity 1
+	position int           // its place in the store's queue at its last attempt, guarded by waitHub.mu
+}
+
+// keySub is a key whose releases the Client hears.
+type keySub struct {
+	refs int    // subscriptions confirmed and not dropped
+	seq  uint64 // releases heard
+}
+
+// releaseMark is what the Client knew of a key's releases at one moment.
+type releaseMark struct {
+	sub        *keySub // nil when the key was not subscribed
+	seq, epoch uint64
+}
+
+// mark returns what the Client knows of key's releases now. Taken before
+// an attempt, it tells a wait that follows whether a release may have come
+// after the attempt (see released).
+func (h *waitHub) mark(key string) releaseMark {
+	if h.notifier == nil || h.subsN.Load() == 0 {
+		return releaseMark{}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.subs[key]
+	if s == nil {
+		return releaseMark{}
+	}
+	return releaseMark{sub: s, seq: s.seq, epoch: h.epoch}
+}
+
+// released reports whether key may have been released since mk was taken:
+// when there was no subscription then, there has been a moment without one
+// since, or a release or a gap in the stream was heard since. When it
+// reports false, the key was subscribed all along and no release came, so
+// the next release will be heard: a wait may sleep before trying again.
+func (h *waitHub) released(key string, mk releaseMark) bool {
+	if mk.sub == nil {
+		return true
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.subs[key] != mk.sub || mk.sub.seq != mk.seq || h.epoch != mk.epoch
+}
+
+// subscribed counts a confirmed subscription of key; dropping undoes it.
+func (h *waitHub) subscribed(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.subs == nil {
+		h.subs = make(map[string]*keySub)
+	}
+	s := h.subs[key]
+	if s == nil {
+		s = &keySub{}
+		h.subs[key] = s
+		h.subsN.Store(int32(len(h.subs)))
+	}
+	s.refs++
+}
+
+// dropping uncounts a subscription of key before the listener drops it, so
+// that the hub never counts one that the store no longer has.
+func (h *waitHub) dropping(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s := h.subs[key]; s != nil {
+		if s.refs--; s.refs <= 0 {
+			delete(h.subs, key)
+			h.subsN.Store(int32(len(h.subs)))
+		}
+	}
+}
+
+// notify is the listener's callback: wake the active waiter of key, or of
+// every key when key is "". next, when set, is the fair waiter the store
+// lets in: only that one is woken.
+func (h *waitHub) notify(key, next string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if key == "" {
+		h.epoch++
+		for _, g := range h.groups {
+			g.wakeAll()
+		}
+		return
+	}
+	if ks := h.subs[key]; ks != nil {
+		ks.seq++
+	}
+	if next != "" {
+		h.sawQueue(key)
+	}
+	g := h.groups[key]
+	switch {
+	case g == nil:
+	case next == "":
+		g.wakeAll()
+	default:
+		for _, w := range g.fair[next] {
+			signal(w.wake)
+		}
+		// The name has a queue now: a plain waiter joins it (see starve.go).
+		signal(g.wake)
+	}
+}
+
+// wakeAll wakes the active waiter and every fair waiter. The caller holds
+// waitHub.mu.
+func (g *waitGroup) wakeAll() {
+	signal(g.wake)
+	for _, ws := range g.fair {
+		for _, w := range ws {
+			signal(w.wake)
+		}
+	}
+}
+
+// wakeKey wakes local waiters of key at once when this Client released it,
+// without waiting for the store's notification: the active waiter, and of
+// fair waiters only the one that was at the head of the queue.
+func (h *waitHub) wakeKey(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ks := h.subs[key]; ks != nil {
+		ks.seq++ // a release by this Client counts as heard (see released)
+	}
+	g := h.groups[key]
+	if g == nil {
+		return
+	}
+	signal(g.wake)
+	for _, ws := range g.fair {
+		for _, w := range ws {
+			if w.position == 1 {
+				signal(w.wake)
+			}
+		}
+	}
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// waiting reports whether the Client has waiters on key.
+func (h *waitHub) waiting(key string) bool {
+	if h.groupsN.Load() == 0 {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.groups[key] != nil
+}
+
+// join adds a waiter to key's group; leave takes it out again.
+func (h *waitHub) join(key string) *waitGroup {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g := h.groups[key]
+	if g == nil {
+		g = &waitGroup{key: key, gate: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+		h.groups[key] = g
+		h.groupsN.Store(int32(len(h.groups)))
+	}
+	g.refs++
+	return g
+}
+
+// leave takes a waiter out of g; the last to leave lets the key's
+// subscription linger (see unsubscribeLater).
+func (h *waitHub) leave(g *waitGroup) {
+	h.mu.Lock()
+	g.refs--
+	last := g.refs == 0
+	if last {
+		delete(h.groups, g.key)
+		h.groupsN.Store(int32(len(h.groups)))
+	}
+	h.mu.Unlock()
+	if !last {
+		return
+	}
+	g.smu.Lock()
+	subscribed := g.subscribed
+	g.smu.Unlock()
+	if subscribed {
+		h.unsubscribeLater(g.key)
+	}
+}
+
+// enqueue registers a waiter of g in the store's fair queue with token, at
+// position; dequeue takes it out.
+func (h *waitHub) enqueue(g *waitGroup, token string, position int) *fairWaiter {
+	w := &fairWaiter{wake: make(chan struct{}, 1), position: position}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if g.fair == nil {
+		g.fair = make(map[string][]*fairWaiter)
+	}
+	// Goroutines of one reentrant handle share a token and so a queue
+	// entry: a release that names the token wakes them all.
+	g.fair[token] = append(g.fair[token], w)
+	return w
+}
+
+// dequeue takes w, of token, out of g's fair waiters.
+func (h *waitHub) dequeue(g *waitGroup, token string, w *fairWaiter) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ws := slices.DeleteFunc(g.fair[token], func(x *fairWaiter) bool { return x == w })
+	if len(ws) == 0 {
+		delete(g.fair, token)
+	} else {
+		g.fair[token] = ws
+	}
+}
+
+// moved records w's place in the queue after an attempt.
+func (h *waitHub) moved(w *fairWaiter, position int) {
+	h.mu.Lock()
+	w.position = position
+	h.mu.Unlock()
+}
+
+// entryUsers returns how many waiters of g wait in the queue with token,
+// and so on one queue entry (goroutines of one reentrant handle).
+func (h *waitHub) entryUsers(g *waitGroup, token string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(g.fair[token])
+}

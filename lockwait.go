@@ -1,0 +1,282 @@
+// Lock's wait: the loop a handle runs after its first attempt failed, until
+// it is granted or its context ends.
+
+package dlock
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+var (
+	defaultNotifiedRetry = ExponentialBackoff(100*time.Millisecond, 2*time.Second)
+	defaultPolledRetry   = ExponentialBackoff(5*time.Millisecond, 500*time.Millisecond)
+)
+
+// wait is Lock after a failed first attempt, whose answer is last; mk is
+// what the Client knew of the key's releases before that attempt: when no
+// release came since, the wait sleeps before it tries again.
+//
+// The waiters of one Client on one key queue at the group's gate, in
+// arrival order, and only the one at the gate deals with the store: it
+// alone tries, is woken by releases, and, when it waits in the store's fair
+// queue (a Fair Mutex, or a plain one whose wait starved), holds the
+// Client's one place in that queue. However many goroutines wait, a Client
+// costs the store one entry per name and one attempt per release, and each
+// waiter costs its own goroutine only.
+func (h *handle) wait(ctx context.Context, token string, last driver.AcquireResult, mk releaseMark) (*Lease, error) {
+	// Close ends the wait, even in the middle of a store call.
+	ctx, stop := h.c.closeAware(ctx)
+	defer stop()
+	g := h.hub.join(h.key)
+	defer h.hub.leave(g)
+	w := &waiter{h: h, g: g, token: token, last: last, mk: mk}
+
+	// A waiter that queued behind another at the gate tries at once when
+	// its turn comes: what its first try saw (the holder's TTL) is old by
+	// then.
+	select {
+	case g.gate <- struct{}{}:
+	default:
+		w.gated = true
+		if last.Queued {
+			// The waiter at the gate keeps the Client's place; a queue
+			// entry or writer intent of this one would stand for nobody
+			// (and a queue entry that came to the head would hold the lock
+			// up for everyone until it lapsed).
+			h.abandon(token, last, h.hub.entryUsers(g, token) > 0)
+			w.last.Queued = false
+		}
+		select {
+		case g.gate <- struct{}{}:
+		case <-ctx.Done():
+			return nil, w.notObtained(ctx)
+		}
+	}
+	defer func() { <-g.gate }()
+	return w.run(ctx)
+}
+
+// waiter is one wait at the gate of its group: plain (woken by any release
+// of the key) until it joins the store's fair queue, fair (woken by a
+// release that names its token) from then on.
+type waiter struct {
+	h     *handle
+	g     *waitGroup
+	token string
+	last  driver.AcquireResult // the store's last answer
+	mk    releaseMark          // what the Client knew of releases before the last attempt
+	gated bool                 // the next attempt goes out at once, whatever mk says
+
+	queue *fairWaiter // non-nil while the waiter is in the store's fair queue
+	start time.Time   // when the plain wait began, for starvation
+	// promisedSince is when a plain waiter in the queue first found the
+	// lock free but promised to another head (see queueDelay).
+	promisedSince time.Time
+}
+
+// run is the wait's loop: try when a release may have come, sleep until a
+// wake-up, the holder's TTL or the retry schedule, and so on until granted
+// or ctx ends. A plain waiter that starves joins the queue and goes on in
+// the same loop, its schedule started afresh.
+func (w *waiter) run(ctx context.Context) (*Lease, error) {
+	h := w.h
+	w.start = time.Now()
+	if h.opts.fair {
+		w.enqueue()
+	} else if h.fairNow() {
+		w.starved() // the name has a live queue: join it at once
+	}
+	defer w.dequeue()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for attempt := 1; ; attempt++ {
+		res := w.last
+		h.hub.subscribe(ctx, w.g) // before released: this wait's own subscription must be in place
+		if w.tryNow(attempt) {
+			l, r, err := w.attempt(ctx)
+			switch {
+			case l != nil:
+				return l, nil
+			case err != nil && ctx.Err() != nil:
+				return nil, w.notObtained(ctx) // names the holder last seen; try cleaned up
+			case err != nil:
+				return nil, err
+			}
+			res, w.last = r, r
+			if w.queue != nil {
+				h.hub.moved(w.queue, r.Position)
+			}
+			h.busy(r)
+		}
+		if w.queue == nil && h.starving(w.start, w.last) {
+			w.starved()
+			attempt = 0
+			continue
+		}
+		d := w.plainDelay(attempt, res)
+		if w.queue != nil {
+			d = w.queueDelay(attempt, res)
+		}
+		if !sleep(ctx, timer, d, w.wake()) {
+			h.abandon(w.token, w.last, w.queue != nil && h.hub.entryUsers(w.g, w.token) > 1)
+			return nil, w.notObtained(ctx)
+		}
+		if w.queue == nil && h.starving(w.start, w.last) {
+			w.starved()
+			attempt = 0
+		}
+	}
+}
+
+// tryNow reports whether attempt goes to the store at once: a first attempt
+// only when a release may have come since the last one, or the waiter
+// queued at the gate, or (in the queue) its last answer left it out.
+func (w *waiter) tryNow(attempt int) bool {
+	return attempt > 1 || w.gated || (w.queue != nil && !w.last.Queued) || w.h.hub.released(w.h.key, w.mk)
+}
+
+// attempt makes one attempt of the wait. The key's subscription is in
+// place (see run), so no release after the attempt is missed; a wake-up
+// seen before it is dropped, since the attempt covers it.
+func (w *waiter) attempt(ctx context.Context) (*Lease, driver.AcquireResult, error) {
+	select {
+	case <-w.wake():
+	default:
+	}
+	fair := w.queue != nil
+	if fair && w.h.starve && !w.promisedSince.IsZero() && time.Since(w.promisedSince) >= promisedGrace {
+		fair = false
+	}
+	return w.h.try(ctx, w.token, true, fair)
+}
+
+// wake is the channel that wakes the waiter: its group's while plain, its
+// own in the queue.
+func (w *waiter) wake() chan struct{} {
+	if w.queue != nil {
+		return w.queue.wake
+	}
+	return w.g.wake
+}
+
+// starved moves a plain waiter into the queue: its next attempt is a fair
+// one, at once, that queues it.
+func (w *waiter) starved() {
+	w.mk, w.gated = releaseMark{}, true
+	w.enqueue()
+}
+
+// enqueue registers the waiter in its group's fair waiters, woken by a
+// release that names its token.
+func (w *waiter) enqueue() {
+	w.queue = w.h.hub.enqueue(w.g, w.token, w.last.Position)
+}
+
+// dequeue undoes enqueue when the wait ends.
+func (w *waiter) dequeue() {
+	if w.queue != nil {
+		w.h.hub.dequeue(w.g, w.token, w.queue)
+	}
+}
+
+// plainDelay is how long a plain waiter sleeps after attempt, whose answer
+// was res. Releases wake a subscribed waiter, so it polls only as a safety
+// net; one that is not (no notifications, or they failed) polls in
+// earnest.
+func (w *waiter) plainDelay(attempt int, res driver.AcquireResult) time.Duration {
+	h := w.h
+	retry := h.opts.retry
+	if retry == nil {
+		retry = defaultPolledRetry
+		if h.hub.notified(w.g) {
+			retry = defaultNotifiedRetry
+		}
+	}
+	d := max(retry.Delay(attempt), time.Millisecond)
+	if res.HolderTTL > 0 && res.HolderTTL < d {
+		d = res.HolderTTL + time.Millisecond
+	}
+	if res.Queued {
+		// A writer intent is kept only by trying again before it lapses.
+		d = min(d, h.opts.queueTTL()/3)
+	}
+	return d
+}
+
+// queueDelay is how long a waiter in the queue sleeps after attempt, whose
+// answer was res. It keeps the Client's queue entry alive by trying again
+// every third of its time to live, and is woken by a release that names its
+// token, by the holder's TTL running out, and, on stores without
+// notification, by polling on the WithRetry schedule.
+func (w *waiter) queueDelay(attempt int, res driver.AcquireResult) time.Duration {
+	h := w.h
+	retry := h.opts.retry
+	if retry == nil {
+		retry = defaultPolledRetry
+	}
+	d := h.opts.queueTTL() / 3
+	notified := h.hub.notified(w.g)
+	if !notified || h.opts.retry != nil {
+		d = min(d, max(retry.Delay(attempt), time.Millisecond))
+	}
+	if !notified && h.opts.retry == nil && res.Position > 0 {
+		// Polling: only the head can be let in, and every poll of the
+		// waiters behind it is in vain until it is their turn; the head
+		// polls at the schedule's first pace and the others the slower,
+		// the further back they are.
+		d = min(d, time.Duration(res.Position)*max(retry.Delay(1), time.Millisecond))
+	}
+	// A plain Mutex that queued because it starved does not wait on a head
+	// that does not come: a waiter that died keeps its entry until the
+	// entry lapses (up to 5s). While the lock stays free but promised to
+	// another head, such a waiter tries again every promisedRetry, and after
+	// promisedGrace it takes the lock without the queue, as a plain Mutex
+	// may (see attempt).
+	switch {
+	case !h.starve:
+	case res.Holder == "" && res.HolderTTL == 0 && res.Shared == 0:
+		if w.promisedSince.IsZero() {
+			w.promisedSince = time.Now()
+		}
+		d = min(d, promisedRetry)
+	default:
+		w.promisedSince = time.Time{}
+	}
+	if res.HolderTTL > 0 {
+		// Not only the head: when the head left the queue while the lock
+		// was held, nobody is told who is head now, and a holder that
+		// expires is announced by no release.
+		d = min(d, res.HolderTTL+time.Millisecond)
+	}
+	return d
+}
+
+// notObtained is the error of a wait that ended: the holder last seen,
+// and why it ended.
+func (w *waiter) notObtained(ctx context.Context) error {
+	return errors.Join(w.h.notObtained(w.last), context.Cause(ctx))
+}
+
+// sleep waits for d, a wake-up or the end of ctx; it reports false when ctx
+// ended. timer is stopped and drained when it returns.
+func sleep(ctx context.Context, timer *time.Timer, d time.Duration, wake chan struct{}) bool {
+	timer.Reset(d)
+	ok := true
+	select {
+	case <-wake:
+	case <-timer.C:
+	case <-ctx.Done():
+		ok = false
+	}
+	if !timer.Stop() {
+		select {
+		case <-timer.C:
+		default:
+		}
+	}
+	return ok
+}

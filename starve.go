@@ -1,0 +1,90 @@
+// The starvation policy: when a plain Mutex's waits join the store's fair
+// queue, and what the Client remembers of a name's live queue.
+
+package dlock
+
+import (
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// Starvation. A plain Mutex lets a releasing owner take the lock straight
+// back, which is fast, but under steady contention the owner that just
+// released wins almost every race against waiters that must first hear of
+// the release, and they starve. As in Go's sync.Mutex, a waiter that has
+// waited starveAfter joins the store's fair queue; a release that leaves
+// the lock to a queue's head announces it, and a grant that went before a
+// queue says so (driver.AcquireResult.Overtook); every plain Mutex of a
+// Client that heard or saw either within queueLiveFor queues too, the owner
+// that just released included. The name is then served in arrival order
+// until its queue is empty and the announcements stop.
+const (
+	starveAfter  = time.Millisecond
+	queueLiveFor = time.Second
+	// A plain waiter in the queue that finds the lock free but promised to
+	// another head for promisedGrace takes it without the queue (see
+	// waiter.queueDelay), trying every promisedRetry meanwhile.
+	promisedGrace = 100 * time.Millisecond
+	promisedRetry = 20 * time.Millisecond
+)
+
+// sawQueue records that a release of key named a queue's head. The caller
+// holds h.mu.
+func (h *waitHub) sawQueue(key string) {
+	now := time.Now()
+	if h.queueSeen == nil {
+		h.queueSeen = make(map[string]time.Time)
+	}
+	if len(h.queueSeen) >= 1024 && now.Sub(h.queueSwept) > queueLiveFor {
+		h.queueSwept = now
+		for k, t := range h.queueSeen {
+			if now.Sub(t) > queueLiveFor {
+				delete(h.queueSeen, k)
+			}
+		}
+	}
+	h.queueSeen[key] = now
+	h.queueSeenN.Store(int32(len(h.queueSeen)))
+}
+
+// noteQueue records that key has a live queue, as an acquire that
+// overtook it reported.
+func (h *waitHub) noteQueue(key string) {
+	h.mu.Lock()
+	h.sawQueue(key)
+	h.mu.Unlock()
+}
+
+// queueLive reports whether a release of key named a queue's head, or an
+// acquire of key overtook one, within queueLiveFor.
+func (h *waitHub) queueLive(key string) bool {
+	if h.queueSeenN.Load() == 0 {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t, ok := h.queueSeen[key]
+	if ok && time.Since(t) > queueLiveFor {
+		delete(h.queueSeen, key)
+		h.queueSeenN.Store(int32(len(h.queueSeen)))
+		ok = false
+	}
+	return ok
+}
+
+// fairNow reports whether the handle's next request should be a fair one:
+// always for a Fair Mutex, and for a plain one while its name has a live
+// queue.
+func (h *handle) fairNow() bool {
+	return h.opts.fair || (h.starve && h.hub.queueLive(h.key))
+}
+
+// starving reports whether a plain waiter of h that started at start, and
+// was last refused with last, should join the queue. A writer that waits
+// for readers keeps its writer intent instead, which already holds new
+// readers back.
+func (h *handle) starving(start time.Time, last driver.AcquireResult) bool {
+	return h.starve && last.Shared == 0 && !last.Queued &&
+		(time.Since(start) >= starveAfter || h.hub.queueLive(h.key))
+}
