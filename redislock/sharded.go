@@ -324,6 +324,7 @@ func (l *shardedListener) confirmed(sh *shard, ch string) string {
 	s := l.subs[ch]
 	switch {
 	case s == nil || s.ext.shard != sh:
+		// Not subscribed, or not through sh any more.
 	case !s.confirmed:
 		l.confirm(ch, s)
 	case s.ext.rehomed:
