@@ -302,29 +302,6 @@ func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
 	return nil
 }
 
-// ReleaseQuietly is Release without waking waiters: the release is not
-// announced on the release channel. Package redlock undoes with it the
-// grants of an attempt that lost: those nodes were free and blocked nobody,
-// and announcing them would wake the other waiters, whose failed attempts
-// would announce theirs, for as long as the holder keeps a quorum.
-func (b *Backend) ReleaseQuietly(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
-	return b.release(ctx, key, token, "")
-}
-
-// RaiseFence gives the grant that token holds on key, exclusive or shared,
-// the fence fence, and raises the key's fence counter to at least fence so
-// that the next grant on this node draws a larger one, in one script. It
-// reports false, changing nothing, when token does not hold the lock.
-// Package redlock uses it to give a grant one fence on all its nodes; a
-// single-node lock never needs it.
-func (b *Backend) RaiseFence(ctx context.Context, key, token string, fence uint64) (bool, error) {
-	n, err := raiseFenceScript.Run(ctx, b.rdb, b.raiseKeys(key), token, strconv.FormatUint(fence, 10)).Int64()
-	if err != nil {
-		return false, fmt.Errorf("redislock: raise fence %q: %w", key, err)
-	}
-	return n == 1, nil
-}
-
 // RenewBatch renews every lease of reqs in one pipeline of renew scripts
 // (go-redis splits it by node on Cluster) and returns one result per request,
 // in order. A failure of the whole round trip is reported in every result.

@@ -54,54 +54,23 @@ func (b *Backend) Listen(ctx context.Context, fn func(key, next string)) (driver
 	if cc, ok := b.rdb.(*redis.ClusterClient); ok && b.sharded {
 		return b.listenSharded(lctx, cancel, cc, fn), nil
 	}
-	l := &listener{
-		b:      b,
-		fn:     fn,
-		ctx:    lctx,
-		cancel: cancel,
-		ps:     b.rdb.Subscribe(lctx),
-		subs:   make(map[string]*subscription),
-	}
+	l := &listener{b: b, fn: fn, ps: b.rdb.Subscribe(lctx)}
+	l.setup(lctx, cancel, l)
 	l.wg.Add(1)
 	go l.receive()
 	return l, nil
 }
 
-// listener is the driver.Listener of a Backend.
+// listener is the driver.Listener of a Backend on one node or through
+// Sentinel. Its wire writes SUBSCRIBE and UNSUBSCRIBE on the one pub/sub
+// connection with the core's mu held, so that the server sees them in the
+// order the table changed.
 type listener struct {
-	b      *Backend
-	fn     func(key, next string)
-	ctx    context.Context // cancelled by Close
-	cancel context.CancelFunc
-	ps     *redis.PubSub
-	wg     sync.WaitGroup // the receive goroutine
-
-	// mu orders SUBSCRIBE and UNSUBSCRIBE writes with the bookkeeping below,
-	// so that the server sees them in the order the map changed.
-	mu     sync.Mutex
-	subs   map[string]*subscription // by channel
-	closed bool
-	// refused is Redis's answer when it refused a SUBSCRIBE for lack of
-	// rights (see refuse); Subscribe fails with it from then on.
-	refused error
-}
-
-// subscription is one subscribed channel. Its SUBSCRIBE is never followed by
-// an UNSUBSCRIBE before the server has confirmed it, so the next "subscribe"
-// confirmation for the channel answers that SUBSCRIBE, or go-redis's
-// resubscription after a reconnect, which is as good.
-//
-// One race remains: go-redis resubscribes on a new connection before this
-// listener learns of the reconnect, so if within that round trip the channel
-// is unsubscribed and subscribed again, the resubscription's confirmation
-// can release the new Subscribe a moment before the server runs it. The cost
-// is at most one missed wake-up, which the client's retry timer covers.
-type subscription struct {
-	key       string
-	refs      int           // Subscribe calls not yet undone
-	ready     chan struct{} // closed once the server has confirmed, or refused
-	confirmed bool
-	err       error // set, before ready is closed, when the server refused
+	subscriptions[struct{}]
+	b  *Backend
+	fn func(key, next string)
+	ps *redis.PubSub
+	wg sync.WaitGroup // the receive goroutine
 }
 
 // Subscribe subscribes to key's release channel, or joins the subscription
@@ -114,143 +83,46 @@ type subscription struct {
 // of writing the command.
 func (l *listener) Subscribe(ctx context.Context, key string) error {
 	ch := l.b.channel(key)
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return fmt.Errorf("redislock: subscribe %q: %w", key, redis.ErrClosed)
+	s, _, err := l.join(ctx, key, ch)
+	if err != nil {
+		return err
 	}
-	if l.refused != nil {
-		l.mu.Unlock()
-		return refusedError(key, ch, l.refused)
-	}
-	s := l.subs[ch]
-	if s == nil {
-		if err := l.ps.Subscribe(ctx, ch); err != nil {
-			// go-redis remembers the channel even when the write failed and
-			// subscribes it again after a reconnect. That is harmless (a
-			// release on a channel not in l.subs is ignored, and its
-			// confirmation too), while an UNSUBSCRIBE here would wait, with
-			// l.mu held, on the connection that just failed.
-			l.mu.Unlock()
-			return fmt.Errorf("redislock: subscribe %q: %w", key, err)
-		}
-		s = &subscription{key: key, ready: make(chan struct{})}
-		l.subs[ch] = s
-	}
-	s.refs++
-	ready := s.ready
-	l.mu.Unlock()
-
-	select {
-	case <-ready:
-		if s.err != nil {
-			return refusedError(key, ch, s.err)
-		}
-		return nil
-	case <-ctx.Done():
-		_ = l.drop(context.WithoutCancel(ctx), ch)
-		return fmt.Errorf("redislock: subscribe %q: %w", key, ctx.Err())
-	case <-l.ctx.Done():
-		return fmt.Errorf("redislock: subscribe %q: %w", key, redis.ErrClosed)
-	}
+	return l.await(ctx, key, ch, s)
 }
 
-// isNoPerm reports whether err is Redis refusing a command for lack of
-// rights (an ACL error), as opposed to a failed connection.
-func isNoPerm(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOPERM")
+// start writes SUBSCRIBE ch (wire). l.mu is held.
+func (l *listener) start(ctx context.Context, ch string, _ *subscription[struct{}]) error {
+	// go-redis remembers the channel even when the write failed and
+	// subscribes it again after a reconnect. That is harmless (a release
+	// on a channel not in l.subs is ignored, and its confirmation too),
+	// while an UNSUBSCRIBE here would wait, with l.mu held, on the
+	// connection that just failed.
+	return l.ps.Subscribe(ctx, ch)
 }
 
-// refusedError is the error of a subscription to key (on channel ch) that
-// Redis refused with err: it wraps driver.ErrNotifyRefused and says which
-// ACL rule is missing.
-func refusedError(key, ch string, err error) error {
-	return fmt.Errorf("redislock: subscribe %q: %w: %w (the Redis user needs the channel rule &%s or allchannels, and SUBSCRIBE, SSUBSCRIBE and PUBLISH, SPUBLISH in its commands; see docs/REDIS.md)",
-		key, driver.ErrNotifyRefused, err, channelPattern(ch))
-}
-
-// channelPattern is the ACL channel pattern that covers ch: the namespace
-// followed by "*".
-func channelPattern(ch string) string {
-	if i := strings.Index(ch, ":{"); i >= 0 {
-		return ch[:i] + ":*"
-	}
-	return ch
-}
-
-// refuse handles Redis's refusal of a SUBSCRIBE (NOPERM): the ACL rules are
-// the same for every release channel, so every subscription not yet
-// confirmed fails with it, and so will every later Subscribe.
-func (l *listener) refuse(err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.refused = err
-	for ch, s := range l.subs {
-		if !s.confirmed {
-			s.err = err
-			close(s.ready)
-			delete(l.subs, ch)
-		}
-	}
+// stop writes UNSUBSCRIBE ch (wire). l.mu is held.
+func (l *listener) stop(ctx context.Context, ch string, _ *subscription[struct{}], _ bool) (<-chan error, error) {
+	return nil, l.ps.Unsubscribe(ctx, ch)
 }
 
 // Unsubscribe drops one subscription of key and sends UNSUBSCRIBE when it
 // was the last. After Close it does nothing.
 func (l *listener) Unsubscribe(ctx context.Context, key string) error {
-	if err := l.drop(ctx, l.b.channel(key)); err != nil {
+	if err := l.drop(ctx, l.b.channel(key), true); err != nil {
 		return fmt.Errorf("redislock: unsubscribe %q: %w", key, err)
 	}
 	return nil
 }
 
-var errNotSubscribed = errors.New("not subscribed")
-
-// drop undoes one Subscribe of channel ch.
-func (l *listener) drop(ctx context.Context, ch string) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return nil
-	}
-	s := l.subs[ch]
-	if s == nil || s.refs == 0 {
-		return errNotSubscribed
-	}
-	s.refs--
-	if s.refs > 0 || !s.confirmed {
-		// An unconfirmed subscription stays until its confirmation
-		// arrives; confirm unsubscribes it then if nobody came back.
-		return nil
-	}
-	delete(l.subs, ch)
-	return l.ps.Unsubscribe(ctx, ch)
-}
-
-// confirm handles the server's "subscribe" confirmation for channel ch.
-func (l *listener) confirm(ch string) {
+// confirmed handles the server's "subscribe" confirmation for channel ch.
+func (l *listener) confirmed(ch string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.subs[ch]
 	if s == nil || s.confirmed {
 		return // a resubscription after a reconnect
 	}
-	s.confirmed = true
-	close(s.ready)
-	if s.refs == 0 { // every waiter gave up before the confirmation
-		delete(l.subs, ch)
-		_ = l.ps.Unsubscribe(l.ctx, ch)
-	}
-}
-
-// keyOf returns the subscribed key whose release channel is ch.
-func (l *listener) keyOf(ch string) (string, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if s := l.subs[ch]; s != nil {
-		return s.key, true
-	}
-	return "", false
+	l.confirm(ch, s)
 }
 
 // receive reads the pub/sub connection until Close. It uses Receive rather
@@ -290,7 +162,7 @@ func (l *listener) receive() {
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
-				l.confirm(m.Channel)
+				l.confirmed(m.Channel)
 			}
 		case *redis.Message:
 			if key, ok := l.keyOf(m.Channel); ok {
@@ -323,30 +195,13 @@ func reconnectDelay(n int) time.Duration {
 	return min(d, maxReconnectDelay)
 }
 
-// sleep waits for d, or reports false if the listener is closed first.
-func (l *listener) sleep(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-l.ctx.Done():
-		return false
-	}
-}
-
 // Close closes the pub/sub connection and waits for the receive goroutine;
 // fn is not called after Close returns. Subscribe calls still waiting return
 // an error wrapping redis.ErrClosed. Closing twice is a no-op.
 func (l *listener) Close() error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
+	if !l.shut(nil) {
 		return nil
 	}
-	l.closed = true
-	l.mu.Unlock()
-
 	l.cancel()
 	err := l.ps.Close()
 	l.wg.Wait()

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/redisnode"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock"
 )
@@ -908,7 +909,7 @@ func TestRaiseFence(t *testing.T) {
 	ctx := t.Context()
 	raise := func(key, tok string, fence uint64) bool {
 		t.Helper()
-		ok, err := b.RaiseFence(ctx, key, tok, fence)
+		ok, err := redisnode.RaiseFence(b, ctx, key, tok, fence)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -971,7 +972,7 @@ func TestReleaseQuietlyShared(t *testing.T) {
 	w := newToken(t)
 	refused(t, b, waitingReq("k", w, "writer", 5*time.Second))
 	for _, tok := range []string{r, w} {
-		if _, err := b.ReleaseQuietly(t.Context(), "k", tok); err != nil {
+		if _, err := redisnode.ReleaseQuietly(b, t.Context(), "k", tok); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/redisnode"
 )
 
 // Acquire grants the lock named req.Key to req.Token when a quorum of nodes
@@ -159,7 +160,7 @@ func (a *attempt) run(n *node) {
 	select {
 	case f := <-a.raiseReq[n.index]:
 		ctx, cancel := context.WithTimeout(a.bg, a.timeout)
-		ok, err := n.b.RaiseFence(ctx, a.req.Key, a.req.Token, f)
+		ok, err := redisnode.RaiseFence(n.b, ctx, a.req.Key, a.req.Token, f)
 		cancel()
 		a.raised <- answer[bool]{node: n, val: ok, err: err}
 		<-a.decided
@@ -180,10 +181,10 @@ func (a *attempt) run(n *node) {
 	defer cancel()
 	switch act {
 	case actRaise:
-		_, _ = n.b.RaiseFence(ctx, a.req.Key, a.req.Token, a.fence)
+		_, _ = redisnode.RaiseFence(n.b, ctx, a.req.Key, a.req.Token, a.fence)
 	case actRelease:
 		if a.quiet || a.granted {
-			_, _ = n.b.ReleaseQuietly(ctx, a.req.Key, a.req.Token)
+			_, _ = redisnode.ReleaseQuietly(n.b, ctx, a.req.Key, a.req.Token)
 		} else {
 			_, _ = n.b.Release(ctx, a.req.Key, a.req.Token)
 		}

@@ -56,10 +56,11 @@
 // Each node keeps a fence counter per lock and draws a new fence with INCR
 // when it grants. The nodes' counters drift apart (a node that was down
 // misses grants), so a grant takes the highest fence F among the Q nodes
-// that won it, and the winning nodes that drew less are given F with
-// RaiseFence, which also raises their counter to at least F; unless Q nodes
-// end up with a counter of at least F, nothing is granted. When the counters
-// agree, as they do while all nodes are up, this costs no second round trip.
+// that won it, and the winning nodes that drew less are given F by a second
+// script (redislock's raise_fence.lua), which also raises their counter to at
+// least F; unless Q nodes end up with a counter of at least F, nothing is
+// granted. When the counters agree, as they do while all nodes are up, this
+// costs no second round trip.
 //
 // Why fences increase: after a grant with fence F1, a quorum S1 of nodes has
 // a counter of at least F1. A later grant is won on a quorum W2 of nodes,

@@ -1,0 +1,169 @@
+// How dlock run takes its lock: connecting, checking what the store can do,
+// waiting (ended by a signal) and saying why the lock was not obtained.
+
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+)
+
+// interrupted is the error of a wait ended by a signal.
+func interrupted(name string, sig os.Signal) *exitError {
+	return fail(exitSignalBase+signalNumber(sig), "%s while waiting for %q; nothing was left on the store", signalName(sig), name)
+}
+
+// cancelOnSignal returns ctx, cancelled when a signal arrives on sigs, and
+// the function that stops watching and returns the signal caught, if any.
+// It must be called once.
+func cancelOnSignal(ctx context.Context, sigs <-chan os.Signal) (context.Context, func() os.Signal) {
+	ctx, cancel := context.WithCancel(ctx)
+	var (
+		caught os.Signal
+		wg     sync.WaitGroup
+		stop   = make(chan struct{})
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case caught = <-sigs:
+			cancel()
+		case <-stop:
+		}
+	}()
+	return ctx, func() os.Signal {
+		close(stop)
+		wg.Wait()
+		cancel()
+		return caught
+	}
+}
+
+// acquire connects to the store and takes the lock, watching sigs meanwhile.
+// On success the caller closes the Client and then the store.
+func acquire(ctx context.Context, a *app, o *runOptions, sigs <-chan os.Signal) (*dlock.Lease, *store, *dlock.Client, error) {
+	ctx, stopWatch := cancelOnSignal(ctx, sigs)
+
+	st, err := a.open(ctx)
+	if err != nil {
+		if sig := stopWatch(); sig != nil {
+			return nil, nil, nil, interrupted(o.name, sig)
+		}
+		return nil, nil, nil, err
+	}
+	if ld, ok := st.backend.(driver.LockDelayer); o.lockDelay > 0 && (!ok || !ld.SupportsLockDelay()) {
+		stopWatch()
+		_ = st.Close()
+		return nil, nil, nil, usageErr("run", "--lock-delay needs a Redis or Redlock backend; %s keeps no lock-delay", st.where)
+	}
+	if cp, ok := o.kind.capability(); ok {
+		if cb, ok := st.backend.(driver.Capabler); !ok || !cb.Supports(cp) {
+			stopWatch()
+			_ = st.Close()
+			return nil, nil, nil, usageErr("run", "%s needs a store with %s; %s has none (the SQL stores and the redis:// ones have them)",
+				o.kind.flag(), cp, st.where)
+		}
+	}
+	c := dlock.New(st.backend)
+	closeAll := func() {
+		_ = c.Close()
+		_ = st.Close()
+	}
+	opts := []dlock.Option{
+		dlock.WithTTL(o.ttl),
+		dlock.WithSafetyMargin(o.safetyMargin()),
+		dlock.WithMetadata(o.metadata),
+	}
+	var (
+		lease *dlock.Lease
+		rep   *waitReporter
+	)
+	if o.wait == 0 {
+		lease, err = o.take(c, opts, false)(ctx)
+	} else {
+		rep = startWaitReporter(a.stderr, o, st)
+		opts = append(opts, dlock.WithOnBusy(rep.busy))
+		if o.wait != waitForever {
+			opts = append(opts, dlock.WithWait(o.wait))
+		}
+		lease, err = o.take(c, opts, true)(ctx)
+		rep.Stop()
+	}
+	sig := stopWatch()
+	switch {
+	case err == nil && sig != nil:
+		// Obtained just as the signal came: give it back unused.
+		uctx, ucancel := context.WithTimeout(context.Background(), a.connectTimeout)
+		_ = lease.Unlock(uctx)
+		ucancel()
+		closeAll()
+		return nil, nil, nil, interrupted(o.name, sig)
+	case err == nil:
+		return lease, st, c, nil
+	}
+	defer closeAll()
+	var notObtained *dlock.NotObtainedError
+	switch {
+	case sig != nil:
+		return nil, nil, nil, interrupted(o.name, sig)
+	case errors.Is(err, dlock.ErrInvalid):
+		return nil, nil, nil, usageErr("run", "%s", strings.TrimPrefix(err.Error(), "dlock: invalid argument: "))
+	case errors.As(err, &notObtained):
+		return nil, nil, nil, notObtainedErr(st, o, notObtained)
+	}
+	return nil, nil, nil, st.storeErr(fmt.Sprintf("lock %q", o.name), err)
+}
+
+// take returns the call that takes the lock of o's kind from c: the one
+// that waits (subject to WithWait among opts) when wait is set, else the one
+// that tries once.
+func (o *runOptions) take(c *dlock.Client, opts []dlock.Option, wait bool) func(context.Context) (*dlock.Lease, error) {
+	switch o.kind {
+	case lockShared:
+		rw := c.RWMutex(o.name, opts...)
+		if wait {
+			return rw.RLock
+		}
+		return rw.TryRLock
+	case lockSemaphore:
+		s := c.Semaphore(o.name, o.permits, opts...)
+		if wait {
+			return s.Acquire
+		}
+		return s.TryAcquire
+	case lockFair:
+		opts = append(opts, dlock.Fair())
+	}
+	m := c.Mutex(o.name, append(opts, dlock.WithLockDelay(o.lockDelay))...)
+	if wait {
+		return m.Lock
+	}
+	return m.TryLock
+}
+
+// notObtainedErr is exit 75, saying what stood in the way.
+func notObtainedErr(st *store, o *runOptions, e *dlock.NotObtainedError) *exitError {
+	r := &waitReporter{name: o.name, kind: o.kind, permits: o.permits, store: st}
+	what, afterIs := r.obstacle(e, false)
+	var b strings.Builder
+	switch {
+	case o.wait == 0 && afterIs:
+		fmt.Fprintf(&b, "%q is %s", o.name, what)
+	case o.wait == 0:
+		fmt.Fprintf(&b, "%q: %s", o.name, what)
+	default:
+		fmt.Fprintf(&b, "%q not obtained within %s: %s", o.name, o.wait, what)
+	}
+	if o.wait == 0 {
+		b.WriteString("; not waiting (--wait 0)")
+	}
+	return fail(exitNotObtained, "%s", b.String())
+}

@@ -1,0 +1,367 @@
+// How dlock run supervises its command while it holds the lock: starting it,
+// passing signals on, keeping it from being suspended, stopping it when the
+// lease is lost, and waiting for its whole process group.
+
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// runHolding runs the command while lease holds the lock, and releases it
+// when every process of the command's group has ended.
+func runHolding(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-chan os.Signal) error {
+	cmd := exec.Command(o.command[0], o.command[1:]...)
+	cmd.Stdin = os.Stdin
+	cmd.Stdout = a.stdout
+	cmd.Stderr = a.stderr
+	cmd.Env = childEnv(withoutCredentials(os.Environ()), lease, o.kind)
+	cmd.SysProcAttr = childProcAttr()
+	release := func() error {
+		// Bounded like connecting: a store that does not answer lets the
+		// lock expire after its TTL anyway.
+		ctx, cancel := context.WithTimeout(context.Background(), min(o.ttl, a.connectTimeout))
+		defer cancel()
+		return lease.Unlock(ctx)
+	}
+
+	w := &childWatch{stderr: a.stderr, o: o, lease: lease, sigs: sigs}
+	if len(suspendSignals) > 0 {
+		stops := make(chan os.Signal, 1)
+		signal.Notify(stops, suspendSignals...)
+		defer signal.Stop(stops)
+		w.stops = stops
+	}
+	if len(childSignals) > 0 {
+		// Always: a command in a background process group that reads from
+		// the terminal is stopped (SIGTTIN), and would otherwise hold the
+		// lock forever, stopped.
+		chld := make(chan os.Signal, 1)
+		signal.Notify(chld, childSignals...)
+		defer signal.Stop(chld)
+		w.chld = chld
+	}
+	if restore, ok := handTerminal(cmd.SysProcAttr); ok {
+		defer restore()
+	}
+	becomeSubreaper()
+	// The lease may have been lost while dlock took the terminal, or even
+	// before: a renewal refused right after the grant. The command must not
+	// start unprotected.
+	select {
+	case <-lease.Done():
+		_ = release()
+		return fail(exitLost, "lock %q was lost before the command started (%s); the command was not run",
+			o.name, lossReason(lease.Err()))
+	default:
+	}
+	exited, err := startLocked(cmd)
+	if err != nil {
+		_ = release()
+		return startErr(o.command[0], err)
+	}
+	w.pgid = cmd.Process.Pid
+	w.exited = exited
+
+	end := w.wait()
+	code, how := exitStatus(cmd.ProcessState)
+	if end == endLost {
+		_ = release() // a lease lost for want of renewals may still be on the store
+		return fail(exitLost, "the command %s after the lock %q was lost", how, o.name)
+	}
+	err = release()
+	switch {
+	case err == nil:
+	case errors.Is(err, dlock.ErrNotHeld):
+		return fail(exitLost, "lock %q was lost before the command ended (it %s); the command may have run unprotected at the end",
+			o.name, how)
+	default:
+		fmt.Fprintf(a.stderr, "dlock: could not release %q; it expires on the store within %v: %s\n",
+			o.name, o.ttl, oneLine(scrub(err.Error(), st.secrets)))
+	}
+	if end == endStuck {
+		if code == exitOK {
+			code = exitSignalBase + signalNumber(sigTerm)
+		}
+		return fail(code, "the command %s: dlock ended it because it stopped again each time it was continued "+
+			"(a process in the background that reads from the terminal is stopped so, by SIGTTIN; COMMAND has "+
+			"the terminal only when dlock's stdin is that terminal and dlock is in its foreground)", how)
+	}
+	return &exitError{code: code}
+}
+
+// startLocked starts cmd from a goroutine locked to its OS thread, and waits
+// for it there: the kernel sends the command its parent death signal (see
+// setParentDeathSignal) when the thread that started it exits, and the Go
+// runtime ends a thread when a goroutine that locked it returns without
+// unlocking it; a thread that is not kept locked could be taken by such a
+// goroutine while the command runs, and its end would kill the command. The
+// returned channel is closed when the command has been waited for
+// (cmd.ProcessState is then set).
+func startLocked(cmd *exec.Cmd) (<-chan struct{}, error) {
+	started := make(chan error, 1)
+	exited := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		// Unlocked only once the command is gone: its death signal no
+		// longer matters then.
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait() // the status is read from cmd.ProcessState
+		close(exited)
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return exited, nil
+}
+
+// Timings of childWatch.
+const (
+	// stopPoll is how often dlock looks for stopped processes in the
+	// command's group; a stop of the command's own process is seen at once
+	// (SIGCHLD).
+	stopPoll = time.Second
+	// stopRecheck is how soon after continuing a stopped group dlock looks
+	// again: a process that is stopped again by then is not going to run.
+	stopRecheck = 50 * time.Millisecond
+	// maxRestops is how many times in a row dlock continues a group that
+	// stops again at once before it gives up and stops the command.
+	maxRestops = 5
+	// maxGroupPoll is the longest pause between two checks for the end of
+	// the group once the command's own process has exited.
+	maxGroupPoll = 200 * time.Millisecond
+	// lingerNote is how long after the command's own process has exited,
+	// its group still running, dlock says why it still holds the lock.
+	lingerNote = time.Second
+)
+
+// childWatch follows a running command.
+type childWatch struct {
+	stderr io.Writer
+	o      *runOptions
+	lease  *dlock.Lease
+	pgid   int              // the command's process group (its PID)
+	sigs   <-chan os.Signal // signals to pass on
+	stops  <-chan os.Signal // SIGTSTP to dlock, nil where there is none
+	chld   <-chan os.Signal // SIGCHLD, nil where there is none
+	exited <-chan struct{}  // closed when the command has been waited for
+}
+
+// watchEnd is how the command's process group ended.
+type watchEnd int
+
+const (
+	endNormal watchEnd = iota // by itself
+	endLost                   // stopped by dlock: the lease was lost
+	endStuck                  // stopped by dlock: it kept stopping
+)
+
+// wait waits until the command has exited and every other process of its
+// group has ended too, passing signals on to the group. A process the
+// command leaves behind in its group (cmd &) is still protected by the lock,
+// which is kept, and renewed, until it ends.
+//
+// When the lease is lost first, it stops the group (SIGTERM, then SIGKILL
+// after --kill-grace), waits until the whole group is gone, and reports
+// endLost.
+//
+// The command is not allowed to be suspended, nor is dlock: renewals would
+// stop or go on for a command that does nothing, and the lease could lapse
+// while the command still runs. A stopped process of the group is continued
+// (Ctrl-Z is answered with a message); a group that stops again each time
+// it is continued (a background process reading from the terminal) is
+// stopped like one whose lease was lost, and wait reports endStuck.
+func (w *childWatch) wait() watchEnd {
+	var (
+		end       = endNormal
+		stopping  bool
+		killTimer *time.Timer
+		killC     <-chan time.Time
+		leaderC   = w.exited
+		leaderAt  time.Time // when the command's own process exited
+		noted     bool
+		groupT    = time.NewTimer(time.Hour)
+		groupC    <-chan time.Time // polls for the group's end
+		pollDelay = groupPoll
+		recheck   = time.NewTimer(time.Hour)
+		recheckC  <-chan time.Time
+		restops   int       // SIGCONTs since the group was last seen running
+		lastCont  time.Time // the last SIGCONT of checkStopped
+		stopTick  = time.NewTicker(stopPoll)
+	)
+	groupT.Stop()
+	recheck.Stop()
+	defer func() {
+		groupT.Stop()
+		recheck.Stop()
+		stopTick.Stop()
+		if killTimer != nil {
+			killTimer.Stop()
+		}
+	}()
+	stop := func() {
+		stopping = true
+		_ = signalGroup(w.pgid, sigTerm)
+		continueGroup(w.pgid) // a stopped process would not see SIGTERM
+		killTimer = time.NewTimer(w.o.killGrace)
+		killC = killTimer.C
+		// Poll fast for the end of the group from now on.
+		pollDelay = groupPoll
+		groupT.Stop()
+		groupC = nil
+	}
+	// checkStopped continues the group when a process of it is stopped.
+	// Continuing it sends dlock a SIGCHLD of its own, so a group is only
+	// taken to be running again when a look at least stopRecheck after the
+	// last SIGCONT finds nothing stopped.
+	checkStopped := func() {
+		if !groupStopped(w.pgid) {
+			if time.Since(lastCont) >= stopRecheck {
+				restops = 0
+			}
+			return
+		}
+		restops++
+		switch {
+		case stopping:
+		case restops > maxRestops:
+			end = endStuck
+			fmt.Fprintf(w.stderr, "dlock: the command's process group stops again each time it is continued; stopping it: SIGTERM now, SIGKILL in %v\n",
+				w.o.killGrace)
+			stop()
+			return
+		case restops == 1:
+			fmt.Fprintf(w.stderr, "\ndlock: a command holding %q cannot be suspended; continuing it\n", w.o.name)
+		}
+		continueGroup(w.pgid)
+		lastCont = time.Now()
+		recheck.Reset(stopRecheck)
+		recheckC = recheck.C
+	}
+	leaseDone := w.lease.Done()
+	for {
+		if leaderC == nil {
+			// The command's own process is gone; others in its group may
+			// not be.
+			reapGroup(w.pgid)
+			if !groupAlive(w.pgid) {
+				return end
+			}
+			if groupC == nil {
+				groupT.Reset(pollDelay)
+				groupC = groupT.C
+			}
+		}
+		select {
+		case <-leaderC:
+			leaderC = nil
+			leaderAt = time.Now()
+		case <-groupC:
+			groupC = nil
+			if !stopping {
+				pollDelay = min(2*pollDelay, maxGroupPoll)
+				if !noted && time.Since(leaderAt) >= lingerNote {
+					noted = true
+					fmt.Fprintf(w.stderr, "dlock: the command has exited, but processes it started are still running in its "+
+						"process group; holding %q until they end\n", w.o.name)
+				}
+			}
+		case sig := <-w.sigs:
+			if err := signalGroup(w.pgid, sig); err != nil {
+				fmt.Fprintf(w.stderr, "dlock: cannot pass %s on to the command: %v\n", signalName(sig), err)
+			}
+			if wakesStopped(sig) {
+				continueGroup(w.pgid)
+			}
+		case <-w.stops:
+			fmt.Fprintf(w.stderr, "\ndlock: not suspending while holding %q: its lease could lapse while the command runs\n", w.o.name)
+		case <-w.chld:
+			checkStopped()
+		case <-stopTick.C:
+			checkStopped()
+		case <-recheckC:
+			recheckC = nil
+			checkStopped()
+		case <-leaseDone:
+			leaseDone = nil
+			end = endLost
+			if stopping {
+				fmt.Fprintf(w.stderr, "dlock: lost lock %q: %s\n", w.o.name, lossReason(w.lease.Err()))
+				break
+			}
+			fmt.Fprintf(w.stderr, "dlock: lost lock %q: %s; stopping the command: SIGTERM now, SIGKILL in %v\n",
+				w.o.name, lossReason(w.lease.Err()), w.o.killGrace)
+			stop()
+		case <-killC:
+			killC = nil
+			_ = signalGroup(w.pgid, sigKill)
+		}
+	}
+}
+
+// lossReason says why a lease was lost.
+func lossReason(err error) string {
+	var lost *dlock.LostError
+	if errors.As(err, &lost) {
+		if lost.Cause != nil {
+			return lost.Reason.String() + " (" + oneLine(lost.Cause.Error()) + ")"
+		}
+		return lost.Reason.String()
+	}
+	if err == nil {
+		return "unknown reason"
+	}
+	return oneLine(err.Error())
+}
+
+// childEnv is env with the lock's variables set, replacing any already there.
+func childEnv(env []string, lease *dlock.Lease, kind lockKind) []string {
+	vars := []string{
+		"DLOCK_NAME=" + lease.Name(),
+		"DLOCK_FENCE=" + strconv.FormatUint(lease.Fence(), 10),
+		"DLOCK_OWNER=" + lease.Owner(),
+		"DLOCK_KIND=" + kind.String(),
+	}
+	out := make([]string, 0, len(env)+len(vars))
+outer:
+	for _, kv := range env {
+		for _, v := range vars {
+			name, _, _ := strings.Cut(v, "=")
+			if strings.HasPrefix(kv, name+"=") {
+				continue outer
+			}
+		}
+		out = append(out, kv)
+	}
+	return append(out, vars...)
+}
+
+// startErr is the error of a command that could not be started, with the
+// shell's exit codes.
+func startErr(name string, err error) *exitError {
+	var pe *os.PathError
+	switch {
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, os.ErrNotExist):
+		return fail(exitNotFound, "cannot run %q: command not found", name)
+	case errors.As(err, &pe):
+		return fail(exitCannotExecute, "cannot run %q: %v", name, pe.Err)
+	}
+	return fail(exitCannotExecute, "cannot run %q: %v", name, err)
+}

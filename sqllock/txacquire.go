@@ -1,0 +1,275 @@
+// Multi-statement transactions that acquire shared, reader and fair holds,
+// and the reads that complete an exclusive request the upsert refused.
+
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// acquireShared makes or refuses a shared grant in a transaction: the
+// semaphore's count needs the name's shared holds, read under the row lock.
+// A refusal records nothing and is rolled back.
+func (t *txs) acquireShared(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	var res driver.AcquireResult
+	ttl := t.x.units(req.TTL)
+	err := t.run(ctx, func(x *txn) (bool, error) {
+		res = driver.AcquireResult{}
+		m, st, _, err := x.lock(req.Key, req.Token, true, true)
+		if err != nil {
+			return false, err
+		}
+		mine := st.mineLeft.Valid && st.mineLeft.Int64 > 0
+		switch {
+		case m.held():
+			res.Holder, res.HolderTTL = m.owner, t.x.duration(m.heldLeft.Int64)
+			return false, nil
+		case m.intentLive() && m.intentToken.String != req.Token:
+			res.WriterWaiting = true
+			res.Holder, res.HolderTTL = m.intentOwner.String, t.x.duration(m.intentLeft.Int64)
+			res.Shared = int(st.sharedLive)
+			if mine {
+				res.Shared++
+			}
+			return false, nil
+		case mine:
+			// A token holds once: its own hold refuses it, as an exclusive
+			// holder refuses a request without Reentrant.
+			refuseOwn(&res, t.x, req.Owner, st)
+			return false, nil
+		case req.Limit > 0 && st.sharedLive >= int64(req.Limit):
+			res.Holder, res.HolderTTL = st.firstOwner.String, t.x.duration(st.firstLeft.Int64)
+			res.Shared = int(st.sharedLive)
+			return false, nil
+		}
+		fence := m.fence + 1
+		if err := x.exec(t.insertShared, req.Key, req.Token, req.Owner, fence, req.Limit, ttl); err != nil {
+			return false, err
+		}
+		if err := x.exec(t.raiseShared, req.Key, fence, ttl); err != nil {
+			return false, err
+		}
+		if st.sharedExpired > 0 {
+			if err := x.prune(req.Key, req.Token, false, false); err != nil {
+				return false, err
+			}
+		}
+		res = driver.AcquireResult{Acquired: true, Fence: uint64(fence), Holds: 1}
+		return true, nil
+	})
+	return res, err
+}
+
+// acquireReader makes or refuses a reader's grant (Limit 0) on MySQL and
+// SQLite: the upsert of tplReader decides on the row it locks, and the hold
+// is added after it. A refusal reads why and is rolled back.
+func (t *txs) acquireReader(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	var res driver.AcquireResult
+	ttl := t.x.units(req.TTL)
+	err := t.run(ctx, func(x *txn) (bool, error) {
+		res = driver.AcquireResult{}
+		var fence int64
+		var err error
+		if t.d == MySQL {
+			var r sql.Result
+			if r, err = x.tx.ExecContext(ctx, t.reader.query, t.reader.args(req.Key, req.Token, ttl)...); err == nil {
+				fence, err = r.LastInsertId()
+			}
+		} else {
+			err = x.tx.QueryRowContext(ctx, t.reader.query, t.reader.args(req.Key, req.Token, ttl)...).Scan(&fence)
+			if errors.Is(err, sql.ErrNoRows) {
+				err = nil
+			}
+		}
+		if err != nil {
+			return false, err
+		}
+		if fence > 0 {
+			// The hold, unless the token has a live one (a token holds
+			// once): then the transaction, the upsert's fence and
+			// shared_until with it, is rolled back.
+			var added bool
+			if added, err = x.insertReader(req, fence, ttl); err != nil || added {
+				res = driver.AcquireResult{Acquired: added, Fence: uint64(fence), Holds: 1}
+				return added, err
+			}
+		}
+		m, st, err := x.read(req.Key, req.Token)
+		if err != nil {
+			return false, err
+		}
+		switch {
+		case m.held():
+			res.Holder, res.HolderTTL = m.owner, t.x.duration(m.heldLeft.Int64)
+		case m.intentLive() && m.intentToken.String != req.Token:
+			res.WriterWaiting = true
+			res.Holder, res.HolderTTL = m.intentOwner.String, t.x.duration(m.intentLeft.Int64)
+			res.Shared = int(st.sharedLive)
+		case st.mineLeft.Valid && st.mineLeft.Int64 > 0:
+			refuseOwn(&res, t.x, req.Owner, st)
+		}
+		return false, nil
+	})
+	return res, err
+}
+
+// insertReader adds the hold of a reader that tplReader granted with
+// fence (tplInsertReader), and reports false when the token has a live
+// hold already, which it keeps.
+func (x *txn) insertReader(req driver.AcquireRequest, fence, ttl int64) (bool, error) {
+	s := x.t.insertReader
+	r, err := x.tx.ExecContext(x.ctx, s.query, s.args(req.Key, req.Token, req.Owner, fence, ttl)...)
+	if err != nil {
+		return false, err
+	}
+	if x.t.d == MySQL {
+		id, err := r.LastInsertId()
+		return id > 0, err
+	}
+	n, err := r.RowsAffected()
+	return n > 0, err
+}
+
+// refuseOwn describes the refusal of a shared request whose token has a
+// live shared hold already: that hold (its owner, from the request, and
+// its time to live) and the live shared holds, the token's included.
+func refuseOwn(res *driver.AcquireResult, x *dialectSQL, owner string, st nameState) {
+	res.Holder, res.HolderTTL = owner, x.duration(st.mineLeft.Int64)
+	res.Shared = int(st.sharedLive) + 1
+}
+
+// acquireFair makes or refuses a Fair exclusive grant in a transaction. A
+// re-entry joins the grant whatever the queue holds: it is no new grant.
+func (t *txs) acquireFair(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	var res driver.AcquireResult
+	ttl := t.x.units(req.TTL)
+	err := t.run(ctx, func(x *txn) (bool, error) {
+		res = driver.AcquireResult{}
+		m, st, _, err := x.lock(req.Key, req.Token, true, true)
+		if err != nil {
+			return false, err
+		}
+		if req.Reentrant && m.heldBy(req.Token) {
+			if err := x.exec(t.reenter, req.Key, ttl); err != nil {
+				return false, err
+			}
+			res = driver.AcquireResult{Acquired: true, Fence: uint64(m.fence), Holds: m.holds + 1}
+			return true, nil
+		}
+		blocked := st.sharedLive > 0
+		if !m.held() && !blocked && st.ahead == 0 {
+			fence := m.fence + 1
+			if err := x.exec(t.grant, req.Key, fence, req.Owner, ttl, req.Token); err != nil {
+				return false, err
+			}
+			if st.myLeft.Valid {
+				if err := x.exec(t.dequeue, req.Key, req.Token); err != nil {
+					return false, err
+				}
+			}
+			if st.queueExpired > 0 {
+				if err := x.prune(req.Key, req.Token, true, false); err != nil {
+					return false, err
+				}
+			}
+			res = driver.AcquireResult{Acquired: true, Fence: uint64(fence), Holds: 1}
+			return true, nil
+		}
+
+		switch {
+		case m.held():
+			res.Holder, res.HolderTTL = m.owner, t.x.duration(m.heldLeft.Int64)
+		case blocked:
+			res.Holder, res.HolderTTL = st.lastOwner.String, t.x.duration(st.lastLeft.Int64)
+			res.Shared = int(st.sharedLive)
+		}
+		if !req.Wait {
+			return false, nil // a TryLock yields to the queue and records nothing
+		}
+		qttl := t.x.units(req.QueueTTL)
+		switch {
+		case st.myLeft.Valid && st.myLeft.Int64 > 0: // queued: keep the place
+			err = x.exec(t.requeue, req.Key, req.Token, st.mySeq.Int64, qttl)
+		case st.myLeft.Valid: // lapsed: to the tail
+			err = x.exec(t.requeue, req.Key, req.Token, st.maxSeq+1, qttl)
+		default:
+			err = x.exec(t.enqueue, req.Key, req.Token, st.maxSeq+1, qttl)
+		}
+		if err != nil {
+			return false, err
+		}
+		// A writer intent is recorded when shared holds keep the lock out
+		// and no other token's intent is live; the token's own live intent
+		// is kept whatever refused it (another writer too).
+		ownIntent := m.intentLive() && m.intentToken.String == req.Token
+		if ownIntent || (blocked && !m.intentLive()) {
+			if err := x.exec(t.setIntent, req.Key, req.Token, req.Owner, qttl); err != nil {
+				return false, err
+			}
+		}
+		if st.queueExpired > 0 {
+			if err := x.prune(req.Key, req.Token, true, false); err != nil {
+				return false, err
+			}
+		}
+		res.Queued = true
+		res.Position = int(st.ahead) + 1
+		return true, nil
+	})
+	return res, err
+}
+
+// refused completes an exclusive request that the upsert refused (on
+// PostgreSQL, one that met no exclusive holder, or one with Wait whose
+// token has a live intent): it reads who keeps it out (tplHolder) and, when
+// the request will wait, records its writer intent if shared holds keep it
+// out, or refreshes the token's own live intent whatever keeps it out.
+// found is false when the row is missing; blocked is false when the name
+// was free when the holder was read (it changed in between).
+func (t *txs) refused(ctx context.Context, req driver.AcquireRequest) (res driver.AcquireResult, found, blocked bool, err error) {
+	var held, ownIntent bool
+	var ttl, shared int64
+	var owner string
+	var sOwner sql.NullString
+	var sLeft sql.NullInt64
+	err = t.db.QueryRowContext(ctx, t.holder.query, t.holder.args(req.Key, req.Token)...).Scan(&owner, &held, &ttl, &ownIntent, &shared, &sOwner, &sLeft)
+	if errors.Is(err, sql.ErrNoRows) {
+		return res, false, false, nil
+	}
+	if err != nil {
+		return res, false, false, err
+	}
+	switch {
+	case held:
+		res.Holder, res.HolderTTL = owner, t.x.duration(ttl)
+		if ownIntent { // a waiting writer keeps its intent behind another writer
+			res.Queued, err = t.recordIntent(ctx, req)
+		}
+	case shared > 0:
+		res.Holder, res.HolderTTL, res.Shared = sOwner.String, t.x.duration(sLeft.Int64), int(shared)
+		res.Queued, err = t.recordIntent(ctx, req)
+	}
+	return res, true, held || shared > 0, err
+}
+
+// recordIntent records or refreshes req's writer intent (tplIntent) when it
+// will wait, and reports whether the token's intent is live.
+func (t *txs) recordIntent(ctx context.Context, req driver.AcquireRequest) (bool, error) {
+	if !req.Wait {
+		return false, nil
+	}
+	r, err := t.db.ExecContext(ctx, t.intent.query, t.intent.args(req.Key, req.Token, req.Owner, t.x.units(req.QueueTTL))...)
+	if err != nil {
+		return false, err
+	}
+	if t.d == MySQL {
+		id, err := r.LastInsertId()
+		return id > 0, err
+	}
+	n, err := r.RowsAffected()
+	return n == 1, err
+}
