@@ -88,8 +88,8 @@ func (c *Client) checkBackend(o *options) error {
 		}
 	}
 	if o.lockDelay > 0 {
-		if ld, ok := c.backend.(driver.LockDelayer); !ok || !ld.SupportsLockDelay() {
-			return invalid("lock delay: not supported by the backend (%T)", c.backend)
+		if err := c.need(driver.CapLockDelay); err != nil {
+			return err
 		}
 	}
 	if o.fair {

@@ -167,7 +167,7 @@ func TestLockDelayOptionChecked(t *testing.T) {
 	if _, err := c.Mutex("x", dlock.WithLockDelay(-time.Second)).TryLock(t.Context()); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("negative lock delay: %v, want ErrInvalid", err)
 	}
-	type plain struct{ driver.Backend } // hides memlock's LockDelayer
+	type plain struct{ driver.Backend } // hides memlock's capabilities (lock-delay among them)
 	c2 := dlock.New(plain{memlock.New()}, dlock.WithLockDelay(time.Second))
 	defer c2.Close()
 	if _, err := c2.Mutex("x").TryLock(t.Context()); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "lock delay") {

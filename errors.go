@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/safetext"
 )
 
@@ -27,8 +28,14 @@ var (
 	ErrLost = errors.New("dlock: lease lost")
 
 	// ErrInvalid is returned for bad arguments: names, TTLs, options, nil or
-	// foreign values. The message names the field.
-	ErrInvalid = errors.New("dlock: invalid argument")
+	// foreign values. The message names the field. It is driver.ErrInvalid,
+	// so backends return it too.
+	ErrInvalid = driver.ErrInvalid
+
+	// ErrUnsupported is returned, with ErrInvalid, for a lock kind or option
+	// the backend does not have (a Semaphore on Redlock, WithLockDelay on
+	// SQL). It is driver.ErrUnsupported.
+	ErrUnsupported = driver.ErrUnsupported
 
 	// ErrClosed is returned by calls on a Client after Close.
 	ErrClosed = errors.New("dlock: client closed")

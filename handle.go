@@ -341,7 +341,7 @@ func (h *handle) withdraw(token string) {
 		return
 	}
 	h.c.settle(h.opts.ttl, func(ctx context.Context) {
-		if err := w.Withdraw(ctx, h.key, token); err != nil && !errors.Is(err, errors.ErrUnsupported) {
+		if err := w.Withdraw(ctx, h.key, token); err != nil && !errors.Is(err, ErrUnsupported) {
 			h.c.log.Warn("dlock: leaving the queue failed; the entry lapses after its time to live", "name", h.name, "err", err)
 		}
 	})

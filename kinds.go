@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/dlock-go/dlock/driver"
 )
@@ -99,10 +100,21 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) { return s.h.lo
 // TryAcquire makes one attempt to obtain a permit.
 func (s *Semaphore) TryAcquire(ctx context.Context) (*Lease, error) { return s.h.tryLock(ctx) }
 
-// need returns ErrInvalid when the backend lacks capability cp.
+// need returns an error matching ErrInvalid and ErrUnsupported when the
+// backend lacks capability cp.
 func (c *Client) need(cp driver.Capability) error {
 	if cb, ok := c.backend.(driver.Capabler); ok && cb.Supports(cp) {
 		return nil
 	}
-	return invalid("%s: not supported by the backend (%T)", cp, c.backend)
+	return &unsupportedError{what: cp.String(), backend: fmt.Sprintf("%T", c.backend)}
 }
+
+// unsupportedError is the error for a lock kind or option the backend does
+// not have: ErrInvalid and ErrUnsupported both match it.
+type unsupportedError struct{ what, backend string }
+
+func (e *unsupportedError) Error() string {
+	return fmt.Sprintf("dlock: invalid argument: %s: not supported by the backend (%s)", e.what, e.backend)
+}
+
+func (e *unsupportedError) Unwrap() []error { return []error{ErrInvalid, ErrUnsupported} }

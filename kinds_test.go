@@ -26,9 +26,13 @@ func TestKindsNeedCapabilities(t *testing.T) {
 		"TryRLock":  func() error { _, err := c.RWMutex("x").TryRLock(ctx); return err },
 		"Semaphore": func() error { _, err := c.Semaphore("x", 2).Acquire(ctx); return err },
 		"Fair":      func() error { _, err := c.Mutex("x", dlock.Fair()).Lock(ctx); return err },
+		"WithLockDelay": func() error {
+			_, err := c.Mutex("x", dlock.WithLockDelay(time.Second)).TryLock(ctx)
+			return err
+		},
 	} {
 		err := call()
-		if !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "not supported by the backend") {
+		if !errors.Is(err, dlock.ErrInvalid) || !errors.Is(err, dlock.ErrUnsupported) || !strings.Contains(err.Error(), "not supported by the backend") {
 			t.Errorf("%s on a backend without the capability: %v, want ErrInvalid naming it", name, err)
 		}
 	}

@@ -3,8 +3,15 @@
 //
 // Users of dlock never call these methods; they construct a backend (for example
 // redislock.New or memlock.New) and hand it to dlock.New. Backend authors
-// implement Backend and, where the store allows it, the optional interfaces
-// Notifier, BatchRenewer and Inspector, which the client finds by type assertion.
+// implement Backend and, where the store allows it, more. A feature is found
+// one way: extra methods are optional interfaces (Notifier, Withdrawer,
+// BatchRenewer, Inspector, Drifter), which the client finds by type
+// assertion; request fields that only some backends honour are
+// capabilities, which a backend announces with Capabler.Supports.
+//
+// The errors the client and the backends share, ErrInvalid and
+// ErrUnsupported, are defined here and re-exported by the dlock package, as
+// database/sql re-exports what database/sql/driver defines.
 //
 // Every method is one atomic operation on the store (one script, one statement):
 // the client relies on that for its safety arguments. Keys arrive already
@@ -20,6 +27,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -95,8 +103,8 @@ type AcquireRequest struct {
 	// lock-delay of Google's Chubby): a holder that was paused past its TTL
 	// cannot meet a new holder at once. A release frees the lock at once.
 	// The delay is fixed by the grant; re-entries and renewals keep it. Only
-	// backends that implement LockDelayer honour it; the client refuses the
-	// option for the others.
+	// backends with CapLockDelay honour it; the client refuses the option
+	// for the others.
 	LockDelay time.Duration
 	// Joining is the fence of the grant the client already holds with Token
 	// when it re-enters (Reentrant, and the client holds the lock), or 0.
@@ -187,6 +195,8 @@ const (
 	// one. With it (and CapFair and a Notifier) the client lets a plain
 	// Mutex's starving waiters join the fair queue.
 	CapOvertook
+	// CapLockDelay: AcquireRequest.LockDelay.
+	CapLockDelay
 )
 
 // String returns the capability's name.
@@ -200,6 +210,8 @@ func (c Capability) String() string {
 		return "fair locks"
 	case CapOvertook:
 		return "overtake reports"
+	case CapLockDelay:
+		return "lock delay"
 	}
 	return "Capability(" + strconv.Itoa(int(c)) + ")"
 }
@@ -268,6 +280,16 @@ type ReleaseResult struct {
 	Remaining int
 }
 
+// ErrInvalid is wrapped by the errors for bad arguments (names, TTLs,
+// options, requests a backend cannot take); the message names the field.
+// dlock.ErrInvalid is this error.
+var ErrInvalid = errors.New("dlock: invalid argument")
+
+// ErrUnsupported is wrapped by the errors for a feature the backend does not
+// have (a capability, an optional method behind a wrapper). It wraps
+// errors.ErrUnsupported. dlock.ErrUnsupported is this error.
+var ErrUnsupported = fmt.Errorf("dlock: not supported by the backend: %w", errors.ErrUnsupported)
+
 // ErrNotifyRefused is wrapped by Listener.Subscribe when the store refuses
 // the subscription for lack of rights (a Redis user whose ACL does not allow
 // the release channels): no release of that store will be heard, so the
@@ -284,7 +306,7 @@ type Withdrawer interface {
 	// Withdraw removes token's fair queue entry and writer intent on key,
 	// if any, and notifies waiters as Release does when that lets another
 	// in. It never changes a hold. A wrapper whose inner backend has no
-	// Withdraw returns errors.ErrUnsupported.
+	// Withdraw returns an error wrapping ErrUnsupported.
 	Withdraw(ctx context.Context, key, token string) error
 }
 
@@ -338,12 +360,6 @@ type RenewResult struct {
 // in order.
 type BatchRenewer interface {
 	RenewBatch(ctx context.Context, reqs []RenewRequest) []RenewResult
-}
-
-// LockDelayer is implemented by backends that honour AcquireRequest.LockDelay.
-type LockDelayer interface {
-	// SupportsLockDelay reports whether AcquireRequest.LockDelay is honoured.
-	SupportsLockDelay() bool
 }
 
 // Drifter is implemented by backends whose grants stay valid for less than

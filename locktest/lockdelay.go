@@ -11,8 +11,8 @@ import (
 
 // supportsLockDelay reports whether backends of s honour dlock.WithLockDelay.
 func supportsLockDelay(t *testing.T, s *Store) bool {
-	ld, ok := s.NewBackend(t).(driver.LockDelayer)
-	return ok && ld.SupportsLockDelay()
+	cb, ok := s.NewBackend(t).(driver.Capabler)
+	return ok && cb.Supports(driver.CapLockDelay)
 }
 
 // testLockDelay checks dlock.WithLockDelay: an expired lease keeps others

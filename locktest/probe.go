@@ -230,7 +230,7 @@ func (l probeListener) Subscribe(ctx context.Context, key string) error {
 func (p *probe) Withdraw(ctx context.Context, key, token string) error {
 	w, ok := p.inner.(driver.Withdrawer)
 	if !ok {
-		return errors.ErrUnsupported
+		return driver.ErrUnsupported
 	}
 	exit, err := p.enter(ctx)
 	if err != nil {

@@ -91,5 +91,5 @@ func (s *spy) Withdraw(ctx context.Context, key, token string) error {
 	if w, ok := s.inner.(driver.Withdrawer); ok {
 		return w.Withdraw(ctx, key, token)
 	}
-	return errors.ErrUnsupported
+	return driver.ErrUnsupported
 }

@@ -26,7 +26,6 @@ var (
 	_ driver.Notifier     = (*Backend)(nil)
 	_ driver.BatchRenewer = (*Backend)(nil)
 	_ driver.Inspector    = (*Backend)(nil)
-	_ driver.LockDelayer  = (*Backend)(nil)
 	_ driver.Capabler     = (*Backend)(nil)
 	_ driver.Withdrawer   = (*Backend)(nil)
 )
@@ -89,14 +88,12 @@ func (b *Backend) SetUnavailable(err error) {
 	b.mu.Unlock()
 }
 
-// SupportsLockDelay reports true: memlock honours dlock.WithLockDelay.
-func (b *Backend) SupportsLockDelay() bool { return true }
-
 // Supports implements driver.Capabler: memlock has read-write locks,
-// semaphores and fair locks, and reports grants that overtook a queue.
+// semaphores, fair locks and lock-delay, and reports grants that overtook a
+// queue.
 func (b *Backend) Supports(c driver.Capability) bool {
 	switch c {
-	case driver.CapShared, driver.CapSemaphore, driver.CapFair, driver.CapOvertook:
+	case driver.CapShared, driver.CapSemaphore, driver.CapFair, driver.CapOvertook, driver.CapLockDelay:
 		return true
 	}
 	return false

@@ -25,7 +25,7 @@ func TestConformance(t *testing.T) {
 func TestConformancePolled(t *testing.T) {
 	locktest.Run(t, func(t *testing.T) *locktest.Store {
 		b := memlock.New()
-		return store(b, func() driver.Backend { return polled{b, b, b, b, b, b} })
+		return store(b, func() driver.Backend { return polled{b, b, b, b, b} })
 	})
 }
 
@@ -35,7 +35,6 @@ type polled struct {
 	driver.Capabler
 	driver.Inspector
 	driver.BatchRenewer
-	driver.LockDelayer
 	driver.Withdrawer
 }
 

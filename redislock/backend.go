@@ -13,7 +13,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -22,7 +21,6 @@ var (
 	_ driver.Notifier     = (*Backend)(nil)
 	_ driver.BatchRenewer = (*Backend)(nil)
 	_ driver.Inspector    = (*Backend)(nil)
-	_ driver.LockDelayer  = (*Backend)(nil)
 	_ driver.Capabler     = (*Backend)(nil)
 	_ driver.Withdrawer   = (*Backend)(nil)
 )
@@ -65,7 +63,7 @@ func (b *Backend) requestID() string {
 // New returns a Backend that keeps its locks in rdb. It does no I/O; the
 // scripts are loaded on first use. An invalid option (WithNamespace with a
 // brace) or a nil rdb does not panic: every call of the Backend then returns
-// an error wrapping dlock.ErrInvalid.
+// an error wrapping driver.ErrInvalid (dlock.ErrInvalid).
 //
 // Give rdb ContextTimeoutEnabled (redis.Options, ClusterOptions,
 // FailoverOptions): without it go-redis bounds each command by its own
@@ -83,7 +81,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Backend {
 	b := &Backend{rdb: rdb, ns: o.namespace, publish: "PUBLISH", ackReplicas: o.ackReplicas, ackTimeout: o.ackTimeout,
 		allowEviction: o.allowEviction, log: o.log, err: o.err}
 	if rdb == nil && b.err == nil {
-		b.err = fmt.Errorf("redislock: nil client: %w", dlock.ErrInvalid)
+		b.err = fmt.Errorf("redislock: nil client: %w", driver.ErrInvalid)
 	}
 	if _, ok := rdb.(*redis.ClusterClient); ok {
 		b.sharded, b.publish = true, "SPUBLISH"
@@ -94,10 +92,6 @@ func New(rdb redis.UniversalClient, opts ...Option) *Backend {
 	b.ridPrefix = base64.RawURLEncoding.EncodeToString(r[:]) + "."
 	return b
 }
-
-// SupportsLockDelay reports true: the lock-delay is kept in the lock's hash
-// (see dlock.WithLockDelay).
-func (b *Backend) SupportsLockDelay() bool { return true }
 
 // Acquire grants the lock to req.Token in one script. An exclusive request
 // gets a new grant when the lock has no exclusive holder, no live shared
@@ -217,10 +211,11 @@ func parseAcquire(reply []any) (driver.AcquireResult, error) {
 // Supports reports true for driver.CapShared, driver.CapSemaphore and
 // driver.CapFair: read-write locks, semaphores and fair locks are kept in
 // keys next to the lock's hash (see the package documentation); and for
-// driver.CapOvertook: a grant says when it went before a fair queue.
+// driver.CapOvertook: a grant says when it went before a fair queue; and
+// for driver.CapLockDelay: the lock-delay is kept in the lock's hash.
 func (b *Backend) Supports(c driver.Capability) bool {
 	switch c {
-	case driver.CapShared, driver.CapSemaphore, driver.CapFair, driver.CapOvertook:
+	case driver.CapShared, driver.CapSemaphore, driver.CapFair, driver.CapOvertook, driver.CapLockDelay:
 		return true
 	}
 	return false

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // DefaultNamespace is the namespace of keys and channels when WithNamespace
@@ -35,12 +35,12 @@ func (f optionFunc) apply(o *options) { f(o) }
 // uses, so that several applications can share one Redis without seeing each
 // other's locks. It must not contain '{' or '}', which would move the Cluster
 // hash tag: such a namespace makes every call of the Backend return an error
-// wrapping dlock.ErrInvalid. An empty ns keeps the default, DefaultNamespace
+// wrapping driver.ErrInvalid. An empty ns keeps the default, DefaultNamespace
 // ("dlock").
 func WithNamespace(ns string) Option {
 	return optionFunc(func(o *options) {
 		if strings.ContainsAny(ns, "{}") && o.err == nil {
-			o.err = fmt.Errorf("redislock: namespace %q: contains a brace, which would move the Cluster hash tag: %w", ns, dlock.ErrInvalid)
+			o.err = fmt.Errorf("redislock: namespace %q: contains a brace, which would move the Cluster hash tag: %w", ns, driver.ErrInvalid)
 			return
 		}
 		if ns != "" {

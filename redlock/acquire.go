@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/redisnode"
 )
@@ -56,7 +55,7 @@ import (
 // Queued is set when any node kept one. Readers that refuse a writer, and
 // intents that refuse a reader, are holders to wait for, not contenders:
 // see busyResult. Requests for semaphores (Limit) and fair locks (Fair)
-// are refused with an error wrapping dlock.ErrInvalid (see Supports).
+// are refused with an error wrapping driver.ErrInvalid (see Supports).
 //
 // Re-entry: a node that answers with a hold count above one re-entered the
 // grant the token holds there. The result is a re-entry only when the client
@@ -572,13 +571,13 @@ func letGo(refusing []answer[driver.AcquireResult], block int) time.Duration {
 func checkRequest(req driver.AcquireRequest) error {
 	switch {
 	case req.Mode != driver.Exclusive && req.Mode != driver.Shared:
-		return fmt.Errorf("unknown mode %v: %w", req.Mode, dlock.ErrInvalid)
+		return fmt.Errorf("unknown mode %v: %w", req.Mode, driver.ErrInvalid)
 	case req.Fair:
-		return fmt.Errorf("%v are not supported on a quorum of nodes: %w", driver.CapFair, dlock.ErrInvalid)
+		return fmt.Errorf("%v are not supported on a quorum of nodes: %w", driver.CapFair, driver.ErrInvalid)
 	case req.Mode == driver.Shared && req.Limit != 0:
-		return fmt.Errorf("%v are not supported on a quorum of nodes: %w", driver.CapSemaphore, dlock.ErrInvalid)
+		return fmt.Errorf("%v are not supported on a quorum of nodes: %w", driver.CapSemaphore, driver.ErrInvalid)
 	case req.Mode == driver.Shared && (req.Reentrant || req.LockDelay > 0 || req.Joining != 0):
-		return fmt.Errorf("a shared hold cannot be reentrant nor have a lock-delay: %w", dlock.ErrInvalid)
+		return fmt.Errorf("a shared hold cannot be reentrant nor have a lock-delay: %w", driver.ErrInvalid)
 	}
 	return nil
 }

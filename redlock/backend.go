@@ -11,7 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/redislock"
 )
@@ -21,7 +20,6 @@ var (
 	_ driver.Notifier     = (*Backend)(nil)
 	_ driver.BatchRenewer = (*Backend)(nil)
 	_ driver.Inspector    = (*Backend)(nil)
-	_ driver.LockDelayer  = (*Backend)(nil)
 	_ driver.Drifter      = (*Backend)(nil)
 	_ driver.Capabler     = (*Backend)(nil)
 )
@@ -73,7 +71,7 @@ func (n *node) evictionRefusal() error {
 
 // New returns a Backend on the given nodes, each an independent Redis
 // master (not replicas of each other, nor of one Cluster). It does no I/O.
-// It returns an error wrapping dlock.ErrInvalid, not a panic, when nodes is
+// It returns an error wrapping driver.ErrInvalid, not a panic, when nodes is
 // empty, a node is nil or an option is invalid.
 func New(nodes []redis.UniversalClient, opts ...Option) (*Backend, error) {
 	o := defaultOptions()
@@ -86,13 +84,13 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Backend, error) {
 		return nil, o.err
 	}
 	if len(nodes) == 0 {
-		return nil, fmt.Errorf("redlock: new: no nodes: %w", dlock.ErrInvalid)
+		return nil, fmt.Errorf("redlock: new: no nodes: %w", driver.ErrInvalid)
 	}
 	b := &Backend{opts: o, queues: make(map[string]*queue)}
 	b.idle = sync.NewCond(&b.mu)
 	for i, c := range nodes {
 		if isNil(c) {
-			return nil, fmt.Errorf("redlock: new: node %d is nil: %w", i, dlock.ErrInvalid)
+			return nil, fmt.Errorf("redlock: new: node %d is nil: %w", i, driver.ErrInvalid)
 		}
 		ns := o.namespace
 		if ns == "" {
@@ -158,19 +156,18 @@ func (b *Backend) Drift(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*b.opts.driftFactor) + b.opts.driftExtra
 }
 
-// SupportsLockDelay reports true: each node keeps the lock-delay of its
-// grant (see dlock.WithLockDelay), so the lock stays out of reach on a
-// quorum until the delay has run out there.
-func (b *Backend) SupportsLockDelay() bool { return true }
-
-// Supports reports true for driver.CapShared only: read-write locks are
+// Supports reports true for driver.CapShared and driver.CapLockDelay. Each
+// node keeps the lock-delay of its grant, so the lock stays out of reach on
+// a quorum until the delay has run out there. Read-write locks are
 // sound on a quorum (a reader and a writer each need a majority, and two
 // majorities share a node, where they exclude each other). Semaphores are
 // not: majorities that are each under the limit do not bound the total, so
 // Limit+1 holders could each win a different majority. Fair locks are not
 // either: each node orders its waiters by arrival there, and the nodes'
 // orders differ. See docs/REDLOCK.md.
-func (b *Backend) Supports(c driver.Capability) bool { return c == driver.CapShared }
+func (b *Backend) Supports(c driver.Capability) bool {
+	return c == driver.CapShared || c == driver.CapLockDelay
+}
 
 // callTimeout is the per-node timeout of acquire and renew for ttl.
 func (b *Backend) callTimeout(ttl time.Duration) time.Duration {

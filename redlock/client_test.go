@@ -180,8 +180,8 @@ func TestLockDelay(t *testing.T) {
 func TestCapabilities(t *testing.T) {
 	servers := startNodes(t, 1)
 	var b driver.Backend = newBackend(t, servers)
-	if ld, ok := b.(driver.LockDelayer); !ok || !ld.SupportsLockDelay() {
-		t.Error("not a LockDelayer")
+	if cb, ok := b.(driver.Capabler); !ok || !cb.Supports(driver.CapLockDelay) {
+		t.Error("no lock-delay capability")
 	}
 	if _, ok := b.(driver.Drifter); !ok {
 		t.Error("not a Drifter")

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/redislock"
 )
 
@@ -56,7 +56,7 @@ func defaultOptions() options {
 // invalid records the first bad option; New reports it.
 func (o *options) invalid(format string, args ...any) {
 	if o.err == nil {
-		o.err = fmt.Errorf("redlock: "+format+": %w", append(args, dlock.ErrInvalid)...)
+		o.err = fmt.Errorf("redlock: "+format+": %w", append(args, driver.ErrInvalid)...)
 	}
 }
 

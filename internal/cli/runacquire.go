@@ -59,7 +59,7 @@ func acquire(ctx context.Context, a *app, o *runOptions, sigs <-chan os.Signal) 
 		}
 		return nil, nil, nil, err
 	}
-	if ld, ok := st.backend.(driver.LockDelayer); o.lockDelay > 0 && (!ok || !ld.SupportsLockDelay()) {
+	if cb, ok := st.backend.(driver.Capabler); o.lockDelay > 0 && (!ok || !cb.Supports(driver.CapLockDelay)) {
 		stopWatch()
 		_ = st.Close()
 		return nil, nil, nil, usageErr("run", "--lock-delay needs a Redis or Redlock backend; %s keeps no lock-delay", st.where)

@@ -67,7 +67,6 @@ type observed struct {
 var (
 	_ driver.Backend      = (*observed)(nil)
 	_ driver.Capabler     = (*observed)(nil)
-	_ driver.LockDelayer  = (*observed)(nil)
 	_ driver.Drifter      = (*observed)(nil)
 	_ driver.Inspector    = (*observed)(nil)
 	_ driver.Notifier     = observedNotifier{}
@@ -178,12 +177,6 @@ func (o *observed) Supports(c driver.Capability) bool {
 	return ok && cb.Supports(c)
 }
 
-// SupportsLockDelay forwards driver.LockDelayer.
-func (o *observed) SupportsLockDelay() bool {
-	ld, ok := o.inner.(driver.LockDelayer)
-	return ok && ld.SupportsLockDelay()
-}
-
 // Drift forwards driver.Drifter; 0 for a backend without it.
 func (o *observed) Drift(ttl time.Duration) time.Duration {
 	if d, ok := o.inner.(driver.Drifter); ok {
@@ -223,7 +216,7 @@ func (o *observed) Withdraw(ctx context.Context, key, token string) error {
 	if w, ok := o.inner.(driver.Withdrawer); ok {
 		return w.Withdraw(ctx, key, token)
 	}
-	return errors.ErrUnsupported
+	return driver.ErrUnsupported
 }
 
 type observedNotifier struct{ *observed }
