@@ -10,8 +10,8 @@ import (
 	"github.com/dlock-go/dlock/internal/redisnode"
 )
 
-// Acquire grants the lock named req.Key to req.Token when a quorum of nodes
-// grant it, by the Redlock algorithm:
+// How Acquire works. It grants the lock named req.Key to req.Token when a
+// quorum of nodes grant it, by the Redlock algorithm:
 //
 //  1. The request goes to every node at once, one goroutine per node, each
 //     bounded by min(node timeout, TTL/10). Acquire decides as soon as Q
@@ -62,6 +62,16 @@ import (
 // re-enters a grant (req.Joining, its fence) and at least a quorum of the
 // winning nodes re-entered that grant with one hold count; when fewer agree
 // the attempt is undone and fails. See chooseFence.
+
+// Acquire grants the lock named req.Key to req.Token when a quorum of N/2+1
+// nodes grant it in time (TTL less the time taken and Drift), with the
+// highest fence among the winners; the comment above it tells the
+// algorithm, and docs/REDLOCK.md why it is safe. When others hold the lock
+// on enough nodes, the answer is "not acquired" with a nil error; when
+// failures prevent a quorum the error is a *QuorumError; when the validity
+// is used up it wraps ErrValidityElapsed. Whatever nodes granted when the
+// lock is not granted is released in the background. Semaphores and fair
+// locks are refused (driver.ErrInvalid).
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
 	if err := ctx.Err(); err != nil {
 		return driver.AcquireResult{}, fmt.Errorf("redlock: acquire %q: %w", req.Key, err)
