@@ -1,3 +1,7 @@
+// The Client: making one, its lifecycle (calls in progress, Close), and the
+// services it gives its handles and grants (releases, clean-ups, background
+// work, logging).
+
 package dlock
 
 import (

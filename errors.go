@@ -1,3 +1,6 @@
+// The errors a caller branches on: the sentinels, NotObtainedError and
+// LostError.
+
 package dlock
 
 import (

@@ -1,3 +1,6 @@
+// RWMutex and Semaphore, the lock kinds beside Mutex, and the capability
+// check they share.
+
 package dlock
 
 import (

@@ -1,3 +1,6 @@
+// Lease, one holder's view of a grant: its loss signal (Done, Err, Context,
+// Deadline), Refresh and Unlock.
+
 package dlock
 
 import (

@@ -1,3 +1,6 @@
+// Options: their defaults, their scopes, and the checks of names, TTLs and
+// the other values a caller gives; RetryStrategy.
+
 package dlock
 
 import (

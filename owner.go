@@ -1,3 +1,5 @@
+// Owner tokens and the owner strings stored with a lock ("host|pid N|time").
+
 package dlock
 
 import (

@@ -1,3 +1,6 @@
+// The renewer: a Client's one goroutine that renews its grants in batches
+// and ends those whose safety deadline has passed.
+
 package dlock
 
 import (
