@@ -1,3 +1,6 @@
+// The Redis Backend and its lock operations (New, Acquire, Renew, Release,
+// Withdraw, RenewBatch), and the parsing of the scripts' replies.
+
 package redislock
 
 import (

@@ -1,3 +1,6 @@
+// The check that Redis will not evict lock keys: reading maxmemory-policy on
+// the masters, and the EvictionError of an acquire refused for it.
+
 package redislock
 
 import (

@@ -1,3 +1,6 @@
+// Fenced writes to a protected resource: FencedSet, FencedGet and
+// ErrStaleFence.
+
 package redislock
 
 import (

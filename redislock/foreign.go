@@ -1,3 +1,6 @@
+// ForeignValueError: the error of an operation on a lock whose key holds a
+// value of another program (WRONGTYPE).
+
 package redislock
 
 import (

@@ -1,3 +1,6 @@
+// Inspection: Inspect, ForceRelease, and List, which scans every master or
+// shard for the held locks under a prefix.
+
 package redislock
 
 import (

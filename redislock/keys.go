@@ -1,3 +1,6 @@
+// The key layout of a lock (its hash, fence counter, shared holds, queue,
+// writer intent, recent releases, release channel) and the key names' helpers.
+
 package redislock
 
 import "strings"

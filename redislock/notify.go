@@ -1,3 +1,6 @@
+// Listen, and the release listener on one node or through Sentinel: one
+// pub/sub connection (SUBSCRIBE), reconnected with backoff.
+
 package redislock
 
 import (

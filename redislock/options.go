@@ -1,3 +1,6 @@
+// The options of a Backend: WithNamespace, WithEvictionAllowed and
+// WithLogger.
+
 package redislock
 
 import (

@@ -1,3 +1,6 @@
+// WithReplicaAck: waiting (WAIT) for replicas to acknowledge grants and
+// renewals, undoing unacknowledged grants, and ReplicaAckError.
+
 package redislock
 
 import (

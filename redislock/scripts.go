@@ -1,3 +1,6 @@
+// The Lua scripts: embedding them (with common.lua put in) and running them
+// with EVALSHA, singly or pipelined, falling back to EVAL on NOSCRIPT.
+
 package redislock
 
 import (

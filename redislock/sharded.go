@@ -1,3 +1,6 @@
+// The release listener on a Redis Cluster: one SSUBSCRIBE connection per
+// master, with its writer and reader goroutines and its failure handling.
+
 package redislock
 
 import (

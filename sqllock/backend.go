@@ -1,3 +1,6 @@
+// The SQL Backend and its lock operations (New, Acquire, Renew, Release,
+// Withdraw) through the dialect's engine, and the checks of keys and requests.
+
 package sqllock
 
 import (

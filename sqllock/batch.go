@@ -1,3 +1,5 @@
+// RenewBatch: renewing many leases in statements of up to batchSize leases.
+
 package sqllock
 
 import (

@@ -1,3 +1,5 @@
+// Running a SQLite statement again after SQLITE_BUSY or SQLITE_LOCKED.
+
 package sqllock
 
 import (

@@ -1,3 +1,6 @@
+// The lock tables' schema: DDL, UpgradeDDL and CreateTable, and the checking
+// and quoting of table names.
+
 package sqllock
 
 import (

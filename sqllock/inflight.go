@@ -1,3 +1,6 @@
+// Letting the acquire statements finish for a short while after Acquire's
+// context has ended, so that their outcome is known.
+
 package sqllock
 
 import (

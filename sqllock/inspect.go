@@ -1,3 +1,5 @@
+// Inspection: Inspect, List and ForceRelease.
+
 package sqllock
 
 import (

@@ -1,3 +1,6 @@
+// PostgresBackend, which wakes waiters by LISTEN/NOTIFY: NewPostgres, and the
+// listener with its connection, payload encoding and reconnection.
+
 package sqllock
 
 import (

@@ -1,3 +1,5 @@
+// Dialect and the options of a Backend: WithTable and WithoutCreateTable.
+
 package sqllock
 
 import "fmt"

@@ -1,3 +1,6 @@
+// The PostgreSQL dialect: its acquire, renew and release statements and the
+// code that runs them.
+
 package sqllock
 
 import (

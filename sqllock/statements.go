@@ -1,3 +1,6 @@
+// The templates of the statements every dialect runs alike: shared holds,
+// fair queues, writer intents and inspection.
+
 package sqllock
 
 // Templates (see dialectSQL) of the statements that every dialect runs

@@ -1,3 +1,5 @@
+// stmtCache, which prepares statements once per pool (used on SQLite).
+
 package sqllock
 
 import (

@@ -1,3 +1,6 @@
+// dialectSQL: filling a statement template's markers and parameters in for
+// one dialect and table.
+
 package sqllock
 
 import (

@@ -1,3 +1,6 @@
+// The core of the multi-statement transactions: running them (again after a
+// deadlock), locking and reading a name's row and state, writes, pruning.
+
 package sqllock
 
 import (

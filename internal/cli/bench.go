@@ -1,3 +1,6 @@
+// The dlock bench command: its flags, the subjects and workloads it runs on
+// each store, and its report.
+
 package cli
 
 import (

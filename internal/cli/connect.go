@@ -1,3 +1,6 @@
+// Opening the store a backend URL names (Redis, Redlock or SQL) and checking
+// that it answers, and the default backend.
+
 package cli
 
 import (

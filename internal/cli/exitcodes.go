@@ -1,3 +1,5 @@
+// The exit codes of dlock, and exitError, the error that carries one.
+
 package cli
 
 import (

@@ -1,3 +1,5 @@
+// Formatting durations, and working out how long a lock has been held.
+
 package cli
 
 import (

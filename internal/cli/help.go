@@ -1,3 +1,5 @@
+// The help texts of dlock and its commands, and the help command.
+
 package cli
 
 import (

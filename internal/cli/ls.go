@@ -1,3 +1,5 @@
+// The ls and inspect commands, with their table and JSON output.
+
 package cli
 
 import (

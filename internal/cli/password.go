@@ -1,3 +1,6 @@
+// The store's password from --password-file or DLOCK_PASSWORD, and keeping
+// credentials out of the command's environment.
+
 package cli
 
 import (

@@ -1,5 +1,8 @@
 //go:build !unix
 
+// Process handling for dlock run without process groups or POSIX signals
+// (not Unix): only the command's own process is signalled.
+
 package cli
 
 import (

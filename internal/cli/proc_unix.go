@@ -1,5 +1,8 @@
 //go:build unix
 
+// Process groups and signals for dlock run on Unix: the signals passed on or
+// caught, signalling and reaping the command's group, exit statuses.
+
 package cli
 
 import (

@@ -1,3 +1,5 @@
+// The dlock release --force command.
+
 package cli
 
 import (

@@ -1,3 +1,5 @@
+// Making the sqllock backend for an open SQL database.
+
 package cli
 
 import (

@@ -1,3 +1,6 @@
+// Linux process controls for dlock run: becoming the subreaper of the
+// command's orphans, and killing the command when dlock dies.
+
 package cli
 
 import "syscall"

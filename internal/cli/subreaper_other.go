@@ -1,5 +1,8 @@
 //go:build unix && !linux
 
+// No-op stand-ins, on Unix other than Linux, for the subreaper and the
+// parent death signal.
+
 package cli
 
 import "syscall"

@@ -1,3 +1,6 @@
+// Handing the terminal to the command on Linux, and telling from /proc
+// whether its process group is stopped.
+
 package cli
 
 import (

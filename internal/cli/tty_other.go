@@ -1,5 +1,8 @@
 //go:build !linux
 
+// Stand-ins, off Linux, for handing the terminal to the command and for
+// telling whether its process group is stopped.
+
 package cli
 
 import "syscall"

@@ -1,3 +1,5 @@
+// The dlock version command and the version string from the build info.
+
 package cli
 
 import (

@@ -1,3 +1,6 @@
+// What dlock run shows while it waits: what keeps the lock from the user,
+// and a live line on a terminal.
+
 package cli
 
 import (
