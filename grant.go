@@ -63,8 +63,10 @@ type grantAndLease struct {
 }
 
 // newGrant makes the grant of h's acquire sent at sent, with its first
-// lease on it. The grant is not scheduled yet (see schedule).
-func newGrant(c *Client, h *handle, token, owner string, fence uint64, sent time.Time) (*grant, *Lease) {
+// lease on it; uncertain carries over holds of the token that the store
+// may count (see handle.uncertain). The grant is not scheduled yet (see
+// schedule).
+func newGrant(c *Client, h *handle, token, owner string, fence uint64, sent time.Time, uncertain bool) (*grant, *Lease) {
 	valid := c.validFor(h.opts.ttl)
 	gl := &grantAndLease{g: grant{
 		c:           c,
@@ -82,6 +84,7 @@ func newGrant(c *Client, h *handle, token, owner string, fence uint64, sent time
 		sharedToken: h.opts.ownerID != "",
 		deadline:    sent.Add(valid),
 		renewAt:     sent.Add(h.opts.ttl / 3),
+		uncertain:   uncertain,
 		index:       -1,
 	}}
 	g, l := &gl.g, &gl.l

@@ -264,15 +264,20 @@ func (h *handle) grantLease(joined *grant, token, owner string, res driver.Acqui
 		// noticing yet: start a grant of its own.
 		h.c.logLoss(joined.name, lost, nil)
 	}
-	g, l := newGrant(h.c, h, token, owner, res.Fence, sent)
-	if h.token != "" {
-		h.mu.Lock()
-		g.uncertain, h.uncertain = h.uncertain, false
-		if h.opts.reentrant {
-			h.held = g
-		}
-		h.mu.Unlock()
+	if h.token == "" {
+		g, l := newGrant(h.c, h, token, owner, res.Fence, sent, false)
+		g.schedule()
+		return l
 	}
+	// In one critical section, so that an unknown outcome of another
+	// goroutine of the handle marks either the handle or this grant.
+	h.mu.Lock()
+	g, l := newGrant(h.c, h, token, owner, res.Fence, sent, h.uncertain)
+	h.uncertain = false
+	if h.opts.reentrant {
+		h.held = g
+	}
+	h.mu.Unlock()
 	g.schedule()
 	return l
 }
@@ -342,7 +347,7 @@ func (h *handle) withdraw(token string) {
 	}
 	h.c.settle(h.opts.ttl, func(ctx context.Context) {
 		if err := w.Withdraw(ctx, h.key, token); err != nil && !errors.Is(err, ErrUnsupported) {
-			h.c.log.Warn("dlock: leaving the queue failed; the entry lapses after its time to live", "name", h.name, "err", err)
+			h.hub.log.Warn("dlock: leaving the queue failed; the entry lapses after its time to live", "name", h.name, "err", err)
 		}
 	})
 }
