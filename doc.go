@@ -112,8 +112,7 @@ package dlock
 //
 //	handle.mu → grant.mu → renewer.mu
 //	               grant.mu → Lease.mu
-//	waitGroup.smu → waitHub.lmu
-//	waitGroup.smu → waitHub.mu
+//	waitGroup.smu → waitHub.lmu → waitHub.mu
 //
 // Client.mu, renewer.mu, Lease.mu and waitHub.mu are leaves: nothing else is
 // taken while one is held (waitHub.mu only signals channels without

@@ -47,12 +47,12 @@ type waitHub struct {
 	// (driver.ErrNotifyRefused); waiters no longer subscribe, and poll.
 	refused atomic.Bool
 
-	lmu       sync.Mutex // serialises opening the listener; guards the fields below
-	listener  driver.Listener
-	closed    bool
-	lingering map[string]*linger // a key's one lingering subscription
-	lingerWG  sync.WaitGroup     // lingering subscriptions' timers scheduled or running
-	failedAt  time.Time          // last failed Listen, to retry at most once a second
+	lmu      sync.Mutex // guards the stream and the fields below
+	listener driver.Listener
+	closed   bool
+	keys     map[string]*keyListen // the key subscriptions on the stream (listener.go)
+	lingerWG sync.WaitGroup        // lingering subscriptions' timers set or running
+	failedAt time.Time             // last failed Listen, to retry at most once a second
 }
 
 func newWaitHub(notifier driver.Notifier, log *slog.Logger, ctx context.Context) *waitHub {
@@ -249,8 +249,8 @@ func (h *waitHub) join(key string) *waitGroup {
 	return g
 }
 
-// leave takes a waiter out of g; the last to leave lets the key's
-// subscription linger (see unsubscribeLater).
+// leave takes a waiter out of g; the last to leave gives up the group's
+// use of the key's subscription, which lingers a while (see unlisten).
 func (h *waitHub) leave(g *waitGroup) {
 	h.mu.Lock()
 	g.refs--
@@ -267,7 +267,7 @@ func (h *waitHub) leave(g *waitGroup) {
 	subscribed := g.subscribed
 	g.smu.Unlock()
 	if subscribed {
-		h.unsubscribeLater(g.key)
+		h.unlisten(g.key)
 	}
 }
 

@@ -18,11 +18,32 @@ import (
 // UNSUBSCRIBE every time it waits.
 var subscriptionLinger = 2 * time.Second
 
-// linger is the subscription a key keeps after its last waiter left.
-type linger struct {
-	timer *time.Timer
-	until time.Time // when to drop it, pushed on by each wait that ends
+// keyListen is the Client's one subscription to a key's releases on its
+// stream, shared by the waiter groups of the key (usually one; two while
+// one leaves as the next comes). The hub counts its users, so that the
+// stream never has two live subscriptions of one key: it subscribes again
+// only after the Unsubscribe of the last one has returned (see
+// driver.Listener). Guarded by waitHub.lmu.
+type keyListen struct {
+	state keyState
+	users int           // waiter groups that use it
+	done  chan struct{} // while subscribing or dropping: closed when that is over
+	until time.Time     // lingering: when to drop it
+	timer *time.Timer   // runs lingerDue; armed tells whether it is set
+	armed bool          // the timer is set and counted in lingerWG
 }
+
+type keyState int
+
+const (
+	keySubscribing keyState = iota // Subscribe in flight
+	keyLive                        // confirmed, with users
+	keyLingering                   // confirmed, no users: dropped at until
+	keyDropping                    // Unsubscribe in flight
+)
+
+// errHubClosed: the Client is closing; no subscription is made.
+var errHubClosed = errors.New("dlock: client closing")
 
 // subscribe makes sure the active waiter of g gets release notifications
 // before it tries again. Without them it still works, by polling.
@@ -35,16 +56,10 @@ func (h *waitHub) subscribe(ctx context.Context, g *waitGroup) {
 	if g.subscribed {
 		return
 	}
-	l, err := h.openListener()
-	if err == nil && l != nil {
-		err = l.Subscribe(ctx, g.key)
-		g.subscribed = err == nil
-		if g.subscribed {
-			h.subscribed(g.key)
-		}
-	}
+	err := h.listen(ctx, g.key)
+	g.subscribed = err == nil
 	switch {
-	case err == nil || errors.Is(err, errListenBackoff):
+	case err == nil || errors.Is(err, errListenBackoff) || errors.Is(err, errHubClosed):
 	case errors.Is(err, driver.ErrNotifyRefused):
 		// The store will refuse every key alike (an ACL): stop asking, and
 		// say so once.
@@ -67,11 +82,67 @@ func (h *waitHub) notified(g *waitGroup) bool {
 	return g.subscribed
 }
 
-// openListener opens the Client's notification stream on first use.
-func (h *waitHub) openListener() (driver.Listener, error) {
+// listen makes the key's subscription live for one more user: it takes
+// over a lingering one, joins a live one, waits for one being made or
+// dropped, or subscribes.
+func (h *waitHub) listen(ctx context.Context, key string) error {
+	for {
+		h.lmu.Lock()
+		if h.closed {
+			h.lmu.Unlock()
+			return errHubClosed
+		}
+		ks := h.keys[key]
+		switch {
+		case ks == nil:
+			return h.subscribeKey(ctx, key) // unlocks h.lmu
+		case ks.state == keyLive || ks.state == keyLingering:
+			ks.state = keyLive
+			ks.users++
+			h.lmu.Unlock()
+			return nil
+		}
+		done := ks.done
+		h.lmu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// subscribeKey subscribes to key, which has no subscription. The caller
+// holds h.lmu, which it releases.
+func (h *waitHub) subscribeKey(ctx context.Context, key string) error {
+	l, err := h.openListener()
+	if err != nil {
+		h.lmu.Unlock()
+		return err
+	}
+	ks := &keyListen{state: keySubscribing, done: make(chan struct{})}
+	if h.keys == nil {
+		h.keys = make(map[string]*keyListen)
+	}
+	h.keys[key] = ks
+	h.lmu.Unlock()
+	err = l.Subscribe(ctx, key)
 	h.lmu.Lock()
 	defer h.lmu.Unlock()
-	if h.listener != nil || h.closed {
+	close(ks.done)
+	if err != nil {
+		delete(h.keys, key)
+		return err
+	}
+	ks.state, ks.users = keyLive, 1
+	h.subscribed(key)
+	return nil
+}
+
+// openListener opens the Client's notification stream on first use. The
+// caller holds h.lmu.
+func (h *waitHub) openListener() (driver.Listener, error) {
+	if h.listener != nil {
 		return h.listener, nil
 	}
 	if !h.failedAt.IsZero() && time.Since(h.failedAt) < time.Second {
@@ -89,65 +160,65 @@ func (h *waitHub) openListener() (driver.Listener, error) {
 // errListenBackoff marks a Listen not retried yet after a recent failure.
 var errListenBackoff = errors.New("dlock: notifications unavailable; retrying later")
 
-// unsubscribeLater drops one subscription to key once subscriptionLinger
-// has passed. The listener counts a key's subscriptions, so a waiter that
-// subscribes meanwhile keeps it, without a round trip. A key keeps one
-// lingering subscription at most, whose time each later wait pushes on: the
-// subscriptions of those waits are dropped at once (the listener only counts
-// them down), so that a hot key holds one timer, not one per wait.
-func (h *waitHub) unsubscribeLater(key string) {
+// unlisten gives up one user of key's subscription. The last lets it
+// linger for subscriptionLinger, so that a wait that comes soon finds it in
+// place; a hot key keeps one timer, which each wait's end pushes on.
+func (h *waitHub) unlisten(key string) {
 	h.lmu.Lock()
-	l := h.listener
-	if l == nil || h.closed {
-		h.lmu.Unlock()
+	defer h.lmu.Unlock()
+	ks := h.keys[key]
+	if ks == nil || h.closed || ks.state != keyLive {
 		return
 	}
-	until := time.Now().Add(subscriptionLinger)
-	if lg := h.lingering[key]; lg != nil {
-		lg.until = until
-		h.lmu.Unlock()
-		h.unsubscribe(l, key)
+	if ks.users--; ks.users > 0 {
 		return
 	}
-	if h.lingering == nil {
-		h.lingering = make(map[string]*linger)
+	ks.state = keyLingering
+	ks.until = time.Now().Add(subscriptionLinger)
+	if ks.armed {
+		return // lingerDue sees the new until
 	}
-	lg := &linger{until: until}
+	ks.armed = true
 	h.lingerWG.Add(1)
-	lg.timer = time.AfterFunc(subscriptionLinger, func() { h.lingerDue(key, lg) })
-	h.lingering[key] = lg
-	h.lmu.Unlock()
+	if ks.timer == nil {
+		ks.timer = time.AfterFunc(subscriptionLinger, func() { h.lingerDue(key, ks) })
+	} else {
+		ks.timer.Reset(subscriptionLinger)
+	}
 }
 
-// lingerDue drops key's lingering subscription lg when its time has come,
+// lingerDue drops key's lingering subscription ks when its time has come,
 // and otherwise sets its timer again.
-func (h *waitHub) lingerDue(key string, lg *linger) {
+func (h *waitHub) lingerDue(key string, ks *keyListen) {
 	h.lmu.Lock()
-	if h.closed || h.lingering[key] != lg {
+	if h.closed || h.keys[key] != ks || ks.state != keyLingering {
+		ks.armed = false // in use again: the next unlisten sets it
 		h.lmu.Unlock()
 		h.lingerWG.Done()
 		return
 	}
-	if d := time.Until(lg.until); d > 0 {
-		lg.timer.Reset(d) // still counted in lingerWG
+	if d := time.Until(ks.until); d > 0 {
+		ks.timer.Reset(d) // still armed and counted in lingerWG
 		h.lmu.Unlock()
 		return
 	}
-	delete(h.lingering, key)
+	ks.armed = false
+	ks.state = keyDropping
+	ks.done = make(chan struct{})
 	l := h.listener
 	h.lmu.Unlock()
 	defer h.lingerWG.Done()
-	h.unsubscribe(l, key)
-}
 
-// unsubscribe drops one subscription to key on l.
-func (h *waitHub) unsubscribe(l driver.Listener, key string) {
 	h.dropping(key)
 	ctx, cancel := context.WithTimeout(h.ctx, time.Second)
 	defer cancel()
 	if err := l.Unsubscribe(ctx, key); err != nil {
 		h.log.Debug("dlock: unsubscribe failed", "key", key, "err", err)
 	}
+	h.lmu.Lock()
+	delete(h.keys, key)
+	close(ks.done)
+	h.lmu.Unlock()
 }
 
 // close ends the notification stream. Waiters have left by now.
@@ -156,12 +227,12 @@ func (h *waitHub) close() {
 	h.closed = true
 	l := h.listener
 	h.listener = nil
-	for _, lg := range h.lingering {
-		if lg.timer.Stop() {
+	for _, ks := range h.keys {
+		if ks.armed && ks.timer.Stop() {
+			ks.armed = false
 			h.lingerWG.Done()
 		}
 	}
-	h.lingering = nil
 	h.lmu.Unlock()
 	h.lingerWG.Wait() // an unsubscription under way finishes before the stream closes
 	if l != nil {

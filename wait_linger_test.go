@@ -2,6 +2,8 @@ package dlock_test
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +22,7 @@ type subCounting struct {
 	subs, unsubs  int
 	live          map[string]int
 	droppedToZero int // times a key's live subscriptions fell to 0
+	maxLive       int // most live subscriptions of one key at once
 }
 
 func (s *subCounting) Listen(ctx context.Context, fn func(key, next string)) (driver.Listener, error) {
@@ -56,6 +59,7 @@ func (l *subCountingListener) Subscribe(ctx context.Context, key string) error {
 			l.s.live = map[string]int{}
 		}
 		l.s.live[key]++
+		l.s.maxLive = max(l.s.maxLive, l.s.live[key])
 		l.s.mu.Unlock()
 	}
 	return err
@@ -80,21 +84,30 @@ func waitOnce(t *testing.T, holder, waiter *dlock.Client, store *subCounting, na
 	if err != nil {
 		t.Fatal(err)
 	}
-	subsBefore, _, _ := store.counts()
+	busy := make(chan struct{}, 1)
+	onBusy := dlock.WithOnBusy(func(*dlock.NotObtainedError) {
+		select {
+		case busy <- struct{}{}:
+		default:
+		}
+	})
 	got := make(chan error, 1)
 	go func() {
-		l, err := waiter.Mutex(name).Lock(ctx)
+		l, err := waiter.Mutex(name, onBusy).Lock(ctx)
 		if err == nil {
 			err = l.Unlock(ctx)
 		}
 		got <- err
 	}()
-	// The waiter subscribes before it waits; release only then, so that
-	// it is a waiter that the release wakes.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		if s, _, _ := store.counts(); s > subsBefore {
-			break
-		}
+	// The waiter was refused, and its Client is subscribed (anew, or still
+	// from an earlier wait); release only then, so that it is a waiter that
+	// the release wakes.
+	select {
+	case <-busy:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was never refused")
+	}
+	for deadline := time.Now().Add(10 * time.Second); store.liveOf(name) == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the waiter never subscribed")
 		}
@@ -125,14 +138,13 @@ func TestWaitsShareASubscription(t *testing.T) {
 		for range 3 {
 			waitOnce(t, holder, waiter, store, "hot")
 		}
-		// A wait that starves goes on in the queue and subscribes again
-		// (the listener counts it; no SUBSCRIBE goes out), so there may be
-		// more subscriptions than waits, but none is dropped.
-		// Later waits' subscriptions are dropped at once (counted down),
-		// while one lingers: the key is never without one, and holds one.
+		// One SUBSCRIBE serves the three waits: the subscription lingers
+		// between them, and the next wait takes it over; a wait that
+		// starves and goes on in the queue keeps it too. The stream never
+		// has two live subscriptions of the key (driver.Listener).
 		subs, unsubs, dropped := store.counts()
-		if subs < 3 || dropped != 0 || store.liveOf("hot") != 1 {
-			t.Errorf("after three waits: %d subscribes, %d unsubscribes, subscription dropped %d times, %d live; want ≥ 3 subscribes, never dropped, 1 live",
+		if subs != 1 || unsubs != 0 || dropped != 0 || store.liveOf("hot") != 1 {
+			t.Errorf("after three waits: %d subscribes, %d unsubscribes, subscription dropped %d times, %d live; want 1 subscribe, none dropped, 1 live",
 				subs, unsubs, dropped, store.liveOf("hot"))
 		}
 		start := time.Now()
@@ -306,5 +318,51 @@ func TestWaitTriesWhenReleasedBeforeItWaits(t *testing.T) {
 		}
 		_ = holder.Close()
 		_ = waiter.Close()
+	}
+}
+
+// TestOneLiveSubscriptionPerKey checks the client's side of the
+// driver.Listener contract under churn: waits that come and go on a few
+// keys, with subscriptions that linger only a moment, never have two live
+// subscriptions of one key on the stream (a Listener need not count them).
+func TestOneLiveSubscriptionPerKey(t *testing.T) {
+	defer dlock.SetSubscriptionLinger(time.Millisecond)()
+	store := &subCounting{Backend: memlock.New()}
+	a, b := dlock.New(store), dlock.New(store.Backend)
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range 6 {
+		c := a
+		if i%3 == 2 {
+			c = b
+		}
+		name := fmt.Sprintf("churn-%d", i%3)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				l, err := c.Mutex(name).Lock(ctx)
+				if err != nil {
+					continue
+				}
+				time.Sleep(time.Duration(rand.N(3)) * time.Millisecond)
+				_ = l.Unlock(context.Background())
+				time.Sleep(time.Duration(rand.N(4)) * time.Millisecond) // let the subscription lapse at times
+			}
+		}()
+	}
+	wg.Wait()
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if store.subs < 2 || store.unsubs == 0 {
+		t.Fatalf("%d subscribes and %d unsubscribes: the churn did not make subscriptions come and go", store.subs, store.unsubs)
+	}
+	if store.maxLive > 1 {
+		t.Errorf("up to %d live subscriptions of one key at once; want at most 1", store.maxLive)
 	}
 }

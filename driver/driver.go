@@ -333,10 +333,16 @@ type Notifier interface {
 type Listener interface {
 	// Subscribe starts notifications for key and returns only once the store
 	// has confirmed the subscription, so that a release that follows a failed
-	// acquire is never missed. Subscriptions are counted: each Subscribe needs
-	// its own Unsubscribe; a Subscribe that returned an error needs none.
+	// acquire is never missed. A Subscribe that returned an error needs no
+	// Unsubscribe.
+	//
+	// The client keeps at most one subscription of a key live on a
+	// Listener: it never subscribes to a key that it has subscribed to and
+	// not unsubscribed from, and subscribes again only after that
+	// Unsubscribe has returned. A Listener therefore need not count
+	// subscriptions (the ones of this module still do, harmlessly).
 	Subscribe(ctx context.Context, key string) error
-	// Unsubscribe drops one subscription of key. After Close it does nothing.
+	// Unsubscribe drops the subscription of key. After Close it does nothing.
 	Unsubscribe(ctx context.Context, key string) error
 	// Close ends the stream and waits for its goroutines.
 	Close() error
