@@ -62,7 +62,7 @@ func (h *handle) init(c *Client, kind, name string, mode driver.Mode, limit int,
 		}
 	}
 	h.key = h.opts.keyPrefix + name
-	h.err = checkScope(kind, &c.opts, &given)
+	h.err = checkScope(kind, &c.opts, &given, &h.opts)
 	if h.err == nil {
 		h.err = h.opts.validate(name)
 	}
@@ -346,7 +346,7 @@ func (h *handle) withdraw(token string) {
 		return
 	}
 	h.c.settle(h.opts.ttl, func(ctx context.Context) {
-		if err := w.Withdraw(ctx, h.key, token); err != nil && !errors.Is(err, ErrUnsupported) {
+		if err := w.Withdraw(ctx, h.key, token); err != nil && !errors.Is(err, errors.ErrUnsupported) {
 			h.hub.log.Warn("dlock: leaving the queue failed; the entry lapses after its time to live", "name", h.name, "err", err)
 		}
 	})

@@ -266,3 +266,16 @@ func TestReentrantFairWaitersShareWakeUps(t *testing.T) {
 	}
 	_ = r.l.Unlock(ctx)
 }
+
+// TestClientDefaultOverridden: a Client default that a kind refuses is no
+// reason to refuse a lock that overrides it (WithOwnerID("") takes the
+// Client's owner ID away).
+func TestClientDefaultOverridden(t *testing.T) {
+	c := dlock.New(memlock.New(), dlock.WithOwnerID("svc"))
+	defer c.Close()
+	l, err := c.RWMutex("x", dlock.WithOwnerID("")).TryRLock(t.Context())
+	if err != nil {
+		t.Fatalf("RWMutex with the Client's owner ID overridden to none: %v", err)
+	}
+	_ = l.Unlock(t.Context())
+}

@@ -167,11 +167,12 @@ func Reentrant() Option { return optionFunc(func(o *options) { o.reentrant = tru
 
 // checkScope refuses the options that cannot apply to a handle of kind
 // ("Mutex", "RWMutex", "Semaphore"): given, the options given to the
-// handle, and client, the Client's defaults. A Client option given to a
-// lock is refused, and so are the Mutex-only options (Reentrant, Fair,
-// WithOwnerID) for the other kinds, given or by default: a lock never runs
-// with an option silently dropped.
-func checkScope(kind string, client, given *options) error {
+// handle, client, the Client's defaults, and eff, the handle's options in
+// effect. A Client option given to a lock is refused, and so are the
+// Mutex-only options (Reentrant, Fair, WithOwnerID) in effect for the other
+// kinds, given or by default: a lock never runs with an option silently
+// dropped.
+func checkScope(kind string, client, given, eff *options) error {
 	if given.loggerSet {
 		return invalid("WithLogger: a Client option (give it to New), not one of a lock")
 	}
@@ -179,18 +180,19 @@ func checkScope(kind string, client, given *options) error {
 		return nil
 	}
 	for _, o := range []struct {
-		name          string
-		given, client bool
+		name, why         string
+		on, given, client bool
 	}{
-		{"Reentrant", given.reentrant, client.reentrant},
-		{"Fair", given.fair, client.fair},
-		{"WithOwnerID", given.ownerID != "", client.ownerID != ""},
+		{"Reentrant", "only Mutex", eff.reentrant, given.reentrant, client.reentrant},
+		{"Fair", "only Mutex", eff.fair, given.fair, client.fair},
+		{"WithOwnerID", "every hold has a token of its own", eff.ownerID != "", given.ownerID != "", client.ownerID != ""},
 	} {
 		switch {
+		case !o.on:
 		case o.given:
-			return invalid("%s: not supported by %s (only Mutex)", o.name, kind)
+			return invalid("%s: not supported by %s (%s)", o.name, kind, o.why)
 		case o.client:
-			return invalid("%s: not supported by %s, and a default of the Client: make the %s with a Client without it", o.name, kind, kind)
+			return invalid("%s: not supported by %s (%s), and a default of the Client: make the %s with a Client without it", o.name, kind, o.why, kind)
 		}
 	}
 	return nil

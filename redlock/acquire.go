@@ -583,9 +583,9 @@ func checkRequest(req driver.AcquireRequest) error {
 	case req.Mode != driver.Exclusive && req.Mode != driver.Shared:
 		return fmt.Errorf("unknown mode %v: %w", req.Mode, driver.ErrInvalid)
 	case req.Fair:
-		return fmt.Errorf("%v are not supported on a quorum of nodes: %w", driver.CapFair, driver.ErrInvalid)
+		return fmt.Errorf("%v are not supported on a quorum of nodes: %w: %w", driver.CapFair, driver.ErrInvalid, driver.ErrUnsupported)
 	case req.Mode == driver.Shared && req.Limit != 0:
-		return fmt.Errorf("%v are not supported on a quorum of nodes: %w", driver.CapSemaphore, driver.ErrInvalid)
+		return fmt.Errorf("%v are not supported on a quorum of nodes: %w: %w", driver.CapSemaphore, driver.ErrInvalid, driver.ErrUnsupported)
 	case req.Mode == driver.Shared && (req.Reentrant || req.LockDelay > 0 || req.Joining != 0):
 		return fmt.Errorf("a shared hold cannot be reentrant nor have a lock-delay: %w", driver.ErrInvalid)
 	}
