@@ -94,6 +94,16 @@ func newGrant(c *Client, h *handle, token, owner string, fence uint64, sent time
 	return g, l
 }
 
+// handedOver sets the first deadline of a new grant that a release handed
+// over (see handle.handedLease): valid after sent, renewed at renewAt.
+// Called before schedule.
+func (g *grant) handedOver(sent time.Time, valid time.Duration, renewAt time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.deadline = sent.Add(valid)
+	g.renewAt = renewAt
+}
+
 // schedule hands a new grant to the renewer.
 func (g *grant) schedule() {
 	g.mu.Lock()

@@ -34,6 +34,10 @@ type handle struct {
 	// the queue when they starve and whose requests respect a queue the
 	// Client has seen (see starve.go).
 	starve bool
+	// handoff: the handle's queued requests let a release grant it the
+	// lock directly (driver.CapHandoff; see lockwait.go): a Mutex whose
+	// token is drawn per Lock call, without lock-delay.
+	handoff bool
 
 	mu   sync.Mutex
 	held *grant // a reentrant handle's current grant
@@ -89,6 +93,8 @@ func (h *handle) init(c *Client, kind, name string, mode driver.Mode, limit int,
 	// would halve a hot lock's throughput.
 	h.starve = h.err == nil && kind == "Mutex" && c.backend != nil && !h.opts.fair && h.token == "" &&
 		c.need(driver.CapFair) == nil && c.need(driver.CapOvertook) == nil && h.hub.notifier != nil
+	h.handoff = h.err == nil && kind == "Mutex" && c.backend != nil && h.token == "" && h.opts.lockDelay == 0 &&
+		c.need(driver.CapHandoff) == nil
 }
 
 // tryLock is TryLock of every kind.
@@ -100,7 +106,7 @@ func (h *handle) tryLock(ctx context.Context) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(&NotObtainedError{Name: h.name}, err)
 	}
-	l, res, err := h.try(ctx, h.tokenFor(), false, h.opts.fair)
+	l, res, _, err := h.try(ctx, h.tokenFor(), false, h.opts.fair)
 	if err != nil || l != nil {
 		return l, h.tryErr(ctx, err)
 	}
@@ -128,12 +134,12 @@ func (h *handle) lock(ctx context.Context) (*Lease, error) {
 	// waiter at the gate of its group (see handle.wait): a fair first try
 	// joins the queue only when the Client has no waiter on the name yet.
 	queue := !fair || !h.hub.waiting(h.key)
-	l, res, err := h.try(ctx, token, queue, fair)
+	l, res, sent, err := h.try(ctx, token, queue, fair)
 	if err != nil || l != nil {
 		return l, h.tryErr(ctx, err)
 	}
 	h.busy(res)
-	return h.wait(ctx, token, res, mk)
+	return h.wait(ctx, token, res, sent, mk)
 }
 
 func (h *handle) enter() error {
@@ -185,8 +191,8 @@ func (h *handle) notObtained(res driver.AcquireResult) *NotObtainedError {
 // the request respects the name's queue (and, with wait, joins it). It
 // returns a lease when the lock was obtained, the store's answer when it was
 // not, or an error when the store failed; then what the attempt may have
-// written is removed.
-func (h *handle) try(ctx context.Context, token string, wait, fair bool) (*Lease, driver.AcquireResult, error) {
+// written is removed. sent is when the request went out.
+func (h *handle) try(ctx context.Context, token string, wait, fair bool) (_ *Lease, _ driver.AcquireResult, sent time.Time, _ error) {
 	var joined *grant
 	if h.opts.reentrant {
 		h.mu.Lock()
@@ -208,8 +214,9 @@ func (h *handle) try(ctx context.Context, token string, wait, fair bool) (*Lease
 	}
 	if wait {
 		req.QueueTTL = h.opts.queueTTL()
+		req.Handoff = fair && h.handoff
 	}
-	sent := time.Now()
+	sent = time.Now()
 	if joined != nil {
 		req.Owner = joined.owner
 		req.Joining = joined.fence
@@ -225,10 +232,10 @@ func (h *handle) try(ctx context.Context, token string, wait, fair bool) (*Lease
 	res, err := h.backend.Acquire(ctx, req)
 	if err != nil {
 		h.unknownOutcome(token, joined, wait)
-		return nil, res, wrapStore("acquire", h.name, err)
+		return nil, res, sent, wrapStore("acquire", h.name, err)
 	}
 	if !res.Acquired {
-		return nil, res, nil
+		return nil, res, sent, nil
 	}
 	if res.Overtook && h.starve {
 		h.hub.noteQueue(h.key)
@@ -242,12 +249,34 @@ func (h *handle) try(ctx context.Context, token string, wait, fair bool) (*Lease
 		if took := time.Since(sent); took >= h.c.validFor(h.opts.ttl)-h.opts.safetyMargin() {
 			h.giveBack(ctx, token)
 			if wait {
-				return nil, driver.AcquireResult{}, nil // not obtained: the wait goes on
+				return nil, driver.AcquireResult{}, sent, nil // not obtained: the wait goes on
 			}
-			return nil, res, &NotObtainedError{Name: h.name, Slow: took}
+			return nil, res, sent, &NotObtainedError{Name: h.name, Slow: took}
 		}
 	}
-	return h.grantLease(joined, token, req.Owner, res, sent), res, nil
+	return h.grantLease(joined, token, req.Owner, res, sent), res, sent, nil
+}
+
+// handedLease makes the lease for a grant that a release handed to token
+// as the queue's head (driver.Handoff) with fence. The store made it after
+// it answered the request sent at queued, the last one it answered with a
+// queue entry, so it lives on the store at least until queued + QueueTTL
+// (see driver.AcquireRequest.Handoff): the lease's deadline is that, less
+// the drift allowance, and its first renewal gives it TTL. It returns nil,
+// and the waiter claims the grant with a request instead, when too little
+// of that time is left, or when the lease would not be renewed
+// (WithAutoRenew(false)) and should get the full TTL at once.
+func (h *handle) handedLease(token string, fence uint64, queued time.Time) *Lease {
+	qttl := h.opts.queueTTL()
+	valid := h.c.validFor(qttl)
+	safe := valid - h.opts.safetyMargin()
+	if !h.opts.autoRenew || time.Until(queued.Add(safe)) < qttl/4 {
+		return nil
+	}
+	g, l := newGrant(h.c, h, token, h.c.owner(queued, h.opts.metadata), fence, queued, false)
+	g.handedOver(queued, valid, queued.Add(safe/2))
+	g.schedule()
+	return l
 }
 
 // grantLease makes the lease for a successful acquire sent at sent: a

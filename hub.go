@@ -78,6 +78,7 @@ type waitGroup struct {
 type fairWaiter struct {
 	wake     chan struct{} // capacity 1
 	position int           // its place in the store's queue at its last attempt, guarded by waitHub.mu
+	handoff  uint64        // the fence of a grant a release handed it, or 0; guarded by waitHub.mu
 }
 
 // keySub is a key whose releases the Client hears.
@@ -153,7 +154,8 @@ func (h *waitHub) dropping(key string) {
 
 // notify is the listener's callback: wake the active waiter of key, or of
 // every key when key is "". next, when set, is the fair waiter the store
-// lets in: only that one is woken.
+// lets in: only that one is woken, and given the grant when the release
+// handed it the lock (driver.ParseNext).
 func (h *waitHub) notify(key, next string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -176,7 +178,11 @@ func (h *waitHub) notify(key, next string) {
 	case next == "":
 		g.wakeAll()
 	default:
-		for _, w := range g.fair[next] {
+		token, fence := driver.ParseNext(next)
+		for _, w := range g.fair[token] {
+			if fence > 0 {
+				w.handoff = fence
+			}
 			signal(w.wake)
 		}
 		// The name has a queue now: a plain waiter joins it (see starve.go).
@@ -296,6 +302,15 @@ func (h *waitHub) dequeue(g *waitGroup, token string, w *fairWaiter) {
 	} else {
 		g.fair[token] = ws
 	}
+}
+
+// handedOff returns the fence of a grant a release handed to w, once, or 0.
+func (h *waitHub) handedOff(w *fairWaiter) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	f := w.handoff
+	w.handoff = 0
+	return f
 }
 
 // moved records w's place in the queue after an attempt.

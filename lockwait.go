@@ -27,13 +27,16 @@ var (
 // Client's one place in that queue. However many goroutines wait, a Client
 // costs the store one entry per name and one attempt per release, and each
 // waiter costs its own goroutine only.
-func (h *handle) wait(ctx context.Context, token string, last driver.AcquireResult, mk releaseMark) (*Lease, error) {
+func (h *handle) wait(ctx context.Context, token string, last driver.AcquireResult, sent time.Time, mk releaseMark) (*Lease, error) {
 	// Close ends the wait, even in the middle of a store call.
 	ctx, stop := h.c.closeAware(ctx)
 	defer stop()
 	g := h.hub.join(h.key)
 	defer h.hub.leave(g)
 	w := &waiter{h: h, g: g, token: token, last: last, mk: mk}
+	if last.Queued {
+		w.queued = sent
+	}
 
 	// A waiter that queued behind another at the gate tries at once when
 	// its turn comes: what its first try saw (the holder's TTL) is old by
@@ -72,7 +75,10 @@ type waiter struct {
 	gated bool                 // the next attempt goes out at once, whatever mk says
 
 	queue *fairWaiter // non-nil while the waiter is in the store's fair queue
-	start time.Time   // when the plain wait began, for starvation
+	// queued is when the last request that the store answered with a
+	// queue entry or writer intent went out (see handle.handedLease).
+	queued time.Time
+	start  time.Time // when the plain wait began, for starvation
 	// promisedSince is when a plain waiter in the queue first found the
 	// lock free but promised to another head (see queueDelay).
 	promisedSince time.Time
@@ -94,10 +100,13 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for attempt := 1; ; attempt++ {
+		if l := w.handedOver(); l != nil {
+			return l, nil
+		}
 		res := w.last
 		h.hub.subscribe(ctx, w.g) // before released: this wait's own subscription must be in place
 		if w.tryNow(attempt) {
-			l, r, err := w.attempt(ctx)
+			l, r, sent, err := w.attempt(ctx)
 			switch {
 			case l != nil:
 				return l, nil
@@ -107,6 +116,9 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 				return nil, err
 			}
 			res, w.last = r, r
+			if r.Queued {
+				w.queued = sent
+			}
 			if w.queue != nil {
 				h.hub.moved(w.queue, r.Position)
 			}
@@ -132,6 +144,27 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 	}
 }
 
+// handedOver returns the lease of a grant that a release handed to the
+// waiter (driver.Handoff), made without a request, or nil. When the lease
+// cannot be made that way (see handle.handedLease), the next attempt goes
+// out at once and claims the grant.
+func (w *waiter) handedOver() *Lease {
+	if w.queue == nil {
+		return nil
+	}
+	fence := w.h.hub.handedOff(w.queue)
+	if fence == 0 {
+		return nil
+	}
+	if !w.queued.IsZero() {
+		if l := w.h.handedLease(w.token, fence, w.queued); l != nil {
+			return l
+		}
+	}
+	w.gated = true
+	return nil
+}
+
 // tryNow reports whether attempt goes to the store at once: a first attempt
 // only when a release may have come since the last one, or the waiter
 // queued at the gate, or (in the queue) its last answer left it out.
@@ -142,7 +175,7 @@ func (w *waiter) tryNow(attempt int) bool {
 // attempt makes one attempt of the wait. The key's subscription is in
 // place (see run), so no release after the attempt is missed; a wake-up
 // seen before it is dropped, since the attempt covers it.
-func (w *waiter) attempt(ctx context.Context) (*Lease, driver.AcquireResult, error) {
+func (w *waiter) attempt(ctx context.Context) (*Lease, driver.AcquireResult, time.Time, error) {
 	select {
 	case <-w.wake():
 	default:

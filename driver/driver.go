@@ -154,6 +154,46 @@ type AcquireRequest struct {
 	// QueueTTL is the time to live of a queue entry or writer intent made or
 	// kept by this request (> 0 whenever Wait is set).
 	QueueTTL time.Duration
+	// Handoff, with Fair and Wait, lets the store grant the lock to Token
+	// without another request, when a release leaves it to Token as the
+	// queue's head (a direct handoff; backends with CapHandoff). The
+	// release then announces the grant (see Handoff), and the grant lives
+	// on the store until the expiry of the queue entry as the last request
+	// of Token that the store answered before the grant set it (that
+	// request's arrival + QueueTTL), unless renewed; Owner is the one of
+	// that request. A later request of Token (Wait) is answered with the
+	// grant (Acquired, its fence) and gives it TTL. Never set with Shared,
+	// Reentrant or LockDelay, nor with a token that outlives one Lock call.
+	Handoff bool
+}
+
+// Handoff is a grant that a release made to the head of the fair queue
+// (AcquireRequest.Handoff), as its notification names it: a Notifier's fn
+// gets Handoff{Token, Fence}.Next() as next.
+type Handoff struct {
+	Token string
+	Fence uint64
+}
+
+// Next encodes h for a Notifier's next: the token, a NUL byte and the fence
+// in decimal. Tokens never hold a NUL (the client refuses control
+// characters in owner IDs).
+func (h Handoff) Next() string {
+	return h.Token + "\x00" + strconv.FormatUint(h.Fence, 10)
+}
+
+// ParseNext splits a Notifier's next into the token it names and, when the
+// release handed the lock to that token, the grant's fence (0 otherwise).
+func ParseNext(next string) (token string, fence uint64) {
+	token, f, ok := strings.Cut(next, "\x00")
+	if !ok {
+		return next, 0
+	}
+	fence, err := strconv.ParseUint(f, 10, 64)
+	if err != nil {
+		return token, 0
+	}
+	return token, fence
 }
 
 // Mode is how an acquire holds a lock.
@@ -197,6 +237,9 @@ const (
 	CapOvertook
 	// CapLockDelay: AcquireRequest.LockDelay.
 	CapLockDelay
+	// CapHandoff: AcquireRequest.Handoff, a release's direct grant to the
+	// fair queue's head, announced as a Handoff.
+	CapHandoff
 )
 
 // String returns the capability's name.
@@ -212,6 +255,8 @@ func (c Capability) String() string {
 		return "overtake reports"
 	case CapLockDelay:
 		return "lock delay"
+	case CapHandoff:
+		return "direct handoff"
 	}
 	return "Capability(" + strconv.Itoa(int(c)) + ")"
 }
@@ -323,7 +368,9 @@ type Notifier interface {
 	//
 	// next is "" when any waiter may try, or, when the release left the lock
 	// free with a live fair queue (AcquireRequest.Fair), the token at the
-	// head of the queue: only that waiter is woken. A release of a shared
+	// head of the queue: only that waiter is woken. When the release granted
+	// the lock to the head itself (AcquireRequest.Handoff), next is
+	// Handoff{head, fence}.Next(): see ParseNext. A release of a shared
 	// hold, or the lapse or removal of a writer intent, is announced with
 	// next "".
 	Listen(ctx context.Context, fn func(key, next string)) (Listener, error)

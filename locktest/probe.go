@@ -22,6 +22,7 @@ type probe struct {
 	inflight int           // calls on their way to the inner backend
 	paused   chan struct{} // non-nil while paused; closed by resume
 	dead     bool
+	deaf     bool // hears no announcement of a direct handoff (driver.Handoff)
 	attempts []attempt
 	// stalled counts the acquires held back because their context carries
 	// stallKey: they wait for their context to end and never reach the
@@ -93,6 +94,14 @@ func (p *probe) resume() {
 		close(p.paused)
 		p.paused = nil
 	}
+	p.mu.Unlock()
+}
+
+// deafen makes the process miss every announcement of a direct handoff
+// from now on, as if each were lost on its way.
+func (p *probe) deafen() {
+	p.mu.Lock()
+	p.deaf = true
 	p.mu.Unlock()
 }
 
@@ -205,11 +214,40 @@ func (p notifyingProbe) Listen(ctx context.Context, fn func(key, next string)) (
 		return nil, err
 	}
 	defer exit()
-	l, err := p.inner.(driver.Notifier).Listen(ctx, fn)
+	l, err := p.inner.(driver.Notifier).Listen(ctx, p.hear(fn))
 	if err != nil {
 		return nil, err
 	}
 	return probeListener{l, p.probe}, nil
+}
+
+// hear wraps a listener's fn as the process would hear: a dead process
+// hears nothing, a paused one hears what came meanwhile once it resumes.
+func (p *probe) hear(fn func(key, next string)) func(key, next string) {
+	return func(key, next string) {
+		p.mu.Lock()
+		dead, paused := p.dead, p.paused
+		deaf := p.deaf
+		p.mu.Unlock()
+		if _, fence := driver.ParseNext(next); deaf && fence > 0 {
+			return // lost on its way
+		}
+		switch {
+		case dead:
+		case paused != nil:
+			go func() {
+				<-paused
+				p.mu.Lock()
+				dead := p.dead
+				p.mu.Unlock()
+				if !dead {
+					fn(key, next)
+				}
+			}()
+		default:
+			fn(key, next)
+		}
+	}
 }
 
 // probeListener fails subscriptions of a dead probe.

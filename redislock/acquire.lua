@@ -3,12 +3,13 @@
 -- puts common.lua in place of the line "--#common".
 -- KEYS[1] lock hash   KEYS[2] fence counter   KEYS[3] shared holds (zset)
 -- KEYS[4] shared holds' details   KEYS[5] writer intent   KEYS[6] fair queue
--- KEYS[7] fair queue's expiries
+-- KEYS[7] fair queue's expiries   KEYS[8] fair queue's owners
 -- ARGV[1] token   ARGV[2] owner   ARGV[3] ttl in ms   ARGV[4] "1" when reentrant
 -- ARGV[5] lock-delay in ms ("0": none)   ARGV[6] "1" for a shared hold
 -- ARGV[7] limit of shared holds ("0": none)   ARGV[8] "1" when fair
 -- ARGV[9] "1" when the caller waits   ARGV[10] queue ttl in ms
--- ARGV[11] the request's id
+-- ARGV[11] the request's id   ARGV[12] "1" when a release may hand the lock
+-- to the token as the queue's head (a direct handoff; see handOff)
 -- Returns {1, fence, holds} when granted, or {1, fence, holds, overtook}
 -- where overtook is 1 when a grant without fair went before a live fair
 -- queue's head; when not, {0, holder owner,
@@ -30,7 +31,7 @@
 -- A lock that is free of everything (no lock hash, no shared holds, no
 -- intent, no queue) is granted at once, before the helpers of the rest are
 -- even defined: the plain uncontended grant costs one EXISTS.
-local L, F, S, SI, W, Q, QE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local L, F, S, SI, W, Q, QE, QO = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local token, owner, ttl, rid = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[11]
 local shared = ARGV[6] == '1'
 
@@ -65,13 +66,16 @@ end
 -- enqueue puts token at the tail of the fair queue, or keeps its place,
 -- with an expiry of now + qttl, and returns its place (1 is the head).
 local function enqueue()
-  prune(QE, Q, 'ZREM')
+  pruneQueue(Q, QE, QO)
   if not redis.call('ZSCORE', Q, token) then
     local last = redis.call('ZRANGE', Q, -1, -1, 'WITHSCORES')
     redis.call('ZADD', Q, (tonumber(last[2]) or 0) + 1, token)
   end
   redis.call('ZADD', QE, now() + qttl, token)
-  fit(QE, Q)
+  if ARGV[12] == '1' then
+    redis.call('HSET', QO, token, owner)
+  end
+  fitQueue(Q, QE, QO)
   return redis.call('ZRANK', Q, token) + 1
 end
 
@@ -102,10 +106,7 @@ local function forget()
   if redis.call('HGET', W, 't') == token then
     redis.call('DEL', W)
   end
-  if redis.call('ZREM', Q, token) == 1 then
-    redis.call('ZREM', QE, token)
-    fit(QE, Q)
-  end
+  unqueue(Q, QE, QO, token)
 end
 
 if shared then
@@ -150,6 +151,15 @@ if holds then
   if string.find(' ' .. rids .. ' ', ' ' .. rid .. ' ', 1, true) then
     return {1, redis.call('HGET', L, 'fence'), tonumber(holds)} -- resent
   end
+  if rids == 'ho' then
+    -- A release handed the lock to this token (handOff); its request
+    -- claims the grant, which gets the request's TTL.
+    redis.call('HSET', L, 'rid', rid)
+    if redis.call('PTTL', L) < ttl then
+      redis.call('PEXPIRE', L, ttl)
+    end
+    return {1, redis.call('HGET', L, 'fence'), tonumber(holds)}
+  end
   if ARGV[4] ~= '1' then
     local r = busy()
     return refuse(r[2], r[3], 0, false)
@@ -181,7 +191,7 @@ if redis.call('EXISTS', S, W, Q) > 0 then
     local _, _, holder = holdDetails(redis.call('HGET', SI, last[1]))
     return refuse(holder, tonumber(last[2]) - now(), n, true)
   end
-  prune(QE, Q, 'ZREM')
+  pruneQueue(Q, QE, QO)
   local head = redis.call('ZRANGE', Q, 0, 0)[1]
   if head and head ~= token then
     if fair then

@@ -157,12 +157,13 @@ func (b *Backend) acquireCall(req driver.AcquireRequest) ([]any, error) {
 	const nk = len(acquireSuffixes)
 	var keys [nk]string
 	b.keysInto(keys[:], req.Key, acquireSuffixes[:])
-	args := evalShaArgs(acquireSHA, nk, 11)
+	args := evalShaArgs(acquireSHA, nk, 12)
 	for i, k := range keys {
 		args[3+i] = k
 	}
 	copy(args[3+nk:], []any{req.Token, req.Owner, millis(req.TTL), flag(req.Reentrant), delay,
-		flag(shared), max(req.Limit, 0), flag(req.Fair), flag(req.Wait), queueTTL, b.requestID()})
+		flag(shared), max(req.Limit, 0), flag(req.Fair), flag(req.Wait), queueTTL, b.requestID(),
+		flag(req.Handoff && req.Fair && req.Wait && !shared && !req.Reentrant && req.LockDelay <= 0 && b.ackReplicas == 0)})
 	return args, nil
 }
 
@@ -214,12 +215,18 @@ func parseAcquire(reply []any) (driver.AcquireResult, error) {
 // Supports reports true for driver.CapShared, driver.CapSemaphore and
 // driver.CapFair: read-write locks, semaphores and fair locks are kept in
 // keys next to the lock's hash (see the package documentation); and for
-// driver.CapOvertook: a grant says when it went before a fair queue; and
-// for driver.CapLockDelay: the lock-delay is kept in the lock's hash.
+// driver.CapOvertook: a grant says when it went before a fair queue; for
+// driver.CapLockDelay: the lock-delay is kept in the lock's hash; and for
+// driver.CapHandoff, unless WithReplicaAck is given: a release grants the
+// lock to the fair queue's head and names the grant in its announcement.
 func (b *Backend) Supports(c driver.Capability) bool {
 	switch c {
 	case driver.CapShared, driver.CapSemaphore, driver.CapFair, driver.CapOvertook, driver.CapLockDelay:
 		return true
+	case driver.CapHandoff:
+		// A release's grant is not acknowledged by replicas: with
+		// WithReplicaAck, heads ask for the lock themselves.
+		return b.ackReplicas == 0
 	}
 	return false
 }

@@ -19,16 +19,18 @@ local function now()
 end
 
 -- prune drops the entries of the expiry zset z that expired by now(), and
--- the same members of side with rem ('HDEL' for a hash, 'ZREM' for a zset).
+-- the same members of side with rem ('HDEL' for a hash, 'ZREM' for a zset),
+-- and returns them.
 local function prune(z, side, rem)
   local gone = redis.call('ZRANGEBYSCORE', z, '-inf', now())
   if #gone == 0 then
-    return
+    return gone
   end
   redis.call('ZREMRANGEBYSCORE', z, '-inf', now())
   for i = 1, #gone, 1000 do -- unpack has a limit on its results
     redis.call(rem, side, unpack(gone, i, math.min(i + 999, #gone)))
   end
+  return gone
 end
 
 -- fit gives the expiry zset z and its side the expiry of z's latest entry,
@@ -41,6 +43,41 @@ local function fit(z, side)
   end
   redis.call('PEXPIREAT', z, last[2])
   redis.call('PEXPIREAT', side, last[2])
+end
+
+-- The fair queue is three keys written together: Q (token → arrival
+-- number), QE (token → entry expiry) and QO (token → owner, for the
+-- entries whose request accepts a direct handoff; see handOff).
+
+-- pruneQueue drops the queue's expired entries.
+local function pruneQueue(Q, QE, QO)
+  local gone = prune(QE, Q, 'ZREM')
+  for i = 1, #gone, 1000 do
+    redis.call('HDEL', QO, unpack(gone, i, math.min(i + 999, #gone)))
+  end
+end
+
+-- fitQueue gives the queue's keys the expiry of its latest entry, or
+-- deletes them when it is empty.
+local function fitQueue(Q, QE, QO)
+  fit(QE, Q)
+  if redis.call('EXISTS', QE) == 0 then
+    redis.call('DEL', QO)
+  elseif redis.call('EXISTS', QO) == 1 then
+    redis.call('PEXPIREAT', QO, redis.call('ZRANGE', QE, -1, -1, 'WITHSCORES')[2])
+  end
+end
+
+-- unqueue takes token's entry out of the queue; it reports whether it had
+-- one.
+local function unqueue(Q, QE, QO, token)
+  if redis.call('ZREM', Q, token) == 0 then
+    return false
+  end
+  redis.call('ZREM', QE, token)
+  redis.call('HDEL', QO, token)
+  fitQueue(Q, QE, QO)
+  return true
 end
 
 -- leaseState returns the lock-delay of the exclusive grant in hash l (0
@@ -69,19 +106,17 @@ end
 -- as named in release.lua) and returns whether it had an intent (its going
 -- concerns every waiter), whether it had an entry, and whether it was the
 -- head of the queue and left the lock free, so that the next may go.
-local function leave(L, S, W, Q, QE, token)
+local function leave(L, S, W, Q, QE, QO, token)
   local intent, entry, headLeft = false, false, false
   if redis.call('HGET', W, 't') == token then
     redis.call('DEL', W)
     intent = true
   end
   if redis.call('ZSCORE', Q, token) then
-    prune(QE, Q, 'ZREM')
+    pruneQueue(Q, QE, QO)
     local head = redis.call('ZRANGE', Q, 0, 0)[1]
-    if redis.call('ZREM', Q, token) == 1 then
+    if unqueue(Q, QE, QO, token) then
       entry = true
-      redis.call('ZREM', QE, token)
-      fit(QE, Q)
       headLeft = head == token and redis.call('EXISTS', L) == 0 and
           redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf') == 0
     end
@@ -89,14 +124,42 @@ local function leave(L, S, W, Q, QE, token)
   return intent, entry, headLeft
 end
 
+-- handOff grants the lock, when it is free of exclusive and live shared
+-- holds, to the live head of the fair queue if the head's request accepts
+-- a direct handoff (it has an owner in QO). The grant is marked 'ho' (its
+-- rid) until the head's next request claims it, and its key expires with
+-- the head's entry (the head's last request + its QueueTTL), so that a
+-- head that died leaves the lock no later than its entry would have. It
+-- returns the head and the grant's fence, or nil.
+local function handOff(L, F, S, Q, QE, QO)
+  if redis.call('EXISTS', L) == 1 or redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf') > 0 then
+    return nil
+  end
+  pruneQueue(Q, QE, QO)
+  local head = redis.call('ZRANGE', Q, 0, 0)[1]
+  if not head then
+    return nil
+  end
+  local owner = redis.call('HGET', QO, head)
+  local exp = tonumber(redis.call('ZSCORE', QE, head))
+  if not owner or not exp or exp <= now() then
+    return nil
+  end
+  local fence = redis.call('INCR', F)
+  redis.call('HSET', L, head, 1, 'owner', owner, 'fence', fence, 'at', now(), 'rid', 'ho')
+  redis.call('PEXPIREAT', L, exp)
+  unqueue(Q, QE, QO, head)
+  return head, fence
+end
+
 -- announce publishes "next:" on channel with publish (PUBLISH or SPUBLISH),
 -- followed by the fair queue's head when the lock is free with a live queue
 -- and the news is for the head alone (not anyone). A refused publish (an
 -- ACL without the channel) does not undo what the script did.
-local function announce(L, Q, QE, publish, channel, anyone)
+local function announce(L, Q, QE, QO, publish, channel, anyone)
   local next = ''
   if not anyone and redis.call('EXISTS', L) == 0 and redis.call('EXISTS', Q) == 1 then
-    prune(QE, Q, 'ZREM')
+    pruneQueue(Q, QE, QO)
     next = redis.call('ZRANGE', Q, 0, 0)[1] or ''
   end
   redis.pcall(publish, channel, 'next:' .. next)

@@ -22,12 +22,14 @@ import "strings"
 //	NS:{K}:q      zset: fair queue, token → arrival number (1 + the
 //	              largest in the queue, so no counter is kept)
 //	NS:{K}:qe     zset: fair queue, token → entry expiry (ms, server clock)
+//	NS:{K}:qo     hash: fair queue, token → owner, for the entries whose
+//	              request accepts a direct handoff (driver.Handoff)
 //	NS:{K}:r      string: the ids of the latest releases (up to 16) that
 //	              deleted the hash or a shared hold; lives 15s after the
 //	              last. A resent release finds its id and changes nothing.
 //	NS:{K}:rel    release channel (a channel name, not a key)
 //
-// :s and :si, and :q and :qe, are written together and carry the expiry of
+// :s and :si, and :q, :qe and :qo, are written together and carry the expiry of
 // their latest entry (PEXPIREAT), so they vanish with it; scripts prune
 // expired entries by the server's clock and delete a structure that has
 // become empty. After every holder and waiter has gone, only the fence
@@ -56,14 +58,16 @@ const recentSuffix = ":r"
 // The KEYS of the scripts, as suffixes of the lock hash's name.
 var (
 	// acquire.lua: the lock hash, the fence counter, the shared holds and
-	// their details, the writer intent, the fair queue and its expiries.
-	acquireSuffixes = [...]string{"", ":fence", sharedSuffix, ":si", ":w", ":q", ":qe"}
-	// release.lua and describe.lua: acquire's without the fence counter.
+	// their details, the writer intent, the fair queue, its expiries and
+	// its owners.
+	acquireSuffixes = [...]string{"", ":fence", sharedSuffix, ":si", ":w", ":q", ":qe", ":qo"}
+	// describe.lua: acquire's without the fence counter and the owners.
 	stateSuffixes = []string{"", sharedSuffix, ":si", ":w", ":q", ":qe"}
-	// release.lua: stateSuffixes, the recent releases, then the release
-	// channel (an argument, not a key), so that one string holds all the
-	// names of a release.
-	releaseSuffixes = [...]string{"", sharedSuffix, ":si", ":w", ":q", ":qe", recentSuffix, ":rel"}
+	// release.lua and withdraw.lua: stateSuffixes, the recent releases,
+	// the queue's owners, the fence counter (for a direct handoff), then
+	// the release channel (an argument, not a key), so that one string
+	// holds all the names of a release.
+	releaseSuffixes = [...]string{"", sharedSuffix, ":si", ":w", ":q", ":qe", recentSuffix, ":qo", ":fence", ":rel"}
 	// renew.lua: the lock hash, the shared holds and their details.
 	renewSuffixes = [...]string{"", sharedSuffix, ":si"}
 	// raise_fence.lua: the lock hash, the fence counter, the shared holds

@@ -7,7 +7,8 @@
 -- ARGV[1] token   ARGV[2] release channel
 -- ARGV[3] the publish command: PUBLISH, or SPUBLISH on a Cluster; "" for
 -- a release that wakes nobody (ReleaseQuietly)
--- KEYS[7] recent releases   ARGV[4] the request's id
+-- KEYS[7] recent releases   KEYS[8] fair queue's owners   KEYS[9] fence
+-- counter   ARGV[4] the request's id
 -- Returns -1 when the token held nothing, else the holds left.
 --
 -- A client may send the same request twice (go-redis resends a command
@@ -20,11 +21,13 @@
 -- The announcement is "next:" followed by the token at the head of the fair
 -- queue when the lock is left free of an exclusive holder with a live
 -- queue, else by nothing: any waiter may try. A released shared hold or a
--- removed intent is announced to any waiter.
+-- removed intent is announced to any waiter. When the head accepts a
+-- direct handoff, the release grants it the lock (handOff in common.lua)
+-- and announces "next:" followed by the head, a NUL byte and the fence.
 --
 -- The last hold of a plain exclusive grant, without lock-delay, intent or
 -- queue, is released before the helpers of the rest are even defined.
-local L, S, SI, W, Q, QE, R = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local L, S, SI, W, Q, QE, R, QO, F = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local token, rid = ARGV[1], ARGV[4]
 local recentTTL, recentMax = 15000, 16
 
@@ -109,7 +112,7 @@ end
 
 local waiters = redis.call('EXISTS', W, Q) > 0
 if waiters then
-  local intent, _, headLeft = leave(L, S, W, Q, QE, token)
+  local intent, _, headLeft = leave(L, S, W, Q, QE, QO, token)
   if intent then
     notify, anyone = true, true
   end
@@ -118,7 +121,14 @@ if waiters then
   end
 end
 
+if notify and waiters and ARGV[3] ~= '' then
+  local head, fence = handOff(L, F, S, Q, QE, QO)
+  if head then
+    redis.pcall(ARGV[3], ARGV[2], 'next:' .. head .. '\0' .. fence)
+    return result
+  end
+end
 if notify and ARGV[3] ~= '' then
-  announce(L, Q, QE, ARGV[3], ARGV[2], anyone or not waiters)
+  announce(L, Q, QE, QO, ARGV[3], ARGV[2], anyone or not waiters)
 end
 return result

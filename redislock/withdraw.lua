@@ -4,20 +4,21 @@
 -- "--#common".
 -- KEYS[1] lock hash   KEYS[2] shared holds   KEYS[3] shared holds' details
 -- KEYS[4] writer intent   KEYS[5] fair queue   KEYS[6] fair queue's expiries
--- ARGV[1] token   ARGV[2] release channel
+-- KEYS[7] recent releases (unused)   KEYS[8] fair queue's owners: release.lua's
+-- KEYS   ARGV[1] token   ARGV[2] release channel
 -- ARGV[3] the publish command: PUBLISH, or SPUBLISH on a Cluster
 -- Returns 1 when something of token's was removed, else 0. A refused
 -- publish (an ACL without the channel) does not undo the withdrawal.
-local L, S, SI, W, Q, QE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local L, S, SI, W, Q, QE, QO = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8]
 local token = ARGV[1]
 if redis.call('EXISTS', W, Q) == 0 then
   return 0
 end
 
 --#common
-local intent, entry, headLeft = leave(L, S, W, Q, QE, token)
+local intent, entry, headLeft = leave(L, S, W, Q, QE, QO, token)
 if intent or headLeft then
-  announce(L, Q, QE, ARGV[3], ARGV[2], intent)
+  announce(L, Q, QE, QO, ARGV[3], ARGV[2], intent)
 end
 if intent or entry then
   return 1

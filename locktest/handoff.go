@@ -1,0 +1,177 @@
+// Cases for the direct handoff (driver.CapHandoff): a release grants the
+// lock to the fair queue's head, whose Client completes its Lock from the
+// announcement, or from its next request when the announcement is lost.
+
+package locktest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+)
+
+// handoffCase prepares a case on the direct handoff: it returns false, and
+// the case does nothing, on a store without it (every other fair case holds
+// such stores to the queue's order).
+func handoffCase(t *testing.T, s *Store) bool {
+	return supports(t, s, driver.CapHandoff)
+}
+
+// queuedHead starts a fair Lock of name on probe p's Client, waits until it
+// is refused and queued at the head, and returns its outcome channel.
+func queuedHead(t *testing.T, p *probe, name string, opts []dlock.Option) <-chan outcome {
+	t.Helper()
+	busy, onBusy := busySignal()
+	out := goLock(t.Context(), clientOn(t, p.backend()).Mutex(name, append(opts, onBusy)...).Lock)
+	if e := waitBusy(t, "the queue's head", busy, out); e.Position != 1 {
+		t.Fatalf("the queue's head: Position %d, want 1", e.Position)
+	}
+	// A first wait tries once more right after it has subscribed (a
+	// release may have come in between); it sleeps after that.
+	for deadline := time.Now().Add(10 * time.Second); len(p.recorded()) < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the queue's head did not try again after subscribing")
+		}
+	}
+	return out
+}
+
+// testHandoffWithoutRequest checks that the queue's head gets the lock that
+// a release handed it without another request of its own: the next fence,
+// a lease that renews, and nothing left behind.
+func testHandoffWithoutRequest(t *testing.T, s *Store) {
+	const name = "locktest/handoff"
+	if !handoffCase(t, s) {
+		return
+	}
+	opts := []dlock.Option{dlock.Fair(), dlock.WithTTL(ttl)}
+	holder := lock(t, client(t, s).Mutex(name, opts...))
+	p := newProbe(s.NewBackend(t))
+	out := queuedHead(t, p, name, opts)
+	before := len(p.recorded())
+	unlock(t, holder)
+	l := waitLease(t, "the queue's head", out, 10*time.Second)
+	if n := len(p.recorded()) - before; n != 0 {
+		t.Errorf("the head made %d acquire requests after the release; want 0 (the release handed it the lock)", n)
+	}
+	if l.Fence() != holder.Fence()+1 {
+		t.Errorf("handed grant's fence %d, want %d (the next after the holder's)", l.Fence(), holder.Fence()+1)
+	}
+	if l.Owner() == "" {
+		t.Error("handed grant without an owner string")
+	}
+	if err := l.Refresh(t.Context()); err != nil {
+		t.Errorf("Refresh of a handed lease: %v", err)
+	}
+	mustBeHeldByOther(t, client(t, s).Mutex(name, opts...))
+	unlock(t, l)
+	noLeftovers(t, s, name)
+}
+
+// testHandoffNoticeLost checks that a head that never hears of the
+// handoff still gets the lock, by its next request (a queue refresh), and
+// gets the grant that was handed to it.
+func testHandoffNoticeLost(t *testing.T, s *Store) {
+	const name = "locktest/handoff-lost"
+	if !handoffCase(t, s) {
+		return
+	}
+	opts := []dlock.Option{dlock.Fair(), dlock.WithTTL(ttl)}
+	holder := lock(t, client(t, s).Mutex(name, opts...))
+	p := newProbe(s.NewBackend(t))
+	p.deafen()
+	out := queuedHead(t, p, name, opts)
+	unlock(t, holder)
+	// The head refreshes its entry every third of its time to live.
+	l := waitLease(t, "the queue's head that missed the handoff", out, fairQueueTTL(ttl)+5*time.Second)
+	if l.Fence() != holder.Fence()+1 {
+		t.Errorf("fence %d, want %d: the head got a grant other than the one handed to it", l.Fence(), holder.Fence()+1)
+	}
+	unlock(t, l)
+	noLeftovers(t, s, name)
+}
+
+// testHandoffDeadHead checks that a grant handed to a head that died, and
+// so never claims it, lapses with the head's queue entry, not after a
+// whole TTL.
+func testHandoffDeadHead(t *testing.T, s *Store) {
+	const name = "locktest/handoff-dead"
+	if !handoffCase(t, s) {
+		return
+	}
+	const lockTTL = 30 * time.Second // far longer than the entry's 1s
+	opts := []dlock.Option{dlock.Fair(), dlock.WithTTL(lockTTL)}
+	holder := lock(t, client(t, s).Mutex(name, opts...))
+	// The dead head: queued by a request of its own, then gone.
+	b := s.NewBackend(t)
+	res, err := b.Acquire(t.Context(), driver.AcquireRequest{
+		Key: name, Token: "dead-head", Owner: "dead head", TTL: lockTTL,
+		Fair: true, Wait: true, QueueTTL: time.Second, Handoff: true,
+	})
+	if err != nil || res.Acquired || !res.Queued || res.Position != 1 {
+		t.Fatalf("queueing the dead head: %+v, %v; want refused, queued first", res, err)
+	}
+	start := time.Now()
+	unlock(t, holder)
+	waiter := client(t, s).Mutex(name, opts...)
+	if l, err := waiter.TryLock(t.Context()); err == nil {
+		_ = l.Unlock(t.Context())
+		t.Fatal("TryLock right after the release got the lock; want it handed to the dead head")
+	} else if no := notObtained(t, "TryLock of the lock handed to the dead head", l, err); no.Holder != "dead head" {
+		t.Errorf("holder %q, want the dead head", no.Holder)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	l, err := waiter.Lock(ctx)
+	if err != nil {
+		t.Fatalf("Lock after the dead head's grant: %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the lock came free %v after the release; want about the entry's 1s, not the TTL (%v)", took, lockTTL)
+	}
+	unlock(t, l)
+	noLeftovers(t, s, name)
+}
+
+// testHandoffCancelledHead checks that a head whose wait ends while the
+// lock is handed to it (it has not heard yet) gives the lock back before
+// Lock returns: the next TryLock gets it.
+func testHandoffCancelledHead(t *testing.T, s *Store) {
+	const name = "locktest/handoff-cancel"
+	if !handoffCase(t, s) {
+		return
+	}
+	opts := []dlock.Option{dlock.Fair(), dlock.WithTTL(ttl)}
+	holder := lock(t, client(t, s).Mutex(name, opts...))
+	p := newProbe(s.NewBackend(t))
+	p.deafen()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	busy, onBusy := busySignal()
+	out := goLock(ctx, clientOn(t, p.backend()).Mutex(name, append(opts, onBusy)...).Lock)
+	waitBusy(t, "the queue's head", busy, out)
+	unlock(t, holder)
+	cancel()
+	select {
+	case o := <-out:
+		if o.err == nil {
+			unlock(t, o.l) // it claimed the grant before the cancel: fine, and nothing to check
+			return
+		}
+		if !errors.Is(o.err, dlock.ErrNotObtained) {
+			t.Fatalf("cancelled head: %v, want ErrNotObtained", o.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cancelled head's Lock did not return")
+	}
+	l, err := client(t, s).Mutex(name, opts...).TryLock(t.Context())
+	if err != nil {
+		t.Fatalf("TryLock after the cancelled head returned: %v; want the lock given back", err)
+	}
+	unlock(t, l)
+	noLeftovers(t, s, name)
+}
