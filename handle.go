@@ -139,7 +139,7 @@ func (h *handle) lock(ctx context.Context) (*Lease, error) {
 		return l, h.tryErr(ctx, err)
 	}
 	h.busy(res)
-	return h.wait(ctx, token, res, sent, mk)
+	return h.wait(ctx, token, res, sent, mk, fair && queue)
 }
 
 func (h *handle) enter() error {

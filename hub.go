@@ -42,6 +42,10 @@ type waitHub struct {
 	queueSeen  map[string]time.Time
 	queueSeenN atomic.Int32
 	queueSwept time.Time // last sweep of queueSeen, at most one per queueLiveFor
+	// handed is, per subscribed key, the last direct handoff announced to
+	// a token that no waiter of this Client waited with at that moment
+	// (see notify, handedOff).
+	handed map[string]driver.Handoff
 
 	// refused: the store refused a subscription for lack of rights
 	// (driver.ErrNotifyRefused); waiters no longer subscribe, and poll.
@@ -123,6 +127,17 @@ func (h *waitHub) released(key string, mk releaseMark) bool {
 	return h.subs[key] != mk.sub || mk.sub.seq != mk.seq || h.epoch != mk.epoch
 }
 
+// subscribedSince reports whether key has been subscribed without a break
+// (and the stream without a gap) since mk was taken.
+func (h *waitHub) subscribedSince(key string, mk releaseMark) bool {
+	if mk.sub == nil {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.subs[key] == mk.sub && h.epoch == mk.epoch
+}
+
 // subscribed counts a confirmed subscription of key; dropping undoes it.
 func (h *waitHub) subscribed(key string) {
 	h.mu.Lock()
@@ -144,6 +159,7 @@ func (h *waitHub) subscribed(key string) {
 func (h *waitHub) dropping(key string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	delete(h.handed, key)
 	if s := h.subs[key]; s != nil {
 		if s.refs--; s.refs <= 0 {
 			delete(h.subs, key)
@@ -172,13 +188,23 @@ func (h *waitHub) notify(key, next string) {
 	if next != "" {
 		h.sawQueue(key)
 	}
+	token, fence := driver.ParseNext(next)
 	g := h.groups[key]
+	if fence > 0 && (g == nil || len(g.fair[token]) == 0) {
+		// Handed to a token no waiter of this Client waits with now: it
+		// may be this Client's, between its first attempt and its wait.
+		// Kept until the next handoff of the key (there is none before
+		// this grant is released) or until the key is unsubscribed.
+		if h.handed == nil {
+			h.handed = make(map[string]driver.Handoff)
+		}
+		h.handed[key] = driver.Handoff{Token: token, Fence: fence}
+	}
 	switch {
 	case g == nil:
 	case next == "":
 		g.wakeAll()
 	default:
-		token, fence := driver.ParseNext(next)
 		for _, w := range g.fair[token] {
 			if fence > 0 {
 				w.handoff = fence
@@ -304,12 +330,20 @@ func (h *waitHub) dequeue(g *waitGroup, token string, w *fairWaiter) {
 	}
 }
 
-// handedOff returns the fence of a grant a release handed to w, once, or 0.
-func (h *waitHub) handedOff(w *fairWaiter) uint64 {
+// handedOff returns the fence of a grant a release handed to w, which
+// waits on g's key with token, once, or 0. The announcement may have come
+// before w was registered (see notify).
+func (h *waitHub) handedOff(g *waitGroup, token string, w *fairWaiter) uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	f := w.handoff
 	w.handoff = 0
+	if ho, ok := h.handed[g.key]; ok && ho.Token == token {
+		delete(h.handed, g.key)
+		if f == 0 {
+			f = ho.Fence
+		}
+	}
 	return f
 }
 

@@ -27,13 +27,13 @@ var (
 // Client's one place in that queue. However many goroutines wait, a Client
 // costs the store one entry per name and one attempt per release, and each
 // waiter costs its own goroutine only.
-func (h *handle) wait(ctx context.Context, token string, last driver.AcquireResult, sent time.Time, mk releaseMark) (*Lease, error) {
+func (h *handle) wait(ctx context.Context, token string, last driver.AcquireResult, sent time.Time, mk releaseMark, queuing bool) (*Lease, error) {
 	// Close ends the wait, even in the middle of a store call.
 	ctx, stop := h.c.closeAware(ctx)
 	defer stop()
 	g := h.hub.join(h.key)
 	defer h.hub.leave(g)
-	w := &waiter{h: h, g: g, token: token, last: last, mk: mk}
+	w := &waiter{h: h, g: g, token: token, last: last, mk: mk, queuing: queuing}
 	if last.Queued {
 		w.queued = sent
 	}
@@ -73,6 +73,9 @@ type waiter struct {
 	last  driver.AcquireResult // the store's last answer
 	mk    releaseMark          // what the Client knew of releases before the last attempt
 	gated bool                 // the next attempt goes out at once, whatever mk says
+	// queuing: the first attempt was a fair request that may have queued
+	// (a Fair Mutex, or a plain one while its name has a live queue).
+	queuing bool
 
 	queue *fairWaiter // non-nil while the waiter is in the store's fair queue
 	// queued is when the last request that the store answered with a
@@ -91,7 +94,7 @@ type waiter struct {
 func (w *waiter) run(ctx context.Context) (*Lease, error) {
 	h := w.h
 	w.start = time.Now()
-	if h.opts.fair {
+	if h.opts.fair || (w.queuing && w.last.Queued) {
 		w.enqueue()
 	} else if h.fairNow() {
 		w.starved() // the name has a live queue: join it at once
@@ -152,7 +155,7 @@ func (w *waiter) handedOver() *Lease {
 	if w.queue == nil {
 		return nil
 	}
-	fence := w.h.hub.handedOff(w.queue)
+	fence := w.h.hub.handedOff(w.g, w.token, w.queue)
 	if fence == 0 {
 		return nil
 	}
@@ -169,7 +172,16 @@ func (w *waiter) handedOver() *Lease {
 // only when a release may have come since the last one, or the waiter
 // queued at the gate, or (in the queue) its last answer left it out.
 func (w *waiter) tryNow(attempt int) bool {
-	return attempt > 1 || w.gated || (w.queue != nil && !w.last.Queued) || w.h.hub.released(w.h.key, w.mk)
+	return attempt > 1 || w.gated || (w.queue != nil && !w.last.Queued) ||
+		(w.h.hub.released(w.h.key, w.mk) && !w.handsOffHeard())
+}
+
+// handsOffHeard reports whether the waiter sits in the queue with a direct
+// handoff and its Client was subscribed to the key's releases all along
+// since before its last attempt: releases since then either handed it the
+// lock, which it heard, or did not concern it, so it need not ask.
+func (w *waiter) handsOffHeard() bool {
+	return w.queue != nil && w.h.handoff && w.last.Queued && w.h.hub.subscribedSince(w.h.key, w.mk)
 }
 
 // attempt makes one attempt of the wait. The key's subscription is in
