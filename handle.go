@@ -35,8 +35,11 @@ type handle struct {
 	// Client has seen (see starve.go).
 	starve bool
 	// handoff: the handle's queued requests let a release grant it the
-	// lock directly (driver.CapHandoff; see lockwait.go): a Mutex whose
-	// token is drawn per Lock call, without lock-delay.
+	// lock directly (driver.CapHandoff; see lockwait.go): a Fair Mutex
+	// whose token is drawn per Lock call, without lock-delay. (A plain
+	// Mutex's queued waits do not: a plain waiter that died would hold the
+	// lock up for its entry's time to live, where today it costs the others
+	// promisedGrace.)
 	handoff bool
 
 	mu   sync.Mutex
@@ -93,8 +96,8 @@ func (h *handle) init(c *Client, kind, name string, mode driver.Mode, limit int,
 	// would halve a hot lock's throughput.
 	h.starve = h.err == nil && kind == "Mutex" && c.backend != nil && !h.opts.fair && h.token == "" &&
 		c.need(driver.CapFair) == nil && c.need(driver.CapOvertook) == nil && h.hub.notifier != nil
-	h.handoff = h.err == nil && kind == "Mutex" && c.backend != nil && h.token == "" && h.opts.lockDelay == 0 &&
-		c.need(driver.CapHandoff) == nil
+	h.handoff = h.err == nil && kind == "Mutex" && c.backend != nil && h.opts.fair && h.token == "" &&
+		h.opts.lockDelay == 0 && c.need(driver.CapHandoff) == nil
 }
 
 // tryLock is TryLock of every kind.
@@ -249,7 +252,9 @@ func (h *handle) try(ctx context.Context, token string, wait, fair bool) (_ *Lea
 		if took := time.Since(sent); took >= h.c.validFor(h.opts.ttl)-h.opts.safetyMargin() {
 			h.giveBack(ctx, token)
 			if wait {
-				return nil, driver.AcquireResult{}, sent, nil // not obtained: the wait goes on
+				// Not obtained: the wait goes on. The fence tells it that
+				// a handoff of this grant, if one is announced late, is over.
+				return nil, driver.AcquireResult{Fence: res.Fence}, sent, nil
 			}
 			return nil, res, sent, &NotObtainedError{Name: h.name, Slow: took}
 		}

@@ -96,3 +96,71 @@ func TestHandoffHeardBeforeTheWait(t *testing.T) {
 		t.Errorf("Lock took %v and %d acquire requests; want the announcement used at once, with the first request only", took, n)
 	}
 }
+
+// handoffRecorder is a memlock that claims driver.CapHandoff and records
+// which waiting requests accepted a handoff.
+type handoffRecorder struct {
+	*memlock.Backend
+	mu            sync.Mutex
+	fairHandoff   int // queued fair requests with Handoff
+	fairNoHandoff int // queued fair requests without
+}
+
+func (r *handoffRecorder) Supports(c driver.Capability) bool {
+	return c == driver.CapHandoff || r.Backend.Supports(c)
+}
+
+func (r *handoffRecorder) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	r.mu.Lock()
+	if req.Fair && req.Wait {
+		if req.Handoff {
+			r.fairHandoff++
+		} else {
+			r.fairNoHandoff++
+		}
+	}
+	r.mu.Unlock()
+	return r.Backend.Acquire(ctx, req)
+}
+
+// TestHandoffOnlyForFair: a plain Mutex whose waits join the queue does not
+// accept a direct handoff (a plain waiter that died would then hold the lock
+// up for its entry's time to live, not promisedGrace), and neither does a
+// reentrant fair handle; a Fair Mutex does.
+func TestHandoffOnlyForFair(t *testing.T) {
+	ctx := t.Context()
+	for _, tc := range []struct {
+		name string
+		opts []dlock.Option
+		want bool
+	}{
+		{"plain", nil, false},
+		{"fair reentrant", []dlock.Option{dlock.Fair(), dlock.Reentrant()}, false},
+		{"fair", []dlock.Option{dlock.Fair()}, true},
+	} {
+		store := &handoffRecorder{Backend: memlock.New()}
+		holder, waiter := dlock.New(store), dlock.New(store)
+		h, err := holder.Mutex("k", tc.opts...).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		if l, err := waiter.Mutex("k", tc.opts...).Lock(wctx); err == nil { // waits, starves, queues
+			_ = l.Unlock(ctx)
+			t.Fatalf("%s: Lock of a held lock succeeded", tc.name)
+		}
+		cancel()
+		_ = h.Unlock(ctx)
+		store.mu.Lock()
+		with, without := store.fairHandoff, store.fairNoHandoff
+		store.mu.Unlock()
+		switch {
+		case with+without == 0:
+			t.Errorf("%s: no queued request: the case tests nothing", tc.name)
+		case tc.want && without > 0, !tc.want && with > 0:
+			t.Errorf("%s: %d queued requests with Handoff, %d without; want Handoff %v", tc.name, with, without, tc.want)
+		}
+		_ = holder.Close()
+		_ = waiter.Close()
+	}
+}

@@ -89,12 +89,15 @@ type fairWaiter struct {
 type keySub struct {
 	refs int    // subscriptions confirmed and not dropped
 	seq  uint64 // releases heard
+	// plain counts the releases heard that were not a direct handoff (see
+	// waiter.handsOffHeard).
+	plain uint64
 }
 
 // releaseMark is what the Client knew of a key's releases at one moment.
 type releaseMark struct {
-	sub        *keySub // nil when the key was not subscribed
-	seq, epoch uint64
+	sub               *keySub // nil when the key was not subscribed
+	seq, plain, epoch uint64
 }
 
 // mark returns what the Client knows of key's releases now. Taken before
@@ -110,7 +113,7 @@ func (h *waitHub) mark(key string) releaseMark {
 	if s == nil {
 		return releaseMark{}
 	}
-	return releaseMark{sub: s, seq: s.seq, epoch: h.epoch}
+	return releaseMark{sub: s, seq: s.seq, plain: s.plain, epoch: h.epoch}
 }
 
 // released reports whether key may have been released since mk was taken:
@@ -127,15 +130,16 @@ func (h *waitHub) released(key string, mk releaseMark) bool {
 	return h.subs[key] != mk.sub || mk.sub.seq != mk.seq || h.epoch != mk.epoch
 }
 
-// subscribedSince reports whether key has been subscribed without a break
-// (and the stream without a gap) since mk was taken.
-func (h *waitHub) subscribedSince(key string, mk releaseMark) bool {
+// onlyHandoffsSince reports whether key has been subscribed without a
+// break (and the stream without a gap) since mk was taken, and every
+// release heard since was a direct handoff.
+func (h *waitHub) onlyHandoffsSince(key string, mk releaseMark) bool {
 	if mk.sub == nil {
 		return false
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.subs[key] == mk.sub && h.epoch == mk.epoch
+	return h.subs[key] == mk.sub && h.epoch == mk.epoch && mk.sub.plain == mk.plain
 }
 
 // subscribed counts a confirmed subscription of key; dropping undoes it.
@@ -182,13 +186,16 @@ func (h *waitHub) notify(key, next string) {
 		}
 		return
 	}
+	token, fence := driver.ParseNext(next)
 	if ks := h.subs[key]; ks != nil {
 		ks.seq++
+		if fence == 0 {
+			ks.plain++
+		}
 	}
 	if next != "" {
 		h.sawQueue(key)
 	}
-	token, fence := driver.ParseNext(next)
 	g := h.groups[key]
 	if fence > 0 && (g == nil || len(g.fair[token]) == 0) {
 		// Handed to a token no waiter of this Client waits with now: it
@@ -235,6 +242,7 @@ func (h *waitHub) wakeKey(key string) {
 	defer h.mu.Unlock()
 	if ks := h.subs[key]; ks != nil {
 		ks.seq++ // a release by this Client counts as heard (see released)
+		ks.plain++
 	}
 	g := h.groups[key]
 	if g == nil {

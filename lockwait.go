@@ -34,9 +34,7 @@ func (h *handle) wait(ctx context.Context, token string, last driver.AcquireResu
 	g := h.hub.join(h.key)
 	defer h.hub.leave(g)
 	w := &waiter{h: h, g: g, token: token, last: last, mk: mk, queuing: queuing}
-	if last.Queued {
-		w.queued = sent
-	}
+	w.answered(last, sent)
 
 	// A waiter that queued behind another at the gate tries at once when
 	// its turn comes: what its first try saw (the holder's TTL) is old by
@@ -52,6 +50,13 @@ func (h *handle) wait(ctx context.Context, token string, last driver.AcquireResu
 			// up for everyone until it lapsed).
 			h.abandon(token, last, h.hub.entryUsers(g, token) > 0)
 			w.last.Queued = false
+			w.queued = time.Time{}
+			if h.token == "" {
+				// The clean-up releases what the token may hold, perhaps
+				// later, in the background: go on with a token of its own,
+				// which that release cannot touch.
+				w.token = newToken()
+			}
 		}
 		select {
 		case g.gate <- struct{}{}:
@@ -78,10 +83,15 @@ type waiter struct {
 	queuing bool
 
 	queue *fairWaiter // non-nil while the waiter is in the store's fair queue
-	// queued is when the last request that the store answered with a
-	// queue entry or writer intent went out (see handle.handedLease).
+	// queued is when the last request went out, when the store answered
+	// it with a queue entry or writer intent; zero after any other answer
+	// (see handedOver).
 	queued time.Time
-	start  time.Time // when the plain wait began, for starvation
+	// seen is the highest fence counter an answer showed the waiter (the
+	// Counter of refusals, the fence of a grant it gave back): a handoff
+	// announced with a fence at or below it has ended.
+	seen  uint64
+	start time.Time // when the plain wait began, for starvation
 	// promisedSince is when a plain waiter in the queue first found the
 	// lock free but promised to another head (see queueDelay).
 	promisedSince time.Time
@@ -119,9 +129,7 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 				return nil, err
 			}
 			res, w.last = r, r
-			if r.Queued {
-				w.queued = sent
-			}
+			w.answered(r, sent)
 			if w.queue != nil {
 				h.hub.moved(w.queue, r.Position)
 			}
@@ -147,17 +155,36 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 	}
 }
 
+// answered records an answer r to a request sent at sent (see queued,
+// seen).
+func (w *waiter) answered(r driver.AcquireResult, sent time.Time) {
+	w.seen = max(w.seen, r.Counter, r.Fence)
+	if r.Queued {
+		w.queued = sent
+	} else {
+		w.queued = time.Time{}
+	}
+}
+
 // handedOver returns the lease of a grant that a release handed to the
-// waiter (driver.Handoff), made without a request, or nil. When the lease
-// cannot be made that way (see handle.handedLease), the next attempt goes
-// out at once and claims the grant.
+// waiter (driver.Handoff), made without a request, or nil.
+//
+// The grant lives on the store until the head's entry would have expired:
+// at least until queued + QueueTTL, when the request sent at queued was
+// answered before the grant was made. That holds when every answer since
+// showed a fence counter below the grant's fence (an answer after the
+// grant would have been the grant, or, once it ended, a counter at or above
+// its fence; see seen), and when no answer since was other than "queued"
+// (a grant given back, a refusal without a place). Otherwise, or when the
+// lease cannot be made that way (see handle.handedLease), the next attempt
+// goes out at once and claims the grant if it is still there.
 func (w *waiter) handedOver() *Lease {
 	if w.queue == nil {
 		return nil
 	}
 	fence := w.h.hub.handedOff(w.g, w.token, w.queue)
-	if fence == 0 {
-		return nil
+	if fence == 0 || fence <= w.seen {
+		return nil // none, or one that has ended
 	}
 	if !w.queued.IsZero() {
 		if l := w.h.handedLease(w.token, fence, w.queued); l != nil {
@@ -177,11 +204,12 @@ func (w *waiter) tryNow(attempt int) bool {
 }
 
 // handsOffHeard reports whether the waiter sits in the queue with a direct
-// handoff and its Client was subscribed to the key's releases all along
-// since before its last attempt: releases since then either handed it the
-// lock, which it heard, or did not concern it, so it need not ask.
+// handoff, its Client was subscribed to the key's releases all along since
+// before its last attempt, and every release since was a handoff: each
+// either handed it the lock, which it heard, or went to another, so it
+// need not ask.
 func (w *waiter) handsOffHeard() bool {
-	return w.queue != nil && w.h.handoff && w.last.Queued && w.h.hub.subscribedSince(w.h.key, w.mk)
+	return w.queue != nil && w.h.handoff && w.last.Queued && w.h.hub.onlyHandoffsSince(w.h.key, w.mk)
 }
 
 // attempt makes one attempt of the wait. The key's subscription is in

@@ -162,7 +162,8 @@ type AcquireRequest struct {
 	// of Token that the store answered before the grant set it (that
 	// request's arrival + QueueTTL), unless renewed; Owner is the one of
 	// that request. A later request of Token (Wait) is answered with the
-	// grant (Acquired, its fence) and gives it TTL. Never set with Shared,
+	// grant (Acquired, its fence) and gives it TTL; a refusal says where the
+	// fence counter stood (AcquireResult.Counter). Never set with Shared,
 	// Reentrant or LockDelay, nor with a token that outlives one Lock call.
 	Handoff bool
 }
@@ -304,6 +305,12 @@ type AcquireResult struct {
 	// a writer intent of Token is live after the call: the caller must try
 	// again (with Wait) within QueueTTL to keep it.
 	Queued bool
+	// Counter is, for a refused request with Handoff, the lock's fence
+	// counter when the store answered (the fence of its latest grant): a
+	// handoff announced with a fence at or below it was made before this
+	// answer and has ended since (this request would have been given it),
+	// so the waiter must not use it.
+	Counter uint64
 	// Overtook reports, for an exclusive grant to a request without Fair,
 	// that the lock's fair queue had a live entry of another token: the
 	// grant went before waiters queued for the lock. The client then makes

@@ -14,7 +14,9 @@
 -- where overtook is 1 when a grant without fair went before a live fair
 -- queue's head; when not, {0, holder owner,
 -- holder pttl} or {0, holder owner, holder pttl, live shared holds,
--- 1 when a writer intent refused it, position in the queue, 1 when queued}.
+-- 1 when a writer intent refused it, position in the queue, 1 when queued}
+-- or, for a request that accepts a handoff, the same followed by the fence
+-- counter.
 --
 -- With a lock-delay the hash also keeps 'delay' and lives delay ms past the
 -- lease: in between, the lock is expired but nobody may take it (see
@@ -97,6 +99,9 @@ local function refuse(holder, pttl, nshared, byShared)
     if fair then
       position, queued = enqueue(), 1
     end
+  end
+  if ARGV[12] == '1' then
+    return {0, holder, pttl, nshared, 0, position, queued, tonumber(redis.call('GET', F) or '0')}
   end
   return {0, holder, pttl, nshared, 0, position, queued}
 end

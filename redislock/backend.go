@@ -180,12 +180,13 @@ func flag(v bool) any {
 
 // parseAcquire reads acquire.lua's reply: {1, fence, holds} or {1, fence,
 // holds, overtook} for a grant, {0, owner, pttl} or {0, owner, pttl,
-// shared, writer waiting, position, queued} for a refusal.
+// shared, writer waiting, position, queued} for a refusal, the latter
+// followed by the fence counter for a request that accepts a handoff.
 func parseAcquire(reply []any) (driver.AcquireResult, error) {
-	if len(reply) != 3 && len(reply) != 4 && len(reply) != 7 {
+	if len(reply) != 3 && len(reply) != 4 && len(reply) != 7 && len(reply) != 8 {
 		return driver.AcquireResult{}, fmt.Errorf("unexpected reply %v", reply)
 	}
-	var ints [7]int64
+	var ints [8]int64
 	for i, v := range reply {
 		if i == 1 {
 			continue // a fence or an owner
@@ -205,9 +206,12 @@ func parseAcquire(reply []any) (driver.AcquireResult, error) {
 	}
 	owner, _ := reply[1].(string)
 	res := driver.AcquireResult{Holder: owner, HolderTTL: ttlOf(ints[2])}
-	if len(reply) == 7 {
+	if len(reply) >= 7 {
 		res.Shared, res.WriterWaiting = int(ints[3]), ints[4] == 1
 		res.Position, res.Queued = int(ints[5]), ints[6] == 1
+	}
+	if len(reply) == 8 {
+		res.Counter = uint64(max(ints[7], 0))
 	}
 	return res, nil
 }

@@ -21,12 +21,14 @@
 //	NS:{K}:w      a writer's intent: a hash of its token and owner, with
 //	              the waiter's QueueTTL.
 //	NS:{K}:q      the queue of a fair Mutex: a sorted set of tokens in
-//	NS:{K}:qe     arrival order, and one of their expiries.
+//	NS:{K}:qe     arrival order, one of their expiries, and a hash of the
+//	NS:{K}:qo     owners of the entries that accept a direct handoff.
+//	NS:{K}:r      the ids of the latest releases, for 15s (resent requests).
 //	NS:{K}:rel    the pub/sub channel on which a release is announced.
 //
 // Expiries are the server's clock in milliseconds (TIME): the scripts drop
 // the shared holds and queue entries that have expired, and each of the
-// pairs :s/:si and :q/:qe expires with its latest entry, so nothing but the
+// groups :s/:si and :q/:qe/:qo expires with its latest entry, so nothing but the
 // fence counter is left once every holder and waiter has gone.
 //
 // The braces are a Cluster hash tag, so one lock's keys share a slot and a

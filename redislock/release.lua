@@ -124,7 +124,7 @@ end
 if notify and waiters and ARGV[3] ~= '' then
   local head, fence = handOff(L, F, S, Q, QE, QO)
   if head then
-    redis.pcall(ARGV[3], ARGV[2], 'next:' .. head .. '\0' .. fence)
+    redis.pcall(ARGV[3], ARGV[2], 'next:' .. head .. '\0' .. string.format('%d', fence))
     return result
   end
 end
