@@ -138,6 +138,13 @@ func (h *handle) lock(ctx context.Context) (*Lease, error) {
 	// joins the queue only when the Client has no waiter on the name yet.
 	queue := !fair || !h.hub.waiting(h.key)
 	l, res, sent, err := h.try(ctx, token, queue, fair)
+	var slow *NotObtainedError
+	if errors.As(err, &slow) && slow.Slow > 0 && ctx.Err() == nil {
+		// A first try that did not queue (the Client has a waiter on the
+		// name already) was granted too late and gave the grant back: Lock
+		// goes on waiting, as after any refusal.
+		l, err, res = nil, nil, driver.AcquireResult{Fence: res.Fence}
+	}
 	if err != nil || l != nil {
 		return l, h.tryErr(ctx, err)
 	}
@@ -194,7 +201,9 @@ func (h *handle) notObtained(res driver.AcquireResult) *NotObtainedError {
 // the request respects the name's queue (and, with wait, joins it). It
 // returns a lease when the lock was obtained, the store's answer when it was
 // not, or an error when the store failed; then what the attempt may have
-// written is removed. sent is when the request went out.
+// written is removed. sent is when the request went out. A grant that came
+// too late to be used is given back and, for a waiting caller, answered as
+// a refusal that carries the grant's Fence (refusals carry none).
 func (h *handle) try(ctx context.Context, token string, wait, fair bool) (_ *Lease, _ driver.AcquireResult, sent time.Time, _ error) {
 	var joined *grant
 	if h.opts.reentrant {

@@ -197,7 +197,7 @@ func (h *waitHub) notify(key, next string) {
 		h.sawQueue(key)
 	}
 	g := h.groups[key]
-	if fence > 0 && (g == nil || len(g.fair[token]) == 0) {
+	if fence > 0 && h.subs[key] != nil && (g == nil || len(g.fair[token]) == 0) {
 		// Handed to a token no waiter of this Client waits with now: it
 		// may be this Client's, between its first attempt and its wait.
 		// Kept until the next handoff of the key (there is none before

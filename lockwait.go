@@ -35,6 +35,12 @@ func (h *handle) wait(ctx context.Context, token string, last driver.AcquireResu
 	defer h.hub.leave(g)
 	w := &waiter{h: h, g: g, token: token, last: last, mk: mk, queuing: queuing}
 	w.answered(last, sent)
+	if last.Fence > 0 && h.token == "" {
+		// The first try's grant came too late and was given back: that
+		// release may still land later and must not cut a grant of the
+		// wait, which goes on with a token of its own.
+		w.token = newToken()
+	}
 
 	// A waiter that queued behind another at the gate tries at once when
 	// its turn comes: what its first try saw (the holder's TTL) is old by
@@ -130,6 +136,13 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 			}
 			res, w.last = r, r
 			w.answered(r, sent)
+			if r.Fence > 0 {
+				// A grant that came too late, given back. Its release may
+				// land later still: go on with a new token, at once.
+				w.retoken()
+				h.busy(r)
+				continue
+			}
 			if w.queue != nil {
 				h.hub.moved(w.queue, r.Position)
 			}
@@ -234,6 +247,21 @@ func (w *waiter) wake() chan struct{} {
 		return w.queue.wake
 	}
 	return w.g.wake
+}
+
+// retoken gives the wait a new owner token, when the handle draws one per
+// Lock call (a fixed token must stay), and moves its place among the
+// group's fair waiters to it.
+func (w *waiter) retoken() {
+	if w.h.token != "" {
+		return
+	}
+	old := w.token
+	w.token = newToken()
+	if w.queue != nil {
+		w.h.hub.dequeue(w.g, old, w.queue)
+		w.queue = w.h.hub.enqueue(w.g, w.token, 0)
+	}
 }
 
 // starved moves a plain waiter into the queue: its next attempt is a fair

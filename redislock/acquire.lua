@@ -42,9 +42,9 @@ local function grant(at)
   local fence = redis.call('INCR', F)
   local delay = tonumber(ARGV[5]) or 0
   if delay > 0 then
-    redis.call('HSET', L, token, 1, 'owner', owner, 'fence', fence, 'at', at, 'rid', rid, 'delay', delay)
+    redis.call('HSET', L, token, 1, 'owner', owner, 'fence', string.format('%d', fence), 'at', at, 'rid', rid, 'delay', delay)
   else
-    redis.call('HSET', L, token, 1, 'owner', owner, 'fence', fence, 'at', at, 'rid', rid)
+    redis.call('HSET', L, token, 1, 'owner', owner, 'fence', string.format('%d', fence), 'at', at, 'rid', rid)
   end
   redis.call('PEXPIRE', L, ttl + delay)
   return {1, fence, 1}

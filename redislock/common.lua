@@ -146,7 +146,7 @@ local function handOff(L, F, S, Q, QE, QO)
     return nil
   end
   local fence = redis.call('INCR', F)
-  redis.call('HSET', L, head, 1, 'owner', owner, 'fence', fence, 'at', now(), 'rid', 'ho')
+  redis.call('HSET', L, head, 1, 'owner', owner, 'fence', string.format('%d', fence), 'at', now(), 'rid', 'ho')
   redis.call('PEXPIREAT', L, exp)
   unqueue(Q, QE, QO, head)
   return head, fence

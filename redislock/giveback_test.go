@@ -1,0 +1,87 @@
+package redislock_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+// lateGiveBack: W's first grant is answered too late (so the client gives it
+// back); the give-back release does not come back within its context (TTL)
+// and reaches Redis only later (a command stuck in flight).
+type lateGiveBack struct {
+	*redislock.Backend
+	mu       sync.Mutex
+	acquires int
+	releases int
+	landed   chan struct{}
+}
+
+func (s *lateGiveBack) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	res, err := s.Backend.Acquire(ctx, req)
+	s.mu.Lock()
+	s.acquires++
+	n := s.acquires
+	s.mu.Unlock()
+	if n == 1 && res.Acquired {
+		time.Sleep(1100 * time.Millisecond) // the answer comes too late
+	}
+	return res, err
+}
+
+func (s *lateGiveBack) Release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
+	s.mu.Lock()
+	s.releases++
+	n := s.releases
+	s.mu.Unlock()
+	if n != 1 {
+		return s.Backend.Release(ctx, key, token)
+	}
+	go func() { // the command lands after the client gave up on it
+		time.Sleep(2500 * time.Millisecond)
+		_, _ = s.Backend.Release(context.Background(), key, token)
+		close(s.landed)
+	}()
+	<-ctx.Done()
+	return driver.ReleaseResult{}, ctx.Err()
+}
+
+// TestGiveBackReleaseLandsLate: a Lock whose first grant came too late
+// gives it back, but that release is stuck in flight and reaches Redis only
+// after the wait got its next grant. The wait must not have reused the
+// token: the stale release then finds nothing of its (found by review: two
+// holders).
+func TestGiveBackReleaseLandsLate(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	const ttl = time.Second
+	opts := []dlock.Option{dlock.Fair(), dlock.WithTTL(ttl)}
+	st := &lateGiveBack{Backend: redislock.New(srv.Client(t)), landed: make(chan struct{})}
+	w := dlock.New(st)
+	defer w.Close()
+	x := dlock.New(redislock.New(srv.Client(t)))
+	defer x.Close()
+	ctx := t.Context()
+	start := time.Now()
+	l, err := w.Mutex("k", opts...).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%v: W holds fence %d", time.Since(start).Round(time.Millisecond), l.Fence())
+	select {
+	case <-st.landed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the late release never ran")
+	}
+	xl, err := x.Mutex("k", opts...).TryLock(ctx)
+	if err == nil {
+		t.Errorf("two holders: W fence %d (Err %v), X fence %d", l.Fence(), l.Err(), xl.Fence())
+		_ = xl.Unlock(ctx)
+	}
+	_ = l.Unlock(ctx)
+}
