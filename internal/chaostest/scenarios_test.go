@@ -550,3 +550,26 @@ func (p *partition) check(t *testing.T, r *runState) {
 			rp.LateWrites, rp.LostUpdates, n, n)
 	}
 }
+
+// TestFair runs the fenced stock workload with Fair Mutexes on every
+// backend that has fair locks (all but Redlock), with and without
+// cancellations. On Redis the release hands the lock to the queue's head
+// itself (the direct handoff), and heads that give up as they are handed
+// the lock must give it back: no two holders, no stale write accepted, no
+// lost update, nothing left on the store.
+func TestFair(t *testing.T) {
+	for _, kind := range allKinds {
+		if kind == kindRedlock {
+			continue // no fair locks: Fair is refused (locktest KindsInvalid)
+		}
+		t.Run(kind, func(t *testing.T) {
+			s := startStore(t, kind, storeOptions{})
+			fair := []dlock.Option{dlock.Fair()}
+			runScenario(t, scenario{store: s, workload: chaos.Stock, fenced: true,
+				names: prefixed("fair-", nil), duration: 1500 * time.Millisecond, lockOpts: fair})
+			runScenario(t, scenario{store: s, workload: chaos.Stock, fenced: true,
+				names: prefixed("fair-cancel-", cancelNames()), cancelRate: 0.2, cancelWithin: cancelWithin(kind),
+				duration: 1500 * time.Millisecond, lockOpts: fair})
+		})
+	}
+}
