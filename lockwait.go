@@ -96,8 +96,10 @@ type waiter struct {
 	// seen is the highest fence counter an answer showed the waiter (the
 	// Counter of refusals, the fence of a grant it gave back): a handoff
 	// announced with a fence at or below it has ended.
-	seen  uint64
-	start time.Time // when the plain wait began, for starvation
+	seen uint64
+	// queuedEver: some answer to this wait said "queued" (see run).
+	queuedEver bool
+	start      time.Time // when the plain wait began, for starvation
 	// promisedSince is when a plain waiter in the queue first found the
 	// lock free but promised to another head (see queueDelay).
 	promisedSince time.Time
@@ -158,7 +160,13 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 			d = w.queueDelay(attempt, res)
 		}
 		if !sleep(ctx, timer, d, w.wake()) {
-			h.abandon(w.token, w.last, w.queue != nil && h.hub.entryUsers(w.g, w.token) > 1)
+			// Clean up whenever this token ever had a place: an intent or
+			// entry that lapsed between two attempts (the last answer then
+			// says "not queued") stays behind as an expired record on a SQL
+			// store.
+			last := w.last
+			last.Queued = last.Queued || w.queuedEver
+			h.abandon(w.token, last, w.queue != nil && h.hub.entryUsers(w.g, w.token) > 1)
 			return nil, w.notObtained(ctx)
 		}
 		if w.queue == nil && h.starving(w.start, w.last) {
@@ -174,6 +182,7 @@ func (w *waiter) answered(r driver.AcquireResult, sent time.Time) {
 	w.seen = max(w.seen, r.Counter, r.Fence)
 	if r.Queued {
 		w.queued = sent
+		w.queuedEver = true
 	} else {
 		w.queued = time.Time{}
 	}
