@@ -37,6 +37,14 @@ const (
 	// roleCrash: the "step" command takes the lock, reads, says "holding
 	// fence=N" and waits for a line that never comes: the parent kills it.
 	roleCrash = "crash"
+	// roleHead: the "step" command runs one critical section with a Fair
+	// Mutex while another client holds the lock: the child waits at the
+	// head of the fair queue, where the parent stops it (SIGSTOP), releases
+	// the lock (on Redis the release grants it to the stopped head) and
+	// kills it (SIGKILL) before it could hear of its grant. Should it get
+	// the lock all the same, it says "holding fence=N" and waits for the
+	// kill, as roleCrash does.
+	roleHead = "head"
 )
 
 // childSpec is what a child process does, JSON-encoded in childEnv.
@@ -48,6 +56,7 @@ type childSpec struct {
 	TTL      time.Duration  `json:"ttl"`
 	Workload chaos.Workload `json:"workload"`
 	Think    time.Duration  `json:"think"`    // the Worker's Think: the pause comes up to this long after the read
+	Fair     bool           `json:"fair"`     // lock with a Fair Mutex
 	Recorder string         `json:"recorder"` // URL of the parent's Recorder.Handler
 	Resource string         `json:"resource"` // base URL of the parent's Resource.Handler
 }
@@ -87,7 +96,7 @@ func childMain() (isChild bool, code int) {
 // runChild opens the store, makes a client whose store calls and lease
 // events are recorded in the parent, and obeys the commands read from in.
 func runChild(spec childSpec, in io.Reader, out io.Writer) (err error) {
-	if spec.Role != rolePause && spec.Role != roleCrash {
+	if spec.Role != rolePause && spec.Role != roleCrash && spec.Role != roleHead {
 		return fmt.Errorf("unknown role %q", spec.Role)
 	}
 	backend, closeStore, err := spec.Store.open()
@@ -118,6 +127,9 @@ func runChild(spec childSpec, in io.Reader, out io.Writer) (err error) {
 		IgnoreLoss: true,
 		Options:    []dlock.Option{dlock.WithTTL(spec.TTL)},
 	}
+	if spec.Fair {
+		w.Options = append(w.Options, dlock.Fair())
+	}
 	var hookErr error
 	w.BeforeWrite = func(ctx context.Context, l *dlock.Lease) {
 		switch spec.Role {
@@ -126,7 +138,7 @@ func runChild(spec childSpec, in io.Reader, out io.Writer) (err error) {
 			if _, err := lines.ReadString('\n'); err != nil {
 				hookErr = fmt.Errorf("wait to resume: %w", err)
 			}
-		case roleCrash:
+		case roleCrash, roleHead:
 			say("holding fence=%d", l.Fence())
 			// The parent kills the child here. Should its line come
 			// (or its end, the parent gone), leave without writing.

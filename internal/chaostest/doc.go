@@ -2,8 +2,9 @@
 // with the checker of package locktest/chaos; its files are all tests.
 //
 // Each scenario is a test (TestBaseline, TestCancel, TestLatency,
-// TestPartition, the store faults, and the child-process scenarios pause
-// and crash) with one subtest per backend it applies to: memlock, redis
+// TestPartition, TestFair, the store faults, the faults at the direct
+// handoff (TestFairNotifyDrop, TestHeadCrash), and the child-process
+// scenarios pause and crash) with one subtest per backend it applies to: memlock, redis
 // (one node), redlock (three nodes, each behind a proxy), sqlite, mariadb
 // and postgres, each on a real server started for the subtest. Several
 // dlock clients, each with connections of its own as separate processes

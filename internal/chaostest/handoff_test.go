@@ -1,3 +1,5 @@
+//go:build linux
+
 package chaostest
 
 // Faults at the direct handoff (Redis): a fair release grants the lock to
@@ -7,10 +9,12 @@ package chaostest
 import (
 	"context"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/locktest/chaos"
 )
 
@@ -81,4 +85,112 @@ func TestFairNotifyDrop(t *testing.T) {
 			t.Logf("%d drops of every notification connection; %d grants", len(kills), r.report.Grants)
 		},
 	})
+}
+
+// TestHeadCrash kills the head of a fair queue as the lock is released to
+// it: a child process waits for procName with a Fair Mutex behind a holder;
+// once its entry is in the queue, the holder releases and the child is
+// killed (SIGKILL). On Redis it is stopped (SIGSTOP) before the release and
+// killed after it, without having heard of it: the release has granted the
+// lock to the stopped head (the direct handoff), which never claims it. On
+// the SQL stores it is killed before the release, which leaves the lock
+// free but promised to the dead head. Either way the in-process clients
+// behind it must get the lock once the dead head's queue entry lapses
+// (within the queue's time to live, at most the TTL), with no exclusion
+// broken and nothing left on the store.
+func TestHeadCrash(t *testing.T) {
+	for _, kind := range storeKinds {
+		if kind == kindRedlock {
+			continue // no fair locks
+		}
+		t.Run(kind, func(t *testing.T) { runHeadCrash(t, startStore(t, kind, storeOptions{})) })
+	}
+}
+
+func runHeadCrash(t *testing.T, s *store) {
+	sc := procScenario(s, "headcrash", true)
+	sc.fair = true
+	r := startProcRun(t, sc)
+	holder := s.clientOn(t, s.spec, r.rec, "holder", nil, dlock.WithTTL(sc.ttl))
+	b, closeFn, err := s.spec.open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	in, ok := b.(driver.Inspector)
+	if !ok {
+		t.Fatalf("the %s backend cannot inspect a lock", s.name)
+	}
+	inspect := func() driver.LockInfo {
+		var info driver.LockInfo
+		_ = retryStore(t, "inspect", func() (err error) {
+			info, _, err = in.Inspect(t.Context(), procName)
+			return err
+		})
+		return info
+	}
+	rounds := crashRounds
+	if *soak {
+		rounds = procSoakRounds
+	}
+	for i := range rounds {
+		c := r.startChild(roleHead)
+		c.expectLine(t, "ready")
+		r.gate.close(t)
+		ctx, cancel := context.WithTimeout(t.Context(), procWait)
+		l, err := holder.Mutex(procName, dlock.Fair()).Lock(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("round %d: the holder's Lock: %v", i+1, err)
+		}
+		c.send(t, "step")
+		r.waitFor(t, "the child's entry in the fair queue", procWait, func() bool { return inspect().Queued > 0 })
+		var killed int64
+		kill := func() {
+			killed = chaos.Now()
+			c.signal(t, syscall.SIGKILL)
+			c.waitExit(t, -1)
+			r.rec.Note("SIGKILL %s", c.client())
+		}
+		// On Redis the head is stopped, so that it hears nothing of the
+		// release, and killed after it. A SQL head polls in transactions:
+		// stopped in one, it would hold row locks on the server and stall
+		// the release itself (another fault); there nothing is handed at
+		// the release, and the head is killed before it.
+		redis := s.spec.Kind == kindRedis
+		if redis {
+			c.stopAtRest(t)
+			r.rec.Note("SIGSTOP %s, the head of the queue of %q", c.client(), procName)
+		} else {
+			kill()
+		}
+		if err := l.Unlock(t.Context()); err != nil {
+			t.Fatalf("round %d: the holder's Unlock: %v", i+1, err)
+		}
+		info := inspect()
+		handed := info.Owner != ""
+		r.rec.Note("released: held by %q (fence %d), %d queued", info.Owner, info.Fence, info.Queued)
+		if redis {
+			if !handed {
+				t.Errorf("round %d: the release did not hand the lock to the stopped head (held by %q, %d queued)", i+1, info.Owner, info.Queued)
+			}
+			kill()
+		}
+		r.gate.open()
+		var next int64
+		r.waitFor(t, "an in-process client to get the lock after the head's kill", procWait, func() bool {
+			next = r.watch.lastGrant.Load()
+			return next > killed
+		})
+		after := time.Duration(next - killed)
+		when := "before"
+		if redis {
+			when = "after"
+		}
+		t.Logf("round %d: head killed %s the release (handed the lock: %t); an in-process client got it %v after the kill", i+1, when, handed, after.Round(time.Millisecond))
+		if after > sc.ttl+crashSlack {
+			t.Errorf("round %d: the lock came free %v after the head's kill: more than the queue's TTL (at most %v) + %v", i+1, after, sc.ttl, crashSlack)
+		}
+	}
+	r.finish()
 }

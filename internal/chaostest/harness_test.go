@@ -86,6 +86,7 @@ type scenario struct {
 	cancelWithin time.Duration
 	observe      []chaos.ObserveOption
 	lockOpts     []dlock.Option // options of every client (WithTTL(ttl) comes first)
+	fair         bool           // process scenarios: every lock, the children's too, is a Fair Mutex
 	ops          int            // critical sections to run; 0: until duration ends (a soak makes at least soakOps)
 	duration     time.Duration  // length of a short run; default 2s
 	backoff      time.Duration  // pause after a failed acquire; default chaos.Run's

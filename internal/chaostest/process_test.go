@@ -484,7 +484,11 @@ func startProcRun(t *testing.T, sc scenario) *procRun {
 	for i := range sc.clients {
 		name := fmt.Sprintf("c%d", i+1)
 		c := sc.store.clientOn(t, sc.store.spec, r.rec, name, nil, dlock.WithTTL(sc.ttl))
-		workers = append(workers, &chaos.Worker{ID: i + 1, Client: name, Locks: c, Resource: res, Sink: r.watch, Workload: sc.workload, Think: sc.think})
+		w := &chaos.Worker{ID: i + 1, Client: name, Locks: c, Resource: res, Sink: r.watch, Workload: sc.workload, Think: sc.think}
+		if sc.fair {
+			w.Options = []dlock.Option{dlock.Fair()}
+		}
+		workers = append(workers, w)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -783,6 +787,7 @@ func (r *procRun) startChild(role string) *childProc {
 		// Pause at any point of the lease, after renewals or before.
 		spec.Think = r.sc.ttl
 	}
+	spec.Fair = r.sc.fair
 	raw, err := json.Marshal(spec)
 	if err != nil {
 		t.Fatal(err)
