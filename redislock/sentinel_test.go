@@ -444,17 +444,25 @@ func TestSentinelFailoverWhileHeld(t *testing.T) {
 
 // TestSentinelFailoverUnderContention runs 4 clients that lock, work and
 // unlock 2 names in a loop across a SENTINEL FAILOVER and then a SIGKILL of
-// the primary. With WithReplicaAck no two holders of a name may overlap;
-// without it the test only reports what happened, since asynchronous
-// replication may lose a grant that was just made.
+// the primary, with plain and with Fair Mutexes (whose releases hand the
+// lock to the queue's head without WithReplicaAck: the failovers come in
+// the middle of handoffs). With WithReplicaAck no two holders of a name may
+// overlap; without it the test only reports what happened, since
+// asynchronous replication may lose a grant that was just made, handed or
+// not.
 func TestSentinelFailoverUnderContention(t *testing.T) {
-	for _, ack := range []bool{true, false} {
-		name := "replica-ack"
-		if !ack {
-			name = "no-ack"
-		}
-		t.Run(name, func(t *testing.T) {
-			s := runContention(t, ack)
+	for _, c := range []struct {
+		name      string
+		ack, fair bool
+	}{
+		{"replica-ack", true, false},
+		{"no-ack", false, false},
+		{"replica-ack/fair", true, true},
+		{"no-ack/fair", false, true},
+	} {
+		ack := c.ack
+		t.Run(c.name, func(t *testing.T) {
+			s := runContention(t, ack, c.fair)
 			t.Logf("grants %d, lock errors %d %v (replica-ack refusals %d), losses %v, unlock errors %d, overlaps %d",
 				s.grants, s.lockErrs, s.lockErrsIn, s.ackErrs, s.lost, s.unlockErrs, len(s.overlaps))
 			for msg, n := range s.samples {
@@ -490,7 +498,7 @@ func (s *contentionStats) sample(err error) {
 	}
 }
 
-func runContention(t *testing.T, ack bool) contentionStats {
+func runContention(t *testing.T, ack, fair bool) contentionStats {
 	set := testserver.StartSentinel(t)
 	const (
 		clients = 4
@@ -514,7 +522,11 @@ func runContention(t *testing.T, ack bool) contentionStats {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				m := c.Mutex(name, dlock.WithTTL(ttl))
+				opts := []dlock.Option{dlock.WithTTL(ttl)}
+				if fair {
+					opts = append(opts, dlock.Fair())
+				}
+				m := c.Mutex(name, opts...)
 				for ctx.Err() == nil {
 					lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 					l, err := m.Lock(lctx)
