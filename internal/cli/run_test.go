@@ -320,6 +320,43 @@ func TestRunLockLost(t *testing.T) {
 	}
 }
 
+// TestRunLockLostStoreHangs: the store stops answering (redis-server
+// stopped with SIGSTOP: connections open, no replies) while the command
+// runs; the lease runs out, the command is stopped, and dlock exits as soon
+// as the command has ended, not after another wait on the store that does
+// not answer (it waited 5s, its connect timeout, to release).
+func TestRunLockLostStoreHangs(t *testing.T) {
+	url, srv := redisURL(t)
+	ready := filepath.Join(t.TempDir(), "ready")
+	e := newEnv(t, url, "READY="+ready)
+	p := e.start("run", "--ttl", "6s", "--kill-grace", "300ms", "hang", "--", "sh", "-c", `echo $$ > "$READY"; sleep 60`)
+	waitFile(t, ready, p)
+	srv.Pause(t)
+	// When the loss is reported, the command gets SIGTERM and ends at once.
+	var lostAt time.Time
+	for deadline := time.Now().Add(30 * time.Second); lostAt.IsZero(); {
+		select {
+		case <-p.done:
+			t.Fatalf("dlock exited before it reported the loss:\n%s", p.res.stderr)
+		case <-time.After(5 * time.Millisecond):
+		}
+		if strings.Contains(p.stderr.String(), `lost lock "hang"`) {
+			lostAt = time.Now()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no loss reported 30s after the store stopped answering:\n%s", p.stderr.String())
+		}
+	}
+	r := p.wait()
+	after := time.Since(lostAt)
+	expect(t, r, 76, `lost lock "hang": store unreachable`, "killed by SIGTERM after the lock")
+	// dlock tries the release for at most 250ms; the bound leaves room for
+	// a loaded machine, and is far below the 5s it took before.
+	if after > 2500*time.Millisecond {
+		t.Errorf("dlock exited %v after it reported the loss, the command already stopped; want at once", after.Round(time.Millisecond))
+	}
+}
+
 // TestRunUsageErrors: every usage error is found before dlock connects to
 // the store, so the store here is one that cannot be opened (its directory
 // does not exist): a case that reached it would exit 69, not 64.

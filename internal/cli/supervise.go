@@ -78,7 +78,12 @@ func runHolding(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-cha
 	end := w.wait()
 	code, how := exitStatus(cmd.ProcessState)
 	if end == endLost {
-		_ = release() // a lease lost for want of renewals may still be on the store
+		// A lease lost for want of renewals may still be on the store, until
+		// its TTL runs out at most the safety margin from now: one short try
+		// to free it sooner, not a wait on a store that does not answer.
+		ctx, cancel := context.WithTimeout(context.Background(), lostReleaseTimeout)
+		_ = lease.Unlock(ctx)
+		cancel()
 		return fail(exitLost, "the command %s after the lock %q was lost", how, o.name)
 	}
 	err = release()
@@ -131,6 +136,11 @@ func startLocked(cmd *exec.Cmd) (<-chan struct{}, error) {
 	}
 	return exited, nil
 }
+
+// lostReleaseTimeout bounds the release of a lease that was lost while the
+// command ran: the store that let it lapse may not answer, and dlock exits
+// as soon as the command has ended and the loss is reported.
+const lostReleaseTimeout = 250 * time.Millisecond
 
 // Timings of childWatch.
 const (

@@ -175,6 +175,37 @@ func (r *Redis) Kill(t testing.TB) {
 	r.signalAndWait(syscall.SIGKILL)
 }
 
+// Pause stops the server with SIGSTOP: connections stay open and requests
+// go unanswered, as with a store that hangs or a network that drops every
+// packet. Resume undoes it; the test's clean-up continues a paused server
+// before stopping it.
+func (r *Redis) Pause(t testing.TB) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.exited == nil {
+		t.Fatal("redis-server is not running")
+	}
+	if err := r.proc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("SIGSTOP redis-server: %v", err)
+	}
+	proc := r.proc
+	t.Cleanup(func() { _ = proc.Signal(syscall.SIGCONT) })
+}
+
+// Resume continues a server stopped by Pause.
+func (r *Redis) Resume(t testing.TB) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.exited == nil {
+		t.Fatal("redis-server is not running")
+	}
+	if err := r.proc.Signal(syscall.SIGCONT); err != nil {
+		t.Fatalf("SIGCONT redis-server: %v", err)
+	}
+}
+
 // signalAndWait sends sig and waits for the exit; a server that ignores
 // SIGTERM for readyTimeout is killed. r.mu must be held.
 func (r *Redis) signalAndWait(sig syscall.Signal) {
