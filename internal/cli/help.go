@@ -135,9 +135,12 @@ supervisor that kills the whole process group if you need more.
 
 While it waits, dlock says on stderr what keeps the lock from it (the holder,
 held for, expires in; "a writer is waiting" for a reader; "5 of 5 permits in
-use"; "2 readers hold it"; its place in a fair queue, "3rd in the queue"),
-and again whenever that changes; when stderr is a terminal it also keeps a
-line showing how long it has waited.
+use"; "2 readers hold it"; with --fair, its place in the queue, "3rd in the
+queue"), and again whenever that changes ("now held by" for a new holder);
+when stderr is a terminal it also keeps a line showing how long it has
+waited. A plain run that waits is also put in the name's queue after a
+moment, where the store allows it, so that runs that release and lock again
+at once cannot starve it; it shows no place, as it asked for no order.
 
 In the foreground of a terminal, with the terminal as stdin, COMMAND gets the
 terminal: it can read from it, and Ctrl-C reaches it directly. Otherwise
@@ -202,7 +205,9 @@ The owner columns describe the exclusive holder ("-" for a lock held only by
 readers or permit holders). When some lock has shared holds or waiters, two
 columns follow: SHARED ("2 readers", or "3/5 permits" for a semaphore) and
 WAITING ("writer" when a writer waits for the readers, "2 queued" for the
-waiters of a fair lock). 'dlock inspect NAME' lists the shared holders.
+waiters in the name's queue: those of --fair runs, and plain waiters that
+dlock queued so that they are not starved). 'dlock inspect NAME' lists the
+shared holders.
 
 Flags:
   --json                     one JSON array of objects for scripts, [] when
@@ -212,7 +217,8 @@ Flags:
                              shared, the readers or permit holders, each with
                              owner, fence, held_for_ms and expires_in_ms ([]
                              when none); limit, the semaphore's permits (0
-                             otherwise); queued, the fair queue's length;
+                             otherwise); queued, the queue's length (as
+                             WAITING counts it);
                              writer_waiting
 ` + backendFlagsHelp + `
 Exit status: 0, 64 for a usage error, 69 when the store cannot be reached.

@@ -122,7 +122,7 @@ func TestWaitMessages(t *testing.T) {
 			r := &waitReporter{name: o.name, kind: o.kind, permits: o.permits, wait: o.wait}
 			e := c.e
 			e.Name = "x"
-			line := r.describe(&e, false)
+			line := r.describe(&e, false, false)
 			want := regexp.QuoteMeta(c.line)
 			want = strings.ReplaceAll(want, `\\S\+`, `\S+`)
 			if !regexp.MustCompile("^" + want + "$").MatchString(line) {
@@ -139,7 +139,7 @@ func TestWaitMessages(t *testing.T) {
 	// changes: not for another shared hold expiring last.
 	r := &waitReporter{name: "x", kind: lockExclusive, wait: waitForever}
 	e := &dlock.NotObtainedError{Name: "x", Holder: owner, HolderTTL: time.Second, Shared: 1}
-	if got := r.describe(e, true); got != `"x": now 1 reader holds it (the last expires in 1.0s); still waiting` {
+	if got := r.describe(e, true, false); got != `"x": now 1 reader holds it (the last expires in 1.0s); still waiting` {
 		t.Errorf("describe after a change = %q", got)
 	}
 	same := *e
@@ -147,12 +147,29 @@ func TestWaitMessages(t *testing.T) {
 	if waitState(e) != waitState(&same) {
 		t.Error("a new last-expiring reader counts as a change")
 	}
-	moved := *e
-	moved.Position = 2
 	fewer := *e
 	fewer.Shared = 2
-	if waitState(e) == waitState(&moved) || waitState(e) == waitState(&fewer) {
-		t.Error("a new place in the queue or a new number of readers is not a change")
+	if waitState(e) == waitState(&fewer) {
+		t.Error("a new number of readers is not a change")
+	}
+	// A plain waiter that dlock queued so that it is not starved shows no
+	// place; a fair one does, and a new place alone is no new holder.
+	held := &dlock.NotObtainedError{Name: "x", Holder: owner, HolderTTL: time.Second, Position: 1}
+	if got := r.describe(held, false, false); strings.Contains(got, "queue") {
+		t.Errorf("a plain waiter's message shows a place: %q", got)
+	}
+	if r.place(held) != 0 {
+		t.Error("a plain waiter's place counts as a change")
+	}
+	fair := &waitReporter{name: "x", kind: lockFair, wait: waitForever}
+	moved := *held
+	moved.Position = 2
+	if fair.place(held) == fair.place(&moved) {
+		t.Error("a fair waiter's new place is not a change")
+	}
+	got := fair.describe(&moved, false, true)
+	if strings.Contains(got, "now held") || !strings.Contains(got, "; now 2nd in the queue; still waiting") {
+		t.Errorf("describe after a new place = %q, want the same holder and \"now 2nd in the queue\"", got)
 	}
 }
 

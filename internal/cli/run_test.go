@@ -238,6 +238,27 @@ func TestRunWaitAnnouncesNewHolder(t *testing.T) {
 	}
 }
 
+// TestRunPlainWaitSaysOnce: a plain waiter on Redis, which dlock puts in
+// the name's queue after a moment so that it is not starved, says who holds
+// the lock once, and neither "now held by" for the same holder nor a place
+// in a queue it did not ask for.
+func TestRunPlainWaitSaysOnce(t *testing.T) {
+	backend, _ := redisURL(t)
+	ready := filepath.Join(t.TempDir(), "ready")
+	e := newEnv(t, backend, "READY="+ready)
+	holder := e.start("run", "--metadata", "holder", "plain", "--", "sh", "-c", `echo x > "$READY"; sleep 1.5`)
+	waitFile(t, ready, holder)
+	r := e.run("run", "--wait", "20s", "plain", "--", "true")
+	expect(t, r, 0, `"plain" is held by`)
+	expect(t, holder.wait(), 0)
+	if n := strings.Count(r.stderr, "held by"); n != 1 {
+		t.Errorf("the holder was announced %d times, want once:\n%s", n, r.stderr)
+	}
+	if strings.Contains(r.stderr, "queue") {
+		t.Errorf("a plain wait mentions a queue:\n%s", r.stderr)
+	}
+}
+
 // waitExists waits for a file to exist, even empty.
 func waitExists(t *testing.T, path string, p *proc) {
 	t.Helper()

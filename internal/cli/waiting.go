@@ -95,17 +95,20 @@ func (r *waitReporter) loop() {
 		defer t.Stop()
 		tick = t.C
 	}
-	var last string
-	seen := false
+	var (
+		last    string // waitState of the last message
+		lastPos int    // the place in the queue it gave
+		seen    bool
+	)
 	for {
 		select {
 		case e := <-r.updates:
-			state := waitState(e)
-			if seen && state == last {
+			state, pos := waitState(e), r.place(e)
+			if seen && state == last && pos == lastPos {
 				continue
 			}
-			line := r.describe(e, seen)
-			seen, last = true, state
+			line := r.describe(e, seen && state != last, seen && pos != lastPos)
+			seen, last, lastPos = true, state, pos
 			r.clearLive()
 			fmt.Fprintf(r.w, "dlock: %s\n", line)
 			r.drawLive()
@@ -118,39 +121,52 @@ func (r *waitReporter) loop() {
 	}
 }
 
-// waitState is what a new line is printed for when it changes: the holder
-// of an exclusive lock, the waiting writer, the number of shared holds (not
-// which of them expires first or last, which changes with every renewal),
-// the place in the queue.
+// waitState is what keeps the lock from the waiter, for a new message when
+// it changes: the holder of an exclusive lock, the waiting writer, the
+// number of shared holds (not which of them expires first or last, which
+// changes with every renewal).
 func waitState(e *dlock.NotObtainedError) string {
-	var s string
 	switch {
 	case e.WriterWaiting:
-		s = "writer\x00" + e.Holder
+		return "writer\x00" + e.Holder
 	case e.Shared > 0:
-		s = "shared\x00" + strconv.Itoa(e.Shared)
-	default:
-		s = "holder\x00" + e.Holder
+		return "shared\x00" + strconv.Itoa(e.Shared)
 	}
-	return s + "\x00" + strconv.Itoa(e.Position)
+	return "holder\x00" + e.Holder
+}
+
+// place is the waiter's place in the fair queue that a message gives, or 0.
+// Only a --fair run has one to show: a plain waiter that dlock has queued,
+// so that it is not starved, is in the same queue, but it asked for no
+// order, and its place would only puzzle the user.
+func (r *waitReporter) place(e *dlock.NotObtainedError) int {
+	if r.kind != lockFair {
+		return 0
+	}
+	return e.Position
 }
 
 // describe says what keeps the lock from the waiter, and for how long it
-// waits.
-func (r *waitReporter) describe(e *dlock.NotObtainedError, changed bool) string {
+// waits. holderChanged and placeChanged mark what changed since the last
+// message.
+func (r *waitReporter) describe(e *dlock.NotObtainedError, holderChanged, placeChanged bool) string {
 	var b strings.Builder
-	what, afterIs := r.obstacle(e, changed)
+	what, afterIs := r.obstacle(e, holderChanged)
 	if afterIs {
 		fmt.Fprintf(&b, "%q is %s", r.name, what)
 	} else {
 		fmt.Fprintf(&b, "%q: %s", r.name, what)
 	}
-	if e.Position > 0 {
-		fmt.Fprintf(&b, "; %s in the queue", ordinal(e.Position))
+	if pos := r.place(e); pos > 0 {
+		b.WriteString("; ")
+		if placeChanged {
+			b.WriteString("now ")
+		}
+		fmt.Fprintf(&b, "%s in the queue", ordinal(pos))
 	}
 	b.WriteString("; ")
 	switch {
-	case changed:
+	case holderChanged || placeChanged:
 		b.WriteString("still waiting")
 	case r.wait == waitForever:
 		b.WriteString("waiting until it is free")
