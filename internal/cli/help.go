@@ -156,7 +156,16 @@ dlock exits with its status, never 0.
 Flags:
   --ttl DURATION             the lease's time to live on the store (default 10s)
   --wait DURATION            longest wait for the lock; 0 tries once, "forever"
-                             waits without limit (default 0)
+                             waits without limit (default 0); --timeout is
+                             the same flag, under flock's name
+  -E, --conflict-exit-code N exit status when the lock is not obtained
+                             (default 75); with 0 a busy lock is a success, and
+                             dlock says nothing of it unless --verbose (as
+                             flock -n -E 0 does: cron mails nothing)
+  -q, --quiet                no messages about waiting or about a lock not
+                             obtained; errors are still printed
+  -v, --verbose              also say when the lock was obtained (its fence,
+                             the time waited) and released
   --kill-grace DURATION      time between SIGTERM and SIGKILL when the lock is
                              lost (default 2s); --kill-grace plus 250ms must be
                              at most half of --ttl
@@ -177,7 +186,8 @@ Exit status:
   64      usage error: bad flags, lock name or backend URL, or a kind of
           lock the store does not have
   69      the store could not be reached or failed
-  75      the lock was not obtained within --wait (the message names the holder)
+  75      the lock was not obtained within --wait (the message names the
+          holder), or the status --conflict-exit-code gives instead
   76      the lock was lost while COMMAND ran, and COMMAND was stopped (or
           the lock was found lost when COMMAND ended, or before it started:
           COMMAND was then not run)
@@ -189,6 +199,7 @@ tells the cases apart.
 Examples:
   dlock run nightly-report -- ./report.sh
   dlock run --wait 5m --ttl 30s deploy -- make deploy
+  dlock run -E 0 nightly -- ./job.sh    # in cron: a busy lock is a silent skip
   dlock run --backend redis://cache:6379/0 orders:42 -- sh -c 'echo "fence $DLOCK_FENCE"'
   dlock run --shared --wait 1m catalog -- ./read-catalog.sh
   dlock run --wait 10m catalog -- ./rebuild-catalog.sh   # after the readers

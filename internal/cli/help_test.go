@@ -29,8 +29,9 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 	}
 	for cmd, mk := range flagSets {
 		mk(&app{connectTimeout: defaultConnectTimeout}).VisitAll(func(f *flag.Flag) {
-			if !strings.Contains(helps[cmd], "--"+f.Name+" ") {
-				t.Errorf("help %s does not document --%s", cmd, f.Name)
+			name := flagName(f.Name)
+			if !strings.Contains(helps[cmd], name+" ") && !strings.Contains(helps[cmd], name+", ") {
+				t.Errorf("help %s does not document %s", cmd, name)
 			}
 		})
 	}

@@ -118,7 +118,7 @@ func TestWaitMessages(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			o := &runOptions{name: "x", kind: c.kind, permits: c.permits, wait: 30 * time.Second}
+			o := &runOptions{name: "x", kind: c.kind, permits: c.permits, wait: 30 * time.Second, conflictCode: exitNotObtained}
 			r := &waitReporter{name: o.name, kind: o.kind, permits: o.permits, wait: o.wait}
 			e := c.e
 			e.Name = "x"

@@ -128,6 +128,11 @@ type runOptions struct {
 	lockDelay time.Duration
 	kind      lockKind
 	permits   int // --semaphore N: the semaphore's permits
+	// conflictCode is the exit status when the lock is not obtained
+	// (--conflict-exit-code, -E; default 75).
+	conflictCode int
+	quiet        bool // --quiet, -q: no messages about waiting or a lock not obtained
+	verbose      bool // --verbose, -v: say when the lock was obtained and released
 
 	fair, shared bool // the flags, read into kind by parse
 }
@@ -137,6 +142,13 @@ func runFlags(a *app, o *runOptions, wait *waitFlag) *flag.FlagSet {
 	fs := a.newFlagSet("run")
 	fs.DurationVar(&o.ttl, "ttl", dlock.DefaultTTL, "")
 	fs.Var(wait, "wait", "")
+	fs.Var(wait, "timeout", "") // flock's name for it
+	fs.IntVar(&o.conflictCode, "conflict-exit-code", exitNotObtained, "")
+	fs.IntVar(&o.conflictCode, "E", exitNotObtained, "")
+	fs.BoolVar(&o.quiet, "quiet", false, "")
+	fs.BoolVar(&o.quiet, "q", false, "")
+	fs.BoolVar(&o.verbose, "verbose", false, "")
+	fs.BoolVar(&o.verbose, "v", false, "")
 	fs.DurationVar(&o.killGrace, "kill-grace", defaultKillGrace, "")
 	fs.StringVar(&o.metadata, "metadata", "", "")
 	fs.DurationVar(&o.lockDelay, "lock-delay", 0, "")
@@ -165,6 +177,9 @@ func (o *runOptions) parse(a *app, fs *flag.FlagSet, wait *waitFlag, args []stri
 	}
 	positional = append(positional, fs.Args()...)
 	o.wait = wait.d
+	if err := o.checkAliases(fs); err != nil {
+		return err
+	}
 	switch {
 	case len(positional) == 0 && !dash:
 		return usageErr("run", "missing the lock NAME and the command")
@@ -207,6 +222,35 @@ func (o *runOptions) parse(a *app, fs *flag.FlagSet, wait *waitFlag, args []stri
 			o.killGrace, o.ttl, margin, killReserve, 2*margin)
 	}
 	return nil
+}
+
+// checkAliases refuses a flag given under both of its names, or twice
+// under different ones, and the flags that contradict each other: each
+// pair sets one value, and the later one would silently win.
+func (o *runOptions) checkAliases(fs *flag.FlagSet) error {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, pair := range [][2]string{{"wait", "timeout"}, {"conflict-exit-code", "E"}, {"quiet", "q"}, {"verbose", "v"}} {
+		if set[pair[0]] && set[pair[1]] {
+			return usageErr("run", "%s and %s are one flag; give one of them", flagName(pair[0]), flagName(pair[1]))
+		}
+	}
+	if o.quiet && o.verbose {
+		return usageErr("run", "--quiet and --verbose exclude each other")
+	}
+	if o.conflictCode < 0 || o.conflictCode > 255 {
+		return usageErr("run", "--conflict-exit-code %d: want an exit status from 0 to 255", o.conflictCode)
+	}
+	return nil
+}
+
+// flagName writes a flag as help does: -E for a one-letter name, --ttl
+// for the others.
+func flagName(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
 }
 
 // parseKind reads --fair, --shared and --semaphore into o.kind.

@@ -216,6 +216,57 @@ func TestRunNotObtained(t *testing.T) {
 	})
 }
 
+// TestRunConflictExitCode: --conflict-exit-code (-E) sets the status of a
+// lock not obtained, whether dlock tried once or waited; with 0 a busy lock
+// is a silent success, as with flock -n -E 0; --quiet silences the message
+// whatever the code, --verbose brings it back with 0 and says when the lock
+// was obtained and released; --timeout is --wait under flock's name.
+func TestRunConflictExitCode(t *testing.T) {
+	ready := filepath.Join(t.TempDir(), "ready")
+	e := newEnv(t, sqliteURL(t), "READY="+ready)
+	holder := e.start("run", "busy", "--", "sh", "-c", `echo x > "$READY"; sleep 30`)
+	waitFile(t, ready, holder)
+
+	r := e.run("run", "-E", "0", "busy", "--", "echo", "ran")
+	expect(t, r, 0)
+	if r.stdout != "" || r.stderr != "" {
+		t.Errorf("-E 0 on a busy lock: stdout %q, stderr %q; want nothing at all", r.stdout, r.stderr)
+	}
+	r = e.run("run", "--conflict-exit-code", "3", "busy", "--", "echo", "ran")
+	expect(t, r, 3, `"busy" is held by`, "not waiting")
+	r = e.run("run", "--quiet", "-E", "9", "--timeout", "300ms", "busy", "--", "echo", "ran")
+	expect(t, r, 9)
+	if r.stderr != "" || r.elapsed < 300*time.Millisecond {
+		t.Errorf("--quiet --timeout 300ms: stderr %q after %v; want nothing, after 300ms of waiting", r.stderr, r.elapsed)
+	}
+	r = e.run("run", "-q", "busy", "--", "echo", "ran")
+	expect(t, r, 75)
+	if r.stderr != "" {
+		t.Errorf("-q: stderr %q, want nothing", r.stderr)
+	}
+	expect(t, e.run("run", "-E", "0", "-v", "busy", "--", "echo", "ran"), 0, `"busy" is held by`)
+
+	r = e.run("run", "-v", "free", "--", "echo", "ran")
+	expect(t, r, 0, `dlock: got "free" (fence `, "after waiting", `dlock: released "free" after holding it`)
+	if r.stdout != "ran\n" {
+		t.Errorf("stdout %q, want the command's", r.stdout)
+	}
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-E", "256"}, "--conflict-exit-code 256: want an exit status from 0 to 255"},
+		{[]string{"-E", "-1"}, "from 0 to 255"},
+		{[]string{"--wait", "1s", "--timeout", "2s"}, "--wait and --timeout are one flag"},
+		{[]string{"-q", "--quiet"}, "--quiet and -q are one flag"},
+		{[]string{"-q", "-v"}, "--quiet and --verbose exclude each other"},
+	} {
+		r := e.run(append(append([]string{"run"}, c.args...), "x", "--", "true")...)
+		expect(t, r, 64, c.want)
+	}
+}
+
 // TestRunWaitAnnouncesNewHolder: a waiter says who holds the lock, and again
 // when the holder changes; then it gets the lock.
 func TestRunWaitAnnouncesNewHolder(t *testing.T) {

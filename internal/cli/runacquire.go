@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
@@ -86,16 +87,21 @@ func acquire(ctx context.Context, a *app, o *runOptions, sigs <-chan os.Signal) 
 		lease *dlock.Lease
 		rep   *waitReporter
 	)
+	started := time.Now()
 	if o.wait == 0 {
 		lease, err = o.take(c, opts, false)(ctx)
 	} else {
-		rep = startWaitReporter(a.stderr, o, st)
-		opts = append(opts, dlock.WithOnBusy(rep.busy))
+		if !o.quiet {
+			rep = startWaitReporter(a.stderr, o, st)
+			opts = append(opts, dlock.WithOnBusy(rep.busy))
+		}
 		if o.wait != waitForever {
 			opts = append(opts, dlock.WithWait(o.wait))
 		}
 		lease, err = o.take(c, opts, true)(ctx)
-		rep.Stop()
+		if rep != nil {
+			rep.Stop()
+		}
 	}
 	sig := stopWatch()
 	switch {
@@ -107,6 +113,9 @@ func acquire(ctx context.Context, a *app, o *runOptions, sigs <-chan os.Signal) 
 		closeAll()
 		return nil, nil, nil, interrupted(o.name, sig)
 	case err == nil:
+		if o.verbose {
+			fmt.Fprintf(a.stderr, "dlock: got %q (fence %d) after waiting %s\n", o.name, lease.Fence(), fmtDuration(time.Since(started)))
+		}
 		return lease, st, c, nil
 	}
 	defer closeAll()
@@ -149,8 +158,15 @@ func (o *runOptions) take(c *dlock.Client, opts []dlock.Option, wait bool) func(
 	return m.TryLock
 }
 
-// notObtainedErr is exit 75, saying what stood in the way.
+// notObtainedErr is exit 75 (or --conflict-exit-code), saying what stood
+// in the way unless --quiet.
 func notObtainedErr(st *store, o *runOptions, e *dlock.NotObtainedError) *exitError {
+	code := o.conflictCode
+	if o.quiet || (code == exitOK && !o.verbose) {
+		// --conflict-exit-code 0 makes a busy lock a success, as flock
+		// -E 0 does: said only with --verbose, so cron mails nothing.
+		return &exitError{code: code}
+	}
 	r := &waitReporter{name: o.name, kind: o.kind, permits: o.permits, store: st}
 	what, afterIs := r.obstacle(e, false)
 	var b strings.Builder
@@ -165,5 +181,5 @@ func notObtainedErr(st *store, o *runOptions, e *dlock.NotObtainedError) *exitEr
 	if o.wait == 0 {
 		b.WriteString("; not waiting (--wait 0)")
 	}
-	return fail(exitNotObtained, "%s", b.String())
+	return fail(code, "%s", b.String())
 }

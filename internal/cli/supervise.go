@@ -67,6 +67,7 @@ func runHolding(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-cha
 			o.name, lossReason(lease.Err()))
 	default:
 	}
+	held := time.Now()
 	exited, err := startLocked(cmd)
 	if err != nil {
 		_ = release()
@@ -88,6 +89,8 @@ func runHolding(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-cha
 	}
 	err = release()
 	switch {
+	case err == nil && o.verbose:
+		fmt.Fprintf(a.stderr, "dlock: released %q after holding it %s\n", o.name, fmtDuration(time.Since(held)))
 	case err == nil:
 	case errors.Is(err, dlock.ErrNotHeld):
 		return fail(exitLost, "lock %q was lost before the command ended (it %s); the command may have run unprotected at the end",
