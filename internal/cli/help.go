@@ -12,7 +12,7 @@ import (
 // synopses are the usage lines, printed after a usage error.
 var synopses = map[string]string{
 	"dlock":   "dlock [--backend URL] [--password-file PATH] [--connect-timeout DURATION] COMMAND [ARGS...]",
-	"run":     "dlock run [flags] NAME -- COMMAND [ARGS...]",
+	"run":     "dlock run [flags] NAME [-- COMMAND [ARGS...]]",
 	"ls":      "dlock ls [PREFIX] [--json]",
 	"inspect": "dlock inspect NAME [--json]",
 	"release": "dlock release --force NAME",
@@ -81,9 +81,20 @@ Run 'dlock help COMMAND' for a command's flags and exit status.
 `
 
 const runHelp = `usage: dlock run [flags] NAME -- COMMAND [ARGS...]
+       dlock run [flags] NAME
 
 Runs COMMAND while holding the lock NAME, and releases the lock when every
 process of COMMAND's process group has ended.
+
+Without a COMMAND, dlock takes the lock, prints its fence on stdout and holds
+it, renewed, until a signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 or
+SIGUSR2), then releases it and exits 0, so that a shell script can hold it
+around several commands (as etcdctl lock does):
+  coproc dlock run --wait 1m NAME; read -r fence <&"${COPROC[0]}"
+  ... commands ...; kill "$COPROC_PID"; wait "$COPROC_PID"
+If the lock is lost meanwhile, dlock exits 76 and says so, but cannot stop the
+script's commands, which are not its own: prefer a COMMAND
+(dlock run NAME -- sh -c '...') where you can.
 
 dlock takes the lock, waiting up to --wait for it, then starts COMMAND in a
 process group of its own, with DLOCK_NAME (the lock's name), DLOCK_FENCE (its

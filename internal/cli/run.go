@@ -182,11 +182,11 @@ func (o *runOptions) parse(a *app, fs *flag.FlagSet, wait *waitFlag, args []stri
 	}
 	switch {
 	case len(positional) == 0 && !dash:
-		return usageErr("run", "missing the lock NAME and the command")
+		return usageErr("run", "missing the lock NAME (and -- COMMAND, or nothing to hold it until a signal)")
 	case len(positional) == 0:
 		return usageErr("run", "missing the lock NAME before --")
 	case !dash:
-		return usageErr("run", "missing -- and the command after the lock NAME: dlock run %s -- COMMAND [ARGS...]", positional[0])
+		// No command: hold the lock until a signal (see holdOnly).
 	case len(positional) > 1:
 		return usageErr("run", "one lock NAME before --, not %d (%s)", len(positional), strings.Join(positional, " "))
 	case len(command) == 0:
@@ -308,5 +308,8 @@ func cmdRun(ctx context.Context, a *app, args []string) error {
 	}
 	defer st.Close()
 	defer c.Close()
+	if len(o.command) == 0 {
+		return holdOnly(a, o, st, lease, sigs)
+	}
 	return runHolding(a, o, st, lease, sigs)
 }

@@ -267,6 +267,56 @@ func TestRunConflictExitCode(t *testing.T) {
 	}
 }
 
+// TestRunHoldOnly: "dlock run NAME" without a command holds the lock until
+// a signal, for a script that runs several commands under it: it prints the
+// fence, keeps the lease renewed past its TTL, and on SIGTERM releases the
+// lock and exits 0; a lost lock is exit 76.
+func TestRunHoldOnly(t *testing.T) {
+	e := newEnv(t, sqliteURL(t))
+	p := e.start("run", "--ttl", "1500ms", "--kill-grace", "100ms", "-v", "held")
+	var fence string
+	for deadline := time.Now().Add(30 * time.Second); fence == ""; {
+		fence = strings.TrimSpace(p.stdout.String())
+		if time.Now().After(deadline) {
+			t.Fatalf("no fence printed:\n%s", p.stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := strconv.ParseUint(fence, 10, 64); err != nil {
+		t.Fatalf("stdout %q, want the fence alone", fence)
+	}
+	time.Sleep(2 * time.Second) // past the TTL: renewed
+	expect(t, e.run("run", "held", "--", "true"), 75, `"held" is held by`)
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, p.wait(), 0, `dlock: SIGTERM: released "held" after holding it`)
+	r := e.run("run", "-v", "held", "--", "true")
+	expect(t, r, 0, "dlock: got \"held\" (fence ")
+	if !strings.Contains(r.stderr, fmt.Sprintf("(fence %d)", mustAtoi(t, fence)+1)) {
+		t.Errorf("the next holder's fence is not %s+1:\n%s", fence, r.stderr)
+	}
+
+	// Lost: the hold ends with 76 and says so.
+	p = e.start("run", "--ttl", "1500ms", "--kill-grace", "100ms", "held")
+	for deadline := time.Now().Add(30 * time.Second); strings.TrimSpace(p.stdout.String()) == ""; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no fence printed:\n%s", p.stderr.String())
+		}
+	}
+	expect(t, e.run("release", "--force", "held"), 0)
+	expect(t, p.wait(), 76, `lost lock "held"`, "no longer held")
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // TestRunWaitAnnouncesNewHolder: a waiter says who holds the lock, and again
 // when the holder changes; then it gets the lock.
 func TestRunWaitAnnouncesNewHolder(t *testing.T) {
@@ -439,8 +489,7 @@ func TestRunUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"run"}, "missing the lock NAME and the command"},
-		{[]string{"run", "x"}, "missing -- and the command"},
+		{[]string{"run"}, "missing the lock NAME"},
 		{[]string{"run", "x", "sh", "-c", "true"}, "put -- between"},
 		{[]string{"run", "--", "true"}, "missing the lock NAME"},
 		{[]string{"run", "x", "y", "--", "true"}, "one lock NAME"},

@@ -110,6 +110,47 @@ func runHolding(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-cha
 	return &exitError{code: code}
 }
 
+// holdOnly holds the lock without a command ("dlock run NAME"), for a shell
+// script that runs several commands under it: it prints the fence on
+// stdout, keeps the lease renewed until a signal comes (SIGINT, SIGTERM,
+// SIGHUP, SIGQUIT, SIGUSR1 or SIGUSR2), then releases the lock and exits 0.
+// A lost lock is exit 76: the script's commands are not dlock's children,
+// and only the script can stop them.
+func holdOnly(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-chan os.Signal) error {
+	fmt.Fprintln(a.stdout, lease.Fence())
+	var stops <-chan os.Signal
+	if len(suspendSignals) > 0 {
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, suspendSignals...)
+		defer signal.Stop(ch)
+		stops = ch
+	}
+	held := time.Now()
+	for {
+		select {
+		case <-lease.Done():
+			return fail(exitLost, "lost lock %q: %s", o.name, lossReason(lease.Err()))
+		case <-stops:
+			fmt.Fprintf(a.stderr, "\ndlock: not suspending while holding %q: its lease could lapse\n", o.name)
+			continue
+		case sig := <-sigs:
+			ctx, cancel := context.WithTimeout(context.Background(), min(o.ttl, a.connectTimeout))
+			err := lease.Unlock(ctx)
+			cancel()
+			switch {
+			case errors.Is(err, dlock.ErrNotHeld):
+				return fail(exitLost, "lock %q was lost before %s ended the hold: %s", o.name, signalName(sig), lossReason(lease.Err()))
+			case err != nil:
+				fmt.Fprintf(a.stderr, "dlock: could not release %q; it expires on the store within %v: %s\n",
+					o.name, o.ttl, oneLine(scrub(err.Error(), st.secrets)))
+			case o.verbose:
+				fmt.Fprintf(a.stderr, "dlock: %s: released %q after holding it %s\n", signalName(sig), o.name, fmtDuration(time.Since(held)))
+			}
+			return nil
+		}
+	}
+}
+
 // startLocked starts cmd from a goroutine locked to its OS thread, and waits
 // for it there: the kernel sends the command its parent death signal (see
 // setParentDeathSignal) when the thread that started it exits, and the Go
