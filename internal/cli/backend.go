@@ -353,9 +353,4 @@ func cutAny(s, chars string) (before, after string, found bool) {
 }
 
 // printable shortens s to n bytes for a message; %q then escapes it.
-func printable(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "..."
-	}
-	return s
-}
+func printable(s string, n int) string { return shorten(s, n) }

@@ -69,7 +69,7 @@ func benchFlags(a *app, o *benchOptions, l *benchLists) *flag.FlagSet {
 	fs.StringVar(&l.cs, "cs", "0,100us,1ms,10ms", "")
 	fs.IntVar(&o.workers, "workers", 8, "")
 	fs.IntVar(&o.names, "names", 64, "")
-	fs.DurationVar(&o.duration, "duration", 2*time.Second, "")
+	durationVar(fs, &o.duration, "duration", 2*time.Second)
 	fs.BoolVar(&o.json, "json", false, "")
 	return fs
 }

@@ -203,7 +203,7 @@ func TestBenchUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--duration", "soon"}, `invalid value "soon" for flag -duration`},
+		{[]string{"--duration", "soon"}, `--duration "soon": want a duration`},
 		{[]string{"--duration", "0"}, "--duration must be positive, not 0s"},
 		{[]string{"--workers", "0"}, "--workers must be at least 1, not 0"},
 		{[]string{"--names", "-3"}, "--names must be at least 1, not -3"},
@@ -212,7 +212,7 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"--subjects", "dlock,redsync"}, `--subjects: unknown "redsync"; want a comma list of dlock, dlock-fair, raw`},
 		{[]string{"--cs", "0,fast"}, `--cs: "fast" is not a duration`},
 		{[]string{"--cs", "-1ms"}, "--cs: -1ms is negative"},
-		{[]string{"--json=maybe"}, "invalid boolean value"},
+		{[]string{"--json=maybe"}, `--json "maybe": want true or false`},
 		{[]string{"localhost:6379"}, `store "localhost:6379": not a URL`},
 		{[]string{"redis://u:hunter2@localhost:99999/0"}, `store "redis://u:xxxxx@localhost:99999/0": port 99999 is out of range`},
 	} {

@@ -105,7 +105,15 @@ func (a *app) main(ctx context.Context, args []string) error {
 	name, rest := fs.Arg(0), fs.Args()[1:]
 	cmd := lookupCommand(name)
 	if cmd == nil {
-		return usageErr("", "unknown command %q", printable(name, 40))
+		msg := fmt.Sprintf("unknown command %q", shorten(name, 40))
+		var names []string
+		for _, c := range commandList() {
+			names = append(names, c.name)
+		}
+		if s, ok := closest(name, names); ok {
+			msg += "; did you mean " + s + "?"
+		}
+		return usageErr("", "%s", msg)
 	}
 	return cmd.run(ctx, a, rest)
 }
@@ -115,7 +123,7 @@ func (a *app) main(ctx context.Context, args []string) error {
 func (a *app) globalFlags(fs *flag.FlagSet) {
 	fs.StringVar(&a.backend, "backend", a.backend, "")
 	fs.StringVar(&a.passwordFile, "password-file", a.passwordFile, "")
-	fs.DurationVar(&a.connectTimeout, "connect-timeout", a.connectTimeout, "")
+	durationVar(fs, &a.connectTimeout, "connect-timeout", a.connectTimeout)
 }
 
 // newFlagSet returns a command's flag set, with the global flags.
@@ -137,7 +145,7 @@ func (a *app) parse(fs *flag.FlagSet, cmd string, args []string) error {
 		printHelp(a.stdout, cmd)
 		return &exitError{code: exitOK}
 	case err != nil:
-		return usageErr(cmd, "%s", err)
+		return usageErr(cmd, "%s", flagError(fs, err))
 	}
 	if a.connectTimeout <= 0 {
 		return usageErr(cmd, "--connect-timeout must be positive, not %v", a.connectTimeout)

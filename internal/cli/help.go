@@ -179,7 +179,9 @@ Flags:
                              the time waited) and released
   --kill-grace DURATION      time between SIGTERM and SIGKILL when the lock is
                              lost (default 2s); --kill-grace plus 250ms must be
-                             at most half of --ttl
+                             at most half of --ttl, so a --ttl under 4.5s
+                             shortens the default to fit, down to 100ms: the
+                             shortest --ttl is 700ms
   --metadata TEXT            free text stored with the lock and shown to waiters
                              and by 'dlock ls' (at most 512 bytes)
   --lock-delay DURATION      if the lease expires without a release (dlock was
@@ -190,6 +192,9 @@ Flags:
   --shared                   a shared (read) lock: exclusive runs wait for it
   --semaphore N              one of N permits (N from 1 to 1048576)
 ` + backendFlagsHelp + `
+Durations take a unit: 500ms, 30s, 5m, 1h. A --ttl over a day draws a
+warning: a dlock that dies keeps the lock taken that long.
+
 Exit status:
   N       COMMAND's own exit status
   128+N   COMMAND was killed by signal N, or dlock was interrupted by signal N
@@ -397,7 +402,15 @@ func cmdHelp(_ context.Context, a *app, args []string) error {
 		return nil
 	case 1:
 		if _, ok := helps[args[0]]; !ok {
-			return usageErr("help", "no help for %q: not a command", printable(args[0], 40))
+			msg := fmt.Sprintf("no help for %q: not a command", printable(args[0], 40))
+			var names []string
+			for _, c := range commandList() {
+				names = append(names, c.name)
+			}
+			if s, ok := closest(args[0], names); ok {
+				msg += "; did you mean " + s + "?"
+			}
+			return usageErr("help", "%s", msg)
 		}
 		printHelp(a.stdout, args[0])
 		return nil

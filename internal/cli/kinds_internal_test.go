@@ -43,7 +43,7 @@ func TestParseKind(t *testing.T) {
 		{[]string{"--semaphore", "0", "x", "--", "true"}, "--semaphore 0: want the number of permits, from 1 to 1048576"},
 		{[]string{"--semaphore", "-2", "x", "--", "true"}, "--semaphore -2: want the number of permits"},
 		{[]string{"--semaphore", "1048577", "x", "--", "true"}, "--semaphore 1048577: want"},
-		{[]string{"--semaphore", "many", "x", "--", "true"}, `invalid value "many" for flag -semaphore`},
+		{[]string{"--semaphore", "many", "x", "--", "true"}, `--semaphore "many": want a whole number`},
 		{[]string{"--shared", "--lock-delay", "1s", "x", "--", "true"}, "--lock-delay does not apply to --shared"},
 		{[]string{"--semaphore", "2", "--lock-delay", "1s", "x", "--", "true"}, "--lock-delay does not apply to --semaphore"},
 	}

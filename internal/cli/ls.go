@@ -156,6 +156,9 @@ func cmdInspect(ctx context.Context, a *app, args []string) error {
 		return usageErr("inspect", "want one lock NAME, not %d", len(pos))
 	}
 	name := pos[0]
+	if err := checkNameArg("inspect", name); err != nil {
+		return err
+	}
 	st, in, err := a.openInspector(ctx)
 	if err != nil {
 		return err

@@ -28,6 +28,9 @@ func cmdRelease(ctx context.Context, a *app, args []string) error {
 		return usageErr("release", "want one lock NAME, not %d", len(pos))
 	}
 	name := pos[0]
+	if err := checkNameArg("release", name); err != nil {
+		return err
+	}
 	if !*force {
 		return usageErr("release", "refusing to break %q without --force: its holder would go on working, "+
 			"unaware, until its next renewal fails; a lock you hold is released when your 'dlock run' ends", name)

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -29,6 +28,11 @@ const (
 	// groupPoll is how often dlock checks that a stopped command's process
 	// group is gone.
 	groupPoll = 10 * time.Millisecond
+	// minKillGrace is the shortest grace dlock shortens the default to for
+	// a short --ttl.
+	minKillGrace = 100 * time.Millisecond
+	// longTTL is the --ttl above which dlock warns.
+	longTTL = 24 * time.Hour
 )
 
 // waitForever is the --wait value "forever".
@@ -53,12 +57,12 @@ func (w *waitFlag) Set(s string) error {
 		w.d = waitForever
 		return nil
 	}
-	d, err := time.ParseDuration(s)
+	d, err := parseDuration(s)
 	if err != nil {
-		if n, nerr := strconv.Atoi(s); nerr == nil && n != 0 {
-			return fmt.Errorf("%q has no unit; write %ds or %dm", s, n, n)
+		if strings.HasPrefix(err.Error(), "want") {
+			return errors.New(`want a duration such as 30s or 5m, or "forever"`)
 		}
-		return errors.New(`want a duration such as 30s or 5m, or "forever"`)
+		return err
 	}
 	if d < 0 {
 		return errors.New(`negative; write "forever" to wait without limit`)
@@ -140,7 +144,7 @@ type runOptions struct {
 // runFlags returns run's flag set, which fills o and wait.
 func runFlags(a *app, o *runOptions, wait *waitFlag) *flag.FlagSet {
 	fs := a.newFlagSet("run")
-	fs.DurationVar(&o.ttl, "ttl", dlock.DefaultTTL, "")
+	durationVar(fs, &o.ttl, "ttl", dlock.DefaultTTL)
 	fs.Var(wait, "wait", "")
 	fs.Var(wait, "timeout", "") // flock's name for it
 	fs.IntVar(&o.conflictCode, "conflict-exit-code", exitNotObtained, "")
@@ -149,9 +153,9 @@ func runFlags(a *app, o *runOptions, wait *waitFlag) *flag.FlagSet {
 	fs.BoolVar(&o.quiet, "q", false, "")
 	fs.BoolVar(&o.verbose, "verbose", false, "")
 	fs.BoolVar(&o.verbose, "v", false, "")
-	fs.DurationVar(&o.killGrace, "kill-grace", defaultKillGrace, "")
+	durationVar(fs, &o.killGrace, "kill-grace", defaultKillGrace)
 	fs.StringVar(&o.metadata, "metadata", "", "")
-	fs.DurationVar(&o.lockDelay, "lock-delay", 0, "")
+	durationVar(fs, &o.lockDelay, "lock-delay", 0)
 	fs.BoolVar(&o.fair, "fair", false, "")
 	fs.BoolVar(&o.shared, "shared", false, "")
 	fs.IntVar(&o.permits, "semaphore", 0, "")
@@ -195,8 +199,8 @@ func (o *runOptions) parse(a *app, fs *flag.FlagSet, wait *waitFlag, args []stri
 	o.name, o.command = positional[0], command
 	// Everything the store would refuse is checked before dlock connects to
 	// it: a usage error is 64 whatever state the store is in.
-	if err := dlock.CheckName(o.name); err != nil {
-		return usageErr("run", "lock %s", strings.TrimPrefix(err.Error(), "dlock: invalid argument: "))
+	if err := checkNameArg("run", o.name); err != nil {
+		return err
 	}
 	if len(o.metadata) > dlock.MaxMetadataLength {
 		return usageErr("run", "--metadata is %d bytes, over the limit of %d", len(o.metadata), dlock.MaxMetadataLength)
@@ -215,6 +219,22 @@ func (o *runOptions) parse(a *app, fs *flag.FlagSet, wait *waitFlag, args []stri
 	}
 	if err := o.parseKind(fs); err != nil {
 		return err
+	}
+	graceSet := false
+	fs.Visit(func(f *flag.Flag) { graceSet = graceSet || f.Name == "kill-grace" })
+	if fit := o.ttl/2 - killReserve; !graceSet && o.killGrace > fit {
+		// The default grace does not fit a short TTL: shorten it, down to
+		// minKillGrace, rather than refuse the TTL.
+		if fit < minKillGrace {
+			return usageErr("run", "--ttl %v is too short for dlock run: it stops the command %v plus a --kill-grace of at least %v "+
+				"before the lease could expire, which must be at most half the TTL; give at least --ttl %v",
+				o.ttl, killReserve, minKillGrace, 2*(killReserve+minKillGrace))
+		}
+		o.killGrace = fit
+	}
+	if o.ttl > longTTL {
+		fmt.Fprintf(a.stderr, "dlock: warning: --ttl %v: if dlock dies or loses the store, the lock stays taken that long; "+
+			"a TTL of seconds or minutes is renewed for as long as the command runs\n", o.ttl)
 	}
 	if margin := o.killGrace + killReserve; margin > o.ttl/2 {
 		return usageErr("run", "--kill-grace %v does not fit in half of --ttl %v: dlock stops the command %v (the grace plus %v) "+
