@@ -153,7 +153,7 @@ func connectHooked(ctx context.Context, b *backendURL, timeout time.Duration, ho
 		if timedOut && ctx.Err() == nil {
 			return nil, fail(exitUnavailable, "no answer from %s within %v (--connect-timeout)", s.where, timeout)
 		}
-		return nil, fail(exitUnavailable, "cannot reach %s: %s", s.where, oneLine(scrub(err.Error(), s.secrets)))
+		return nil, s.connectErr(err)
 	}
 	return s, nil
 }
@@ -388,7 +388,7 @@ func defaultSQLitePath() (string, error) {
 func defaultBackend() (*backendURL, error) {
 	path, err := defaultSQLitePath()
 	if err != nil {
-		return nil, fail(exitUnavailable, "default store: %v", err)
+		return nil, fail(exitConfig, "default store: %v", err)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fail(exitUnavailable, "default store: cannot create %s: %v", filepath.Dir(path), unwrapPathErr(err))

@@ -158,3 +158,65 @@ func TestHelpRunListsExitCodes(t *testing.T) {
 		}
 	}
 }
+
+// TestConnectCauses: a store that answers, but refuses the credentials or
+// lacks what the URL names, is not "unreachable": refused credentials exit
+// 77 (EX_NOPERM), a database the store does not have 78 (EX_CONFIG), each
+// in the store's own words without the driver's other attempts (pgx's TLS
+// try); no HOME for the default store is a configuration error too.
+func TestConnectCauses(t *testing.T) {
+	rdb := testserver.StartRedis(t)
+	pwRedis := testserver.StartRedis(t)
+	if err := pwRedis.Client(t).ConfigSet(t.Context(), "requirepass", "right").Err(); err != nil {
+		t.Fatal(err)
+	}
+	maria := testserver.StartMariaDB(t)
+	maria.CreateDatabase(t, "locks")
+	mdb := maria.DB(t, "")
+	for _, q := range []string{"CREATE USER 'app'@'%' IDENTIFIED BY 'right'", "GRANT ALL ON locks.* TO 'app'@'%'"} {
+		if _, err := mdb.ExecContext(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	pg := testserver.StartPostgres(t)
+	pg.AddPasswordUser(t, "app", "right")
+	pgHost := pg.Addr()
+
+	cases := []struct {
+		name    string
+		backend string
+		vars    []string
+		code    int
+		want    string
+	}{
+		{"redis db out of range", "redis://" + rdb.Addr() + "/99", nil, 78, "the database number is out of range"},
+		{"redis no password", "redis://" + pwRedis.Addr() + "/0", nil, 77, "refused the credentials: NOAUTH"},
+		{"redis wrong password", "redis://" + pwRedis.Addr() + "/0", []string{"DLOCK_PASSWORD=wrong"}, 77, "refused the credentials: WRONGPASS"},
+		{"mariadb wrong password", "mysql://app@" + maria.Addr() + "/locks", []string{"DLOCK_PASSWORD=wrong"}, 77, "refused the credentials: Error 1045"},
+		{"mariadb unknown database", "mysql://root@" + maria.Addr() + "/nope", nil, 78, "Error 1049"},
+		{"postgres wrong password", "postgres://app@" + pgHost + "/postgres", []string{"DLOCK_PASSWORD=wrong"}, 77, `refused the credentials: password authentication failed for user "app" (SQLSTATE 28P01)`},
+		{"postgres unknown database", "postgres://postgres@" + pgHost + "/nope?sslmode=disable", nil, 78, `database "nope" does not exist (SQLSTATE 3D000)`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := newEnv(t, c.backend, c.vars...).run("ls")
+			expect(t, r, c.code, c.want)
+			oneLine(t, r)
+			for _, noise := range []string{"cannot reach", "tls error", "wrong"} {
+				if strings.Contains(r.stderr, noise) {
+					t.Errorf("stderr has %q:\n%s", noise, r.stderr)
+				}
+			}
+		})
+	}
+	// Neither HOME nor XDG_STATE_HOME: the default store has no place.
+	e := newEnv(t, "")
+	var vars []string
+	for _, kv := range e.vars {
+		if !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "XDG_STATE_HOME=") {
+			vars = append(vars, kv)
+		}
+	}
+	e.vars = vars
+	expect(t, e.run("ls"), 78, "neither XDG_STATE_HOME nor HOME is set")
+}

@@ -24,9 +24,15 @@ const (
 	// trying again later may work.
 	exitNotObtained = 75
 	// exitLost: the lock was lost while the command ran, and the command was
-	// stopped. sysexits.h ends at 78 and has nothing for this; 76 is
-	// EX_PROTOCOL there, which no dlock path produces otherwise.
+	// stopped. sysexits.h has nothing for this; 76 is EX_PROTOCOL there,
+	// which no dlock path produces otherwise.
 	exitLost = 76
+	// exitNoPerm (EX_NOPERM): the store refused the credentials (a wrong
+	// password, an unknown user, a user without access to the database).
+	exitNoPerm = 77
+	// exitConfig (EX_CONFIG): the configuration names what does not exist:
+	// a database the store does not have, no HOME for the default store.
+	exitConfig = 78
 	// exitCannotExecute and exitNotFound follow the shell: the command exists
 	// but cannot be run, or does not exist.
 	exitCannotExecute = 126

@@ -202,6 +202,9 @@ Exit status:
   64      usage error: bad flags, lock name or backend URL, or a kind of
           lock the store does not have
   69      the store could not be reached or failed
+  77      the store refused the credentials (user, password)
+  78      bad configuration: the store lacks what the URL names (a database),
+          or neither HOME nor XDG_STATE_HOME is set for the default store
   75      the lock was not obtained within --wait (the message names the
           holder), or the status --conflict-exit-code gives instead
   76      the lock was lost while COMMAND ran, and COMMAND was stopped (or
@@ -248,7 +251,9 @@ Flags:
                              WAITING counts it);
                              writer_waiting
 ` + backendFlagsHelp + `
-Exit status: 0, 64 for a usage error, 69 when the store cannot be reached.
+Exit status: 0, 64 for a usage error, 69 when the store cannot be reached,
+77 when it refuses the credentials, 78 for a bad configuration (see 'dlock
+help run').
 `
 
 const inspectHelp = `usage: dlock inspect NAME [--json]
@@ -263,7 +268,8 @@ Flags:
                              the lock is not held
 ` + backendFlagsHelp + `
 Exit status: 0 when the lock is held, 1 when it is not, 64 for a usage error,
-69 when the store cannot be reached.
+69 when the store cannot be reached, 77 when it refuses the credentials, 78
+for a bad configuration.
 `
 
 const releaseHelp = `usage: dlock release --force NAME
@@ -283,7 +289,8 @@ Flags:
   --force                    required: really break the lock
 ` + backendFlagsHelp + `
 Exit status: 0 (also when the lock was not held), 64 for a usage error or
-without --force, 69 when the store cannot be reached.
+without --force, 69 when the store cannot be reached, 77 when it refuses the
+credentials, 78 for a bad configuration.
 `
 
 const benchHelp = `usage: dlock bench [flags] [URL...]
@@ -341,7 +348,8 @@ Flags:
 On a terminal, a line on stderr shows the run under way.
 
 Exit status: 0; 64 for a usage error; 69 when a store cannot be reached or
-fails, or when a run had errors (the report is printed first); 128+N when
+fails, or when a run had errors (the report is printed first); 77 when a
+store refuses the credentials, 78 for a bad configuration; 128+N when
 interrupted by signal N.
 
 Examples:

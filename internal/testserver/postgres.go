@@ -10,8 +10,10 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver used by DB
 )
@@ -23,6 +25,7 @@ const pgBinDirs = "/usr/lib/postgresql/*/bin"
 // data directory. Its superuser "postgres" needs no password.
 type Postgres struct {
 	port int
+	data string // the data directory
 	proc process
 }
 
@@ -59,7 +62,7 @@ func StartPostgres(t testing.TB) *Postgres {
 	setup.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	run(t, setup)
 
-	p := &Postgres{port: freePort(t)}
+	p := &Postgres{port: freePort(t), data: data}
 	p.proc = process{
 		name: "postgres",
 		log:  filepath.Join(dir, "postgres.log"),
@@ -148,6 +151,37 @@ func (p *Postgres) CreateDatabase(t testing.TB, name string) {
 	db := p.DB(t, "")
 	if _, err := db.ExecContext(context.Background(), `CREATE DATABASE "`+name+`"`); err != nil {
 		t.Fatalf("create database %s: %v", name, err)
+	}
+	_ = db.Close()
+}
+
+// AddPasswordUser creates a login role user (a plain identifier) with
+// password, which, unlike the superuser, must give it over TCP
+// (scram-sha-256), and reloads the server's configuration.
+func (p *Postgres) AddPasswordUser(t testing.TB, user, password string) {
+	t.Helper()
+	db := p.DB(t, "")
+	if _, err := db.ExecContext(context.Background(), `CREATE ROLE "`+user+`" LOGIN PASSWORD '`+strings.ReplaceAll(password, "'", "''")+`'`); err != nil {
+		t.Fatalf("create role %s: %v", user, err)
+	}
+	hba := filepath.Join(p.data, "pg_hba.conf")
+	old, err := os.ReadFile(hba)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := "host all " + user + " 127.0.0.1/32 scram-sha-256\n"
+	if err := os.WriteFile(hba, append([]byte(line), old...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(context.Background(), "SELECT pg_reload_conf()"); err != nil {
+		t.Fatalf("reload the configuration: %v", err)
+	}
+	// The reload is asynchronous: wait until a wrong password is refused.
+	u := url.URL{Scheme: "postgres", User: url.UserPassword(user, password+"-wrong"), Host: p.Addr(), Path: "/postgres", RawQuery: "sslmode=disable&connect_timeout=2"}
+	for deadline := time.Now().Add(10 * time.Second); pingSQL("pgx", u.String()) == nil; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("user %s still logs in with a wrong password 10s after the reload", user)
+		}
 	}
 	_ = db.Close()
 }

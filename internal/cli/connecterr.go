@@ -1,0 +1,62 @@
+// Why a store could not be used, told apart: unreachable (69), refused
+// credentials (77) or a configuration the store does not have (78), from the
+// errors of go-redis, pgx and the MySQL driver.
+
+package cli
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// connectErr is the error of a store that answered the first request with
+// err, or could not be reached: exit 77 when it refused the credentials, 78
+// when it lacks what the URL names (a database), 69 otherwise.
+func (s *store) connectErr(err error) *exitError {
+	switch cause, code := classifyConnect(err); code {
+	case exitNoPerm:
+		return fail(code, "%s refused the credentials: %s", s.where, oneLine(scrub(cause, s.secrets)))
+	case exitConfig:
+		return fail(code, "%s: %s", s.where, oneLine(scrub(cause, s.secrets)))
+	}
+	return fail(exitUnavailable, "cannot reach %s: %s", s.where, oneLine(scrub(err.Error(), s.secrets)))
+}
+
+// classifyConnect finds, in the error of a store's first request, a refusal
+// of the credentials or of what the URL names, and returns the store's own
+// words for it (without the driver's other attempts, such as pgx's TLS try
+// before a plain connection) with its exit code; exitUnavailable otherwise.
+func classifyConnect(err error) (cause string, code int) {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		msg := pgErr.Message + " (SQLSTATE " + pgErr.Code + ")"
+		switch {
+		case pgErr.Code == "28P01" || pgErr.Code == "28000":
+			// invalid_password, invalid_authorization_specification
+			return msg, exitNoPerm
+		case pgErr.Code == "3D000": // invalid_catalog_name
+			return msg, exitConfig
+		}
+	}
+	var myErr *mysql.MySQLError
+	if errors.As(err, &myErr) {
+		switch myErr.Number {
+		case 1044, 1045, 1698: // access denied to a database, for a user, without a password
+			return myErr.Error(), exitNoPerm
+		case 1049: // unknown database
+			return myErr.Error(), exitConfig
+		}
+	}
+	msg := err.Error()
+	switch {
+	case strings.HasPrefix(msg, "WRONGPASS"), strings.HasPrefix(msg, "NOAUTH"),
+		strings.Contains(msg, "invalid password"), strings.Contains(msg, "invalid username-password pair"):
+		return msg, exitNoPerm
+	case strings.Contains(msg, "DB index is out of range"):
+		return "the database number is out of range for this server (" + msg + "; it has 16 by default, 0 to 15)", exitConfig
+	}
+	return msg, exitUnavailable
+}
