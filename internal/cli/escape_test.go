@@ -36,15 +36,24 @@ func TestStoredTextIsEscaped(t *testing.T) {
 				}
 			}
 		}
-		if !strings.Contains(r.stdout+r.stderr, `\x1b`) {
+		if !strings.Contains(r.stdout+r.stderr, `\x1b`) && !strings.Contains(r.stdout+r.stderr, `\u001b`) {
 			t.Errorf("%s does not show the owner, escaped: %q %q", what, r.stdout, r.stderr)
 		}
 	}
 	clean("ls", e.run("ls"))
+	clean("ls --json", e.run("ls", "--json"))
 	clean("inspect", e.run("inspect", "evil"))
+	clean("inspect --json", e.run("inspect", "--json", "evil"))
 	clean("run (busy)", e.run("run", "evil", "--", "true"))
 	clean("run --wait (waiting)", e.run("run", "--wait", "300ms", "evil", "--", "true"))
 	clean("release --force", e.run("release", "--force", "evil"))
+	if err := rdb.HSet(t.Context(), "dlock:{evil}", "tok", 1, "owner", hostile, "fence", 8, "at", at).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.PExpire(t.Context(), "dlock:{evil}", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	clean("release --force --json", e.run("release", "--force", "--json", "evil"))
 }
 
 // Names and metadata with such characters are refused before they reach a

@@ -15,7 +15,7 @@ var synopses = map[string]string{
 	"run":     "dlock run [flags] NAME [-- COMMAND [ARGS...]]",
 	"ls":      "dlock ls [PREFIX] [--json]",
 	"inspect": "dlock inspect NAME [--json]",
-	"release": "dlock release --force NAME",
+	"release": "dlock release --force NAME [--json]",
 	"bench":   "dlock bench [flags] [URL...]",
 	"version": "dlock version",
 	"help":    "dlock help [COMMAND]",
@@ -241,15 +241,20 @@ shared holders.
 
 Flags:
   --json                     one JSON array of objects for scripts, [] when
-                             none: name, owner, fence, holds, held_for_ms
-                             (null when unknown), expires_in_ms for the
-                             exclusive holder (owner "" when there is none);
+                             none. A value that is absent or unknown is null.
+                             name; for the exclusive holder (each null when
+                             there is none): owner, owner_info, fence, holds,
+                             held_for_ms, expires_in_ms; in_lock_delay;
                              shared, the readers or permit holders, each with
-                             owner, fence, held_for_ms and expires_in_ms ([]
-                             when none); limit, the semaphore's permits (0
-                             otherwise); queued, the queue's length (as
-                             WAITING counts it);
-                             writer_waiting
+                             owner, owner_info, fence, held_for_ms and
+                             expires_in_ms ([] when none); limit, the
+                             semaphore's permits (null otherwise); queued,
+                             the queue's length (as WAITING counts it);
+                             writer_waiting. owner_info is the owner string
+                             in its parts: host, pid, client (the process's
+                             dlock client, from 1), acquired_at (RFC 3339),
+                             metadata (null when none; it may hold '|'); null
+                             for an owner dlock did not write
 ` + backendFlagsHelp + `
 Exit status: 0, 64 for a usage error, 69 when the store cannot be reached,
 77 when it refuses the credentials, 78 for a bad configuration (see 'dlock
@@ -272,7 +277,7 @@ Exit status: 0 when the lock is held, 1 when it is not, 64 for a usage error,
 for a bad configuration.
 `
 
-const releaseHelp = `usage: dlock release --force NAME
+const releaseHelp = `usage: dlock release --force NAME [--json]
 
 Breaks the lock NAME whoever holds it, wakes its waiters, and says whose lock
 it broke (owner and fence; each reader or permit holder of a shared lock), or
@@ -287,6 +292,9 @@ old holder's late writes.
 
 Flags:
   --force                    required: really break the lock
+  --json                     one JSON object: name; released (false when it
+                             was not held); lock, the lock as it was, with the
+                             fields of 'dlock ls --json' (null when not held)
 ` + backendFlagsHelp + `
 Exit status: 0 (also when the lock was not held), 64 for a usage error or
 without --force, 69 when the store cannot be reached, 77 when it refuses the

@@ -16,7 +16,7 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 		},
 		"ls":      func(a *app) *flag.FlagSet { fs, _ := jsonFlags(a, "ls"); return fs },
 		"inspect": func(a *app) *flag.FlagSet { fs, _ := jsonFlags(a, "inspect"); return fs },
-		"release": func(a *app) *flag.FlagSet { fs, _ := releaseFlags(a); return fs },
+		"release": func(a *app) *flag.FlagSet { fs, _, _ := releaseFlags(a); return fs },
 		"bench":   func(a *app) *flag.FlagSet { return benchFlags(a, &benchOptions{}, &benchLists{}) },
 	}
 	for _, c := range commandList() {

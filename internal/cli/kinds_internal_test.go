@@ -230,10 +230,28 @@ r2|pid 3|x  6      -         7.0s
 	}
 
 	j := toJSON(pool, now)
-	if len(j.Shared) != 1 || j.Shared[0].Fence != 9 || j.Shared[0].ExpiresInMS != 6000 || j.Limit != 5 || j.Queued != 2 || j.Owner != "" || j.HeldForMS != nil {
+	if len(j.Shared) != 1 || j.Shared[0].Fence != 9 || j.Shared[0].ExpiresInMS != 6000 || j.Limit == nil || *j.Limit != 5 || j.Queued != 2 || j.Owner != nil || j.Fence != nil || j.ExpiresInMS != nil || j.HeldForMS != nil {
 		t.Errorf("toJSON(pool) = %+v", j)
 	}
-	if j := toJSON(plain, now); j.Shared == nil || len(j.Shared) != 0 {
-		t.Errorf("toJSON(plain).Shared = %#v, want []", j.Shared)
+	if j := toJSON(plain, now); j.Shared == nil || len(j.Shared) != 0 || j.Limit != nil {
+		t.Errorf("toJSON(plain).Shared = %#v, Limit %v; want [] and null", j.Shared, j.Limit)
+	}
+}
+
+// TestParseOwner: an owner string dlock wrote comes apart into its parts,
+// the metadata whole even with '|' in it; others give null.
+func TestParseOwner(t *testing.T) {
+	o := parseOwner("web-1|pid 4242 client 3|2026-11-21T10:00:03Z|a|b")
+	if o == nil || o.Host != "web-1" || o.PID != 4242 || o.Client != 3 || o.AcquiredAt != "2026-11-21T10:00:03Z" || o.Metadata == nil || *o.Metadata != "a|b" {
+		t.Errorf("parseOwner = %+v", o)
+	}
+	o = parseOwner("web-1|pid 7|2026-11-21T10:00:03Z")
+	if o == nil || o.Client != 1 || o.Metadata != nil {
+		t.Errorf("parseOwner without metadata = %+v", o)
+	}
+	for _, s := range []string{"", "someone else", "h|pid x|2026-11-21T10:00:03Z", "h|pid 1|yesterday", "h|process 1|2026-11-21T10:00:03Z"} {
+		if o := parseOwner(s); o != nil {
+			t.Errorf("parseOwner(%q) = %+v, want nil", s, o)
+		}
 	}
 }

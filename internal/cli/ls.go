@@ -3,6 +3,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -12,37 +13,38 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/safetext"
 )
 
-// lockJSON is one lock in the output of ls --json and inspect --json. The
-// field names are stable; durations are whole milliseconds.
+// lockJSON is one lock in the output of ls --json, inspect --json and
+// release --json. The field names are stable; durations are whole
+// milliseconds; a value that is absent or unknown is null.
 type lockJSON struct {
-	Name        string `json:"name"`
-	Held        bool   `json:"held"`
-	Owner       string `json:"owner"`
-	Fence       uint64 `json:"fence"`
-	Holds       int    `json:"holds"`
-	HeldForMS   *int64 `json:"held_for_ms"` // null when unknown
-	ExpiresInMS int64  `json:"expires_in_ms"`
+	Name string `json:"name"`
+	Held bool   `json:"held"`
+	// The exclusive holder: every field null when the lock has only shared
+	// holds.
+	Owner       *string    `json:"owner"`
+	OwnerInfo   *ownerJSON `json:"owner_info"` // null too for an owner string dlock did not write
+	Fence       *uint64    `json:"fence"`
+	Holds       *int       `json:"holds"`
+	HeldForMS   *int64     `json:"held_for_ms"` // null when unknown
+	ExpiresInMS *int64     `json:"expires_in_ms"`
 	// InLockDelay: the lease expired without a release and the lock is kept
 	// from others for its lock-delay; ExpiresInMS is then the time left
 	// until it is free.
-	InLockDelay bool `json:"in_lock_delay,omitempty"`
-
-	// The fields above describe the exclusive holder: Owner is "" (Fence,
-	// Holds and ExpiresInMS 0, HeldForMS null) when the lock has only
-	// shared holds.
+	InLockDelay bool `json:"in_lock_delay"`
 
 	// Shared lists the shared holds (readers, semaphore permits), oldest
 	// first; [] when none.
 	Shared []sharedJSON `json:"shared"`
-	// Limit is the semaphore's permit count (of its newest grant), 0 for
-	// readers and plain locks.
-	Limit int `json:"limit"`
-	// Queued is the number of waiters in the fair queue.
+	// Limit is the semaphore's permit count (of its newest grant), null
+	// for readers and plain locks.
+	Limit *int `json:"limit"`
+	// Queued is the number of waiters in the name's queue.
 	Queued int `json:"queued"`
 	// WriterWaiting: a writer waits for the shared holds to end, and new
 	// readers wait behind it.
@@ -51,10 +53,54 @@ type lockJSON struct {
 
 // sharedJSON is one shared hold in lockJSON.
 type sharedJSON struct {
-	Owner       string `json:"owner"`
-	Fence       uint64 `json:"fence"`
-	HeldForMS   *int64 `json:"held_for_ms"` // null when unknown
-	ExpiresInMS int64  `json:"expires_in_ms"`
+	Owner       string     `json:"owner"`
+	OwnerInfo   *ownerJSON `json:"owner_info"`
+	Fence       uint64     `json:"fence"`
+	HeldForMS   *int64     `json:"held_for_ms"` // null when unknown
+	ExpiresInMS int64      `json:"expires_in_ms"`
+}
+
+// ownerJSON is an owner string that dlock wrote, in its parts: the
+// metadata may hold '|', which the owner string cannot tell apart from its
+// separators when read from the left, but it is always the last part.
+type ownerJSON struct {
+	Host       string  `json:"host"`
+	PID        int     `json:"pid"`
+	Client     int     `json:"client"` // the process's dlock Client, from 1
+	AcquiredAt string  `json:"acquired_at"`
+	Metadata   *string `json:"metadata"` // null when none was given
+}
+
+// parseOwner splits an owner string that dlock wrote,
+// "host|pid N[ client K]|2026-11-21T10:00:03Z[|metadata]"; nil for others.
+func parseOwner(owner string) *ownerJSON {
+	parts := strings.SplitN(owner, "|", 4)
+	if len(parts) < 3 {
+		return nil
+	}
+	proc, ok := strings.CutPrefix(parts[1], "pid ")
+	if !ok {
+		return nil
+	}
+	o := &ownerJSON{Host: parts[0], Client: 1}
+	pid, client, hasClient := strings.Cut(proc, " client ")
+	var err error
+	if o.PID, err = strconv.Atoi(pid); err != nil {
+		return nil
+	}
+	if hasClient {
+		if o.Client, err = strconv.Atoi(client); err != nil {
+			return nil
+		}
+	}
+	if _, err := time.Parse(time.RFC3339, parts[2]); err != nil {
+		return nil
+	}
+	o.AcquiredAt = parts[2]
+	if len(parts) == 4 {
+		o.Metadata = &parts[3]
+	}
+	return o
 }
 
 // notHeldJSON is inspect --json's answer for a lock nobody holds.
@@ -64,23 +110,29 @@ type notHeldJSON struct {
 }
 
 func toJSON(info driver.LockInfo, now time.Time) lockJSON {
-	j := lockJSON{Name: info.Key, Held: true, Owner: info.Owner, Fence: info.Fence, Holds: info.Holds}
-	if d, ok := heldFor(info, now); ok {
-		ms := d.Milliseconds()
-		j.HeldForMS = &ms
+	j := lockJSON{Name: info.Key, Held: true, InLockDelay: info.Delayed}
+	if info.Owner != "" || len(info.Shared) == 0 {
+		owner, fence, holds, expires := info.Owner, info.Fence, info.Holds, info.TTL.Milliseconds()
+		j.Owner, j.OwnerInfo, j.Fence, j.Holds, j.ExpiresInMS = &owner, parseOwner(owner), &fence, &holds, &expires
+		if d, ok := heldFor(info, now); ok {
+			ms := d.Milliseconds()
+			j.HeldForMS = &ms
+		}
 	}
-	j.ExpiresInMS = info.TTL.Milliseconds()
-	j.InLockDelay = info.Delayed
 	j.Shared = make([]sharedJSON, 0, len(info.Shared))
 	for _, h := range info.Shared {
-		sj := sharedJSON{Owner: h.Owner, Fence: h.Fence, ExpiresInMS: h.TTL.Milliseconds()}
+		sj := sharedJSON{Owner: h.Owner, OwnerInfo: parseOwner(h.Owner), Fence: h.Fence, ExpiresInMS: h.TTL.Milliseconds()}
 		if d, ok := heldFor(driver.LockInfo{Owner: h.Owner}, now); ok {
 			ms := d.Milliseconds()
 			sj.HeldForMS = &ms
 		}
 		j.Shared = append(j.Shared, sj)
 	}
-	j.Limit, j.Queued, j.WriterWaiting = info.Limit, info.Queued, info.WriterWaiting
+	if info.Limit > 0 {
+		limit := info.Limit
+		j.Limit = &limit
+	}
+	j.Queued, j.WriterWaiting = info.Queued, info.WriterWaiting
 	return j
 }
 
@@ -282,9 +334,25 @@ func tableCell(s string) string {
 }
 
 func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(v); err != nil {
+		return fail(exitUnavailable, "write JSON: %v", err)
+	}
+	// encoding/json writes C1 controls and bidi formatting characters as
+	// they are: escape them too, so that a hostile owner string shown with
+	// cat reaches no terminal raw. JSON's own syntax is ASCII: every such
+	// rune is inside a string, where \u escapes mean the same.
+	out := make([]byte, 0, buf.Len())
+	for _, r := range buf.String() {
+		if r != '\n' && safetext.Unsafe(r) {
+			out = fmt.Appendf(out, "\\u%04x", r)
+			continue
+		}
+		out = utf8.AppendRune(out, r)
+	}
+	if _, err := w.Write(out); err != nil {
 		return fail(exitUnavailable, "write JSON: %v", err)
 	}
 	return nil

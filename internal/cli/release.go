@@ -12,14 +12,21 @@ import (
 	"github.com/dlock-go/dlock/driver"
 )
 
-// releaseFlags returns release's flag set, with --force.
-func releaseFlags(a *app) (*flag.FlagSet, *bool) {
+// releaseFlags returns release's flag set, with --force and --json.
+func releaseFlags(a *app) (*flag.FlagSet, *bool, *bool) {
 	fs := a.newFlagSet("release")
-	return fs, fs.Bool("force", false, "")
+	return fs, fs.Bool("force", false, ""), fs.Bool("json", false, "")
+}
+
+// releaseJSON is release --json's answer: what was released, if anything.
+type releaseJSON struct {
+	Name     string    `json:"name"`
+	Released bool      `json:"released"`
+	Lock     *lockJSON `json:"lock"` // as it was when released; null when it was not held
 }
 
 func cmdRelease(ctx context.Context, a *app, args []string) error {
-	fs, force := releaseFlags(a)
+	fs, force, asJSON := releaseFlags(a)
 	pos, err := a.parseCommand(fs, "release", args)
 	if err != nil {
 		return err
@@ -44,11 +51,20 @@ func cmdRelease(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return st.storeErr(fmt.Sprintf("release %q", name), err)
 	}
+	now := time.Now()
+	if *asJSON {
+		out := releaseJSON{Name: name, Released: ok}
+		if ok {
+			j := toJSON(info, now)
+			j.Name = name
+			out.Lock = &j
+		}
+		return writeJSON(a.stdout, out)
+	}
 	if !ok {
 		fmt.Fprintf(a.stdout, "lock %q was not held; nothing to release\n", name)
 		return nil
 	}
-	now := time.Now()
 	if info.Owner != "" || len(info.Shared) == 0 {
 		fmt.Fprintf(a.stdout, "released %q, held by %s (%s)\n", name, holderText(info.Owner), holdDetails(info, now))
 	}

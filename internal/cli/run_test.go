@@ -153,6 +153,20 @@ func TestRunForwardsSignals(t *testing.T) {
 	})
 }
 
+// TestRunSignalExitSaid: a command killed by a signal ends dlock with 128+N
+// and a message saying so, which a command that exits 137 itself does not
+// get.
+func TestRunSignalExitSaid(t *testing.T) {
+	e := newEnv(t, sqliteURL(t))
+	r := e.run("run", "sig", "--", "sh", "-c", `kill -KILL $$`)
+	expect(t, r, 137, "dlock: the command was killed by SIGKILL (exit status 137)")
+	r = e.run("run", "sig", "--", "sh", "-c", `exit 137`)
+	expect(t, r, 137)
+	if r.stderr != "" {
+		t.Errorf("a command that exited 137 itself: stderr %q, want nothing", r.stderr)
+	}
+}
+
 // TestRunInterruptedWhileWaiting: a signal during the wait ends dlock with
 // 128+N and leaves the holder alone.
 func TestRunInterruptedWhileWaiting(t *testing.T) {

@@ -107,6 +107,10 @@ func runHolding(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-cha
 			"(a process in the background that reads from the terminal is stopped so, by SIGTTIN; COMMAND has "+
 			"the terminal only when dlock's stdin is that terminal and dlock is in its foreground)", how)
 	}
+	if code > exitSignalBase && strings.HasPrefix(how, "was killed") {
+		// Told apart from a command that exited with that number itself.
+		return fail(code, "the command %s (exit status %d)", how, code)
+	}
 	return &exitError{code: code}
 }
 
