@@ -88,11 +88,12 @@ type backendURL struct {
 	// user is the user name the store is given, if any; it is not secret.
 	user string
 
-	path     string // kindSQLite: the database file
-	redis    *redis.Options
-	failover *redis.FailoverOptions
-	cluster  *redis.ClusterOptions
-	redlock  *redlockURL
+	path      string // kindSQLite: the database file
+	isDefault bool   // kindSQLite: the default store in the state directory
+	redis     *redis.Options
+	failover  *redis.FailoverOptions
+	cluster   *redis.ClusterOptions
+	redlock   *redlockURL
 
 	replicaAck        int           // Redis: WAIT for this many replicas; 0 off
 	replicaAckTimeout time.Duration // Redis: WAIT's timeout

@@ -27,6 +27,10 @@ type app struct {
 	backend        string // --backend; "" means DLOCK_BACKEND, then the default
 	passwordFile   string // --password-file; "" means DLOCK_PASSWORD, if set
 	connectTimeout time.Duration
+	// readOnly: the command only reads the store (ls, inspect) or finds
+	// nothing to do on an empty one (release), and must not create a
+	// SQLite file or its directory.
+	readOnly bool
 }
 
 // command is a subcommand.
@@ -202,7 +206,7 @@ func (a *app) parseCommand(fs *flag.FlagSet, cmd string, args []string) ([]strin
 }
 
 // backendURL returns the backend to use: --backend, else DLOCK_BACKEND, else
-// the default SQLite file (whose directory it creates).
+// the default SQLite file (whose directory it creates unless a.readOnly).
 func (a *app) backendURL() (*backendURL, error) {
 	raw, source := a.backend, "--backend"
 	if raw == "" {
@@ -217,7 +221,7 @@ func (a *app) backendURL() (*backendURL, error) {
 		if pwSource == "--password-file" {
 			return nil, passwordErr(pwSource, errors.New("the default SQLite file takes no password"))
 		}
-		return defaultBackend()
+		return defaultBackend(!a.readOnly)
 	}
 	b, err := parseBackendURL(raw)
 	if err != nil {

@@ -43,6 +43,9 @@ type store struct {
 	where     string
 	secrets   []string
 	closeFn   func() error
+	// sqlitePath is the SQLite file, for the hint of an error that says
+	// it cannot be written; "" for other stores.
+	sqlitePath string
 
 	// The store's clients, for dlock bench's baselines and counters: its
 	// Redis clients (one per node for Redlock), or its SQL handle and
@@ -71,7 +74,13 @@ func (s *store) Close() error {
 // storeErr turns an error of the store into dlock's one-line message with
 // exit code 69, without passwords.
 func (s *store) storeErr(op string, err error) *exitError {
-	return fail(exitUnavailable, "%s: %s: %s", op, s.where, oneLine(scrub(err.Error(), s.secrets)))
+	msg := oneLine(scrub(err.Error(), s.secrets))
+	if s.sqlitePath != "" {
+		if hint := readOnlyHint(s.sqlitePath, msg); hint != "" {
+			msg += "; " + hint
+		}
+	}
+	return fail(exitUnavailable, "%s: %s: %s", op, s.where, msg)
 }
 
 // quietRedisLogger drops go-redis's own log lines (reconnects, sentinel
@@ -133,6 +142,9 @@ func connectHooked(ctx context.Context, b *backendURL, timeout time.Duration, ho
 			return nil, err
 		}
 		s.closeFn, s.db, s.dialect = db.Close, db, dialect
+		if b.kind == kindSQLite {
+			s.sqlitePath = b.path
+		}
 		ping = db.PingContext
 		be, err := newSQLBackend(db, dialect)
 		if err != nil {
@@ -320,11 +332,14 @@ func openSQL(b *backendURL, timeout time.Duration, counter *bench.StatementCount
 	switch b.kind {
 	case kindSQLite:
 		dir := filepath.Dir(b.path)
-		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		st, err := os.Stat(dir)
+		if err != nil || !st.IsDir() {
 			return nil, 0, fail(exitUnavailable, "%s: directory %s does not exist", b.where, dir)
 		}
+		if err := createShared(b.path, st); err != nil {
+			return nil, 0, fail(exitUnavailable, "%s: %v", b.where, err)
+		}
 		var db *sql.DB
-		var err error
 		if counter != nil {
 			db, err = counter.OpenCounted("sqlite", sqliteDSN(b.path))
 		} else {
@@ -384,16 +399,21 @@ func defaultSQLitePath() (string, error) {
 }
 
 // defaultBackend returns the default store's URL, creating its directory
-// (mode 0700: lock names and owners are nobody else's business) on first use.
-func defaultBackend() (*backendURL, error) {
+// (mode 0700: lock names and owners are nobody else's business) on first use
+// when create is set.
+func defaultBackend(create bool) (*backendURL, error) {
 	path, err := defaultSQLitePath()
 	if err != nil {
 		return nil, fail(exitConfig, "default store: %v", err)
 	}
+	b := &backendURL{kind: kindSQLite, path: path, where: "SQLite file " + path, isDefault: true}
+	if !create {
+		return b, nil
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fail(exitUnavailable, "default store: cannot create %s: %v", filepath.Dir(path), unwrapPathErr(err))
 	}
-	return &backendURL{kind: kindSQLite, path: path, where: "SQLite file " + path}, nil
+	return b, nil
 }
 
 // unwrapPathErr drops the path an *os.PathError repeats.

@@ -72,8 +72,12 @@ can enter: locks between the processes of one user, with no server to run.
 Other users, root (sudo dlock ...) and their cron jobs have files of their own
 and do not see those locks. For locks between the users of one machine, give
 them all one file, in a directory they can all write (SQLite adds files beside
-it), for example DLOCK_BACKEND=sqlite:///var/lib/dlock/locks.db with a
-group-writable /var/lib/dlock and locks.db; between machines, a server.
+it), for example DLOCK_BACKEND=sqlite:///var/lib/dlock/locks.db with
+/var/lib/dlock owned by their group, group-writable and set-group-ID
+(chgrp GROUP /var/lib/dlock; chmod 2775 /var/lib/dlock): dlock then creates
+locks.db group-writable, and SQLite its -wal and -shm files alike. Between
+machines, a server. 'dlock ls', 'inspect' and 'release' never create the file:
+where there is none, no lock is held.
 
 Global flags (also accepted after the command's name):
 ` + backendFlagsHelp + `

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -253,5 +255,23 @@ func TestParseOwner(t *testing.T) {
 		if o := parseOwner(s); o != nil {
 			t.Errorf("parseOwner(%q) = %+v, want nil", s, o)
 		}
+	}
+}
+
+// TestReadOnlyHint: SQLite's "readonly database" error is explained with the
+// files' modes and owners and what to change; other errors get no hint.
+func TestReadOnlyHint(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "locks.db")
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hint := readOnlyHint(path, "attempt to write a readonly database (8)")
+	for _, want := range []string{path + " (-rw-r--r-- ", "chmod 2775 DIR", "chmod g+w"} {
+		if !strings.Contains(hint, want) {
+			t.Errorf("hint %q lacks %q", hint, want)
+		}
+	}
+	if h := readOnlyHint(path, "database is locked"); h != "" {
+		t.Errorf("hint for another error: %q", h)
 	}
 }

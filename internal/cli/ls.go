@@ -6,9 +6,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -136,9 +139,28 @@ func toJSON(info driver.LockInfo, now time.Time) lockJSON {
 	return j
 }
 
+// errNoStore is openInspector's answer for a SQLite file that does not
+// exist: no lock is held there, and a command that only looks must not
+// create it.
+var errNoStore = errors.New("no SQLite file: no locks")
+
 // openInspector opens the store for ls, inspect and release, and returns its
-// Inspector, or why there is none. The caller closes the store.
+// Inspector, or why there is none: errNoStore for a SQLite file (the
+// default one included) that does not exist yet, which it leaves uncreated.
+// The caller closes the store.
 func (a *app) openInspector(ctx context.Context) (*store, driver.Inspector, error) {
+	a.readOnly = true
+	b, err := a.backendURL()
+	if err != nil {
+		return nil, nil, err
+	}
+	if b.kind == kindSQLite {
+		if _, err := os.Stat(b.path); errors.Is(err, os.ErrNotExist) {
+			if _, derr := os.Stat(filepath.Dir(b.path)); derr == nil || b.isDefault {
+				return nil, nil, errNoStore
+			}
+		}
+	}
 	st, err := a.open(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -169,14 +191,17 @@ func cmdLs(ctx context.Context, a *app, args []string) error {
 	if len(pos) == 1 {
 		prefix = pos[0]
 	}
+	var infos []driver.LockInfo
 	st, in, err := a.openInspector(ctx)
-	if err != nil {
+	switch {
+	case errors.Is(err, errNoStore):
+	case err != nil:
 		return err
-	}
-	defer st.Close()
-	infos, err := in.List(ctx, prefix)
-	if err != nil {
-		return st.storeErr("list locks", err)
+	default:
+		defer st.Close()
+		if infos, err = in.List(ctx, prefix); err != nil {
+			return st.storeErr("list locks", err)
+		}
 	}
 	now := time.Now()
 	if *asJSON {
@@ -211,14 +236,20 @@ func cmdInspect(ctx context.Context, a *app, args []string) error {
 	if err := checkNameArg("inspect", name); err != nil {
 		return err
 	}
+	var (
+		info driver.LockInfo
+		ok   bool
+	)
 	st, in, err := a.openInspector(ctx)
-	if err != nil {
+	switch {
+	case errors.Is(err, errNoStore):
+	case err != nil:
 		return err
-	}
-	defer st.Close()
-	info, ok, err := in.Inspect(ctx, name)
-	if err != nil {
-		return st.storeErr(fmt.Sprintf("inspect %q", name), err)
+	default:
+		defer st.Close()
+		if info, ok, err = in.Inspect(ctx, name); err != nil {
+			return st.storeErr(fmt.Sprintf("inspect %q", name), err)
+		}
 	}
 	switch {
 	case *asJSON && !ok:

@@ -7,6 +7,7 @@ package cli
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"strconv"
 	"syscall"
@@ -119,4 +120,13 @@ var signalNames = map[int]string{
 	int(syscall.SIGKILL): "SIGKILL", int(syscall.SIGTERM): "SIGTERM", int(syscall.SIGUSR1): "SIGUSR1",
 	int(syscall.SIGUSR2): "SIGUSR2", int(syscall.SIGPIPE): "SIGPIPE", int(syscall.SIGABRT): "SIGABRT",
 	int(syscall.SIGSEGV): "SIGSEGV", int(syscall.SIGALRM): "SIGALRM",
+}
+
+// fileOwner returns the numeric owner and group of a file.
+func fileOwner(st fs.FileInfo) (uid, gid string, ok bool) {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return "", "", false
+	}
+	return strconv.FormatUint(uint64(sys.Uid), 10), strconv.FormatUint(uint64(sys.Gid), 10), true
 }

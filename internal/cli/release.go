@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -42,14 +43,20 @@ func cmdRelease(ctx context.Context, a *app, args []string) error {
 		return usageErr("release", "refusing to break %q without --force: its holder would go on working, "+
 			"unaware, until its next renewal fails; a lock you hold is released when your 'dlock run' ends", name)
 	}
+	var (
+		info driver.LockInfo
+		ok   bool
+	)
 	st, in, err := a.openInspector(ctx)
-	if err != nil {
+	switch {
+	case errors.Is(err, errNoStore):
+	case err != nil:
 		return err
-	}
-	defer st.Close()
-	info, ok, err := in.ForceRelease(ctx, name)
-	if err != nil {
-		return st.storeErr(fmt.Sprintf("release %q", name), err)
+	default:
+		defer st.Close()
+		if info, ok, err = in.ForceRelease(ctx, name); err != nil {
+			return st.storeErr(fmt.Sprintf("release %q", name), err)
+		}
 	}
 	now := time.Now()
 	if *asJSON {
