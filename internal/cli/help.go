@@ -196,6 +196,7 @@ Flags:
   --shared                   a shared (read) lock: exclusive runs wait for it
   --semaphore N              one of N permits (N from 1 to 1048576)
 ` + backendFlagsHelp + `
+DLOCK_TTL and DLOCK_WAIT, when set, are the defaults of --ttl and --wait.
 Durations take a unit: 500ms, 30s, 5m, 1h. A --ttl over a day draws a
 warning: a dlock that dies keeps the lock taken that long.
 

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"flag"
+	"os"
 	"strings"
 	"testing"
 )
@@ -9,16 +10,7 @@ import (
 // TestHelpDocumentsEveryFlag: every command has help and a usage line, and
 // each flag a command's parser accepts appears in its help text.
 func TestHelpDocumentsEveryFlag(t *testing.T) {
-	flagSets := map[string]func(a *app) *flag.FlagSet{
-		"run": func(a *app) *flag.FlagSet {
-			var w waitFlag
-			return runFlags(a, &runOptions{}, &w)
-		},
-		"ls":      func(a *app) *flag.FlagSet { fs, _ := jsonFlags(a, "ls"); return fs },
-		"inspect": func(a *app) *flag.FlagSet { fs, _ := jsonFlags(a, "inspect"); return fs },
-		"release": func(a *app) *flag.FlagSet { fs, _, _ := releaseFlags(a); return fs },
-		"bench":   func(a *app) *flag.FlagSet { return benchFlags(a, &benchOptions{}, &benchLists{}) },
-	}
+	flagSets := commandFlagSets()
 	for _, c := range commandList() {
 		if _, ok := helps[c.name]; !ok {
 			t.Errorf("no help for %s", c.name)
@@ -34,6 +26,21 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 				t.Errorf("help %s does not document %s", cmd, name)
 			}
 		})
+	}
+}
+
+// commandFlagSets returns, for each command with flags, a function that
+// makes its flag set.
+func commandFlagSets() map[string]func(a *app) *flag.FlagSet {
+	return map[string]func(a *app) *flag.FlagSet{
+		"run": func(a *app) *flag.FlagSet {
+			var w waitFlag
+			return runFlags(a, &runOptions{}, &w)
+		},
+		"ls":      func(a *app) *flag.FlagSet { fs, _ := jsonFlags(a, "ls"); return fs },
+		"inspect": func(a *app) *flag.FlagSet { fs, _ := jsonFlags(a, "inspect"); return fs },
+		"release": func(a *app) *flag.FlagSet { fs, _, _ := releaseFlags(a); return fs },
+		"bench":   func(a *app) *flag.FlagSet { return benchFlags(a, &benchOptions{}, &benchLists{}) },
 	}
 }
 
@@ -54,5 +61,36 @@ func TestHelpStatesLimits(t *testing.T) {
 		if !strings.Contains(runHelp, want) {
 			t.Errorf("dlock help run does not say %q", want)
 		}
+	}
+}
+
+// TestReadmeDocumentsEveryFlag: the README's synopsis of the dlock command
+// names every flag each command's parser accepts, and every command.
+func TestReadmeDocumentsEveryFlag(t *testing.T) {
+	raw, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(raw)
+	start := strings.Index(readme, "## The `dlock` command")
+	if start < 0 {
+		t.Fatal("README has no section \"The `dlock` command\"")
+	}
+	section := readme[start:]
+	if end := strings.Index(section[3:], "\n## "); end >= 0 {
+		section = section[:end+3]
+	}
+	for _, c := range commandList() {
+		if !strings.Contains(section, "dlock "+c.name) {
+			t.Errorf("the README's synopsis lacks dlock %s", c.name)
+		}
+	}
+	for cmd, mk := range commandFlagSets() {
+		mk(&app{connectTimeout: defaultConnectTimeout}).VisitAll(func(f *flag.Flag) {
+			name := flagName(f.Name)
+			if !strings.Contains(section, name+" ") && !strings.Contains(section, name+"]") && !strings.Contains(section, name+"`") {
+				t.Errorf("the README's dlock section does not document %s of %s", name, cmd)
+			}
+		})
 	}
 }

@@ -180,10 +180,13 @@ func (o *runOptions) parse(a *app, fs *flag.FlagSet, wait *waitFlag, args []stri
 		return err
 	}
 	positional = append(positional, fs.Args()...)
-	o.wait = wait.d
 	if err := o.checkAliases(fs); err != nil {
 		return err
 	}
+	if err := envDefaults(fs, wait); err != nil {
+		return err
+	}
+	o.wait = wait.d
 	switch {
 	case len(positional) == 0 && !dash:
 		return usageErr("run", "missing the lock NAME (and -- COMMAND, or nothing to hold it until a signal)")
@@ -260,6 +263,30 @@ func (o *runOptions) checkAliases(fs *flag.FlagSet) error {
 	}
 	if o.conflictCode < 0 || o.conflictCode > 255 {
 		return usageErr("run", "--conflict-exit-code %d: want an exit status from 0 to 255", o.conflictCode)
+	}
+	return nil
+}
+
+// Environment variables that give run's flags their defaults.
+const (
+	envTTL  = "DLOCK_TTL"
+	envWait = "DLOCK_WAIT"
+)
+
+// envDefaults applies DLOCK_TTL and DLOCK_WAIT to --ttl and --wait when the
+// command line does not give them.
+func envDefaults(fs *flag.FlagSet, wait *waitFlag) error {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if v, ok := os.LookupEnv(envTTL); ok && v != "" && !set["ttl"] {
+		if err := fs.Set("ttl", v); err != nil {
+			return usageErr("run", "%s=%q: %v", envTTL, shorten(v, 40), err)
+		}
+	}
+	if v, ok := os.LookupEnv(envWait); ok && v != "" && !set["wait"] && !set["timeout"] {
+		if err := wait.Set(v); err != nil {
+			return usageErr("run", "%s=%q: %v", envWait, shorten(v, 40), err)
+		}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -329,6 +330,28 @@ func mustAtoi(t *testing.T, s string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestRunEnvDefaults: DLOCK_TTL and DLOCK_WAIT give --ttl and --wait their
+// defaults; the flags win; a bad value names its variable.
+func TestRunEnvDefaults(t *testing.T) {
+	ready := filepath.Join(t.TempDir(), "ready")
+	url := sqliteURL(t)
+	e := newEnv(t, url, "READY="+ready, "DLOCK_WAIT=400ms", "DLOCK_TTL=1500ms")
+	holder := e.start("run", "busy", "--", "sh", "-c", `echo x > "$READY"; sleep 30`)
+	waitFile(t, ready, holder)
+	var locks []lockJSON
+	if r := e.run("ls", "--json"); json.Unmarshal([]byte(r.stdout), &locks) != nil || len(locks) != 1 || locks[0].ExpiresInMS > 1500 {
+		t.Errorf("DLOCK_TTL=1500ms: ls --json %s", r.stdout)
+	}
+	r := e.run("run", "busy", "--", "true")
+	expect(t, r, 75, "not obtained within 400ms")
+	if r.elapsed < 400*time.Millisecond {
+		t.Errorf("gave up after %v, want DLOCK_WAIT's 400ms", r.elapsed)
+	}
+	expect(t, e.run("run", "--wait", "0", "busy", "--", "true"), 75, "not waiting (--wait 0)")
+	expect(t, newEnv(t, url, "DLOCK_TTL=30").run("run", "x", "--", "true"), 64, `DLOCK_TTL="30": 30 has no unit`)
+	expect(t, newEnv(t, url, "DLOCK_WAIT=soon").run("run", "x", "--", "true"), 64, `DLOCK_WAIT="soon": want a duration`)
 }
 
 // TestRunWaitAnnouncesNewHolder: a waiter says who holds the lock, and again
