@@ -462,6 +462,18 @@ type LockInfo struct {
 	WriterWaiting bool
 }
 
+// Breaker is implemented by backends that can break an exclusive hold on the
+// condition that it is still one grant: the dlock command takes over, this
+// way, a lock whose holder is known to be dead (a process of the same host
+// that has ended), and no other holder can lose its lock by mistake.
+type Breaker interface {
+	// BreakIf deletes the exclusive hold of key, live or in its lock-delay,
+	// when the fence of its grant is fence, and notifies waiters with next
+	// "" as ForceRelease does; broken reports whether it did. Shared holds,
+	// the fair queue, writer intents and the fence counter stay.
+	BreakIf(ctx context.Context, key string, fence uint64) (broken bool, err error)
+}
+
 // SharedHold describes one live shared hold in a LockInfo.
 type SharedHold struct {
 	Owner string

@@ -84,6 +84,7 @@ var cases = []testCase{
 	{"AutoRenewKeepsLease", testAutoRenewKeepsLease},
 	{"ManualRefresh", testManualRefresh},
 	{"DeletedBehindHolder", testDeletedBehindHolder},
+	{"BreakIf", testBreakIf},
 	{"StoreKilled", testStoreKilled},
 	{"Reentrant", testReentrant},
 	{"ReentrantSharedHandle", testReentrantSharedHandle},

@@ -466,3 +466,25 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.LockInfo
 	}
 	return info, true, nil
 }
+
+// BreakIf implements driver.Breaker.
+func (b *Backend) BreakIf(ctx context.Context, key string, fence uint64) (bool, error) {
+	b.mu.Lock()
+	if err := b.check(ctx, "break", key); err != nil {
+		b.mu.Unlock()
+		return false, err
+	}
+	st := b.state(key, b.clock.Now())
+	if st == nil || st.excl == nil || st.excl.fence != fence {
+		b.mu.Unlock()
+		return false, nil
+	}
+	st.excl = nil
+	b.tidy(key, st)
+	fns := b.subscribers(key)
+	b.mu.Unlock()
+	for _, fn := range fns {
+		fn(key, "")
+	}
+	return true, nil
+}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -54,6 +55,21 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.LockInfo
 		return driver.LockInfo{}, false, fmt.Errorf("redislock: force release %q: %w", key, foreign(key, err))
 	}
 	return info, ok, nil
+}
+
+// BreakIf deletes the exclusive hold of key, live or in its lock-delay, when
+// its grant's fence is fence, and publishes on the release channel for every
+// waiter, in one script (driver.Breaker). Shared holds, the fair queue, a
+// writer intent and the fence counter stay.
+func (b *Backend) BreakIf(ctx context.Context, key string, fence uint64) (bool, error) {
+	if b.err != nil {
+		return false, b.err
+	}
+	n, err := breakIfScript.Run(ctx, b.rdb, []string{b.lockKey(key)}, strconv.FormatUint(fence, 10), b.channel(key), b.publish).Int()
+	if err != nil {
+		return false, fmt.Errorf("redislock: break %q: %w", key, foreign(key, err))
+	}
+	return n == 1, nil
 }
 
 // List describes every held lock whose key starts with prefix, sorted by

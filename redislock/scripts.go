@@ -50,6 +50,10 @@ var (
 	forceReleaseLua    string
 	forceReleaseScript = redis.NewScript(withCommon(describeLua) + forceReleaseLua)
 
+	//go:embed break_if.lua
+	breakIfLua    string
+	breakIfScript = redis.NewScript(breakIfLua)
+
 	//go:embed raise_fence.lua
 	raiseFenceLua    string
 	raiseFenceScript = redis.NewScript(withCommon(raiseFenceLua))

@@ -57,6 +57,21 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.LockInfo
 	return info, ok, nil
 }
 
+// BreakIf frees the lock named key of its exclusive holder when the fence
+// of its grant is fence (driver.Breaker), in a transaction that locks the
+// row, and on PostgreSQL notifies waiters. Shared holds, the fair queue and
+// a writer's intent stay.
+func (b *Backend) BreakIf(ctx context.Context, key string, fence uint64) (bool, error) {
+	if err := b.checkName(ctx, key); err != nil {
+		return false, opError(ctx, "break", key, err)
+	}
+	broken, err := retryBusy(ctx, b.dialect, func() (bool, error) { return b.tx.breakIf(ctx, key, fence) })
+	if err != nil {
+		return false, opError(ctx, "break", key, err)
+	}
+	return broken, nil
+}
+
 // retryInfo is retryBusy for an operation that returns a lock description
 // and whether there was one.
 func retryInfo(ctx context.Context, d Dialect, op func() (driver.LockInfo, bool, error)) (driver.LockInfo, bool, error) {

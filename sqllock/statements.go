@@ -140,6 +140,10 @@ WHERE name = $1`
   intent_token = CASE WHEN intent_until <= {now} THEN NULL ELSE intent_token END
 WHERE name = $1`
 
+	// tplDropHolder frees the row of its exclusive holder (BreakIf, once
+	// the transaction has found its fence).
+	tplDropHolder = `UPDATE {t} SET token = NULL WHERE name = $1`
+
 	tplDeleteShared = `DELETE FROM {s} WHERE name = $1 AND token = $2`
 	tplEnqueue      = `INSERT INTO {q} (name, token, seq, expires_at) VALUES ($1, $2, $3, {plus:$4})`
 	tplRequeue      = `UPDATE {q} SET seq = $3, expires_at = {plus:$4} WHERE name = $1 AND token = $2`

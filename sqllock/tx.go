@@ -55,6 +55,7 @@ type txs struct {
 	expiredShared, expiredQueue, allShared                                  stmt // MySQL: the tokens to delete
 	hasMore, holder, intent, inspect, list                                  stmt
 	reader, insertReader                                                    stmt // MySQL and SQLite
+	dropHolder                                                              stmt // BreakIf
 }
 
 // maxTxAttempts bounds the runs of a transaction that the database rolled
@@ -94,6 +95,7 @@ func newTxs(db *sql.DB, d Dialect, names tableNames) *txs {
 	t.setIntent = x.stmt(tplSetIntent)
 	t.releaseMain = x.stmt(tplReleaseMain)
 	t.free = x.stmt(tplFree)
+	t.dropHolder = x.stmt(tplDropHolder)
 	t.deleteShared = x.stmt(tplDeleteShared)
 	t.enqueue = x.stmt(tplEnqueue)
 	t.requeue = x.stmt(tplRequeue)

@@ -50,6 +50,28 @@ func (t *txs) forceRelease(ctx context.Context, key string) (driver.LockInfo, bo
 	return info, ok, nil
 }
 
+// breakIf frees the name of its exclusive holder, live or expired, when the
+// fence of its grant is fence, and notifies (next ""). The row's fence is
+// the holder's while the token is set: every later grant, shared ones too,
+// would have needed the hold gone or expired and raised the fence.
+func (t *txs) breakIf(ctx context.Context, key string, fence uint64) (bool, error) {
+	var broken bool
+	err := t.run(ctx, func(x *txn) (bool, error) {
+		broken = false
+		m, _, found, err := x.lock(key, "", false, false)
+		if err != nil || !found || !m.token.Valid || m.fence < 0 || uint64(m.fence) != fence {
+			return false, err
+		}
+		if err := x.exec(t.dropHolder, key); err != nil {
+			return false, err
+		}
+		x.notify(key, "")
+		broken = true
+		return true, nil
+	})
+	return broken, err
+}
+
 // describe runs the inspection of one name.
 func (t *txs) describe(ctx context.Context, key string) (driver.LockInfo, bool, error) {
 	infos, err := t.infos(ctx, t.db, t.inspect, key)
