@@ -75,12 +75,16 @@ func (s *store) Close() error {
 // exit code 69, without passwords.
 func (s *store) storeErr(op string, err error) *exitError {
 	msg := oneLine(scrub(err.Error(), s.secrets))
+	code := exitUnavailable
 	if s.sqlitePath != "" {
 		if hint := readOnlyHint(s.sqlitePath, msg); hint != "" {
-			msg += "; " + hint
+			msg, code = msg+"; "+hint, exitNoPerm
 		}
 	}
-	return fail(exitUnavailable, "%s: %s: %s", op, s.where, msg)
+	if _, c := classifyConnect(err); c != exitUnavailable {
+		code = c // refused rights (an ACL without a command), a missing database
+	}
+	return fail(code, "%s: %s: %s", op, s.where, msg)
 }
 
 // quietRedisLogger drops go-redis's own log lines (reconnects, sentinel

@@ -14,8 +14,15 @@ import (
 
 // connectErr is the error of a store that answered the first request with
 // err, or could not be reached: exit 77 when it refused the credentials, 78
-// when it lacks what the URL names (a database), 69 otherwise.
+// when it lacks what the URL names (a database), 69 otherwise; a SQLite file
+// dlock cannot open or write is 77 too, with what to change.
 func (s *store) connectErr(err error) *exitError {
+	if s.sqlitePath != "" {
+		msg := oneLine(scrub(err.Error(), s.secrets))
+		if hint := readOnlyHint(s.sqlitePath, msg); hint != "" {
+			return fail(exitNoPerm, "%s: %s; %s", s.where, msg, hint)
+		}
+	}
 	switch cause, code := classifyConnect(err); code {
 	case exitNoPerm:
 		return fail(code, "%s refused the credentials: %s", s.where, oneLine(scrub(cause, s.secrets)))
@@ -33,18 +40,21 @@ func classifyConnect(err error) (cause string, code int) {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		msg := pgErr.Message + " (SQLSTATE " + pgErr.Code + ")"
-		switch {
-		case pgErr.Code == "28P01" || pgErr.Code == "28000":
-			// invalid_password, invalid_authorization_specification
+		switch pgErr.Code {
+		case "28P01", "28000", "42501":
+			// invalid_password, invalid_authorization_specification,
+			// insufficient_privilege
 			return msg, exitNoPerm
-		case pgErr.Code == "3D000": // invalid_catalog_name
+		case "3D000", "3F000": // invalid_catalog_name, invalid_schema_name
 			return msg, exitConfig
 		}
 	}
 	var myErr *mysql.MySQLError
 	if errors.As(err, &myErr) {
 		switch myErr.Number {
-		case 1044, 1045, 1698: // access denied to a database, for a user, without a password
+		case 1044: // access denied to a database: MySQL says so of a missing one too
+			return myErr.Error() + " (the database does not exist, or the user has no rights to it)", exitNoPerm
+		case 1045, 1698, 1142: // access denied for a user, without a password; a command denied
 			return myErr.Error(), exitNoPerm
 		case 1049: // unknown database
 			return myErr.Error(), exitConfig
@@ -52,8 +62,11 @@ func classifyConnect(err error) (cause string, code int) {
 	}
 	msg := err.Error()
 	switch {
-	case strings.HasPrefix(msg, "WRONGPASS"), strings.HasPrefix(msg, "NOAUTH"),
+	case strings.Contains(msg, "WRONGPASS"), strings.Contains(msg, "NOAUTH"), strings.Contains(msg, "NOPERM"),
 		strings.Contains(msg, "invalid password"), strings.Contains(msg, "invalid username-password pair"):
+		if i := strings.Index(msg, "NOAUTH"); i > 0 && !strings.Contains(msg, "WRONGPASS") {
+			msg = msg[i:] + "; give the password in DLOCK_PASSWORD or a --password-file"
+		}
 		return msg, exitNoPerm
 	case strings.Contains(msg, "DB index is out of range"):
 		return "the database number is out of range for this server (" + msg + "; it has 16 by default, 0 to 15)", exitConfig

@@ -23,6 +23,9 @@ const (
 	// exitNotObtained (EX_TEMPFAIL): run did not get the lock within --wait;
 	// trying again later may work.
 	exitNotObtained = 75
+	// exitIOErr (EX_IOERR): a hold without a command could not write its
+	// fence on stdout (the reader went away); the lock was released.
+	exitIOErr = 74
 	// exitLost: the lock was lost while the command ran, and the command was
 	// stopped. sysexits.h has nothing for this; 76 is EX_PROTOCOL there,
 	// which no dlock path produces otherwise.

@@ -52,11 +52,14 @@ func parseDuration(s string) (time.Duration, error) {
 	if err == nil {
 		return d, nil
 	}
-	if n, nerr := strconv.ParseFloat(s, 64); nerr == nil && n != 0 {
+	if plainNumber.MatchString(s) && strings.Trim(s, "0.") != "" {
 		return 0, fmt.Errorf("%s has no unit; write %ss or %sm", s, s, s)
 	}
 	return 0, errors.New("want a duration such as 500ms, 30s or 5m")
 }
+
+// plainNumber matches a number written without a unit ("30", "1.5").
+var plainNumber = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`)
 
 // flagRef matches a flag as the flag package writes it in its errors
 // ("-ttl"), after the start, a space or a colon.
@@ -75,8 +78,15 @@ func flagError(fs *flag.FlagSet, err error) string {
 		var names []string
 		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
 		out := "unknown flag " + flagName(safetext.Escape(shorten(name, 40)))
-		if s, ok := closest(name, names); ok {
-			out += "; did you mean " + flagName(s) + "?"
+		switch hint, ok := flockHints[name]; {
+		case ok:
+			out += ": " + hint
+		case len(name) > 1 && fs.Lookup(name[:1]) != nil && fs.Lookup(name[1:]) != nil:
+			out += "; give -" + name[:1] + " and -" + name[1:] + " apart"
+		default:
+			if s, ok := closest(name, names); ok {
+				out += "; did you mean " + flagName(s) + "?"
+			}
 		}
 		return out
 	}
@@ -89,7 +99,7 @@ func flagError(fs *flag.FlagSet, err error) string {
 		case why == "parse error" && intErr == nil:
 			why = "want a whole number"
 		}
-		return flagName(m[2]) + " " + m[1] + ": " + why
+		return flagName(m[2]) + " " + shorten(m[1], 40) + ": " + why
 	}
 	return flagRef.ReplaceAllStringFunc(msg, func(m string) string {
 		sub := flagRef.FindStringSubmatch(m)
@@ -100,26 +110,38 @@ func flagError(fs *flag.FlagSet, err error) string {
 	})
 }
 
-// closest returns the name among names nearest to s: within two edits, or
-// the only one that starts with s.
+// closest returns the name among names that s most likely misspells: the
+// only one that starts with s, else the nearest within a third of its
+// length in edits (at least one); none for a one- or two-letter s that is
+// no prefix, which any short name is near.
 func closest(s string, names []string) (string, bool) {
-	best, bestD := "", 3
 	var prefixed []string
 	for _, n := range names {
-		if d := editDistance(s, n); d < bestD {
-			best, bestD = n, d
-		}
 		if len(s) >= 2 && strings.HasPrefix(n, s) {
 			prefixed = append(prefixed, n)
 		}
 	}
-	switch {
-	case best != "":
-		return best, true
-	case len(prefixed) == 1:
+	if len(prefixed) == 1 {
 		return prefixed[0], true
 	}
-	return "", false
+	if utf8.RuneCountInString(s) <= 2 {
+		return "", false
+	}
+	best, bestD := "", max(1, utf8.RuneCountInString(s)/3)+1
+	for _, n := range names {
+		if d := editDistance(s, n); d < bestD {
+			best, bestD = n, d
+		}
+	}
+	return best, best != ""
+}
+
+// flockHints answer the flags of flock that dlock spells otherwise.
+var flockHints = map[string]string{
+	"n": "dlock tries once by default (--wait 0)",
+	"w": "dlock's is --wait DURATION (or --timeout)",
+	"x": "a plain dlock run is exclusive",
+	"s": "dlock's is --shared",
 }
 
 // editDistance is the Levenshtein distance between a and b, in runes.

@@ -92,10 +92,14 @@ process of COMMAND's process group has ended.
 
 Without a COMMAND, dlock takes the lock, prints its fence on stdout and holds
 it, renewed, until a signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 or
-SIGUSR2), then releases it and exits 0, so that a shell script can hold it
-around several commands (as etcdctl lock does):
-  coproc dlock run --wait 1m NAME; read -r fence <&"${COPROC[0]}"
-  ... commands ...; kill "$COPROC_PID"; wait "$COPROC_PID"
+SIGUSR2) or the end of the process that started it, then releases it and
+exits 0, so that a shell script can hold it around several commands (as
+etcdctl lock does). In bash:
+  coproc dlock run --wait 1m NAME
+  pid=$COPROC_PID; trap 'kill $pid 2>/dev/null' EXIT
+  read -r fence <&"${COPROC[0]}" || { wait "$pid"; exit; }  # not obtained
+  ... commands ...
+  kill "$pid"; wait "$pid"
 If the lock is lost meanwhile, dlock exits 76 and says so, but cannot stop the
 script's commands, which are not its own: prefer a COMMAND
 (dlock run NAME -- sh -c '...') where you can.
@@ -177,8 +181,9 @@ Flags:
                              (default 75); with 0 a busy lock is a success, and
                              dlock says nothing of it unless --verbose (as
                              flock -n -E 0 does: cron mails nothing)
-  -q, --quiet                no messages about waiting or about a lock not
-                             obtained; errors are still printed
+  -q, --quiet                no messages about waiting, about a lock not
+                             obtained or a command ended by a signal; errors
+                             and warnings are still printed
   -v, --verbose              also say when the lock was obtained (its fence,
                              the time waited) and released
   --kill-grace DURATION      time between SIGTERM and SIGKILL when the lock is
@@ -202,14 +207,19 @@ warning: a dlock that dies keeps the lock taken that long.
 
 Exit status:
   N       COMMAND's own exit status
-  128+N   COMMAND was killed by signal N, or dlock was interrupted by signal N
-          while it waited for the lock
+  128+N   COMMAND was killed by signal N (dlock says so, unless the signal
+          came through dlock, or is SIGPIPE), or dlock was interrupted by
+          signal N while it waited for the lock
   64      usage error: bad flags, lock name or backend URL, or a kind of
           lock the store does not have
-  69      the store could not be reached or failed
-  77      the store refused the credentials (user, password)
+  69      the store could not be reached or failed; without a COMMAND, also
+          when the release failed (the lock expires on the store by itself)
+  77      the store refused the credentials (user, password) or the rights
+          (a Redis ACL, a SQLite file dlock cannot write)
   78      bad configuration: the store lacks what the URL names (a database),
           or neither HOME nor XDG_STATE_HOME is set for the default store
+  74      without a COMMAND: the fence could not be written on stdout (its
+          reader is gone); the lock was released
   75      the lock was not obtained within --wait (the message names the
           holder), or the status --conflict-exit-code gives instead
   76      the lock was lost while COMMAND ran, and COMMAND was stopped (or
@@ -247,7 +257,7 @@ shared holders.
 Flags:
   --json                     one JSON array of objects for scripts, [] when
                              none. A value that is absent or unknown is null.
-                             name; for the exclusive holder (each null when
+                             name; held (true); for the exclusive holder (each null when
                              there is none): owner, owner_info, fence, holds,
                              held_for_ms, expires_in_ms; in_lock_delay;
                              shared, the readers or permit holders, each with

@@ -85,6 +85,9 @@ func parseOwner(owner string) *ownerJSON {
 	if !ok {
 		return nil
 	}
+	if _, _, ok := safetext.Check(parts[0]); !ok || parts[0] == "" {
+		return nil // not a host name dlock wrote
+	}
 	o := &ownerJSON{Host: parts[0], Client: 1}
 	pid, client, hasClient := strings.Cut(proc, " client ")
 	var err error
@@ -139,13 +142,27 @@ func toJSON(info driver.LockInfo, now time.Time) lockJSON {
 	return j
 }
 
-// errNoStore is openInspector's answer for a SQLite file that does not
+// noStoreError is openInspector's answer for a SQLite file that does not
 // exist: no lock is held there, and a command that only looks must not
 // create it.
-var errNoStore = errors.New("no SQLite file: no locks")
+type noStoreError struct {
+	path     string
+	explicit bool // named by the user, not the default file: a typo, maybe
+}
+
+func (e *noStoreError) Error() string { return "no SQLite file at " + e.path }
+
+// note is what the commands add to their "not held" answers: nothing for
+// the default file, which a first run creates; the path for a named one.
+func (e *noStoreError) note() string {
+	if e == nil || !e.explicit {
+		return ""
+	}
+	return " (no SQLite file at " + safetext.Escape(e.path) + ")"
+}
 
 // openInspector opens the store for ls, inspect and release, and returns its
-// Inspector, or why there is none: errNoStore for a SQLite file (the
+// Inspector, or why there is none: a *noStoreError for a SQLite file (the
 // default one included) that does not exist yet, which it leaves uncreated.
 // The caller closes the store.
 func (a *app) openInspector(ctx context.Context) (*store, driver.Inspector, error) {
@@ -157,7 +174,7 @@ func (a *app) openInspector(ctx context.Context) (*store, driver.Inspector, erro
 	if b.kind == kindSQLite {
 		if _, err := os.Stat(b.path); errors.Is(err, os.ErrNotExist) {
 			if _, derr := os.Stat(filepath.Dir(b.path)); derr == nil || b.isDefault {
-				return nil, nil, errNoStore
+				return nil, nil, &noStoreError{path: b.path, explicit: !b.isDefault}
 			}
 		}
 	}
@@ -191,10 +208,13 @@ func cmdLs(ctx context.Context, a *app, args []string) error {
 	if len(pos) == 1 {
 		prefix = pos[0]
 	}
-	var infos []driver.LockInfo
+	var (
+		infos   []driver.LockInfo
+		noStore *noStoreError
+	)
 	st, in, err := a.openInspector(ctx)
 	switch {
-	case errors.Is(err, errNoStore):
+	case errors.As(err, &noStore):
 	case err != nil:
 		return err
 	default:
@@ -213,9 +233,9 @@ func cmdLs(ctx context.Context, a *app, args []string) error {
 	}
 	if len(infos) == 0 {
 		if prefix != "" {
-			fmt.Fprintf(a.stdout, "no locks held under %q\n", prefix)
+			fmt.Fprintf(a.stdout, "no locks held under %q%s\n", shorten(prefix, 80), noStore.note())
 		} else {
-			fmt.Fprintln(a.stdout, "no locks held")
+			fmt.Fprintf(a.stdout, "no locks held%s\n", noStore.note())
 		}
 		return nil
 	}
@@ -237,12 +257,13 @@ func cmdInspect(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	var (
-		info driver.LockInfo
-		ok   bool
+		info    driver.LockInfo
+		ok      bool
+		noStore *noStoreError
 	)
 	st, in, err := a.openInspector(ctx)
 	switch {
-	case errors.Is(err, errNoStore):
+	case errors.As(err, &noStore):
 	case err != nil:
 		return err
 	default:
@@ -259,7 +280,7 @@ func cmdInspect(ctx context.Context, a *app, args []string) error {
 	case *asJSON:
 		return writeJSON(a.stdout, toJSON(info, time.Now()))
 	case !ok:
-		fmt.Fprintf(a.stdout, "lock %q is not held\n", name)
+		fmt.Fprintf(a.stdout, "lock %q is not held%s\n", name, noStore.note())
 	default:
 		now := time.Now()
 		writeTable(a.stdout, []driver.LockInfo{info}, now)

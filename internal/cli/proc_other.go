@@ -24,6 +24,7 @@ var (
 )
 
 var (
+	sigPipe os.Signal // none here
 	sigTerm = os.Kill
 	sigKill = os.Kill
 )

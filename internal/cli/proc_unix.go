@@ -33,6 +33,9 @@ const (
 	sigKill = syscall.SIGKILL
 )
 
+// sigPipe is the signal of a write to a pipe whose reader is gone.
+var sigPipe os.Signal = syscall.SIGPIPE
+
 // childProcAttr starts the command in a process group of its own, whose ID is
 // its PID: the whole group can then be signalled, grandchildren included. On
 // Linux the command is also killed when dlock dies (setParentDeathSignal).

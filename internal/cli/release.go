@@ -44,12 +44,13 @@ func cmdRelease(ctx context.Context, a *app, args []string) error {
 			"unaware, until its next renewal fails; a lock you hold is released when your 'dlock run' ends", name)
 	}
 	var (
-		info driver.LockInfo
-		ok   bool
+		info    driver.LockInfo
+		ok      bool
+		noStore *noStoreError
 	)
 	st, in, err := a.openInspector(ctx)
 	switch {
-	case errors.Is(err, errNoStore):
+	case errors.As(err, &noStore):
 	case err != nil:
 		return err
 	default:
@@ -69,7 +70,7 @@ func cmdRelease(ctx context.Context, a *app, args []string) error {
 		return writeJSON(a.stdout, out)
 	}
 	if !ok {
-		fmt.Fprintf(a.stdout, "lock %q was not held; nothing to release\n", name)
+		fmt.Fprintf(a.stdout, "lock %q was not held; nothing to release%s\n", name, noStore.note())
 		return nil
 	}
 	if info.Owner != "" || len(info.Shared) == 0 {

@@ -139,6 +139,10 @@ type runOptions struct {
 	verbose      bool // --verbose, -v: say when the lock was obtained and released
 
 	fair, shared bool // the flags, read into kind by parse
+
+	// unreleased is set when the release after the command or hold failed:
+	// dlock then exits without waiting on that store again.
+	unreleased bool
 }
 
 // runFlags returns run's flag set, which fills o and wait.
@@ -211,9 +215,6 @@ func (o *runOptions) parse(a *app, fs *flag.FlagSet, wait *waitFlag, args []stri
 	if !utf8.ValidString(o.metadata) {
 		return usageErr("run", "--metadata is not valid UTF-8")
 	}
-	if o.ttl < dlock.MinTTL {
-		return usageErr("run", "--ttl %v is below the minimum, %v", o.ttl, dlock.MinTTL)
-	}
 	if o.killGrace < 0 {
 		return usageErr("run", "--kill-grace %v is negative", o.killGrace)
 	}
@@ -236,8 +237,8 @@ func (o *runOptions) parse(a *app, fs *flag.FlagSet, wait *waitFlag, args []stri
 		o.killGrace = fit
 	}
 	if o.ttl > longTTL {
-		fmt.Fprintf(a.stderr, "dlock: warning: --ttl %v: if dlock dies or loses the store, the lock stays taken that long; "+
-			"a TTL of seconds or minutes is renewed for as long as the command runs\n", o.ttl)
+		fmt.Fprintf(a.stderr, "dlock: warning: --ttl %s: if dlock dies or loses the store, the lock stays taken that long; "+
+			"a TTL of seconds or minutes is renewed for as long as the command runs\n", fmtDuration(o.ttl))
 	}
 	if margin := o.killGrace + killReserve; margin > o.ttl/2 {
 		return usageErr("run", "--kill-grace %v does not fit in half of --ttl %v: dlock stops the command %v (the grace plus %v) "+
@@ -245,6 +246,26 @@ func (o *runOptions) parse(a *app, fs *flag.FlagSet, wait *waitFlag, args []stri
 			o.killGrace, o.ttl, margin, killReserve, 2*margin)
 	}
 	return nil
+}
+
+// unreleasedCloseWait bounds closing the Client after a failed release.
+const unreleasedCloseWait = 250 * time.Millisecond
+
+// closeWithin closes c and then st, waiting for them at most d: dlock exits
+// right after, which ends whatever they still do.
+func closeWithin(c *dlock.Client, st *store, d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		_ = c.Close()
+		_ = st.Close()
+		close(done)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // checkAliases refuses a flag given under both of its names, or twice
@@ -353,8 +374,17 @@ func cmdRun(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	defer c.Close()
+	defer func() {
+		if o.unreleased {
+			// The store did not take the release: Close would try it
+			// again, for up to another CloseTimeout. The lock expires on
+			// the store by itself.
+			closeWithin(c, st, unreleasedCloseWait)
+			return
+		}
+		_ = c.Close()
+		_ = st.Close()
+	}()
 	if len(o.command) == 0 {
 		return holdOnly(a, o, st, lease, sigs)
 	}

@@ -166,6 +166,17 @@ func TestRunSignalExitSaid(t *testing.T) {
 	if r.stderr != "" {
 		t.Errorf("a command that exited 137 itself: stderr %q, want nothing", r.stderr)
 	}
+	// SIGPIPE ends a pipeline's writer quietly, as shells have it; -q
+	// silences the others.
+	for _, args := range [][]string{
+		{"run", "sig", "--", "sh", "-c", `kill -PIPE $$`},
+		{"run", "-q", "sig", "--", "sh", "-c", `kill -KILL $$`},
+	} {
+		r := e.run(args...)
+		if r.code < 128 || r.stderr != "" {
+			t.Errorf("%q: exit %d, stderr %q; want 128+N and nothing said", args, r.code, r.stderr)
+		}
+	}
 }
 
 // TestRunInterruptedWhileWaiting: a signal during the wait ends dlock with
@@ -254,6 +265,11 @@ func TestRunConflictExitCode(t *testing.T) {
 	if r.stderr != "" || r.elapsed < 300*time.Millisecond {
 		t.Errorf("--quiet --timeout 300ms: stderr %q after %v; want nothing, after 300ms of waiting", r.stderr, r.elapsed)
 	}
+	r = e.run("run", "-E", "0", "--wait", "300ms", "busy", "--", "echo", "ran")
+	expect(t, r, 0)
+	if r.stderr != "" {
+		t.Errorf("-E 0 --wait 300ms on a busy lock: stderr %q, want nothing (no wait messages either)", r.stderr)
+	}
 	r = e.run("run", "-q", "busy", "--", "echo", "ran")
 	expect(t, r, 75)
 	if r.stderr != "" {
@@ -287,7 +303,8 @@ func TestRunConflictExitCode(t *testing.T) {
 // fence, keeps the lease renewed past its TTL, and on SIGTERM releases the
 // lock and exits 0; a lost lock is exit 76.
 func TestRunHoldOnly(t *testing.T) {
-	e := newEnv(t, sqliteURL(t))
+	url, dir := sqliteURL(t), t.TempDir()
+	e := newEnv(t, url)
 	p := e.start("run", "--ttl", "1500ms", "--kill-grace", "100ms", "-v", "held")
 	var fence string
 	for deadline := time.Now().Add(30 * time.Second); fence == ""; {
@@ -321,6 +338,23 @@ func TestRunHoldOnly(t *testing.T) {
 	}
 	expect(t, e.run("release", "--force", "held"), 0)
 	expect(t, p.wait(), 76, `lost lock "held"`, "no longer held")
+
+	// A script that dies leaves no hold behind: dlock sees its parent end.
+	script := e.start("--backend", url, "run", "--ttl", "30s", "orphan", "--", "sh", "-c",
+		`"$0" run --backend "$1" orphan2 > "$2" & sleep 0.5; exit 0`, dlockBin, url, filepath.Join(dir, "fence"))
+	expect(t, script.wait(), 0)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		r := e.run("inspect", "orphan2")
+		if r.code == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the hold of a script that ended is still there 10s later:\n%s", r.stdout)
+		}
+	}
+	if f, _ := os.ReadFile(filepath.Join(dir, "fence")); strings.TrimSpace(string(f)) == "" {
+		t.Error("the orphaned hold printed no fence")
+	}
 }
 
 func mustAtoi(t *testing.T, s string) int {
@@ -516,6 +550,38 @@ func TestRunLockLostStoreHangs(t *testing.T) {
 	}
 }
 
+// TestRunHoldStoreHangs: a hold without a command whose store stops
+// answering, ended by a signal, tries the release; a second signal cuts
+// that short, dlock exits at once with 69 (the lock was not released) and
+// does not wait on the store again while it closes.
+func TestRunHoldStoreHangs(t *testing.T) {
+	url, srv := redisURL(t)
+	e := newEnv(t, url)
+	p := e.start("run", "--ttl", "30s", "hang")
+	for deadline := time.Now().Add(30 * time.Second); strings.TrimSpace(p.stdout.String()) == ""; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no fence printed:\n%s", p.stderr.String())
+		}
+	}
+	srv.Pause(t)
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	second := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	r := p.wait()
+	expect(t, r, 69, `could not release "hang"; it expires on the store within 30s`)
+	if strings.Contains(r.stderr, "dlock: unlock") {
+		t.Errorf("the message repeats the library's prefix:\n%s", r.stderr)
+	}
+	if took := time.Since(second); took > 2*time.Second {
+		t.Errorf("dlock exited %v after the second signal, want at once", took.Round(time.Millisecond))
+	}
+}
+
 // TestRunUsageErrors: every usage error is found before dlock connects to
 // the store, so the store here is one that cannot be opened (its directory
 // does not exist): a case that reached it would exit 69, not 64.
@@ -535,7 +601,13 @@ func TestRunUsageErrors(t *testing.T) {
 		{[]string{"run", "--ttl", "soon", "x", "--", "true"}, `--ttl "soon": want a duration such as 500ms, 30s or 5m`},
 		{[]string{"run", "--wait", "5", "x", "--", "true"}, `--wait "5": 5 has no unit; write 5s or 5m`},
 		{[]string{"run", "--wait", "-1s", "x", "--", "true"}, "negative"},
-		{[]string{"run", "--ttl", "10ms", "x", "--", "true"}, "below the minimum"},
+		{[]string{"run", "--ttl", "10ms", "x", "--", "true"}, "--ttl 10ms is too short for dlock run"},
+		{[]string{"run", "--ttl", "10ms", "--kill-grace", "0s", "x", "--", "true"}, "--kill-grace 0s does not fit in half of --ttl 10ms"},
+		{[]string{"run", "-n", "x", "--", "true"}, "unknown flag -n: dlock tries once by default (--wait 0)"},
+		{[]string{"run", "-w", "5", "x", "--", "true"}, "unknown flag -w: dlock's is --wait DURATION"},
+		{[]string{"run", "--fa", "x", "--", "true"}, "did you mean --fair?"},
+		{[]string{"run", "-qv", "x", "--", "true"}, "give -q and -v apart"},
+		{[]string{"run", "--ttl", "NaN", "x", "--", "true"}, `--ttl "NaN": want a duration`},
 		{[]string{"run", "--kill-grace", "5s", "x", "--", "true"}, "--kill-grace 5s does not fit in half of --ttl 10s"},
 		{[]string{"run", "--ttl", "1s", "--kill-grace", "2s", "x", "--", "true"}, "--kill-grace 2s does not fit in half of --ttl 1s"},
 		{[]string{"run", "--ttl", "600ms", "x", "--", "true"}, "--ttl 600ms is too short for dlock run"},

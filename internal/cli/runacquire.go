@@ -91,7 +91,9 @@ func acquire(ctx context.Context, a *app, o *runOptions, sigs <-chan os.Signal) 
 	if o.wait == 0 {
 		lease, err = o.take(c, opts, false)(ctx)
 	} else {
-		if !o.quiet {
+		if !o.quiet && (o.conflictCode != exitOK || o.verbose) {
+			// With -E 0 a busy lock is a silent success: no wait
+			// messages either, or cron would mail them.
 			rep = startWaitReporter(a.stderr, o, st)
 			opts = append(opts, dlock.WithOnBusy(rep.busy))
 		}

@@ -13,26 +13,36 @@ import (
 )
 
 // createShared creates the SQLite file at path, empty (SQLite takes an
-// empty file for an empty database), group-writable, when it does not
-// exist and its directory dir is group-shared (set-group-ID, the convention
-// for a directory whose files belong to its group): SQLite would create it
-// 0644, and the group's other users could not take a lock. SQLite gives the
-// -wal and -shm files it adds the file's permissions. Elsewhere the file is
-// left for SQLite to create.
+// empty file for an empty database) and read-write for its group alone
+// (0660), when it does not exist and its directory dir is group-shared
+// (set-group-ID, the convention for a directory whose files belong to its
+// group): SQLite would create it 0644, and the group's other users could
+// not take a lock. SQLite gives the -wal and -shm files it adds the file's
+// permissions. The file is made under a temporary name and linked into
+// place with its mode set, so that no process opens it with another mode.
+// Elsewhere the file is left for SQLite to create.
 func createShared(path string, dir fs.FileInfo) error {
 	if dir.Mode()&fs.ModeSetgid == 0 {
 		return nil
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o664)
-	switch {
-	case errors.Is(err, fs.ErrExist):
-		return nil
-	case err != nil:
+	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+		return nil // there, or not ours to look at: SQLite says what is wrong
+	}
+	f, err := os.CreateTemp(dirOf(path), ".dlock-new-*")
+	if err != nil {
 		return fmt.Errorf("create %s: %w", path, unwrapPathErr(err))
 	}
-	defer f.Close()
-	if err := f.Chmod(0o664); err != nil { // past the umask
-		return fmt.Errorf("make %s group-writable: %w", path, unwrapPathErr(err))
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	err = f.Chmod(0o660) // past the umask
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("create %s: %w", path, unwrapPathErr(err))
+	}
+	if err := os.Link(tmp, path); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("create %s: %w", path, unwrapPathErr(err))
 	}
 	return nil
 }
@@ -53,7 +63,9 @@ func readOnlyHint(path, msg string) string {
 	}
 	return fmt.Sprintf("dlock must write the SQLite file, its -wal and -shm files and their directory (%s); "+
 		"between users, give them one group and make the directory set-group-ID and group-writable "+
-		"(chgrp GROUP DIR; chmod 2775 DIR), then the files group-writable (chmod g+w)", strings.Join(parts, ", "))
+		"(chgrp GROUP DIR; chmod 2775 DIR), then the files group-writable (chmod g+w); "+
+		"-wal and -shm files that another user's failed attempt left can be removed while no dlock runs, by their owner or root",
+		strings.Join(parts, ", "))
 }
 
 // describeOwner is "(-rw-r--r-- alice:staff)" for a file.

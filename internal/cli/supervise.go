@@ -29,13 +29,7 @@ func runHolding(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-cha
 	cmd.Stderr = a.stderr
 	cmd.Env = childEnv(withoutCredentials(os.Environ()), lease, o.kind)
 	cmd.SysProcAttr = childProcAttr()
-	release := func() error {
-		// Bounded like connecting: a store that does not answer lets the
-		// lock expire after its TTL anyway.
-		ctx, cancel := context.WithTimeout(context.Background(), min(o.ttl, a.connectTimeout))
-		defer cancel()
-		return lease.Unlock(ctx)
-	}
+	release := func() error { return releaseLease(a, o, lease, sigs) }
 
 	w := &childWatch{stderr: a.stderr, o: o, lease: lease, sigs: sigs}
 	if len(suspendSignals) > 0 {
@@ -83,7 +77,9 @@ func runHolding(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-cha
 		// its TTL runs out at most the safety margin from now: one short try
 		// to free it sooner, not a wait on a store that does not answer.
 		ctx, cancel := context.WithTimeout(context.Background(), lostReleaseTimeout)
-		_ = lease.Unlock(ctx)
+		if lease.Unlock(ctx) != nil {
+			o.unreleased = true
+		}
 		cancel()
 		return fail(exitLost, "the command %s after the lock %q was lost", how, o.name)
 	}
@@ -97,7 +93,7 @@ func runHolding(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-cha
 			o.name, how)
 	default:
 		fmt.Fprintf(a.stderr, "dlock: could not release %q; it expires on the store within %v: %s\n",
-			o.name, o.ttl, oneLine(scrub(err.Error(), st.secrets)))
+			o.name, o.ttl, releaseErrText(st, err))
 	}
 	if end == endStuck {
 		if code == exitOK {
@@ -107,21 +103,72 @@ func runHolding(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-cha
 			"(a process in the background that reads from the terminal is stopped so, by SIGTTIN; COMMAND has "+
 			"the terminal only when dlock's stdin is that terminal and dlock is in its foreground)", how)
 	}
-	if code > exitSignalBase && strings.HasPrefix(how, "was killed") {
-		// Told apart from a command that exited with that number itself.
+	if n := code - exitSignalBase; n > 0 && strings.HasPrefix(how, "was killed") && !o.quiet && !w.sent[n] &&
+		(sigPipe == nil || n != signalNumber(sigPipe)) {
+		// Told apart from a command that exited with that number itself;
+		// not for a signal the user sent through dlock, nor SIGPIPE, the
+		// quiet end of a pipeline's writer, about which shells say nothing.
 		return fail(code, "the command %s (exit status %d)", how, code)
 	}
 	return &exitError{code: code}
 }
 
+// releaseLease releases the lock after the command or the hold has ended:
+// bounded like connecting, and cut short by another signal, since a store
+// that does not answer lets the lock expire after its TTL anyway. A release
+// that failed marks o.unreleased, so that dlock exits without waiting on
+// that store again.
+func releaseLease(a *app, o *runOptions, lease *dlock.Lease, sigs <-chan os.Signal) error {
+	ctx, cancel := context.WithTimeout(context.Background(), min(o.ttl, a.connectTimeout))
+	defer cancel()
+	// A call stuck on a store that does not answer may not see its context
+	// end before its deadline: a second signal does not wait for it, and
+	// dlock exits while it is still out.
+	done := make(chan error, 1)
+	go func() { done <- lease.Unlock(ctx) }()
+	var err error
+	select {
+	case err = <-done:
+	case sig := <-sigs:
+		cancel()
+		err = fmt.Errorf("%s: gave up waiting for the store", signalName(sig))
+	}
+	if err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+		o.unreleased = true
+	}
+	return err
+}
+
+// releaseErrText is the store's error of a failed release for a message:
+// one line, without passwords or the library's own "dlock: " prefix.
+func releaseErrText(st *store, err error) string {
+	return strings.TrimPrefix(oneLine(scrub(err.Error(), st.secrets)), "dlock: ")
+}
+
 // holdOnly holds the lock without a command ("dlock run NAME"), for a shell
 // script that runs several commands under it: it prints the fence on
 // stdout, keeps the lease renewed until a signal comes (SIGINT, SIGTERM,
-// SIGHUP, SIGQUIT, SIGUSR1 or SIGUSR2), then releases the lock and exits 0.
-// A lost lock is exit 76: the script's commands are not dlock's children,
-// and only the script can stop them.
+// SIGHUP, SIGQUIT, SIGUSR1 or SIGUSR2) or its parent process ends (a script
+// that died), then releases the lock and exits 0. A lost lock is exit 76:
+// the script's commands are not dlock's children, and only the script can
+// stop them.
 func holdOnly(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-chan os.Signal) error {
-	fmt.Fprintln(a.stdout, lease.Fence())
+	parent := os.Getppid()
+	// A reader that went away must not kill dlock with SIGPIPE while it
+	// holds: the write fails instead, and the lock is released.
+	pipe := make(chan os.Signal, 1)
+	if sigPipe != nil {
+		signal.Notify(pipe, sigPipe)
+		defer signal.Stop(pipe)
+	}
+	if _, err := fmt.Fprintln(a.stdout, lease.Fence()); err != nil {
+		_ = releaseLease(a, o, lease, sigs)
+		return fail(exitIOErr, "cannot write the fence of %q on stdout (%v); released it", o.name, unwrapPathErr(err))
+	}
+	if !o.quiet {
+		fmt.Fprintf(a.stderr, "dlock: holding %q (fence %d) until a signal; to run a command under it: dlock run NAME -- COMMAND\n",
+			o.name, lease.Fence())
+	}
 	var stops <-chan os.Signal
 	if len(suspendSignals) > 0 {
 		ch := make(chan os.Signal, 1)
@@ -129,31 +176,42 @@ func holdOnly(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-chan 
 		defer signal.Stop(ch)
 		stops = ch
 	}
+	orphan := time.NewTicker(parentPoll)
+	defer orphan.Stop()
 	held := time.Now()
+	end := func(why string) error {
+		err := releaseLease(a, o, lease, sigs)
+		switch {
+		case errors.Is(err, dlock.ErrNotHeld):
+			return fail(exitLost, "lock %q was lost before %s ended the hold: %s", o.name, why, lossReason(lease.Err()))
+		case err != nil:
+			return fail(exitUnavailable, "%s: could not release %q; it expires on the store within %v: %s",
+				why, o.name, o.ttl, releaseErrText(st, err))
+		case o.verbose:
+			fmt.Fprintf(a.stderr, "dlock: %s: released %q after holding it %s\n", why, o.name, fmtDuration(time.Since(held)))
+		}
+		return nil
+	}
 	for {
 		select {
 		case <-lease.Done():
 			return fail(exitLost, "lost lock %q: %s", o.name, lossReason(lease.Err()))
 		case <-stops:
-			fmt.Fprintf(a.stderr, "\ndlock: not suspending while holding %q: its lease could lapse\n", o.name)
-			continue
-		case sig := <-sigs:
-			ctx, cancel := context.WithTimeout(context.Background(), min(o.ttl, a.connectTimeout))
-			err := lease.Unlock(ctx)
-			cancel()
-			switch {
-			case errors.Is(err, dlock.ErrNotHeld):
-				return fail(exitLost, "lock %q was lost before %s ended the hold: %s", o.name, signalName(sig), lossReason(lease.Err()))
-			case err != nil:
-				fmt.Fprintf(a.stderr, "dlock: could not release %q; it expires on the store within %v: %s\n",
-					o.name, o.ttl, oneLine(scrub(err.Error(), st.secrets)))
-			case o.verbose:
-				fmt.Fprintf(a.stderr, "dlock: %s: released %q after holding it %s\n", signalName(sig), o.name, fmtDuration(time.Since(held)))
+			fmt.Fprintf(a.stderr, "dlock: not suspending while holding %q: its lease could lapse\n", o.name)
+		case <-pipe:
+		case <-orphan.C:
+			if os.Getppid() != parent {
+				return end("the process that started dlock ended")
 			}
-			return nil
+		case sig := <-sigs:
+			return end(signalName(sig))
 		}
 	}
 }
+
+// parentPoll is how often a hold without a command looks for the end of
+// its parent.
+const parentPoll = 500 * time.Millisecond
 
 // startLocked starts cmd from a goroutine locked to its OS thread, and waits
 // for it there: the kernel sends the command its parent death signal (see
@@ -220,6 +278,7 @@ type childWatch struct {
 	stops  <-chan os.Signal // SIGTSTP to dlock, nil where there is none
 	chld   <-chan os.Signal // SIGCHLD, nil where there is none
 	exited <-chan struct{}  // closed when the command has been waited for
+	sent   map[int]bool     // the signals passed on to the group, by number
 }
 
 // watchEnd is how the command's process group ended.
@@ -342,6 +401,10 @@ func (w *childWatch) wait() watchEnd {
 				}
 			}
 		case sig := <-w.sigs:
+			if w.sent == nil {
+				w.sent = make(map[int]bool)
+			}
+			w.sent[signalNumber(sig)] = true
 			if err := signalGroup(w.pgid, sig); err != nil {
 				fmt.Fprintf(w.stderr, "dlock: cannot pass %s on to the command: %v\n", signalName(sig), err)
 			}
