@@ -90,7 +90,7 @@ func TestOwnerStringPerMetadata(t *testing.T) {
 	ctx := t.Context()
 	c := dlock.New(memlock.New())
 	defer c.Close()
-	pattern := "^" + regexp.QuoteMeta(driver.ProcessIdentity()) + `( client \d+)?\|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`
+	pattern := "^" + regexp.QuoteMeta(driver.ProcessIdentity()) + `( client \d+)?\|(proc:[0-9a-f]{8}:\d+\|)?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`
 	for _, meta := range []string{"", "a", "", "b", "b"} {
 		l, err := c.Mutex("owner/"+meta, dlock.WithMetadata(meta)).Lock(ctx)
 		if err != nil {

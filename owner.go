@@ -1,4 +1,5 @@
-// Owner tokens and the owner strings stored with a lock ("host|pid N|time").
+// Owner tokens and the owner strings stored with a lock
+// ("host|pid N|proc:MACHINE:START|time|metadata").
 
 package dlock
 
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/proclive"
 )
 
 // newToken returns a random 128-bit owner token as 32 hex characters.
@@ -35,12 +37,19 @@ func clientIdentity(n int64) string {
 }
 
 // ownerString describes an owner for other waiters and for dlock ls:
-// "host|pid 4242|2026-11-21T10:00:03Z", then "|metadata" when there is some;
-// identity is the Client's (see clientIdentity).
+// "host|pid 4242|proc:3fa2c1d0:8812345|2026-11-21T10:00:03Z", then
+// "|metadata" when there is some; identity is the Client's (see
+// clientIdentity). The process tag (internal/proclive), where the system
+// gives one, lets a process of the same host tell whether the owner's
+// process has ended; it is left out elsewhere.
 func ownerString(identity string, at time.Time, metadata string) string {
 	var buf [128]byte
 	b := append(buf[:0], identity...)
 	b = append(b, '|')
+	if tag := proclive.Tag(); tag != "" {
+		b = append(b, tag...)
+		b = append(b, '|')
+	}
 	b = at.UTC().AppendFormat(b, time.RFC3339)
 	if metadata != "" {
 		b = append(b, '|')

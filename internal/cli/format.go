@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/proclive"
 )
 
 // fmtDuration formats d for people: 850ms, 4.2s, 3m05s, 2h03m, 3d04h.
@@ -27,15 +28,53 @@ func fmtDuration(d time.Duration) string {
 }
 
 // ownerAcquired reads the acquisition time from an owner string written by
-// dlock, "host|pid N|2026-11-21T10:00:03Z" with "|metadata" after it when
-// there is some. ok is false for other owner strings.
+// dlock (see splitOwner). ok is false for other owner strings.
 func ownerAcquired(owner string) (at time.Time, ok bool) {
-	parts := strings.SplitN(owner, "|", 4)
-	if len(parts) < 3 || !strings.HasPrefix(parts[1], "pid ") {
+	o, ok := splitOwner(owner)
+	if !ok {
 		return time.Time{}, false
 	}
-	at, err := time.Parse(time.RFC3339, parts[2])
+	at, err := time.Parse(time.RFC3339, o.at)
 	return at, err == nil
+}
+
+// ownerParts is an owner string that dlock wrote, in its parts.
+type ownerParts struct {
+	host, pid string // pid: "4242" or "4242 client 2"
+	tag       string // the process tag (internal/proclive), or ""
+	at        string // the acquisition time, RFC 3339
+	metadata  *string
+}
+
+// splitOwner splits an owner string that dlock wrote,
+// "host|pid N[ client K][|proc:MACHINE:START]|2026-11-21T10:00:03Z[|metadata]"
+// (the metadata, last, may hold '|'); ok is false for other strings.
+func splitOwner(owner string) (o ownerParts, ok bool) {
+	parts := strings.SplitN(owner, "|", 3)
+	if len(parts) < 3 {
+		return o, false
+	}
+	o.host, ok = parts[0], true
+	if o.pid, ok = strings.CutPrefix(parts[1], "pid "); !ok {
+		return o, false
+	}
+	rest := parts[2]
+	if strings.HasPrefix(rest, "proc:") {
+		tag, after, found := strings.Cut(rest, "|")
+		if !found || !proclive.IsTag(tag) {
+			return o, false
+		}
+		o.tag, rest = tag, after
+	}
+	at, meta, hasMeta := strings.Cut(rest, "|")
+	if _, err := time.Parse(time.RFC3339, at); err != nil {
+		return o, false
+	}
+	o.at = at
+	if hasMeta {
+		o.metadata = &meta
+	}
+	return o, true
 }
 
 // heldFor returns how long the lock of info has been held: the store's own

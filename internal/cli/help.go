@@ -145,6 +145,15 @@ before the lease can have expired on the store: at the lease's local deadline
 minus --kill-grace minus 250ms. Pass $DLOCK_FENCE to what COMMAND writes to,
 so that it can refuse writes from a holder whose lease ran out.
 
+A holder that dies without releasing (kill -9, a crash) leaves the lock on
+the store until its TTL runs out. On Linux, a dlock of the same host (same
+boot, same PID namespace) that finds the lock held by such a process sees
+that it has ended, from the owner string (its PID and start time), and takes
+the lock over at once, as flock would: it breaks that holder's grant, and
+only that one (the store compares its fence), and says so. A holder on
+another host, or whose state it cannot read, is waited for. Redlock, readers
+and permit holders are not taken over.
+
 If dlock itself is killed (kill -9), Linux kills COMMAND's own process with
 SIGKILL, unless it is a set-user-ID program such as sudo (Linux then drops
 that signal). The other processes of its group, and COMMAND on other systems,

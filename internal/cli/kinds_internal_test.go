@@ -247,11 +247,15 @@ func TestParseOwner(t *testing.T) {
 	if o == nil || o.Host != "web-1" || o.PID != 4242 || o.Client != 3 || o.AcquiredAt != "2026-11-21T10:00:03Z" || o.Metadata == nil || *o.Metadata != "a|b" {
 		t.Errorf("parseOwner = %+v", o)
 	}
+	o = parseOwner("web-1|pid 4242|proc:3fa2c1d0:8812345|2026-11-21T10:00:03Z|a|b")
+	if o == nil || o.PID != 4242 || o.AcquiredAt != "2026-11-21T10:00:03Z" || o.Metadata == nil || *o.Metadata != "a|b" {
+		t.Errorf("parseOwner with a process tag = %+v", o)
+	}
 	o = parseOwner("web-1|pid 7|2026-11-21T10:00:03Z")
 	if o == nil || o.Client != 1 || o.Metadata != nil {
 		t.Errorf("parseOwner without metadata = %+v", o)
 	}
-	for _, s := range []string{"", "someone else", "h|pid x|2026-11-21T10:00:03Z", "h|pid 1|yesterday", "h|process 1|2026-11-21T10:00:03Z"} {
+	for _, s := range []string{"", "someone else", "h|pid x|2026-11-21T10:00:03Z", "h|pid 1|yesterday", "h|process 1|2026-11-21T10:00:03Z", "h|pid 1|proc:xyz|2026-11-21T10:00:03Z"} {
 		if o := parseOwner(s); o != nil {
 			t.Errorf("parseOwner(%q) = %+v, want nil", s, o)
 		}

@@ -74,22 +74,18 @@ type ownerJSON struct {
 	Metadata   *string `json:"metadata"` // null when none was given
 }
 
-// parseOwner splits an owner string that dlock wrote,
-// "host|pid N[ client K]|2026-11-21T10:00:03Z[|metadata]"; nil for others.
+// parseOwner splits an owner string that dlock wrote (see splitOwner); nil
+// for others.
 func parseOwner(owner string) *ownerJSON {
-	parts := strings.SplitN(owner, "|", 4)
-	if len(parts) < 3 {
-		return nil
-	}
-	proc, ok := strings.CutPrefix(parts[1], "pid ")
+	p, ok := splitOwner(owner)
 	if !ok {
 		return nil
 	}
-	if _, _, ok := safetext.Check(parts[0]); !ok || parts[0] == "" {
+	if _, _, ok := safetext.Check(p.host); !ok || p.host == "" {
 		return nil // not a host name dlock wrote
 	}
-	o := &ownerJSON{Host: parts[0], Client: 1}
-	pid, client, hasClient := strings.Cut(proc, " client ")
+	o := &ownerJSON{Host: p.host, Client: 1, AcquiredAt: p.at, Metadata: p.metadata}
+	pid, client, hasClient := strings.Cut(p.pid, " client ")
 	var err error
 	if o.PID, err = strconv.Atoi(pid); err != nil {
 		return nil
@@ -98,13 +94,6 @@ func parseOwner(owner string) *ownerJSON {
 		if o.Client, err = strconv.Atoi(client); err != nil {
 			return nil
 		}
-	}
-	if _, err := time.Parse(time.RFC3339, parts[2]); err != nil {
-		return nil
-	}
-	o.AcquiredAt = parts[2]
-	if len(parts) == 4 {
-		o.Metadata = &parts[3]
 	}
 	return o
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -87,20 +88,37 @@ func acquire(ctx context.Context, a *app, o *runOptions, sigs <-chan os.Signal) 
 		lease *dlock.Lease
 		rep   *waitReporter
 	)
+	// Where dlock says that it took over a dead holder's lock: not with
+	// -q, nor with -E 0, where a busy lock is a silent success.
+	var say io.Writer = a.stderr
+	if o.quiet || (o.conflictCode == exitOK && !o.verbose) {
+		say = nil
+	}
 	started := time.Now()
 	if o.wait == 0 {
 		lease, err = o.take(c, opts, false)(ctx)
+		var no *dlock.NotObtainedError
+		if errors.As(err, &no) && no.Shared == 0 && !no.WriterWaiting && takeOver(st, o.name, no.Holder, say) {
+			lease, err = o.take(c, opts, false)(ctx)
+		}
 	} else {
-		if !o.quiet && (o.conflictCode != exitOK || o.verbose) {
+		if say != nil {
 			// With -E 0 a busy lock is a silent success: no wait
 			// messages either, or cron would mail them.
 			rep = startWaitReporter(a.stderr, o, st)
-			opts = append(opts, dlock.WithOnBusy(rep.busy))
 		}
+		tk := startTakeoverWatch(st, o.name, say)
+		opts = append(opts, dlock.WithOnBusy(func(e *dlock.NotObtainedError) {
+			if rep != nil {
+				rep.busy(e)
+			}
+			tk.busy(e)
+		}))
 		if o.wait != waitForever {
 			opts = append(opts, dlock.WithWait(o.wait))
 		}
 		lease, err = o.take(c, opts, true)(ctx)
+		tk.Stop()
 		if rep != nil {
 			rep.Stop()
 		}

@@ -1,0 +1,54 @@
+//go:build linux
+
+package cli_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestRunTakesOverDeadHolder: a dlock run killed with SIGKILL leaves its
+// lock on the store for the TTL; a dlock of the same host sees that the
+// holder's process has ended and takes the lock over at once, as flock
+// would (trying once, or while it waits); a live holder is never taken
+// over.
+func TestRunTakesOverDeadHolder(t *testing.T) {
+	backends := map[string]func(t *testing.T) string{
+		"sqlite": func(t *testing.T) string { return sqliteURL(t) },
+		"redis":  func(t *testing.T) string { u, _ := redisURL(t); return u },
+	}
+	for name, mk := range backends {
+		t.Run(name, func(t *testing.T) {
+			ready := filepath.Join(t.TempDir(), "ready")
+			e := newEnv(t, mk(t), "READY="+ready)
+			for i, wait := range []string{"0", "20s"} {
+				_ = os.Remove(ready)
+				// exec: the command's own process, which dies with dlock
+				// (its parent death signal), holds the output pipes.
+				holder := e.start("run", "--ttl", "30s", "crash", "--", "sh", "-c", `echo x > "$READY"; exec sleep 60`)
+				waitFile(t, ready, holder)
+				if i == 0 {
+					// Alive: not taken over.
+					expect(t, e.run("run", "crash", "--", "true"), 75, `"crash" is held by`)
+				}
+				if err := holder.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+				holder.wait()
+				start := time.Now()
+				r := e.run("run", "--wait", wait, "crash", "--", "true")
+				expect(t, r, 0, `whose process has ended on this host; took its lock over`)
+				if took := time.Since(start); took > 10*time.Second {
+					t.Errorf("--wait %s: took the lock over after %v, not at once (the TTL is 30s)", wait, took)
+				}
+				if strings.Count(r.stderr, "took its lock over") != 1 {
+					t.Errorf("--wait %s: took over more than once:\n%s", wait, r.stderr)
+				}
+			}
+		})
+	}
+}
