@@ -244,3 +244,73 @@ func serverStat(b *testing.B, rdb *redis.Client, section, pattern string) float6
 	n, _ := strconv.ParseFloat(m[1], 64)
 	return n
 }
+
+// BenchmarkUncontendedInterleaved runs the raw loop's cycle, the Backend's
+// (Acquire and Release, no dlock client) and dlock's Lock+Unlock on one
+// server in turns, blocks of 500 cycles each, and reports each one's median
+// µs per cycle over the blocks and its ratio to raw. Taking turns keeps a
+// busy machine's ups and downs out of the ratios, which separate runs of
+// the benchmarks above do not.
+//
+//	go test -run XXX -bench UncontendedInterleaved -benchtime 30000x ./redislock/
+func BenchmarkUncontendedInterleaved(b *testing.B) {
+	srv := testserver.StartRedis(b)
+	ctx := context.Background()
+	raw := srv.Client(b)
+	be := redislock.New(srv.Client(b), redislock.WithEvictionAllowed())
+	c := dlock.New(redislock.New(srv.Client(b), redislock.WithEvictionAllowed()))
+	defer c.Close()
+	m := c.Mutex("bench/interleaved")
+	subjects := []struct {
+		name  string
+		cycle func() error
+	}{
+		{"raw", func() error {
+			if err := raw.SetNX(ctx, "raw/interleaved", "token", 10*time.Second).Err(); err != nil {
+				return err
+			}
+			return compareAndDelete.Run(ctx, raw, []string{"raw/interleaved"}, "token").Err()
+		}},
+		{"backend", func() error {
+			res, err := be.Acquire(ctx, driver.AcquireRequest{Key: "bench/backend", Token: "t", Owner: "bench owner", TTL: 10 * time.Second})
+			if err != nil || !res.Acquired {
+				return fmt.Errorf("acquire: %+v, %v", res, err)
+			}
+			_, err = be.Release(ctx, "bench/backend", "t")
+			return err
+		}},
+		{"dlock", func() error {
+			l, err := m.Lock(ctx)
+			if err != nil {
+				return err
+			}
+			return l.Unlock(ctx)
+		}},
+	}
+	const block = 500
+	perBlock := make([][]float64, len(subjects))
+	b.ResetTimer()
+	for done := 0; done < b.N; done += block * len(subjects) {
+		for i, s := range subjects {
+			start := time.Now()
+			for range block {
+				if err := s.cycle(); err != nil {
+					b.Fatalf("%s: %v", s.name, err)
+				}
+			}
+			perBlock[i] = append(perBlock[i], float64(time.Since(start).Nanoseconds())/block/1e3)
+		}
+	}
+	b.StopTimer()
+	medians := make([]float64, len(subjects))
+	for i, v := range perBlock {
+		slices.Sort(v)
+		medians[i] = v[len(v)/2]
+	}
+	for i, s := range subjects {
+		b.ReportMetric(medians[i], s.name+"-µs/cycle")
+		if i > 0 {
+			b.ReportMetric(medians[i]/medians[0], s.name+"/raw")
+		}
+	}
+}
