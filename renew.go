@@ -74,6 +74,13 @@ func (r *renewer) reschedule(g *grant) {
 // A lock taken while no other lease is held usually falls due after the
 // timer left by the last one, and then costs the loop no wake-up. The
 // caller holds g.mu.
+//
+// When it wakes the loop, push moves wakeAt to g's time at once: the loop,
+// woken, sets its timer from the heap, or, when g was released meanwhile
+// (an uncontended Lock+Unlock is over long before the loop runs), keeps
+// wakeAt. Left at its old value (an hour away after an idle turn), every
+// later lock would wake the loop again until one happened to be held while
+// it ran.
 func (r *renewer) push(g *grant) bool {
 	r.start()
 	r.mu.Lock()
@@ -84,6 +91,9 @@ func (r *renewer) push(g *grant) bool {
 		heap.Push(&r.h, g)
 	}
 	wake := g.index == 0 && g.at.Before(r.wakeAt)
+	if wake {
+		r.wakeAt = g.at
+	}
 	r.mu.Unlock()
 	return wake
 }

@@ -37,22 +37,27 @@ local L, F, S, SI, W, Q, QE, QO = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], K
 local token, owner, ttl, rid = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[11]
 local shared = ARGV[6] == '1'
 
--- grant makes a new exclusive grant and returns its answer.
+-- grant makes a new exclusive grant, acquired at at (ms, a decimal
+-- string), and returns its answer. Its arguments to Redis are strings where
+-- they can be: Lua formats a number it passes with printf's %.14g.
 local function grant(at)
   local fence = redis.call('INCR', F)
   local delay = tonumber(ARGV[5]) or 0
   if delay > 0 then
-    redis.call('HSET', L, token, 1, 'owner', owner, 'fence', string.format('%d', fence), 'at', at, 'rid', rid, 'delay', delay)
+    redis.call('HSET', L, token, '1', 'owner', owner, 'fence', string.format('%d', fence), 'at', at, 'rid', rid, 'delay', ARGV[5])
+    redis.call('PEXPIRE', L, string.format('%d', ttl + delay))
   else
-    redis.call('HSET', L, token, 1, 'owner', owner, 'fence', string.format('%d', fence), 'at', at, 'rid', rid)
+    redis.call('HSET', L, token, '1', 'owner', owner, 'fence', string.format('%d', fence), 'at', at, 'rid', rid)
+    redis.call('PEXPIRE', L, ARGV[3])
   end
-  redis.call('PEXPIRE', L, ttl + delay)
   return {1, fence, 1}
 end
 
+-- The fast path: one EXISTS decides that the lock is free of everything,
+-- and the grant is made as the end of this script would make it.
 if not shared and redis.call('EXISTS', L, S, W, Q) == 0 then
   local t = redis.call('TIME')
-  return grant(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  return grant(string.format('%s%03d', t[1], math.floor(tonumber(t[2]) / 1000)))
 end
 
 --#common
@@ -206,6 +211,6 @@ if redis.call('EXISTS', S, W, Q) > 0 then
   end
   forget()
 end
-local r = grant(now())
+local r = grant(string.format('%d', now()))
 r[4] = overtook
 return r

@@ -12,7 +12,9 @@ package redislock_test
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock"
 )
@@ -145,4 +148,169 @@ func runContended(b *testing.B, n int, cycle func(ctx context.Context, owner int
 	slices.Sort(all)
 	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
+}
+
+// BenchmarkScriptServerTime reports the server's time per call of each
+// script on the uncontended path, from INFO commandstats (the usec of
+// EVALSHA, which include the commands the script runs; SET for the raw
+// loop's acquire): b.N acquires and b.N releases, in rounds over 64 names
+// (each round acquires all, then releases all, so that a name's recent
+// releases fill up as on a lock in use), next to the raw loop's SET NX PX
+// and compare-and-delete script. These are wall-clock µs as Redis measured
+// them, without the client and the network; a busy machine inflates them
+// (compare figures of one run). cpu-µs is the server process's CPU time
+// (INFO cpu) per call, reading and answering the request included.
+//
+//	go test -run XXX -bench ScriptServerTime -benchtime 20000x ./redislock/
+func BenchmarkScriptServerTime(b *testing.B) {
+	srv := testserver.StartRedis(b)
+	rdb := srv.Client(b)
+	be := redislock.New(srv.Client(b), redislock.WithEvictionAllowed())
+	ctx := context.Background()
+	keys := make([]string, 64)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("bench/script/%d", i)
+	}
+	usec := func(cmd string) float64 {
+		return serverStat(b, rdb, "commandstats", `(?m)^cmdstat_`+cmd+`:calls=\d+,usec=(\d+)`)
+	}
+	type phase struct {
+		name, cmd string
+		run       func(key string) error
+		usec, cpu float64
+		calls     int
+	}
+	phases := []*phase{
+		{name: "acquire", cmd: "evalsha", run: func(k string) error {
+			res, err := be.Acquire(ctx, driver.AcquireRequest{Key: k, Token: "t", Owner: "bench owner", TTL: 10 * time.Second})
+			if err == nil && !res.Acquired {
+				err = fmt.Errorf("not acquired: %+v", res)
+			}
+			return err
+		}},
+		{name: "release", cmd: "evalsha", run: func(k string) error {
+			res, err := be.Release(ctx, k, "t")
+			if err == nil && !res.Held {
+				err = fmt.Errorf("not held")
+			}
+			return err
+		}},
+		{name: "rawset", cmd: "set", run: func(k string) error {
+			return rdb.SetNX(ctx, "raw/"+k, "token", 10*time.Second).Err()
+		}},
+		{name: "rawdel", cmd: "evalsha", run: func(k string) error {
+			return compareAndDelete.Run(ctx, rdb, []string{"raw/" + k}, "token").Err()
+		}},
+	}
+	b.ResetTimer()
+	for done := 0; done < b.N; done += len(keys) {
+		n := min(len(keys), b.N-done)
+		for _, p := range phases {
+			before, cpu := usec(p.cmd), serverCPU(b, rdb)
+			for _, k := range keys[:n] {
+				if err := p.run(k); err != nil {
+					b.Fatalf("%s %s: %v", p.name, k, err)
+				}
+			}
+			p.cpu += serverCPU(b, rdb) - cpu
+			p.usec += usec(p.cmd) - before
+			p.calls += n
+		}
+	}
+	for _, p := range phases {
+		b.ReportMetric(p.usec/float64(p.calls), p.name+"-µs")
+		b.ReportMetric(p.cpu/float64(p.calls), p.name+"-cpu-µs")
+	}
+}
+
+// serverCPU returns the server's CPU time so far in µs (INFO cpu, user and
+// system, of its main thread and the others).
+func serverCPU(b *testing.B, rdb *redis.Client) float64 {
+	return 1e6 * (serverStat(b, rdb, "cpu", `(?m)^used_cpu_user:([0-9.]+)`) + serverStat(b, rdb, "cpu", `(?m)^used_cpu_sys:([0-9.]+)`))
+}
+
+// serverStat returns the number that the first group of pattern matches in
+// the INFO section, or 0 when it does not match.
+func serverStat(b *testing.B, rdb *redis.Client, section, pattern string) float64 {
+	b.Helper()
+	info, err := rdb.Info(context.Background(), section).Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := regexp.MustCompile(pattern).FindStringSubmatch(info)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseFloat(m[1], 64)
+	return n
+}
+
+// BenchmarkUncontendedInterleaved runs the raw loop's cycle, the Backend's
+// (Acquire and Release, no dlock client) and dlock's Lock+Unlock on one
+// server in turns, blocks of 500 cycles each, and reports each one's median
+// µs per cycle over the blocks and its ratio to raw. Taking turns keeps a
+// busy machine's ups and downs out of the ratios, which separate runs of
+// the benchmarks above do not.
+//
+//	go test -run XXX -bench UncontendedInterleaved -benchtime 30000x ./redislock/
+func BenchmarkUncontendedInterleaved(b *testing.B) {
+	srv := testserver.StartRedis(b)
+	ctx := context.Background()
+	raw := srv.Client(b)
+	be := redislock.New(srv.Client(b), redislock.WithEvictionAllowed())
+	c := dlock.New(redislock.New(srv.Client(b), redislock.WithEvictionAllowed()))
+	defer c.Close()
+	m := c.Mutex("bench/interleaved")
+	subjects := []struct {
+		name  string
+		cycle func() error
+	}{
+		{"raw", func() error {
+			if err := raw.SetNX(ctx, "raw/interleaved", "token", 10*time.Second).Err(); err != nil {
+				return err
+			}
+			return compareAndDelete.Run(ctx, raw, []string{"raw/interleaved"}, "token").Err()
+		}},
+		{"backend", func() error {
+			res, err := be.Acquire(ctx, driver.AcquireRequest{Key: "bench/backend", Token: "t", Owner: "bench owner", TTL: 10 * time.Second})
+			if err != nil || !res.Acquired {
+				return fmt.Errorf("acquire: %+v, %v", res, err)
+			}
+			_, err = be.Release(ctx, "bench/backend", "t")
+			return err
+		}},
+		{"dlock", func() error {
+			l, err := m.Lock(ctx)
+			if err != nil {
+				return err
+			}
+			return l.Unlock(ctx)
+		}},
+	}
+	const block = 500
+	perBlock := make([][]float64, len(subjects))
+	b.ResetTimer()
+	for done := 0; done < b.N; done += block * len(subjects) {
+		for i, s := range subjects {
+			start := time.Now()
+			for range block {
+				if err := s.cycle(); err != nil {
+					b.Fatalf("%s: %v", s.name, err)
+				}
+			}
+			perBlock[i] = append(perBlock[i], float64(time.Since(start).Nanoseconds())/block/1e3)
+		}
+	}
+	b.StopTimer()
+	medians := make([]float64, len(subjects))
+	for i, v := range perBlock {
+		slices.Sort(v)
+		medians[i] = v[len(v)/2]
+	}
+	for i, s := range subjects {
+		b.ReportMetric(medians[i], s.name+"-µs/cycle")
+		if i > 0 {
+			b.ReportMetric(medians[i]/medians[0], s.name+"/raw")
+		}
+	}
 }

@@ -24,9 +24,10 @@ import "strings"
 //	NS:{K}:qe     zset: fair queue, token → entry expiry (ms, server clock)
 //	NS:{K}:qo     hash: fair queue, token → owner, for the entries whose
 //	              request accepts a direct handoff (driver.Handoff)
-//	NS:{K}:r      string: the ids of the latest releases (up to 16) that
-//	              deleted the hash or a shared hold; lives 15s after the
-//	              last. A resent release finds its id and changes nothing.
+//	NS:{K}:r      string: the ids of the latest releases that deleted the
+//	              hash or a shared hold, newest first, at least 448 bytes
+//	              of them (16 ids); lives 15s after the last. A resent
+//	              release finds its id and changes nothing.
 //	NS:{K}:rel    release channel (a channel name, not a key)
 //
 // :s and :si, and :q, :qe and :qo, are written together and carry the expiry of

@@ -14,9 +14,11 @@
 -- A client may send the same request twice (go-redis resends a command
 -- whose answer was lost with its connection, though it ran): the second
 -- must answer as the first did. So the ids of recent releases are kept:
--- those that left holds in the hash ('rrid'), those that deleted the hash
--- or a shared hold in KEYS[7], for recentTTL ms; a request whose id is
--- there changes nothing and reports the holds the token has now.
+-- those that left holds in the hash ('rrid', the latest recentMax), those
+-- that deleted the hash or a shared hold in KEYS[7] (the newest first, at
+-- least recentKeep bytes of them: 16 ids as the Backend makes them), for
+-- recentTTL ms after the latest; a request whose id is there changes
+-- nothing and reports the holds the token has now.
 --
 -- The announcement is "next:" followed by the token at the head of the fair
 -- queue when the lock is left free of an exclusive holder with a live
@@ -29,7 +31,7 @@
 -- queue, is released before the helpers of the rest are even defined.
 local L, S, SI, W, Q, QE, R, QO, F = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local token, rid = ARGV[1], ARGV[4]
-local recentTTL, recentMax = 15000, 16
+local recentTTL, recentMax, recentBytes, recentKeep = 15000, 16, 640, 448
 
 -- seen reports whether the space-separated ids ids include id.
 local function seen(ids, id)
@@ -52,20 +54,36 @@ local function push(ids, id)
   return table.concat(out, ' ')
 end
 
--- done records that this request deleted the hash or a shared hold.
+-- done records that this request deleted the hash or a shared hold: its
+-- id goes in front of the ids kept, which, once they pass recentBytes, are
+-- cut between two ids after recentKeep bytes. That is one search for a
+-- space where push parses every id and joins them again (push took most of
+-- a release's time).
 local function done()
-  redis.call('SET', R, push(redis.call('GET', R), rid), 'PX', recentTTL)
+  local ids = redis.call('GET', R)
+  if not ids then
+    ids = rid
+  elseif #ids < recentBytes then
+    ids = rid .. ' ' .. ids
+  else
+    local cut = string.find(ids, ' ', recentKeep, true)
+    ids = cut and (rid .. ' ' .. string.sub(ids, 1, cut - 1)) or rid
+  end
+  redis.call('SET', R, ids, 'PX', recentTTL)
 end
 
-local holds = redis.call('HGET', L, token)
+-- One read of the hash gives the token's holds, the ids of the releases
+-- that left holds, and the lock-delay, which the fast path must not have.
+local h = redis.call('HMGET', L, token, 'rrid', 'delay')
+local holds = h[1]
 if holds then
-  if seen(redis.call('HGET', L, 'rrid'), rid) then
+  if seen(h[2], rid) then
     return tonumber(holds) -- a resent request: released already
   end
 elseif seen(redis.call('GET', R), rid) then
   return 0 -- a resent request: it deleted the hold already
 end
-if holds == '1' and redis.call('EXISTS', W, Q) == 0 and not redis.call('HGET', L, 'delay') then
+if holds == '1' and not h[3] and redis.call('EXISTS', W, Q) == 0 then
   redis.call('DEL', L)
   done()
   if ARGV[3] ~= '' then
