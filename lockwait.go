@@ -246,7 +246,7 @@ func (w *waiter) attempt(ctx context.Context) (*Lease, driver.AcquireResult, tim
 	if fair && w.h.starve && !w.promisedSince.IsZero() && time.Since(w.promisedSince) >= promisedGrace {
 		fair = false
 	}
-	return w.h.try(ctx, w.token, true, fair, w.queue == nil && w.h.claiming(w.start))
+	return w.h.try(ctx, w.token, true, fair, w.queue == nil && w.claiming())
 }
 
 // wake is the channel that wakes the waiter: its group's while plain, its
@@ -314,7 +314,7 @@ func (w *waiter) plainDelay(attempt int, res driver.AcquireResult) time.Duration
 		// A writer intent is kept only by trying again before it lapses.
 		d = min(d, h.opts.queueTTL()/3)
 	}
-	if h.claiming(w.start) {
+	if w.claiming() {
 		d = w.claimDelay(d, res)
 	}
 	return d

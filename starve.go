@@ -22,8 +22,8 @@ import (
 //
 // On a store whose fair queue costs too much to serve a hot lock (SQL:
 // several statements per grant, and waiters woken by polling) the waiters
-// do not queue; a plain waiter that has waited starveAfter claims the next
-// grant instead (driver.AcquireRequest.Claim): one claim per name, kept
+// do not queue; a plain waiter that has waited starveAfter (claimAfterPolled
+// where it is not woken by releases) claims the next grant instead (driver.AcquireRequest.Claim): one claim per name, kept
 // on the lock's own row, which the plain acquire of every other owner
 // respects, the releasing owner's included. The claimer polls at
 // claimPoll while its claim is live and the lock held (a store with
@@ -42,8 +42,9 @@ const (
 	promisedRetry = 20 * time.Millisecond
 	// claimTTL is how long a claim lives after the request that made or
 	// kept it; the claimer renews it at least every claimTTL/3.
-	claimTTL  = 500 * time.Millisecond
-	claimPoll = time.Millisecond
+	claimTTL         = 500 * time.Millisecond
+	claimPoll        = time.Millisecond
+	claimAfterPolled = 100 * time.Millisecond
 )
 
 // sawQueue records that a release of key named a queue's head. The caller
@@ -106,8 +107,18 @@ func (h *handle) starving(start time.Time, last driver.AcquireResult) bool {
 		(time.Since(start) >= starveAfter || h.hub.queueLive(h.key))
 }
 
-// claiming reports whether a plain waiter of h that started at start
-// claims the next grant with its next request.
-func (h *handle) claiming(start time.Time) bool {
-	return h.claim && time.Since(start) >= starveAfter
+// claiming reports whether the plain waiter w claims the next grant with
+// its next request: once it has waited starveAfter where releases wake it,
+// or claimAfterPolled where it polls (a claimed handoff then costs the
+// claimer's polling pace, so the lock is left to the faster barging until
+// a wait grows long).
+func (w *waiter) claiming() bool {
+	if !w.h.claim {
+		return false
+	}
+	after := starveAfter
+	if !w.h.hub.notified(w.g) {
+		after = claimAfterPolled
+	}
+	return time.Since(w.start) >= after
 }

@@ -175,12 +175,31 @@ func checkRequest(req driver.AcquireRequest) error {
 // its statements; a Fair request refused without a holder waits for the
 // queue, and the transaction that said so saw it right.
 func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	if req.Claim && req.Wait && !req.Fair && req.Mode == driver.Exclusive && b.dialect != PostgreSQL {
+		res, decided, err := retryBusy3(ctx, b.dialect, func() (driver.AcquireResult, bool, error) { return b.tx.claimFirst(ctx, req) })
+		if err != nil || decided {
+			return res, err
+		}
+	}
 	try := func() (driver.AcquireResult, error) { return b.acquireInFlight(ctx, req) }
 	res, err := retryBusy(ctx, b.dialect, try)
 	if err == nil && !res.Acquired && res.Holder == "" && !res.Queued && !req.Fair && b.dialect != MySQL && ctx.Err() == nil {
 		res, err = retryBusy(ctx, b.dialect, try)
 	}
 	return res, err
+}
+
+// retryBusy3 is retryBusy for an operation with two results.
+func retryBusy3[T any](ctx context.Context, d Dialect, op func() (T, bool, error)) (T, bool, error) {
+	type pair struct {
+		v  T
+		ok bool
+	}
+	p, err := retryBusy(ctx, d, func() (pair, error) {
+		v, ok, err := op()
+		return pair{v, ok}, err
+	})
+	return p.v, p.ok, err
 }
 
 // acquireOnce sends req the way its kind takes.
