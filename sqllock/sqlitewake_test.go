@@ -76,6 +76,7 @@ func TestSQLiteWakeAcrossProcesses(t *testing.T) {
 	if s := next("its first refusal", 30*time.Second); s != "busy" {
 		t.Fatalf("the waiting process said %q, want busy", s)
 	}
+	time.Sleep(time.Second) // the waiter is asleep by now
 	if err := l.Unlock(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -102,6 +103,10 @@ func runWakeChild() int {
 	defer c.Close()
 	busy := make(chan struct{}, 1)
 	m := c.Mutex("woken",
+		// A fixed owner ID: the waiter never claims (a claimer would try
+		// again every claimTTL/3 to keep its claim), so only a wake-up
+		// brings it in before its minute is up.
+		dlock.WithOwnerID("wake-child"),
 		dlock.WithRetry(dlock.ExponentialBackoff(time.Minute, time.Minute)),
 		dlock.WithOnBusy(func(*dlock.NotObtainedError) {
 			select {
