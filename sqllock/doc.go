@@ -176,21 +176,26 @@
 // a connection to every held lock and every waiting Client (the session
 // state this package avoids), and costs four more statements per grant
 // (GET_LOCK and RELEASE_LOCK on each side) where a polling claimer (below)
-// costs two per millisecond of the holder's critical section: it is not
-// built.
+// costs one read per millisecond of the holder's critical section: it is
+// not built.
 //
-// A plain Mutex (not Fair) is served in arrival order only while its
-// waiters starve: a waiter that has waited a millisecond claims the next
-// grant (driver.AcquireRequest.Claim), which the row records in claim_token,
+// A plain Mutex (not Fair) lets an owner take a free lock before the
+// waiters, until they starve: a waiter that has waited a millisecond (100
+// ms where it is not woken by releases: a claimed handoff there costs the
+// claimer's polling pace) claims the next grant
+// (driver.AcquireRequest.Claim), which the row records in claim_token,
 // claim_owner and claim_until. One claim per lock at a time: the plain
 // acquire of every other owner respects it, the owner that just released
 // included, which would otherwise take the lock straight back every time,
 // and the claimer's next attempt takes the lock. The claimer is woken by the
 // release where releases are announced, and elsewhere polls every
 // millisecond while the lock is held; the other starving waiters try again
-// every 5 ms, to claim next. A claim lapses 500 ms after the claimer's last
-// request, and a wait that ends removes it, so a claimer that died keeps a
-// free lock from the others for half a second at most. A name nobody waits
+// every 5 ms, to claim next. On MySQL and SQLite a claiming request reads
+// the row first and writes only to take a free lock or to record or renew
+// its claim, so that these polls do not take SQLite's write lock. A claim
+// lapses 500 ms after the claimer's last request, and a wait that ends
+// removes it, so a claimer that died keeps a free lock from the others for
+// half a second at most. A name nobody waits
 // on for long is never claimed: an uncontended acquire costs what it did.
 // Fair locks keep their queue table and ignore claims.
 //
