@@ -87,6 +87,7 @@
 //	  refused by a writer, Wait, token's own intent    2      3       3
 //	  refused by readers                               2      2       2
 //	  refused by readers, with Wait (intent)           3      3       3
+//	  refused, claiming (a starving plain waiter)      2    1-2     1-2
 //	exclusive renew, release                           1      1       1
 //	reader acquire (RLock)                             1      4     4-5
 //	reader renew                                       1      7       8
