@@ -207,9 +207,9 @@ func (h *handle) notObtained(res driver.AcquireResult) *NotObtainedError {
 // caller waits (it may queue the token or record a writer intent), fair that
 // the request respects the name's queue (and, with wait, joins it), claim
 // (with wait, for a handle with claim) that a starving plain waiter claims
-// the next grant (see starve.go). It returns a lease when the lock was obtained, the store's answer when it was
-// not, or an error when the store failed; then what the attempt may have
-// written is removed. sent is when the request went out. A grant that came
+// the next grant (see starve.go). It returns a lease when the lock was
+// obtained, the store's answer when it was not, or an error when the store
+// failed; then what the attempt may have written is removed. sent is when the request went out. A grant that came
 // too late to be used is given back and, for a waiting caller, answered as
 // a refusal that carries the grant's Fence (refusals carry none).
 func (h *handle) try(ctx context.Context, token string, wait, fair, claim bool) (_ *Lease, _ driver.AcquireResult, sent time.Time, _ error) {

@@ -22,9 +22,10 @@ import (
 //
 // On a store whose fair queue costs too much to serve a hot lock (SQL:
 // several statements per grant, and waiters woken by polling) the waiters
-// do not queue; a plain waiter that has waited starveAfter (claimAfterPolled
-// where it is not woken by releases) claims the next grant instead (driver.AcquireRequest.Claim): one claim per name, kept
-// on the lock's own row, which the plain acquire of every other owner
+// do not queue; a plain waiter that has waited starveAfter
+// (claimAfterPolled where it is not woken by releases) claims the next
+// grant instead (driver.AcquireRequest.Claim): one claim per name, kept on
+// the lock's own row, which the plain acquire of every other owner
 // respects, the releasing owner's included. The claimer polls at
 // claimPoll while its claim is live and the lock held (a store with
 // notifications wakes it at the release), and the other starving waiters
