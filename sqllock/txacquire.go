@@ -261,7 +261,7 @@ func (t *txs) refused(ctx context.Context, req driver.AcquireRequest) (res drive
 		res.Holder, res.HolderTTL, res.Shared = sOwner.String, t.x.duration(sLeft.Int64), int(shared)
 		res.Queued, err = t.recordIntent(ctx, req)
 	case claimer.Valid:
-		// Free, but another token's live intent or claim keeps it for
+		// Free, but another token's live claim keeps it for
 		// that token.
 		res.Holder, res.WriterWaiting = claimer.String, true
 	}
