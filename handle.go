@@ -41,6 +41,11 @@ type handle struct {
 	// lock up for its entry's time to live, where today it costs the others
 	// promisedGrace.)
 	handoff bool
+	// claim: a plain Mutex whose token is drawn per Lock call, on a store
+	// whose fair queue does not serve starving waiters (no starve) but
+	// that takes claims (driver.CapClaim): its waits claim the next grant
+	// when they starve (see starve.go).
+	claim bool
 
 	mu   sync.Mutex
 	held *grant // a reentrant handle's current grant
@@ -98,6 +103,8 @@ func (h *handle) init(c *Client, kind, name string, mode driver.Mode, limit int,
 		c.need(driver.CapFair) == nil && c.need(driver.CapOvertook) == nil && h.hub.notifier != nil
 	h.handoff = h.err == nil && kind == "Mutex" && c.backend != nil && h.opts.fair && h.token == "" &&
 		h.opts.lockDelay == 0 && c.need(driver.CapHandoff) == nil
+	h.claim = h.err == nil && kind == "Mutex" && c.backend != nil && !h.opts.fair && h.token == "" &&
+		!h.starve && c.need(driver.CapClaim) == nil
 }
 
 // tryLock is TryLock of every kind.
@@ -109,7 +116,7 @@ func (h *handle) tryLock(ctx context.Context) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(&NotObtainedError{Name: h.name}, err)
 	}
-	l, res, _, err := h.try(ctx, h.tokenFor(), false, h.opts.fair)
+	l, res, _, err := h.try(ctx, h.tokenFor(), false, h.opts.fair, false)
 	if err != nil || l != nil {
 		return l, h.tryErr(ctx, err)
 	}
@@ -137,7 +144,7 @@ func (h *handle) lock(ctx context.Context) (*Lease, error) {
 	// waiter at the gate of its group (see handle.wait): a fair first try
 	// joins the queue only when the Client has no waiter on the name yet.
 	queue := !fair || !h.hub.waiting(h.key)
-	l, res, sent, err := h.try(ctx, token, queue, fair)
+	l, res, sent, err := h.try(ctx, token, queue, fair, false)
 	var slow *NotObtainedError
 	if errors.As(err, &slow) && slow.Slow > 0 && ctx.Err() == nil {
 		// A first try that did not queue (the Client has a waiter on the
@@ -198,13 +205,14 @@ func (h *handle) notObtained(res driver.AcquireResult) *NotObtainedError {
 
 // try makes one acquire attempt with token; wait tells the store that the
 // caller waits (it may queue the token or record a writer intent), fair that
-// the request respects the name's queue (and, with wait, joins it). It
-// returns a lease when the lock was obtained, the store's answer when it was
-// not, or an error when the store failed; then what the attempt may have
-// written is removed. sent is when the request went out. A grant that came
+// the request respects the name's queue (and, with wait, joins it), claim
+// (with wait, for a handle with claim) that a starving plain waiter claims
+// the next grant (see starve.go). It returns a lease when the lock was
+// obtained, the store's answer when it was not, or an error when the store
+// failed; then what the attempt may have written is removed. sent is when the request went out. A grant that came
 // too late to be used is given back and, for a waiting caller, answered as
 // a refusal that carries the grant's Fence (refusals carry none).
-func (h *handle) try(ctx context.Context, token string, wait, fair bool) (_ *Lease, _ driver.AcquireResult, sent time.Time, _ error) {
+func (h *handle) try(ctx context.Context, token string, wait, fair, claim bool) (_ *Lease, _ driver.AcquireResult, sent time.Time, _ error) {
 	var joined *grant
 	if h.opts.reentrant {
 		h.mu.Lock()
@@ -227,6 +235,10 @@ func (h *handle) try(ctx context.Context, token string, wait, fair bool) (_ *Lea
 	if wait {
 		req.QueueTTL = h.opts.queueTTL()
 		req.Handoff = fair && h.handoff
+		if claim && !fair && h.claim {
+			req.Claim = true
+			req.QueueTTL = min(req.QueueTTL, claimTTL)
+		}
 	}
 	sent = time.Now()
 	if joined != nil {

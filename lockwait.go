@@ -246,7 +246,7 @@ func (w *waiter) attempt(ctx context.Context) (*Lease, driver.AcquireResult, tim
 	if fair && w.h.starve && !w.promisedSince.IsZero() && time.Since(w.promisedSince) >= promisedGrace {
 		fair = false
 	}
-	return w.h.try(ctx, w.token, true, fair)
+	return w.h.try(ctx, w.token, true, fair, w.queue == nil && w.claiming())
 }
 
 // wake is the channel that wakes the waiter: its group's while plain, its
@@ -313,6 +313,30 @@ func (w *waiter) plainDelay(attempt int, res driver.AcquireResult) time.Duration
 	if res.Queued {
 		// A writer intent is kept only by trying again before it lapses.
 		d = min(d, h.opts.queueTTL()/3)
+	}
+	if w.claiming() {
+		d = w.claimDelay(d, res)
+	}
+	return d
+}
+
+// claimDelay is plainDelay's d for a starving plain waiter that claims
+// (see starve.go), after an answer res. With its claim live it tries again
+// before the claim lapses, and, where releases are not announced, every
+// claimPoll: the lock is its own the moment the holder lets go, and waits
+// for it meanwhile. Refused by another's claim, it tries again at the
+// retry schedule's first pace, to claim next.
+func (w *waiter) claimDelay(d time.Duration, res driver.AcquireResult) time.Duration {
+	h := w.h
+	notified := h.hub.notified(w.g)
+	switch {
+	case res.Queued:
+		d = min(d, claimTTL/3)
+		if !notified && h.opts.retry == nil {
+			d = min(d, claimPoll)
+		}
+	case !notified && h.opts.retry == nil:
+		d = min(d, max(defaultPolledRetry.Delay(1), time.Millisecond))
 	}
 	return d
 }

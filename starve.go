@@ -19,6 +19,20 @@ import (
 // Client that heard or saw either within queueLiveFor queues too, the owner
 // that just released included. The name is then served in arrival order
 // until its queue is empty and the announcements stop.
+//
+// On a store whose fair queue costs too much to serve a hot lock (SQL:
+// several statements per grant, and waiters woken by polling) the waiters
+// do not queue; a plain waiter that has waited starveAfter
+// (claimAfterPolled where it is not woken by releases) claims the next
+// grant instead (driver.AcquireRequest.Claim): one claim per name, kept on
+// the lock's own row, which the plain acquire of every other owner
+// respects, the releasing owner's included. The claimer polls at
+// claimPoll while its claim is live and the lock held (a store with
+// notifications wakes it at the release), and the other starving waiters
+// at the retry schedule's first pace, to claim next. Nothing is claimed
+// while nobody starves, so an uncontended lock, or one whose waiters are
+// served in time, is taken as fast as before; a claimer that dies keeps
+// the lock free for claimTTL at most.
 const (
 	starveAfter  = time.Millisecond
 	queueLiveFor = time.Second
@@ -27,6 +41,11 @@ const (
 	// waiter.queueDelay), trying every promisedRetry meanwhile.
 	promisedGrace = 100 * time.Millisecond
 	promisedRetry = 20 * time.Millisecond
+	// claimTTL is how long a claim lives after the request that made or
+	// kept it; the claimer renews it at least every claimTTL/3.
+	claimTTL         = 500 * time.Millisecond
+	claimPoll        = time.Millisecond
+	claimAfterPolled = 100 * time.Millisecond
 )
 
 // sawQueue records that a release of key named a queue's head. The caller
@@ -87,4 +106,20 @@ func (h *handle) fairNow() bool {
 func (h *handle) starving(start time.Time, last driver.AcquireResult) bool {
 	return h.starve && last.Shared == 0 && !last.Queued &&
 		(time.Since(start) >= starveAfter || h.hub.queueLive(h.key))
+}
+
+// claiming reports whether the plain waiter w claims the next grant with
+// its next request: once it has waited starveAfter where releases wake it,
+// or claimAfterPolled where it polls (a claimed handoff then costs the
+// claimer's polling pace, so the lock is left to the faster barging until
+// a wait grows long).
+func (w *waiter) claiming() bool {
+	if !w.h.claim {
+		return false
+	}
+	after := starveAfter
+	if !w.h.hub.notified(w.g) {
+		after = claimAfterPolled
+	}
+	return time.Since(w.start) >= after
 }

@@ -166,6 +166,21 @@ type AcquireRequest struct {
 	// fence counter stood (AcquireResult.Counter). Never set with Shared,
 	// Reentrant or LockDelay, nor with a token that outlives one Lock call.
 	Handoff bool
+	// Claim, with Mode Exclusive and Wait and without Fair, says that the
+	// request is a plain waiter that has starved (backends with CapClaim):
+	// when a holder refuses it, the store records Token's claim on the
+	// lock's next grant, or keeps it, unless another token's claim or
+	// writer intent is live. A claim is a writer intent (it expires
+	// QueueTTL after the last request that made or kept it, a grant to
+	// Token removes it, Release with Token removes it at once), and, as
+	// every live intent does on such a store, it keeps out the exclusive
+	// requests without Fair of every other token (a re-entry of the holder
+	// goes in) as well as shared ones: the next grant of a free lock is
+	// Token's. A request refused by another token's claim on a free lock
+	// is answered with the claimer's owner as Holder, HolderTTL 0 and
+	// WriterWaiting set. Never set with a token that outlives one Lock
+	// call.
+	Claim bool
 }
 
 // Handoff is a grant that a release made to the head of the fair queue
@@ -241,6 +256,11 @@ const (
 	// CapHandoff: AcquireRequest.Handoff, a release's direct grant to the
 	// fair queue's head, announced as a Handoff.
 	CapHandoff
+	// CapClaim: AcquireRequest.Claim, a starving plain waiter's claim on
+	// the next grant, for stores where the fair queue costs too much to
+	// serve a plain Mutex's starving waiters (SQL). With it, and without
+	// CapOvertook, the client lets a plain Mutex's starving waiters claim.
+	CapClaim
 )
 
 // String returns the capability's name.
@@ -258,6 +278,8 @@ func (c Capability) String() string {
 		return "lock delay"
 	case CapHandoff:
 		return "direct handoff"
+	case CapClaim:
+		return "claims"
 	}
 	return "Capability(" + strconv.Itoa(int(c)) + ")"
 }
@@ -296,7 +318,10 @@ type AcquireResult struct {
 	// there are none or the store cannot tell.
 	Shared int
 	// WriterWaiting reports, when a Shared request was refused, that it was
-	// refused because of another token's live writer intent.
+	// refused because of another token's live writer intent; and, for an
+	// Exclusive request on a store with CapClaim, that another token's
+	// live claim or intent kept a free lock for that token (see
+	// AcquireRequest.Claim).
 	WriterWaiting bool
 	// Position is, for a refused Fair request with Wait, Token's place in
 	// the queue after the call (1 is the head), or 0.

@@ -46,6 +46,10 @@ type Backend struct {
 	create   bool
 	createMu sync.Mutex
 	created  atomic.Bool
+
+	// wake, when set (NewSQLite), wakes the host's listeners after a
+	// release that may let a waiter in.
+	wake *localWake
 }
 
 // engine is one dialect's single statements for the common operations on
@@ -171,12 +175,31 @@ func checkRequest(req driver.AcquireRequest) error {
 // its statements; a Fair request refused without a holder waits for the
 // queue, and the transaction that said so saw it right.
 func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	if req.Claim && req.Wait && !req.Fair && req.Mode == driver.Exclusive && b.dialect != PostgreSQL {
+		res, decided, err := retryBusy3(ctx, b.dialect, func() (driver.AcquireResult, bool, error) { return b.tx.claimFirst(ctx, req) })
+		if err != nil || decided {
+			return res, err
+		}
+	}
 	try := func() (driver.AcquireResult, error) { return b.acquireInFlight(ctx, req) }
 	res, err := retryBusy(ctx, b.dialect, try)
 	if err == nil && !res.Acquired && res.Holder == "" && !res.Queued && !req.Fair && b.dialect != MySQL && ctx.Err() == nil {
 		res, err = retryBusy(ctx, b.dialect, try)
 	}
 	return res, err
+}
+
+// retryBusy3 is retryBusy for an operation with two results.
+func retryBusy3[T any](ctx context.Context, d Dialect, op func() (T, bool, error)) (T, bool, error) {
+	type pair struct {
+		v  T
+		ok bool
+	}
+	p, err := retryBusy(ctx, d, func() (pair, error) {
+		v, ok, err := op()
+		return pair{v, ok}, err
+	})
+	return p.v, p.ok, err
 }
 
 // acquireOnce sends req the way its kind takes.
@@ -199,7 +222,7 @@ func (b *Backend) acquireOnce(ctx context.Context, req driver.AcquireRequest) (d
 // the dlock client's polling.
 func (b *Backend) Supports(c driver.Capability) bool {
 	switch c {
-	case driver.CapShared, driver.CapSemaphore, driver.CapFair:
+	case driver.CapShared, driver.CapSemaphore, driver.CapFair, driver.CapClaim:
 		return true
 	}
 	return false
@@ -241,8 +264,16 @@ func (b *Backend) Release(ctx context.Context, key, token string) (driver.Releas
 	if err := b.check(ctx, key, token); err != nil {
 		return driver.ReleaseResult{}, opError(ctx, "release", key, err)
 	}
+	var head *string
 	res, err := retryBusy(ctx, b.dialect, func() (driver.ReleaseResult, error) {
-		res, more, err := b.eng.release(ctx, key, token)
+		var res driver.ReleaseResult
+		var more bool
+		var err error
+		if n, ok := b.eng.(namingReleaser); ok && b.wake != nil {
+			res, head, more, err = n.releaseNaming(ctx, key, token)
+		} else {
+			res, more, err = b.eng.release(ctx, key, token)
+		}
 		if err != nil || res.Held || !more {
 			return res, err
 		}
@@ -251,7 +282,22 @@ func (b *Backend) Release(ctx context.Context, key, token string) (driver.Releas
 	if err != nil {
 		return driver.ReleaseResult{}, opError(ctx, "release", key, err)
 	}
+	if res.Held && res.Remaining == 0 && b.wake != nil {
+		next := ""
+		if head != nil {
+			next = *head
+		}
+		b.wake.send(key, next)
+	}
 	return res, nil
+}
+
+// namingReleaser is an engine whose release of an exclusive hold can also
+// name the head of the lock's fair queue, for the wake-up it sends.
+type namingReleaser interface {
+	// releaseNaming is engine.release, with the queue's live head when the
+	// last hold went and there is one.
+	releaseNaming(ctx context.Context, key, token string) (res driver.ReleaseResult, head *string, more bool, err error)
 }
 
 // Withdraw removes token's fair queue entry and writer intent, if any, in

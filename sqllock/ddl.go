@@ -25,7 +25,8 @@ const maxIdentifier = 63
 // separated by ";\n\n"; run them one by one where the driver takes one
 // statement at a time. The Backend runs the same statements when it creates
 // the tables itself. A lock table made by an earlier version, without the
-// columns shared_until, intent_token, intent_owner and intent_until, needs
+// columns shared_until, intent_token, intent_owner, intent_until,
+// claim_token, claim_owner and claim_until, needs
 // the statements of UpgradeDDL too. DDL returns an error for an unknown
 // dialect or a table name that WithTable would refuse.
 func DDL(d Dialect, table string) (string, error) {
@@ -38,7 +39,8 @@ func DDL(d Dialect, table string) (string, error) {
 
 // UpgradeDDL returns the statements that add the columns of this version
 // to a lock table made by an earlier one (shared_until, intent_token,
-// intent_owner, intent_until; all NULL, so no row changes meaning), one
+// intent_owner, intent_until, claim_token, claim_owner, claim_until; all
+// NULL, so no row changes meaning), one
 // ALTER TABLE per column, separated by ";\n\n". Run them once, then the
 // statements of DDL for the two new tables. A Backend that creates its
 // tables (the default) adds missing columns itself.
@@ -80,7 +82,10 @@ func ddlStatements(d Dialect, table string) ([]string, error) {
 // when it has none): an exclusive grant needs it NULL or past, which it can
 // check on the row alone. intent_token, intent_owner and intent_until are a
 // waiting writer's intent, live while intent_token is set and intent_until
-// is in the future, which keeps new shared holds out.
+// is in the future, which keeps new shared holds out. claim_token,
+// claim_owner and claim_until are a starving plain waiter's claim on the
+// next grant (driver.AcquireRequest.Claim), live likewise, which keeps the
+// plain exclusive requests of every other token out.
 //
 // The shared-hold table has one row per shared hold (its own token, owner,
 // fence, expiry and the limit it was granted under); the queue table one
@@ -97,7 +102,10 @@ const (
   shared_until DATETIME(6) NULL,
   intent_token VARBINARY(255) NULL,
   intent_owner VARCHAR(2048) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
-  intent_until DATETIME(6) NULL
+  intent_until DATETIME(6) NULL,
+  claim_token  VARBINARY(255) NULL,
+  claim_owner  VARCHAR(2048) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+  claim_until  DATETIME(6) NULL
 ) ENGINE=InnoDB`
 
 	mysqlSharedDDL = `CREATE TABLE IF NOT EXISTS {s} (
@@ -130,7 +138,10 @@ const (
   shared_until timestamptz,
   intent_token text,
   intent_owner text,
-  intent_until timestamptz
+  intent_until timestamptz,
+  claim_token  text,
+  claim_owner  text,
+  claim_until  timestamptz
 )`
 
 	postgresSharedDDL = `CREATE TABLE IF NOT EXISTS {s} (
@@ -163,7 +174,10 @@ const (
   shared_until INTEGER,
   intent_token TEXT,
   intent_owner TEXT,
-  intent_until INTEGER
+  intent_until INTEGER,
+  claim_token  TEXT,
+  claim_owner  TEXT,
+  claim_until  INTEGER
 ) WITHOUT ROWID`
 
 	sqliteSharedDDL = `CREATE TABLE IF NOT EXISTS {s} (
@@ -199,11 +213,16 @@ func newColumns(d Dialect) []column {
 			{"intent_token", "VARBINARY(255) NULL"},
 			{"intent_owner", "VARCHAR(2048) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL"},
 			{"intent_until", "DATETIME(6) NULL"},
+			{"claim_token", "VARBINARY(255) NULL"},
+			{"claim_owner", "VARCHAR(2048) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL"},
+			{"claim_until", "DATETIME(6) NULL"},
 		}
 	case PostgreSQL:
-		return []column{{"shared_until", "timestamptz"}, {"intent_token", "text"}, {"intent_owner", "text"}, {"intent_until", "timestamptz"}}
+		return []column{{"shared_until", "timestamptz"}, {"intent_token", "text"}, {"intent_owner", "text"}, {"intent_until", "timestamptz"},
+			{"claim_token", "text"}, {"claim_owner", "text"}, {"claim_until", "timestamptz"}}
 	}
-	return []column{{"shared_until", "INTEGER"}, {"intent_token", "TEXT"}, {"intent_owner", "TEXT"}, {"intent_until", "INTEGER"}}
+	return []column{{"shared_until", "INTEGER"}, {"intent_token", "TEXT"}, {"intent_owner", "TEXT"}, {"intent_until", "INTEGER"},
+		{"claim_token", "TEXT"}, {"claim_owner", "TEXT"}, {"claim_until", "INTEGER"}}
 }
 
 // CreateTable creates the lock tables if they do not exist, with the

@@ -12,6 +12,9 @@
 //	db, _ := sql.Open("pgx", "postgres://app:secret@db:5432/app")
 //	client := dlock.New(sqllock.NewPostgres(db)) // with LISTEN/NOTIFY wake-ups
 //
+//	db, _ := sql.Open("sqlite", "file:/var/lib/app/locks.db?_pragma=busy_timeout(5000)")
+//	client := dlock.New(sqllock.NewSQLite(db)) // with wake-ups between the host's processes
+//
 // The drivers are github.com/go-sql-driver/mysql, github.com/jackc/pgx/v5
 // (stdlib) and modernc.org/sqlite (pure Go); the application imports the one
 // it uses. docs/SQL.md in the repository says more, for application authors
@@ -23,9 +26,10 @@
 // table, "dlock_locks" by default; DDL returns the CREATE TABLE
 // statements): name (compared byte for byte), token (NULL when free),
 // owner, fence, holds, acquired_at and expires_at for the exclusive holder;
-// shared_until, the latest expiry of the name's shared holds; and
-// intent_token, intent_owner and intent_until, a waiting writer's intent. A
-// row is held while its token is set and expires_at is in the future by the
+// shared_until, the latest expiry of the name's shared holds;
+// intent_token, intent_owner and intent_until, a waiting writer's intent;
+// and claim_token, claim_owner and claim_until, a starving plain waiter's
+// claim on the next grant (see Waiting). A row is held while its token is set and expires_at is in the future by the
 // database's own clock (UTC_TIMESTAMP(6), now(), or unixepoch('subsec') in
 // milliseconds); clients never send a time. Release sets the token to NULL
 // and keeps the row, so the name's next grant draws fence+1: fences never go
@@ -83,6 +87,7 @@
 //	  refused by a writer, Wait, token's own intent    2      3       3
 //	  refused by readers                               2      2       2
 //	  refused by readers, with Wait (intent)           3      3       3
+//	  refused, claiming (a starving plain waiter)      2    1-2     1-2
 //	exclusive renew, release                           1      1       1
 //	reader acquire (RLock)                             1      4     4-5
 //	reader renew                                       1      7       8
@@ -140,18 +145,60 @@
 // # Waiting
 //
 // The dlock client polls for a lock that is held, with backoff capped by the
-// holder's remaining TTL. A PostgresBackend (NewPostgres) also implements
-// driver.Notifier: release notifies on the channel "dlock_release" in the
-// same statement (or transaction), naming the head of the lock's fair queue
-// when there is one to wake, and each dlock Client keeps one pooled
-// connection listening, so waiters wake at once. On MySQL and SQLite, fair
-// waiters are woken by polling too. The pool must allow at least one more
-// connection than there are listening Clients on it (at least 2 for one
-// Client): Listen refuses to take the last one, and waits at most a second
-// for a free one, and the Client then polls. LISTEN does not work through
+// holder's remaining TTL, unless the Backend wakes its waiters: it then
+// polls only as a safety net.
+//
+// A PostgresBackend (NewPostgres) implements driver.Notifier: release
+// notifies on the channel "dlock_release" in the same statement (or
+// transaction), naming the head of the lock's fair queue when there is one
+// to wake, and each dlock Client keeps one pooled connection listening, so
+// waiters wake at once. The pool must allow at least one more connection
+// than there are listening Clients on it (at least 2 for one Client):
+// Listen refuses to take the last one, and waits at most a second for a
+// free one, and the Client then polls. LISTEN does not work through
 // pgbouncer in transaction pooling mode (the notifications never arrive and
 // waiters only poll): connect directly or with session pooling, or use
 // New(db, PostgreSQL).
+//
+// A SQLiteBackend (NewSQLite) implements it between the processes of the
+// host: each listening Client binds a Unix datagram socket in the directory
+// beside the file (its path with "-wake" added), and a committed release
+// that may let a waiter in sends every socket there a datagram with the
+// lock's name and the head of its fair queue, if any; a socket whose
+// process died is removed by the first release that finds nobody bound to
+// it. A datagram that a full socket buffer drops costs the waiter a poll.
+// With New(db, SQLite), or where the directory cannot be used, waiters
+// poll.
+//
+// On MySQL and MariaDB waiters poll. The server has one wake-up that
+// outlives a statement, GET_LOCK: a holder would keep a user-level lock
+// named after the lock on a connection of its own while it holds, and a
+// waiter would block in GET_LOCK on another until RELEASE_LOCK. That ties
+// a connection to every held lock and every waiting Client (the session
+// state this package avoids), and costs four more statements per grant
+// (GET_LOCK and RELEASE_LOCK on each side) where a polling claimer (below)
+// costs one read per millisecond of the holder's critical section: it is
+// not built.
+//
+// A plain Mutex (not Fair) lets an owner take a free lock before the
+// waiters, until they starve: a waiter that has waited a millisecond (100
+// ms where it is not woken by releases: a claimed handoff there costs the
+// claimer's polling pace) claims the next grant
+// (driver.AcquireRequest.Claim), which the row records in claim_token,
+// claim_owner and claim_until. One claim per lock at a time: the plain
+// acquire of every other owner respects it, the owner that just released
+// included, which would otherwise take the lock straight back every time,
+// and the claimer's next attempt takes the lock. The claimer is woken by the
+// release where releases are announced, and elsewhere polls every
+// millisecond while the lock is held; the other starving waiters try again
+// every 5 ms, to claim next. On MySQL and SQLite a claiming request reads
+// the row first and writes only to take a free lock or to record or renew
+// its claim, so that these polls do not take SQLite's write lock. A claim
+// lapses 500 ms after the claimer's last request, and a wait that ends
+// removes it, so a claimer that died keeps a free lock from the others for
+// half a second at most. A name nobody waits
+// on for long is never claimed: an uncontended acquire costs what it did.
+// Fair locks keep their queue table and ignore claims.
 //
 // # Errors
 //

@@ -70,6 +70,8 @@ func runCommon(t *testing.T, newDB newDatabase) {
 		{"SideTableNames", testSideTableNames},
 		{"ConcurrentKinds", testConcurrentKinds},
 		{"RoundTrips", testRoundTrips},
+		{"PlainNotStarved", testPlainNotStarved},
+		{"ClaimLeftOnCancel", testClaimLeftOnCancel},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newDB) })
 	}

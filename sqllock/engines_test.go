@@ -60,15 +60,19 @@ func (d *database) backend(t testing.TB, opts ...sqllock.Option) *sqllock.Backen
 }
 
 // clientBackend returns what an application would hand to dlock.New: on
-// PostgreSQL the Backend with LISTEN/NOTIFY.
+// PostgreSQL the Backend with LISTEN/NOTIFY, on SQLite the one with wake-ups
+// between processes.
 func (d *database) clientBackend(t testing.TB) dldriver.Backend {
 	t.Helper()
 	db := d.open(t)
 	if d.prepare != nil {
 		d.prepare(t, db)
 	}
-	if d.dialect == sqllock.PostgreSQL {
+	switch d.dialect {
+	case sqllock.PostgreSQL:
 		return sqllock.NewPostgres(db)
+	case sqllock.SQLite:
+		return sqllock.NewSQLite(db)
 	}
 	return sqllock.New(db, d.dialect)
 }

@@ -61,7 +61,10 @@ func ExampleDDL() {
 	//   shared_until timestamptz,
 	//   intent_token text,
 	//   intent_owner text,
-	//   intent_until timestamptz
+	//   intent_until timestamptz,
+	//   claim_token  text,
+	//   claim_owner  text,
+	//   claim_until  timestamptz
 	// );
 	//
 	// CREATE TABLE IF NOT EXISTS "locks"."dlock_shared" (

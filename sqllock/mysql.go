@@ -49,14 +49,17 @@ func newMySQL(db *sql.DB, tx *txs) *mysql {
 }
 
 const (
-	// Takes a free or expired row without live shared holds, or re-enters;
-	// LAST_INSERT_ID carries the fence. A grant drops the token's writer
-	// intent, and one that has lapsed. The token is assigned last: every
-	// condition before reads the old one. Parameters: token ×7, owner, ttl
-	// µs ×2, token, key, token, reentrant.
+	// Takes a free or expired row without live shared holds and without
+	// another token's live claim, or re-enters; LAST_INSERT_ID carries the
+	// fence. A grant drops the token's writer intent and claim, and ones
+	// that have lapsed. The token is assigned last: every condition before
+	// reads the old one. Parameters: token ×9, owner, ttl µs ×2, token,
+	// key, token, reentrant, token ×2, reentrant.
 	mysqlAcquire = `UPDATE {t} SET
   intent_owner = IF(intent_token = ? OR intent_until <= UTC_TIMESTAMP(6), NULL, intent_owner),
   intent_token = IF(intent_token = ? OR intent_until <= UTC_TIMESTAMP(6), NULL, intent_token),
+  claim_owner  = IF(claim_token = ? OR claim_until <= UTC_TIMESTAMP(6), NULL, claim_owner),
+  claim_token  = IF(claim_token = ? OR claim_until <= UTC_TIMESTAMP(6), NULL, claim_token),
   fence        = LAST_INSERT_ID(IF(token = ? AND expires_at > UTC_TIMESTAMP(6), fence, fence + 1)),
   holds        = IF(token = ? AND expires_at > UTC_TIMESTAMP(6), holds + 1, 1),
   acquired_at  = IF(token = ? AND expires_at > UTC_TIMESTAMP(6), acquired_at, UTC_TIMESTAMP(6)),
@@ -66,7 +69,9 @@ const (
                     UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
   token        = ?
 WHERE name = ? AND (token IS NULL OR expires_at <= UTC_TIMESTAMP(6) OR (token = ? AND ?))
-  AND (shared_until IS NULL OR shared_until <= UTC_TIMESTAMP(6))`
+  AND (shared_until IS NULL OR shared_until <= UTC_TIMESTAMP(6))
+  AND (claim_token IS NULL OR claim_until <= UTC_TIMESTAMP(6) OR claim_token = ?
+       OR (token = ? AND expires_at > UTC_TIMESTAMP(6) AND ?))`
 
 	// The hold count after a reentrant acquire, which may have re-entered.
 	mysqlHolds = `SELECT holds FROM {t} WHERE name = ? AND token = ? AND fence = ?`
@@ -105,7 +110,7 @@ func (m *mysql) acquire(ctx context.Context, req driver.AcquireRequest) (driver.
 	tok := req.Token
 	for range attempts {
 		res, err := m.db.ExecContext(ctx, m.acquireSQL,
-			tok, tok, tok, tok, tok, tok, req.Owner, tok, ttl, ttl, tok, req.Key, tok, req.Reentrant)
+			tok, tok, tok, tok, tok, tok, tok, tok, req.Owner, tok, ttl, ttl, tok, req.Key, tok, req.Reentrant, tok, tok, req.Reentrant)
 		if err != nil {
 			return driver.AcquireResult{}, err
 		}

@@ -51,10 +51,11 @@ func withTable(table string) func(string) string {
 
 const (
 	// One round trip when the upsert takes a free or expired row without
-	// live shared holds, re-enters, or finds an exclusive holder, which the
+	// live shared holds and without another token's live claim, re-enters, or finds an exclusive holder, which the
 	// outer query then reads (kind 2), with whether the token has a live
 	// writer intent (which a request with Wait then refreshes with
-	// txs.recordIntent). It reads the statement's snapshot,
+	// txs.recordIntent; a request with Claim records or keeps its claim
+	// with txs.recordClaim). It reads the statement's snapshot,
 	// which a grant that raced this statement may postdate: then it reports
 	// the holder before, or none. With none, a second statement
 	// (txs.refused) reads the shared holds that keep the lock, or finds it
@@ -72,9 +73,13 @@ const (
                    THEN greatest(l.expires_at, excluded.expires_at) ELSE excluded.expires_at END,
     intent_owner = CASE WHEN l.intent_token = excluded.token OR l.intent_until <= now() THEN NULL ELSE l.intent_owner END,
     intent_token = CASE WHEN l.intent_token = excluded.token OR l.intent_until <= now() THEN NULL ELSE l.intent_token END,
+    claim_owner  = CASE WHEN l.claim_token = excluded.token OR l.claim_until <= now() THEN NULL ELSE l.claim_owner END,
+    claim_token  = CASE WHEN l.claim_token = excluded.token OR l.claim_until <= now() THEN NULL ELSE l.claim_token END,
     token        = excluded.token
   WHERE (l.token IS NULL OR l.expires_at <= now() OR (l.token = excluded.token AND $5::boolean))
     AND (l.shared_until IS NULL OR l.shared_until <= now())
+    AND (l.claim_token IS NULL OR l.claim_until <= now() OR l.claim_token = excluded.token
+         OR (l.token = excluded.token AND l.expires_at > now() AND $5::boolean))
   RETURNING l.fence, l.holds
 )
 SELECT 1, fence, holds, '', 0::bigint, false FROM granted
@@ -236,7 +241,7 @@ UNION ALL
 SELECT -1 WHERE NOT EXISTS (SELECT FROM released) AND (
   EXISTS (SELECT FROM {s} WHERE name = $1 AND token = $2) OR
   EXISTS (SELECT FROM {q} WHERE name = $1 AND token = $2) OR
-  EXISTS (SELECT FROM {t} WHERE name = $1 AND intent_token = $2))`
+  EXISTS (SELECT FROM {t} WHERE name = $1 AND (intent_token = $2 OR claim_token = $2)))`
 )
 
 func (p *postgres) acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
@@ -262,7 +267,10 @@ func (p *postgres) acquire(ctx context.Context, req driver.AcquireRequest) (driv
 		return driver.AcquireResult{Acquired: true, Fence: uint64(fence), Holds: holds}, nil
 	}
 	res := driver.AcquireResult{Holder: holder, HolderTTL: time.Duration(max(ttlUS, 0)) * time.Microsecond}
-	if ownIntent && req.Wait {
+	switch {
+	case req.Wait && req.Claim:
+		res.Queued, err = p.tx.recordClaim(ctx, req)
+	case ownIntent && req.Wait:
 		// A waiting writer keeps its intent behind another writer.
 		res.Queued, err = p.tx.recordIntent(ctx, req)
 	}

@@ -641,7 +641,7 @@ func testUpgrade(t *testing.T, newDB newDatabase) {
 	}
 	// The statements for DBAs say the same.
 	up, err := sqllock.UpgradeDDL(db.dialect, "t2")
-	if err != nil || strings.Count(up, "ALTER TABLE") != 4 {
+	if err != nil || strings.Count(up, "ALTER TABLE") != 7 {
 		t.Errorf("UpgradeDDL = %q, %v", up, err)
 	}
 }

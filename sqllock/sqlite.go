@@ -21,8 +21,8 @@ type sqlite struct {
 	tx    *txs
 	stmts stmtCache
 	// The statements below, with the table's name and the clock filled in.
-	acquireSQL, renewSQL, releaseSQL string
-	renewBatchHead, renewBatchTail   string
+	acquireSQL, renewSQL, releaseSQL, releaseNamingSQL string
+	renewBatchHead, renewBatchTail                     string
 }
 
 // sqliteNow is the database's clock in milliseconds.
@@ -32,22 +32,25 @@ func newSQLite(db *sql.DB, tx *txs) *sqlite {
 	fill := tx.x.expand
 	head, tail, _ := strings.Cut(sqliteRenewBatch, "{values}")
 	return &sqlite{
-		db:             db,
-		tx:             tx,
-		stmts:          stmtCache{db: db},
-		acquireSQL:     fill(sqliteAcquire),
-		renewSQL:       fill(sqliteRenew),
-		releaseSQL:     fill(sqliteRelease),
-		renewBatchHead: fill(head),
-		renewBatchTail: fill(tail),
+		db:               db,
+		tx:               tx,
+		stmts:            stmtCache{db: db},
+		acquireSQL:       fill(sqliteAcquire),
+		renewSQL:         fill(sqliteRenew),
+		releaseSQL:       fill(sqliteRelease),
+		releaseNamingSQL: fill(sqliteReleaseNaming),
+		renewBatchHead:   fill(head),
+		renewBatchTail:   fill(tail),
 	}
 }
 
 const (
 	// In DO UPDATE, bare column names are the existing row's and
 	// excluded.acquired_at is this statement's {now}. No row comes back when
-	// the lock is held by another owner or has live shared holds. A grant
-	// drops the token's writer intent, and one that has lapsed.
+	// the lock is held by another owner, has live shared holds, or another
+	// token's live claim reserves the next grant (a re-entry goes in). A
+	// grant drops the token's writer intent and claim, and ones that have
+	// lapsed.
 	sqliteAcquire = `INSERT INTO {t} (name, token, owner, fence, holds, acquired_at, expires_at)
 VALUES (?1, ?2, ?3, 1, 1, {now}, {now} + ?4)
 ON CONFLICT (name) DO UPDATE SET
@@ -59,9 +62,13 @@ ON CONFLICT (name) DO UPDATE SET
                  THEN max(expires_at, excluded.expires_at) ELSE excluded.expires_at END,
   intent_owner = CASE WHEN intent_token = excluded.token OR intent_until <= excluded.acquired_at THEN NULL ELSE intent_owner END,
   intent_token = CASE WHEN intent_token = excluded.token OR intent_until <= excluded.acquired_at THEN NULL ELSE intent_token END,
+  claim_owner  = CASE WHEN claim_token = excluded.token OR claim_until <= excluded.acquired_at THEN NULL ELSE claim_owner END,
+  claim_token  = CASE WHEN claim_token = excluded.token OR claim_until <= excluded.acquired_at THEN NULL ELSE claim_token END,
   token        = excluded.token
 WHERE (token IS NULL OR expires_at <= excluded.acquired_at OR (token = excluded.token AND ?5))
   AND (shared_until IS NULL OR shared_until <= excluded.acquired_at)
+  AND (claim_token IS NULL OR claim_until <= excluded.acquired_at OR claim_token = excluded.token
+       OR (token = excluded.token AND expires_at > excluded.acquired_at AND ?5))
 RETURNING fence, holds`
 
 	sqliteRenew = `UPDATE {t} SET expires_at = max(expires_at, {now} + ?3)
@@ -75,6 +82,13 @@ RETURNING {t}.name, {t}.token`
 	sqliteRelease = `UPDATE {t} SET holds = holds - 1, token = CASE WHEN holds > 1 THEN token END
 WHERE name = ?1 AND token = ?2 AND expires_at > {now}
 RETURNING holds`
+
+	// The same, with the live head of the lock's fair queue when the last
+	// hold went (SQLiteBackend, for the wake-up).
+	sqliteReleaseNaming = `UPDATE {t} SET holds = holds - 1, token = CASE WHEN holds > 1 THEN token END
+WHERE name = ?1 AND token = ?2 AND expires_at > {now}
+RETURNING holds, CASE WHEN holds = 0 THEN
+  (SELECT q.token FROM {q} q WHERE q.name = ?1 AND q.expires_at > {now} ORDER BY q.seq LIMIT 1) END`
 )
 
 // acquire is one statement when it grants. When it does not, a second one
@@ -173,4 +187,24 @@ func (s *sqlite) release(ctx context.Context, key, token string) (driver.Release
 	}
 	more, err := s.tx.more(ctx, key, token)
 	return res, more, err
+}
+
+// releaseNaming is release, with the head of the lock's fair queue when the
+// last hold went (see namingReleaser).
+func (s *sqlite) releaseNaming(ctx context.Context, key, token string) (driver.ReleaseResult, *string, bool, error) {
+	var holds int
+	var head sql.NullString
+	err := s.stmts.queryRow(ctx, s.releaseNamingSQL, key, token).Scan(&holds, &head)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		more, err := s.tx.more(ctx, key, token)
+		return driver.ReleaseResult{}, nil, more, err
+	case err != nil:
+		return driver.ReleaseResult{}, nil, false, err
+	}
+	res := driver.ReleaseResult{Held: true, Remaining: holds}
+	if head.Valid {
+		return res, &head.String, false, nil
+	}
+	return res, nil, false, nil
 }

@@ -10,7 +10,7 @@ package sqllock
 // lock.
 const (
 	// mainCols is a name's row as mainRow scans it.
-	mainCols = `token, owner, fence, holds, {left:expires_at}, {left:shared_until}, intent_token, intent_owner, {left:intent_until}`
+	mainCols = `token, owner, fence, holds, {left:expires_at}, {left:shared_until}, intent_token, intent_owner, {left:intent_until}, claim_token`
 
 	// tplEnsure makes the name's row if it has none (free, fence 0) and
 	// locks it, in one statement, and returns it (PostgreSQL and SQLite;
@@ -149,26 +149,40 @@ WHERE name = $1`
 	tplRequeue      = `UPDATE {q} SET seq = $3, expires_at = {plus:$4} WHERE name = $1 AND token = $2`
 	tplDequeue      = `DELETE FROM {q} WHERE name = $1 AND token = $2`
 
-	// tplHasMore tells whether token $2 has a shared hold, a queue entry or
-	// a writer intent on the name, for a Release or Renew that found no
+	// tplHasMore tells whether token $2 has a shared hold, a queue entry, a
+	// writer intent or a claim on the name, for a Release or Renew that found no
 	// exclusive hold of it (outside a transaction: a hint, which the
 	// transaction checks).
 	tplHasMore = `SELECT
   (SELECT COUNT(*) FROM {s} WHERE name = $1 AND token = $2) +
   (SELECT COUNT(*) FROM {q} WHERE name = $1 AND token = $2) +
-  (SELECT COUNT(*) FROM {t} WHERE name = $1 AND intent_token = $2)`
+  (SELECT COUNT(*) FROM {t} WHERE name = $1 AND (intent_token = $2 OR claim_token = $2))`
 
 	// tplHolder reads who keeps an exclusive request of the name out, after
 	// its upsert was refused (SQLite and MySQL): the exclusive holder, and
 	// the live shared holds (their number, and the one that expires last);
-	// and whether token $2 has a live writer intent, which a request with
-	// Wait keeps whatever refused it.
+	// whether token $2 has a live writer intent, which a request with Wait
+	// keeps whatever refused it; the owner of another token's live claim,
+	// which keeps a free lock for that token; and how long token $2's own
+	// claim has left.
 	tplHolder = `SELECT owner, token IS NOT NULL AND expires_at > {now}, {left:expires_at},
   intent_token IS NOT NULL AND intent_token = $2 AND intent_until > {now},
   (SELECT COUNT(*) FROM {s} WHERE name = $1 AND expires_at > {now}),
   (SELECT owner FROM {s} WHERE name = $1 AND expires_at > {now} ORDER BY expires_at DESC, fence DESC LIMIT 1),
-  (SELECT {left:expires_at} FROM {s} WHERE name = $1 AND expires_at > {now} ORDER BY expires_at DESC, fence DESC LIMIT 1)
+  (SELECT {left:expires_at} FROM {s} WHERE name = $1 AND expires_at > {now} ORDER BY expires_at DESC, fence DESC LIMIT 1),
+  CASE WHEN claim_token IS NOT NULL AND claim_token <> $2 AND claim_until > {now} THEN claim_owner END,
+  CASE WHEN claim_token = $2 THEN {left:claim_until} END
 FROM {t} WHERE name = $1`
+
+	// tplClaim records or refreshes token $2's claim on the next grant
+	// (driver.AcquireRequest.Claim), for QueueTTL $4, unless another
+	// token's claim is live: one statement on the row alone.
+	tplClaim = `UPDATE {t} SET claim_owner = $3, claim_until = {plus:$4}, claim_token = $2{matched}
+WHERE name = $1 AND (claim_token IS NULL OR claim_until <= {now} OR claim_token = $2)`
+
+	// tplUnclaim drops token $2's claim, when its wait ends.
+	tplUnclaim = `UPDATE {t} SET claim_token = NULL, claim_owner = NULL, claim_until = NULL
+WHERE name = $1 AND claim_token = $2`
 
 	// tplIntent records token $2's writer intent for QueueTTL $4 after an
 	// exclusive request with Wait was refused, if shared holds still keep

@@ -53,9 +53,12 @@ type txs struct {
 	deleteShared, enqueue, requeue, dequeue                                 stmt
 	pruneShared, pruneQueue, clearShared                                    stmt // PostgreSQL and SQLite
 	expiredShared, expiredQueue, allShared                                  stmt // MySQL: the tokens to delete
-	hasMore, holder, intent, inspect, list                                  stmt
+	hasMore, holder, intent, claim, unclaim, inspect, list                  stmt
 	reader, insertReader                                                    stmt // MySQL and SQLite
 	dropHolder                                                              stmt // BreakIf
+	// committed, when set (SQLiteBackend), is told of each committed
+	// change that notify announced.
+	committed func(key, next string)
 }
 
 // maxTxAttempts bounds the runs of a transaction that the database rolled
@@ -110,6 +113,8 @@ func newTxs(db *sql.DB, d Dialect, names tableNames) *txs {
 	t.hasMore = x.stmt(tplHasMore)
 	t.holder = x.stmt(tplHolder)
 	t.intent = x.stmt(tplIntent)
+	t.claim = x.stmt(tplClaim)
+	t.unclaim = x.stmt(tplUnclaim)
 	switch d {
 	case MySQL:
 		t.reader = x.stmt(tplReaderMySQL)
@@ -161,7 +166,11 @@ func (t *txs) once(ctx context.Context, fn func(x *txn) (bool, error)) error {
 		_ = tx.Rollback()
 		return err
 	}
-	return tx.Commit()
+	err = tx.Commit()
+	if err == nil && x.woke != nil && t.committed != nil {
+		t.committed(x.woke[0], x.woke[1])
+	}
+	return err
 }
 
 // isConflict reports whether err is a deadlock or a serialization failure,
@@ -193,10 +202,11 @@ type mainRow struct {
 	intentToken sql.NullString
 	intentOwner sql.NullString
 	intentLeft  sql.NullInt64
+	claimToken  sql.NullString
 }
 
 func (m *mainRow) dest() []any {
-	return []any{&m.token, &m.owner, &m.fence, &m.holds, &m.heldLeft, &m.sharedLeft, &m.intentToken, &m.intentOwner, &m.intentLeft}
+	return []any{&m.token, &m.owner, &m.fence, &m.holds, &m.heldLeft, &m.sharedLeft, &m.intentToken, &m.intentOwner, &m.intentLeft, &m.claimToken}
 }
 
 // held reports a live exclusive holder.
@@ -250,6 +260,9 @@ type txn struct {
 	parts    []string // PostgreSQL: the gathered writes
 	args     []any
 	announce *string // PostgreSQL: the payload to notify, if any
+	// woke: elsewhere, the change to announce after the commit (see
+	// txs.committed), if any.
+	woke *[2]string
 }
 
 // lock locks the name's row, with ensure making it first if missing, and
@@ -317,7 +330,9 @@ func (x *txn) notify(key, next string) {
 	if x.t.d == PostgreSQL {
 		p := encodePayload(key, next)
 		x.announce = &p
+		return
 	}
+	x.woke = &[2]string{key, next}
 }
 
 // flush sends the gathered writes (PostgreSQL) as one statement.

@@ -234,9 +234,9 @@ func (t *txs) refused(ctx context.Context, req driver.AcquireRequest) (res drive
 	var held, ownIntent bool
 	var ttl, shared int64
 	var owner string
-	var sOwner sql.NullString
-	var sLeft sql.NullInt64
-	err = t.db.QueryRowContext(ctx, t.holder.query, t.holder.args(req.Key, req.Token)...).Scan(&owner, &held, &ttl, &ownIntent, &shared, &sOwner, &sLeft)
+	var sOwner, claimer sql.NullString
+	var sLeft, claimLeft sql.NullInt64
+	err = t.db.QueryRowContext(ctx, t.holder.query, t.holder.args(req.Key, req.Token)...).Scan(&owner, &held, &ttl, &ownIntent, &shared, &sOwner, &sLeft, &claimer, &claimLeft)
 	if errors.Is(err, sql.ErrNoRows) {
 		return res, false, false, nil
 	}
@@ -246,14 +246,86 @@ func (t *txs) refused(ctx context.Context, req driver.AcquireRequest) (res drive
 	switch {
 	case held:
 		res.Holder, res.HolderTTL = owner, t.x.duration(ttl)
-		if ownIntent { // a waiting writer keeps its intent behind another writer
+		switch {
+		case req.Claim && req.Wait && claimLeft.Int64 > t.x.units(req.QueueTTL)/2:
+			// The token's claim has more than half its time left: it is
+			// refreshed on a later request, which spares a statement on
+			// each of a claimer's polls.
+			res.Queued = true
+		case req.Claim && !claimer.Valid:
+			res.Queued, err = t.recordClaim(ctx, req)
+		case ownIntent: // a waiting writer keeps its intent behind another writer
 			res.Queued, err = t.recordIntent(ctx, req)
 		}
 	case shared > 0:
 		res.Holder, res.HolderTTL, res.Shared = sOwner.String, t.x.duration(sLeft.Int64), int(shared)
 		res.Queued, err = t.recordIntent(ctx, req)
+	case claimer.Valid:
+		// Free, but another token's live claim keeps it for
+		// that token.
+		res.Holder, res.WriterWaiting = claimer.String, true
 	}
-	return res, true, held || shared > 0, err
+	return res, true, held || shared > 0 || claimer.Valid, err
+}
+
+// claimFirst answers a claiming request (a starving plain waiter's, see
+// driver.AcquireRequest.Claim) on MySQL and SQLite by reading the row
+// first (tplHolder) and writing only when that may change something: a
+// lock held, or kept by another token's claim, is refused without the
+// upsert, and the claim is written only when it is missing or has less
+// than half its time left. A claimer and the waiters behind it poll; on
+// SQLite a read does not take the file's write lock, which the holder's
+// release and the claimer's grant need. decided is false when the upsert
+// must run: the lock may be free for req.Token, or the row is missing or
+// has shared holds.
+func (t *txs) claimFirst(ctx context.Context, req driver.AcquireRequest) (res driver.AcquireResult, decided bool, err error) {
+	var held, ownIntent bool
+	var ttl, shared int64
+	var owner string
+	var sOwner, claimer sql.NullString
+	var sLeft, claimLeft sql.NullInt64
+	err = t.db.QueryRowContext(ctx, t.holder.query, t.holder.args(req.Key, req.Token)...).Scan(&owner, &held, &ttl, &ownIntent, &shared, &sOwner, &sLeft, &claimer, &claimLeft)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return res, false, nil
+	case err != nil:
+		return res, false, err
+	case shared > 0:
+		return res, false, nil
+	case held:
+		res.Holder, res.HolderTTL = owner, t.x.duration(ttl)
+		switch {
+		case claimer.Valid: // another's claim: it goes next
+		case claimLeft.Int64 > t.x.units(req.QueueTTL)/2:
+			res.Queued = true
+		default:
+			res.Queued, err = t.recordClaim(ctx, req)
+		}
+		return res, true, err
+	case claimer.Valid:
+		res.Holder, res.WriterWaiting = claimer.String, true
+		return res, true, nil
+	}
+	return res, false, nil
+}
+
+// recordClaim records or refreshes req's claim on the next grant
+// (tplClaim) when it will wait, and reports whether the token's claim is
+// live.
+func (t *txs) recordClaim(ctx context.Context, req driver.AcquireRequest) (bool, error) {
+	if !req.Wait {
+		return false, nil
+	}
+	r, err := t.db.ExecContext(ctx, t.claim.query, t.claim.args(req.Key, req.Token, req.Owner, t.x.units(req.QueueTTL))...)
+	if err != nil {
+		return false, err
+	}
+	if t.d == MySQL {
+		id, err := r.LastInsertId()
+		return id > 0, err
+	}
+	n, err := r.RowsAffected()
+	return n == 1, err
 }
 
 // recordIntent records or refreshes req's writer intent (tplIntent) when it

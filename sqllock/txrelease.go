@@ -31,9 +31,17 @@ func (t *txs) release(ctx context.Context, key, token string, withdraw bool) (dr
 		}
 		hadShared := st.mineLeft.Valid && !withdraw
 		ownIntent := m.intentToken.Valid && m.intentToken.String == token
+		ownClaim := m.claimToken.Valid && m.claimToken.String == token
 		hadEntry := st.myLeft.Valid
-		if !hadShared && !ownIntent && !hadEntry {
+		if !hadShared && !ownIntent && !hadEntry && !ownClaim {
 			return false, nil
+		}
+		if ownClaim {
+			// A starving waiter's claim: the lock is left to everyone.
+			if err := x.exec(t.unclaim, key, token); err != nil {
+				return false, err
+			}
+			x.notify(key, "")
 		}
 		if hadShared {
 			if err := x.exec(t.deleteShared, key, token); err != nil {

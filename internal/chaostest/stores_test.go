@@ -132,8 +132,11 @@ func (s storeSpec) open() (driver.Backend, func() error, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		if d == sqllock.PostgreSQL {
+		switch d {
+		case sqllock.PostgreSQL:
 			return sqllock.NewPostgres(db), db.Close, nil
+		case sqllock.SQLite:
+			return sqllock.NewSQLite(db), db.Close, nil // as the CLI does
 		}
 		return sqllock.New(db, d), db.Close, nil
 	}
@@ -321,6 +324,8 @@ func startStore(t *testing.T, kind string, o storeOptions) *store {
 		case *sqllock.Backend:
 			sb = b
 		case *sqllock.PostgresBackend:
+			sb = b.Backend
+		case *sqllock.SQLiteBackend:
 			sb = b.Backend
 		}
 		if err := sb.CreateTable(t.Context()); err != nil {

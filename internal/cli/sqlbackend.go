@@ -15,7 +15,7 @@ import (
 func newSQLBackend(db *sql.DB, d sqlDialect) (driver.Backend, error) {
 	switch d {
 	case dialectSQLite:
-		return sqllock.New(db, sqllock.SQLite), nil
+		return sqllock.NewSQLite(db), nil
 	case dialectMySQL:
 		return sqllock.New(db, sqllock.MySQL), nil
 	case dialectPostgres:
