@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -48,6 +49,9 @@ type Backend struct {
 	// splits counts, by key, this Backend's attempts in a row that found
 	// the nodes split between contenders (see splitDelay).
 	splits map[string]int
+	// contended is, by key, when an attempt on it was last refused (see
+	// leaderFor).
+	contended map[string]time.Time
 }
 
 // node is one Redis node.
@@ -58,6 +62,9 @@ type node struct {
 	b     *redislock.Backend
 	// allowEviction is WithEvictionAllowed.
 	allowEviction bool
+	// failedUntil: the node's last acquire failed; it is not a leader
+	// before this time (Unix nanoseconds; see leaderFor).
+	failedUntil atomic.Int64
 }
 
 // evictionRefusal is the node's refusal to grant because its Redis may
@@ -354,6 +361,20 @@ func (g *gather[T]) collect(ctx context.Context, b *Backend, ok func(a answer[T]
 		}
 	}
 	return answered, errs
+}
+
+// restart gives next a full backstop again from now: the nodes still to
+// answer were asked only now (see attempt.lead).
+func (g *gather[T]) restart() {
+	d := backstop(g.timeout)
+	if !g.timer.Stop() {
+		select {
+		case <-g.timer.C:
+		default:
+		}
+	}
+	g.timer.Reset(d)
+	g.deadline = time.Now().Add(d)
 }
 
 // shorten makes next give up d from now, if that is sooner than before.
