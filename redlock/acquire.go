@@ -84,6 +84,14 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	}
 	a := newAttempt(b, ctx, req)
 	a.lead = b.leaderFor(req.Key, req.Mode == driver.Exclusive && req.Joining == 0)
+	a.leadReq = req
+	if a.lead >= 0 && req.Wait && req.QueueTTL > 0 && b.promisedFor(req.Key) < promisedGrace {
+		// Queue on the leader (see leader.go). Counted as queued before
+		// the request goes out: a release that names it may be heard
+		// before the answer.
+		a.leadReq.Fair = true
+		b.queued(req.Key, req.Token, time.Now().Add(req.QueueTTL))
+	}
 	start := time.Now()
 	for _, n := range b.nodes {
 		ahead, done := b.enqueue(req.Key, req.Token, n.index)
@@ -133,6 +141,7 @@ type attempt struct {
 	// nodes' goroutines wait for gate, closed once by open, and are asked
 	// only when followers is set by then.
 	lead      int
+	leadReq   driver.AcquireRequest // the request for the leader
 	gate      chan struct{}
 	followers bool
 	opened    bool // gate closed; used by decide's goroutine only
@@ -181,8 +190,12 @@ func (a *attempt) run(n *node) {
 	var res driver.AcquireResult
 	err := n.evictionRefusal()
 	if err == nil {
+		req := a.req
+		if n.index == a.lead {
+			req = a.leadReq
+		}
 		ctx, cancel := context.WithTimeout(a.bg, a.timeout)
-		res, err = n.b.Acquire(ctx, a.req)
+		res, err = n.b.Acquire(ctx, req)
 		cancel()
 	}
 	a.answers <- answer[driver.AcquireResult]{node: n, val: res, err: err}
@@ -308,10 +321,19 @@ func (a *attempt) decide(ctx context.Context, start time.Time) (driver.AcquireRe
 			// No answer in time: ask the others; the leader's answer, if
 			// it comes, is read below.
 			b.nodes[a.lead].failed()
-		case ans.err == nil && !ans.val.Acquired && ans.val.Shared == 0 && !ans.val.Queued:
+		case ans.err == nil && !ans.val.Acquired && ans.val.Shared == 0:
 			b.noSplit(key)
 			b.contend(key)
-			return driver.AcquireResult{Holder: ans.val.Holder, HolderTTL: ans.val.HolderTTL}, nil
+			res := driver.AcquireResult{Holder: ans.val.Holder, HolderTTL: ans.val.HolderTTL, Queued: ans.val.Queued, Position: ans.val.Position}
+			if !res.Queued {
+				b.unqueued(key, a.req.Token)
+			}
+			// Free, but promised to the head of the leader's queue: look
+			// again soon, in case the head does not come.
+			if b.promise(key, a.leadReq.Fair && res.Holder == "" && res.HolderTTL <= 0) > 0 {
+				res.HolderTTL = promisedRetry
+			}
+			return res, nil
 		default:
 			if ans.err != nil {
 				b.nodes[a.lead].failed()
@@ -384,6 +406,13 @@ func (a *attempt) decide(ctx context.Context, start time.Time) (driver.AcquireRe
 	}
 	a.granted = true
 	b.noSplit(key)
+	b.unqueued(key, a.req.Token)
+	b.promise(key, false)
+	for _, w := range wins {
+		if w.val.Overtook {
+			b.contend(key) // a queue on the leader: queue there next time
+		}
+	}
 	return driver.AcquireResult{Acquired: true, Fence: fence, Holds: holds}, nil
 }
 

@@ -52,6 +52,11 @@ type Backend struct {
 	// contended is, by key, when an attempt on it was last refused (see
 	// leaderFor).
 	contended map[string]time.Time
+	// waiters is, by key and token, when this Backend's entries in the
+	// leader's queue expire; promised is, by key, since when attempts
+	// found the key free but promised to another head (see leader.go).
+	waiters  map[string]map[string]time.Time
+	promised map[string]time.Time
 }
 
 // node is one Redis node.

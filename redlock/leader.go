@@ -58,6 +58,13 @@ func (b *Backend) leaderFor(key string, exclusive bool) int {
 	if !ok || time.Since(t) > contendedFor {
 		return -1
 	}
+	return b.leaderOf(key)
+}
+
+// leaderOf returns key's leader whether or not the key is contended: the
+// first node in the rendezvous ranking that has not failed within
+// leaderFailFor, or -1 when all have.
+func (b *Backend) leaderOf(key string) int {
 	now := time.Now().UnixNano()
 	lead, best := -1, uint64(0)
 	for _, n := range b.nodes {
@@ -78,4 +85,100 @@ func (b *Backend) leaderFor(key string, exclusive bool) int {
 // failed passes n over as a leader for leaderFailFor.
 func (n *node) failed() {
 	n.failedUntil.Store(time.Now().Add(leaderFailFor).UnixNano())
+}
+
+// The leader's queue. Leader first alone still wakes every waiting Client
+// at each release, and each tries. So a waiting request (Wait, the Lock of
+// a dlock client) also queues on the leader, and only there: the leader
+// asks it as a fair request (driver.AcquireRequest.Fair), which it grants
+// only to the head of its queue, and the other nodes are asked as before.
+// A release then names the head on the leader, and a Client's listener
+// passes on a release that names a waiter only when that waiter is one of
+// this Backend's (see queuedHere): one Client tries per release instead of
+// all of them. The order is kept by one node, so the nodes never disagree
+// on it: the queue decides only which contender goes first, never whether
+// a grant is safe, which still takes a quorum. Requests without Wait
+// (TryLock), shared ones, and those of a Client that does not see the key
+// as contended ignore the queue, as plain requests do on one node.
+//
+// A head that does not come (its process died) keeps the lock free until
+// its entry lapses (QueueTTL). A Backend that finds the key free but
+// promised to another head answers "held" with a HolderTTL of
+// promisedRetry, so that its waiter looks again soon, and once it has seen
+// that for promisedGrace, its next request ignores the queue.
+const (
+	promisedRetry = 20 * time.Millisecond
+	promisedGrace = 100 * time.Millisecond
+	maxQueued     = 4096
+)
+
+// queued records that token's request on key is queued on the leader,
+// until expires (the entry's end).
+func (b *Backend) queued(key, token string, expires time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.waiters == nil || len(b.waiters) >= maxQueued {
+		b.waiters = make(map[string]map[string]time.Time) // forget: a release wakes every waiter here once
+	}
+	m := b.waiters[key]
+	if m == nil {
+		m = make(map[string]time.Time)
+		b.waiters[key] = m
+	}
+	m[token] = expires
+}
+
+// unqueued forgets token's entry on key: granted, released or gone.
+func (b *Backend) unqueued(key, token string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if m := b.waiters[key]; m != nil {
+		delete(m, token)
+		if len(m) == 0 {
+			delete(b.waiters, key)
+		}
+	}
+}
+
+// queuedHere reports whether a release of key that names token (the head
+// of the leader's queue) concerns this Backend's waiters: token is queued
+// by this Backend as far as it knows, or this Backend lost track (it
+// forgot its entries).
+func (b *Backend) queuedHere(key, token string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	exp, ok := b.waiters[key][token]
+	return ok && time.Now().Before(exp)
+}
+
+// promise records whether an attempt on key found it free but promised
+// to another head, and reports how long that has been so (0: not now).
+func (b *Backend) promise(key string, promised bool) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !promised {
+		delete(b.promised, key)
+		return 0
+	}
+	if b.promised == nil || len(b.promised) >= maxQueued {
+		b.promised = make(map[string]time.Time)
+	}
+	since, ok := b.promised[key]
+	if !ok {
+		b.promised[key] = time.Now()
+		return time.Nanosecond
+	}
+	return max(time.Since(since), time.Nanosecond)
+}
+
+// promisedFor reports how long key has been seen free but promised to
+// another head, or 0.
+func (b *Backend) promisedFor(key string) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	since, ok := b.promised[key]
+	if !ok {
+		return 0
+	}
+	return max(time.Since(since), time.Nanosecond)
 }

@@ -43,7 +43,8 @@ func (b *Backend) Listen(ctx context.Context, fn func(key, next string)) (driver
 	}
 	l := &listener{b: b, subs: make(map[string][]*subscription)}
 	l.ctx, l.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	l.fanIn = &fanIn{fn: fn, n: len(b.nodes), window: max(b.opts.nodeTimeout/10, time.Millisecond), pending: make(map[string]*announced)}
+	l.fanIn = &fanIn{fn: fn, n: len(b.nodes), window: max(b.opts.nodeTimeout/10, time.Millisecond), pending: make(map[string]*announced),
+		leader: b.leaderOf, here: b.queuedHere}
 	for _, n := range b.nodes {
 		nl, err := n.b.Listen(ctx, func(key, next string) { l.fanIn.announce(n.index, key, next) })
 		if err != nil {
@@ -269,6 +270,11 @@ type fanIn struct {
 	fn     func(key, next string)
 	n      int           // nodes
 	window time.Duration // longest wait for the other nodes' copies
+	// leader returns the node whose copy names the waiter to wake (the
+	// key's leader, or -1); here reports whether a waiter named so is
+	// this Backend's (see leader.go).
+	leader func(key string) int
+	here   func(key, token string) bool
 
 	mu      sync.Mutex // held while fn runs, so that close waits for it
 	closed  bool
@@ -279,7 +285,8 @@ type fanIn struct {
 type announced struct {
 	nodes []bool
 	count int
-	next  string // the waiter the copies named; "" once they differ
+	lead  int    // the key's leader when the first copy came, or -1
+	next  string // the waiter the leader's copy named
 	timer *time.Timer
 }
 
@@ -303,11 +310,15 @@ func (f *fanIn) announce(node int, key, next string) {
 		a = nil
 	}
 	if a == nil {
-		a = &announced{nodes: make([]bool, f.n), next: next}
+		a = &announced{nodes: make([]bool, f.n), lead: -1}
+		if f.leader != nil {
+			a.lead = f.leader(key)
+		}
 		f.pending[key] = a
 		a.timer = time.AfterFunc(f.window, func() { f.expire(key, a) })
-	} else if a.next != next {
-		a.next = "" // the nodes disagree: let every waiter try
+	}
+	if node == a.lead {
+		a.next = next
 	}
 	a.nodes[node] = true
 	a.count++
@@ -316,10 +327,17 @@ func (f *fanIn) announce(node int, key, next string) {
 	}
 }
 
-// fire passes a on; f.mu is held.
+// fire passes a on; f.mu is held. A release that leaves the lock to the
+// head of the leader's queue is passed on only when that head is this
+// Backend's: the other Clients' waiters are not woken for nothing.
 func (f *fanIn) fire(key string, a *announced) {
 	a.timer.Stop()
 	delete(f.pending, key)
+	if a.next != "" && f.here != nil {
+		if token, _ := driver.ParseNext(a.next); !f.here(key, token) {
+			return
+		}
+	}
 	f.fn(key, a.next)
 }
 
