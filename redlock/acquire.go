@@ -83,7 +83,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		return driver.AcquireResult{}, fmt.Errorf("redlock: acquire %q: %w", req.Key, err)
 	}
 	a := newAttempt(b, ctx, req)
-	a.lead = b.leaderFor(req.Key, req.Mode == driver.Exclusive && req.Joining == 0)
+	a.lead = b.leaderFor(req.Key, req.Mode == driver.Exclusive && req.Joining == 0 && req.Wait)
 	a.leadReq = req
 	if a.lead >= 0 && req.Wait && req.QueueTTL > 0 && b.promisedFor(req.Key) < promisedGrace {
 		// Queue on the leader (see leader.go). Counted as queued before

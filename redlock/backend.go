@@ -51,7 +51,7 @@ type Backend struct {
 	splits map[string]int
 	// contended is, by key, when an attempt on it was last refused (see
 	// leaderFor).
-	contended map[string]time.Time
+	contended map[string]*contention
 	// waiters is, by key and token, when this Backend's entries in the
 	// leader's queue expire; promised is, by key, since when attempts
 	// found the key free but promised to another head (see leader.go).

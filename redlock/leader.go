@@ -12,7 +12,8 @@ import (
 // lock sits free meanwhile. Every release of a hot key wakes every waiting
 // Client, so such collisions are the rule, not the exception.
 //
-// So while a key is contended, an exclusive acquire goes to one node first,
+// So while a key is contended, an exclusive acquire of a caller that waits
+// (driver.AcquireRequest.Wait: dlock's Lock) goes to one node first,
 // the key's leader, and to the others only once the leader has granted it
 // (or failed). The leader serialises the contenders: only the one it grants
 // goes on to the other nodes, so they are not split, and a contender that
@@ -24,11 +25,25 @@ import (
 //
 // A key is contended for contendedFor after an attempt on it was refused.
 // An uncontended acquire is not slowed by the extra round trip.
+//
+// The leader may refuse with a hold that no quorum backs: a contender that
+// won only the leader and died before undoing it leaves its hold there
+// until its TTL. Asking only the leader would keep the waiters out all
+// that time while a quorum of the other nodes is free, so a Backend asks
+// every node at once for a contended key at least every fullEvery, and
+// wins those nodes when they are free.
 const (
 	contendedFor  = time.Second
+	fullEvery     = time.Second
 	leaderFailFor = time.Second
 	maxContended  = 4096
 )
+
+// contention is what a Backend knows of a contended key.
+type contention struct {
+	at   time.Time // last refusal
+	full time.Time // last attempt of a waiter that asked every node at once
+}
 
 // contend records that an attempt on key was refused.
 func (b *Backend) contend(key string) {
@@ -36,26 +51,41 @@ func (b *Backend) contend(key string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.contended == nil || len(b.contended) >= maxContended {
-		b.contended = make(map[string]time.Time) // forget: keys only lose the leader for a moment
+		b.contended = make(map[string]*contention) // forget: keys only lose the leader for a moment
 	}
-	b.contended[key] = now
+	if c := b.contended[key]; c != nil {
+		c.at = now
+	} else {
+		b.contended[key] = &contention{at: now, full: now}
+	}
 }
 
 // leaderFor returns the index of the node an attempt on key asks first, or
 // -1 when it asks every node at once: an exclusive acquire of a key
-// contended within contendedFor goes to the key's leader. The leader is
+// contended within contendedFor, by a caller that waits (eligible: Wait
+// set, not a re-entry), goes to the key's leader. A request that does not
+// wait (TryLock) asks every node at once: it has one attempt, and must not
+// be refused a lock that a quorum has let go because the leader happens to
+// be the node whose release has not landed yet. Nor does a waiter's
+// attempt when the Backend's last one that asked every node for the key
+// is fullEvery old. The leader is
 // chosen by rendezvous hashing of the key with the nodes' addresses, so
 // that every Client that lists the same addresses, in any order, picks the
 // same node, and the next in that ranking when a node failed within
 // leaderFailFor.
-func (b *Backend) leaderFor(key string, exclusive bool) int {
-	if !exclusive || len(b.nodes) < 2 {
+func (b *Backend) leaderFor(key string, eligible bool) int {
+	if !eligible || len(b.nodes) < 2 {
 		return -1
 	}
+	now := time.Now()
 	b.mu.Lock()
-	t, ok := b.contended[key]
+	c := b.contended[key]
+	full := c != nil && now.Sub(c.full) >= fullEvery
+	if full {
+		c.full = now
+	}
 	b.mu.Unlock()
-	if !ok || time.Since(t) > contendedFor {
+	if c == nil || full || now.Sub(c.at) > contendedFor {
 		return -1
 	}
 	return b.leaderOf(key)

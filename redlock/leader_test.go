@@ -1,6 +1,7 @@
 package redlock_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -10,8 +11,16 @@ import (
 	"github.com/dlock-go/dlock/redlock"
 )
 
-// refuse makes one acquire attempt of req, which another owner's hold
-// must refuse.
+// waitRequest is an acquire request for key with a fresh token, of a
+// caller that waits (dlock's Lock).
+func waitRequest(t *testing.T, key string, ttl time.Duration) driver.AcquireRequest {
+	t.Helper()
+	req := request(t, key, ttl)
+	req.Wait, req.QueueTTL = true, ttl
+	return req
+}
+
+// refuse makes one acquire attempt of req, which must be refused.
 func refuse(t *testing.T, b *redlock.Backend, req driver.AcquireRequest) driver.AcquireResult {
 	t.Helper()
 	res, err := b.Acquire(t.Context(), req)
@@ -33,11 +42,13 @@ func scriptsByNode(t *testing.T, b *redlock.Backend, nodes []*redis.Client) []in
 	return out
 }
 
-// TestContendedKeyAsksLeaderFirst checks that once a key is contended, an
-// attempt that its holder refuses costs one node call, always on the same
-// node, instead of one call per node: every waiter that a release wakes
-// then tries at the price of one round trip, and contenders can no longer
-// split the nodes between them. A grant still takes a quorum.
+// TestContendedKeyAsksLeaderFirst checks that once a key is contended, a
+// waiter's attempt that the holder refuses costs one node call, always on
+// the same node (the key's leader), where it queues, instead of one call
+// per node: every waiter woken then tries at the price of one round trip,
+// and contenders can no longer split the nodes between them. After the
+// release the leader's queue decides who goes first: the head is granted,
+// on every node, and a waiter behind it is told to look again soon.
 func TestContendedKeyAsksLeaderFirst(t *testing.T) {
 	servers := startNodes(t, 3)
 	nodes := admins(t, servers)
@@ -47,39 +58,81 @@ func TestContendedKeyAsksLeaderFirst(t *testing.T) {
 	mustAcquire(t, b, holder)
 
 	// The first refusal asks every node and marks the key contended.
-	first := refuse(t, b, request(t, key, 10*time.Second))
+	first := refuse(t, b, waitRequest(t, key, 10*time.Second))
 	if first.Holder != holder.Owner || first.HolderTTL <= 0 {
 		t.Errorf("first refusal: %+v, want holder %q with a TTL", first, holder.Owner)
 	}
 	resetStats(t, nodes)
-	const waiters = 5
-	for range waiters {
-		res := refuse(t, b, request(t, key, 10*time.Second))
-		if res.Holder != holder.Owner || res.HolderTTL <= 0 || res.HolderTTL > 10*time.Second {
-			t.Errorf("refusal by the leader: %+v, want holder %q with a TTL of at most 10s", res, holder.Owner)
+	var waiters []driver.AcquireRequest
+	for i := range 5 {
+		w := waitRequest(t, key, 10*time.Second)
+		res := refuse(t, b, w)
+		if res.Holder != holder.Owner || res.HolderTTL <= 0 || res.HolderTTL > 10*time.Second || !res.Queued || res.Position != i+1 {
+			t.Errorf("waiter %d refused by the leader: %+v, want holder %q with a TTL of at most 10s, queued at %d", i, res, holder.Owner, i+1)
 		}
+		waiters = append(waiters, w)
 	}
 	runs := scriptsByNode(t, b, nodes)
-	total, busiest := 0, 0
-	for _, r := range runs {
-		total += r
-		busiest = max(busiest, r)
-	}
-	if total != waiters || busiest != waiters {
-		t.Errorf("scripts per node for %d refused attempts: %v, want %d on one node", waiters, runs, waiters)
+	if !slices.Contains(runs, len(waiters)) || runs[0]+runs[1]+runs[2] != len(waiters) {
+		t.Errorf("scripts per node for %d refused attempts: %v, want %[1]d on one node", len(waiters), runs)
 	}
 
-	// Released, the next contender is granted on every node.
 	mustRelease(t, b, key, holder.Token)
-	next := request(t, key, 10*time.Second)
-	mustAcquire(t, b, next)
+	// Free, but promised to the head: the second is told to look again soon.
+	res := refuse(t, b, waiters[1])
+	if res.Holder != "" || res.HolderTTL <= 0 || res.HolderTTL > 100*time.Millisecond || !res.Queued || res.Position != 2 {
+		t.Errorf("the second waiter while the head is promised the lock: %+v, want no holder, a short HolderTTL, queued second", res)
+	}
+	mustAcquire(t, b, waiters[0])
 	redlock.WaitIdle(b)
 	for i, f := range lockFields(t, nodes, key) {
-		if len(f) == 0 || f["owner"] != next.Owner {
-			t.Errorf("node %d after the grant: %v, want held by %q", i, f, next.Owner)
+		if f["owner"] != waiters[0].Owner {
+			t.Errorf("node %d after the head's grant: %v, want held by %q", i, f, waiters[0].Owner)
 		}
 	}
-	mustRelease(t, b, key, next.Token)
+	for _, w := range waiters {
+		mustRelease(t, b, key, w.Token)
+	}
+	redlock.WaitIdle(b)
+	checkClean(t, b, nodes, key)
+}
+
+// TestPromisedToADeadHead checks that a head that does not come for the
+// lock holds the others up for about promisedGrace, not for its entry's
+// time to live: after that, a waiter's request ignores the queue.
+func TestPromisedToADeadHead(t *testing.T) {
+	servers := startNodes(t, 3)
+	nodes := admins(t, servers)
+	b := newBackend(t, servers)
+	const key = "hot"
+	holder := request(t, key, 10*time.Second)
+	mustAcquire(t, b, holder)
+	refuse(t, b, request(t, key, 10*time.Second))
+	dead, live := waitRequest(t, key, 10*time.Second), waitRequest(t, key, 10*time.Second)
+	refuse(t, b, dead) // queued first on the leader
+	refuse(t, b, live)
+	mustRelease(t, b, key, holder.Token)
+	start := time.Now()
+	for {
+		res, err := b.Acquire(t.Context(), live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Acquired {
+			break
+		}
+		if res.Holder != "" {
+			t.Fatalf("refused by %q while the lock is free", res.Holder)
+		}
+		if time.Since(start) > 2*time.Second {
+			t.Fatalf("not granted %v after the release, promised to a head that does not come", time.Since(start))
+		}
+		time.Sleep(res.HolderTTL)
+	}
+	mustRelease(t, b, key, live.Token)
+	mustRelease(t, b, key, dead.Token)
+	redlock.WaitIdle(b)
+	checkClean(t, b, nodes, key)
 }
 
 // TestLeaderDownAsksTheOthers checks that a contended key whose leader is
@@ -94,7 +147,8 @@ func TestLeaderDownAsksTheOthers(t *testing.T) {
 	mustAcquire(t, b, holder)
 	refuse(t, b, request(t, key, 10*time.Second)) // contended from now on
 	resetStats(t, nodes)
-	refuse(t, b, request(t, key, 10*time.Second))
+	queued := waitRequest(t, key, 10*time.Second)
+	refuse(t, b, queued)
 	lead := -1
 	for i, r := range scriptsByNode(t, b, nodes) {
 		if r > 0 {
@@ -108,7 +162,7 @@ func TestLeaderDownAsksTheOthers(t *testing.T) {
 	servers[lead].Stop(t)
 
 	start := time.Now()
-	next := request(t, key, 10*time.Second)
+	next := waitRequest(t, key, 10*time.Second)
 	mustAcquire(t, b, next)
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("grant with the leader down took %v", took)
@@ -119,7 +173,8 @@ func TestLeaderDownAsksTheOthers(t *testing.T) {
 			resetStats(t, []*redis.Client{n})
 		}
 	}
-	refuse(t, b, request(t, key, 10*time.Second))
+	other := waitRequest(t, key, 10*time.Second)
+	refuse(t, b, other)
 	asked := 0
 	for i, n := range nodes {
 		if i != lead {
@@ -130,4 +185,6 @@ func TestLeaderDownAsksTheOthers(t *testing.T) {
 		t.Errorf("refused attempt with the leader down ran %d scripts on the live nodes, want 1", asked)
 	}
 	mustRelease(t, b, key, next.Token)
+	mustRelease(t, b, key, other.Token)
+	mustRelease(t, b, key, queued.Token)
 }
