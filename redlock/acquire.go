@@ -90,7 +90,11 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		// the request goes out: a release that names it may be heard
 		// before the answer.
 		a.leadReq.Fair = true
+		a.fairAt = a.lead
 		b.queued(req.Key, req.Token, time.Now().Add(req.QueueTTL))
+		if b.named(req.Key, req.Token) {
+			a.lead = -1 // the head: every node at once
+		}
 	}
 	start := time.Now()
 	for _, n := range b.nodes {
@@ -142,6 +146,7 @@ type attempt struct {
 	// only when followers is set by then.
 	lead      int
 	leadReq   driver.AcquireRequest // the request for the leader
+	fairAt    int                   // the node asked with leadReq, or -1
 	gate      chan struct{}
 	followers bool
 	opened    bool // gate closed; used by decide's goroutine only
@@ -170,6 +175,7 @@ func newAttempt(b *Backend, ctx context.Context, req driver.AcquireRequest) *att
 		decided:  make(chan struct{}),
 		acts:     make([]action, n),
 		lead:     -1,
+		fairAt:   -1,
 		gate:     make(chan struct{}),
 	}
 	for i := range a.raiseReq {
@@ -191,7 +197,7 @@ func (a *attempt) run(n *node) {
 	err := n.evictionRefusal()
 	if err == nil {
 		req := a.req
-		if n.index == a.lead {
+		if n.index == a.fairAt {
 			req = a.leadReq
 		}
 		ctx, cancel := context.WithTimeout(a.bg, a.timeout)

@@ -57,6 +57,9 @@ type Backend struct {
 	// found the key free but promised to another head (see leader.go).
 	waiters  map[string]map[string]time.Time
 	promised map[string]time.Time
+	// heads is, by key, the waiter of this Backend that the last release
+	// named (see named).
+	heads map[string]string
 }
 
 // node is one Redis node.

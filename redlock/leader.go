@@ -170,15 +170,36 @@ func (b *Backend) unqueued(key, token string) {
 	}
 }
 
-// queuedHere reports whether a release of key that names token (the head
+// headHere reports whether a release of key that names token (the head
 // of the leader's queue) concerns this Backend's waiters: token is queued
-// by this Backend as far as it knows, or this Backend lost track (it
-// forgot its entries).
-func (b *Backend) queuedHere(key, token string) bool {
+// by this Backend as far as it knows. If so, it remembers that token was
+// named, so that its next attempt asks every node at once (see named).
+func (b *Backend) headHere(key, token string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	exp, ok := b.waiters[key][token]
-	return ok && time.Now().Before(exp)
+	if !ok || !time.Now().Before(exp) {
+		return false
+	}
+	if b.heads == nil || len(b.heads) >= maxQueued {
+		b.heads = make(map[string]string)
+	}
+	b.heads[key] = token
+	return true
+}
+
+// named reports whether the last release of key that named a waiter of
+// this Backend named token, and forgets it. Such a waiter is the one the
+// leader lets in, and nobody else is woken: its attempt asks every node at
+// once, which saves the round trip to the leader first.
+func (b *Backend) named(key, token string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.heads[key] != token {
+		return false
+	}
+	delete(b.heads, key)
+	return true
 }
 
 // promise records whether an attempt on key found it free but promised

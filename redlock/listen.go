@@ -30,10 +30,12 @@ const (
 // merged: fn(key, next) is called once every node has announced a release
 // of key, or one coalescing window (a tenth of the node timeout, at least
 // 1ms) after the first announcement, whichever comes first. No announcement
-// goes unanswered: each is followed by fn(key, next) within the window.
-// next is the waiter the nodes' copies named, or "" (anyone may try) when
-// they named none or differ; Redlock keeps no fair queues, so its own
-// releases name none. ctx bounds only the call.
+// goes unanswered: each is followed by fn(key, next) within the window,
+// except that a release naming a waiter that is not queued by this Backend
+// is not passed on at all: it is another Client's turn. next is what the
+// copy of the key's leader named (see leader.go): the head of the leader's
+// queue, or "" (anyone may try; also when the leader's copy did not come).
+// ctx bounds only the call.
 func (b *Backend) Listen(ctx context.Context, fn func(key, next string)) (driver.Listener, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("redlock: listen: %w", err)
@@ -44,7 +46,7 @@ func (b *Backend) Listen(ctx context.Context, fn func(key, next string)) (driver
 	l := &listener{b: b, subs: make(map[string][]*subscription)}
 	l.ctx, l.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	l.fanIn = &fanIn{fn: fn, n: len(b.nodes), window: max(b.opts.nodeTimeout/10, time.Millisecond), pending: make(map[string]*announced),
-		leader: b.leaderOf, here: b.queuedHere}
+		leader: b.leaderOf, here: b.headHere}
 	for _, n := range b.nodes {
 		nl, err := n.b.Listen(ctx, func(key, next string) { l.fanIn.announce(n.index, key, next) })
 		if err != nil {
