@@ -330,6 +330,7 @@ func (a *attempt) decide(ctx context.Context, start time.Time) (driver.AcquireRe
 		case ans.err == nil && !ans.val.Acquired && ans.val.Shared == 0:
 			b.noSplit(key)
 			b.contend(key)
+			b.heldOnLeader(key, ans.val.Holder)
 			res := driver.AcquireResult{Holder: ans.val.Holder, HolderTTL: ans.val.HolderTTL, Queued: ans.val.Queued, Position: ans.val.Position}
 			if !res.Queued {
 				b.unqueued(key, a.req.Token)

@@ -29,9 +29,12 @@ import (
 // The leader may refuse with a hold that no quorum backs: a contender that
 // won only the leader and died before undoing it leaves its hold there
 // until its TTL. Asking only the leader would keep the waiters out all
-// that time while a quorum of the other nodes is free, so a Backend asks
-// every node at once for a contended key at least every fullEvery, and
-// wins those nodes when they are free.
+// that time while a quorum of the other nodes is free. So when the leader
+// has refused a Backend's waiters for one and the same holder for
+// fullEvery, the next waiter's attempt asks every node at once (and so
+// once every fullEvery while that lasts), which wins the free nodes. Under
+// a hot key the holder changes far more often, and no such attempt races
+// the queue's head.
 const (
 	contendedFor  = time.Second
 	fullEvery     = time.Second
@@ -41,8 +44,9 @@ const (
 
 // contention is what a Backend knows of a contended key.
 type contention struct {
-	at   time.Time // last refusal
-	full time.Time // last attempt of a waiter that asked every node at once
+	at     time.Time // last refusal
+	holder string    // the holder the leader last refused with, or ""
+	since  time.Time // when the leader first refused with holder, or the last full attempt
 }
 
 // contend records that an attempt on key was refused.
@@ -56,7 +60,18 @@ func (b *Backend) contend(key string) {
 	if c := b.contended[key]; c != nil {
 		c.at = now
 	} else {
-		b.contended[key] = &contention{at: now, full: now}
+		b.contended[key] = &contention{at: now}
+	}
+}
+
+// heldOnLeader records that the leader refused a waiter's attempt on key
+// with holder ("": free, but promised to the head of its queue).
+func (b *Backend) heldOnLeader(key, holder string) {
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c := b.contended[key]; c != nil && c.holder != holder {
+		c.holder, c.since = holder, now
 	}
 }
 
@@ -67,8 +82,8 @@ func (b *Backend) contend(key string) {
 // wait (TryLock) asks every node at once: it has one attempt, and must not
 // be refused a lock that a quorum has let go because the leader happens to
 // be the node whose release has not landed yet. Nor does a waiter's
-// attempt when the Backend's last one that asked every node for the key
-// is fullEvery old. The leader is
+// attempt when the leader has refused with one holder for fullEvery (see
+// above). The leader is
 // chosen by rendezvous hashing of the key with the nodes' addresses, so
 // that every Client that lists the same addresses, in any order, picks the
 // same node, and the next in that ranking when a node failed within
@@ -80,9 +95,9 @@ func (b *Backend) leaderFor(key string, eligible bool) int {
 	now := time.Now()
 	b.mu.Lock()
 	c := b.contended[key]
-	full := c != nil && now.Sub(c.full) >= fullEvery
+	full := c != nil && c.holder != "" && now.Sub(c.since) >= fullEvery
 	if full {
-		c.full = now
+		c.since = now
 	}
 	b.mu.Unlock()
 	if c == nil || full || now.Sub(c.at) > contendedFor {

@@ -62,6 +62,7 @@ func TestContendedKeyAsksLeaderFirst(t *testing.T) {
 	if first.Holder != holder.Owner || first.HolderTTL <= 0 {
 		t.Errorf("first refusal: %+v, want holder %q with a TTL", first, holder.Owner)
 	}
+	redlock.WaitIdle(b) // the first attempt's last node, which it did not wait for
 	resetStats(t, nodes)
 	var waiters []driver.AcquireRequest
 	for i := range 5 {
@@ -146,6 +147,7 @@ func TestLeaderDownAsksTheOthers(t *testing.T) {
 	holder := request(t, key, 10*time.Second)
 	mustAcquire(t, b, holder)
 	refuse(t, b, request(t, key, 10*time.Second)) // contended from now on
+	redlock.WaitIdle(b) // the first attempt's last node, which it did not wait for
 	resetStats(t, nodes)
 	queued := waitRequest(t, key, 10*time.Second)
 	refuse(t, b, queued)
@@ -187,4 +189,53 @@ func TestLeaderDownAsksTheOthers(t *testing.T) {
 	mustRelease(t, b, key, next.Token)
 	mustRelease(t, b, key, other.Token)
 	mustRelease(t, b, key, queued.Token)
+}
+
+// TestHoldOnTheLeaderAlone checks that a hold that only the leader has
+// (a contender that won the leader and died before undoing it) keeps a
+// waiter out for about a second, not for that hold's TTL, while a quorum
+// of the other nodes is free.
+func TestHoldOnTheLeaderAlone(t *testing.T) {
+	servers := startNodes(t, 3)
+	nodes := admins(t, servers)
+	b := newBackend(t, servers)
+	const key = "hot"
+	holder := request(t, key, 10*time.Second)
+	mustAcquire(t, b, holder)
+	refuse(t, b, request(t, key, 10*time.Second)) // contended from now on
+	redlock.WaitIdle(b) // the first attempt's last node, which it did not wait for
+	resetStats(t, nodes)
+	w := waitRequest(t, key, 10*time.Second)
+	refuse(t, b, w)
+	lead := slices.IndexFunc(scriptsByNode(t, b, nodes), func(n int) bool { return n > 0 })
+	mustRelease(t, b, key, holder.Token)
+	mustRelease(t, b, key, w.Token)
+	holdForeign(t, nodes[lead], key, "ghost") // for a minute
+
+	start := time.Now()
+	for {
+		res, err := b.Acquire(t.Context(), w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Acquired {
+			break
+		}
+		if res.Holder != "ghost" {
+			t.Fatalf("refused by %q, want the leader's ghost", res.Holder)
+		}
+		if time.Since(start) > 3*time.Second {
+			t.Fatalf("still refused by the leader's ghost after %v, with the other nodes free", time.Since(start))
+		}
+		time.Sleep(100 * time.Millisecond) // a waiter's retry pace
+	}
+	if took := time.Since(start); took < 900*time.Millisecond {
+		t.Errorf("granted after %v: a waiter went past the leader's hold before it had lasted a second", took)
+	}
+	for i, f := range lockFields(t, nodes, key) {
+		if i != lead && f["owner"] != w.Owner {
+			t.Errorf("node %d: %v, want held by the waiter", i, f)
+		}
+	}
+	mustRelease(t, b, key, w.Token)
 }
