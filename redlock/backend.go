@@ -49,8 +49,9 @@ type Backend struct {
 	// splits counts, by key, this Backend's attempts in a row that found
 	// the nodes split between contenders (see splitDelay).
 	splits map[string]int
-	// contended is, by key, when an attempt on it was last refused (see
-	// leaderFor).
+	// contended is, by key, what this Backend knows of the key's
+	// contention: its last refusal, the holder the leader refuses with
+	// (see leaderFor).
 	contended map[string]*contention
 	// waiters is, by key and token, when this Backend's entries in the
 	// leader's queue expire; promised is, by key, since when attempts
