@@ -147,7 +147,7 @@ func TestLeaderDownAsksTheOthers(t *testing.T) {
 	holder := request(t, key, 10*time.Second)
 	mustAcquire(t, b, holder)
 	refuse(t, b, request(t, key, 10*time.Second)) // contended from now on
-	redlock.WaitIdle(b) // the first attempt's last node, which it did not wait for
+	redlock.WaitIdle(b)                           // the first attempt's last node, which it did not wait for
 	resetStats(t, nodes)
 	queued := waitRequest(t, key, 10*time.Second)
 	refuse(t, b, queued)
@@ -203,7 +203,7 @@ func TestHoldOnTheLeaderAlone(t *testing.T) {
 	holder := request(t, key, 10*time.Second)
 	mustAcquire(t, b, holder)
 	refuse(t, b, request(t, key, 10*time.Second)) // contended from now on
-	redlock.WaitIdle(b) // the first attempt's last node, which it did not wait for
+	redlock.WaitIdle(b)                           // the first attempt's last node, which it did not wait for
 	resetStats(t, nodes)
 	w := waitRequest(t, key, 10*time.Second)
 	refuse(t, b, w)
