@@ -62,7 +62,8 @@ func TestContendedKeyAsksLeaderFirst(t *testing.T) {
 	if first.Holder != holder.Owner || first.HolderTTL <= 0 {
 		t.Errorf("first refusal: %+v, want holder %q with a TTL", first, holder.Owner)
 	}
-	redlock.WaitIdle(b) // the first attempt's last node, which it did not wait for
+	// Let the first attempt finish on the node it did not wait for.
+	redlock.WaitIdle(b)
 	resetStats(t, nodes)
 	var waiters []driver.AcquireRequest
 	for i := range 5 {
@@ -147,7 +148,8 @@ func TestLeaderDownAsksTheOthers(t *testing.T) {
 	holder := request(t, key, 10*time.Second)
 	mustAcquire(t, b, holder)
 	refuse(t, b, request(t, key, 10*time.Second)) // contended from now on
-	redlock.WaitIdle(b)                           // the first attempt's last node, which it did not wait for
+	// Let the first attempt finish on the node it did not wait for.
+	redlock.WaitIdle(b)
 	resetStats(t, nodes)
 	queued := waitRequest(t, key, 10*time.Second)
 	refuse(t, b, queued)
@@ -203,7 +205,8 @@ func TestHoldOnTheLeaderAlone(t *testing.T) {
 	holder := request(t, key, 10*time.Second)
 	mustAcquire(t, b, holder)
 	refuse(t, b, request(t, key, 10*time.Second)) // contended from now on
-	redlock.WaitIdle(b)                           // the first attempt's last node, which it did not wait for
+	// Let the first attempt finish on the node it did not wait for.
+	redlock.WaitIdle(b)
 	resetStats(t, nodes)
 	w := waitRequest(t, key, 10*time.Second)
 	refuse(t, b, w)
