@@ -95,12 +95,13 @@ func (b *Backend) leaderFor(key string, eligible bool) int {
 	now := time.Now()
 	b.mu.Lock()
 	c := b.contended[key]
-	full := c != nil && c.holder != "" && now.Sub(c.since) >= fullEvery
+	contended := c != nil && now.Sub(c.at) <= contendedFor
+	full := contended && c.holder != "" && now.Sub(c.since) >= fullEvery
 	if full {
 		c.since = now
 	}
 	b.mu.Unlock()
-	if c == nil || full || now.Sub(c.at) > contendedFor {
+	if !contended || full {
 		return -1
 	}
 	return b.leaderOf(key)
@@ -163,7 +164,7 @@ func (b *Backend) queued(key, token string, expires time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.waiters == nil || len(b.waiters) >= maxQueued {
-		b.waiters = make(map[string]map[string]time.Time) // forget: a release wakes every waiter here once
+		b.waiters = make(map[string]map[string]time.Time) // forget: those waiters then go by their retries until they queue again
 	}
 	m := b.waiters[key]
 	if m == nil {
