@@ -71,10 +71,11 @@
 // This changes who tries first, not what a grant is: every grant still
 // takes a quorum and the highest fence of its nodes. A leader that fails
 // is passed over for a second. A head that does not come keeps the lock
-// free for about 100ms, after which the next waiter ignores the queue. A
-// waiter also asks every node at once at least once a second, so that a
-// hold left on the leader alone (a contender that died half-way) does not
-// keep waiters out while a quorum is free. TryLock and readers always ask
+// free for about 100ms, after which the next waiter ignores the queue.
+// When the leader has refused with one and the same holder for a second, a
+// waiter asks every node at once (once a second while that lasts), so that
+// a hold left on the leader alone (a contender that died half-way) does
+// not keep waiters out while a quorum is free. TryLock and readers always ask
 // every node at once. Clients that name the nodes by different addresses
 // may pick different leaders: they still get the lock, with less order.
 // This is not a fair lock (Fair() is refused, see below): a TryLock, or a
