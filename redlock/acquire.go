@@ -17,9 +17,6 @@ import (
 //     bounded by min(node timeout, TTL/10). Acquire decides as soon as Q
 //     nodes have granted (Q = N/2+1) or enough have refused or failed that Q
 //     grants are impossible: a slow or dead node never delays a success.
-//     While the key is contended, an exclusive request goes to the key's
-//     leader node first and to the others only once the leader granted it
-//     or failed; a refusal by the leader is the answer (see leader.go).
 //  2. The grant's fence F is the highest fence among the Q winning nodes.
 //     Winning nodes that drew a lower fence get F by RaiseFence, concurrently
 //     (a second round trip, needed only when the nodes' counters differ);
@@ -83,19 +80,6 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		return driver.AcquireResult{}, fmt.Errorf("redlock: acquire %q: %w", req.Key, err)
 	}
 	a := newAttempt(b, ctx, req)
-	a.lead = b.leaderFor(req.Key, req.Mode == driver.Exclusive && req.Joining == 0 && req.Wait)
-	a.leadReq = req
-	if a.lead >= 0 && req.Wait && req.QueueTTL > 0 && b.promisedFor(req.Key) < promisedGrace {
-		// Queue on the leader (see leader.go). Counted as queued before
-		// the request goes out: a release that names it may be heard
-		// before the answer.
-		a.leadReq.Fair = true
-		a.fairAt = a.lead
-		b.queued(req.Key, req.Token, time.Now().Add(req.QueueTTL))
-		if b.named(req.Key, req.Token) {
-			a.lead = -1 // the head: every node at once
-		}
-	}
 	start := time.Now()
 	for _, n := range b.nodes {
 		ahead, done := b.enqueue(req.Key, req.Token, n.index)
@@ -104,17 +88,10 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			if ahead != nil {
 				<-ahead // an earlier call of this token, bounded by its timeouts
 			}
-			if a.lead >= 0 && n.index != a.lead {
-				<-a.gate
-				if !a.followers {
-					return // the leader refused: this node was never asked
-				}
-			}
 			a.run(n)
 		})
 	}
 	defer close(a.decided) // the node goroutines go on with their follow-ups
-	defer a.open(false)    // the followers of a leader that decide did not let go on
 	return a.decide(ctx, start)
 }
 
@@ -140,16 +117,6 @@ type attempt struct {
 	fence   uint64
 	reentry bool
 	acts    []action // per node, when granted
-
-	// lead is the node asked first, or -1 (see leaderFor). The other
-	// nodes' goroutines wait for gate, closed once by open, and are asked
-	// only when followers is set by then.
-	lead      int
-	leadReq   driver.AcquireRequest // the request for the leader
-	fairAt    int                   // the node asked with leadReq, or -1
-	gate      chan struct{}
-	followers bool
-	opened    bool // gate closed; used by decide's goroutine only
 }
 
 // action is a node's follow-up after decide.
@@ -174,9 +141,6 @@ func newAttempt(b *Backend, ctx context.Context, req driver.AcquireRequest) *att
 		raised:   make(chan answer[bool], n),
 		decided:  make(chan struct{}),
 		acts:     make([]action, n),
-		lead:     -1,
-		fairAt:   -1,
-		gate:     make(chan struct{}),
 	}
 	for i := range a.raiseReq {
 		a.raiseReq[i] = make(chan uint64, 1)
@@ -196,12 +160,8 @@ func (a *attempt) run(n *node) {
 	var res driver.AcquireResult
 	err := n.evictionRefusal()
 	if err == nil {
-		req := a.req
-		if n.index == a.fairAt {
-			req = a.leadReq
-		}
 		ctx, cancel := context.WithTimeout(a.bg, a.timeout)
-		res, err = n.b.Acquire(ctx, req)
+		res, err = n.b.Acquire(ctx, a.req)
 		cancel()
 	}
 	a.answers <- answer[driver.AcquireResult]{node: n, val: res, err: err}
@@ -265,17 +225,6 @@ func (a *attempt) lateAction(res driver.AcquireResult, err error) action {
 	return actNone
 }
 
-// open lets the followers of the leader go on (ask their nodes) or not,
-// once; later calls do nothing.
-func (a *attempt) open(followers bool) {
-	if a.opened {
-		return
-	}
-	a.opened = true
-	a.followers = followers
-	close(a.gate)
-}
-
 // decide collects the nodes' answers until the outcome is known, and for a
 // won quorum runs the fence round and the validity check. It sets the
 // attempt's outcome fields; Acquire closes decided after it returns.
@@ -286,20 +235,6 @@ func (a *attempt) decide(ctx context.Context, start time.Time) (driver.AcquireRe
 	defer g.stop()
 	var wins, busy []answer[driver.AcquireResult]
 	var errs []*NodeError
-	// record counts one node's answer.
-	record := func(ans answer[driver.AcquireResult]) {
-		switch {
-		case ans.err != nil:
-			t.fail++
-			errs = append(errs, ans.node.nodeError(ans.err))
-		case ans.val.Acquired:
-			t.yes++
-			wins = append(wins, ans)
-		default:
-			t.no++
-			busy = append(busy, ans)
-		}
-	}
 	// more reads the next answer; false when there is none to wait for.
 	more := func() (bool, error) {
 		ans, ok, err := g.next(ctx)
@@ -312,43 +247,18 @@ func (a *attempt) decide(ctx context.Context, start time.Time) (driver.AcquireRe
 			t.fail += len(missing)
 			return false, nil
 		}
-		record(ans)
-		return true, nil
-	}
-	if a.lead >= 0 {
-		// Only the leader was asked. When it is held by another owner,
-		// that is the answer; otherwise the other nodes are asked now
-		// and the attempt goes on as if they had been asked at once.
-		ans, ok, err := g.next(ctx)
 		switch {
-		case err != nil:
-			return driver.AcquireResult{}, fmt.Errorf("redlock: acquire %q: %w", key, err)
-		case !ok:
-			// No answer in time: ask the others; the leader's answer, if
-			// it comes, is read below.
-			b.nodes[a.lead].failed()
-		case ans.err == nil && !ans.val.Acquired && ans.val.Shared == 0:
-			b.noSplit(key)
-			b.contend(key)
-			b.heldOnLeader(key, ans.val.Holder)
-			res := driver.AcquireResult{Holder: ans.val.Holder, HolderTTL: ans.val.HolderTTL, Queued: ans.val.Queued, Position: ans.val.Position}
-			if !res.Queued {
-				b.unqueued(key, a.req.Token)
-			}
-			// Free, but promised to the head of the leader's queue: look
-			// again soon, in case the head does not come.
-			if b.promise(key, a.leadReq.Fair && res.Holder == "" && res.HolderTTL <= 0) > 0 {
-				res.HolderTTL = promisedRetry
-			}
-			return res, nil
+		case ans.err != nil:
+			t.fail++
+			errs = append(errs, ans.node.nodeError(ans.err))
+		case ans.val.Acquired:
+			t.yes++
+			wins = append(wins, ans)
 		default:
-			if ans.err != nil {
-				b.nodes[a.lead].failed()
-			}
-			record(ans)
+			t.no++
+			busy = append(busy, ans)
 		}
-		a.open(true)
-		g.restart()
+		return true, nil
 	}
 	for t.verdict() == undecided {
 		if ok, err := more(); err != nil {
@@ -413,13 +323,6 @@ func (a *attempt) decide(ctx context.Context, start time.Time) (driver.AcquireRe
 	}
 	a.granted = true
 	b.noSplit(key)
-	b.unqueued(key, a.req.Token)
-	b.promise(key, false)
-	for _, w := range wins {
-		if w.val.Overtook {
-			b.contend(key) // a queue on the leader: queue there next time
-		}
-	}
 	return driver.AcquireResult{Acquired: true, Fence: fence, Holds: holds}, nil
 }
 
@@ -583,7 +486,6 @@ func reentryOpen(wins []answer[driver.AcquireResult], join uint64, q, pending in
 func (a *attempt) busyResult(busy []answer[driver.AcquireResult], yes int) driver.AcquireResult {
 	n, q := len(a.b.nodes), a.b.Quorum()
 	block := n - q + 1 // refusals that make a quorum impossible
-	a.b.contend(a.req.Key)
 	shared := a.req.Mode == driver.Shared
 	waits, contenders := a.classify(busy)
 	queued := false

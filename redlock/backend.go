@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -49,18 +48,6 @@ type Backend struct {
 	// splits counts, by key, this Backend's attempts in a row that found
 	// the nodes split between contenders (see splitDelay).
 	splits map[string]int
-	// contended is, by key, what this Backend knows of the key's
-	// contention: its last refusal, the holder the leader refuses with
-	// (see leaderFor).
-	contended map[string]*contention
-	// waiters is, by key and token, when this Backend's entries in the
-	// leader's queue expire; promised is, by key, since when attempts
-	// found the key free but promised to another head (see leader.go).
-	waiters  map[string]map[string]time.Time
-	promised map[string]time.Time
-	// heads is, by key, the waiter of this Backend that the last release
-	// named (see named).
-	heads map[string]string
 }
 
 // node is one Redis node.
@@ -71,9 +58,6 @@ type node struct {
 	b     *redislock.Backend
 	// allowEviction is WithEvictionAllowed.
 	allowEviction bool
-	// failedUntil: the node's last acquire failed; it is not a leader
-	// before this time (Unix nanoseconds; see leaderFor).
-	failedUntil atomic.Int64
 }
 
 // evictionRefusal is the node's refusal to grant because its Redis may
@@ -370,20 +354,6 @@ func (g *gather[T]) collect(ctx context.Context, b *Backend, ok func(a answer[T]
 		}
 	}
 	return answered, errs
-}
-
-// restart gives next a full backstop again from now: the nodes still to
-// answer were asked only now (see attempt.lead).
-func (g *gather[T]) restart() {
-	d := backstop(g.timeout)
-	if !g.timer.Stop() {
-		select {
-		case <-g.timer.C:
-		default:
-		}
-	}
-	g.timer.Reset(d)
-	g.deadline = time.Now().Add(d)
 }
 
 // shorten makes next give up d from now, if that is sooner than before.

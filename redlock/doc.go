@@ -51,37 +51,6 @@
 // dlock client ends every lease drift before send time + TTL (Backend.Drift)
 // and then its own safety margin.
 //
-// # Waiting under contention
-//
-// Waiters are woken by release notifications (Backend.Listen): each node
-// announces a release, and a Client's copies of one release are merged into
-// one wake-up. Asking every node at once is fastest for one caller, but
-// when every release wakes many waiting Clients their requests reach the
-// nodes in different orders and split them, so that nobody wins. So while
-// a key is contended (an attempt on it was refused within the last
-// second), a waiting Lock asks one node first, the key's leader (chosen by
-// rendezvous hashing of the key with the node addresses, so that Clients
-// listing the same addresses agree), and the other nodes only once the
-// leader granted it or failed. On the leader it queues: the leader grants
-// only the head of its queue, its release names the head, and only the
-// Client whose waiter is named is woken; that waiter then asks every node
-// at once. A refused waiter costs one round trip, a release wakes one
-// waiter, and waiters are served in the order they queued on the leader.
-//
-// This changes who tries first, not what a grant is: every grant still
-// takes a quorum and the highest fence of its nodes. A leader that fails
-// is passed over for a second. A head that does not come keeps the lock
-// free for about 100ms, after which the next waiter ignores the queue.
-// When the leader has refused with one and the same holder for a second, a
-// waiter asks every node at once (once a second while that lasts), so that
-// a hold left on the leader alone (a contender that died half-way) does
-// not keep waiters out while a quorum is free. TryLock and readers always ask
-// every node at once. Clients that name the nodes by different addresses
-// may pick different leaders: they still get the lock, with less order.
-// This is not a fair lock (Fair() is refused, see below): a TryLock, or a
-// Lock of a Client that has not seen the key contended yet, may overtake
-// the queue.
-//
 // # Fences
 //
 // Each node keeps a fence counter per lock and draws a new fence with INCR

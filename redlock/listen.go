@@ -29,15 +29,11 @@ const (
 // and its first try could come before a quorum had let go. So the copies are
 // merged: fn(key, next) is called once every node has announced a release
 // of key, or one coalescing window (a tenth of the node timeout, at least
-// 1ms) after the first announcement, whichever comes first; and as soon as
-// a quorum has, when the key's leader named the head of its queue (see
-// below), the later copies being taken in. No announcement goes
-// unanswered: each is followed by fn(key, next) within the window, or
-// covered by a call made for its release, except that a release naming a waiter that is not queued by this Backend
-// is not passed on at all: it is another Client's turn. next is what the
-// copy of the key's leader named (see leader.go): the head of the leader's
-// queue, or "" (anyone may try; also when the leader's copy did not come).
-// ctx bounds only the call.
+// 1ms) after the first announcement, whichever comes first. No announcement
+// goes unanswered: each is followed by fn(key, next) within the window.
+// next is the waiter the nodes' copies named, or "" (anyone may try) when
+// they named none or differ; Redlock keeps no fair queues, so its own
+// releases name none. ctx bounds only the call.
 func (b *Backend) Listen(ctx context.Context, fn func(key, next string)) (driver.Listener, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("redlock: listen: %w", err)
@@ -47,8 +43,7 @@ func (b *Backend) Listen(ctx context.Context, fn func(key, next string)) (driver
 	}
 	l := &listener{b: b, subs: make(map[string][]*subscription)}
 	l.ctx, l.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	l.fanIn = &fanIn{fn: fn, n: len(b.nodes), q: b.Quorum(), window: max(b.opts.nodeTimeout/10, time.Millisecond), pending: make(map[string]*announced),
-		leader: b.leaderOf, here: b.headHere}
+	l.fanIn = &fanIn{fn: fn, n: len(b.nodes), window: max(b.opts.nodeTimeout/10, time.Millisecond), pending: make(map[string]*announced)}
 	for _, n := range b.nodes {
 		nl, err := n.b.Listen(ctx, func(key, next string) { l.fanIn.announce(n.index, key, next) })
 		if err != nil {
@@ -272,13 +267,8 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // fanIn merges the nodes' announcements of one release into one call of fn.
 type fanIn struct {
 	fn     func(key, next string)
-	n, q   int           // nodes, quorum
+	n      int           // nodes
 	window time.Duration // longest wait for the other nodes' copies
-	// leader returns the node whose copy names the waiter to wake (the
-	// key's leader, or -1); here reports whether a waiter named so is
-	// this Backend's (see leader.go).
-	leader func(key string) int
-	here   func(key, token string) bool
 
 	mu      sync.Mutex // held while fn runs, so that close waits for it
 	closed  bool
@@ -287,12 +277,10 @@ type fanIn struct {
 
 // announced is a release of one key announced by some nodes, not yet passed on.
 type announced struct {
-	nodes  []bool
-	count  int
-	passed bool   // fn was called for it already (see announce)
-	lead   int    // the key's leader when the first copy came, or -1
-	next   string // the waiter the leader's copy named
-	timer  *time.Timer
+	nodes []bool
+	count int
+	next  string // the waiter the copies named; "" once they differ
+	timer *time.Timer
 }
 
 // announce handles node's announcement of a release of key naming next
@@ -315,49 +303,23 @@ func (f *fanIn) announce(node int, key, next string) {
 		a = nil
 	}
 	if a == nil {
-		a = &announced{nodes: make([]bool, f.n), lead: -1}
-		if f.leader != nil {
-			a.lead = f.leader(key)
-		}
+		a = &announced{nodes: make([]bool, f.n), next: next}
 		f.pending[key] = a
 		a.timer = time.AfterFunc(f.window, func() { f.expire(key, a) })
-	}
-	if node == a.lead {
-		a.next = next
+	} else if a.next != next {
+		a.next = "" // the nodes disagree: let every waiter try
 	}
 	a.nodes[node] = true
 	a.count++
-	switch {
-	case a.count == f.n:
+	if a.count == f.n {
 		f.fire(key, a)
-	case !a.passed && a.next != "" && a.count >= f.q:
-		// The leader named the head of its queue, and a quorum has let
-		// go: the head may go (it asks every node at once and needs only
-		// a quorum). The other copies of this release are taken in until
-		// the window ends, so that they wake nobody again.
-		a.passed = true
-		f.pass(key, a)
 	}
 }
 
-// fire ends a and passes it on unless that was done; f.mu is held.
+// fire passes a on; f.mu is held.
 func (f *fanIn) fire(key string, a *announced) {
 	a.timer.Stop()
 	delete(f.pending, key)
-	if !a.passed {
-		f.pass(key, a)
-	}
-}
-
-// pass calls fn for a. A release that leaves the lock to the head of the
-// leader's queue is passed on only when that head is this Backend's: the
-// other Clients' waiters are not woken for nothing.
-func (f *fanIn) pass(key string, a *announced) {
-	if a.next != "" && f.here != nil {
-		if token, _ := driver.ParseNext(a.next); !f.here(key, token) {
-			return
-		}
-	}
 	f.fn(key, a.next)
 }
 

@@ -26,7 +26,6 @@ import (
 // quorum of nodes answered at all; the nodes that did answer have released
 // by then.
 func (b *Backend) Release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
-	b.unqueued(key, token)
 	start := time.Now()
 	timeout := b.slowTimeout()
 	ch := make(chan answer[driver.ReleaseResult], len(b.nodes))
