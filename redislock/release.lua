@@ -59,15 +59,18 @@ end
 -- cut between two ids after recentKeep bytes. That is one search for a
 -- space where push parses every id and joins them again (push took most of
 -- a release's time).
-local function done()
-  local ids = redis.call('GET', R)
+local function done(ids, rrid)
+  local head = rid
+  if rrid and rrid ~= '' then
+    head = rid .. ' ' .. rrid -- the partial releases of the hold deleted
+  end
   if not ids then
-    ids = rid
+    ids = head
   elseif #ids < recentBytes then
-    ids = rid .. ' ' .. ids
+    ids = head .. ' ' .. ids
   else
     local cut = string.find(ids, ' ', recentKeep, true)
-    ids = cut and (rid .. ' ' .. string.sub(ids, 1, cut - 1)) or rid
+    ids = cut and (head .. ' ' .. string.sub(ids, 1, cut - 1)) or head
   end
   redis.call('SET', R, ids, 'PX', recentTTL)
 end
@@ -76,16 +79,18 @@ end
 -- that left holds, and the lock-delay, which the fast path must not have.
 local h = redis.call('HMGET', L, token, 'rrid', 'delay')
 local holds = h[1]
-if holds then
-  if seen(h[2], rid) then
-    return tonumber(holds) -- a resent request: released already
-  end
-elseif seen(redis.call('GET', R), rid) then
-  return 0 -- a resent request: it deleted the hold already
+local recent = redis.call('GET', R)
+if holds and seen(h[2], rid) then
+  return tonumber(holds) -- a resent request: released already
+end
+if seen(recent, rid) then
+  -- A resent request: it deleted the hold already (the token may hold
+  -- again since: a grant to the same owner ID or reentrant handle).
+  return 0 -- as the first run answered
 end
 if holds == '1' and not h[3] and redis.call('EXISTS', W, Q) == 0 then
   redis.call('DEL', L)
-  done()
+  done(recent, h[2])
   if ARGV[3] ~= '' then
     redis.pcall(ARGV[3], ARGV[2], 'next:') -- refused (ACL): the release stands
   end
@@ -110,7 +115,7 @@ if holds then
       redis.call('HSET', L, token, holds, 'rrid', push(redis.call('HGET', L, 'rrid'), rid))
     else
       redis.call('DEL', L)
-      done()
+      done(redis.call('GET', R), h[2])
       notify = true
     end
     result = holds
@@ -121,7 +126,7 @@ else
     redis.call('ZREM', S, token)
     redis.call('HDEL', SI, token)
     fit(S, SI)
-    done()
+    done(redis.call('GET', R))
     if tonumber(exp) > now() then
       result, notify, anyone = 0, true, true
     end

@@ -1,0 +1,81 @@
+package redislock
+
+// A release resent by go-redis (its answer lost with the connection) must
+// answer as the first run did and change nothing, even when the same token
+// holds the lock again by then: a reentrant handle's, or an owner ID's,
+// whose next grant the resend used to delete (two holders).
+
+import (
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/testserver"
+)
+
+// releaseWithID runs release.lua for token with the request id rid, as a resend would.
+func releaseWithID(t *testing.T, b *Backend, key, token, rid string) int64 {
+	t.Helper()
+	names := b.keysOf(key, releaseSuffixes[:])
+	nk := len(names) - 1
+	n, err := releaseScript.Run(t.Context(), b.rdb, names[:nk], token, names[nk], "PUBLISH", rid).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func mustAcq(t *testing.T, b *Backend, req driver.AcquireRequest) driver.AcquireResult {
+	t.Helper()
+	res, err := b.Acquire(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// A resend of a release that deleted the hold, after the same token (owner
+// ID, or a reentrant handle's token) got a new grant: the resend must
+// change nothing.
+func TestResentReleaseAfterSameTokenRegranted(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	b := New(srv.Client(t))
+	key, tok := "resend/regrant", "svc-1"
+	mustAcq(t, b, driver.AcquireRequest{Key: key, Token: tok, Owner: "p1", TTL: 10 * time.Second})
+	if n := releaseWithID(t, b, key, tok, "X.1"); n != 0 {
+		t.Fatalf("first run = %d", n)
+	}
+	// The same token is granted again (a second process with the owner ID, woken by the release).
+	res := mustAcq(t, b, driver.AcquireRequest{Key: key, Token: tok, Owner: "p2", TTL: 10 * time.Second})
+	t.Logf("regrant: %+v", res)
+	n := releaseWithID(t, b, key, tok, "X.1") // the resend of the first release
+	t.Logf("resend answered %d", n)
+	if ex, _ := b.rdb.Exists(t.Context(), b.lockKey(key)).Result(); ex == 0 {
+		t.Errorf("SAFETY: the resent release deleted the new grant (fence %d)", res.Fence)
+	}
+	other := mustAcq(t, b, driver.AcquireRequest{Key: key, Token: "stranger", Owner: "p3", TTL: 10 * time.Second})
+	if other.Acquired {
+		t.Errorf("SAFETY: a third owner got the lock (fence %d) while p2 holds fence %d", other.Fence, res.Fence)
+	}
+}
+
+// A reentrant partial release (2 -> 1) resent after the last release.
+func TestResentPartialReleaseAfterLast(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	b := New(srv.Client(t))
+	key, tok := "resend/partial", "svc-1"
+	for range 2 {
+		mustAcq(t, b, driver.AcquireRequest{Key: key, Token: tok, Owner: "p", TTL: 10 * time.Second, Reentrant: true})
+	}
+	if n := releaseWithID(t, b, key, tok, "X.1"); n != 1 {
+		t.Fatalf("first run = %d, want 1", n)
+	}
+	if n := releaseWithID(t, b, key, tok, "Y.1"); n != 0 {
+		t.Fatalf("second release = %d, want 0", n)
+	}
+	// 1 as the first run, or 0 (nothing is left now); -1 would read as
+	// "held nothing", and the caller's Unlock would report a loss.
+	if n := releaseWithID(t, b, key, tok, "X.1"); n < 0 {
+		t.Errorf("resend of the partial release = %d, want 1 or 0", n)
+	}
+}
