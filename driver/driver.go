@@ -492,9 +492,10 @@ type LockInfo struct {
 // way, a lock whose holder is known to be dead (a process of the same host
 // that has ended), and no other holder can lose its lock by mistake.
 type Breaker interface {
-	// BreakIf deletes the exclusive hold of key, live or in its lock-delay,
-	// when the fence of its grant is fence, and notifies waiters with next
-	// "" as ForceRelease does; broken reports whether it did. Shared holds,
+	// BreakIf deletes the exclusive hold of key when the fence of its grant
+	// is fence and the grant has no lock-delay (which the holder asked for
+	// to keep others out after a crash), and notifies waiters with next ""
+	// as ForceRelease does; broken reports whether it did. Shared holds,
 	// the fair queue, writer intents and the fence counter stay.
 	BreakIf(ctx context.Context, key string, fence uint64) (broken bool, err error)
 }

@@ -68,6 +68,16 @@ func testBreakIf(t *testing.T, s *Store) {
 	if broken, err := br.BreakIf(ctx, name, next.Fence()); err != nil || broken {
 		t.Errorf("BreakIf of a released lock = %v, %v; want false, nil", broken, err)
 	}
+	if cb, ok := s.NewBackend(t).(driver.Capabler); ok && cb.Supports(driver.CapLockDelay) {
+		// A lock-delay, asked for to keep others out after a crash, is
+		// never broken.
+		d := lock(t, c.Mutex(name+"/delay", dlock.WithLockDelay(time.Second)))
+		if broken, err := br.BreakIf(ctx, name+"/delay", d.Fence()); err != nil || broken {
+			t.Errorf("BreakIf of a grant with a lock-delay = %v, %v; want false, nil", broken, err)
+		}
+		mustBeHeldByOther(t, a.Mutex(name+"/delay"))
+		unlock(t, d)
+	}
 	if cb, ok := s.NewBackend(t).(driver.Capabler); ok && cb.Supports(driver.CapShared) {
 		r := c.RWMutex(name + "/rw")
 		rl, err := r.RLock(ctx)

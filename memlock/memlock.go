@@ -475,7 +475,7 @@ func (b *Backend) BreakIf(ctx context.Context, key string, fence uint64) (bool, 
 		return false, err
 	}
 	st := b.state(key, b.clock.Now())
-	if st == nil || st.excl == nil || st.excl.fence != fence {
+	if st == nil || st.excl == nil || st.excl.fence != fence || st.excl.delay > 0 {
 		b.mu.Unlock()
 		return false, nil
 	}

@@ -57,8 +57,8 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.LockInfo
 	return info, ok, nil
 }
 
-// BreakIf deletes the exclusive hold of key, live or in its lock-delay, when
-// its grant's fence is fence, and publishes on the release channel for every
+// BreakIf deletes the exclusive hold of key when its grant's fence is fence
+// and it has no lock-delay, and publishes on the release channel for every
 // waiter, in one script (driver.Breaker). Shared holds, the fair queue, a
 // writer intent and the fence counter stay.
 func (b *Backend) BreakIf(ctx context.Context, key string, fence uint64) (bool, error) {

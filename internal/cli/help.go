@@ -146,13 +146,19 @@ minus --kill-grace minus 250ms. Pass $DLOCK_FENCE to what COMMAND writes to,
 so that it can refuse writes from a holder whose lease ran out.
 
 A holder that dies without releasing (kill -9, a crash) leaves the lock on
-the store until its TTL runs out. On Linux, a dlock of the same host (same
-boot, same PID namespace) that finds the lock held by such a process sees
-that it has ended, from the owner string (its PID and start time), and takes
-the lock over at once, as flock would: it breaks that holder's grant, and
-only that one (the store compares its fence), and says so. A holder on
-another host, or whose state it cannot read, is waited for. Redlock, readers
-and permit holders are not taken over.
+the store until its TTL runs out. On Linux, dlock tells when the holder was a
+process of this host (same boot, PID and time namespaces) that has ended,
+from the owner string (its PID and start time), and says so; with
+--take-over-dead it takes such a lock over at once, as flock frees a dead
+holder's lock: it breaks that holder's grant, and only that one (the store
+compares its fence). It is off by default because what dlock can see is the
+holder's process, not its work: processes its COMMAND left in the background
+live on after dlock is killed, a library process that shares an owner ID
+with others (WithOwnerID) leaves the grant to them, and VM snapshots cloned
+from one machine share its boot id. Give it where the holder's work ends with
+its process. A holder on another host, or whose state dlock cannot read, is
+waited for; a grant with a lock-delay, Redlock, readers and permit holders
+are never taken over.
 
 If dlock itself is killed (kill -9), Linux kills COMMAND's own process with
 SIGKILL, unless it is a set-user-ID program such as sudo (Linux then drops
@@ -195,6 +201,8 @@ Flags:
                              and warnings are still printed
   -v, --verbose              also say when the lock was obtained (its fence,
                              the time waited) and released
+  --take-over-dead           take over at once a lock whose holder, a process
+                             of this host, has ended (Linux; see below)
   --kill-grace DURATION      time between SIGTERM and SIGKILL when the lock is
                              lost (default 2s); --kill-grace plus 250ms must be
                              at most half of --ttl, so a --ttl under 4.5s

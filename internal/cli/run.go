@@ -136,6 +136,7 @@ type runOptions struct {
 	// (--conflict-exit-code, -E; default 75).
 	conflictCode int
 	quiet        bool // --quiet, -q: no messages about waiting or a lock not obtained
+	takeOver     bool // --take-over-dead: take over a holder that ended on this host
 	verbose      bool // --verbose, -v: say when the lock was obtained and released
 
 	fair, shared bool // the flags, read into kind by parse
@@ -156,6 +157,7 @@ func runFlags(a *app, o *runOptions, wait *waitFlag) *flag.FlagSet {
 	fs.BoolVar(&o.quiet, "quiet", false, "")
 	fs.BoolVar(&o.quiet, "q", false, "")
 	fs.BoolVar(&o.verbose, "verbose", false, "")
+	fs.BoolVar(&o.takeOver, "take-over-dead", false, "")
 	fs.BoolVar(&o.verbose, "v", false, "")
 	durationVar(fs, &o.killGrace, "kill-grace", defaultKillGrace)
 	fs.StringVar(&o.metadata, "metadata", "", "")

@@ -98,7 +98,7 @@ func acquire(ctx context.Context, a *app, o *runOptions, sigs <-chan os.Signal) 
 	if o.wait == 0 {
 		lease, err = o.take(c, opts, false)(ctx)
 		var no *dlock.NotObtainedError
-		if errors.As(err, &no) && no.Shared == 0 && !no.WriterWaiting && takeOver(st, o.name, no.Holder, say) {
+		if o.takeOver && errors.As(err, &no) && no.Shared == 0 && !no.WriterWaiting && takeOver(st, o.name, no.Holder, say) {
 			lease, err = o.take(c, opts, false)(ctx)
 		}
 	} else {
@@ -107,18 +107,25 @@ func acquire(ctx context.Context, a *app, o *runOptions, sigs <-chan os.Signal) 
 			// messages either, or cron would mail them.
 			rep = startWaitReporter(a.stderr, o, st)
 		}
-		tk := startTakeoverWatch(st, o.name, say)
+		var tk *takeoverWatch
+		if o.takeOver {
+			tk = startTakeoverWatch(st, o.name, say)
+		}
 		opts = append(opts, dlock.WithOnBusy(func(e *dlock.NotObtainedError) {
 			if rep != nil {
 				rep.busy(e)
 			}
-			tk.busy(e)
+			if tk != nil {
+				tk.busy(e)
+			}
 		}))
 		if o.wait != waitForever {
 			opts = append(opts, dlock.WithWait(o.wait))
 		}
 		lease, err = o.take(c, opts, true)(ctx)
-		tk.Stop()
+		if tk != nil {
+			tk.Stop()
+		}
 		if rep != nil {
 			rep.Stop()
 		}
@@ -197,6 +204,9 @@ func notObtainedErr(st *store, o *runOptions, e *dlock.NotObtainedError) *exitEr
 		fmt.Fprintf(&b, "%q: %s", o.name, what)
 	default:
 		fmt.Fprintf(&b, "%q not obtained within %s: %s", o.name, o.wait, what)
+	}
+	if !o.takeOver && e.Shared == 0 && !e.WriterWaiting && deadHolder(e.Holder) {
+		b.WriteString("; its process has ended on this host (--take-over-dead takes such a lock over)")
 	}
 	if o.wait == 0 {
 		b.WriteString("; not waiting (--wait 0)")

@@ -51,7 +51,9 @@ func takeOver(st *store, name, holder string, w io.Writer) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), takeoverTimeout)
 	defer cancel()
 	info, held, err := st.inspector.Inspect(ctx, name)
-	if err != nil || !held || info.Owner != holder {
+	// Several holds of one grant: an owner ID shared by processes, whose
+	// re-entries keep the first one's owner string; the others may live.
+	if err != nil || !held || info.Owner != holder || info.Holds > 1 {
 		return false
 	}
 	broken, err := br.BreakIf(ctx, name, info.Fence)

@@ -13,9 +13,9 @@ import (
 
 // TestRunTakesOverDeadHolder: a dlock run killed with SIGKILL leaves its
 // lock on the store for the TTL; a dlock of the same host sees that the
-// holder's process has ended and takes the lock over at once, as flock
-// would (trying once, or while it waits); a live holder is never taken
-// over.
+// holder's process has ended and says so, and with --take-over-dead takes
+// the lock over at once, as flock would (trying once, or while it waits); a
+// live holder is never taken over.
 func TestRunTakesOverDeadHolder(t *testing.T) {
 	backends := map[string]func(t *testing.T) string{
 		"sqlite": func(t *testing.T) string { return sqliteURL(t) },
@@ -33,14 +33,18 @@ func TestRunTakesOverDeadHolder(t *testing.T) {
 				waitFile(t, ready, holder)
 				if i == 0 {
 					// Alive: not taken over.
-					expect(t, e.run("run", "crash", "--", "true"), 75, `"crash" is held by`)
+					expect(t, e.run("run", "--take-over-dead", "crash", "--", "true"), 75, `"crash" is held by`)
 				}
 				if err := holder.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 					t.Fatal(err)
 				}
 				holder.wait()
+				if i == 0 {
+					// Without the flag: said, not done.
+					expect(t, e.run("run", "crash", "--", "true"), 75, "its process has ended on this host (--take-over-dead")
+				}
 				start := time.Now()
-				r := e.run("run", "--wait", wait, "crash", "--", "true")
+				r := e.run("run", "--take-over-dead", "--wait", wait, "crash", "--", "true")
 				expect(t, r, 0, `whose process has ended on this host; took its lock over`)
 				if took := time.Since(start); took > 10*time.Second {
 					t.Errorf("--wait %s: took the lock over after %v, not at once (the TTL is 30s)", wait, took)

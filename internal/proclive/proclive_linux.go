@@ -21,7 +21,18 @@ func machine() (string, bool) {
 	if err != nil {
 		return "", false
 	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(string(boot)) + "\n" + ns))
+	// Start times read in /proc are shifted by the reader's time
+	// namespace: processes in two of them must not compare theirs.
+	timeNS, err := os.Readlink("/proc/self/ns/time")
+	if err != nil {
+		timeNS = "time:none" // a kernel without time namespaces
+	}
+	// A /proc mounted for another PID namespace (a sandbox that did not
+	// mount its own) would show other processes under our numbers.
+	if self, err := os.Readlink("/proc/self"); err != nil || self != strconv.Itoa(os.Getpid()) {
+		return "", false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(string(boot)) + "\n" + ns + "\n" + timeNS))
 	return hex.EncodeToString(sum[:4]), true
 }
 
