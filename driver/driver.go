@@ -175,8 +175,9 @@ type AcquireRequest struct {
 	// Token removes it, Release with Token removes it at once), and, as
 	// every live intent does on such a store, it keeps out the exclusive
 	// requests without Fair of every other token (a re-entry of the holder
-	// goes in) as well as shared ones: the next grant of a free lock is
-	// Token's. A request refused by another token's claim on a free lock
+	// goes in): the next exclusive grant of a free lock is Token's. (Shared
+	// requests are kept out by a writer intent, which a claimer refused by
+	// shared holds records, not by the claim itself.) A request refused by another token's claim on a free lock
 	// is answered with the claimer's owner as Holder, HolderTTL 0 and
 	// WriterWaiting set. Never set with a token that outlives one Lock
 	// call.

@@ -40,18 +40,25 @@ func DDL(d Dialect, table string) (string, error) {
 // UpgradeDDL returns the statements that add the columns of this version
 // to a lock table made by an earlier one (shared_until, intent_token,
 // intent_owner, intent_until, claim_token, claim_owner, claim_until; all
-// NULL, so no row changes meaning), one
-// ALTER TABLE per column, separated by ";\n\n". Run them once, then the
-// statements of DDL for the two new tables. A Backend that creates its
-// tables (the default) adds missing columns itself.
+// NULL, so no row changes meaning), one ALTER TABLE per column, separated
+// by ";\n\n". Run them once, then the statements of DDL for the two new
+// tables. On PostgreSQL each skips a column that exists already (ADD COLUMN
+// IF NOT EXISTS); MySQL and SQLite have no such clause: run each statement
+// on its own and pass over its "duplicate column" error (a table of the
+// previous version has the first four). A Backend that creates its tables
+// (the default) adds missing columns itself.
 func UpgradeDDL(d Dialect, table string) (string, error) {
 	names, err := quoteTables(d, table)
 	if err != nil {
 		return "", err
 	}
 	var stmts []string
+	add := " ADD COLUMN "
+	if d == PostgreSQL {
+		add = " ADD COLUMN IF NOT EXISTS "
+	}
 	for _, c := range newColumns(d) {
-		stmts = append(stmts, "ALTER TABLE "+names.main+" ADD COLUMN "+c.name+" "+c.def)
+		stmts = append(stmts, "ALTER TABLE "+names.main+add+c.name+" "+c.def)
 	}
 	return strings.Join(stmts, ";\n\n"), nil
 }

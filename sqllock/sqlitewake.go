@@ -115,7 +115,7 @@ func (w *localWake) send(key, next string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	dir, err := w.directory(ctx)
-	if err != nil {
+	if err != nil || wakeDirTrusted(dir) != nil {
 		return
 	}
 	sendWakes(dir, []byte(encodePayload(key, next)))
@@ -144,6 +144,9 @@ func (b *SQLiteBackend) Listen(ctx context.Context, fn func(key, next string)) (
 		return nil, fmt.Errorf("sqllock: listen: %w", err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("sqllock: listen: %w", err)
+	}
+	if err := wakeDirTrusted(dir); err != nil {
 		return nil, fmt.Errorf("sqllock: listen: %w", err)
 	}
 	path := filepath.Join(dir, socketName())
@@ -263,6 +266,9 @@ func (l *wakeListener) run() {
 // missed.
 func (l *wakeListener) rebind() {
 	_ = os.MkdirAll(filepath.Dir(l.path), 0o700)
+	if wakeDirTrusted(filepath.Dir(l.path)) != nil {
+		return
+	}
 	_ = os.Remove(l.path)
 	sock, err := bindWake(l.path)
 	if err != nil {

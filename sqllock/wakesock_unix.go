@@ -6,6 +6,7 @@ package sqllock
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -68,8 +69,34 @@ func sendWakes(dir string, msg []byte) {
 		err := syscall.Sendto(fd, msg, 0, &syscall.SockaddrUnix{Name: path})
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			// Bound by nobody: binding makes the file and the binding at
-			// once, so a live listener never answers this.
-			_ = os.Remove(path)
+			// once, so a live listener never answers this. Only a socket
+			// file is removed.
+			if st, err := os.Lstat(path); err == nil && st.Mode()&os.ModeSocket != 0 {
+				_ = os.Remove(path)
+			}
 		}
 	}
+}
+
+// wakeDirTrusted checks the sockets' directory before dlock binds, sends or
+// removes anything there: a directory itself (not a symlink to elsewhere),
+// owned by this user, that nobody else may write. Another user's or a
+// planted directory would let them receive the names of the locks released
+// and the waiters' tokens, send false wake-ups, or lead dlock to send to,
+// and remove, files elsewhere; the waiters then poll instead.
+func wakeDirTrusted(dir string) error {
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	switch {
+	case !st.IsDir():
+		return fmt.Errorf("%s is not a directory (a symlink?)", dir)
+	case !ok || int(sys.Uid) != os.Geteuid():
+		return fmt.Errorf("%s belongs to another user", dir)
+	case st.Mode().Perm()&0o022 != 0:
+		return fmt.Errorf("%s is writable by others (%v)", dir, st.Mode().Perm())
+	}
+	return nil
 }
