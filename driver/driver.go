@@ -497,7 +497,9 @@ type Breaker interface {
 	// is fence and the grant has no lock-delay (which the holder asked for
 	// to keep others out after a crash), and notifies waiters with next ""
 	// as ForceRelease does; broken reports whether it did. Shared holds,
-	// the fair queue, writer intents and the fence counter stay.
+	// the fair queue, writer intents and the fence counter stay. Like
+	// ForceRelease it waits for no replica: a failover that loses it
+	// brings the broken hold back until its TTL runs out.
 	BreakIf(ctx context.Context, key string, fence uint64) (broken bool, err error)
 }
 
