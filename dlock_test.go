@@ -195,3 +195,39 @@ func TestOptionsCheckedAgainstBackend(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseFromContext: fn's context in Do and a lease's own Context carry
+// the lease, and contexts made from them too; other contexts carry none.
+func TestLeaseFromContext(t *testing.T) {
+	c := dlock.New(memlock.New())
+	defer c.Close()
+	if l, ok := dlock.LeaseFromContext(context.Background()); ok || l != nil {
+		t.Errorf("LeaseFromContext(Background) = %v, %v", l, ok)
+	}
+	err := c.Do(t.Context(), "from-ctx", func(ctx context.Context) error {
+		l, ok := dlock.LeaseFromContext(ctx)
+		if !ok || l.Name() != "from-ctx" || l.Fence() == 0 || l.Err() != nil {
+			t.Errorf("in Do: %v, %v", l, ok)
+			return nil
+		}
+		sub, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		if l2, _ := dlock.LeaseFromContext(sub); l2 != l {
+			t.Errorf("a context made from fn's carries %v, want %v", l2, l)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.Mutex("from-lease").Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := dlock.LeaseFromContext(l.Context()); !ok || got != l {
+		t.Errorf("LeaseFromContext(lease.Context()) = %v, %v; want the lease", got, ok)
+	}
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}

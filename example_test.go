@@ -51,6 +51,28 @@ func ExampleClient_Do() {
 	// err: <nil>
 }
 
+// The fenced write inside Do: fn's context carries the lease, and its fence
+// goes with every write, so that the resource can refuse a holder whose
+// lease ran out.
+func ExampleLeaseFromContext() {
+	c := dlock.New(memlock.New())
+	defer c.Close()
+
+	for range 2 {
+		err := c.Do(context.Background(), "stock:42", func(ctx context.Context) error {
+			lease, _ := dlock.LeaseFromContext(ctx)
+			fmt.Println("write stock with fence", lease.Fence())
+			return nil
+		})
+		if err != nil {
+			fmt.Println(err)
+		}
+	}
+	// Output:
+	// write stock with fence 1
+	// write stock with fence 2
+}
+
 func ExampleReentrant() {
 	ctx := context.Background()
 	c := dlock.New(memlock.New())

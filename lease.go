@@ -117,12 +117,25 @@ func (l *Lease) Context() context.Context {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ctx == nil {
-		l.ctx, l.cancel = context.WithCancelCause(context.Background())
+		l.ctx, l.cancel = context.WithCancelCause(context.WithValue(context.Background(), leaseKey{}, l))
 		if l.err != nil {
 			l.cancel(l.err)
 		}
 	}
 	return l.ctx
+}
+
+// leaseKey is the context key under which Do's fn and Lease.Context find
+// their lease.
+type leaseKey struct{}
+
+// LeaseFromContext returns the lease that ctx carries: fn's context in
+// Client.Do, a lease's own Context, and the contexts made from them. Code
+// under the lock reads its fence there for a fenced write. ok is false for
+// a context that carries none.
+func LeaseFromContext(ctx context.Context) (l *Lease, ok bool) {
+	l, ok = ctx.Value(leaseKey{}).(*Lease)
+	return l, ok && l != nil
 }
 
 // Deadline returns the local validity deadline: the moment the last

@@ -62,10 +62,12 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 }
 
 // Do locks name, runs fn with a context that is cancelled when the lease is
-// lost (or ctx is done), and unlocks. It returns fn's error, joined with the
-// *LostError when the lease was lost while fn ran and with the Unlock error
-// when unlocking failed. The lock options are as for Mutex; Lock's errors are
-// returned as they are, without running fn.
+// lost (or ctx is done), and unlocks. fn's context carries the lease:
+// LeaseFromContext gives it to fn, for its fence (the fenced write). It
+// returns fn's error, joined with the *LostError when the lease was lost
+// while fn ran and with the Unlock error when unlocking failed. The lock
+// options are as for Mutex; Lock's errors are returned as they are, without
+// running fn.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
 	if fn == nil {
 		return invalid("fn: nil")
@@ -74,7 +76,7 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	if err != nil {
 		return err
 	}
-	fnCtx, cancel := context.WithCancelCause(ctx)
+	fnCtx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseKey{}, lease))
 	stop := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
 	fnErr := fn(fnCtx)
 	stop()
