@@ -221,6 +221,22 @@ func (c *Client) release(ctx context.Context, key, token string) (driver.Release
 	return res, err
 }
 
+// releaseGrant is release tied to the grant of fence where the backend can
+// do it (driver.GrantReleaser): a token that a later Lock may hold again
+// (a reentrant handle's, an owner ID's) must not see a late copy of this
+// release drop that later grant.
+func (c *Client) releaseGrant(ctx context.Context, key, token string, fence uint64) (driver.ReleaseResult, error) {
+	gr, ok := c.backend.(driver.GrantReleaser)
+	if !ok {
+		return c.release(ctx, key, token)
+	}
+	res, err := gr.ReleaseGrant(ctx, key, token, fence)
+	if err == nil && res.Held && res.Remaining == 0 {
+		c.hub.wakeKey(key)
+	}
+	return res, err
+}
+
 // owner returns the owner string of an acquire sent at sent.
 func (c *Client) owner(sent time.Time, metadata string) string {
 	return c.owners.get(sent, metadata)

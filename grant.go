@@ -333,7 +333,7 @@ func (g *grant) drop(l *Lease) (ended, last bool, inflight <-chan struct{}) {
 // release with an unknown outcome), drains the handle's extra holds. It
 // reports whether the token held the lock.
 func (g *grant) release(ctx context.Context, last bool) (held bool, err error) {
-	res, err := g.c.release(ctx, g.key, g.token)
+	res, err := g.c.releaseGrant(ctx, g.key, g.token, g.fence)
 	if err != nil {
 		g.mu.Lock()
 		g.uncertain = true // the hold may or may not be gone
@@ -344,7 +344,7 @@ func (g *grant) release(ctx context.Context, last bool) (held bool, err error) {
 	drain := last && g.uncertain && !g.sharedToken
 	g.mu.Unlock()
 	for extra := res.Remaining; drain && res.Held && res.Remaining > 0 && extra > 0; extra-- {
-		res, err = g.c.release(ctx, g.key, g.token)
+		res, err = g.c.releaseGrant(ctx, g.key, g.token, g.fence)
 		if err != nil {
 			return true, err
 		}

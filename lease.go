@@ -327,7 +327,7 @@ func (l *Lease) afterEnd(ctx context.Context, err error) error {
 	var lost *LostError
 	if errors.As(err, &lost) && !g.reusedToken &&
 		(lost.Reason == LostUnreachable || lost.Reason == LostExpired) {
-		_, _ = g.c.release(ctx, g.key, g.token)
+		_, _ = g.c.releaseGrant(ctx, g.key, g.token, g.fence)
 	}
 	return heldErr("unlock", g.name, err)
 }

@@ -488,6 +488,21 @@ type LockInfo struct {
 	WriterWaiting bool
 }
 
+// GrantReleaser is implemented by backends that can tie a release to the
+// grant it ends. A token that outlives one Lock call (a reentrant handle's,
+// an owner ID's) can be granted the lock again while a release of its
+// earlier grant is still on its way (a resend of a release that ran
+// already, after its answer was lost with the connection); Release would
+// drop the new grant's hold, and another could take the lock from its
+// holder.
+type GrantReleaser interface {
+	// ReleaseGrant is Release, except that when token's exclusive hold on
+	// key belongs to a grant whose fence is not fence, it changes no hold
+	// and answers as for a token that held nothing (or, for a resend of a
+	// release that ran already, as that run did).
+	ReleaseGrant(ctx context.Context, key, token string, fence uint64) (ReleaseResult, error)
+}
+
 // Breaker is implemented by backends that can break an exclusive hold on the
 // condition that it is still one grant: the dlock command takes over, this
 // way, a lock whose holder is known to be dead (a process of the same host

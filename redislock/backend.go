@@ -271,21 +271,33 @@ func (b *Backend) Release(ctx context.Context, key, token string) (driver.Releas
 	if b.err != nil {
 		return driver.ReleaseResult{}, b.err
 	}
-	return b.release(ctx, key, token, b.publishArg)
+	return b.release(ctx, key, token, b.publishArg, "")
+}
+
+// ReleaseGrant is Release tied to the grant it ends (driver.GrantReleaser):
+// when token holds a grant with another fence (its owner ID or reentrant
+// handle was granted the lock again since), it changes no hold and answers
+// as Release does for a token that held nothing, unless it is a resend of a
+// release that ran already, which answers as that run did.
+func (b *Backend) ReleaseGrant(ctx context.Context, key, token string, fence uint64) (driver.ReleaseResult, error) {
+	if b.err != nil {
+		return driver.ReleaseResult{}, b.err
+	}
+	return b.release(ctx, key, token, b.publishArg, strconv.FormatUint(fence, 10))
 }
 
 // release runs the release script; publish is the command that announces
-// the release, or "" for none.
-func (b *Backend) release(ctx context.Context, key, token string, publish any) (driver.ReleaseResult, error) {
+// the release, or "" for none; fence is the grant's, or "".
+func (b *Backend) release(ctx context.Context, key, token string, publish any, fence string) (driver.ReleaseResult, error) {
 	// The keys and the channel are cut from one string.
 	const nk = len(releaseSuffixes) - 1
 	var names [nk + 1]string
 	b.keysInto(names[:], key, releaseSuffixes[:])
-	args := evalShaArgs(releaseSHA, nk, 4)
+	args := evalShaArgs(releaseSHA, nk, 5)
 	for i, k := range names[:nk] {
 		args[3+i] = k
 	}
-	args[3+nk], args[4+nk], args[5+nk], args[6+nk] = token, names[nk], publish, b.requestID()
+	args[3+nk], args[4+nk], args[5+nk], args[6+nk], args[7+nk] = token, names[nk], publish, b.requestID(), fence
 	n, err := runEvalSha(ctx, b.rdb, releaseScript, args).Int64()
 	if err != nil {
 		return driver.ReleaseResult{}, fmt.Errorf("redislock: release %q: %w", key, foreign(key, err))

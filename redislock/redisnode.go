@@ -29,7 +29,7 @@ func init() {
 // and announcing them would wake the other waiters, whose failed attempts
 // would announce theirs, for as long as the holder keeps a quorum.
 func (b *Backend) releaseQuietly(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
-	return b.release(ctx, key, token, "")
+	return b.release(ctx, key, token, "", "")
 }
 
 // raiseFence gives the grant that token holds on key, exclusive or shared,

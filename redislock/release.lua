@@ -8,7 +8,8 @@
 -- ARGV[3] the publish command: PUBLISH, or SPUBLISH on a Cluster; "" for
 -- a release that wakes nobody (ReleaseQuietly)
 -- KEYS[7] recent releases   KEYS[8] fair queue's owners   KEYS[9] fence
--- counter   ARGV[4] the request's id
+-- counter   ARGV[4] the request's id   ARGV[5] the fence of the grant the
+-- release ends, or "" (or absent) when the caller does not say
 -- Returns -1 when the token held nothing, else the holds left.
 --
 -- A client may send the same request twice (go-redis resends a command
@@ -76,9 +77,17 @@ local function done(ids, rrid)
 end
 
 -- One read of the hash gives the token's holds, the ids of the releases
--- that left holds, and the lock-delay, which the fast path must not have.
-local h = redis.call('HMGET', L, token, 'rrid', 'delay')
+-- that left holds, the lock-delay, which the fast path must not have, and
+-- the grant's fence.
+local h = redis.call('HMGET', L, token, 'rrid', 'delay', 'fence')
 local holds = h[1]
+if holds and ARGV[5] and ARGV[5] ~= '' and h[4] ~= ARGV[5] then
+  -- The token holds another grant than the one this release ends: the same
+  -- owner ID or reentrant handle was granted the lock again since (this is
+  -- a resend that arrived late, or a release of a grant already lost).
+  -- That grant is not this release's to drop.
+  holds = nil
+end
 local recent = redis.call('GET', R)
 if holds and seen(h[2], rid) then
   return tonumber(holds) -- a resent request: released already
