@@ -349,5 +349,22 @@ func (g *grant) release(ctx context.Context, last bool) (held bool, err error) {
 			return true, err
 		}
 	}
+	if drain && !res.Held {
+		// g's grant is gone, but an acquire of this handle whose outcome
+		// was unknown may have made a fresh grant of the token since (the
+		// store had lost g's): the token is the handle's alone (no owner
+		// ID), so that hold is its own to drop, untied, as many times as
+		// it has holds. g is still reported not held.
+		for range maxOrphanHolds {
+			r, err := g.c.release(ctx, g.key, g.token)
+			if err != nil || !r.Held || r.Remaining == 0 {
+				break
+			}
+		}
+	}
 	return res.Held, nil
 }
+
+// maxOrphanHolds bounds the releases that drop a fresh grant a handle's
+// unknown acquire may have left.
+const maxOrphanHolds = 16
