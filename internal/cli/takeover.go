@@ -87,19 +87,7 @@ func startTakeoverWatch(st *store, name string, w io.Writer) *takeoverWatch {
 
 // busy hands an answer to the loop, replacing one it has not taken yet; it
 // never blocks.
-func (t *takeoverWatch) busy(e *dlock.NotObtainedError) {
-	for {
-		select {
-		case t.answers <- e:
-			return
-		default:
-		}
-		select {
-		case <-t.answers:
-		default:
-		}
-	}
-}
+func (t *takeoverWatch) busy(e *dlock.NotObtainedError) { offerLatest(t.answers, e) }
 
 // Stop ends the loop and waits for it.
 func (t *takeoverWatch) Stop() {

@@ -67,15 +67,21 @@ func startWaitReporter(w io.Writer, o *runOptions, st *store) *waitReporter {
 // busy is the WithOnBusy hook: it hands the store's answer to the loop,
 // replacing an answer the loop has not taken yet. Only one goroutine calls
 // it at a time.
-func (r *waitReporter) busy(e *dlock.NotObtainedError) {
+func (r *waitReporter) busy(e *dlock.NotObtainedError) { offerLatest(r.updates, e) }
+
+// offerLatest puts e in ch, a channel of capacity 1, replacing an answer
+// its reader has not taken yet; it never blocks. The WithOnBusy hooks of
+// the wait reporter and the takeover watch hand their loops the latest
+// answer this way.
+func offerLatest(ch chan *dlock.NotObtainedError, e *dlock.NotObtainedError) {
 	for {
 		select {
-		case r.updates <- e:
+		case ch <- e:
 			return
 		default:
 		}
 		select {
-		case <-r.updates:
+		case <-ch:
 		default:
 		}
 	}
