@@ -44,6 +44,16 @@ func (s *batchSpy) Renew(ctx context.Context, key, token string, ttl time.Durati
 	return s.Backend.Renew(ctx, key, token, ttl)
 }
 
+// RenewGrant is the single renewal the client sends (memlock ties
+// renewals to their grant), counted as Renew is.
+func (s *batchSpy) RenewGrant(ctx context.Context, key, token string, fence uint64, ttl time.Duration) (bool, error) {
+	s.mu.Lock()
+	s.singles++
+	s.renewed++
+	s.mu.Unlock()
+	return s.Backend.RenewGrant(ctx, key, token, fence, ttl)
+}
+
 func TestRenewalsAreBatched(t *testing.T) {
 	const leases = 300
 	const ttl = 600 * time.Millisecond

@@ -52,6 +52,19 @@ func (f *faulty) Renew(ctx context.Context, key, token string, ttl time.Duration
 	return f.Backend.Renew(ctx, key, token, ttl)
 }
 
+// RenewGrant is the renewal the client sends (memlock ties renewals to
+// their grant); it waits for renewGate as Renew does.
+func (f *faulty) RenewGrant(ctx context.Context, key, token string, fence uint64, ttl time.Duration) (bool, error) {
+	if f.renewGate != nil {
+		select {
+		case <-f.renewGate:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+	return f.Backend.RenewGrant(ctx, key, token, fence, ttl)
+}
+
 func held(t *testing.T, b *memlock.Backend, key string) driver.LockInfo {
 	t.Helper()
 	info, ok, err := b.Inspect(t.Context(), key)
@@ -256,13 +269,25 @@ func (s *slowAcquire) Acquire(ctx context.Context, req driver.AcquireRequest) (d
 }
 
 func (s *slowAcquire) Release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
-	res, err := s.Backend.Release(ctx, key, token)
-	if res.Held {
-		s.mu.Lock()
-		s.released[token]++
-		s.mu.Unlock()
+	return s.count(token)(s.Backend.Release(ctx, key, token))
+}
+
+// ReleaseGrant is the release the client sends for a grant (memlock ties
+// releases to their grant), counted as Release is.
+func (s *slowAcquire) ReleaseGrant(ctx context.Context, key, token string, fence uint64) (driver.ReleaseResult, error) {
+	return s.count(token)(s.Backend.ReleaseGrant(ctx, key, token, fence))
+}
+
+// count returns what counts a release of token that held.
+func (s *slowAcquire) count(token string) func(driver.ReleaseResult, error) (driver.ReleaseResult, error) {
+	return func(res driver.ReleaseResult, err error) (driver.ReleaseResult, error) {
+		if res.Held {
+			s.mu.Lock()
+			s.released[token]++
+			s.mu.Unlock()
+		}
+		return res, err
 	}
-	return res, err
 }
 
 // A grant whose answer arrives after the lease's safe validity is of no use:

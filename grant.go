@@ -35,6 +35,10 @@ type grant struct {
 	// sharedToken: other handles or processes may hold with the same token
 	// (WithOwnerID), so the store's hold count is not all this handle's.
 	sharedToken bool
+	// hd is the handle whose fixed token the grant holds with (reentrant
+	// handle, WithOwnerID), or nil: its last release is serialised with
+	// the handle's acquires (see handle.gate).
+	hd *handle
 
 	mu       sync.Mutex
 	leases   []*Lease      // live leases on this grant
@@ -87,6 +91,9 @@ func newGrant(c *Client, h *handle, token, owner string, fence uint64, sent time
 		uncertain:   uncertain,
 		index:       -1,
 	}}
+	if h.token != "" {
+		gl.g.hd = h
+	}
 	g, l := &gl.g, &gl.l
 	l.g = g
 	g.first[0] = l
@@ -332,12 +339,29 @@ func (g *grant) drop(l *Lease) (ended, last bool, inflight <-chan struct{}) {
 // count on the store may be higher than the client knows (a re-entry or a
 // release with an unknown outcome), drains the handle's extra holds. It
 // reports whether the token held the lock.
+//
+// The last release of a fixed token's grant (g.hd) runs with the handle's
+// acquires kept out (handle.gate), so that the holds it counts and drains
+// are this grant's: a re-entry of the same handle sent meanwhile would
+// join the same grant, under the same fence, and a drain tied to that
+// fence would take its hold too.
 func (g *grant) release(ctx context.Context, last bool) (held bool, err error) {
+	if last && g.hd != nil {
+		g.hd.gate.Lock()
+		defer g.hd.gate.Unlock()
+	}
 	res, err := g.c.releaseGrant(ctx, g.key, g.token, g.fence)
 	if err != nil {
 		g.mu.Lock()
 		g.uncertain = true // the hold may or may not be gone
 		g.mu.Unlock()
+		if last && g.hd != nil {
+			// The hold may still be on the store: the handle's next grant,
+			// which may join it, drains it at its last Unlock.
+			g.hd.mu.Lock()
+			g.hd.uncertain = true
+			g.hd.mu.Unlock()
+		}
 		return false, err
 	}
 	g.mu.Lock()

@@ -54,6 +54,12 @@ type handle struct {
 	// a hold that no lease stands for. The handle's next grant inherits it
 	// and drains such holds at its last Unlock. Guarded by mu.
 	uncertain bool
+	// gate serialises, for a handle with a fixed token, the last release
+	// of a grant (held exclusively, see grant.release) with the handle's
+	// acquires (held shared for their round trip): a re-entry that arrives
+	// while the last Unlock counts and drains the grant's holds would be
+	// drained with them.
+	gate sync.RWMutex
 }
 
 // init sets h up as kind's handle on name: the Client's defaults, then
@@ -253,7 +259,13 @@ func (h *handle) try(ctx context.Context, token string, wait, fair, claim bool) 
 	} else {
 		req.Owner = h.c.owner(sent, h.opts.metadata)
 	}
+	if h.token != "" {
+		h.gate.RLock()
+	}
 	res, err := h.backend.Acquire(ctx, req)
+	if h.token != "" {
+		h.gate.RUnlock()
+	}
 	if err != nil {
 		h.unknownOutcome(token, joined, wait)
 		return nil, res, sent, wrapStore("acquire", h.name, err)
@@ -271,7 +283,7 @@ func (h *handle) try(ctx context.Context, token string, wait, fair, claim bool) 
 		// The release is made before returning, so that a wait that tries
 		// again with the same token cannot have its next grant released.
 		if took := time.Since(sent); took >= h.c.validFor(h.opts.ttl)-h.opts.safetyMargin() {
-			h.giveBack(ctx, token)
+			h.giveBack(ctx, token, res.Fence)
 			if wait {
 				// Not obtained: the wait goes on. The fence tells it that
 				// a handoff of this grant, if one is announced late, is over.
@@ -366,11 +378,14 @@ func (h *handle) unknownOutcome(token string, joined *grant, wait bool) {
 	}
 }
 
-// giveBack releases a grant that came too late to be used, within a TTL.
-func (h *handle) giveBack(ctx context.Context, token string) {
+// giveBack releases a grant of fence that came too late to be used, within
+// a TTL, tied to that grant where the backend can (driver.GrantReleaser).
+func (h *handle) giveBack(ctx context.Context, token string, fence uint64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.opts.ttl)
 	defer cancel()
-	h.c.releaseUnused(ctx, h.key, token, "giving back a grant that came too late")
+	if _, err := h.c.releaseGrant(ctx, h.key, token, fence); err != nil {
+		h.c.log.Warn("dlock: giving back a grant that came too late failed; the lock expires after its TTL", "key", h.key, "err", err)
+	}
 }
 
 // abandon removes what a wait that ended may have left on the store: a

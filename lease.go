@@ -204,7 +204,7 @@ func (l *Lease) Refresh(ctx context.Context) error {
 		}
 	}
 	sent := time.Now()
-	held, err := g.r.backend.Renew(ctx, g.key, g.token, g.ttl)
+	held, err := g.r.renewOne(ctx, g)
 	lost, failed := g.finishRenewal(sent, held, err)
 	g.c.logLoss(g.name, lost, failed)
 	switch {

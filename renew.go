@@ -23,6 +23,9 @@ import (
 type renewer struct {
 	backend driver.Backend
 	batcher driver.BatchRenewer // nil when the backend has no batch renewal
+	// granter ties renewals to their grant's fence (driver.GrantRenewer),
+	// or is nil.
+	granter driver.GrantRenewer
 	log     *slog.Logger
 
 	mu     sync.Mutex
@@ -48,6 +51,7 @@ func newRenewer(backend driver.Backend, log *slog.Logger) *renewer {
 		done:    make(chan struct{}),
 	}
 	r.batcher, _ = backend.(driver.BatchRenewer)
+	r.granter, _ = backend.(driver.GrantRenewer)
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	return r
 }
@@ -203,6 +207,9 @@ func (r *renewer) renewBatch(batch []*grant) {
 	for i, g := range batch {
 		limit = min(limit, g.safeDeadline().Sub(sent))
 		reqs[i] = driver.RenewRequest{Key: g.key, Token: g.token, TTL: g.ttl}
+		if r.granter != nil {
+			reqs[i].Fence = g.fence
+		}
 	}
 	ctx, cancel := context.WithTimeout(r.ctx, max(limit, 10*time.Millisecond))
 	defer cancel()
@@ -211,8 +218,8 @@ func (r *renewer) renewBatch(batch []*grant) {
 	if r.batcher != nil && len(batch) > 1 {
 		results = r.batcher.RenewBatch(ctx, reqs)
 	} else {
-		for i, q := range reqs {
-			results[i].Held, results[i].Err = r.backend.Renew(ctx, q.Key, q.Token, q.TTL)
+		for i, g := range batch {
+			results[i].Held, results[i].Err = r.renewOne(ctx, g)
 		}
 	}
 	for i, g := range batch {
@@ -223,6 +230,16 @@ func (r *renewer) renewBatch(batch []*grant) {
 		lost, failed := g.finishRenewal(sent, res.Held, res.Err)
 		logLoss(r.log, g.name, lost, failed)
 	}
+}
+
+// renewOne renews g alone, tied to its grant where the backend can (a
+// token that outlives one Lock call may hold a newer grant: see
+// driver.GrantRenewer).
+func (r *renewer) renewOne(ctx context.Context, g *grant) (bool, error) {
+	if r.granter != nil {
+		return r.granter.RenewGrant(ctx, g.key, g.token, g.fence, g.ttl)
+	}
+	return r.backend.Renew(ctx, g.key, g.token, g.ttl)
 }
 
 // close stops the loop, waits for batches in flight, and releases what is
@@ -259,7 +276,7 @@ func (r *renewer) close() error {
 		go func() {
 			defer func() { <-slots; wg.Done() }()
 			for range holds {
-				res, err := r.backend.Release(ctx, g.key, g.token)
+				res, err := g.c.releaseGrant(ctx, g.key, g.token, g.fence)
 				if err != nil {
 					mu.Lock()
 					if first == nil {

@@ -433,6 +433,10 @@ type RenewRequest struct {
 	Key   string        // the lock's key, as in Backend.Renew
 	Token string        // the owner token that must hold it
 	TTL   time.Duration // the new store-side time to live
+	// Fence is the fence of the grant the renewal extends, or 0. A backend
+	// that implements GrantRenewer renews, when it is set, only that grant
+	// (see GrantRenewer.RenewGrant); others ignore it.
+	Fence uint64
 }
 
 // RenewResult is the outcome of one RenewRequest.
@@ -501,6 +505,21 @@ type GrantReleaser interface {
 	// and answers as for a token that held nothing (or, for a resend of a
 	// release that ran already, as that run did).
 	ReleaseGrant(ctx context.Context, key, token string, fence uint64) (ReleaseResult, error)
+}
+
+// GrantRenewer is implemented by backends that can tie a renewal to the
+// grant it extends. A token that outlives one Lock call (an owner ID shared
+// by processes) can hold a newer grant on the store than the one a Client
+// renews: the Client's grant expired on the store and another process of
+// the same owner ID was granted the lock since. Renew would extend that
+// newer grant, and the Client would go on trusting a fence that the
+// protected resource now refuses, never told that its lease was lost.
+type GrantRenewer interface {
+	// RenewGrant is Renew, except that when token's exclusive hold on key
+	// belongs to a grant whose fence is not fence, it extends nothing and
+	// reports false. A backend with GrantRenewer that is a BatchRenewer
+	// honours RenewRequest.Fence the same way.
+	RenewGrant(ctx context.Context, key, token string, fence uint64, ttl time.Duration) (held bool, err error)
 }
 
 // Breaker is implemented by backends that can break an exclusive hold on the

@@ -84,6 +84,7 @@ var cases = []testCase{
 	{"AutoRenewKeepsLease", testAutoRenewKeepsLease},
 	{"ManualRefresh", testManualRefresh},
 	{"DeletedBehindHolder", testDeletedBehindHolder},
+	{"OwnerIDRegranted", testOwnerIDRegranted},
 	{"BreakIf", testBreakIf},
 	{"StoreKilled", testStoreKilled},
 	{"Reentrant", testReentrant},

@@ -281,17 +281,33 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 	if err := b.check(ctx, "renew", key); err != nil {
 		return false, err
 	}
-	return b.renew(key, token, ttl), nil
+	return b.renew(key, token, 0, ttl), nil
 }
 
-func (b *Backend) renew(key, token string, ttl time.Duration) bool {
+// RenewGrant implements driver.GrantRenewer: Renew, for the grant of fence
+// only.
+func (b *Backend) RenewGrant(ctx context.Context, key, token string, fence uint64, ttl time.Duration) (bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.check(ctx, "renew", key); err != nil {
+		return false, err
+	}
+	return b.renew(key, token, fence, ttl), nil
+}
+
+// renew renews token's hold on key; fence, when not 0, is the fence the
+// exclusive grant must have.
+func (b *Backend) renew(key, token string, fence uint64, ttl time.Duration) bool {
 	now := b.clock.Now()
 	st := b.state(key, now)
 	if st == nil {
 		return false
 	}
 	if e := st.excl; e != nil {
-		if _, ok := e.holds[token]; ok && !e.expired(now) {
+		if _, ok := e.holds[token]; ok {
+			if e.expired(now) || (fence != 0 && e.fence != fence) {
+				return false
+			}
 			e.expires = later(e.expires, now.Add(ttl))
 			return true
 		}
@@ -313,13 +329,25 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 			out[i].Err = err
 			continue
 		}
-		out[i].Held = b.renew(r.Key, r.Token, r.TTL)
+		out[i].Held = b.renew(r.Key, r.Token, r.Fence, r.TTL)
 	}
 	return out
 }
 
 // Release implements driver.Backend.
 func (b *Backend) Release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
+	return b.release(ctx, key, token, 0)
+}
+
+// ReleaseGrant implements driver.GrantReleaser: Release, except that an
+// exclusive hold of token whose grant's fence is not fence is left alone.
+func (b *Backend) ReleaseGrant(ctx context.Context, key, token string, fence uint64) (driver.ReleaseResult, error) {
+	return b.release(ctx, key, token, fence)
+}
+
+// release drops one hold of token; fence, when not 0, is the fence the
+// exclusive grant must have.
+func (b *Backend) release(ctx context.Context, key, token string, fence uint64) (driver.ReleaseResult, error) {
 	b.mu.Lock()
 	if err := b.check(ctx, "release", key); err != nil {
 		b.mu.Unlock()
@@ -338,7 +366,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) (driver.Releas
 	wake := st.leave(token)
 	everyone := hadIntent
 	if e := st.excl; e != nil {
-		if n, ok := e.holds[token]; ok {
+		if n, ok := e.holds[token]; ok && (fence == 0 || e.fence == fence) {
 			res.Held = true
 			if e.expired(now) {
 				// The lease expired and the lock sits in its lock-delay: the

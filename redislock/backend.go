@@ -240,20 +240,33 @@ func (b *Backend) Supports(c driver.Capability) bool {
 // It reports false, with a nil error, when token is not a holder (released,
 // expired or taken over).
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	return b.renew(ctx, key, token, 0, ttl)
+}
+
+// RenewGrant is Renew tied to the grant it extends (driver.GrantRenewer):
+// when token holds an exclusive grant with another fence (its owner ID was
+// granted the lock again after this grant ended), it extends nothing and
+// reports false.
+func (b *Backend) RenewGrant(ctx context.Context, key, token string, fence uint64, ttl time.Duration) (bool, error) {
+	return b.renew(ctx, key, token, fence, ttl)
+}
+
+// renew runs the renew script; fence is the grant's, or 0.
+func (b *Backend) renew(ctx context.Context, key, token string, fence uint64, ttl time.Duration) (bool, error) {
 	if b.err != nil {
 		return false, b.err
 	}
 	if b.acking() {
-		return b.renewAcked(ctx, key, token, ttl)
+		return b.renewAcked(ctx, key, token, fence, ttl)
 	}
 	const nk = len(renewSuffixes)
 	var keys [nk]string
 	b.keysInto(keys[:], key, renewSuffixes[:])
-	args := evalShaArgs(renewSHA, nk, 2)
+	args := evalShaArgs(renewSHA, nk, 3)
 	for i, k := range keys {
 		args[3+i] = k
 	}
-	args[3+nk], args[4+nk] = token, millis(ttl)
+	args[3+nk], args[4+nk], args[5+nk] = token, millis(ttl), fenceArg(fence)
 	n, err := runEvalSha(ctx, b.rdb, renewScript, args).Int64()
 	if err != nil {
 		return false, fmt.Errorf("redislock: renew %q: %w", key, foreign(key, err))
@@ -357,7 +370,7 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 // from one string and their keys and arguments from one slice each, so that
 // a batch of any size allocates a handful of times plus once a token.
 func (b *Backend) renewCalls(reqs []driver.RenewRequest) []scriptCall {
-	const nk, na = len(renewSuffixes), 2
+	const nk, na = len(renewSuffixes), 3
 	n := 0
 	for _, r := range reqs {
 		n += b.keysLen(r.Key, renewSuffixes[:])
@@ -380,10 +393,19 @@ func (b *Backend) renewCalls(reqs []driver.RenewRequest) []scriptCall {
 			ttl, ms = r.TTL, millis(r.TTL)
 		}
 		a := args[i*na : (i+1)*na : (i+1)*na]
-		a[0], a[1] = r.Token, ms
+		a[0], a[1], a[2] = r.Token, ms, fenceArg(r.Fence)
 		calls[i] = scriptCall{keys: k, args: a}
 	}
 	return calls
+}
+
+// fenceArg is the fence argument of the renew and release scripts: the
+// grant's fence in decimal, or "" for a call tied to no grant (0).
+func fenceArg(fence uint64) string {
+	if fence == 0 {
+		return ""
+	}
+	return strconv.FormatUint(fence, 10)
 }
 
 // millis converts a TTL to whole milliseconds for PEXPIRE, rounding up so a

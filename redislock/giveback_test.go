@@ -36,16 +36,30 @@ func (s *lateGiveBack) Acquire(ctx context.Context, req driver.AcquireRequest) (
 }
 
 func (s *lateGiveBack) Release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
+	return s.release(ctx, func(ctx context.Context) (driver.ReleaseResult, error) {
+		return s.Backend.Release(ctx, key, token)
+	})
+}
+
+// ReleaseGrant is the release the client gives a grant back with.
+func (s *lateGiveBack) ReleaseGrant(ctx context.Context, key, token string, fence uint64) (driver.ReleaseResult, error) {
+	return s.release(ctx, func(ctx context.Context) (driver.ReleaseResult, error) {
+		return s.Backend.ReleaseGrant(ctx, key, token, fence)
+	})
+}
+
+// release sends the first release late, the others at once.
+func (s *lateGiveBack) release(ctx context.Context, send func(context.Context) (driver.ReleaseResult, error)) (driver.ReleaseResult, error) {
 	s.mu.Lock()
 	s.releases++
 	n := s.releases
 	s.mu.Unlock()
 	if n != 1 {
-		return s.Backend.Release(ctx, key, token)
+		return send(ctx)
 	}
 	go func() { // the command lands after the client gave up on it
 		time.Sleep(2500 * time.Millisecond)
-		_, _ = s.Backend.Release(context.Background(), key, token)
+		_, _ = send(context.Background())
 		close(s.landed)
 	}()
 	<-ctx.Done()

@@ -274,8 +274,8 @@ func (b *Backend) acquireAcked(ctx context.Context, req driver.AcquireRequest, c
 }
 
 // renewAcked is Renew with WithReplicaAck.
-func (b *Backend) renewAcked(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
-	res := b.renewBatchAcked(ctx, []driver.RenewRequest{{Key: key, Token: token, TTL: ttl}})
+func (b *Backend) renewAcked(ctx context.Context, key, token string, fence uint64, ttl time.Duration) (bool, error) {
+	res := b.renewBatchAcked(ctx, []driver.RenewRequest{{Key: key, Token: token, TTL: ttl, Fence: fence}})
 	return res[0].Held, res[0].Err
 }
 
@@ -301,7 +301,7 @@ func (b *Backend) renewBatchAcked(ctx context.Context, reqs []driver.RenewReques
 		calls := make([]scriptCall, len(idx))
 		for j, i := range idx {
 			r := reqs[i]
-			calls[j] = scriptCall{keys: b.renewKeys(r.Key), args: []any{r.Token, millis(r.TTL)}}
+			calls[j] = scriptCall{keys: b.renewKeys(r.Key), args: []any{r.Token, millis(r.TTL), fenceArg(r.Fence)}}
 		}
 		cmds, acked, ackErr := b.runAckedAt(ctx, conn, renewScript, calls)
 		for j, cmd := range cmds {

@@ -66,9 +66,15 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 	for _, r := range reqs[1:] {
 		shortest = min(shortest, r.TTL)
 	}
+	// A grant's fence differs between nodes (each node draws its own), so
+	// renewals are not tied to one: no Fence reaches a node.
+	untied := append([]driver.RenewRequest(nil), reqs...)
+	for i := range untied {
+		untied[i].Fence = 0
+	}
 	timeout := b.callTimeout(shortest)
 	ch := fanOut(b, ctx, timeout, func(ctx context.Context, n *node) ([]driver.RenewResult, error) {
-		return n.b.RenewBatch(ctx, reqs), nil
+		return n.b.RenewBatch(ctx, untied), nil
 	})
 	g := newGather(b, ch, timeout)
 	defer g.stop()

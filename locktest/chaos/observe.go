@@ -34,7 +34,8 @@ func WithStoreClockRate(rate float64) ObserveOption {
 // renewals made in the background. The result has the inner backend's
 // notifications and batch renewal only when the inner backend has them,
 // forwards its capabilities, lock delay and drift (none, when it lacks
-// them) and Inspector.
+// them), Inspector, and the releases and renewals tied to a grant
+// (GrantReleaser, GrantRenewer; untied when it lacks them).
 func Observe(b driver.Backend, sink Sink, client string, opts ...ObserveOption) driver.Backend {
 	o := &observed{inner: b, sink: sink, client: client, rate: 1}
 	for _, opt := range opts {
@@ -65,14 +66,16 @@ type observed struct {
 }
 
 var (
-	_ driver.Backend      = (*observed)(nil)
-	_ driver.Capabler     = (*observed)(nil)
-	_ driver.Drifter      = (*observed)(nil)
-	_ driver.Inspector    = (*observed)(nil)
-	_ driver.Notifier     = observedNotifier{}
-	_ driver.BatchRenewer = observedBatch{}
-	_ driver.Notifier     = observedBoth{}
-	_ driver.BatchRenewer = observedBoth{}
+	_ driver.Backend       = (*observed)(nil)
+	_ driver.Capabler      = (*observed)(nil)
+	_ driver.Drifter       = (*observed)(nil)
+	_ driver.Inspector     = (*observed)(nil)
+	_ driver.GrantRenewer  = (*observed)(nil)
+	_ driver.GrantReleaser = (*observed)(nil)
+	_ driver.Notifier      = observedNotifier{}
+	_ driver.BatchRenewer  = observedBatch{}
+	_ driver.Notifier      = observedBoth{}
+	_ driver.BatchRenewer  = observedBoth{}
 )
 
 // deadline is the local deadline the client gives a grant or renewal of
@@ -145,10 +148,14 @@ type observedBatch struct{ *observed }
 
 func (o observedBatch) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []driver.RenewResult {
 	start := Now()
+	_, tied := o.inner.(driver.GrantRenewer)
 	scaled := make([]driver.RenewRequest, len(reqs))
 	for i, r := range reqs {
 		scaled[i] = r
 		scaled[i].TTL = o.ttl(r.TTL)
+		if !tied {
+			scaled[i].Fence = 0 // not the inner backend's to honour
+		}
 	}
 	out := o.inner.(driver.BatchRenewer).RenewBatch(ctx, scaled)
 	end := Now()
@@ -169,6 +176,33 @@ func (o *observed) Release(ctx context.Context, key, token string) (driver.Relea
 	res, err := o.inner.Release(ctx, key, token)
 	o.sink.Add(Event{Kind: KindStoreRelease, Client: o.client, Name: key, Token: token, Start: start, End: Now(), Outcome: outcome(res.Held, err), Err: errText(err)})
 	return res, err
+}
+
+// ReleaseGrant forwards driver.GrantReleaser, recorded as a release; for
+// an inner backend without it, it is Release (what the client sends such a
+// backend).
+func (o *observed) ReleaseGrant(ctx context.Context, key, token string, fence uint64) (driver.ReleaseResult, error) {
+	gr, ok := o.inner.(driver.GrantReleaser)
+	if !ok {
+		return o.Release(ctx, key, token)
+	}
+	start := Now()
+	res, err := gr.ReleaseGrant(ctx, key, token, fence)
+	o.sink.Add(Event{Kind: KindStoreRelease, Client: o.client, Name: key, Token: token, Start: start, End: Now(), Outcome: outcome(res.Held, err), Err: errText(err)})
+	return res, err
+}
+
+// RenewGrant forwards driver.GrantRenewer, recorded as a renewal; for an
+// inner backend without it, it is Renew.
+func (o *observed) RenewGrant(ctx context.Context, key, token string, fence uint64, ttl time.Duration) (bool, error) {
+	gr, ok := o.inner.(driver.GrantRenewer)
+	if !ok {
+		return o.Renew(ctx, key, token, ttl)
+	}
+	start := Now()
+	held, err := gr.RenewGrant(ctx, key, token, fence, o.ttl(ttl))
+	o.renewed(key, token, ttl, start, Now(), held, err)
+	return held, err
 }
 
 // Supports forwards driver.Capabler; a backend without it supports nothing.
