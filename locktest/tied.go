@@ -64,4 +64,25 @@ func testOwnerIDRegranted(t *testing.T, s *Store) {
 	}
 	mustBeHeldByOther(t, z.Mutex(name2))
 	unlock(t, ly)
+
+	// Automatic renewals, which go out in batches: the lease whose grant
+	// the store lost is lost; its neighbour in the batch is not.
+	const name3 = "locktest/owner-regranted-batch"
+	lost := lock(t, x.Mutex(name3, opts...))
+	kept := lock(t, x.Mutex(name3+"-kept", opts...))
+	s.Delete(t, name3)
+	ly = lock(t, y.Mutex(name3, opts...))
+	waitDone(t, lost, ttl/3+ttl/4)
+	if r := lostReason(t, lost.Err()); r != dlock.LostMissing {
+		t.Errorf("reason = %v, want %v", r, dlock.LostMissing)
+	}
+	if err := kept.Err(); err != nil {
+		t.Errorf("the other lease of the batch ended: %v", err)
+	}
+	if err := ly.Err(); err != nil {
+		t.Fatalf("the second process's lease ended: %v", err)
+	}
+	mustBeHeldByOther(t, z.Mutex(name3))
+	unlock(t, ly)
+	unlock(t, kept)
 }

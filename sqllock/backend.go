@@ -62,17 +62,19 @@ type engine interface {
 	// acquireShared makes or refuses a shared grant where the dialect has
 	// a shorter way than txs.acquireShared; ok false leaves it to that.
 	acquireShared(ctx context.Context, req driver.AcquireRequest) (res driver.AcquireResult, ok bool, err error)
-	// renew renews an exclusive lease; more reports, when it was not
-	// held, that token may have a shared hold (for txs.renew).
-	renew(ctx context.Context, key, token string, ttl time.Duration) (held, more bool, err error)
+	// renew renews an exclusive lease, of the grant of fence when it is not
+	// 0; more reports, when it was not held, that token may have a shared
+	// hold (for txs.renew).
+	renew(ctx context.Context, key, token string, fence uint64, ttl time.Duration) (held, more bool, err error)
 	// renewBatch renews at most batchSize exclusive leases with distinct
 	// key and token pairs in one statement where it can, and reports which
-	// were held, and which of the others may be shared holds.
+	// were held, and which of the others may be shared holds. A request
+	// with a Fence renews only the grant of that fence.
 	renewBatch(ctx context.Context, reqs []driver.RenewRequest) (held, more []bool, err error)
-	// release drops one exclusive hold; more reports, when token held
-	// none, that it may have a shared hold, a queue entry or an intent (for
-	// txs.release).
-	release(ctx context.Context, key, token string) (res driver.ReleaseResult, more bool, err error)
+	// release drops one exclusive hold, of the grant of fence when it is
+	// not 0; more reports, when token held none, that it may have a shared
+	// hold, a queue entry or an intent (for txs.release).
+	release(ctx context.Context, key, token string, fence uint64) (res driver.ReleaseResult, more bool, err error)
 }
 
 // New returns a Backend that keeps its locks in a table of db, which must be
@@ -235,15 +237,27 @@ func (b *Backend) Supports(c driver.Capability) bool {
 // shared_until. It reports false, with a nil error, when token holds
 // neither.
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	return b.renew(ctx, key, token, 0, ttl)
+}
+
+// RenewGrant is Renew tied to the grant it extends (driver.GrantRenewer):
+// when token holds the lock under another fence (its owner ID was granted
+// the lock again after this grant expired), it extends nothing and
+// reports false.
+func (b *Backend) RenewGrant(ctx context.Context, key, token string, fence uint64, ttl time.Duration) (bool, error) {
+	return b.renew(ctx, key, token, fence, ttl)
+}
+
+func (b *Backend) renew(ctx context.Context, key, token string, fence uint64, ttl time.Duration) (bool, error) {
 	if err := b.check(ctx, key, token); err != nil {
 		return false, opError(ctx, "renew", key, err)
 	}
 	held, err := retryBusy(ctx, b.dialect, func() (bool, error) {
-		held, more, err := b.eng.renew(ctx, key, token, ttl)
+		held, more, err := b.eng.renew(ctx, key, token, fence, ttl)
 		if err != nil || held || !more {
 			return held, err
 		}
-		ok, err := b.tx.renew(ctx, []driver.RenewRequest{{Key: key, Token: token, TTL: ttl}})
+		ok, err := b.tx.renew(ctx, []driver.RenewRequest{{Key: key, Token: token, TTL: ttl, Fence: fence}})
 		return err == nil && ok[0], err
 	})
 	if err != nil {
@@ -261,6 +275,18 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 // notifies. Held is false, with a nil error, when token held nothing live
 // (a queue entry or an intent is not a hold).
 func (b *Backend) Release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
+	return b.release(ctx, key, token, 0)
+}
+
+// ReleaseGrant is Release tied to the grant it ends (driver.GrantReleaser):
+// when token holds the lock under another fence (its owner ID was granted
+// the lock again after this grant expired), it changes no hold and answers
+// as for a token that held nothing.
+func (b *Backend) ReleaseGrant(ctx context.Context, key, token string, fence uint64) (driver.ReleaseResult, error) {
+	return b.release(ctx, key, token, fence)
+}
+
+func (b *Backend) release(ctx context.Context, key, token string, fence uint64) (driver.ReleaseResult, error) {
 	if err := b.check(ctx, key, token); err != nil {
 		return driver.ReleaseResult{}, opError(ctx, "release", key, err)
 	}
@@ -270,9 +296,9 @@ func (b *Backend) Release(ctx context.Context, key, token string) (driver.Releas
 		var more bool
 		var err error
 		if n, ok := b.eng.(namingReleaser); ok && b.wake != nil {
-			res, head, more, err = n.releaseNaming(ctx, key, token)
+			res, head, more, err = n.releaseNaming(ctx, key, token, fence)
 		} else {
-			res, more, err = b.eng.release(ctx, key, token)
+			res, more, err = b.eng.release(ctx, key, token, fence)
 		}
 		if err != nil || res.Held || !more {
 			return res, err
@@ -297,7 +323,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) (driver.Releas
 type namingReleaser interface {
 	// releaseNaming is engine.release, with the queue's live head when the
 	// last hold went and there is one.
-	releaseNaming(ctx context.Context, key, token string) (res driver.ReleaseResult, head *string, more bool, err error)
+	releaseNaming(ctx context.Context, key, token string, fence uint64) (res driver.ReleaseResult, head *string, more bool, err error)
 }
 
 // Withdraw removes token's fair queue entry and writer intent, if any, in

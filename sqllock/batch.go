@@ -94,3 +94,7 @@ func (b *Backend) renewChunk(ctx context.Context, chunk []driver.RenewRequest) (
 	}
 	return held, nil
 }
+
+// fenceParam is the statement parameter for a grant's fence: 0 (no grant
+// named) matches every fence.
+func fenceParam(fence uint64) int64 { return int64(fence) }

@@ -87,13 +87,13 @@ VALUES (?, ?, ?, 1, 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECO
 	mysqlRenew = `UPDATE {t} SET
   fence      = LAST_INSERT_ID(fence),
   expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
-WHERE name = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)`
+WHERE name = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6) AND fence = COALESCE(NULLIF(?, 0), fence)`
 
 	// LAST_INSERT_ID is the hold count before the release (at least 1).
 	mysqlRelease = `UPDATE {t} SET
   token = IF(holds > 1, token, NULL),
   holds = LAST_INSERT_ID(holds) - 1
-WHERE name = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)`
+WHERE name = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6) AND fence = COALESCE(NULLIF(?, 0), fence)`
 )
 
 // attempts bounds the retries of the MySQL acquire when the row changes
@@ -167,13 +167,13 @@ func (m *mysql) acquireShared(ctx context.Context, req driver.AcquireRequest) (d
 	return res, true, err
 }
 
-func (m *mysql) renew(ctx context.Context, key, token string, ttl time.Duration) (bool, bool, error) {
-	res, err := m.db.ExecContext(ctx, m.renewSQL, units(ttl, time.Microsecond), key, token)
+func (m *mysql) renew(ctx context.Context, key, token string, fence uint64, ttl time.Duration) (bool, bool, error) {
+	res, err := m.db.ExecContext(ctx, m.renewSQL, units(ttl, time.Microsecond), key, token, fenceParam(fence))
 	if err != nil {
 		return false, false, err
 	}
-	fence, err := res.LastInsertId()
-	return fence > 0, fence <= 0, err
+	matched, err := res.LastInsertId() // the row's fence, when it matched
+	return matched > 0, matched <= 0, err
 }
 
 // renewBatch sends one UPDATE for every exclusive lease. RowsAffected counts
@@ -186,8 +186,8 @@ func (m *mysql) renewBatch(ctx context.Context, reqs []driver.RenewRequest) ([]b
 	args := make([]any, 0, 5*len(reqs))
 	q.WriteString("UPDATE " + m.table + " SET expires_at = GREATEST(expires_at, CASE")
 	for _, r := range reqs {
-		q.WriteString(" WHEN name = ? AND token = ? THEN UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND")
-		args = append(args, r.Key, r.Token, units(r.TTL, time.Microsecond))
+		q.WriteString(" WHEN name = ? AND token = ? AND fence = COALESCE(NULLIF(?, 0), fence) THEN UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND")
+		args = append(args, r.Key, r.Token, fenceParam(r.Fence), units(r.TTL, time.Microsecond))
 	}
 	q.WriteString(" ELSE expires_at END) WHERE (name, token) IN (")
 	for i, r := range reqs {
@@ -216,8 +216,8 @@ func (m *mysql) renewBatch(ctx context.Context, reqs []driver.RenewRequest) ([]b
 	return m.tx.classify(ctx, reqs)
 }
 
-func (m *mysql) release(ctx context.Context, key, token string) (driver.ReleaseResult, bool, error) {
-	res, err := m.db.ExecContext(ctx, m.releaseSQL, key, token)
+func (m *mysql) release(ctx context.Context, key, token string, fence uint64) (driver.ReleaseResult, bool, error) {
+	res, err := m.db.ExecContext(ctx, m.releaseSQL, key, token, fenceParam(fence))
 	if err != nil {
 		return driver.ReleaseResult{}, false, err
 	}

@@ -158,7 +158,7 @@ WHERE s.name = $1 AND s.token = $2 AND s.expires_at > now() AND NOT EXISTS (SELE
 	pgRenew = `WITH renewed AS (
   UPDATE {t}
   SET expires_at = greatest(expires_at, now() + $3::bigint * interval '1 microsecond')
-  WHERE name = $1 AND token = $2 AND expires_at > now()
+  WHERE name = $1 AND token = $2 AND expires_at > now() AND (fence = $4 OR $4 = 0)
   RETURNING 1
 ), locked AS (
   SELECT name FROM {t}
@@ -182,12 +182,13 @@ SELECT (SELECT count(*) FROM renewed) + (SELECT count(*) FROM hold)`
 	// order, so that two batches cannot deadlock, when they have no live
 	// exclusive holder.
 	pgRenewBatch = `WITH r AS (
-  SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) AS r(name, token, ttl)
+  SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS r(name, token, ttl, fence)
 ), renewed AS (
   UPDATE {t} AS l
   SET expires_at = greatest(l.expires_at, now() + r.ttl * interval '1 microsecond')
   FROM r
   WHERE l.name = r.name AND l.token = r.token AND l.expires_at > now()
+    AND (l.fence = r.fence OR r.fence = 0)
   RETURNING l.name, l.token
 ), locked AS (
   SELECT l.name FROM {t} l
@@ -226,7 +227,7 @@ SELECT name, token FROM hold`
 	// notification lost.
 	pgRelease = `WITH released AS (
   UPDATE {t} SET holds = holds - 1, token = CASE WHEN holds > 1 THEN token END
-  WHERE name = $1 AND token = $2 AND expires_at > now()
+  WHERE name = $1 AND token = $2 AND expires_at > now() AND (fence = $3 OR $3 = 0)
   RETURNING name, holds
 )
 SELECT r.holds FROM released r
@@ -320,9 +321,9 @@ func (p *postgres) acquireShared(ctx context.Context, req driver.AcquireRequest)
 }
 
 // renew renews an exclusive lease or a shared hold in one statement.
-func (p *postgres) renew(ctx context.Context, key, token string, ttl time.Duration) (bool, bool, error) {
+func (p *postgres) renew(ctx context.Context, key, token string, fence uint64, ttl time.Duration) (bool, bool, error) {
 	var n int64
-	err := p.db.QueryRowContext(ctx, p.renewSQL, key, token, units(ttl, time.Microsecond)).Scan(&n)
+	err := p.db.QueryRowContext(ctx, p.renewSQL, key, token, units(ttl, time.Microsecond), fenceParam(fence)).Scan(&n)
 	return n > 0, false, err
 }
 
@@ -331,10 +332,11 @@ func (p *postgres) renewBatch(ctx context.Context, reqs []driver.RenewRequest) (
 	keys := make([]string, len(reqs))
 	tokens := make([]string, len(reqs))
 	ttls := make([]int64, len(reqs))
+	fences := make([]int64, len(reqs))
 	for i, r := range reqs {
-		keys[i], tokens[i], ttls[i] = r.Key, r.Token, units(r.TTL, time.Microsecond)
+		keys[i], tokens[i], ttls[i], fences[i] = r.Key, r.Token, units(r.TTL, time.Microsecond), fenceParam(r.Fence)
 	}
-	rows, err := p.db.QueryContext(ctx, p.renewBatchSQL, keys, tokens, ttls)
+	rows, err := p.db.QueryContext(ctx, p.renewBatchSQL, keys, tokens, ttls, fences)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -364,8 +366,8 @@ func renewedRows(rows *sql.Rows, reqs []driver.RenewRequest) ([]bool, error) {
 	return held, nil
 }
 
-func (p *postgres) release(ctx context.Context, key, token string) (driver.ReleaseResult, bool, error) {
-	res, err := scanRelease(p.db.QueryRowContext(ctx, p.releaseSQL, key, token))
+func (p *postgres) release(ctx context.Context, key, token string, fence uint64) (driver.ReleaseResult, bool, error) {
+	res, err := scanRelease(p.db.QueryRowContext(ctx, p.releaseSQL, key, token, fenceParam(fence)))
 	if err != nil {
 		return driver.ReleaseResult{}, false, err
 	}

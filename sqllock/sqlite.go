@@ -72,21 +72,22 @@ WHERE (token IS NULL OR expires_at <= excluded.acquired_at OR (token = excluded.
 RETURNING fence, holds`
 
 	sqliteRenew = `UPDATE {t} SET expires_at = max(expires_at, {now} + ?3)
-WHERE name = ?1 AND token = ?2 AND expires_at > {now}`
+WHERE name = ?1 AND token = ?2 AND expires_at > {now} AND (fence = ?4 OR ?4 = 0)`
 
-	sqliteRenewBatch = `WITH r(name, token, ttl) AS (VALUES {values})
+	sqliteRenewBatch = `WITH r(name, token, ttl, fence) AS (VALUES {values})
 UPDATE {t} SET expires_at = max(expires_at, {now} + r.ttl)
 FROM r WHERE {t}.name = r.name AND {t}.token = r.token AND {t}.expires_at > {now}
+  AND ({t}.fence = r.fence OR r.fence = 0)
 RETURNING {t}.name, {t}.token`
 
 	sqliteRelease = `UPDATE {t} SET holds = holds - 1, token = CASE WHEN holds > 1 THEN token END
-WHERE name = ?1 AND token = ?2 AND expires_at > {now}
+WHERE name = ?1 AND token = ?2 AND expires_at > {now} AND (fence = ?3 OR ?3 = 0)
 RETURNING holds`
 
 	// The same, with the live head of the lock's fair queue when the last
 	// hold went (SQLiteBackend, for the wake-up).
 	sqliteReleaseNaming = `UPDATE {t} SET holds = holds - 1, token = CASE WHEN holds > 1 THEN token END
-WHERE name = ?1 AND token = ?2 AND expires_at > {now}
+WHERE name = ?1 AND token = ?2 AND expires_at > {now} AND (fence = ?3 OR ?3 = 0)
 RETURNING holds, CASE WHEN holds = 0 THEN
   (SELECT q.token FROM {q} q WHERE q.name = ?1 AND q.expires_at > {now} ORDER BY q.seq LIMIT 1) END`
 )
@@ -123,8 +124,8 @@ func (s *sqlite) acquireShared(ctx context.Context, req driver.AcquireRequest) (
 
 // renew is one statement; when it finds no exclusive lease, a second one
 // looks for a shared hold, which the transaction of txs.renew renews.
-func (s *sqlite) renew(ctx context.Context, key, token string, ttl time.Duration) (bool, bool, error) {
-	res, err := s.stmts.exec(ctx, s.renewSQL, key, token, units(ttl, time.Millisecond))
+func (s *sqlite) renew(ctx context.Context, key, token string, fence uint64, ttl time.Duration) (bool, bool, error) {
+	res, err := s.stmts.exec(ctx, s.renewSQL, key, token, units(ttl, time.Millisecond), fenceParam(fence))
 	if err != nil {
 		return false, false, err
 	}
@@ -146,8 +147,8 @@ func (s *sqlite) renewBatch(ctx context.Context, reqs []driver.RenewRequest) ([]
 		if i > 0 {
 			q.WriteString(", ")
 		}
-		q.WriteString("(?, ?, ?)")
-		args = append(args, r.Key, r.Token, units(r.TTL, time.Millisecond))
+		q.WriteString("(?, ?, ?, ?)")
+		args = append(args, r.Key, r.Token, units(r.TTL, time.Millisecond), fenceParam(r.Fence))
 	}
 	q.WriteString(s.renewBatchTail)
 	rows, err := s.db.QueryContext(ctx, q.String(), args...)
@@ -180,8 +181,8 @@ func (s *sqlite) renewBatch(ctx context.Context, reqs []driver.RenewRequest) ([]
 	return held, more, nil
 }
 
-func (s *sqlite) release(ctx context.Context, key, token string) (driver.ReleaseResult, bool, error) {
-	res, err := scanRelease(s.stmts.queryRow(ctx, s.releaseSQL, key, token))
+func (s *sqlite) release(ctx context.Context, key, token string, fence uint64) (driver.ReleaseResult, bool, error) {
+	res, err := scanRelease(s.stmts.queryRow(ctx, s.releaseSQL, key, token, fenceParam(fence)))
 	if err != nil || res.Held {
 		return res, false, err
 	}
@@ -191,10 +192,10 @@ func (s *sqlite) release(ctx context.Context, key, token string) (driver.Release
 
 // releaseNaming is release, with the head of the lock's fair queue when the
 // last hold went (see namingReleaser).
-func (s *sqlite) releaseNaming(ctx context.Context, key, token string) (driver.ReleaseResult, *string, bool, error) {
+func (s *sqlite) releaseNaming(ctx context.Context, key, token string, fence uint64) (driver.ReleaseResult, *string, bool, error) {
 	var holds int
 	var head sql.NullString
-	err := s.stmts.queryRow(ctx, s.releaseNamingSQL, key, token).Scan(&holds, &head)
+	err := s.stmts.queryRow(ctx, s.releaseNamingSQL, key, token, fenceParam(fence)).Scan(&holds, &head)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		more, err := s.tx.more(ctx, key, token)

@@ -124,28 +124,36 @@ func (t *txs) renew(ctx context.Context, reqs []driver.RenewRequest) ([]bool, er
 			return false, err
 		}
 
-		// Which requests hold their lock, exclusively (kind 1) or shared.
-		var cond strings.Builder
+		// Which requests hold their lock, exclusively (kind 1) or shared. A
+		// lease tied to its grant (RenewRequest.Fence) holds the row only
+		// under that grant's fence.
+		var cond, tied strings.Builder
 		args = args[:0]
 		for i, n := range names {
 			if i > 0 {
 				cond.WriteString(" OR ")
+				tied.WriteString(" OR ")
 			}
 			args = append(args, n)
 			cond.WriteString("(name = $" + itoa(len(args)) + " AND token IN (")
+			tied.WriteString("(name = $" + itoa(len(args)) + " AND (")
 			for j, k := range byName[n] {
 				if j > 0 {
 					cond.WriteString(", ")
+					tied.WriteString(" OR ")
 				}
-				args = append(args, reqs[k].Token)
-				cond.WriteString("$" + itoa(len(args)))
+				args = append(args, reqs[k].Token, fenceParam(reqs[k].Fence))
+				tok, f := "$"+itoa(len(args)-1), "$"+itoa(len(args))
+				cond.WriteString(tok)
+				tied.WriteString("(token = " + tok + " AND (fence = " + f + " OR " + f + " = 0))")
 			}
 			cond.WriteString("))")
+			tied.WriteString("))")
 		}
 		// A shared hold is renewed only while no exclusive holder is live:
 		// one beside it would be a broken invariant (shared_until behind a
 		// hold), and renewing it would keep the reader beside the writer.
-		read := t.x.stmt(`SELECT 1, name, token, {left:expires_at} FROM {t} WHERE ` + cond.String() +
+		read := t.x.stmt(`SELECT 1, name, token, {left:expires_at} FROM {t} WHERE ` + tied.String() +
 			` UNION ALL SELECT 2, name, token, {left:expires_at} FROM {s} s WHERE (` + cond.String() + `)
   AND NOT EXISTS (SELECT 1 FROM {t} m WHERE m.name = s.name AND m.token IS NOT NULL AND m.expires_at > {now})`)
 		rows, err := tx.QueryContext(ctx, read.query, read.args(args...)...)
@@ -257,16 +265,22 @@ func (t *txs) renew(ctx context.Context, reqs []driver.RenewRequest) ([]bool, er
 // exclusively now held it when that statement ran and was renewed; a shared
 // one is for the transaction of renew; the others are not held.
 func (t *txs) classify(ctx context.Context, reqs []driver.RenewRequest) (exclusive, shared []bool, err error) {
-	var cond strings.Builder
-	args := make([]any, 0, 2*len(reqs))
+	// A lease tied to its grant (RenewRequest.Fence) holds the row only
+	// under that grant's fence.
+	var cond, tied strings.Builder
+	args := make([]any, 0, 3*len(reqs))
 	for i, r := range reqs {
 		if i > 0 {
 			cond.WriteString(" OR ")
+			tied.WriteString(" OR ")
 		}
-		args = append(args, r.Key, r.Token)
-		cond.WriteString("(name = $" + itoa(len(args)-1) + " AND token = $" + itoa(len(args)) + ")")
+		args = append(args, r.Key, r.Token, fenceParam(r.Fence))
+		n := len(args)
+		pair := "(name = $" + itoa(n-2) + " AND token = $" + itoa(n-1)
+		cond.WriteString(pair + ")")
+		tied.WriteString(pair + " AND (fence = $" + itoa(n) + " OR $" + itoa(n) + " = 0))")
 	}
-	s := t.x.stmt(`SELECT 1, name, token FROM {t} WHERE (` + cond.String() + `) AND expires_at > {now}
+	s := t.x.stmt(`SELECT 1, name, token FROM {t} WHERE (` + tied.String() + `) AND expires_at > {now}
 UNION ALL SELECT 2, name, token FROM {s} WHERE (` + cond.String() + `) AND expires_at > {now}`)
 	rows, err := t.db.QueryContext(ctx, s.query, s.args(args...)...)
 	if err != nil {
