@@ -340,16 +340,10 @@ func (g *grant) drop(l *Lease) (ended, last bool, inflight <-chan struct{}) {
 // release with an unknown outcome), drains the handle's extra holds. It
 // reports whether the token held the lock.
 //
-// The last release of a fixed token's grant (g.hd) runs with the handle's
-// acquires kept out (handle.gate), so that the holds it counts and drains
-// are this grant's: a re-entry of the same handle sent meanwhile would
-// join the same grant, under the same fence, and a drain tied to that
-// fence would take its hold too.
+// Unlock calls it, for a reentrant handle's grant, with the handle's gate
+// held (see handleGate), so that the holds it counts and drains are this
+// grant's own.
 func (g *grant) release(ctx context.Context, last bool) (held bool, err error) {
-	if last && g.hd != nil {
-		g.hd.gate.Lock()
-		defer g.hd.gate.Unlock()
-	}
 	res, err := g.c.releaseGrant(ctx, g.key, g.token, g.fence)
 	if err != nil {
 		g.mu.Lock()
@@ -358,9 +352,7 @@ func (g *grant) release(ctx context.Context, last bool) (held bool, err error) {
 		if last && g.hd != nil {
 			// The hold may still be on the store: the handle's next grant,
 			// which may join it, drains it at its last Unlock.
-			g.hd.mu.Lock()
-			g.hd.uncertain = true
-			g.hd.mu.Unlock()
+			g.hd.markUncertain()
 		}
 		return false, err
 	}
@@ -373,7 +365,7 @@ func (g *grant) release(ctx context.Context, last bool) (held bool, err error) {
 			return true, err
 		}
 	}
-	if drain && !res.Held {
+	if drain && !res.Held && !g.hd.holdsOther(g) {
 		// g's grant is gone, but an acquire of this handle whose outcome
 		// was unknown may have made a fresh grant of the token since (the
 		// store had lost g's): the token is the handle's alone (no owner

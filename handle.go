@@ -54,12 +54,11 @@ type handle struct {
 	// a hold that no lease stands for. The handle's next grant inherits it
 	// and drains such holds at its last Unlock. Guarded by mu.
 	uncertain bool
-	// gate serialises, for a handle with a fixed token, the last release
-	// of a grant (held exclusively, see grant.release) with the handle's
-	// acquires (held shared for their round trip): a re-entry that arrives
-	// while the last Unlock counts and drains the grant's holds would be
-	// drained with them.
-	gate sync.RWMutex
+	// gated: a reentrant handle without an owner ID, whose last Unlock
+	// may drain holds of its token (see grant.release): its acquires and
+	// its Unlocks pass gate.
+	gated bool
+	gate  handleGate
 }
 
 // init sets h up as kind's handle on name: the Client's defaults, then
@@ -107,6 +106,7 @@ func (h *handle) init(c *Client, kind, name string, mode driver.Mode, limit int,
 	// would halve a hot lock's throughput.
 	h.starve = h.err == nil && kind == "Mutex" && c.backend != nil && !h.opts.fair && h.token == "" &&
 		c.need(driver.CapFair) == nil && c.need(driver.CapOvertook) == nil && h.hub.notifier != nil
+	h.gated = h.opts.reentrant && h.opts.ownerID == ""
 	h.handoff = h.err == nil && kind == "Mutex" && c.backend != nil && h.opts.fair && h.token == "" &&
 		h.opts.lockDelay == 0 && c.need(driver.CapHandoff) == nil
 	h.claim = h.err == nil && kind == "Mutex" && c.backend != nil && !h.opts.fair && h.token == "" &&
@@ -219,6 +219,14 @@ func (h *handle) notObtained(res driver.AcquireResult) *NotObtainedError {
 // too late to be used is given back and, for a waiting caller, answered as
 // a refusal that carries the grant's Fence (refusals carry none).
 func (h *handle) try(ctx context.Context, token string, wait, fair, claim bool) (_ *Lease, _ driver.AcquireResult, sent time.Time, _ error) {
+	if h.gated {
+		// From the look for a grant to join to the lease made: see
+		// handleGate.
+		if err := h.gate.enter(ctx, h.c.closingCtx.Done(), false); err != nil {
+			return nil, driver.AcquireResult{}, time.Now(), err
+		}
+		defer h.gate.exit(false)
+	}
 	var joined *grant
 	if h.opts.reentrant {
 		h.mu.Lock()
@@ -259,13 +267,7 @@ func (h *handle) try(ctx context.Context, token string, wait, fair, claim bool) 
 	} else {
 		req.Owner = h.c.owner(sent, h.opts.metadata)
 	}
-	if h.token != "" {
-		h.gate.RLock()
-	}
 	res, err := h.backend.Acquire(ctx, req)
-	if h.token != "" {
-		h.gate.RUnlock()
-	}
 	if err != nil {
 		h.unknownOutcome(token, joined, wait)
 		return nil, res, sent, wrapStore("acquire", h.name, err)
@@ -339,6 +341,16 @@ func (h *handle) grantLease(joined *grant, token, owner string, res driver.Acqui
 	// In one critical section, so that an unknown outcome of another
 	// goroutine of the handle marks either the handle or this grant.
 	h.mu.Lock()
+	if h.opts.reentrant && h.held != nil && h.held.fence == res.Fence {
+		// Another Lock of the handle, which also found no grant to join,
+		// made the grant of this fence meanwhile: the store counts this
+		// hold in it, so this lease joins it (two grants of one fence
+		// would each count the other's holds as their own).
+		if l, _ := h.held.rejoin(res.Fence, sent); l != nil {
+			h.mu.Unlock()
+			return l
+		}
+	}
 	g, l := newGrant(h.c, h, token, owner, res.Fence, sent, h.uncertain)
 	h.uncertain = false
 	if h.opts.reentrant {
@@ -376,6 +388,26 @@ func (h *handle) unknownOutcome(token string, joined *grant, wait bool) {
 	if g == nil || !g.markUncertain() {
 		h.uncertain = true
 	}
+}
+
+// markUncertain records that the store may count a hold of the handle's
+// token that no lease stands for (see uncertain).
+func (h *handle) markUncertain() {
+	h.mu.Lock()
+	h.uncertain = true
+	h.mu.Unlock()
+}
+
+// holdsOther reports whether the handle holds a live grant other than g
+// (a nil handle holds none).
+func (h *handle) holdsOther(g *grant) bool {
+	if h == nil {
+		return false
+	}
+	h.mu.Lock()
+	other := h.held
+	h.mu.Unlock()
+	return other != nil && other != g && other.live()
 }
 
 // giveBack releases a grant of fence that came too late to be used, within

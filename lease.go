@@ -263,6 +263,27 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		defer c.exit()
 	}
 
+	if hd := g.hd; hd != nil && hd.gated {
+		// Keep the handle's acquires out from here through the release
+		// and its drain (see handleGate).
+		if err := hd.gate.enter(ctx, nil, true); err != nil {
+			// Given up: this hold stays on the store, for the grant's last
+			// Unlock or the handle's next grant to drain, or to lapse.
+			ended, last, _ := g.drop(l)
+			switch {
+			case ended:
+				return l.afterEnd(ctx, l.Err())
+			case last:
+				hd.markUncertain()
+			default:
+				g.markUncertain()
+			}
+			l.finish(ErrReleased)
+			return fmt.Errorf("dlock: unlock %q: %w", g.name, err)
+		}
+		defer hd.gate.exit(true)
+	}
+
 	ended, last, inflight := g.drop(l)
 	if ended { // lost meanwhile: lose has set l.err
 		return l.afterEnd(ctx, l.Err())
@@ -276,6 +297,12 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		case <-inflight:
 		case <-ctx.Done():
 			l.finish(ErrReleased)
+			if last && g.hd != nil {
+				// No release goes out for a token a later Lock may hold
+				// again: the handle's next grant, which may join this
+				// hold, drains it.
+				g.hd.markUncertain()
+			}
 			if later {
 				c.background(g.ttl, func(bctx context.Context) {
 					<-inflight
