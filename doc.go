@@ -90,11 +90,24 @@
 // the write side of its RWMutex. Redlock has Mutex and RWMutex, not Fair or
 // Semaphore.
 //
+// # Leader election
+//
+// Client.Election builds leader election on the Mutex of a name:
+// Election.Campaign waits until the caller leads and returns a Leadership,
+// a lease whose metadata is the leader's value; Election.Leader reads the
+// current leader's value and fence, and Election.Observe gives a channel of
+// changes, woken by the store's release notifications where it has them.
+// Do the leader's work under Leadership.Context, which ends when the
+// leadership is lost, and fence the leader's writes with Leadership.Fence:
+// the context stops a leader that runs, only the fence stops one that was
+// paused. See ExampleElection.
+//
 // # Errors
 //
 // Branch with errors.Is: ErrNotObtained (with *NotObtainedError naming the
 // holder), ErrNotHeld, ErrReleased, ErrLost (with *LostError and its
-// LostReason), ErrInvalid for bad arguments and ErrClosed. Store failures are
+// LostReason), ErrNoLeader (Election.Leader), ErrInvalid for bad arguments
+// and ErrClosed. Store failures are
 // wrapped with the operation and the lock's name.
 package dlock
 

@@ -126,4 +126,5 @@ var cases = []testCase{
 	{"SemaphoreWaitWokenByRelease", testSemaphoreWaitWokenByRelease},
 	{"KindsLeaveNothing", testKindsLeaveNothing},
 	{"KindsInvalid", testKindsInvalid},
+	{"Election", testElection},
 }
