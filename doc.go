@@ -102,6 +102,12 @@
 // the context stops a leader that runs, only the fence stops one that was
 // paused. See ExampleElection.
 //
+// There is no sync.Locker view of a Mutex, such as etcd's NewLocker
+// gives: sync.Locker's Lock and Unlock take no context and return no
+// error, and a lease can be lost while held, which its user could not
+// notice, nor fence its writes. Client.Do has the same shape with the loss
+// signal and the fence; docs/LOCK-KINDS.md says more.
+//
 // # Errors
 //
 // Branch with errors.Is: ErrNotObtained (with *NotObtainedError naming the
