@@ -87,8 +87,10 @@
 // one writer, each reader a lease of its own, with waiting writers keeping
 // new readers out; Client.Semaphore gives at most n holders, each permit a
 // lease of its own. A name is one lock whatever the kind: a Mutex of a name is
-// the write side of its RWMutex. Redlock has Mutex and RWMutex, not Fair or
-// Semaphore.
+// the write side of its RWMutex. Readers and permits do not mix, nor do
+// semaphores of different sizes: while one holds a name, the other is
+// refused with a *ConflictError (ErrConflict). Redlock has Mutex and
+// RWMutex, not Fair or Semaphore.
 //
 // # Leader election
 //
@@ -112,8 +114,9 @@
 //
 // Branch with errors.Is: ErrNotObtained (with *NotObtainedError naming the
 // holder), ErrNotHeld, ErrReleased, ErrLost (with *LostError and its
-// LostReason), ErrNoLeader (Election.Leader), ErrInvalid for bad arguments
-// and ErrClosed. Store failures are
+// LostReason), ErrNoLeader (Election.Leader), ErrConflict (with
+// *ConflictError, also an ErrInvalid) for a reader or permit of another kind
+// than the name's holds, ErrInvalid for bad arguments and ErrClosed. Store failures are
 // wrapped with the operation and the lock's name.
 package dlock
 

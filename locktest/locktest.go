@@ -121,7 +121,7 @@ var cases = []testCase{
 	{"RWFences", testRWFences},
 	{"SemaphoreLimit", testSemaphoreLimit},
 	{"SemaphorePermitExpires", testSemaphorePermitExpires},
-	{"SemaphoreLowerLimit", testSemaphoreLowerLimit},
+	{"SemaphoreLimitBinds", testSemaphoreLimitBinds},
 	{"SemaphorePermitLeases", testSemaphorePermitLeases},
 	{"SemaphoreWaitWokenByRelease", testSemaphoreWaitWokenByRelease},
 	{"KindsLeaveNothing", testKindsLeaveNothing},
