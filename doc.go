@@ -92,6 +92,15 @@
 // refused with a *ConflictError (ErrConflict). Redlock has Mutex and
 // RWMutex, not Fair or Semaphore.
 //
+// # Several names at once
+//
+// Client.Multi takes the locks of several names all or nothing, in the
+// order of their keys, so that callers asking for overlapping sets in
+// different orders cannot deadlock; a failed attempt releases what it
+// took. The MultiLease has one lease and one fence per name, and its
+// Context ends when any name is lost, which releases the others. See
+// ExampleMulti.
+//
 // # Leader election
 //
 // Client.Election builds leader election on the Mutex of a name:

@@ -127,4 +127,5 @@ var cases = []testCase{
 	{"KindsLeaveNothing", testKindsLeaveNothing},
 	{"KindsInvalid", testKindsInvalid},
 	{"Election", testElection},
+	{"Multi", testMulti},
 }
