@@ -207,7 +207,11 @@ func (ml *MultiLease) ended(l *Lease) {
 	}
 	ml.finishLocked(err)
 	ml.mu.Unlock()
-	if lost := (*LostError)(nil); errors.As(err, &lost) {
+	var lost *LostError
+	if errors.As(err, &lost) {
+		if lost.Reason == LostClosed {
+			return // Close releases the others itself
+		}
 		ml.c.log.Warn("dlock: a name of a multi-lock was lost; releasing the others", "name", l.Name(), "err", err)
 	}
 	ml.c.background(ml.leases[0].g.ttl, func(ctx context.Context) {
