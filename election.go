@@ -286,46 +286,61 @@ type LeaderInfo struct {
 
 // Leadership is one campaign's hold of an election: a lease of the
 // election's lock. Do the leader's work under Context and fence its writes
-// with Fence. A Leadership is safe for concurrent use.
+// with Fence. A Leadership is safe for concurrent use. A nil or zero
+// Leadership acts as one that has ended: Err and Resign return ErrInvalid.
 type Leadership struct {
 	l     *Lease
 	value string
 }
 
 // Value returns the value the leadership campaigned with.
-func (ld *Leadership) Value() string { return ld.value }
+func (ld *Leadership) Value() string {
+	if ld == nil {
+		return ""
+	}
+	return ld.value
+}
 
 // Name returns the election's name, without the key prefix.
-func (ld *Leadership) Name() string { return ld.l.Name() }
+func (ld *Leadership) Name() string { return ld.lease().Name() }
 
 // Fence returns the leadership's fencing token: larger than the fence of
 // every earlier leadership (and grant of the name's lock) on this store.
 // Give it with every write the leader makes, to a resource that refuses a
 // fence lower than one it has seen, so that a deposed leader's late writes
 // are refused.
-func (ld *Leadership) Fence() uint64 { return ld.l.Fence() }
+func (ld *Leadership) Fence() uint64 { return ld.lease().Fence() }
 
 // Context returns a context that is cancelled when the leadership ends:
 // at Resign, or when it is lost (the store no longer has it, or it could
 // not be renewed in time). Its context.Cause is Err, and LeaseFromContext
 // gives the lease behind it. Run the leader's work under it.
-func (ld *Leadership) Context() context.Context { return ld.l.Context() }
+func (ld *Leadership) Context() context.Context { return ld.lease().Context() }
 
 // Done returns a channel that is closed when the leadership ends.
-func (ld *Leadership) Done() <-chan struct{} { return ld.l.Done() }
+func (ld *Leadership) Done() <-chan struct{} { return ld.lease().Done() }
 
 // Err returns nil while the leadership is held, ErrReleased after Resign,
 // and a *LostError (errors.Is(err, ErrLost)) when it was lost.
-func (ld *Leadership) Err() error { return ld.l.Err() }
+func (ld *Leadership) Err() error { return ld.lease().Err() }
 
 // Lease returns the lease behind the leadership (Deadline, Refresh,
 // Owner).
-func (ld *Leadership) Lease() *Lease { return ld.l }
+func (ld *Leadership) Lease() *Lease { return ld.lease() }
 
 // Resign gives the leadership up, so that another campaign can win at
 // once; its Context ends. Its errors are Lease.Unlock's: ErrNotHeld when
 // the leadership had been lost, ErrReleased when it was resigned already.
-func (ld *Leadership) Resign(ctx context.Context) error { return ld.l.Unlock(ctx) }
+func (ld *Leadership) Resign(ctx context.Context) error { return ld.lease().Unlock(ctx) }
+
+// lease returns the lease behind ld; nil (whose methods report ErrInvalid
+// or act as released) for a nil or zero Leadership.
+func (ld *Leadership) lease() *Lease {
+	if ld == nil {
+		return nil
+	}
+	return ld.l
+}
 
 // ownerMetadata returns the metadata of an owner string written by
 // dlock, "host|pid N[ client K][|proc:MACHINE:START]|2026-11-21T10:00:03Z[|metadata]"

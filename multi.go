@@ -171,7 +171,8 @@ func (mm *Multi) giveBack(ctx context.Context, leases []*Lease) {
 // when any of the leases ends: at Unlock, or when one is lost (or is
 // unlocked on its own). Then the others are released too, in the
 // background: the names are held together and lost together. A
-// MultiLease is safe for concurrent use.
+// MultiLease is safe for concurrent use. Only Multi makes one: the
+// methods of a nil MultiLease return ErrInvalid or act as if it had ended.
 type MultiLease struct {
 	c      *Client
 	leases []*Lease // in lock order
@@ -244,6 +245,9 @@ func MultiLeaseFromContext(ctx context.Context) (ml *MultiLease, ok bool) {
 
 // Names returns the names held, in the order they were taken.
 func (ml *MultiLease) Names() []string {
+	if ml == nil {
+		return nil
+	}
 	names := make([]string, len(ml.leases))
 	for i, l := range ml.leases {
 		names[i] = l.Name()
@@ -252,11 +256,19 @@ func (ml *MultiLease) Names() []string {
 }
 
 // Leases returns the leases, one per name, in the order they were taken.
-func (ml *MultiLease) Leases() []*Lease { return slices.Clone(ml.leases) }
+func (ml *MultiLease) Leases() []*Lease {
+	if ml == nil {
+		return nil
+	}
+	return slices.Clone(ml.leases)
+}
 
 // Lease returns the lease of name, or nil when the MultiLease does not
 // hold that name.
 func (ml *MultiLease) Lease(name string) *Lease {
+	if ml == nil {
+		return nil
+	}
 	for _, l := range ml.leases {
 		if l.Name() == name {
 			return l
@@ -274,15 +286,28 @@ func (ml *MultiLease) Fence(name string) uint64 {
 
 // Context returns a context that is cancelled when the MultiLease ends;
 // its context.Cause is Err. Run the work the locks protect under it.
-func (ml *MultiLease) Context() context.Context { return ml.ctx }
+func (ml *MultiLease) Context() context.Context {
+	if ml == nil || ml.ctx == nil {
+		return (*Lease)(nil).Context()
+	}
+	return ml.ctx
+}
 
 // Done returns a channel that is closed when the MultiLease ends.
-func (ml *MultiLease) Done() <-chan struct{} { return ml.done }
+func (ml *MultiLease) Done() <-chan struct{} {
+	if ml == nil || ml.done == nil {
+		return closedChan
+	}
+	return ml.done
+}
 
 // Err returns nil while every name is held, ErrReleased after Unlock (or
 // when one of the leases was unlocked on its own), and the *LostError of
 // the first name lost (errors.Is(err, ErrLost)).
 func (ml *MultiLease) Err() error {
+	if ml == nil || ml.ctx == nil {
+		return invalid("multi lease: nil or not made by a Multi")
+	}
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
 	return ml.err
@@ -291,6 +316,9 @@ func (ml *MultiLease) Err() error {
 // Deadline returns the earliest of the leases' local validity deadlines
 // (see Lease.Deadline).
 func (ml *MultiLease) Deadline() time.Time {
+	if ml == nil {
+		return time.Time{}
+	}
 	var d time.Time
 	for _, l := range ml.leases {
 		if ld := l.Deadline(); d.IsZero() || ld.Before(d) {
@@ -307,6 +335,9 @@ func (ml *MultiLease) Deadline() time.Time {
 // had ended already and its leases were released. In every case the
 // MultiLease has ended when Unlock returns.
 func (ml *MultiLease) Unlock(ctx context.Context) error {
+	if ml == nil || ml.ctx == nil {
+		return invalid("multi lease: nil or not made by a Multi")
+	}
 	ml.mu.Lock()
 	ended := ml.err
 	ml.unlocking = true

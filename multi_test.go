@@ -88,3 +88,29 @@ func TestMultiClose(t *testing.T) {
 		t.Errorf("Err after Close = %v, want ErrLost", ml.Err())
 	}
 }
+
+// TestMultiNil checks that the methods of a nil MultiLease and a nil
+// Leadership report ErrInvalid or act as ended, without panicking.
+func TestMultiNil(t *testing.T) {
+	var ml *dlock.MultiLease
+	if err := ml.Unlock(t.Context()); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("nil MultiLease Unlock = %v, want ErrInvalid", err)
+	}
+	if err := ml.Err(); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("nil MultiLease Err = %v, want ErrInvalid", err)
+	}
+	<-ml.Done()
+	<-ml.Context().Done()
+	if ml.Fence("a") != 0 || ml.Names() != nil {
+		t.Error("nil MultiLease holds something")
+	}
+	var ld *dlock.Leadership
+	if err := ld.Resign(t.Context()); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("nil Leadership Resign = %v, want ErrInvalid", err)
+	}
+	<-ld.Done()
+	<-ld.Context().Done()
+	if ld.Fence() != 0 || ld.Value() != "" {
+		t.Error("nil Leadership holds something")
+	}
+}
