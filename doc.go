@@ -87,14 +87,45 @@
 // one writer, each reader a lease of its own, with waiting writers keeping
 // new readers out; Client.Semaphore gives at most n holders, each permit a
 // lease of its own. A name is one lock whatever the kind: a Mutex of a name is
-// the write side of its RWMutex. Redlock has Mutex and RWMutex, not Fair or
-// Semaphore.
+// the write side of its RWMutex. Readers and permits do not mix, nor do
+// semaphores of different sizes: while one holds a name, the other is
+// refused with a *ConflictError (ErrConflict). Redlock has Mutex and
+// RWMutex, not Fair or Semaphore.
+//
+// # Several names at once
+//
+// Client.Multi takes the locks of several names all or nothing, in the
+// order of their keys, so that callers asking for overlapping sets in
+// different orders cannot deadlock; a failed attempt releases what it
+// took. The MultiLease has one lease and one fence per name, and its
+// Context ends when any name is lost, which releases the others. See
+// ExampleMulti.
+//
+// # Leader election
+//
+// Client.Election builds leader election on the Mutex of a name:
+// Election.Campaign waits until the caller leads and returns a Leadership,
+// a lease whose metadata is the leader's value; Election.Leader reads the
+// current leader's value and fence, and Election.Observe gives a channel of
+// changes, woken by the store's release notifications where it has them.
+// Do the leader's work under Leadership.Context, which ends when the
+// leadership is lost, and fence the leader's writes with Leadership.Fence:
+// the context stops a leader that runs, only the fence stops one that was
+// paused. See ExampleElection.
+//
+// There is no sync.Locker view of a Mutex, such as etcd's NewLocker
+// gives: sync.Locker's Lock and Unlock take no context and return no
+// error, and a lease can be lost while held, which its user could not
+// notice, nor fence its writes. Client.Do has the same shape with the loss
+// signal and the fence; docs/LOCK-KINDS.md says more.
 //
 // # Errors
 //
 // Branch with errors.Is: ErrNotObtained (with *NotObtainedError naming the
 // holder), ErrNotHeld, ErrReleased, ErrLost (with *LostError and its
-// LostReason), ErrInvalid for bad arguments and ErrClosed. Store failures are
+// LostReason), ErrNoLeader (Election.Leader), ErrConflict (with
+// *ConflictError, also an ErrInvalid) for a reader or permit of another kind
+// than the name's holds, ErrInvalid for bad arguments and ErrClosed. Store failures are
 // wrapped with the operation and the lock's name.
 package dlock
 

@@ -42,6 +42,12 @@ var (
 
 	// ErrClosed is returned by calls on a Client after Close.
 	ErrClosed = errors.New("dlock: client closed")
+
+	// ErrConflict matches every *ConflictError: a reader or a semaphore
+	// permit asked for a name whose live shared holds are of another kind
+	// or limit. It is an ErrInvalid too: a name's holds bind its kind and
+	// limit while any lasts, and waiting would not help.
+	ErrConflict = errors.New("dlock: lock kind conflicts with the name's holds")
 )
 
 // LostReason tells why a lease was lost.
@@ -168,6 +174,61 @@ func (e *NotObtainedError) Error() string {
 
 // Is reports whether target is ErrNotObtained.
 func (e *NotObtainedError) Is(target error) bool { return target == ErrNotObtained }
+
+// ConflictError is the error of a TryRLock, RLock, TryAcquire or Acquire
+// refused because the name's live shared holds were granted with another
+// kind or limit: a Semaphore of 2 on a name whose permits were taken with
+// 3, a reader on a semaphore's name, a permit on a name held by readers.
+// The first holds bind the name while any of them lasts; once they are
+// gone, any kind may take it. errors.Is(err, ErrConflict) and
+// errors.Is(err, ErrInvalid) are true for every ConflictError. Lock and
+// Acquire return it at once rather than wait.
+//
+// A writer (Mutex, RWMutex.Lock) never conflicts: the write side of a name
+// excludes its readers and its permits alike, by design.
+type ConflictError struct {
+	Name string // the lock's name
+	// Permits is the refused request's limit: a Semaphore's permits, or 0
+	// for a reader.
+	Permits int
+	// HeldPermits is the limit of the live shared holds: their semaphore's
+	// permits, or 0 for readers.
+	HeldPermits int
+	// Holder is the owner string of one of those holds, "" when unknown.
+	Holder string
+	// Shared is the number of those holds, 0 when unknown.
+	Shared int
+}
+
+// Error names both kinds.
+func (e *ConflictError) Error() string {
+	want := fmt.Sprintf("read lock %q", e.Name)
+	if e.Permits > 0 {
+		want = fmt.Sprintf("semaphore %q of %d permits", e.Name, e.Permits)
+	}
+	held := "readers of a read-write lock"
+	if e.HeldPermits > 0 {
+		held = fmt.Sprintf("permits of a semaphore of %d", e.HeldPermits)
+	}
+	msg := fmt.Sprintf("dlock: %s refused: the name is held by %s", want, held)
+	switch {
+	case e.Shared == 1 && e.Holder != "":
+		msg += fmt.Sprintf(" (1 hold, by %s)", safetext.Escape(e.Holder))
+	case e.Shared > 1 && e.Holder != "":
+		msg += fmt.Sprintf(" (%d holds, one by %s)", e.Shared, safetext.Escape(e.Holder))
+	case e.Shared > 0:
+		msg += fmt.Sprintf(" (%d holds)", e.Shared)
+	case e.Holder != "":
+		msg += fmt.Sprintf(" (one by %s)", safetext.Escape(e.Holder))
+	}
+	return msg + "; a name keeps the kind and limit of its holds while any lasts"
+}
+
+// Is reports whether target is ErrConflict.
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+
+// Unwrap returns ErrInvalid.
+func (e *ConflictError) Unwrap() error { return ErrInvalid }
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)

@@ -215,7 +215,9 @@ func (h *handle) notObtained(res driver.AcquireResult) *NotObtainedError {
 // (with wait, for a handle with claim) that a starving plain waiter claims
 // the next grant (see starve.go). It returns a lease when the lock was
 // obtained, the store's answer when it was not, or an error when the store
-// failed; then what the attempt may have written is removed. sent is when the request went out. A grant that came
+// failed; then what the attempt may have written is removed. A refusal
+// that is a conflict of kinds (driver.AcquireResult.Conflict) is returned
+// as a *ConflictError. sent is when the request went out. A grant that came
 // too late to be used is given back and, for a waiting caller, answered as
 // a refusal that carries the grant's Fence (refusals carry none).
 func (h *handle) try(ctx context.Context, token string, wait, fair, claim bool) (_ *Lease, _ driver.AcquireResult, sent time.Time, _ error) {
@@ -273,6 +275,11 @@ func (h *handle) try(ctx context.Context, token string, wait, fair, claim bool) 
 		return nil, res, sent, wrapStore("acquire", h.name, err)
 	}
 	if !res.Acquired {
+		if res.Conflict && h.mode == driver.Shared {
+			return nil, res, sent, &ConflictError{
+				Name: h.name, Permits: h.limit, HeldPermits: res.HeldLimit, Holder: res.Holder, Shared: res.Shared,
+			}
+		}
 		return nil, res, sent, nil
 	}
 	if res.Overtook && h.starve {

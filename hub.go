@@ -46,6 +46,11 @@ type waitHub struct {
 	// a token that no waiter of this Client waited with at that moment
 	// (see notify, handedOff).
 	handed map[string]driver.Handoff
+	// watchers are, per key, the channels of the Client's election
+	// observers (Election.Observe), signalled with every release heard of
+	// the key, every gap in the stream and every grant this Client made
+	// by campaigning.
+	watchers map[string][]chan struct{}
 
 	// refused: the store refused a subscription for lack of rights
 	// (driver.ErrNotifyRefused); waiters no longer subscribe, and poll.
@@ -184,8 +189,12 @@ func (h *waitHub) notify(key, next string) {
 		for _, g := range h.groups {
 			g.wakeAll()
 		}
+		for _, ws := range h.watchers {
+			signalAll(ws)
+		}
 		return
 	}
+	signalAll(h.watchers[key])
 	token, fence := driver.ParseNext(next)
 	if ks := h.subs[key]; ks != nil {
 		ks.seq++
@@ -244,6 +253,7 @@ func (h *waitHub) wakeKey(key string) {
 		ks.seq++ // a release by this Client counts as heard (see released)
 		ks.plain++
 	}
+	signalAll(h.watchers[key])
 	g := h.groups[key]
 	if g == nil {
 		return
@@ -263,6 +273,46 @@ func signal(c chan struct{}) {
 	case c <- struct{}{}:
 	default:
 	}
+}
+
+func signalAll(cs []chan struct{}) {
+	for _, c := range cs {
+		signal(c)
+	}
+}
+
+// watch registers an election observer of key: the channel returned
+// (capacity 1) is signalled as described at waitHub.watchers. unwatch
+// takes it out again.
+func (h *waitHub) watch(key string) chan struct{} {
+	w := make(chan struct{}, 1)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.watchers == nil {
+		h.watchers = make(map[string][]chan struct{})
+	}
+	h.watchers[key] = append(h.watchers[key], w)
+	return w
+}
+
+// unwatch takes the observer channel w of key out.
+func (h *waitHub) unwatch(key string, w chan struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ws := slices.DeleteFunc(h.watchers[key], func(x chan struct{}) bool { return x == w })
+	if len(ws) == 0 {
+		delete(h.watchers, key)
+	} else {
+		h.watchers[key] = ws
+	}
+}
+
+// wakeWatchers signals the election observers of key: this Client made a
+// grant of it (which the store does not announce).
+func (h *waitHub) wakeWatchers(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	signalAll(h.watchers[key])
 }
 
 // waiting reports whether the Client has waiters on key.

@@ -17,8 +17,9 @@ const MaxPermits = 1 << 20
 // holds a lease of its own (TTL, renewal, fence, loss signal). The write
 // side is the plain lock of the same name, so a Mutex of that name excludes
 // readers too. A waiting writer keeps new readers out
-// (NotObtainedError.WriterWaiting) until it has had its turn. It is not
-// reentrant. Reentrant, Fair and WithOwnerID are refused (ErrInvalid), also
+// (NotObtainedError.WriterWaiting) until it has had its turn. A reader
+// on a name that a Semaphore's permits hold is refused with a
+// *ConflictError (ErrConflict). It is not reentrant. Reentrant, Fair and WithOwnerID are refused (ErrInvalid), also
 // as Client defaults; WithLockDelay applies to the write side only. It needs
 // a backend with driver.CapShared. See docs/LOCK-KINDS.md.
 type RWMutex struct {
@@ -63,8 +64,11 @@ func (rw *RWMutex) TryLock(ctx context.Context) (*Lease, error) { return rw.w.tr
 // permit a lease of its own (TTL, renewal, fence, loss signal), so the
 // permit of a holder that crashed comes back when its lease expires. The
 // count is the handle's and is checked against the holds on the store at
-// each Acquire; lowering it takes no permit away. A writer on the same name
-// excludes permit holders, which count as readers. Reentrant, Fair,
+// each Acquire. While permits of a name are held, their count binds it: an
+// Acquire with another count, or a reader of the name, is refused at once
+// with a *ConflictError (ErrConflict); so is a permit on a name that
+// readers hold. A writer on the same name excludes permit holders, which
+// count as readers. Reentrant, Fair,
 // WithOwnerID and WithLockDelay are refused (ErrInvalid), also as Client
 // defaults. It needs a backend with driver.CapSemaphore. See
 // docs/LOCK-KINDS.md.
@@ -97,7 +101,9 @@ func (s *Semaphore) Permits() int { return s.permits }
 
 // Acquire obtains a permit, waiting as Mutex.Lock does while all permits are
 // held. The lease is the permit: Unlock gives it back. Its errors are
-// Mutex.Lock's; a *NotObtainedError tells how many permits are in use.
+// Mutex.Lock's; a *NotObtainedError tells how many permits are in use. It
+// returns a *ConflictError at once, without waiting, when the name is held
+// by permits of another count or by readers.
 func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) { return s.h.lock(ctx) }
 
 // TryAcquire makes one attempt to obtain a permit.

@@ -56,8 +56,17 @@ func (h *waitHub) subscribe(ctx context.Context, g *waitGroup) {
 	if g.subscribed {
 		return
 	}
-	err := h.listen(ctx, g.key)
-	g.subscribed = err == nil
+	g.subscribed = h.listenOrPoll(ctx, g.key)
+}
+
+// listenOrPoll makes key's subscription live for one more user (listen),
+// and reports whether it did; when it did not, the caller polls, and the
+// reason is logged.
+func (h *waitHub) listenOrPoll(ctx context.Context, key string) bool {
+	if h.notifier == nil || h.refused.Load() {
+		return false
+	}
+	err := h.listen(ctx, key)
 	switch {
 	case err == nil || errors.Is(err, errListenBackoff) || errors.Is(err, errHubClosed):
 	case errors.Is(err, driver.ErrNotifyRefused):
@@ -67,8 +76,9 @@ func (h *waitHub) subscribe(ctx context.Context, g *waitGroup) {
 			h.log.Warn("dlock: the store refuses release notifications; every wait polls from now on, which hands the lock over later", "err", err)
 		}
 	case ctx.Err() == nil:
-		h.log.Warn("dlock: release notifications unavailable; polling", "key", g.key, "err", err)
+		h.log.Warn("dlock: release notifications unavailable; polling", "key", key, "err", err)
 	}
+	return err == nil
 }
 
 // notified reports whether releases of g's key wake its waiters: the

@@ -129,9 +129,12 @@ type AcquireRequest struct {
 	Mode Mode
 	// Limit, with Mode Shared, is the most live shared holds the lock may
 	// have after this grant (a semaphore's permits); 0 means no limit (the
-	// readers of a read-write lock). The limit is the request's: a store
-	// keeps no count of its own, so a lowered limit refuses new grants until
-	// enough holds are gone, and never takes away a hold.
+	// readers of a read-write lock). The live shared holds bind it: a
+	// Shared request whose Limit is not the Limit of the lock's live
+	// shared holds (a semaphore of another size, a reader on a semaphore's
+	// name, a permit beside readers) is refused with Conflict, whatever
+	// else the lock holds, until those holds are gone. A store keeps the
+	// Limit with the holds, not a count of its own.
 	Limit int
 	// Fair, with Mode Exclusive, grants the lock in arrival order: a new
 	// grant is made only when no live queue entry of another token is ahead
@@ -337,6 +340,16 @@ type AcquireResult struct {
 	// answer and has ended since (this request would have been given it),
 	// so the waiter must not use it.
 	Counter uint64
+	// Conflict reports, for a refused Shared request, that the lock's
+	// live shared holds were granted with another Limit, HeldLimit (see
+	// AcquireRequest.Limit): the client refuses the request with an error
+	// rather than wait. Holder, HolderTTL and Shared describe those holds
+	// where the store can tell. A backend that does not check leaves it
+	// false (and lets the kinds mix, as before the check).
+	Conflict bool
+	// HeldLimit is, with Conflict, the Limit of the live shared holds (0:
+	// readers).
+	HeldLimit int
 	// Overtook reports, for an exclusive grant to a request without Fair,
 	// that the lock's fair queue had a live entry of another token: the
 	// grant went before waiters queued for the lock. The client then makes

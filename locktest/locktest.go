@@ -122,9 +122,11 @@ var cases = []testCase{
 	{"RWFences", testRWFences},
 	{"SemaphoreLimit", testSemaphoreLimit},
 	{"SemaphorePermitExpires", testSemaphorePermitExpires},
-	{"SemaphoreLowerLimit", testSemaphoreLowerLimit},
+	{"SemaphoreLimitBinds", testSemaphoreLimitBinds},
 	{"SemaphorePermitLeases", testSemaphorePermitLeases},
 	{"SemaphoreWaitWokenByRelease", testSemaphoreWaitWokenByRelease},
 	{"KindsLeaveNothing", testKindsLeaveNothing},
 	{"KindsInvalid", testKindsInvalid},
+	{"Election", testElection},
+	{"Multi", testMulti},
 }

@@ -136,43 +136,92 @@ func testSemaphorePermitExpires(t *testing.T, s *Store) {
 	noLeftovers(t, s, name)
 }
 
-// testSemaphoreLowerLimit checks that a handle with fewer permits than are
-// held is refused until enough are given back, and takes none away.
-func testSemaphoreLowerLimit(t *testing.T, s *Store) {
-	const name = "locktest/sem-lower"
+// testSemaphoreLimitBinds checks that the live holds of a name bind its
+// kind and limit (issue 20): a semaphore of another size, a reader on a
+// semaphore's name and a permit on a name held by readers are refused at
+// once, by TryAcquire and by a waiting Acquire alike, with a
+// *dlock.ConflictError naming both; a writer is not (it waits, as it
+// always did); once the holds are released or have expired, any kind may
+// take the name.
+func testSemaphoreLimitBinds(t *testing.T, s *Store) {
+	const name = "locktest/sem-binds"
 	if semUnsupported(t, s, name) {
 		return
 	}
+	rw := supports(t, s, driver.CapShared)
 	three := client(t, s).Semaphore(name, 3)
-	h := make([]*dlock.Lease, 3)
-	for i := range h {
-		h[i] = tryGet(t, "TryAcquire with 3 permits", three.TryAcquire)
-	}
 	two := client(t, s).Semaphore(name, 2)
-	if no := tryRefused(t, "TryAcquire with 2 permits while 3 are held", two.TryAcquire); no.Shared != 3 || no.Permits != 2 {
-		t.Errorf("refused with %+v, want Shared 3, Permits 2", no)
-	}
-	busy, onBusy := busySignal()
-	out := goLock(t.Context(), client(t, s).Semaphore(name, 2, onBusy).Acquire)
-	waitBusy(t, "Acquire with 2 permits", busy, out)
+	readers := client(t, s).RWMutex(name)
+	h := []*dlock.Lease{tryGet(t, "TryAcquire with 3 permits", three.TryAcquire), tryGet(t, "TryAcquire with 3 permits", three.TryAcquire)}
 
+	mustConflict(t, "TryAcquire with 2 permits while 2 of 3 are held", two.TryAcquire, 2, 3)
+	mustConflict(t, "Acquire with 2 permits while 2 of 3 are held", two.Acquire, 2, 3)
+	if rw {
+		mustConflict(t, "TryRLock while 2 permits of 3 are held", readers.TryRLock, 0, 3)
+		mustConflict(t, "RLock while 2 permits of 3 are held", readers.RLock, 0, 3)
+	}
+	mustBeHeldByOther(t, client(t, s).Mutex(name)) // a writer waits for permits: no conflict
+	h = append(h, tryGet(t, "TryAcquire with 3 permits", three.TryAcquire))
 	unlock(t, h[0])
-	if no := tryRefused(t, "TryAcquire with 2 permits while 2 are held", two.TryAcquire); no.Shared != 2 {
-		t.Errorf("refused with %+v, want Shared 2", no)
-	}
-	time.Sleep(200 * time.Millisecond) // room for a wrong grant to the waiter
-	notYet(t, "Acquire with 2 permits while 2 are held", out)
 	unlock(t, h[1])
-	waiter := waitLease(t, "Acquire with 2 permits once 1 is held", out, 10*time.Second)
-	tryRefused(t, "TryAcquire with 2 permits while 2 are held", two.TryAcquire)
-	more := tryGet(t, "TryAcquire with 3 permits while 2 are held", three.TryAcquire)
-	if err := h[2].Err(); err != nil {
-		t.Errorf("a permit held above the lower limit ended: %v", err)
+	mustConflict(t, "TryAcquire with 2 permits while 1 of 3 is held", two.TryAcquire, 2, 3)
+	unlock(t, h[2])
+
+	// Free again: the next holds set the kind.
+	p := tryGet(t, "TryAcquire with 2 permits once none is held", two.TryAcquire)
+	mustConflict(t, "TryAcquire with 3 permits while 1 of 2 is held", three.TryAcquire, 3, 2)
+	unlock(t, p)
+	if rw {
+		r := tryGet(t, "TryRLock once no permit is held", readers.TryRLock)
+		mustConflict(t, "TryAcquire with 2 permits while a reader holds", two.TryAcquire, 2, 0)
+		mustConflict(t, "Acquire with 3 permits while a reader holds", three.Acquire, 3, 0)
+		r2 := tryGet(t, "a second TryRLock", readers.TryRLock)
+		unlock(t, r)
+		unlock(t, r2)
 	}
-	for _, l := range []*dlock.Lease{h[2], waiter, more} {
-		unlock(t, l)
+
+	// A hold that expires, unreleased, binds the name no longer.
+	lapsing := tryGet(t, "TryAcquire with 3 permits", client(t, s).Semaphore(name, 3,
+		dlock.WithTTL(ttl), dlock.WithAutoRenew(false)).TryAcquire)
+	mustConflict(t, "TryAcquire with 2 permits while a permit of 3 lives", two.TryAcquire, 2, 3)
+	waitDone(t, lapsing, 2*ttl)
+	deadline := time.Now().Add(2 * ttl)
+	for {
+		l, err := two.TryAcquire(t.Context())
+		if err == nil {
+			unlock(t, l)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("TryAcquire with 2 permits after the permit of 3 expired = %v, want a grant", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	noLeftovers(t, s, name)
+}
+
+// mustConflict checks that call fails at once with a *dlock.ConflictError
+// for a request of permits refused by holds of held permits (0: readers).
+func mustConflict(t *testing.T, what string, call func(context.Context) (*dlock.Lease, error), permits, held int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	l, err := call(ctx)
+	if err == nil {
+		_ = l.Unlock(t.Context())
+		t.Fatalf("%s: granted, want a *dlock.ConflictError", what)
+	}
+	var ce *dlock.ConflictError
+	if !errors.As(err, &ce) || !errors.Is(err, dlock.ErrConflict) || !errors.Is(err, dlock.ErrInvalid) {
+		t.Fatalf("%s = %v, want a *dlock.ConflictError matching ErrConflict and ErrInvalid", what, err)
+	}
+	if ce.Permits != permits || ce.HeldPermits != held {
+		t.Errorf("%s: %+v, want Permits %d, HeldPermits %d", what, ce, permits, held)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("%s took %v, want a refusal at once", what, took)
+	}
 }
 
 // testSemaphorePermitLeases checks that each permit is a lease of its own:

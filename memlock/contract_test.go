@@ -357,22 +357,26 @@ func TestSharedRefusals(t *testing.T) {
 	if res.Shared != 2 || res.Holder != "owner of p2" || res.HolderTTL != 3*time.Second || res.WriterWaiting {
 		t.Errorf("permit refused at the limit: %+v, want Shared 2 and the first to expire (p2, 3s)", res)
 	}
-	// Readers (no limit) still get in, and a higher limit lets a permit in.
-	f.mustGet(reader("r"))
-	f.mustGet(permit("p3", 4))
-	if info, _ := f.inspect(); info.Limit != 4 || len(info.Shared) != 4 || info.Owner != "" {
-		t.Errorf("Inspect = %+v, want Limit 4, four shared holds", info)
+	// The holds bind the limit: readers and other limits are refused as
+	// conflicts, and take no hold away.
+	for _, req := range []driver.AcquireRequest{reader("r"), permit("p3", 4), permit("p3", 1)} {
+		if res := f.mustRefuse(req); !res.Conflict || res.HeldLimit != 2 || res.Shared != 2 || res.Holder != "owner of p1" {
+			t.Errorf("limit %d beside permits of 2 = %+v, want a conflict with limit 2, 2 shared, naming p1", req.Limit, res)
+		}
 	}
-	// A lower limit refuses until enough holds are gone, and takes none away.
-	f.mustRefuse(permit("p4", 3))
-	f.release("r")
-	f.mustRefuse(permit("p4", 3))
-	f.release("p3")
-	f.mustGet(permit("p4", 3))
+	if info, _ := f.inspect(); info.Limit != 2 || len(info.Shared) != 2 || info.Owner != "" {
+		t.Errorf("Inspect = %+v, want Limit 2, two shared holds", info)
+	}
 	// Expiry frees a permit.
-	f.mustRefuse(permit("p5", 3))
 	f.clock.Advance(3 * time.Second)
+	f.mustGet(permit("p3", 2))
+	// Once every hold is gone, any limit.
+	f.release("p3")
+	f.clock.Advance(2 * time.Second)
+	f.mustGet(permit("p4", 3))
 	f.mustGet(permit("p5", 3))
+	f.mustGet(permit("p6", 3))
+	f.mustRefuse(permit("p7", 3))
 }
 
 // Rules 1 and 4: every grant, exclusive or shared, draws from one fence
@@ -391,9 +395,9 @@ func TestOneFenceCounter(t *testing.T) {
 	f.release("w1")
 	step(f.mustGet(reader("r1")))
 	step(f.mustGet(reader("r2")))
-	step(f.mustGet(permit("p", 5)))
 	f.release("r1")
 	f.release("r2")
+	step(f.mustGet(permit("p", 5)))
 	f.release("p")
 	step(f.mustGet(fair("w2")))
 }

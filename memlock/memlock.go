@@ -252,6 +252,13 @@ func (b *Backend) acquireShared(req driver.AcquireRequest, st *lockState, now ti
 			res.Holder, res.HolderTTL = h.owner, h.expires.Sub(now)
 			return res
 		}
+		if len(st.shared) > 0 && st.limit != max(req.Limit, 0) {
+			// The live holds bind the name's kind and limit.
+			last := st.sharedByExpiry()[len(st.shared)-1]
+			res.Holder, res.HolderTTL = last.owner, last.expires.Sub(now)
+			res.Conflict, res.HeldLimit = true, st.limit
+			return res
+		}
 		if e := st.excl; e != nil {
 			res.Holder, res.HolderTTL = e.owner, e.ttl(now)
 			return res

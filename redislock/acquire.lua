@@ -16,7 +16,9 @@
 -- holder pttl} or {0, holder owner, holder pttl, live shared holds,
 -- 1 when a writer intent refused it, position in the queue, 1 when queued}
 -- or, for a request that accepts a handoff, the same followed by the fence
--- counter.
+-- counter; for a shared request whose limit is not the one of the live
+-- shared holds (a conflict), {2, an owner of those holds, its pttl, live
+-- shared holds, their limit}.
 --
 -- With a lock-delay the hash also keeps 'delay' and lives delay ms past the
 -- lease: in between, the lock is expired but nobody may take it (see
@@ -131,11 +133,20 @@ if shared then
     local fence = holdDetails(redis.call('HGET', SI, token))
     return {1, fence, 1}
   end
+  local limit = tonumber(ARGV[7]) or 0
+  if n > 0 then
+    -- The live holds bind the name's kind and limit (readers: 0): a
+    -- request of another is refused whatever else holds the lock.
+    local last = redis.call('ZRANGE', S, -1, -1, 'WITHSCORES')
+    local _, held, holder = holdDetails(redis.call('HGET', SI, last[1]))
+    if held ~= limit then
+      return {2, holder, tonumber(last[2]) - now(), n, held}
+    end
+  end
   local writer = redis.call('HMGET', W, 't', 'o')
   if writer[1] and writer[1] ~= token then
     return {0, writer[2] or '', redis.call('PTTL', W), n, 1, 0, 0}
   end
-  local limit = tonumber(ARGV[7]) or 0
   if limit > 0 and n >= limit then
     -- At the limit: wait for the hold that expires first.
     local first = redis.call('ZRANGE', S, 0, 0, 'WITHSCORES')

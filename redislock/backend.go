@@ -102,7 +102,9 @@ func New(rdb redis.UniversalClient, opts ...Option) *Backend {
 // req.Token; a reentrant holder gets one more hold. A shared request
 // (req.Mode Shared) gets a hold of its own when there is no exclusive
 // holder, no live writer intent of another token and, with req.Limit, fewer
-// than req.Limit live shared holds. Every new grant draws a fence from the
+// than req.Limit live shared holds; a shared request whose Limit is not the
+// one of the live shared holds is refused as a conflict (Conflict,
+// HeldLimit). Every new grant draws a fence from the
 // key's counter. A refused request reports why (the holder's owner and
 // remaining TTL, the live shared holds, a waiting writer) with a nil error,
 // and with req.Wait records a writer intent or a queue entry as the driver
@@ -181,8 +183,12 @@ func flag(v bool) any {
 // parseAcquire reads acquire.lua's reply: {1, fence, holds} or {1, fence,
 // holds, overtook} for a grant, {0, owner, pttl} or {0, owner, pttl,
 // shared, writer waiting, position, queued} for a refusal, the latter
-// followed by the fence counter for a request that accepts a handoff.
+// followed by the fence counter for a request that accepts a handoff, and
+// {2, owner, pttl, shared, limit} for a conflict (see parseConflict).
 func parseAcquire(reply []any) (driver.AcquireResult, error) {
+	if len(reply) == 5 {
+		return parseConflict(reply)
+	}
 	if len(reply) != 3 && len(reply) != 4 && len(reply) != 7 && len(reply) != 8 {
 		return driver.AcquireResult{}, fmt.Errorf("unexpected reply %v", reply)
 	}
@@ -214,6 +220,28 @@ func parseAcquire(reply []any) (driver.AcquireResult, error) {
 		res.Counter = uint64(max(ints[7], 0))
 	}
 	return res, nil
+}
+
+// parseConflict reads acquire.lua's reply to a shared request refused by
+// live shared holds of another limit: {2, owner, pttl, shared, limit}.
+func parseConflict(reply []any) (driver.AcquireResult, error) {
+	var ints [5]int64
+	for i, v := range reply {
+		if i == 1 {
+			continue
+		}
+		n, err := asInt64(v)
+		if err != nil {
+			return driver.AcquireResult{}, err
+		}
+		ints[i] = n
+	}
+	if ints[0] != 2 {
+		return driver.AcquireResult{}, fmt.Errorf("unexpected reply %v", reply)
+	}
+	owner, _ := reply[1].(string)
+	return driver.AcquireResult{Holder: owner, HolderTTL: ttlOf(ints[2]), Shared: int(ints[3]),
+		Conflict: true, HeldLimit: int(max(ints[4], 0))}, nil
 }
 
 // Supports reports true for driver.CapShared, driver.CapSemaphore and

@@ -35,7 +35,7 @@ var sharedCases = []struct {
 }{
 	{"SharedGrants", testSharedGrants},
 	{"SemaphoreLimit", testSemaphoreLimit},
-	{"LoweredLimitKeepsHolders", testLoweredLimitKeepsHolders},
+	{"OtherLimitRefused", testOtherLimitRefused},
 	{"SharedTokenHoldsOnce", testSharedTokenHoldsOnce},
 	{"WriterIntentBlocksReaders", testWriterIntentBlocksReaders},
 	{"WriterIntentLapses", testWriterIntentLapses},
@@ -252,28 +252,42 @@ func testSemaphoreLimit(t *testing.T, e sharedEnv) {
 
 	release(t, e.b2, "sem", p2)
 	mustAcquire(t, e.b, sharedReq("sem", newToken(t), "permit 3", 2))
-	// A larger limit lets more in at once.
-	mustAcquire(t, e.b, sharedReq("sem", newToken(t), "permit 4", 3))
-	refused(t, e.b, sharedReq("sem", newToken(t), "permit 5", 3))
+	// A larger limit is refused while permits of 2 are held.
+	if res := refused(t, e.b, sharedReq("sem", newToken(t), "permit 4", 3)); !res.Conflict || res.HeldLimit != 2 {
+		t.Errorf("permit of 3 beside permits of 2 = %+v, want a conflict with limit 2", res)
+	}
 }
 
-func testLoweredLimitKeepsHolders(t *testing.T, e sharedEnv) {
+// testOtherLimitRefused: the live holds bind the name's limit: a request of
+// another limit, lower or higher, or a reader, is refused as a conflict
+// (naming the holds' limit, their number and one of them)
+// and takes no hold away; once the holds are gone the new limit is granted.
+func testOtherLimitRefused(t *testing.T, e sharedEnv) {
 	toks := []string{newToken(t), newToken(t), newToken(t)}
 	for i, tok := range toks {
 		mustAcquire(t, e.b, sharedReq("sem", tok, "permit "+string(rune('a'+i)), 3))
 	}
-	if res := refused(t, e.b2, sharedReq("sem", newToken(t), "new", 2)); res.Shared != 3 {
-		t.Errorf("lowered limit = %+v, want refused with 3 shared", res)
+	for _, limit := range []int{2, 4, 0} {
+		res := refused(t, e.b2, sharedReq("sem", newToken(t), "new", limit))
+		if !res.Conflict || res.HeldLimit != 3 || res.Shared != 3 || !strings.HasPrefix(res.Holder, "permit ") || res.HolderTTL <= 0 {
+			t.Errorf("limit %d beside permits of 3 = %+v, want a conflict with limit 3, 3 shared, naming a permit", limit, res)
+		}
 	}
 	for _, tok := range toks {
 		if !renew(t, e.b, "sem", tok, 10*time.Second) {
-			t.Error("a lowered limit took a hold away")
+			t.Error("a refused conflict took a hold away")
 		}
 	}
 	release(t, e.b, "sem", toks[0])
-	refused(t, e.b2, sharedReq("sem", newToken(t), "new", 2)) // still 2 of 2
 	release(t, e.b, "sem", toks[1])
+	if res := refused(t, e.b2, sharedReq("sem", newToken(t), "new", 2)); !res.Conflict {
+		t.Errorf("limit 2 beside one permit of 3 = %+v, want a conflict", res)
+	}
+	release(t, e.b, "sem", toks[2])
 	mustAcquire(t, e.b2, sharedReq("sem", newToken(t), "new", 2))
+	if res := refused(t, e.b2, sharedReq("sem", newToken(t), "reader", 0)); !res.Conflict || res.HeldLimit != 2 {
+		t.Errorf("reader beside a permit of 2 = %+v, want a conflict with limit 2", res)
+	}
 }
 
 // A token holds once; since the client draws a token for every shared
@@ -661,7 +675,7 @@ func testCrashedReaderExpires(t *testing.T, e sharedEnv) {
 func testInspectShared(t *testing.T, e sharedEnv) {
 	ctx := t.Context()
 	var fences []uint64
-	for i, limit := range []int{5, 3} {
+	for i, limit := range []int{3, 3} {
 		req := sharedReq("sem", newToken(t), []string{"first", "second"}[i], limit)
 		req.TTL = time.Duration(20-10*i) * time.Second
 		fences = append(fences, mustAcquire(t, e.b, req).Fence)

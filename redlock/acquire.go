@@ -482,6 +482,12 @@ func reentryOpen(wins []answer[driver.AcquireResult], join uint64, q, pending in
 // owner. When the blocking owner is of this process and this attempt won
 // some nodes, the result is treated as a possible split too.
 //
+// Before all of that, when the nodes that answered with a conflict
+// (driver.AcquireResult.Conflict: a redislock client's semaphore permits
+// beside this reader) block every quorum, the result is that conflict,
+// with their Limit, their owner most reported and the rule above for
+// HolderTTL and Shared.
+//
 // Queued is set when any node kept a writer intent of this request.
 func (a *attempt) busyResult(busy []answer[driver.AcquireResult], yes int) driver.AcquireResult {
 	n, q := len(a.b.nodes), a.b.Quorum()
@@ -491,6 +497,27 @@ func (a *attempt) busyResult(busy []answer[driver.AcquireResult], yes int) drive
 	queued := false
 	for _, ans := range busy {
 		queued = queued || ans.val.Queued
+	}
+
+	// Shared holds of a semaphore, which redlock does not grant, left on
+	// the nodes by a redislock client of the same prefix: a reader is
+	// refused as a conflict (driver.AcquireResult.Conflict) when they
+	// alone block every quorum.
+	var conflicts []answer[driver.AcquireResult]
+	for _, ans := range busy {
+		if ans.val.Conflict {
+			conflicts = append(conflicts, ans)
+		}
+	}
+	if len(conflicts) >= block {
+		res := driver.AcquireResult{HolderTTL: letGo(conflicts, block), Conflict: true, HeldLimit: conflicts[0].val.HeldLimit, Queued: queued}
+		res.Holder, _ = mostReported(conflicts)
+		counts := make([]int, 0, len(conflicts))
+		for _, ans := range conflicts {
+			counts = append(counts, ans.val.Shared)
+		}
+		res.Shared = kthHighest(counts, min(q, len(counts)))
+		return res
 	}
 
 	holder, best := mostReported(contenders)

@@ -84,6 +84,45 @@ func nodeBackends(nodes []*redis.Client) []*redislock.Backend {
 	return out
 }
 
+// A reader on a name whose nodes hold a semaphore's permits (left by a
+// redislock client of the same prefix; redlock grants none) is refused as
+// a conflict when those nodes block every quorum, and the dlock client
+// turns that into a *dlock.ConflictError; permits on a minority of nodes
+// do not stop it.
+func TestReaderConflictsWithPermits(t *testing.T) {
+	servers := startNodes(t, 3)
+	nodes := admins(t, servers)
+	b := newBackend(t, servers)
+	plant := func(key string, on []*redislock.Backend) {
+		t.Helper()
+		for _, nb := range on {
+			req := reader(t, key, "foreign permit", time.Minute)
+			req.Limit = 3
+			if res, err := nb.Acquire(t.Context(), req); err != nil || !res.Acquired {
+				t.Fatalf("planting a permit: %+v, %v", res, err)
+			}
+		}
+	}
+	per := nodeBackends(nodes)
+	plant("k", per[:2])
+	res, err := b.Acquire(t.Context(), reader(t, "k", "reader", time.Minute))
+	if err != nil || res.Acquired || !res.Conflict || res.HeldLimit != 3 || res.Holder != "foreign permit" {
+		t.Fatalf("reader beside permits on 2 of 3 nodes = %+v, %v; want a conflict with limit 3", res, err)
+	}
+	c := dlock.New(b)
+	defer c.Close()
+	_, err = c.RWMutex("k").TryRLock(t.Context())
+	var ce *dlock.ConflictError
+	if !errors.As(err, &ce) || ce.HeldPermits != 3 || !errors.Is(err, dlock.ErrConflict) {
+		t.Fatalf("TryRLock beside permits = %v, want a *dlock.ConflictError", err)
+	}
+
+	plant("m", per[:1])
+	if res := mustAcquire(t, b, reader(t, "m", "reader", time.Minute)); !res.Acquired {
+		t.Fatalf("reader beside permits on 1 of 3 nodes = %+v, want granted on the other two", res)
+	}
+}
+
 func TestSupportsReadWriteLocksOnly(t *testing.T) {
 	servers := startNodes(t, 3)
 	b := newBackend(t, servers)

@@ -26,7 +26,7 @@ const maxIdentifier = 63
 // statement at a time. The Backend runs the same statements when it creates
 // the tables itself. A lock table made by an earlier version, without the
 // columns shared_until, intent_token, intent_owner, intent_until,
-// claim_token, claim_owner and claim_until, needs
+// claim_token, claim_owner, claim_until and shared_lim, needs
 // the statements of UpgradeDDL too. DDL returns an error for an unknown
 // dialect or a table name that WithTable would refuse.
 func DDL(d Dialect, table string) (string, error) {
@@ -39,8 +39,8 @@ func DDL(d Dialect, table string) (string, error) {
 
 // UpgradeDDL returns the statements that add the columns of this version
 // to a lock table made by an earlier one (shared_until, intent_token,
-// intent_owner, intent_until, claim_token, claim_owner, claim_until; all
-// NULL, so no row changes meaning), one ALTER TABLE per column, separated
+// intent_owner, intent_until, claim_token, claim_owner, claim_until,
+// shared_lim; all NULL, so no row changes meaning), one ALTER TABLE per column, separated
 // by ";\n\n". Run them once, then the statements of DDL for the two new
 // tables. On PostgreSQL each skips a column that exists already (ADD COLUMN
 // IF NOT EXISTS); MySQL and SQLite have no such clause: run each statement
@@ -92,7 +92,12 @@ func ddlStatements(d Dialect, table string) ([]string, error) {
 // is in the future, which keeps new shared holds out. claim_token,
 // claim_owner and claim_until are a starving plain waiter's claim on the
 // next grant (driver.AcquireRequest.Claim), live likewise, which keeps the
-// plain exclusive requests of every other token out.
+// plain exclusive requests of every other token out. shared_lim is the
+// Limit of the name's shared holds (0: readers; NULL: not known, on a row
+// of an earlier version), set by every shared grant and binding while
+// shared_until is ahead: a shared request of another Limit is refused
+// (driver.AcquireResult.Conflict), which a reader's single upsert checks on
+// the row it locks.
 //
 // The shared-hold table has one row per shared hold (its own token, owner,
 // fence, expiry and the limit it was granted under); the queue table one
@@ -112,7 +117,8 @@ const (
   intent_until DATETIME(6) NULL,
   claim_token  VARBINARY(255) NULL,
   claim_owner  VARCHAR(2048) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
-  claim_until  DATETIME(6) NULL
+  claim_until  DATETIME(6) NULL,
+  shared_lim   INT NULL
 ) ENGINE=InnoDB`
 
 	mysqlSharedDDL = `CREATE TABLE IF NOT EXISTS {s} (
@@ -148,7 +154,8 @@ const (
   intent_until timestamptz,
   claim_token  text,
   claim_owner  text,
-  claim_until  timestamptz
+  claim_until  timestamptz,
+  shared_lim   integer
 )`
 
 	postgresSharedDDL = `CREATE TABLE IF NOT EXISTS {s} (
@@ -184,7 +191,8 @@ const (
   intent_until INTEGER,
   claim_token  TEXT,
   claim_owner  TEXT,
-  claim_until  INTEGER
+  claim_until  INTEGER,
+  shared_lim   INTEGER
 ) WITHOUT ROWID`
 
 	sqliteSharedDDL = `CREATE TABLE IF NOT EXISTS {s} (
@@ -223,13 +231,14 @@ func newColumns(d Dialect) []column {
 			{"claim_token", "VARBINARY(255) NULL"},
 			{"claim_owner", "VARCHAR(2048) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL"},
 			{"claim_until", "DATETIME(6) NULL"},
+			{"shared_lim", "INT NULL"},
 		}
 	case PostgreSQL:
 		return []column{{"shared_until", "timestamptz"}, {"intent_token", "text"}, {"intent_owner", "text"}, {"intent_until", "timestamptz"},
-			{"claim_token", "text"}, {"claim_owner", "text"}, {"claim_until", "timestamptz"}}
+			{"claim_token", "text"}, {"claim_owner", "text"}, {"claim_until", "timestamptz"}, {"shared_lim", "integer"}}
 	}
 	return []column{{"shared_until", "INTEGER"}, {"intent_token", "TEXT"}, {"intent_owner", "TEXT"}, {"intent_until", "INTEGER"},
-		{"claim_token", "TEXT"}, {"claim_owner", "TEXT"}, {"claim_until", "INTEGER"}}
+		{"claim_token", "TEXT"}, {"claim_owner", "TEXT"}, {"claim_until", "INTEGER"}, {"shared_lim", "INTEGER"}}
 }
 
 // CreateTable creates the lock tables if they do not exist, with the

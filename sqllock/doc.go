@@ -28,8 +28,10 @@
 // owner, fence, holds, acquired_at and expires_at for the exclusive holder;
 // shared_until, the latest expiry of the name's shared holds;
 // intent_token, intent_owner and intent_until, a waiting writer's intent;
-// and claim_token, claim_owner and claim_until, a starving plain waiter's
-// claim on the next grant (see Waiting). A row is held while its token is set and expires_at is in the future by the
+// claim_token, claim_owner and claim_until, a starving plain waiter's
+// claim on the next grant (see Waiting); and shared_lim, the Limit of the
+// shared holds, which binds the name's kind while they live (a reader or
+// permit of another limit is refused as a conflict). A row is held while its token is set and expires_at is in the future by the
 // database's own clock (UTC_TIMESTAMP(6), now(), or unixepoch('subsec') in
 // milliseconds); clients never send a time. Release sets the token to NULL
 // and keeps the row, so the name's next grant draws fence+1: fences never go

@@ -100,17 +100,22 @@ WHERE h.name = $1 AND h.token IS NOT NULL AND h.expires_at > now() AND NOT EXIST
 	// holds once: its live hold refuses the grant (kind 4; the check reads
 	// the snapshot, and a hold of the same token committed meanwhile, by a
 	// request sent twice at once, is kept: then nothing is granted and the
-	// statement reports nothing). Refused, the outer query reads the holder
-	// (kind 2) or the writer's intent (kind 3) from the snapshot, as
+	// statement reports nothing). The live shared holds of a semaphore
+	// (shared_lim, checked on the row's latest version like the rest)
+	// refuse it too. Refused, the outer query reads the holder (kind 2),
+	// the writer's intent (kind 3) or the semaphore's holds (kind 5, the
+	// fence column carrying their Limit: a conflict) from the snapshot, as
 	// pgAcquire does.
 	pgAcquireShared = `WITH granted AS (
-  INSERT INTO {t} AS l (name, token, owner, fence, holds, acquired_at, expires_at, shared_until)
-  VALUES ($1, NULL, '', 1, 0, now(), now(), now() + $4::bigint * interval '1 microsecond')
+  INSERT INTO {t} AS l (name, token, owner, fence, holds, acquired_at, expires_at, shared_until, shared_lim)
+  VALUES ($1, NULL, '', 1, 0, now(), now(), now() + $4::bigint * interval '1 microsecond', 0)
   ON CONFLICT (name) DO UPDATE SET
     fence        = l.fence + 1,
+    shared_lim   = 0,
     shared_until = greatest(l.shared_until, excluded.shared_until)
   WHERE (l.token IS NULL OR l.expires_at <= now())
     AND (l.intent_token IS NULL OR l.intent_until <= now() OR l.intent_token = $2)
+    AND (l.shared_until IS NULL OR l.shared_until <= now() OR l.shared_lim IS NULL OR l.shared_lim = 0)
     AND NOT EXISTS (SELECT FROM {s} WHERE name = $1 AND token = $2 AND expires_at > now())
   RETURNING l.fence
 ), hold AS (
@@ -136,7 +141,14 @@ UNION ALL
 SELECT 4, 0, $3, (extract(epoch FROM s.expires_at - now()) * 1000000)::bigint,
   (SELECT count(*) FROM {s} WHERE name = $1 AND expires_at > now())
 FROM {s} s
-WHERE s.name = $1 AND s.token = $2 AND s.expires_at > now() AND NOT EXISTS (SELECT FROM granted)`
+WHERE s.name = $1 AND s.token = $2 AND s.expires_at > now() AND NOT EXISTS (SELECT FROM granted)
+UNION ALL
+SELECT 5, h.shared_lim::bigint,
+  COALESCE((SELECT owner FROM {s} WHERE name = $1 AND expires_at > now() ORDER BY expires_at DESC, fence DESC LIMIT 1), ''),
+  (extract(epoch FROM h.shared_until - now()) * 1000000)::bigint,
+  (SELECT count(*) FROM {s} WHERE name = $1 AND expires_at > now())
+FROM {t} h
+WHERE h.name = $1 AND h.shared_until > now() AND h.shared_lim <> 0 AND NOT EXISTS (SELECT FROM granted)`
 
 	// Renews an exclusive lease, or a shared hold, in one statement: 1 when
 	// the token held either. A shared hold's renewal locks the name's row
@@ -286,8 +298,9 @@ func (p *postgres) acquireShared(ctx context.Context, req driver.AcquireRequest)
 	if err != nil {
 		return driver.AcquireResult{}, true, err
 	}
-	// The rows come in no set order: the lowest kind says (a grant; else
-	// the exclusive holder, the writer's intent, the token's own hold).
+	// The rows come in no set order: the first in rank says (a grant; else
+	// a conflict with a semaphore's holds, the exclusive holder, the
+	// writer's intent, the token's own hold).
 	var res driver.AcquireResult
 	best := 0
 	for rows.Next() {
@@ -298,10 +311,14 @@ func (p *postgres) acquireShared(ctx context.Context, req driver.AcquireRequest)
 			rows.Close()
 			return driver.AcquireResult{}, true, err
 		}
-		if best != 0 && kind >= best {
+		rank := 2 * kind
+		if kind == 5 {
+			rank = 3
+		}
+		if best != 0 && rank >= best {
 			continue
 		}
-		best = kind
+		best = rank
 		ttl := time.Duration(max(ttlUS, 0)) * time.Microsecond
 		switch kind {
 		case 1:
@@ -312,6 +329,8 @@ func (p *postgres) acquireShared(ctx context.Context, req driver.AcquireRequest)
 			res = driver.AcquireResult{Holder: holder, HolderTTL: ttl, WriterWaiting: true, Shared: int(count)}
 		case 4:
 			res = driver.AcquireResult{Holder: holder, HolderTTL: ttl, Shared: int(count)}
+		case 5:
+			res = driver.AcquireResult{Holder: holder, HolderTTL: ttl, Shared: int(count), Conflict: true, HeldLimit: int(fence)}
 		}
 	}
 	if err := rows.Close(); err != nil {

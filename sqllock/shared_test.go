@@ -168,15 +168,19 @@ func testSemaphoreLimit(t *testing.T, newDB newDatabase) {
 			t.Errorf("permit over the limit (wait %v) = %+v, want refused naming p1 (about 10s), 3 shared, nothing recorded", wait, res)
 		}
 	}
-	// A lower limit: refused; the holds stay. A higher one: granted.
-	refused(t, b, readReq("sem", "low", time.Minute, 2))
-	more := readReq("sem", "more", time.Minute, 4)
-	mustAcquire(t, b, more)
-	info, _ := inspect(t, b, "sem")
-	if len(info.Shared) != 4 || info.Limit != 4 {
-		t.Errorf("Inspect = %+v, want 4 holds and Limit 4 (the newest grant's)", info)
+	// Another limit, lower or higher, or a reader: refused as a conflict
+	// while the holds live; the holds stay.
+	for _, limit := range []int{2, 4, 0} {
+		res := refused(t, b, readReq("sem", "other", time.Minute, limit))
+		if !res.Conflict || res.HeldLimit != 3 || res.Shared != 3 || res.Holder != "p0" {
+			t.Errorf("shared request of limit %d beside permits of 3 = %+v, want a conflict with limit 3, 3 shared, naming p0 (the last to expire)", limit, res)
+		}
 	}
-	for _, r := range append(held, more) {
+	info, _ := inspect(t, b, "sem")
+	if len(info.Shared) != 3 || info.Limit != 3 {
+		t.Errorf("Inspect = %+v, want 3 holds and Limit 3", info)
+	}
+	for _, r := range held {
 		if got := release(t, b, "sem", r.Token); !got.Held {
 			t.Errorf("Release of permit %s = %+v", r.Owner, got)
 		}
@@ -205,11 +209,13 @@ func testWriterIntent(t *testing.T, newDB newDatabase) {
 	if res := refused(t, b, w); !res.Queued || res.Shared != 2 {
 		t.Errorf("writer with Wait beside readers = %+v, want Queued with 2 shared", res)
 	}
-	for _, limit := range []int{0, 5} {
-		res := refused(t, b, readReq("k", "r3", time.Minute, limit))
-		if !res.WriterWaiting || res.Holder != "w" || !near(res.HolderTTL, 5*time.Second, 2*time.Second) || res.Queued {
-			t.Errorf("reader (limit %d) behind a writer's intent = %+v, want WriterWaiting naming w (about 5s)", limit, res)
-		}
+	res := refused(t, b, readReq("k", "r3", time.Minute, 0))
+	if !res.WriterWaiting || res.Holder != "w" || !near(res.HolderTTL, 5*time.Second, 2*time.Second) || res.Queued {
+		t.Errorf("reader behind a writer's intent = %+v, want WriterWaiting naming w (about 5s)", res)
+	}
+	// A permit beside readers conflicts, whatever else refuses it.
+	if res := refused(t, b, readReq("k", "r3", time.Minute, 5)); !res.Conflict || res.HeldLimit != 0 || res.Queued {
+		t.Errorf("permit beside readers, behind a writer's intent = %+v, want a conflict with readers", res)
 	}
 	if info, _ := inspect(t, b, "k"); !info.WriterWaiting {
 		t.Errorf("Inspect = %+v, want WriterWaiting", info)
@@ -641,7 +647,7 @@ func testUpgrade(t *testing.T, newDB newDatabase) {
 	}
 	// The statements for DBAs say the same.
 	up, err := sqllock.UpgradeDDL(db.dialect, "t2")
-	if err != nil || strings.Count(up, "ALTER TABLE") != 7 {
+	if err != nil || strings.Count(up, "ALTER TABLE") != 8 {
 		t.Errorf("UpgradeDDL = %q, %v", up, err)
 	}
 }

@@ -10,7 +10,7 @@ package sqllock
 // lock.
 const (
 	// mainCols is a name's row as mainRow scans it.
-	mainCols = `token, owner, fence, holds, {left:expires_at}, {left:shared_until}, intent_token, intent_owner, {left:intent_until}, claim_token`
+	mainCols = `token, owner, fence, holds, {left:expires_at}, {left:shared_until}, intent_token, intent_owner, {left:intent_until}, claim_token, shared_lim`
 
 	// tplEnsure makes the name's row if it has none (free, fence 0) and
 	// locks it, in one statement, and returns it (PostgreSQL and SQLite;
@@ -62,25 +62,30 @@ ON DUPLICATE KEY UPDATE fence = fence`
 
 	// A reader (Limit 0) in a transaction of three statements on MySQL and
 	// SQLite: the upsert makes or locks the row and, when no live exclusive
-	// holder and no live intent of another token are on it, draws the fence
-	// and raises shared_until ($3 is the TTL); then tplInsertReader adds the
-	// hold. What the grant must know is on the row, which the upsert locks,
-	// so nothing is read before. On MySQL LAST_INSERT_ID is the fence of a
-	// grant (1 for a new row, from VALUES) or 0; on SQLite a grant returns
-	// the fence.
-	tplReaderMySQL = `INSERT INTO {t} (name, token, owner, fence, holds, acquired_at, expires_at, shared_until)
-VALUES ($1, NULL, '', LAST_INSERT_ID(1), 0, {now}, {now}, {plus:$3})
+	// holder, no live intent of another token and no live shared holds of
+	// a semaphore (shared_lim) are on it, draws the fence, sets shared_lim
+	// to 0 and raises shared_until ($3 is the TTL); then tplInsertReader
+	// adds the hold. What the grant must know is on the row, which the
+	// upsert locks, so nothing is read before. On MySQL LAST_INSERT_ID is
+	// the fence of a grant (1 for a new row, from VALUES) or 0; on SQLite a
+	// grant returns the fence. MySQL assigns in order, each IF seeing the
+	// columns assigned before it: shared_lim goes first, and leaves the
+	// condition as it was (0 where it held, unchanged where it did not).
+	tplReaderMySQL = `INSERT INTO {t} (name, token, owner, fence, holds, acquired_at, expires_at, shared_until, shared_lim)
+VALUES ($1, NULL, '', LAST_INSERT_ID(1), 0, {now}, {now}, {plus:$3}, 0)
 ON DUPLICATE KEY UPDATE
-  shared_until = IF((token IS NULL OR expires_at <= {now}) AND (intent_token IS NULL OR intent_until <= {now} OR intent_token = $2),
-                    GREATEST(COALESCE(shared_until, {now}), {plus:$3}), shared_until),
-  fence        = IF((token IS NULL OR expires_at <= {now}) AND (intent_token IS NULL OR intent_until <= {now} OR intent_token = $2),
-                    LAST_INSERT_ID(fence + 1), fence + LAST_INSERT_ID(0))`
-	tplReaderSQLite = `INSERT INTO {t} (name, token, owner, fence, holds, acquired_at, expires_at, shared_until)
-VALUES ($1, NULL, '', 1, 0, {now}, {now}, {plus:$3})
-ON CONFLICT (name) DO UPDATE SET fence = fence + 1,
+  shared_lim   = IF(` + readerFreeMySQL + `, 0, shared_lim),
+  shared_until = IF(` + readerFreeMySQL + `, GREATEST(COALESCE(shared_until, {now}), {plus:$3}), shared_until),
+  fence        = IF(` + readerFreeMySQL + `, LAST_INSERT_ID(fence + 1), fence + LAST_INSERT_ID(0))`
+	readerFreeMySQL = `(token IS NULL OR expires_at <= {now}) AND (intent_token IS NULL OR intent_until <= {now} OR intent_token = $2)
+                    AND (shared_until IS NULL OR shared_until <= {now} OR shared_lim IS NULL OR shared_lim = 0)`
+	tplReaderSQLite = `INSERT INTO {t} (name, token, owner, fence, holds, acquired_at, expires_at, shared_until, shared_lim)
+VALUES ($1, NULL, '', 1, 0, {now}, {now}, {plus:$3}, 0)
+ON CONFLICT (name) DO UPDATE SET fence = fence + 1, shared_lim = 0,
   shared_until = max(COALESCE(shared_until, excluded.acquired_at), excluded.shared_until)
 WHERE (token IS NULL OR expires_at <= excluded.acquired_at)
   AND (intent_token IS NULL OR intent_until <= excluded.acquired_at OR intent_token = $2)
+  AND (shared_until IS NULL OR shared_until <= excluded.acquired_at OR shared_lim IS NULL OR shared_lim = 0)
 RETURNING fence`
 
 	// The reader's hold (fence $4, TTL $5), after tplReader granted it. Its
@@ -106,13 +111,13 @@ ON DUPLICATE KEY UPDATE
 	// Writes in a transaction, each on rows found by the reads before it.
 
 	// A shared grant: the hold's row (fence $4, limit $5, TTL $6), then the
-	// name's fence and shared_until, which is raised after the row's
-	// expiry was set, by a clock no earlier.
+	// name's fence, shared_lim ($4) and shared_until, which is raised after
+	// the row's expiry was set, by a clock no earlier.
 	tplInsertShared = `INSERT INTO {s} (name, token, owner, fence, lim, acquired_at, expires_at)
 VALUES ($1, $2, $3, $4, $5, {now}, {plus:$6})
 {upsert:name, token} owner = {new:owner}, fence = {new:fence}, lim = {new:lim},
   acquired_at = {new:acquired_at}, expires_at = {new:expires_at}`
-	tplRaiseShared = `UPDATE {t} SET fence = $2, shared_until = {max}(COALESCE(shared_until, {now}), {plus:$3}) WHERE name = $1`
+	tplRaiseShared = `UPDATE {t} SET fence = $2, shared_lim = $4, shared_until = {max}(COALESCE(shared_until, {now}), {plus:$3}) WHERE name = $1`
 
 	// An exclusive grant by the transaction path (fence $2, TTL $4): it
 	// removes token $5's intent, and an intent that has lapsed.

@@ -203,10 +203,19 @@ type mainRow struct {
 	intentOwner sql.NullString
 	intentLeft  sql.NullInt64
 	claimToken  sql.NullString
+	sharedLim   sql.NullInt64 // the Limit of the shared holds, NULL when unknown
 }
 
 func (m *mainRow) dest() []any {
-	return []any{&m.token, &m.owner, &m.fence, &m.holds, &m.heldLeft, &m.sharedLeft, &m.intentToken, &m.intentOwner, &m.intentLeft, &m.claimToken}
+	return []any{&m.token, &m.owner, &m.fence, &m.holds, &m.heldLeft, &m.sharedLeft, &m.intentToken, &m.intentOwner, &m.intentLeft, &m.claimToken, &m.sharedLim}
+}
+
+// conflicts reports whether a shared request of limit conflicts with the
+// name's live shared holds (nLive of other tokens): they were granted with
+// another Limit. A row of an earlier version, whose holds' Limit is not
+// known, conflicts with nothing.
+func (m *mainRow) conflicts(limit int, nLive int64) bool {
+	return nLive > 0 && m.sharedLim.Valid && m.sharedLim.Int64 != int64(limit)
 }
 
 // held reports a live exclusive holder.

@@ -28,6 +28,9 @@ func (t *txs) acquireShared(ctx context.Context, req driver.AcquireRequest) (dri
 		case m.held():
 			res.Holder, res.HolderTTL = m.owner, t.x.duration(m.heldLeft.Int64)
 			return false, nil
+		case m.conflicts(req.Limit, st.sharedLive):
+			refuseConflict(&res, t.x, m, st)
+			return false, nil
 		case m.intentLive() && m.intentToken.String != req.Token:
 			res.WriterWaiting = true
 			res.Holder, res.HolderTTL = m.intentOwner.String, t.x.duration(m.intentLeft.Int64)
@@ -50,7 +53,7 @@ func (t *txs) acquireShared(ctx context.Context, req driver.AcquireRequest) (dri
 		if err := x.exec(t.insertShared, req.Key, req.Token, req.Owner, fence, req.Limit, ttl); err != nil {
 			return false, err
 		}
-		if err := x.exec(t.raiseShared, req.Key, fence, ttl); err != nil {
+		if err := x.exec(t.raiseShared, req.Key, fence, ttl, req.Limit); err != nil {
 			return false, err
 		}
 		if st.sharedExpired > 0 {
@@ -105,6 +108,8 @@ func (t *txs) acquireReader(ctx context.Context, req driver.AcquireRequest) (dri
 		switch {
 		case m.held():
 			res.Holder, res.HolderTTL = m.owner, t.x.duration(m.heldLeft.Int64)
+		case m.conflicts(0, st.sharedLive):
+			refuseConflict(&res, t.x, m, st)
 		case m.intentLive() && m.intentToken.String != req.Token:
 			res.WriterWaiting = true
 			res.Holder, res.HolderTTL = m.intentOwner.String, t.x.duration(m.intentLeft.Int64)
@@ -132,6 +137,15 @@ func (x *txn) insertReader(req driver.AcquireRequest, fence, ttl int64) (bool, e
 	}
 	n, err := r.RowsAffected()
 	return n > 0, err
+}
+
+// refuseConflict describes the refusal of a shared request whose Limit is
+// not the one of the name's live shared holds: their Limit, their number
+// and the one that expires last.
+func refuseConflict(res *driver.AcquireResult, x *dialectSQL, m mainRow, st nameState) {
+	res.Conflict, res.HeldLimit = true, int(m.sharedLim.Int64)
+	res.Holder, res.HolderTTL = st.lastOwner.String, x.duration(st.lastLeft.Int64)
+	res.Shared = int(st.sharedLive)
 }
 
 // refuseOwn describes the refusal of a shared request whose token has a

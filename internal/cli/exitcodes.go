@@ -15,7 +15,8 @@ const (
 	// exitNotHeld is inspect's answer for a lock that nobody holds, like
 	// grep's "no match".
 	exitNotHeld = 1
-	// exitUsage (EX_USAGE): bad flags, a bad --backend URL, a bad lock name.
+	// exitUsage (EX_USAGE): bad flags, a bad --backend URL, a bad lock name,
+	// a kind or permit count that conflicts with the name's holds.
 	exitUsage = 64
 	// exitUnavailable (EX_UNAVAILABLE): the store cannot be reached or
 	// failed.

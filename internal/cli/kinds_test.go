@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock/internal/testserver"
 )
@@ -227,6 +228,31 @@ func TestRunSemaphore(t *testing.T) {
 		}
 		p2.let(t)
 		p3.let(t)
+	})
+}
+
+// TestRunKindConflict: while permits of --semaphore 3 are held, --semaphore
+// 2 and --shared on the name fail at once (exit 64, even with --wait)
+// naming both kinds; once the permits are gone, --shared takes the name.
+func TestRunKindConflict(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		dir := t.TempDir()
+		e := newEnv(t, backend, "DIR="+dir)
+		p1 := hold(t, e, dir, "p1", true, "run", "--semaphore", "3", "pool")
+		start := time.Now()
+		expect(t, e.run("run", "--semaphore", "2", "--wait", "60s", "pool", "--", "echo", "ran"), 64,
+			`semaphore "pool" of 2 permits refused: the name is held by permits of a semaphore of 3 (1 hold, by `)
+		expect(t, e.run("run", "--shared", "--wait", "60s", "pool", "--", "echo", "ran"), 64,
+			`read lock "pool" refused: the name is held by permits of a semaphore of 3`)
+		if took := time.Since(start); took > 20*time.Second {
+			t.Errorf("the conflicting runs took %v, want no wait", took)
+		}
+		p1.let(t)
+		r := e.run("run", "--shared", "pool", "--", "echo", "ran")
+		expect(t, r, 0)
+		if !strings.Contains(r.stdout, "ran") {
+			t.Errorf("--shared after the permits: stdout %q", r.stdout)
+		}
 	})
 }
 

@@ -150,6 +150,9 @@ func acquire(ctx context.Context, a *app, o *runOptions, sigs <-chan os.Signal) 
 	switch {
 	case sig != nil:
 		return nil, nil, nil, interrupted(o.name, sig)
+	case errors.Is(err, dlock.ErrConflict):
+		// No flag is wrong on its own: the name is held as another kind.
+		return nil, nil, nil, fail(exitUsage, "%s", strings.TrimPrefix(err.Error(), "dlock: "))
 	case errors.Is(err, dlock.ErrInvalid):
 		return nil, nil, nil, usageErr("run", "%s", strings.TrimPrefix(err.Error(), "dlock: invalid argument: "))
 	case errors.As(err, &notObtained):

@@ -1,0 +1,116 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/memlock"
+)
+
+func TestMultiInvalid(t *testing.T) {
+	c := dlock.New(memlock.New())
+	defer c.Close()
+	for what, m := range map[string]*dlock.Multi{
+		"no names":      c.Multi(nil),
+		"a name twice":  c.Multi([]string{"a", "b", "a"}),
+		"an empty name": c.Multi([]string{"a", ""}),
+		"Reentrant":     c.Multi([]string{"a", "b"}, dlock.Reentrant()),
+	} {
+		if _, err := m.Lock(t.Context()); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("%s: Lock = %v, want ErrInvalid", what, err)
+		}
+		if _, err := m.TryLock(t.Context()); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("%s: TryLock = %v, want ErrInvalid", what, err)
+		}
+	}
+}
+
+// TestMultiUnlockOne checks that unlocking one lease of a MultiLease on its
+// own ends the MultiLease (as released) and releases the other names.
+func TestMultiUnlockOne(t *testing.T) {
+	c := dlock.New(memlock.New())
+	defer c.Close()
+	ml, err := c.Multi([]string{"a", "b"}).TryLock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := dlock.MultiLeaseFromContext(ml.Context()); !ok || got != ml {
+		t.Error("MultiLeaseFromContext(ml.Context()) does not give ml")
+	}
+	if err := ml.Lease("a").Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ml.Done():
+	case <-time.After(time.Second):
+		t.Fatal("the MultiLease did not end when one of its leases was unlocked")
+	}
+	if err := ml.Err(); !errors.Is(err, dlock.ErrReleased) {
+		t.Errorf("Err = %v, want ErrReleased", err)
+	}
+	deadline := time.Now().Add(time.Second)
+	for {
+		l, err := c.Mutex("b").TryLock(t.Context())
+		if err == nil {
+			_ = l.Unlock(t.Context())
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("b still held: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := ml.Unlock(t.Context()); !errors.Is(err, dlock.ErrReleased) {
+		t.Errorf("Unlock after the end = %v, want ErrReleased", err)
+	}
+}
+
+// TestMultiClose checks that Client.Close ends a MultiLease it holds and
+// leaves no goroutine behind (goleak in TestMain).
+func TestMultiClose(t *testing.T) {
+	c := dlock.New(memlock.New())
+	ml, err := c.Multi([]string{"a", "b", "c"}).Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ml.Done():
+	case <-time.After(time.Second):
+		t.Fatal("the MultiLease did not end at Close")
+	}
+	if !errors.Is(ml.Err(), dlock.ErrLost) {
+		t.Errorf("Err after Close = %v, want ErrLost", ml.Err())
+	}
+}
+
+// TestMultiNil checks that the methods of a nil MultiLease and a nil
+// Leadership report ErrInvalid or act as ended, without panicking.
+func TestMultiNil(t *testing.T) {
+	var ml *dlock.MultiLease
+	if err := ml.Unlock(t.Context()); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("nil MultiLease Unlock = %v, want ErrInvalid", err)
+	}
+	if err := ml.Err(); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("nil MultiLease Err = %v, want ErrInvalid", err)
+	}
+	<-ml.Done()
+	<-ml.Context().Done()
+	if ml.Fence("a") != 0 || ml.Names() != nil {
+		t.Error("nil MultiLease holds something")
+	}
+	var ld *dlock.Leadership
+	if err := ld.Resign(t.Context()); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("nil Leadership Resign = %v, want ErrInvalid", err)
+	}
+	<-ld.Done()
+	<-ld.Context().Done()
+	if ld.Fence() != 0 || ld.Value() != "" {
+		t.Error("nil Leadership holds something")
+	}
+}
