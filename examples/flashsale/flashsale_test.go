@@ -156,17 +156,27 @@ func checkReport(t *testing.T, cfg runConfig, rep *report) {
 	}
 }
 
-// TestStrategies runs the same workload with each strategy, three service
-// processes, one of them killed with SIGKILL halfway and started again.
+// TestStrategies runs the same workload with each strategy on three
+// service processes. In the short version one of them is killed with
+// SIGKILL halfway and started again; the long version runs without faults,
+// for the comparison table.
 func TestStrategies(t *testing.T) {
 	s := startStores(t)
+	var reps []*report
 	for _, strategy := range []string{strategyMutex, strategyLua, strategySemaphore} {
 		t.Run(strategy, func(t *testing.T) {
 			cfg := s.config(t, strategy)
-			cfg.faults = []fault{{at: 0.5, name: "kill -9 svc-1", do: func(r *run) error { return r.kill9(1) }}}
-			checkReport(t, cfg, runOnTest(t, cfg))
+			if !*long {
+				cfg.faults = []fault{{at: 0.5, name: "kill -9 svc-1", do: func(r *run) error { return r.kill9(1) }}}
+			}
+			rep := runOnTest(t, cfg)
+			checkReport(t, cfg, rep)
+			reps = append(reps, rep)
 		})
 	}
+	var b strings.Builder
+	printReports(&b, reps)
+	t.Logf("all strategies, throughput relative to the first:\n%s", b.String())
 }
 
 // TestFaults runs the sale through the three faults one after the other:

@@ -257,15 +257,30 @@ func (r *run) drain(ctx context.Context) error {
 }
 
 // unacked returns how many orders are not yet delivered or not yet
-// acknowledged.
+// acknowledged. It counts the entries after the group's last delivered
+// one rather than trusting XINFO GROUPS' lag, which Redis may report
+// wrong after it reloaded the stream from its AOF (a run saw a lag of
+// thousands that never went down, with every order written).
 func (r *run) unacked(ctx context.Context) (int64, error) {
 	groups, err := r.rdb.XInfoGroups(ctx, r.k.orders()).Result()
 	if err != nil {
 		return -1, err
 	}
 	for _, g := range groups {
-		if g.Name == group {
-			return g.Lag + g.Pending, nil
+		if g.Name != group {
+			continue
+		}
+		n := g.Pending
+		for after := g.LastDeliveredID; ; {
+			msgs, err := r.rdb.XRangeN(ctx, r.k.orders(), "("+after, "+", 1000).Result()
+			if err != nil {
+				return -1, err
+			}
+			n += int64(len(msgs))
+			if len(msgs) < 1000 {
+				return n, nil
+			}
+			after = msgs[len(msgs)-1].ID
 		}
 	}
 	return -1, errors.New("consumer group missing")

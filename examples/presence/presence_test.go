@@ -275,6 +275,24 @@ func TestPresence(t *testing.T) {
 	// Let the sweeps go on a little: a duplicate would show now.
 	time.Sleep(3 * sweepInterval)
 
+	// The terms never overlapped: each sweeper's lease context had ended
+	// before the next was elected, the cut-off one's included.
+	var terms []term
+	for _, in := range ins {
+		terms = append(terms, in.sw.history()...)
+	}
+	slices.SortFunc(terms, func(a, b term) int { return int(a.fence) - int(b.fence) })
+	for i := 1; i < len(terms); i++ {
+		prev, cur := terms[i-1], terms[i]
+		if prev.ended.IsZero() || !prev.ended.Before(cur.elected) {
+			t.Errorf("term of fence %d (ended %v) overlaps term of fence %d (elected %v)",
+				prev.fence, prev.ended.Format("15:04:05.000"), cur.fence, cur.elected.Format("15:04:05.000"))
+		}
+	}
+	if len(terms) < 3 {
+		t.Errorf("%d terms, want at least 3", len(terms))
+	}
+
 	evs, err := st.events(t.Context(), "0", 0, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +28,16 @@ type sweeper struct {
 	log      *slog.Logger
 
 	leading atomic.Uint64 // the fence while this sweeper leads, else 0
+
+	mu    sync.Mutex
+	terms []term // this sweeper's terms as leader, for tests and logs
+}
+
+// term is one time a sweeper led: from the moment it held the lock to the
+// moment its lease's context ended.
+type term struct {
+	fence          uint64
+	elected, ended time.Time
 }
 
 // lockName is the name of the election lock of the store's fleet.
@@ -72,7 +84,16 @@ func (sw *sweeper) lead(ctx context.Context) error {
 	// The lease's context ends before the store can give the lock to
 	// another sweeper; stop claiming leadership at that moment, even while
 	// a Redis call is still on its way back.
-	stop := context.AfterFunc(ctx, func() { sw.leading.Store(0) })
+	sw.mu.Lock()
+	sw.terms = append(sw.terms, term{fence: lease.Fence(), elected: time.Now()})
+	i := len(sw.terms) - 1
+	sw.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() {
+		sw.leading.Store(0)
+		sw.mu.Lock()
+		sw.terms[i].ended = time.Now()
+		sw.mu.Unlock()
+	})
 	defer stop()
 	defer sw.leading.Store(0)
 	sw.log.Info("presence: sweeper elected", "fence", lease.Fence())
@@ -120,4 +141,11 @@ func (sw *sweeper) sweep(ctx context.Context, fence uint64) error {
 		}
 	}
 	return nil
+}
+
+// history returns the sweeper's terms so far.
+func (sw *sweeper) history() []term {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	return slices.Clone(sw.terms)
 }
