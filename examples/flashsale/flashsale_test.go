@@ -25,6 +25,11 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
 		os.Exit(serveMain(os.Args[1:]))
 	}
+	// The command (runMain) starts its service processes as
+	// `EXECUTABLE serve ...`: here the executable is the test binary.
+	if len(os.Args) > 1 && os.Args[1] == "serve" {
+		os.Exit(serveMain(os.Args[2:]))
+	}
 	// The MySQL driver logs every connection that a restart broke.
 	_ = mysql.SetLogger(log.New(io.Discard, "", 0))
 	goleak.VerifyTestMain(m,
@@ -174,9 +179,30 @@ func TestStrategies(t *testing.T) {
 			reps = append(reps, rep)
 		})
 	}
-	var b strings.Builder
-	printReports(&b, reps)
-	t.Logf("all strategies, throughput relative to the first:\n%s", b.String())
+	if len(reps) == 3 {
+		var b strings.Builder
+		printReports(&b, reps)
+		t.Logf("all strategies, throughput relative to the first:\n%s", b.String())
+	}
+
+	// The documented command, on a small workload: every strategy, one
+	// after the other, exits 0 only when the invariants held.
+	t.Run("command", func(t *testing.T) {
+		s.maria.CreateDatabase(t, "sale_command")
+		var out strings.Builder
+		code := runMain([]string{"-redis", s.redis.Addr(), "-mysql", s.maria.DSN("sale_command"),
+			"-strategy", "all", "-items", "2", "-stock", "100", "-users", "100", "-requests", "300",
+			"-concurrency", "16", "-kill"}, &out)
+		t.Logf("\n%s", out.String())
+		if code != 0 {
+			t.Errorf("flashsale exited with %d", code)
+		}
+		for _, s := range []string{strategyMutex, strategyLua, strategySemaphore} {
+			if !strings.Contains(out.String(), " "+s+" ") {
+				t.Errorf("no row for %s in the output", s)
+			}
+		}
+	})
 }
 
 // TestFaults runs the sale through the three faults one after the other:
