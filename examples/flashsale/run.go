@@ -258,9 +258,10 @@ func (r *run) drain(ctx context.Context) error {
 
 // unacked returns how many orders are not yet delivered or not yet
 // acknowledged. It counts the entries after the group's last delivered
-// one rather than trusting XINFO GROUPS' lag, which Redis may report
-// wrong after it reloaded the stream from its AOF (a run saw a lag of
-// thousands that never went down, with every order written).
+// one rather than trusting XINFO GROUPS' lag: after Redis 7.0 reloads a
+// stream from its AOF it reports the group's entries-read and lag as
+// unknown (nil), and a run that trusted the lag waited for a count of
+// thousands that never went down.
 func (r *run) unacked(ctx context.Context) (int64, error) {
 	groups, err := r.rdb.XInfoGroups(ctx, r.k.orders()).Result()
 	if err != nil {
