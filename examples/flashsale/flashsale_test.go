@@ -276,3 +276,33 @@ func TestFencedReadRefusesLateWriter(t *testing.T) {
 		t.Errorf("%d orders queued, want 1", n)
 	}
 }
+
+// TestFencedSellResentOnce checks that a copy of the fenced write, as
+// go-redis sends when a connection breaks before the reply, queues the
+// order once. A run with a Redis restart queued one order twice before
+// fenced_sale.lua checked the request's record.
+func TestFencedSellResentOnce(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	rdb := srv.Client(t)
+	ctx := t.Context()
+	k := keys{sale: "resend"}
+	if err := rdb.HSet(ctx, k.stock("x"), "value", 10).Err(); err != nil {
+		t.Fatal(err)
+	}
+	o := order{ID: "a", User: "u1", Item: "x"}
+	stock, _, err := claim(ctx, rdb, k, o, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if ans, err := fencedSell(ctx, rdb, k, o, 3, stock-1); err != nil || ans != answerOK {
+			t.Fatalf("copy %d of the write = %q, %v; want ok", i+1, ans, err)
+		}
+	}
+	if n, _ := rdb.XLen(ctx, k.orders()).Result(); n != 1 {
+		t.Errorf("%d orders queued, want 1", n)
+	}
+	if n, _ := stockOf(ctx, rdb, k, "x"); n != 9 {
+		t.Errorf("stock = %d, want 9", n)
+	}
+}
