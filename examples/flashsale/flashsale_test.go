@@ -15,8 +15,11 @@ import (
 	"go.uber.org/goleak"
 )
 
-var long = flag.Bool("flashsale.long", false,
-	"run the long version: 20,000 requests per strategy, every strategy under the faults (default: a few seconds each)")
+var (
+	long = flag.Bool("flashsale.long", false,
+		"run the long version: 20,000 requests per strategy, every strategy under the faults (default: a few seconds each)")
+	fair = flag.Bool("flashsale.fair", false, "give the mutex strategy's item locks dlock.Fair")
+)
 
 // childEnv marks a copy of the test binary started as a service process.
 const childEnv = "FLASHSALE_TEST_SERVE"
@@ -68,6 +71,7 @@ func (s *stores) config(t *testing.T, strategy string) runConfig {
 		claimIdle: time.Second,
 		logf:      t.Logf,
 	}
+	cfg.service.fair = *fair
 	if *long {
 		cfg.items, cfg.stock, cfg.users, cfg.requests, cfg.concurrency = 4, 4000, 5000, 20000, 64
 	}

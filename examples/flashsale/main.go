@@ -55,6 +55,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.service.lockWait, "lock-wait", 3*time.Second, "longest wait for a lock or a permit")
 	fs.IntVar(&c.service.permits, "permits", 16, "checkout permits (semaphore)")
 	fs.DurationVar(&c.service.checkoutDelay, "checkout-delay", 5*time.Millisecond, "the slower checkout's extra work (semaphore)")
+	fs.BoolVar(&c.service.fair, "fair", false, "item locks serve waiters in arrival order (mutex: dlock.Fair)")
 	fs.DurationVar(&c.claimIdle, "claim-idle", 3*time.Second, "an order writer takes over another's order after it was pending this long")
 	fs.BoolVar(&f.killProc, "kill", false, "kill -9 one service process halfway through each run, and start it again")
 }

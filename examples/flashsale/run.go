@@ -170,6 +170,9 @@ func (r *run) start(p *proc) error {
 		"-permits", strconv.Itoa(c.permits), "-checkout-delay", c.checkoutDelay.String(),
 		"-claim-idle", r.cfg.claimIdle.String(),
 	}
+	if c.fair {
+		args = append(args, "-fair")
+	}
 	cmd := r.cfg.spawn(args)
 	out, err := cmd.StdoutPipe()
 	if err != nil {

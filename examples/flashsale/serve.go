@@ -42,6 +42,7 @@ func serveMain(args []string) int {
 	fs.DurationVar(&cfg.lockWait, "lock-wait", 3*time.Second, "longest wait for a lock or a permit")
 	fs.IntVar(&cfg.permits, "permits", 16, "checkout permits (semaphore)")
 	fs.DurationVar(&cfg.checkoutDelay, "checkout-delay", 5*time.Millisecond, "the slower checkout's extra work (semaphore)")
+	fs.BoolVar(&cfg.fair, "fair", false, "item locks serve waiters in arrival order (mutex)")
 	verbose := fs.Bool("v", false, "log each failed purchase")
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -33,6 +33,7 @@ type serviceConfig struct {
 	lockWait      time.Duration // longest wait for a lock or a permit
 	permits       int           // checkout permits (semaphore)
 	checkoutDelay time.Duration // the slower checkout's extra work (semaphore)
+	fair          bool          // item locks serve waiters in arrival order (mutex)
 }
 
 // service answers purchases.
@@ -142,13 +143,22 @@ func (s *service) buyLocked(ctx context.Context, o order) (answer string, err er
 		}
 		answer, err = fencedSell(ctx, s.rdb, s.k, o, lease.Fence(), stock-1)
 		return err
-	}, dlock.WithTTL(s.cfg.lockTTL), dlock.WithWait(s.cfg.lockWait))
+	}, s.itemLockOptions()...)
 	if answer == answerOK {
 		// The fenced write was accepted: the sale stands even if the lease
 		// was lost or the unlock failed afterwards.
 		return answer, nil
 	}
 	return answer, err
+}
+
+// itemLockOptions returns the options of an item's lock.
+func (s *service) itemLockOptions() []dlock.Option {
+	opts := []dlock.Option{dlock.WithTTL(s.cfg.lockTTL), dlock.WithWait(s.cfg.lockWait)}
+	if s.cfg.fair {
+		opts = append(opts, dlock.Fair())
+	}
+	return opts
 }
 
 // buyAdmitted admits the buyer into the slower checkout with a permit of
