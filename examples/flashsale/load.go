@@ -49,9 +49,11 @@ func (r *run) load(ctx context.Context, rep *report) error {
 	faultsDone := make(chan struct{})
 	go func() {
 		defer close(faultsDone)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
 		for _, f := range r.cfg.faults {
 			for answered.Load() < int64(f.at*float64(n)) && ctx.Err() == nil {
-				time.Sleep(5 * time.Millisecond)
+				<-tick.C
 			}
 			begin := time.Now()
 			err := f.do(r)
