@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -88,6 +90,16 @@ func (d *device) stop() {
 	<-d.done
 }
 
+// stopped reports whether the device's heartbeats were stopped.
+func (d *device) stopped() bool {
+	select {
+	case <-d.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func (d *device) last() time.Time {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -133,6 +145,16 @@ func startInstance(t *testing.T, srv *testserver.Redis, fleet, name string) *ins
 		_ = rdb.Close()
 	})
 	return in
+}
+
+// stopped reports whether the instance was stopped.
+func (in *instance) stopped() bool {
+	select {
+	case <-in.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // stop cancels the instance's sweeper and waits for it.
@@ -227,61 +249,101 @@ func waitOffline(t *testing.T, st *store, devs []*device, within time.Duration) 
 	}
 }
 
-// TestPresence runs 12 devices and three sweeper instances against a real
-// Redis. Devices stop in three groups: under the first sweeper; right after
-// that sweeper is cancelled (it unlocks, a second takes over); and after the
-// second is cut off from Redis mid-run, as a crash or a partition would
-// (its lease runs out and a third takes over). Every stopped device must
-// leave the online list within its TTL and get exactly one "offline" event;
-// running devices none; events alternate online/offline per device; the
-// offline events' fences never go down.
+var long = flag.Bool("presence.long", false,
+	"run the long version: 100 devices and 12 changes of sweeper (default: 12 devices, 2 changes)")
+
+// TestPresence runs devices and three sweeper instances against a real
+// Redis, in rounds. In each round after the first the leading sweeper is
+// taken away — cancelled (it unlocks, and a fresh instance takes its place)
+// or cut off from Redis mid-run, as a crash or a partition would (no
+// release, no renewal; its lease runs out, and it rejoins when the network
+// heals) — and a group of devices stops; the devices stopped two rounds
+// before come back. Every stopped device must leave the online list within
+// its TTL and get exactly one "offline" event; running devices none; events
+// alternate online/offline per device; the offline events' fences never go
+// down; the sweepers' terms never overlap.
 func TestPresence(t *testing.T) {
+	devices, rounds, group := 12, 3, 4
+	if *long {
+		devices, rounds, group = 100, 13, 7
+	}
 	srv := testserver.StartRedis(t)
 	rdb := srv.Client(t)
 	fleet := "test"
 	st := &store{rdb: rdb, fleet: fleet, ttl: deviceTTL}
 
-	var devs []*device
-	for i := range 12 {
-		devs = append(devs, startDevice(t, st, fmt.Sprintf("dev-%02d", i)))
+	devs := make([]*device, devices)
+	for i := range devs {
+		devs[i] = startDevice(t, st, fmt.Sprintf("dev-%03d", i))
 	}
-	var ins []*instance
-	for i := range 3 {
-		ins = append(ins, startInstance(t, srv, fleet, fmt.Sprintf("sweeper-%d", i)))
+	var ins []*instance // every instance started, alive or not
+	for range 3 {
+		ins = append(ins, startInstance(t, srv, fleet, fmt.Sprintf("sweeper-%d", len(ins))))
+	}
+	alive := func() []*instance {
+		var out []*instance
+		for _, in := range ins {
+			if !in.stopped() {
+				out = append(out, in)
+			}
+		}
+		return out
 	}
 
-	first := waitLeader(t, 2*time.Second, ins)
-	t.Logf("first sweeper: %s (fence %d)", first.name, first.sw.leading.Load())
-	stopAndWatch(t, st, devs[0:4])
-
-	// The leader is cancelled mid-run: it unlocks, and another is elected at
-	// once (woken by the release).
-	first.stop()
-	second := waitLeader(t, time.Second, ins, first)
-	t.Logf("second sweeper: %s (fence %d)", second.name, second.sw.leading.Load())
-	stopAndWatch(t, st, devs[4:8])
-
-	// The second is cut off from Redis, as a crashed host would be: no
-	// release, no renewal. A third takes over when the lease runs out.
-	second.proxy.Partition(t)
-	third := waitLeader(t, lockTTL+time.Second, ins, first, second)
-	t.Logf("third sweeper: %s (fence %d)", third.name, third.sw.leading.Load())
-	stopAndWatch(t, st, devs[8:10])
-	if f := second.sw.leading.Load(); f != 0 {
-		t.Errorf("the cut-off sweeper still thinks it leads (fence %d)", f)
+	leader := waitLeader(t, 2*time.Second, ins)
+	t.Logf("round 0: %s leads (fence %d)", leader.name, leader.sw.leading.Load())
+	wantOffline := map[string]int{}
+	for r := range rounds {
+		var healAfter *instance
+		if r > 0 {
+			old := leader
+			if r%2 == 1 {
+				// Cancelled mid-run: it unlocks, and another is elected at
+				// once (woken by the release). A fresh instance keeps three.
+				old.stop()
+				ins = append(ins, startInstance(t, srv, fleet, fmt.Sprintf("sweeper-%d", len(ins))))
+				leader = waitLeader(t, time.Second, alive(), old)
+			} else {
+				// Cut off: the next is elected when the lease runs out.
+				old.proxy.Partition(t)
+				leader = waitLeader(t, lockTTL+time.Second, alive(), old)
+				healAfter = old
+			}
+			t.Logf("round %d: %s leads (fence %d) after %s was %s", r, leader.name, leader.sw.leading.Load(),
+				old.name, map[bool]string{true: "cancelled", false: "cut off"}[r%2 == 1])
+		}
+		// The devices stopped two rounds ago come back.
+		if r >= 2 {
+			for i := (r - 2) * group; i < (r-1)*group; i++ {
+				devs[i] = startDevice(t, st, devs[i].id)
+			}
+		}
+		stopping := devs[r*group : (r+1)*group]
+		for _, d := range stopping {
+			wantOffline[d.id]++
+		}
+		stopAndWatch(t, st, stopping)
+		if healAfter != nil {
+			if f := healAfter.sw.leading.Load(); f != 0 {
+				t.Errorf("the cut-off sweeper %s still thinks it leads (fence %d)", healAfter.name, f)
+			}
+			healAfter.proxy.Heal(t)
+		}
+		if t.Failed() {
+			return
+		}
 	}
-	second.proxy.Heal(t)
 
 	// Let the sweeps go on a little: a duplicate would show now.
 	time.Sleep(3 * sweepInterval)
 
 	// The terms never overlapped: each sweeper's lease context had ended
-	// before the next was elected, the cut-off one's included.
+	// before the next was elected, the cut-off ones' included.
 	var terms []term
 	for _, in := range ins {
 		terms = append(terms, in.sw.history()...)
 	}
-	slices.SortFunc(terms, func(a, b term) int { return int(a.fence) - int(b.fence) })
+	slices.SortFunc(terms, func(a, b term) int { return cmp.Compare(a.fence, b.fence) })
 	for i := 1; i < len(terms); i++ {
 		prev, cur := terms[i-1], terms[i]
 		if prev.ended.IsZero() || !prev.ended.Before(cur.elected) {
@@ -289,8 +351,8 @@ func TestPresence(t *testing.T) {
 				prev.fence, prev.ended.Format("15:04:05.000"), cur.fence, cur.elected.Format("15:04:05.000"))
 		}
 	}
-	if len(terms) < 3 {
-		t.Errorf("%d terms, want at least 3", len(terms))
+	if len(terms) < rounds {
+		t.Errorf("%d terms, want at least %d", len(terms), rounds)
 	}
 
 	evs, err := st.events(t.Context(), "0", 0, 0)
@@ -316,22 +378,32 @@ func TestPresence(t *testing.T) {
 			lastFence = e.Fence
 		}
 	}
-	for i, d := range devs {
-		want := 0
-		if i < 10 {
-			want = 1
+	var wantOnline []string
+	for _, d := range devs {
+		if offline[d.id] != wantOffline[d.id] {
+			t.Errorf("%s: %d offline events, want %d", d.id, offline[d.id], wantOffline[d.id])
 		}
-		if offline[d.id] != want {
-			t.Errorf("%s: %d offline events, want %d", d.id, offline[d.id], want)
+		if !d.stopped() {
+			wantOnline = append(wantOnline, d.id)
 		}
 	}
 	online, err := st.online(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"dev-10", "dev-11"}; !slices.Equal(sorted(online), want) {
-		t.Errorf("online = %v, want %v", online, want)
+	if !slices.Equal(sorted(online), wantOnline) {
+		t.Errorf("online = %v, want %v", online, wantOnline)
 	}
+	t.Logf("%d devices, %d rounds, %d terms, %d events, %d offline", devices, rounds, len(terms), len(evs), total(offline))
+}
+
+// total returns the sum of the counts.
+func total(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
 }
 
 // TestStaleSweeperRefused checks the fence on the offline write: once a
