@@ -1,0 +1,136 @@
+// Command flashsale is a flash sale on Redis and MariaDB, run end to end:
+// several service processes (net/http) share one Redis, which keeps the
+// stock, and one MariaDB, which keeps the orders; a load generator spreads
+// purchase requests over them; the orders go from Redis to MariaDB through
+// a stream with a consumer group. Three strategies sell: a dlock Mutex per
+// item (fenced read and write), one atomic Lua script with no lock, and a
+// dlock Semaphore admitting N buyers into a slower checkout.
+//
+//	go run . -redis 127.0.0.1:6379 -mysql 'root@tcp(127.0.0.1:3306)/flashsale' -strategy all
+//
+// `flashsale serve` runs one service process (the run starts them itself).
+// See README.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "serve" {
+		os.Exit(serveMain(os.Args[2:]))
+	}
+	os.Exit(runMain(os.Args[1:], os.Stdout))
+}
+
+// runFlags are the flags of a run, shared by the command and the test.
+type runFlags struct {
+	cfg      runConfig
+	strategy string
+	killProc bool
+}
+
+func (f *runFlags) register(fs *flag.FlagSet) {
+	c := &f.cfg
+	fs.StringVar(&c.redisAddr, "redis", "127.0.0.1:6379", "Redis address")
+	fs.StringVar(&c.mysqlDSN, "mysql", "root@tcp(127.0.0.1:3306)/flashsale", "MariaDB data source name; the run empties its orders table")
+	fs.StringVar(&f.strategy, "strategy", "all", "mutex, lua, semaphore, or all (one after the other, same workload)")
+	fs.IntVar(&c.procs, "procs", 3, "service processes")
+	fs.IntVar(&c.items, "items", 4, "items on sale")
+	fs.Int64Var(&c.stock, "stock", 1200, "units of each item")
+	fs.IntVar(&c.users, "users", 2000, "buyers")
+	fs.IntVar(&c.requests, "requests", 6000, "purchase requests")
+	fs.IntVar(&c.concurrency, "concurrency", 64, "requests in flight at once")
+	fs.IntVar(&c.service.ratePerMinute, "rate", 5, "purchases a user may attempt per minute")
+	fs.DurationVar(&c.service.lockTTL, "lock-ttl", 2*time.Second, "TTL of item locks and checkout permits")
+	fs.DurationVar(&c.service.lockWait, "lock-wait", 3*time.Second, "longest wait for a lock or a permit")
+	fs.IntVar(&c.service.permits, "permits", 16, "checkout permits (semaphore)")
+	fs.DurationVar(&c.service.checkoutDelay, "checkout-delay", 5*time.Millisecond, "the slower checkout's extra work (semaphore)")
+	fs.BoolVar(&c.service.fair, "fair", false, "item locks serve waiters in arrival order (mutex: dlock.Fair)")
+	fs.DurationVar(&c.claimIdle, "claim-idle", 3*time.Second, "an order writer takes over another's order after it was pending this long")
+	fs.BoolVar(&f.killProc, "kill", false, "kill -9 one service process halfway through each run, and start it again")
+}
+
+// strategies returns the strategies the flag names.
+func (f *runFlags) strategies() []string {
+	if f.strategy == "all" {
+		return []string{strategyMutex, strategyLua, strategySemaphore}
+	}
+	return strings.Split(f.strategy, ",")
+}
+
+func runMain(args []string, out io.Writer) int {
+	fs := flag.NewFlagSet("flashsale", flag.ContinueOnError)
+	var f runFlags
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	f.cfg.spawn = func(args []string) *exec.Cmd { return exec.Command(self, append([]string{"serve"}, args...)...) }
+	f.cfg.logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+	if f.killProc {
+		f.cfg.faults = []fault{{at: 0.5, name: "kill -9 svc-1", do: func(r *run) error { return r.kill9(1) }}}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+
+	var reps []*report
+	failed := false
+	for _, s := range f.strategies() {
+		cfg := f.cfg
+		cfg.service.strategy = s
+		cfg.service.sale = fmt.Sprintf("%s-%d", s, time.Now().UnixNano())
+		rep, err := runSale(ctx, cfg)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "flashsale: %s: %v\n", s, err)
+			failed = true
+		}
+		if rep != nil {
+			reps = append(reps, rep)
+			failed = failed || !rep.ok()
+		}
+	}
+	printReports(out, reps)
+	if failed {
+		return 1
+	}
+	return 0
+}
+
+// ok reports whether the run kept its invariants.
+func (rep *report) ok() bool {
+	return rep.Oversold == 0 && rep.Lost == 0 && rep.Duplicated == 0 && rep.Failed == 0
+}
+
+// printReports prints one row per run, with throughput relative to the
+// first.
+func printReports(w io.Writer, reps []*report) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "strategy\trequests\tanswered/s\tratio\tp50\tp99\tsold\tconfirmed\tsold out\tlimited\tfailed\tretries\trows\toversold\tlost\tduplicated\tredelivered\t")
+	for _, r := range reps {
+		ratio := r.Throughput / reps[0].Throughput
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.2f\t%v\t%v\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n",
+			r.Strategy, r.Requests, r.Throughput, ratio, r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond),
+			r.Sold, r.Confirmed, r.SoldOut, r.Limited, r.Failed, r.Retries, r.Rows, r.Oversold, r.Lost, r.Duplicated, r.Redelivered)
+	}
+	_ = tw.Flush()
+	for _, r := range reps {
+		for _, f := range r.Faults {
+			fmt.Fprintf(w, "%s: %s\n", r.Strategy, f)
+		}
+	}
+}
