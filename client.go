@@ -26,6 +26,7 @@ type Client struct {
 
 	renewer *renewer
 	hub     *waitHub
+	obs     *observer // nil without WithObserver
 	owners  ownerCache // the owner string of the current second
 
 	mu     sync.Mutex
@@ -78,7 +79,8 @@ func New(backend driver.Backend, opts ...Option) *Client {
 		}
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.renewer = newRenewer(backend, c.log)
+	c.obs = newObserver(c.opts.observer, c.opts.keyPrefix)
+	c.renewer = newRenewer(backend, c.log, c.obs)
 	notifier, _ := backend.(driver.Notifier)
 	c.hub = newWaitHub(notifier, c.log, c.ctx)
 	return c
@@ -214,7 +216,9 @@ func (c *Client) releaseUnused(ctx context.Context, key, token, what string) {
 // release sends one release of token on key, and wakes this Client's
 // waiters on key at once when it left the lock free.
 func (c *Client) release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
+	start := c.obs.now()
 	res, err := c.backend.Release(ctx, key, token)
+	c.obs.storeCall("release", key, start, err)
 	if err == nil && res.Held && res.Remaining == 0 {
 		c.hub.wakeKey(key)
 	}
@@ -230,7 +234,9 @@ func (c *Client) releaseGrant(ctx context.Context, key, token string, fence uint
 	if !ok {
 		return c.release(ctx, key, token)
 	}
+	start := c.obs.now()
 	res, err := gr.ReleaseGrant(ctx, key, token, fence)
+	c.obs.storeCall("release", key, start, err)
 	if err == nil && res.Held && res.Remaining == 0 {
 		c.hub.wakeKey(key)
 	}
@@ -244,8 +250,8 @@ func (c *Client) owner(sent time.Time, metadata string) string {
 
 // logLoss logs a loss and a failed renewal; call it without holding a
 // grant's mu, since a log handler may call back into the lease.
-func (c *Client) logLoss(name string, lost *LostError, failed error) {
-	logLoss(c.log, name, lost, failed)
+func (c *Client) logLoss(g *grant, lost *LostError, failed error) {
+	c.renewer.logLoss(g, lost, failed)
 }
 
 // logLoss logs a loss and a failed renewal to log.

@@ -21,6 +21,7 @@ type grant struct {
 	c         *Client  // for the Client's services: releases, logging, background work
 	r         *renewer // schedules the grant's renewals and safety deadline
 	name      string
+	typ       string // the lock type, for observers
 	key       string
 	token     string
 	owner     string
@@ -76,6 +77,7 @@ func newGrant(c *Client, h *handle, token, owner string, fence uint64, sent time
 		c:           c,
 		r:           c.renewer,
 		name:        h.name,
+		typ:         h.typ,
 		key:         h.key,
 		token:       token,
 		owner:       owner,

@@ -59,6 +59,7 @@ type handle struct {
 	// its Unlocks pass gate.
 	gated bool
 	gate  handleGate
+	typ   string // the lock type, for observers (Event.Type)
 }
 
 // init sets h up as kind's handle on name: the Client's defaults, then
@@ -106,6 +107,7 @@ func (h *handle) init(c *Client, kind, name string, mode driver.Mode, limit int,
 	// would halve a hot lock's throughput.
 	h.starve = h.err == nil && kind == "Mutex" && c.backend != nil && !h.opts.fair && h.token == "" &&
 		c.need(driver.CapFair) == nil && c.need(driver.CapOvertook) == nil && h.hub.notifier != nil
+	h.typ = typeOf(kind, mode == driver.Shared)
 	h.gated = h.opts.reentrant && h.opts.ownerID == ""
 	h.handoff = h.err == nil && kind == "Mutex" && c.backend != nil && h.opts.fair && h.token == "" &&
 		h.opts.lockDelay == 0 && c.need(driver.CapHandoff) == nil
@@ -115,6 +117,17 @@ func (h *handle) init(c *Client, kind, name string, mode driver.Mode, limit int,
 
 // tryLock is TryLock of every kind.
 func (h *handle) tryLock(ctx context.Context) (*Lease, error) {
+	if h.c == nil || h.c.obs == nil {
+		return h.tryOnce(ctx)
+	}
+	start := h.c.obs.started(h, true)
+	l, err := h.tryOnce(ctx)
+	h.c.obs.lockEnded(h, true, start, l, 1, false, err)
+	return l, err
+}
+
+// tryOnce is tryLock, unobserved.
+func (h *handle) tryOnce(ctx context.Context) (*Lease, error) {
 	if err := h.enter(); err != nil {
 		return nil, err
 	}
@@ -131,8 +144,25 @@ func (h *handle) tryLock(ctx context.Context) (*Lease, error) {
 
 // lock is Lock of every kind: a first attempt, then the wait (lockwait.go).
 func (h *handle) lock(ctx context.Context) (*Lease, error) {
+	if h.c == nil || h.c.obs == nil {
+		l, _, err := h.lockWait(ctx)
+		return l, err
+	}
+	start := h.c.obs.started(h, false)
+	l, w, err := h.lockWait(ctx)
+	attempts, handoff := 1, false
+	if w != nil {
+		attempts, handoff = 1+w.attempts, w.handoff
+	}
+	h.c.obs.lockEnded(h, false, start, l, attempts, handoff, err)
+	return l, err
+}
+
+// lockWait is lock, unobserved; it returns the wait's waiter, if it
+// waited.
+func (h *handle) lockWait(ctx context.Context) (*Lease, *waiter, error) {
 	if err := h.enter(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer h.c.exit()
 	if h.opts.wait > 0 {
@@ -141,7 +171,7 @@ func (h *handle) lock(ctx context.Context) (*Lease, error) {
 		defer cancel()
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, errors.Join(&NotObtainedError{Name: h.name}, err)
+		return nil, nil, errors.Join(&NotObtainedError{Name: h.name}, err)
 	}
 	token := h.tokenFor()
 	fair := h.fairNow()
@@ -159,7 +189,7 @@ func (h *handle) lock(ctx context.Context) (*Lease, error) {
 		l, err, res = nil, nil, driver.AcquireResult{Fence: res.Fence}
 	}
 	if err != nil || l != nil {
-		return l, h.tryErr(ctx, err)
+		return l, nil, h.tryErr(ctx, err)
 	}
 	h.busy(res)
 	return h.wait(ctx, token, res, sent, mk, fair && queue)
@@ -270,6 +300,7 @@ func (h *handle) try(ctx context.Context, token string, wait, fair, claim bool) 
 		req.Owner = h.c.owner(sent, h.opts.metadata)
 	}
 	res, err := h.backend.Acquire(ctx, req)
+	h.c.obs.storeCall("acquire", h.key, sent, err)
 	if err != nil {
 		h.unknownOutcome(token, joined, wait)
 		return nil, res, sent, wrapStore("acquire", h.name, err)
@@ -338,7 +369,7 @@ func (h *handle) grantLease(joined *grant, token, owner string, res driver.Acqui
 		// Lost meanwhile, or the store made a fresh grant because the one
 		// this handle held was gone (deleted, expired) without the client
 		// noticing yet: start a grant of its own.
-		h.c.logLoss(joined.name, lost, nil)
+		h.c.logLoss(joined, lost, nil)
 	}
 	if h.token == "" {
 		g, l := newGrant(h.c, h, token, owner, res.Fence, sent, false)
@@ -455,7 +486,10 @@ func (h *handle) withdraw(token string) {
 		return
 	}
 	h.c.settle(h.opts.ttl, func(ctx context.Context) {
-		if err := w.Withdraw(ctx, h.key, token); err != nil && !errors.Is(err, errors.ErrUnsupported) {
+		start := h.c.obs.now()
+		err := w.Withdraw(ctx, h.key, token)
+		h.c.obs.storeCall("withdraw", h.key, start, err)
+		if err != nil && !errors.Is(err, errors.ErrUnsupported) {
 			h.hub.log.Warn("dlock: leaving the queue failed; the entry lapses after its time to live", "name", h.name, "err", err)
 		}
 	})

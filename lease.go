@@ -27,6 +27,10 @@ type Lease struct {
 	// finish; once the lease has ended, a first Done gets closedChan.
 	done atomic.Value
 
+	// at is when Lock returned the lease, for observers (Event.Held); zero
+	// on a Client without one.
+	at time.Time
+
 	mu        sync.Mutex
 	err       error // nil while held
 	ctx       context.Context
@@ -206,7 +210,8 @@ func (l *Lease) Refresh(ctx context.Context) error {
 	sent := time.Now()
 	held, err := g.r.renewOne(ctx, g)
 	lost, failed := g.finishRenewal(sent, held, err)
-	g.c.logLoss(g.name, lost, failed)
+	g.c.logLoss(g, lost, failed)
+	g.c.obs.renewed(1, boolInt(err != nil || !held), sent)
 	switch {
 	case err != nil:
 		return wrapStore("refresh", g.name, err)
@@ -235,6 +240,19 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if l == nil || l.g == nil {
 		return invalid("lease: nil or not made by a Client")
 	}
+	err := l.unlock(ctx)
+	if obs := l.g.c.obs; obs != nil {
+		e := Event{Kind: EventUnlocked, Name: l.g.name, Type: l.g.typ, Fence: l.g.fence, Err: err}
+		if !l.at.IsZero() {
+			e.Held = time.Since(l.at)
+		}
+		obs.emit(e)
+	}
+	return err
+}
+
+// unlock is Unlock, unobserved.
+func (l *Lease) unlock(ctx context.Context) error {
 	g := l.g
 	c := g.c
 	l.mu.Lock()
@@ -337,7 +355,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 			lost = gl
 		}
 		l.finish(lost)
-		c.logLoss(g.name, lost, nil)
+		c.logLoss(g, lost, nil)
 		return heldErr("unlock", g.name, lost)
 	}
 	l.finish(ErrReleased)

@@ -27,7 +27,9 @@ var (
 // Client's one place in that queue. However many goroutines wait, a Client
 // costs the store one entry per name and one attempt per release, and each
 // waiter costs its own goroutine only.
-func (h *handle) wait(ctx context.Context, token string, last driver.AcquireResult, sent time.Time, mk releaseMark, queuing bool) (*Lease, error) {
+//
+// It returns the waiter too, for the attempts it made (see observeLock).
+func (h *handle) wait(ctx context.Context, token string, last driver.AcquireResult, sent time.Time, mk releaseMark, queuing bool) (*Lease, *waiter, error) {
 	// Close ends the wait, even in the middle of a store call.
 	ctx, stop := h.c.closeAware(ctx)
 	defer stop()
@@ -67,11 +69,12 @@ func (h *handle) wait(ctx context.Context, token string, last driver.AcquireResu
 		select {
 		case g.gate <- struct{}{}:
 		case <-ctx.Done():
-			return nil, w.notObtained(ctx)
+			return nil, w, w.notObtained(ctx)
 		}
 	}
 	defer func() { <-g.gate }()
-	return w.run(ctx)
+	l, err := w.run(ctx)
+	return l, w, err
 }
 
 // waiter is one wait at the gate of its group: plain (woken by any release
@@ -103,6 +106,10 @@ type waiter struct {
 	// promisedSince is when a plain waiter in the queue first found the
 	// lock free but promised to another head (see queueDelay).
 	promisedSince time.Time
+	// For observers: the attempts the wait sent, and whether a release
+	// handed it the lock.
+	attempts int
+	handoff  bool
 }
 
 // run is the wait's loop: try when a release may have come, sleep until a
@@ -210,6 +217,7 @@ func (w *waiter) handedOver() *Lease {
 	}
 	if !w.queued.IsZero() {
 		if l := w.h.handedLease(w.token, fence, w.queued); l != nil {
+			w.handoff = true
 			return l
 		}
 	}
@@ -242,6 +250,7 @@ func (w *waiter) attempt(ctx context.Context) (*Lease, driver.AcquireResult, tim
 	case <-w.wake():
 	default:
 	}
+	w.attempts++
 	fair := w.queue != nil
 	if fair && w.h.starve && !w.promisedSince.IsZero() && time.Since(w.promisedSince) >= promisedGrace {
 		fair = false

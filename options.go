@@ -49,6 +49,8 @@ type options struct {
 	metadata  string
 	logger    *slog.Logger
 	loggerSet bool // WithLogger was given: a Client option only
+	observer    Observer
+	observerSet bool // WithObserver was given: a Client option only
 	keyPrefix string
 	reentrant bool
 	margin    time.Duration // used when marginSet; else TTL/10
@@ -175,6 +177,9 @@ func Reentrant() Option { return optionFunc(func(o *options) { o.reentrant = tru
 func checkScope(kind string, client, given, eff *options) error {
 	if given.loggerSet {
 		return invalid("WithLogger: a Client option (give it to New), not one of a lock")
+	}
+	if given.observerSet {
+		return invalid("WithObserver: a Client option (give it to New), not one of a lock")
 	}
 	if kind == "Mutex" {
 		return nil

@@ -27,6 +27,7 @@ type renewer struct {
 	// or is nil.
 	granter driver.GrantRenewer
 	log     *slog.Logger
+	obs     *observer // nil without WithObserver
 
 	mu     sync.Mutex
 	h      grantHeap
@@ -42,10 +43,11 @@ type renewer struct {
 	started bool // set inside once
 }
 
-func newRenewer(backend driver.Backend, log *slog.Logger) *renewer {
+func newRenewer(backend driver.Backend, log *slog.Logger, obs *observer) *renewer {
 	r := &renewer{
 		backend: backend,
 		log:     log,
+		obs:     obs,
 		wakeup:  make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
@@ -151,7 +153,7 @@ func (r *renewer) loop() {
 			if renew {
 				batch = append(batch, g)
 			}
-			logLoss(r.log, g.name, lost, nil)
+			r.logLoss(g, lost, nil)
 		}
 		if len(batch) > 0 {
 			r.calls.Add(1)
@@ -222,14 +224,26 @@ func (r *renewer) renewBatch(batch []*grant) {
 			results[i].Held, results[i].Err = r.renewOne(ctx, g)
 		}
 	}
+	nFailed := 0
 	for i, g := range batch {
 		res := driver.RenewResult{Err: errors.New("dlock: backend returned too few renew results")}
 		if i < len(results) {
 			res = results[i]
 		}
+		if res.Err != nil || !res.Held {
+			nFailed++
+		}
 		lost, failed := g.finishRenewal(sent, res.Held, res.Err)
-		logLoss(r.log, g.name, lost, failed)
+		r.logLoss(g, lost, failed)
 	}
+	r.obs.renewed(len(batch), nFailed, sent)
+}
+
+// logLoss logs a loss and a failed renewal of g, and reports the loss to
+// the observer.
+func (r *renewer) logLoss(g *grant, lost *LostError, failed error) {
+	logLoss(r.log, g.name, lost, failed)
+	r.obs.lost(g, lost)
 }
 
 // renewOne renews g alone, tied to its grant where the backend can (a
@@ -270,7 +284,7 @@ func (r *renewer) close() error {
 		if lost == nil {
 			continue
 		}
-		logLoss(r.log, g.name, lost, nil)
+		r.logLoss(g, lost, nil)
 		slots <- struct{}{}
 		wg.Add(1)
 		go func() {

@@ -16,7 +16,7 @@ import (
 // it again. Before, wakeAt stayed an hour away until the loop happened to
 // run while a lease was held, so every lock woke it.
 func TestRenewerWakesOnceAfterAnIdleTurn(t *testing.T) {
-	r := newRenewer(memlock.New(), slog.New(slog.DiscardHandler))
+	r := newRenewer(memlock.New(), slog.New(slog.DiscardHandler), nil)
 	defer r.cancel()
 	r.once.Do(func() {}) // no loop: the test looks at what push asks of it
 	now := time.Now()

@@ -1,0 +1,230 @@
+// Events for observers (WithObserver): what a Client reports of its locks,
+// for metrics, traces and logs, with no dependency.
+
+package dlock
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// An Observer receives the events of a Client (WithObserver): waits,
+// grants, holds, renewals, losses and store calls. Observe is called on the
+// goroutine that made the event, often one that holds a lock or renews
+// many: it must be quick and must not block, nor call the Client. It is
+// called concurrently from many goroutines.
+// An ObserverFunc is enough to count or log.
+type Observer interface {
+	Observe(e Event)
+}
+
+// ObserverFunc makes a function an Observer.
+type ObserverFunc func(e Event)
+
+// Observe calls f(e).
+func (f ObserverFunc) Observe(e Event) { f(e) }
+
+// WithObserver sends the Client's events to o (see Event). It is a Client
+// option (give it to New). An observer that only counts costs the
+// uncontended Lock and Unlock a few percent (BenchmarkObserverCost).
+func WithObserver(o Observer) Option {
+	return optionFunc(func(opts *options) { opts.observer, opts.observerSet = o, true })
+}
+
+// EventKind says what an Event reports.
+type EventKind uint8
+
+const (
+	// EventLockStarted: Lock or TryLock was called (TryLock set for
+	// TryLock).
+	EventLockStarted EventKind = iota + 1
+	// EventLockGranted: the call obtained the lock. Wait is how long the
+	// call took, Attempts how many requests it sent, Fence the grant's,
+	// Handoff whether a release handed the lock over directly.
+	EventLockGranted
+	// EventLockNotObtained: TryLock found the lock held, or Lock's wait
+	// ended (its context, WithWait, Close) without it. Err says which.
+	EventLockNotObtained
+	// EventLockFailed: the store failed or the call was refused (ErrInvalid,
+	// a closed Client); Err says why.
+	EventLockFailed
+	// EventUnlocked: Unlock ended a lease. Held is how long it was held;
+	// Err is Unlock's error (ErrNotHeld when the lease had been lost).
+	EventUnlocked
+	// EventLost: a lease was lost, for Reason (its Err is the *LostError).
+	EventLost
+	// EventRenewed: one renewal round trip, of Count leases (automatic
+	// renewal, in a batch, or Lease.Refresh), of which Failed failed or
+	// found their lease gone; Latency is its round trip.
+	EventRenewed
+	// EventStoreCall: one call to the store, Op "acquire", "release" or
+	// "withdraw", with its Latency and error (renewals are EventRenewed).
+	EventStoreCall
+)
+
+// String returns the kind's name, as in "lock granted".
+func (k EventKind) String() string {
+	switch k {
+	case EventLockStarted:
+		return "lock started"
+	case EventLockGranted:
+		return "lock granted"
+	case EventLockNotObtained:
+		return "lock not obtained"
+	case EventLockFailed:
+		return "lock failed"
+	case EventUnlocked:
+		return "unlocked"
+	case EventLost:
+		return "lost"
+	case EventRenewed:
+		return "renewed"
+	case EventStoreCall:
+		return "store call"
+	}
+	return "EventKind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Lock types, as Event.Type names them.
+const (
+	TypeMutex     = "mutex"
+	TypeReader    = "reader"    // RWMutex.RLock
+	TypeWriter    = "writer"    // RWMutex.Lock
+	TypeSemaphore = "semaphore" // a Semaphore's permit
+)
+
+// Event is one thing a Client did or saw, for an Observer. Which fields
+// are set depends on Kind (see the EventKind constants); the others are
+// zero. Name is unbounded (as many values as your lock names): keep it out
+// of metric labels unless you map it to a few values.
+type Event struct {
+	Kind EventKind
+	// Name is the lock's name, without the key prefix; "" for a renewal
+	// batch of several locks, and for store calls of such a batch.
+	Name string
+	// Type is TypeMutex, TypeReader, TypeWriter or TypeSemaphore; "" for
+	// a renewal batch.
+	Type string
+	// TryLock: the call was TryLock (EventLockStarted, EventLockGranted,
+	// EventLockNotObtained, EventLockFailed).
+	TryLock bool
+	// Fence is the grant's (EventLockGranted, EventUnlocked, EventLost).
+	Fence uint64
+	// Wait is how long Lock or TryLock took.
+	Wait time.Duration
+	// Attempts is how many acquire requests the call sent.
+	Attempts int
+	// Handoff: a release granted the lock to this waiter directly.
+	Handoff bool
+	// Held is how long the lease was held (EventUnlocked).
+	Held time.Duration
+	// Reason is why a lease was lost (EventLost).
+	Reason LostReason
+	// Count and Failed are the leases of a renewal round trip, and those
+	// whose renewal failed or found them gone (EventRenewed).
+	Count, Failed int
+	// Latency is a store call's round trip (EventRenewed, EventStoreCall).
+	Latency time.Duration
+	// Op is the store call (EventStoreCall).
+	Op string
+	// Err is the call's error, or the loss.
+	Err error
+}
+
+// observer is the Client's observer, or nil; a method on a nil observer
+// does nothing, so that callers need not check.
+type observer struct {
+	o      Observer
+	prefix string // the Client's key prefix, which names leave out
+}
+
+func newObserver(o Observer, prefix string) *observer {
+	if o == nil {
+		return nil
+	}
+	return &observer{o: o, prefix: prefix}
+}
+
+// now is the time, for an observed Client; the zero time (no clock read)
+// otherwise.
+func (ob *observer) now() time.Time {
+	if ob == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+func (ob *observer) emit(e Event) {
+	if ob != nil {
+		ob.o.Observe(e)
+	}
+}
+
+// storeCall reports a store call of op on key that began at start.
+func (ob *observer) storeCall(op, key string, start time.Time, err error) {
+	if ob != nil {
+		ob.o.Observe(Event{Kind: EventStoreCall, Name: strings.TrimPrefix(key, ob.prefix), Op: op, Latency: time.Since(start), Err: err})
+	}
+}
+
+// typeOf names the lock type of a handle made by kind with mode.
+func typeOf(kind string, shared bool) string {
+	switch {
+	case kind == "Semaphore":
+		return TypeSemaphore
+	case kind == "RWMutex" && shared:
+		return TypeReader
+	case kind == "RWMutex":
+		return TypeWriter
+	}
+	return TypeMutex
+}
+
+// started reports a Lock (or TryLock, try) of h, and returns when it
+// started.
+func (ob *observer) started(h *handle, try bool) time.Time {
+	ob.o.Observe(Event{Kind: EventLockStarted, Name: h.name, Type: h.typ, TryLock: try})
+	return time.Now()
+}
+
+// lockEnded reports how a Lock or TryLock of h that started at start
+// ended: with lease l, or err, after attempts requests.
+func (ob *observer) lockEnded(h *handle, try bool, start time.Time, l *Lease, attempts int, handoff bool, err error) {
+	now := time.Now()
+	e := Event{Name: h.name, Type: h.typ, TryLock: try, Wait: now.Sub(start), Attempts: attempts, Handoff: handoff, Err: err}
+	switch {
+	case l != nil:
+		l.at = now
+		e.Kind, e.Fence = EventLockGranted, l.Fence()
+	case errors.Is(err, ErrNotObtained):
+		e.Kind = EventLockNotObtained
+	default:
+		e.Kind = EventLockFailed
+	}
+	ob.o.Observe(e)
+}
+
+// lost reports the loss of g's leases.
+func (ob *observer) lost(g *grant, lost *LostError) {
+	if ob != nil && lost != nil {
+		ob.o.Observe(Event{Kind: EventLost, Name: g.name, Type: g.typ, Fence: g.fence, Reason: lost.Reason, Err: lost})
+	}
+}
+
+// renewed reports one renewal round trip of n leases, sent at sent, of
+// which failed failed or were gone.
+func (ob *observer) renewed(n, failed int, sent time.Time) {
+	if ob != nil {
+		ob.o.Observe(Event{Kind: EventRenewed, Count: n, Failed: failed, Latency: time.Since(sent)})
+	}
+}
+
+// boolInt is 1 for true.
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

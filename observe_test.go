@@ -1,0 +1,203 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/memlock"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+// recorder keeps every event it is given.
+type recorder struct {
+	mu     sync.Mutex
+	events []dlock.Event
+}
+
+func (r *recorder) Observe(e dlock.Event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+// take returns the events so far and forgets them.
+func (r *recorder) take() []dlock.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.events
+	r.events = nil
+	return out
+}
+
+// of returns the events of kind k among es.
+func of(es []dlock.Event, k dlock.EventKind) []dlock.Event {
+	var out []dlock.Event
+	for _, e := range es {
+		if e.Kind == k {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func one(t *testing.T, es []dlock.Event, k dlock.EventKind) dlock.Event {
+	t.Helper()
+	got := of(es, k)
+	if len(got) != 1 {
+		t.Fatalf("%d %q events, want 1; all: %+v", len(got), k, es)
+	}
+	return got[0]
+}
+
+func TestObserverEvents(t *testing.T) {
+	store := memlock.New()
+	rec := &recorder{}
+	c := dlock.New(store, dlock.WithObserver(rec), dlock.WithKeyPrefix("app/"), dlock.WithTTL(300*time.Millisecond))
+	defer c.Close()
+	other := dlock.New(store, dlock.WithKeyPrefix("app/"))
+	defer other.Close()
+	ctx := t.Context()
+
+	// An uncontended Lock, held for a while, then Unlock.
+	l, err := c.Mutex("jobs").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	es := rec.take()
+	if s := one(t, es, dlock.EventLockStarted); s.Name != "jobs" || s.Type != dlock.TypeMutex || s.TryLock {
+		t.Errorf("started = %+v", s)
+	}
+	g := one(t, es, dlock.EventLockGranted)
+	if g.Fence != l.Fence() || g.Attempts != 1 || g.Wait <= 0 || g.Handoff {
+		t.Errorf("granted = %+v, fence %d", g, l.Fence())
+	}
+	if sc := one(t, es, dlock.EventStoreCall); sc.Op != "acquire" || sc.Name != "jobs" || sc.Latency <= 0 {
+		t.Errorf("store call = %+v", sc)
+	}
+	time.Sleep(250 * time.Millisecond) // past a renewal (TTL/3)
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	es = rec.take()
+	if r := of(es, dlock.EventRenewed); len(r) == 0 || r[0].Count != 1 || r[0].Failed != 0 || r[0].Latency <= 0 {
+		t.Errorf("renewals = %+v", r)
+	}
+	if u := one(t, es, dlock.EventUnlocked); u.Held < 250*time.Millisecond || u.Err != nil || u.Fence != l.Fence() {
+		t.Errorf("unlocked = %+v", u)
+	}
+
+	// TryLock of a held lock; a Lock that waits for it.
+	held, err := other.Mutex("jobs").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Mutex("jobs").TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("TryLock = %v", err)
+	}
+	if n := one(t, rec.take(), dlock.EventLockNotObtained); !n.TryLock || n.Attempts != 1 || !errors.Is(n.Err, dlock.ErrNotObtained) {
+		t.Errorf("not obtained = %+v", n)
+	}
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		_ = held.Unlock(context.Background())
+	}()
+	w, err := c.Mutex("jobs").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := one(t, rec.take(), dlock.EventLockGranted); g.Attempts < 2 || g.Wait < 90*time.Millisecond {
+		t.Errorf("granted after a wait = %+v", g)
+	}
+
+	// A loss.
+	if _, _, err := store.ForceRelease(ctx, "app/jobs"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.Done():
+	case <-time.After(time.Second):
+		t.Fatal("the lease was not lost")
+	}
+	// The event follows Done: the renewer reports it once the grant's
+	// lock is let go.
+	var es2 []dlock.Event
+	for deadline := time.Now().Add(time.Second); len(of(es2, dlock.EventLost)) == 0 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+		es2 = append(es2, rec.take()...)
+	}
+	if lost := one(t, es2, dlock.EventLost); lost.Reason != dlock.LostMissing || lost.Fence != w.Fence() || lost.Name != "jobs" {
+		t.Errorf("lost = %+v", lost)
+	}
+
+	// A reader's type; a wait ended by its context.
+	rl, err := c.RWMutex("table").RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := one(t, rec.take(), dlock.EventLockGranted); g.Type != dlock.TypeReader {
+		t.Errorf("reader granted = %+v", g)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := other.RWMutex("table").Lock(wctx); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("writer = %v", err)
+	}
+	_ = rl.Unlock(ctx)
+
+	// The option belongs to the Client.
+	if _, err := c.Mutex("x", dlock.WithObserver(rec)).TryLock(ctx); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("WithObserver on a lock = %v, want ErrInvalid", err)
+	}
+}
+
+// counter is the cheapest useful observer: it counts events.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) Observe(dlock.Event) { c.n.Add(1) }
+
+// BenchmarkObserverCost is one uncontended Lock+Unlock without and with
+// an observer that counts (issue 21: within 3%), on memlock, where no
+// network hides the cost, and on a redis-server on loopback:
+//
+//	go test -run XXX -bench ObserverCost -count 6 . | benchstat -col /observer -
+func BenchmarkObserverCost(b *testing.B) {
+	for _, store := range []string{"memlock", "redis"} {
+		b.Run("store="+store, func(b *testing.B) {
+			var backend driver.Backend = memlock.New()
+			if store == "redis" {
+				backend = redislock.New(testserver.StartRedis(b).Client(b))
+			}
+			for _, on := range []bool{false, true} {
+				name := "observer=none"
+				var opts []dlock.Option
+				if on {
+					name = "observer=counter"
+					opts = append(opts, dlock.WithObserver(&counter{}))
+				}
+				b.Run(name, func(b *testing.B) {
+					c := dlock.New(backend, opts...)
+					defer c.Close()
+					ctx := context.Background()
+					m := c.Mutex("bench/observed")
+					b.ReportAllocs()
+					for b.Loop() {
+						l, err := m.Lock(ctx)
+						if err != nil {
+							b.Fatal(err)
+						}
+						if err := l.Unlock(ctx); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
+		})
+	}
+}
