@@ -26,7 +26,7 @@ type Client struct {
 
 	renewer *renewer
 	hub     *waitHub
-	obs     *observer // nil without WithObserver
+	obs     *observer  // nil without WithObserver
 	owners  ownerCache // the owner string of the current second
 
 	mu     sync.Mutex

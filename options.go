@@ -41,23 +41,23 @@ type optionFunc func(*options)
 func (f optionFunc) apply(o *options) { f(o) }
 
 type options struct {
-	ttl       time.Duration
-	autoRenew bool
-	wait      time.Duration
-	retry     RetryStrategy
-	ownerID   string
-	metadata  string
-	logger    *slog.Logger
-	loggerSet bool // WithLogger was given: a Client option only
+	ttl         time.Duration
+	autoRenew   bool
+	wait        time.Duration
+	retry       RetryStrategy
+	ownerID     string
+	metadata    string
+	logger      *slog.Logger
+	loggerSet   bool // WithLogger was given: a Client option only
 	observer    Observer
 	observerSet bool // WithObserver was given: a Client option only
-	keyPrefix string
-	reentrant bool
-	margin    time.Duration // used when marginSet; else TTL/10
-	marginSet bool
-	onBusy    func(*NotObtainedError)
-	lockDelay time.Duration
-	fair      bool
+	keyPrefix   string
+	reentrant   bool
+	margin      time.Duration // used when marginSet; else TTL/10
+	marginSet   bool
+	onBusy      func(*NotObtainedError)
+	lockDelay   time.Duration
+	fair        bool
 }
 
 func defaultOptions() options {
