@@ -7,6 +7,7 @@ package dlock
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -209,7 +210,7 @@ func (c *Client) settle(timeout time.Duration, fn func(ctx context.Context)) {
 // the warning logged when the release fails.
 func (c *Client) releaseUnused(ctx context.Context, key, token, what string) {
 	if _, err := c.release(ctx, key, token); err != nil {
-		c.log.Warn("dlock: "+what+" failed; the lock expires after its TTL", "key", key, "err", err)
+		c.log.Warn("dlock: "+what+" failed; the lock expires after its TTL", "lock", strings.TrimPrefix(key, c.opts.keyPrefix), "err", err)
 	}
 }
 
@@ -255,12 +256,12 @@ func (c *Client) logLoss(g *grant, lost *LostError, failed error) {
 }
 
 // logLoss logs a loss and a failed renewal to log.
-func logLoss(log *slog.Logger, name string, lost *LostError, failed error) {
+func logLoss(log *slog.Logger, g *grant, lost *LostError, failed error) {
 	if failed != nil {
-		log.Warn("dlock: renewal failed", "name", name, "err", failed)
+		log.Warn("dlock: renewal failed", "lock", g.name, "fence", g.fence, "err", failed)
 	}
 	if lost != nil {
-		log.Warn("dlock: lease lost", "name", name, "reason", lost.Reason.String(), "err", lost.Cause)
+		log.Warn("dlock: lease lost", "lock", g.name, "fence", g.fence, "reason", lost.Reason.String(), "err", lost.Cause)
 	}
 }
 

@@ -222,7 +222,7 @@ func (e *Election) observe(ctx context.Context, ch chan<- LeaderInfo) {
 		case ctx.Err() != nil:
 			return
 		case err != nil && !errors.Is(err, ErrNoLeader):
-			e.c.log.Warn("dlock: observing an election", "name", e.name, "err", err)
+			e.c.log.Warn("dlock: observing an election", "lock", e.name, "err", err)
 			attempt++
 		case first || info.Fence != sent.Fence:
 			sent, pending, first, attempt = info, &info, false, 1

@@ -454,7 +454,7 @@ func (h *handle) giveBack(ctx context.Context, token string, fence uint64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.opts.ttl)
 	defer cancel()
 	if _, err := h.c.releaseGrant(ctx, h.key, token, fence); err != nil {
-		h.c.log.Warn("dlock: giving back a grant that came too late failed; the lock expires after its TTL", "key", h.key, "err", err)
+		h.c.log.Warn("dlock: giving back a grant that came too late failed; the lock expires after its TTL", "lock", h.name, "fence", fence, "err", err)
 	}
 }
 
@@ -490,7 +490,7 @@ func (h *handle) withdraw(token string) {
 		err := w.Withdraw(ctx, h.key, token)
 		h.c.obs.storeCall("withdraw", h.key, start, err)
 		if err != nil && !errors.Is(err, errors.ErrUnsupported) {
-			h.hub.log.Warn("dlock: leaving the queue failed; the entry lapses after its time to live", "name", h.name, "err", err)
+			h.hub.log.Warn("dlock: leaving the queue failed; the entry lapses after its time to live", "lock", h.name, "err", err)
 		}
 	})
 }

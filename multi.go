@@ -213,7 +213,7 @@ func (ml *MultiLease) ended(l *Lease) {
 		if lost.Reason == LostClosed {
 			return // Close releases the others itself
 		}
-		ml.c.log.Warn("dlock: a name of a multi-lock was lost; releasing the others", "name", l.Name(), "err", err)
+		ml.c.log.Warn("dlock: a name of a multi-lock was lost; releasing the others", "lock", l.Name(), "fence", l.Fence(), "err", err)
 	}
 	ml.c.background(ml.leases[0].g.ttl, func(ctx context.Context) {
 		for i := len(ml.leases) - 1; i >= 0; i-- {

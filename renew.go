@@ -242,7 +242,7 @@ func (r *renewer) renewBatch(batch []*grant) {
 // logLoss logs a loss and a failed renewal of g, and reports the loss to
 // the observer.
 func (r *renewer) logLoss(g *grant, lost *LostError, failed error) {
-	logLoss(r.log, g.name, lost, failed)
+	logLoss(r.log, g, lost, failed)
 	r.obs.lost(g, lost)
 }
 
