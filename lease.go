@@ -159,6 +159,31 @@ func (l *Lease) Deadline() time.Time {
 	return l.g.deadline
 }
 
+// CallContext returns a context for one call to the resource the lease
+// protects: it ends when parent does, when the lease ends (cancelled with
+// its Err), and at the lease's safe deadline as it stands now (Deadline
+// minus the safety margin), so that a driver that honours deadlines stops
+// a call, or refuses to start it, before the store can have given the lock
+// to someone else. Lease.Context has no deadline, since renewals move it.
+// A call already on the wire can still land late: the fence is what makes
+// the resource refuse it (see docs/FENCING.md). The context carries the
+// lease (LeaseFromContext). Call cancel when the call is done.
+func (l *Lease) CallContext(parent context.Context) (ctx context.Context, cancel context.CancelFunc) {
+	if l == nil || l.g == nil {
+		ctx, cancel := context.WithCancelCause(parent)
+		cancel(invalid("lease: nil or not made by a Client"))
+		return ctx, func() {}
+	}
+	ctx, cancelCause := context.WithCancelCause(context.WithValue(parent, leaseKey{}, l))
+	ctx, cancelDeadline := context.WithDeadline(ctx, l.g.safeDeadline())
+	stop := context.AfterFunc(l.Context(), func() { cancelCause(l.Err()) })
+	return ctx, func() {
+		stop()
+		cancelDeadline()
+		cancelCause(context.Canceled)
+	}
+}
+
 // finish ends the lease with err, once.
 func (l *Lease) finish(err error) {
 	l.mu.Lock()

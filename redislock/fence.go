@@ -1,5 +1,5 @@
-// Fenced writes to a protected resource: FencedSet, FencedGet and
-// ErrStaleFence.
+// Fenced writes to a protected resource: FencedSet, FencedGet,
+// FencedClaim and ErrStaleFence.
 
 package redislock
 
@@ -50,6 +50,37 @@ func FencedSet(ctx context.Context, rdb redis.Scripter, key string, fence uint64
 		accepted = reply[1]
 	}
 	return fmt.Errorf("redislock: fenced set %q: fence %d is older than accepted fence %v: %w", key, fence, accepted, ErrStaleFence)
+}
+
+// FencedClaim reads the value FencedSet stored at key, for a
+// read-modify-write under the lease of fence, and makes the read count as
+// a write of fence: key's accepted fence is raised to fence in the same
+// script, so that a FencedSet (or FencedClaim) of an older holder is
+// refused from then on. Without it, a holder that read the value before a
+// pause can write a value computed from it after the next holder has read
+// the same value but not yet written: two decrements, one applied.
+//
+//	stock, _, err := redislock.FencedClaim(ctx, rdb, "stock:42", lease.Fence())
+//	... n := parse(stock) - 1 ...
+//	err = redislock.FencedSet(ctx, rdb, "stock:42", lease.Fence(), strconv.Itoa(n))
+//
+// ok is false when no value is stored yet (the claim is made all the
+// same). A fence older than the accepted one returns an error wrapping
+// ErrStaleFence and changes nothing. Claiming again with the same fence
+// changes nothing, so a resent claim is harmless.
+func FencedClaim(ctx context.Context, rdb redis.Scripter, key string, fence uint64) (value string, ok bool, err error) {
+	reply, err := fencedClaimScript.Run(ctx, rdb, []string{key}, strconv.FormatUint(fence, 10)).Slice()
+	if err != nil {
+		return "", false, fmt.Errorf("redislock: fenced claim %q: %w", key, err)
+	}
+	if len(reply) != 2 {
+		return "", false, fmt.Errorf("redislock: fenced claim %q: unexpected reply %v", key, reply)
+	}
+	if claimed, _ := asInt64(reply[0]); claimed != 1 {
+		return "", false, fmt.Errorf("redislock: fenced claim %q: fence %d is older than accepted fence %v: %w", key, fence, reply[1], ErrStaleFence)
+	}
+	value, ok = reply[1].(string)
+	return value, ok, nil
 }
 
 // FencedGet returns the value FencedSet stored at key and the fence that

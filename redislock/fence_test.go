@@ -67,3 +67,43 @@ func TestFencedSetKeepsItsFieldsInOneHash(t *testing.T) {
 		t.Errorf("stored hash = %v, want value and fence", got)
 	}
 }
+
+// A read-modify-write under two successive grants: A (fence 5) reads the
+// stock, pauses; B (fence 6) reads the same stock. With FencedGet, A's
+// late write of stock−1 was accepted (no fence 6 had written yet) and B's
+// decrement then overwrote it: two sales, one decrement. FencedClaim makes
+// B's read count as a write of fence 6, so A's write is refused.
+func TestFencedClaimRefusesLateWriter(t *testing.T) {
+	_, rdb, _ := setup(t)
+	ctx := t.Context()
+	const key = "stock"
+	if _, ok, err := redislock.FencedClaim(ctx, rdb, key, 4); err != nil || ok {
+		t.Fatalf("claim of a missing value = %v, %v; want no value, no error", ok, err)
+	}
+	if err := redislock.FencedSet(ctx, rdb, key, 4, "10"); err != nil {
+		t.Fatal(err)
+	}
+	a, ok, err := redislock.FencedClaim(ctx, rdb, key, 5)
+	if err != nil || !ok || a != "10" {
+		t.Fatalf("A's claim = %q, %v, %v; want 10", a, ok, err)
+	}
+	b, ok, err := redislock.FencedClaim(ctx, rdb, key, 6)
+	if err != nil || !ok || b != "10" {
+		t.Fatalf("B's claim = %q, %v, %v; want 10", b, ok, err)
+	}
+	if err := redislock.FencedSet(ctx, rdb, key, 5, "9"); !errors.Is(err, redislock.ErrStaleFence) {
+		t.Fatalf("A's late write after B's claim = %v, want ErrStaleFence", err)
+	}
+	if _, _, err := redislock.FencedClaim(ctx, rdb, key, 5); !errors.Is(err, redislock.ErrStaleFence) {
+		t.Fatalf("A's late claim = %v, want ErrStaleFence", err)
+	}
+	if _, _, err := redislock.FencedClaim(ctx, rdb, key, 6); err != nil {
+		t.Fatalf("B's claim again (a resend) = %v", err)
+	}
+	if err := redislock.FencedSet(ctx, rdb, key, 6, "9"); err != nil {
+		t.Fatalf("B's write = %v", err)
+	}
+	if v, f, err := redislock.FencedGet(ctx, rdb, key); err != nil || v != "9" || f != 6 {
+		t.Errorf("FencedGet = %q, %d, %v; want 9 at fence 6", v, f, err)
+	}
+}

@@ -65,6 +65,10 @@ var (
 	//go:embed fenced_get.lua
 	fencedGetLua    string
 	fencedGetScript = redis.NewScript(fencedGetLua)
+
+	//go:embed fenced_claim.lua
+	fencedClaimLua    string
+	fencedClaimScript = redis.NewScript(fencedClaimLua)
 )
 
 // The hashes of the scripts on the hot path, boxed once as EVALSHA
