@@ -160,11 +160,14 @@ func (e *Election) leader(ctx context.Context) (LeaderInfo, error) {
 // Observe is woken by the store's release notifications where the store
 // has them (Redis pub/sub, PostgreSQL LISTEN/NOTIFY, memlock), so a
 // resignation or a removal is seen at once; a leader whose lease lapses
-// is seen when its TTL, as last read, runs out. Stores do not announce
-// grants, so while the election has no leader, Observe reads it on the
-// WithRetry schedule (a campaign of this Client is seen at once); without
-// notifications it reads it on that schedule throughout. Each read is one
-// Inspect of the lock (a quorum read on redlock).
+// is seen when its TTL, as last read, runs out; and, since a notification
+// can be lost (or a releasing process may announce nothing, as a plain
+// sqllock.New does), Observe reads the election at least every 2 seconds
+// while it has a leader. Stores do not announce grants, so while the
+// election has no leader, Observe reads it on the WithRetry schedule (by
+// default 5ms growing to 500ms; a campaign of this Client is seen at
+// once); without notifications it reads it on that schedule throughout.
+// Each read is one Inspect of the lock (a quorum read on redlock).
 //
 // It returns ErrInvalid for a bad name or option or a backend without
 // driver.Inspector, and ErrClosed after Client.Close. Store errors while
@@ -237,9 +240,12 @@ func (e *Election) observe(ctx context.Context, ch chan<- LeaderInfo) {
 		d := max(retry.Delay(attempt), time.Millisecond)
 		if err == nil && info.TTL > 0 {
 			if notified && e.o.retry == nil {
-				// A release will be heard: the lease can only end
-				// unannounced when its TTL runs out.
-				d = info.TTL + time.Millisecond
+				// A release will be heard, and the lease otherwise ends
+				// when its TTL runs out; but a notification can be lost
+				// (a refused publish, a lost datagram, a releasing
+				// process that announces nothing), so read again every
+				// observeSafetyNet all the same, as waiters do.
+				d = min(info.TTL+time.Millisecond, observeSafetyNet)
 			} else {
 				d = min(d, info.TTL+time.Millisecond)
 			}
@@ -365,3 +371,7 @@ func ownerMetadata(owner string) (metadata string, ok bool) {
 	}
 	return meta, true
 }
+
+// observeSafetyNet is the longest an observer on a store that announces
+// releases goes without reading the election while it has a leader.
+const observeSafetyNet = 2 * time.Second

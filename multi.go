@@ -290,6 +290,7 @@ func (ml *MultiLease) Context() context.Context {
 	if ml == nil || ml.ctx == nil {
 		return (*Lease)(nil).Context()
 	}
+	ml.sync()
 	return ml.ctx
 }
 
@@ -298,6 +299,7 @@ func (ml *MultiLease) Done() <-chan struct{} {
 	if ml == nil || ml.done == nil {
 		return closedChan
 	}
+	ml.sync()
 	return ml.done
 }
 
@@ -308,9 +310,22 @@ func (ml *MultiLease) Err() error {
 	if ml == nil || ml.ctx == nil {
 		return invalid("multi lease: nil or not made by a Multi")
 	}
+	ml.sync()
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
 	return ml.err
+}
+
+// sync ends ml at once when one of its leases has ended, rather than when
+// the goroutine that watches that lease's context gets to it: a caller
+// that saw a lease end must not find ml still held.
+func (ml *MultiLease) sync() {
+	for _, l := range ml.leases {
+		if l.Err() != nil {
+			ml.ended(l)
+			return
+		}
+	}
 }
 
 // Deadline returns the earliest of the leases' local validity deadlines
@@ -338,6 +353,7 @@ func (ml *MultiLease) Unlock(ctx context.Context) error {
 	if ml == nil || ml.ctx == nil {
 		return invalid("multi lease: nil or not made by a Multi")
 	}
+	ml.sync()
 	ml.mu.Lock()
 	ended := ml.err
 	ml.unlocking = true
