@@ -48,6 +48,7 @@ func commandList() []command {
 		{"inspect", "show one lock", cmdInspect},
 		{"release", "break a lock held by someone else (--force)", cmdRelease},
 		{"bench", "measure lock latency and throughput on a store", cmdBench},
+		{"top", "live view of a store's held locks and waiters", cmdTop},
 		{"version", "print dlock's version", cmdVersion},
 		{"help", "show help for dlock or a command", cmdHelp},
 	}

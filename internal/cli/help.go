@@ -17,6 +17,7 @@ var synopses = map[string]string{
 	"inspect": "dlock inspect NAME [--json]",
 	"release": "dlock release --force NAME [--json]",
 	"bench":   "dlock bench [flags] [URL...]",
+	"top":     topSynopsis,
 	"version": "dlock version",
 	"help":    "dlock help [COMMAND]",
 }
@@ -415,6 +416,7 @@ var helps = map[string]string{
 	"inspect": inspectHelp,
 	"release": releaseHelp,
 	"bench":   benchHelp,
+	"top":     topHelp,
 	"version": versionHelp,
 	"help":    helpHelp,
 }

@@ -41,6 +41,7 @@ func commandFlagSets() map[string]func(a *app) *flag.FlagSet {
 		"inspect": func(a *app) *flag.FlagSet { fs, _ := jsonFlags(a, "inspect"); return fs },
 		"release": func(a *app) *flag.FlagSet { fs, _, _ := releaseFlags(a); return fs },
 		"bench":   func(a *app) *flag.FlagSet { return benchFlags(a, &benchOptions{}, &benchLists{}) },
+		"top":     func(a *app) *flag.FlagSet { return topFlags(a, &topOptions{}) },
 	}
 }
 

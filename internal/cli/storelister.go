@@ -1,0 +1,72 @@
+// storeLister: the store access of top and dash, which watch a store that
+// may not exist yet.
+
+package cli
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// storeLister lists a store's held locks through its Inspector, for the
+// commands that watch a store (top, dash). A SQLite file that does not
+// exist yet holds no lock: it lists nothing, is not created, and is looked
+// for again at the next call. Not safe for concurrent use.
+type storeLister struct {
+	a      *app
+	prefix string
+	st     *store
+	in     driver.Inspector
+	where  string
+}
+
+// open opens the store, or finds that its SQLite file does not exist yet;
+// any other error (a bad URL, a store that cannot be reached, one without
+// an Inspector) is returned, to end the command.
+func (l *storeLister) open(ctx context.Context) error {
+	st, in, err := l.a.openInspector(ctx)
+	var noStore *noStoreError
+	switch {
+	case errors.As(err, &noStore):
+		l.where = "sqlite://" + noStore.path
+		return nil
+	case err != nil:
+		return err
+	}
+	l.st, l.in, l.where = st, in, st.where
+	return nil
+}
+
+// List returns the held locks under the prefix. Its errors name the store,
+// with secrets redacted.
+func (l *storeLister) List(ctx context.Context) ([]driver.LockInfo, error) {
+	if l.in == nil {
+		if err := l.open(ctx); err != nil {
+			return nil, err
+		}
+		if l.in == nil {
+			return nil, nil
+		}
+	}
+	infos, err := l.in.List(ctx, l.prefix)
+	if err != nil {
+		return nil, l.st.storeErr("list locks", err)
+	}
+	return infos, nil
+}
+
+// Close closes the store, if it was opened.
+func (l *storeLister) Close() {
+	if l.st != nil {
+		l.st.Close()
+	}
+}
+
+// heldForFunc and fmtDurationFunc hand the CLI's own measures to the views.
+var (
+	heldForFunc     func(driver.LockInfo, time.Time) (time.Duration, bool) = heldFor
+	fmtDurationFunc func(time.Duration) string                             = fmtDuration
+)
