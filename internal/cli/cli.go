@@ -49,6 +49,7 @@ func commandList() []command {
 		{"release", "break a lock held by someone else (--force)", cmdRelease},
 		{"bench", "measure lock latency and throughput on a store", cmdBench},
 		{"top", "live view of a store's held locks and waiters", cmdTop},
+		{"dash", "web dashboard of a store's locks, with /metrics", cmdDash},
 		{"version", "print dlock's version", cmdVersion},
 		{"help", "show help for dlock or a command", cmdHelp},
 	}

@@ -18,6 +18,7 @@ var synopses = map[string]string{
 	"release": "dlock release --force NAME [--json]",
 	"bench":   "dlock bench [flags] [URL...]",
 	"top":     topSynopsis,
+	"dash":    dashSynopsis,
 	"version": "dlock version",
 	"help":    "dlock help [COMMAND]",
 }
@@ -417,6 +418,7 @@ var helps = map[string]string{
 	"release": releaseHelp,
 	"bench":   benchHelp,
 	"top":     topHelp,
+	"dash":    dashHelp,
 	"version": versionHelp,
 	"help":    helpHelp,
 }

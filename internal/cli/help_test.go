@@ -42,6 +42,7 @@ func commandFlagSets() map[string]func(a *app) *flag.FlagSet {
 		"release": func(a *app) *flag.FlagSet { fs, _, _ := releaseFlags(a); return fs },
 		"bench":   func(a *app) *flag.FlagSet { return benchFlags(a, &benchOptions{}, &benchLists{}) },
 		"top":     func(a *app) *flag.FlagSet { return topFlags(a, &topOptions{}) },
+		"dash":    func(a *app) *flag.FlagSet { return dashFlags(a, &dashOptions{}) },
 	}
 }
 

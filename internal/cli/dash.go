@@ -1,0 +1,141 @@
+// The dash command: a web dashboard of one store (internal/dash).
+
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/dash"
+)
+
+// dashOptions are dash's flags.
+type dashOptions struct {
+	listen    string
+	listenAny bool
+	interval  time.Duration
+	prefix    string
+}
+
+func dashFlags(a *app, o *dashOptions) *flag.FlagSet {
+	fs := a.newFlagSet("dash")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "")
+	fs.BoolVar(&o.listenAny, "listen-any", false, "")
+	durationVar(fs, &o.interval, "interval", 250*time.Millisecond)
+	fs.StringVar(&o.prefix, "prefix", "", "")
+	return fs
+}
+
+// cmdDash is dlock dash [URL]: it samples the store every --interval and
+// serves the dashboard on --listen until SIGINT, SIGTERM or SIGHUP.
+func cmdDash(ctx context.Context, a *app, args []string) error {
+	var o dashOptions
+	fs := dashFlags(a, &o)
+	pos, err := a.parseCommand(fs, "dash", args)
+	if err != nil {
+		return err
+	}
+	if err := a.backendArg("dash", pos); err != nil {
+		return err
+	}
+	if err := dash.CheckListen(o.listen, o.listenAny); err != nil {
+		return usageErr("dash", "%v", err)
+	}
+	if o.interval < 50*time.Millisecond {
+		return usageErr("dash", "--interval must be at least 50ms, not %v", o.interval)
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	l := &storeLister{a: a, prefix: o.prefix}
+	if err := l.open(ctx); err != nil {
+		return err
+	}
+	defer l.Close()
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fail(exitUnavailable, "--listen: %v", err)
+	}
+	d := dash.New(dash.Config{List: l.List, HeldFor: heldForFunc, Where: l.where, Interval: o.interval})
+	srv := &http.Server{Handler: d.Handler(o.listenAny), ReadHeaderTimeout: 10 * time.Second}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		d.Run(ctx)
+	}()
+	serveErr := make(chan error, 1)
+	go func() {
+		defer wg.Done()
+		serveErr <- srv.Serve(ln)
+	}()
+	fmt.Fprintf(a.stderr, "dlock dash: serving %s on http://%s/ (Ctrl-C to stop)\n", l.where, ln.Addr())
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	_ = srv.Shutdown(sctx)
+	cancel()
+	stop()
+	wg.Wait()
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fail(exitUnavailable, "serve: %v", err)
+	}
+	return nil
+}
+
+const dashSynopsis = "dlock dash [URL] [--listen 127.0.0.1:8080] [--listen-any] [--interval 250ms] [--prefix PREFIX]"
+
+const dashHelp = `usage: ` + dashSynopsis + `
+
+Serves a web page of one store (URL, else --backend, DLOCK_BACKEND or the
+default SQLite file) on --listen: the held locks with their holders and
+waiters, refreshed every 500ms; a timeline of the last 5 minutes, per
+second, of the grants, releases and losses that dash saw and of the locks
+held and waiters queued; and, for the lock clicked, its readers or permit
+holders and its queue. Its assets are in the binary: it needs no network.
+
+dash samples the store every --interval and compares two samples: a hold that
+appeared is a grant, one that disappeared a release, or a loss when its
+lease could have run out since the last sample (or the lock entered its
+lock-delay). A grant and release both between two samples go unseen.
+
+/metrics serves, in the Prometheus text format, store-level gauges from the
+last sample (dlock_locks_held, dlock_exclusive_holds, dlock_shared_holds,
+dlock_queued_waiters, dlock_writers_waiting, dlock_locks_in_lock_delay,
+dlock_dash_up) and dash's counters (dlock_dash_grants_total, ..._releases_,
+..._losses_, ..._samples_, ..._sample_errors_total). /api/state and
+/api/timeline serve the same as JSON.
+
+dash only reads the store (it creates no SQLite file) and answers GET and
+HEAD only. It shows every holder's owner string (host names, process IDs,
+metadata) without authentication, so it listens on loopback only, and answers
+only requests addressed to localhost or a loopback address, unless
+--listen-any. Names and owner strings are shown as text, with control and
+bidi characters escaped.
+
+Flags:
+  --listen HOST:PORT         where to serve (default 127.0.0.1:8080; port 0
+                             picks a free one, printed on stderr)
+  --listen-any               allow a --listen address that is not loopback
+                             (":8080" is every interface), and requests for any
+                             host name
+  --interval DURATION        time between two samples of the store (default
+                             250ms, at least 50ms)
+  --prefix PREFIX            only the locks whose names start with PREFIX
+
+Exit status: 0 after SIGINT, SIGTERM or SIGHUP; 64 for bad flags, URL or a
+non-loopback --listen without --listen-any; 69 when the store cannot be
+reached at the start or --listen cannot be bound (later store errors are
+shown on the page, and dlock_dash_up is 0).
+
+` + backendFlagsHelp

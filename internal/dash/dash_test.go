@@ -1,0 +1,274 @@
+package dash_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/dash"
+	"github.com/dlock-go/dlock/internal/safetext"
+	"github.com/dlock-go/dlock/memlock"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeStore hands the sampler the samples a test sets.
+type fakeStore struct {
+	mu    sync.Mutex
+	infos []driver.LockInfo
+	err   error
+}
+
+func (f *fakeStore) set(infos []driver.LockInfo, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.infos, f.err = infos, err
+}
+
+func (f *fakeStore) List(context.Context) ([]driver.LockInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.infos, f.err
+}
+
+func get(t *testing.T, h http.Handler, path string) *httptest.ResponseRecorder {
+	t.Helper()
+	r := httptest.NewRequest(http.MethodGet, "http://127.0.0.1:8080"+path, nil)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+func state(t *testing.T, h http.Handler) dash.State {
+	t.Helper()
+	w := get(t, h, "/api/state")
+	var st dash.State
+	if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil {
+		t.Fatalf("/api/state: %v: %s", err, w.Body)
+	}
+	return st
+}
+
+// metric returns the value of a sample line in /metrics.
+func metric(t *testing.T, h http.Handler, name string) string {
+	t.Helper()
+	w := get(t, h, "/metrics")
+	if ct := w.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/plain; version=0.0.4") {
+		t.Errorf("/metrics Content-Type %q", ct)
+	}
+	for line := range strings.SplitSeq(w.Body.String(), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			if !strings.Contains(w.Body.String(), "# TYPE "+name+" ") {
+				t.Errorf("/metrics has no TYPE line for %s", name)
+			}
+			return v
+		}
+	}
+	t.Fatalf("/metrics has no %s:\n%s", name, w.Body)
+	return ""
+}
+
+// TestSamplerCountsWhatChanged: between two samples, a new hold is a
+// grant, a hold gone with time left a release, and one gone when its lease
+// could have run out a loss; a failed sample keeps the last good locks and
+// sets dlock_dash_up to 0.
+func TestSamplerCountsWhatChanged(t *testing.T) {
+	f := &fakeStore{}
+	d := dash.New(dash.Config{List: f.List, Where: "test", Interval: 250 * time.Millisecond})
+	h := d.Handler(false)
+	f.set([]driver.LockInfo{{Key: "a", Owner: "o1", Fence: 1, Holds: 1, TTL: 10 * time.Second}}, nil)
+	d.Sample(t.Context()) // the baseline: what was held before dash started is no grant
+	f.set([]driver.LockInfo{
+		{Key: "a", Owner: "o1", Fence: 1, Holds: 1, TTL: 10 * time.Second},
+		{Key: "b", Shared: []driver.SharedHold{{Owner: "r1", Fence: 1, TTL: 5 * time.Second}, {Owner: "r2", Fence: 2, TTL: 100 * time.Millisecond}}, Limit: 3, Queued: 2},
+	}, nil)
+	d.Sample(t.Context())
+	st := state(t, h)
+	if st.Counts.Grants != 2 || st.Totals != (dash.Totals{Locks: 2, Exclusive: 1, Shared: 2, Queued: 2}) {
+		t.Errorf("after two readers came: counts %+v, totals %+v", st.Counts, st.Totals)
+	}
+	if b := st.Locks[1]; b.Kind != "permits" || b.Holds != 2 || b.Limit != 3 || len(b.Shared) != 2 || b.Queued != 2 {
+		t.Errorf("lock b: %+v", b)
+	}
+	f.set([]driver.LockInfo{
+		{Key: "b", Shared: []driver.SharedHold{{Owner: "r1", Fence: 1, TTL: 5 * time.Second}}, Limit: 3},
+		{Key: "c", Owner: "o3", Fence: 9, TTL: time.Second, Delayed: true},
+	}, nil)
+	d.Sample(t.Context())
+	st = state(t, h)
+	if st.Counts.Grants != 2 || st.Counts.Releases != 1 || st.Counts.Losses != 2 {
+		t.Errorf("after a release, an expiry and a lock-delay: %+v, want 2 grants, 1 release, 2 losses", st.Counts)
+	}
+	if metric(t, h, "dlock_locks_held") != "2" || metric(t, h, "dlock_locks_in_lock_delay") != "1" ||
+		metric(t, h, "dlock_dash_losses_total") != "2" || metric(t, h, "dlock_dash_up") != "1" {
+		t.Errorf("/metrics:\n%s", get(t, h, "/metrics").Body)
+	}
+	f.set(nil, errors.New("connection refused"))
+	d.Sample(t.Context())
+	st = state(t, h)
+	if st.Error == "" || len(st.Locks) != 2 || st.Counts.SampleErrors != 1 {
+		t.Errorf("after a failed sample: error %q, %d locks, counts %+v", st.Error, len(st.Locks), st.Counts)
+	}
+	if metric(t, h, "dlock_dash_up") != "0" || metric(t, h, "dlock_dash_sample_errors_total") != "1" {
+		t.Error("a failed sample does not show in /metrics")
+	}
+	var tl []dash.Bucket
+	if err := json.Unmarshal(get(t, h, "/api/timeline").Body.Bytes(), &tl); err != nil || len(tl) == 0 {
+		t.Fatalf("/api/timeline: %v, %d buckets", err, len(tl))
+	}
+	var g, r, l int
+	for _, b := range tl {
+		g, r, l = g+b.Grants, r+b.Releases, l+b.Losses
+	}
+	if g != 2 || r != 1 || l != 2 {
+		t.Errorf("timeline has %d grants, %d releases, %d losses; want 2, 1, 2", g, r, l)
+	}
+}
+
+// TestStoredStringsEscaped: names and owner strings reach the JSON with
+// control and bidi characters escaped, and markup as JSON-escaped text.
+func TestStoredStringsEscaped(t *testing.T) {
+	const name, owner = "evil\x1b[2J\u202e", "host\x1b]0;pwned\x07|pid 1|<script>alert(1)</script>"
+	f := &fakeStore{}
+	f.set([]driver.LockInfo{{Key: name, Owner: owner, Fence: 1, Holds: 1, TTL: time.Second}}, nil)
+	d := dash.New(dash.Config{List: f.List, Where: "test"})
+	d.Sample(t.Context())
+	body := get(t, d.Handler(false), "/api/state").Body.String()
+	if strings.Contains(body, "<script") || strings.Contains(body, `\u001b`) {
+		t.Errorf("/api/state carries markup or a raw escape: %s", body)
+	}
+	st := state(t, d.Handler(false))
+	if st.Locks[0].Name != safetext.Escape(name) || st.Locks[0].Owner != safetext.Escape(owner) {
+		t.Errorf("name %q, owner %q: not escaped with safetext.Escape", st.Locks[0].Name, st.Locks[0].Owner)
+	}
+	for _, s := range []string{st.Locks[0].Name, st.Locks[0].Owner} {
+		for _, c := range s {
+			if safetext.Unsafe(c) {
+				t.Errorf("%q holds %U", s, c)
+			}
+		}
+	}
+}
+
+// TestHandlerIsReadOnlyAndLocal: the page and its assets are served with a
+// strict content security policy; only GET and HEAD are answered, and only
+// for loopback host names unless told otherwise.
+func TestHandlerIsReadOnlyAndLocal(t *testing.T) {
+	d := dash.New(dash.Config{List: (&fakeStore{}).List, Where: "test"})
+	h := d.Handler(false)
+	for _, path := range []string{"/", "/app.js", "/style.css"} {
+		w := get(t, h, path)
+		if w.Code != 200 || !strings.Contains(w.Header().Get("Content-Security-Policy"), "script-src 'self'") {
+			t.Errorf("GET %s: %d, CSP %q", path, w.Code, w.Header().Get("Content-Security-Policy"))
+		}
+	}
+	if page := get(t, h, "/").Body.String(); !strings.Contains(page, `<script src="app.js"`) || strings.Contains(page, "http") {
+		t.Errorf("the page loads something from elsewhere, or not app.js:\n%s", page)
+	}
+	for _, method := range []string{http.MethodPost, http.MethodPut, http.MethodDelete} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(method, "http://127.0.0.1/api/state", nil))
+		if w.Code != http.StatusMethodNotAllowed {
+			t.Errorf("%s: %d, want 405", method, w.Code)
+		}
+	}
+	for host, want := range map[string]int{"localhost:8080": 200, "127.0.0.1": 200, "[::1]:80": 200, "evil.example:8080": 403, "10.0.0.1": 403} {
+		for _, anyHost := range []bool{false, true} {
+			w := httptest.NewRecorder()
+			r := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+			r.Host = host
+			d.Handler(anyHost).ServeHTTP(w, r)
+			if exp := map[bool]int{false: want, true: 200}[anyHost]; w.Code != exp {
+				t.Errorf("Host %s, any %v: %d, want %d", host, anyHost, w.Code, exp)
+			}
+		}
+	}
+}
+
+func TestCheckListen(t *testing.T) {
+	for _, tc := range []struct {
+		addr    string
+		anyAddr bool
+		ok      bool
+	}{
+		{"127.0.0.1:8080", false, true},
+		{"localhost:0", false, true},
+		{"[::1]:8080", false, true},
+		{":8080", false, false},
+		{"0.0.0.0:8080", false, false},
+		{"192.0.2.7:8080", false, false},
+		{":8080", true, true},
+		{"8080", false, false},
+	} {
+		if err := dash.CheckListen(tc.addr, tc.anyAddr); (err == nil) != tc.ok {
+			t.Errorf("CheckListen(%q, %v) = %v", tc.addr, tc.anyAddr, err)
+		}
+	}
+}
+
+// TestRunOnAStore: Run samples a real (in-memory) store until its context
+// ends: a lock held through a Client shows with its metadata, and is gone
+// after Unlock.
+func TestRunOnAStore(t *testing.T) {
+	be := memlock.New()
+	c := dlock.New(be)
+	defer c.Close()
+	d := dash.New(dash.Config{List: func(ctx context.Context) ([]driver.LockInfo, error) { return be.List(ctx, "") }, Where: "memlock", Interval: 20 * time.Millisecond})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	srv := httptest.NewServer(d.Handler(false))
+	defer srv.Close()
+
+	waitFor(t, srv.URL, func(st dash.State) bool { return st.SampledAt != "" }) // the baseline, without the lock
+	lease, err := c.Mutex("job", dlock.WithMetadata("<b>cron</b>")).Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, srv.URL, func(st dash.State) bool {
+		return len(st.Locks) == 1 && strings.HasSuffix(st.Locks[0].Owner, "|<b>cron</b>")
+	})
+	if err := lease.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	st := waitFor(t, srv.URL, func(st dash.State) bool { return len(st.Locks) == 0 })
+	if st.Counts.Grants != 1 || st.Counts.Releases != 1 {
+		t.Errorf("counts %+v, want one grant and one release", st.Counts)
+	}
+}
+
+func waitFor(t *testing.T, url string, ok func(dash.State) bool) dash.State {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	var st dash.State
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(url + "/api/state")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		st = dash.State{}
+		if err := json.Unmarshal(b, &st); err != nil {
+			t.Fatal(err)
+		}
+		if ok(st) {
+			return st
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("state never as wanted; last %+v", st)
+	return st
+}
