@@ -44,6 +44,7 @@ func TestStoredTextIsEscaped(t *testing.T) {
 	clean("ls --json", e.run("ls", "--json"))
 	clean("inspect", e.run("inspect", "evil"))
 	clean("inspect --json", e.run("inspect", "--json", "evil"))
+	clean("top", e.run("top"))
 	clean("run (busy)", e.run("run", "evil", "--", "true"))
 	clean("run --wait (waiting)", e.run("run", "--wait", "300ms", "evil", "--", "true"))
 	clean("release --force", e.run("release", "--force", "evil"))

@@ -303,7 +303,7 @@ func (v *View) frame(ctx context.Context, w io.Writer, interval time.Duration) e
 			held++
 			queued += r.Queued
 		}
-		fmt.Fprintf(&b, "%d locks held, %d waiters queued\n\n", held, queued)
+		fmt.Fprintf(&b, "%s held, %s queued\n\n", plural(held, "lock"), plural(queued, "waiter"))
 		_ = v.WriteTable(&b, rows)
 	}
 	out := home + strings.ReplaceAll(b.String(), "\n", eraseLine+"\n") + eraseBelow
@@ -312,3 +312,10 @@ func (v *View) frame(ctx context.Context, w io.Writer, interval time.Duration) e
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return strconv.Itoa(n) + " " + what + "s"
+}

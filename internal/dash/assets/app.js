@@ -5,7 +5,15 @@
 (function () {
   const $ = (id) => document.getElementById(id);
   const colors = { grant: '#2e9d4c', release: '#3b6fd1', loss: '#d13b3b', held: '#444444', queued: '#e08a00' };
-  let selected = null; // the name of the lock whose detail is shown
+  // selected is the name of the lock whose detail is shown; #lock=NAME in
+  // the address selects one, so that a lock's detail can be linked to.
+  let selected = null;
+  const fromHash = () => {
+    const h = location.hash.startsWith('#lock=') ? location.hash.slice(6) : '';
+    try { selected = h ? decodeURIComponent(h) : null; } catch (e) { selected = null; }
+  };
+  fromHash();
+  window.addEventListener('hashchange', () => { fromHash(); if (state) render(); });
   let state = null;
 
   function cell(tr, text) {
@@ -80,7 +88,7 @@
       cell(tr, dur(l.held_for_ms));
       cell(tr, expires(l));
       cell(tr, waiters(l)).className = 'waiters';
-      tr.addEventListener('click', () => { selected = l.name; render(); });
+      tr.addEventListener('click', () => { selected = l.name; history.replaceState(null, '', '#lock=' + encodeURIComponent(l.name)); render(); });
       body.appendChild(tr);
     }
     $('locks').replaceChild(body, $('locks').tBodies[0]);
