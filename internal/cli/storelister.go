@@ -31,7 +31,7 @@ func (l *storeLister) open(ctx context.Context) error {
 	var noStore *noStoreError
 	switch {
 	case errors.As(err, &noStore):
-		l.where = "sqlite://" + noStore.path
+		l.where = "SQLite file " + noStore.path // as the store names itself once open
 		return nil
 	case err != nil:
 		return err
