@@ -74,8 +74,10 @@ const (
 	// EventLockFailed: the store failed or the call was refused (ErrInvalid,
 	// a closed Client); Err says why.
 	EventLockFailed
-	// EventUnlocked: Unlock ended a lease. Held is how long it was held;
-	// Err is Unlock's error (ErrNotHeld when the lease had been lost).
+	// EventUnlocked: Unlock ended a lease. Held is how long it was held,
+	// Latency how long Unlock took; Err is Unlock's error (ErrNotHeld when
+	// the lease had been lost, ErrReleased for a second Unlock: both are
+	// reported, though they end nothing).
 	EventUnlocked
 	// EventLost: a lease was lost, for Reason (its Err is the *LostError).
 	EventLost
