@@ -391,3 +391,62 @@ func wantAttrs(t *testing.T, s tracetest.SpanStub, want map[attribute.Key]any) {
 		}
 	}
 }
+
+// TestConcurrent has many goroutines take one lock in turn, with Lock and
+// TryLock: afterwards every call is counted once, every hold span ended,
+// and the up-down counters are back to zero.
+func TestConcurrent(t *testing.T) {
+	ctx := t.Context()
+	obs, spans, reader, _ := setup(t)
+	c := dlock.New(memlock.New(), dlock.WithObserver(obs))
+	defer c.Close()
+	const workers, rounds = 8, 25
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			m := c.Mutex("hot:1")
+			for i := range rounds {
+				var l *dlock.Lease
+				var err error
+				if (w+i)%2 == 0 {
+					l, err = m.TryLock(ctx)
+					if errors.Is(err, dlock.ErrNotObtained) {
+						continue
+					}
+				} else {
+					l, err = m.Lock(ctx)
+				}
+				if err == nil {
+					err = l.Unlock(ctx)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	hot := attrs{"dlock.lock.type": "mutex", "dlock.lock": "hot"}
+	grants := value(t, reader, "dlock.lock.grants", attrs{"dlock.lock.type": "mutex", "dlock.lock": "hot", "dlock.lock.call": "lock"}) +
+		value(t, reader, "dlock.lock.grants", attrs{"dlock.lock.type": "mutex", "dlock.lock": "hot", "dlock.lock.call": "trylock"})
+	refused := value(t, reader, "dlock.lock.not_obtained", attrs{"dlock.lock.type": "mutex", "dlock.lock": "hot", "dlock.lock.call": "trylock"})
+	if grants+refused != workers*rounds {
+		t.Errorf("%d grants + %d refused TryLocks, want %d calls", grants, refused, workers*rounds)
+	}
+	want(t, reader, "dlock.leases", hot, 0)
+	want(t, reader, "dlock.waiters", hot, 0)
+	want(t, reader, "dlock.lock.hold", hot, grants)
+	all := spans.GetSpans()
+	if n := count(all, "dlock.Hold"); int64(n) != grants {
+		t.Errorf("%d ended Hold spans for %d grants", n, grants)
+	}
+	if n := count(all, "dlock.Unlock"); int64(n) != grants {
+		t.Errorf("%d Unlock spans for %d grants", n, grants)
+	}
+}

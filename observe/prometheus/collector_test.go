@@ -318,3 +318,58 @@ func scrape(t *testing.T, reg prometheus.Gatherer) string {
 	http.DefaultClient.CloseIdleConnections()
 	return string(b)
 }
+
+// TestCollectorConcurrent has many goroutines take one lock in turn, with
+// Lock and TryLock: afterwards every call is counted once and the gauges
+// are back to zero.
+func TestCollectorConcurrent(t *testing.T) {
+	ctx := t.Context()
+	metrics := dlockprom.New()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(metrics)
+	c := dlock.New(memlock.New(), dlock.WithObserver(metrics))
+	defer c.Close()
+	const workers, rounds = 8, 25
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			m := c.Mutex("hot")
+			for i := range rounds {
+				var l *dlock.Lease
+				var err error
+				if (w+i)%2 == 0 {
+					l, err = m.TryLock(ctx)
+					if errors.Is(err, dlock.ErrNotObtained) {
+						continue
+					}
+				} else {
+					l, err = m.Lock(ctx)
+				}
+				if err == nil {
+					err = l.Unlock(ctx)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	grants := value(t, reg, "dlock_lock_grants_total", labels{"type": "mutex", "call": "lock"}) +
+		value(t, reg, "dlock_lock_grants_total", labels{"type": "mutex", "call": "trylock"})
+	refused := value(t, reg, "dlock_lock_not_obtained_total", labels{"type": "mutex", "call": "trylock"})
+	if grants+refused != workers*rounds {
+		t.Errorf("%g grants + %g refused TryLocks, want %d calls", grants, refused, workers*rounds)
+	}
+	if n, _ := histogram(t, reg, "dlock_lock_hold_seconds", labels{"type": "mutex"}); float64(n) != grants {
+		t.Errorf("%d holds for %g grants", n, grants)
+	}
+	want(t, reg, "dlock_leases", labels{"type": "mutex"}, 0)
+	want(t, reg, "dlock_waiters", labels{"type": "mutex"}, 0)
+}
