@@ -35,8 +35,10 @@ type Observer interface {
 //
 // For EventLockGranted, the context ObserveContext returns gives its values
 // (not its cancellation or deadline) to the lease's Context: a span put in
-// it is the parent of what runs under lease.Context(). What it returns for
-// the other events is not used. Every other event (EventLost, renewals,
+// it is the parent of what runs under lease.Context(). Client.Do makes
+// fn's context from it too (with its cancellation, which should be the
+// given ctx's: return a context made from the one given). What it returns
+// for the other events is not used. Every other event (EventLost, renewals,
 // store calls) goes to Observe. The rules of Observe hold for
 // ObserveContext too: quick, non-blocking, no calls into the Client.
 type ContextObserver interface {
@@ -243,7 +245,37 @@ func (ob *observer) lockEnded(octx context.Context, h *handle, try bool, start t
 	}
 	if lctx := ob.co.ObserveContext(octx, e); l != nil && lctx != nil {
 		l.observedContext(lctx)
+		if g, _ := lctx.Value(doGrantKey{}).(*doGrant); g != nil {
+			g.ctx = lctx
+		}
 	}
+}
+
+// doGrantKey is the context key under which Client.Do asks lockEnded for
+// the context that a ContextObserver returned for its grant.
+type doGrantKey struct{}
+
+// doGrant receives that context.
+type doGrant struct{ ctx context.Context }
+
+// forDo returns the context for Do's Lock, and where the observer's
+// context for the grant will be; nil without a ContextObserver.
+func (ob *observer) forDo(ctx context.Context) (context.Context, *doGrant) {
+	if ob == nil || ob.co == nil {
+		return ctx, nil
+	}
+	g := &doGrant{}
+	return context.WithValue(ctx, doGrantKey{}, g), g
+}
+
+// from returns the base of Do's fn context: the observer's context for the
+// grant when it was made from ctx (a ContextObserver's should be), with no
+// doGrant in it for later Locks to write to; else ctx.
+func (g *doGrant) from(ctx context.Context) context.Context {
+	if g == nil || g.ctx == nil {
+		return ctx
+	}
+	return context.WithValue(g.ctx, doGrantKey{}, (*doGrant)(nil))
 }
 
 // unlocked reports the Unlock of l that began at start and returned err.

@@ -327,4 +327,57 @@ func TestContextObserver(t *testing.T) {
 	if lost := of(rec.take(), dlock.EventLost); len(lost) != 1 {
 		t.Errorf("Observe got %d EventLost, want 1", len(lost))
 	}
+	_ = l.Unlock(t.Context())
+	rec.takeCtx()
+
+	// Do: fn's context is made from the grant's, keeps the caller's
+	// values and cancellation, and carries the lease.
+	type otherKey struct{}
+	dctx, cancelDo := context.WithCancel(context.WithValue(context.WithValue(t.Context(), ctxKey{}, "caller"), otherKey{}, "kept"))
+	defer cancelDo()
+	err = c.Do(dctx, "report", func(ctx context.Context) error {
+		if v := ctx.Value(ctxKey{}); v != "lock granted" {
+			t.Errorf("fn's context value = %v, want the grant's", v)
+		}
+		if ctx.Value(otherKey{}) != "kept" {
+			t.Error("fn's context lost the caller's values")
+		}
+		if l, ok := dlock.LeaseFromContext(ctx); !ok || l.Name() != "report" {
+			t.Error("fn's context does not carry the lease")
+		}
+		// A Lock inside fn is observed as any other.
+		inner, err := c.Mutex("inner").Lock(ctx)
+		if err != nil {
+			return err
+		}
+		if err := inner.Unlock(ctx); err != nil {
+			return err
+		}
+		cancelDo()
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+			t.Error("fn's context outlived the caller's")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.takeCtx(); len(got) < 2 || got[0].kind != dlock.EventLockStarted || got[0].from != "caller" {
+		t.Errorf("Do's events: %+v", got)
+	}
+
+	// A plain Observer: Do's fn gets the caller's context as before.
+	plain := dlock.New(store, dlock.WithObserver(&recorder{}))
+	defer plain.Close()
+	err = plain.Do(context.WithValue(t.Context(), ctxKey{}, "caller"), "report", func(ctx context.Context) error {
+		if v := ctx.Value(ctxKey{}); v != "caller" {
+			t.Errorf("fn's context value = %v with a plain Observer", v)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

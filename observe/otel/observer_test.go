@@ -112,6 +112,23 @@ func TestTraces(t *testing.T) {
 		t.Errorf("hold span: %v long, status %v", hold.EndTime.Sub(hold.StartTime), hold.Status)
 	}
 
+	// Do: fn's work nests under the hold too.
+	rctx, request = tracer.Start(ctx, "request")
+	err = c.Do(rctx, "orders:1", func(ctx context.Context) error {
+		_, work := tracer.Start(ctx, "work")
+		work.End()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	request.End()
+	got = byName(spans.GetSpans())
+	spans.Reset()
+	if w, hold, req := got["work"], got["dlock.Hold"], got["request"]; hold.Name == "" || w.Parent.SpanID() != hold.SpanContext.SpanID() || hold.Parent.SpanID() != req.SpanContext.SpanID() {
+		t.Errorf("Do: work's parent %v, hold %v (parent %v), request %v", w.Parent.SpanID(), hold.SpanContext.SpanID(), hold.Parent.SpanID(), req.SpanContext.SpanID())
+	}
+
 	// A refused TryLock: its span says so, and there is no hold.
 	held, err := other.Mutex("orders:1").Lock(ctx)
 	if err != nil {
