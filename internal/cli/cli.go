@@ -181,6 +181,9 @@ func (a *app) rootCommand() *cobra.Command {
 				return commandNames(), cobra.ShellCompDirectiveNoFileComp
 			}
 			root.SetHelpCommand(cmd)
+		case "inspect", "release":
+			cmd.ValidArgsFunction = a.completeLockName
+			root.AddCommand(cmd)
 		case "completion":
 			cmd.ValidArgs = completionShells
 			cmd.ValidArgsFunction = func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {

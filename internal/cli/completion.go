@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
 
@@ -19,7 +21,10 @@ const completionHelp = `usage: dlock completion bash|zsh|fish
 
 Prints a script that completes dlock's commands, flags and their values in
 the shell named. The script asks dlock itself (a hidden __complete command)
-what to complete, so it stays right when dlock is updated.
+what to complete, so it stays right when dlock is updated. The NAME of
+'dlock inspect' and 'dlock release' is completed from the locks held on the
+store (of --backend, DLOCK_BACKEND or the default file), as 'dlock ls' lists
+them, when the store answers within a second.
 
   bash   source <(dlock completion bash), for example in ~/.bashrc; needs
          the bash-completion package
@@ -48,4 +53,40 @@ func completionCommand(a *app, _ *pflag.FlagSet) runner {
 		}
 		return fmt.Errorf("completion: unknown shell %q", args[0])
 	}
+}
+
+// completionWait bounds the store's answer when completing a lock name: a
+// shell waits for it, with the user's cursor.
+const completionWait = time.Second
+
+// completeLockName offers, as the NAME of inspect and release, the held
+// locks whose names start with what is typed, read from the store as ls
+// reads it (never creating a SQLite file). It offers nothing when the store
+// does not answer within completionWait, or when a NAME is already given.
+func (a *app) completeLockName(cmd *cobra.Command, args []string, typed string) ([]string, cobra.ShellCompDirective) {
+	const none = cobra.ShellCompDirectiveNoFileComp
+	if len(args) > 0 {
+		return nil, none
+	}
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(ctx, completionWait)
+	defer cancel()
+	a.connectTimeout = min(a.connectTimeout, completionWait)
+	st, in, err := a.openInspector(ctx)
+	if err != nil {
+		return nil, none
+	}
+	defer st.Close()
+	infos, err := in.List(ctx, typed)
+	if err != nil {
+		return nil, none
+	}
+	var names []string
+	for _, info := range infos {
+		names = append(names, info.Key)
+	}
+	return names, none
 }

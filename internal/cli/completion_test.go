@@ -20,7 +20,10 @@ func TestCompletionBash(t *testing.T) {
 		}
 		t.Skip("no bash:", err)
 	}
-	e := newEnv(t, sqliteURL(t))
+	ready := filepath.Join(t.TempDir(), "ready")
+	e := newEnv(t, sqliteURL(t), "READY="+ready)
+	holder := e.start("run", "orders-42", "--", "sh", "-c", `echo x > "$READY"; sleep 30`)
+	waitFile(t, ready, holder)
 	r := e.run("completion", "bash")
 	expect(t, r, 0)
 	script := filepath.Join(t.TempDir(), "dlock.bash")
@@ -74,6 +77,10 @@ printf '%s\n' "${COMPREPLY[@]}"
 		{"dlock --back", []string{"--backend"}, nil},
 		{"dlock completion ", []string{"bash", "zsh", "fish"}, nil},
 		{"dlock help in", []string{"inspect"}, nil},
+		// Lock names come from the store, as dlock ls lists them.
+		{"dlock inspect ord", []string{"orders-42"}, nil},
+		{"dlock release --force ", []string{"orders-42"}, nil},
+		{"dlock inspect x", nil, []string{"orders-42"}},
 	} {
 		got := complete(c.line)
 		for _, w := range c.want {
