@@ -120,9 +120,9 @@ func (h *handle) tryLock(ctx context.Context) (*Lease, error) {
 	if h.c == nil || h.c.obs == nil {
 		return h.tryOnce(ctx)
 	}
-	start := h.c.obs.started(h, true)
+	start, octx := h.c.obs.started(ctx, h, true)
 	l, err := h.tryOnce(ctx)
-	h.c.obs.lockEnded(h, true, start, l, 1, false, err)
+	h.c.obs.lockEnded(octx, h, true, start, l, 1, false, err)
 	return l, err
 }
 
@@ -148,13 +148,13 @@ func (h *handle) lock(ctx context.Context) (*Lease, error) {
 		l, _, err := h.lockWait(ctx)
 		return l, err
 	}
-	start := h.c.obs.started(h, false)
+	start, octx := h.c.obs.started(ctx, h, false)
 	l, w, err := h.lockWait(ctx)
 	attempts, handoff := 1, false
 	if w != nil {
 		attempts, handoff = 1+w.attempts, w.handoff
 	}
-	h.c.obs.lockEnded(h, false, start, l, attempts, handoff, err)
+	h.c.obs.lockEnded(octx, h, false, start, l, attempts, handoff, err)
 	return l, err
 }
 

@@ -129,6 +129,20 @@ func (l *Lease) Context() context.Context {
 	return l.ctx
 }
 
+// observedContext makes the lease's Context now, with the values of octx
+// (a ContextObserver's, such as a span) and without its cancellation.
+func (l *Lease) observedContext(octx context.Context) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx != nil {
+		return
+	}
+	l.ctx, l.cancel = context.WithCancelCause(context.WithValue(context.WithoutCancel(octx), leaseKey{}, l))
+	if l.err != nil {
+		l.cancel(l.err)
+	}
+}
+
 // leaseKey is the context key under which Do's fn and Lease.Context find
 // their lease.
 type leaseKey struct{}
@@ -265,14 +279,13 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if l == nil || l.g == nil {
 		return invalid("lease: nil or not made by a Client")
 	}
-	err := l.unlock(ctx)
-	if obs := l.g.c.obs; obs != nil {
-		e := Event{Kind: EventUnlocked, Name: l.g.name, Type: l.g.typ, Fence: l.g.fence, Err: err}
-		if !l.at.IsZero() {
-			e.Held = time.Since(l.at)
-		}
-		obs.emit(e)
+	obs := l.g.c.obs
+	if obs == nil {
+		return l.unlock(ctx)
 	}
+	start := time.Now()
+	err := l.unlock(ctx)
+	obs.unlocked(l, start, err)
 	return err
 }
 

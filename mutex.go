@@ -63,7 +63,9 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 
 // Do locks name, runs fn with a context that is cancelled when the lease is
 // lost (or ctx is done), and unlocks. fn's context carries the lease:
-// LeaseFromContext gives it to fn, for its fence (the fenced write). It
+// LeaseFromContext gives it to fn, for its fence (the fenced write); with
+// a ContextObserver it is made from the context the observer returned for
+// the grant (see ContextObserver), so that a span there is fn's parent. It
 // returns fn's error, joined with the *LostError when the lease was lost
 // while fn ran and with the Unlock error when unlocking failed. The lock
 // options are as for Mutex; Lock's errors are returned as they are, without
@@ -72,11 +74,12 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	if fn == nil {
 		return invalid("fn: nil")
 	}
-	lease, err := c.Mutex(name, opts...).Lock(ctx)
+	lctx, granted := c.obs.forDo(ctx)
+	lease, err := c.Mutex(name, opts...).Lock(lctx)
 	if err != nil {
 		return err
 	}
-	fnCtx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseKey{}, lease))
+	fnCtx, cancel := context.WithCancelCause(context.WithValue(granted.from(ctx), leaseKey{}, lease))
 	stop := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
 	fnErr := fn(fnCtx)
 	stop()

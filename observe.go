@@ -4,6 +4,7 @@
 package dlock
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"strings"
@@ -18,6 +19,31 @@ import (
 // An ObserverFunc is enough to count or log.
 type Observer interface {
 	Observe(e Event)
+}
+
+// A ContextObserver is an Observer that follows each Lock or TryLock call,
+// and the lease it returns, through a context: for tracing, where the work
+// done under a lock should nest under the lock's span. A Client whose
+// observer (WithObserver) is one calls ObserveContext, in place of
+// Observe, for these events:
+//
+//   - EventLockStarted, with the ctx given to Lock or TryLock;
+//   - the call's end (EventLockGranted, EventLockNotObtained or
+//     EventLockFailed), with the context ObserveContext returned for its
+//     start;
+//   - EventUnlocked, with the lease's Context.
+//
+// For EventLockGranted, the context ObserveContext returns gives its values
+// (not its cancellation or deadline) to the lease's Context: a span put in
+// it is the parent of what runs under lease.Context(). Client.Do makes
+// fn's context from it too (with its cancellation, which should be the
+// given ctx's: return a context made from the one given). What it returns
+// for the other events is not used. Every other event (EventLost, renewals,
+// store calls) goes to Observe. The rules of Observe hold for
+// ObserveContext too: quick, non-blocking, no calls into the Client.
+type ContextObserver interface {
+	Observer
+	ObserveContext(ctx context.Context, e Event) context.Context
 }
 
 // ObserverFunc makes a function an Observer.
@@ -50,8 +76,10 @@ const (
 	// EventLockFailed: the store failed or the call was refused (ErrInvalid,
 	// a closed Client); Err says why.
 	EventLockFailed
-	// EventUnlocked: Unlock ended a lease. Held is how long it was held;
-	// Err is Unlock's error (ErrNotHeld when the lease had been lost).
+	// EventUnlocked: Unlock ended a lease. Held is how long it was held,
+	// Latency how long Unlock took; Err is Unlock's error (ErrNotHeld when
+	// the lease had been lost, ErrReleased for a second Unlock: both are
+	// reported, though they end nothing).
 	EventUnlocked
 	// EventLost: a lease was lost, for Reason (its Err is the *LostError).
 	EventLost
@@ -125,7 +153,8 @@ type Event struct {
 	// Count and Failed are the leases of a renewal round trip, and those
 	// whose renewal failed or found them gone (EventRenewed).
 	Count, Failed int
-	// Latency is a store call's round trip (EventRenewed, EventStoreCall).
+	// Latency is a store call's round trip (EventRenewed, EventStoreCall),
+	// or how long Unlock took (EventUnlocked).
 	Latency time.Duration
 	// Op is the store call (EventStoreCall).
 	Op string
@@ -137,14 +166,16 @@ type Event struct {
 // does nothing, so that callers need not check.
 type observer struct {
 	o      Observer
-	prefix string // the Client's key prefix, which names leave out
+	co     ContextObserver // o, when it is one; else nil
+	prefix string          // the Client's key prefix, which names leave out
 }
 
 func newObserver(o Observer, prefix string) *observer {
 	if o == nil {
 		return nil
 	}
-	return &observer{o: o, prefix: prefix}
+	co, _ := o.(ContextObserver)
+	return &observer{o: o, co: co, prefix: prefix}
 }
 
 // now is the time, for an observed Client; the zero time (no clock read)
@@ -154,12 +185,6 @@ func (ob *observer) now() time.Time {
 		return time.Time{}
 	}
 	return time.Now()
-}
-
-func (ob *observer) emit(e Event) {
-	if ob != nil {
-		ob.o.Observe(e)
-	}
 }
 
 // storeCall reports a store call of op on key that began at start.
@@ -182,16 +207,24 @@ func typeOf(kind string, shared bool) string {
 	return TypeMutex
 }
 
-// started reports a Lock (or TryLock, try) of h, and returns when it
-// started.
-func (ob *observer) started(h *handle, try bool) time.Time {
-	ob.o.Observe(Event{Kind: EventLockStarted, Name: h.name, Type: h.typ, TryLock: try})
-	return time.Now()
+// started reports a Lock (or TryLock, try) of h called with ctx, and
+// returns when it started and, for a ContextObserver, the context it
+// returned (for lockEnded).
+func (ob *observer) started(ctx context.Context, h *handle, try bool) (time.Time, context.Context) {
+	e := Event{Kind: EventLockStarted, Name: h.name, Type: h.typ, TryLock: try}
+	if ob.co != nil {
+		ctx = ob.co.ObserveContext(ctx, e)
+	} else {
+		ob.o.Observe(e)
+		ctx = nil
+	}
+	return time.Now(), ctx
 }
 
 // lockEnded reports how a Lock or TryLock of h that started at start
-// ended: with lease l, or err, after attempts requests.
-func (ob *observer) lockEnded(h *handle, try bool, start time.Time, l *Lease, attempts int, handoff bool, err error) {
+// ended: with lease l, or err, after attempts requests. octx is what
+// started returned.
+func (ob *observer) lockEnded(octx context.Context, h *handle, try bool, start time.Time, l *Lease, attempts int, handoff bool, err error) {
 	now := time.Now()
 	e := Event{Name: h.name, Type: h.typ, TryLock: try, Wait: now.Sub(start), Attempts: attempts, Handoff: handoff, Err: err}
 	switch {
@@ -202,6 +235,59 @@ func (ob *observer) lockEnded(h *handle, try bool, start time.Time, l *Lease, at
 		e.Kind = EventLockNotObtained
 	default:
 		e.Kind = EventLockFailed
+	}
+	if ob.co == nil {
+		ob.o.Observe(e)
+		return
+	}
+	if octx == nil {
+		octx = context.Background()
+	}
+	if lctx := ob.co.ObserveContext(octx, e); l != nil && lctx != nil {
+		l.observedContext(lctx)
+		if g, _ := lctx.Value(doGrantKey{}).(*doGrant); g != nil {
+			g.ctx = lctx
+		}
+	}
+}
+
+// doGrantKey is the context key under which Client.Do asks lockEnded for
+// the context that a ContextObserver returned for its grant.
+type doGrantKey struct{}
+
+// doGrant receives that context.
+type doGrant struct{ ctx context.Context }
+
+// forDo returns the context for Do's Lock, and where the observer's
+// context for the grant will be; nil without a ContextObserver.
+func (ob *observer) forDo(ctx context.Context) (context.Context, *doGrant) {
+	if ob == nil || ob.co == nil {
+		return ctx, nil
+	}
+	g := &doGrant{}
+	return context.WithValue(ctx, doGrantKey{}, g), g
+}
+
+// from returns the base of Do's fn context: the observer's context for the
+// grant when it was made from ctx (a ContextObserver's should be), with no
+// doGrant in it for later Locks to write to; else ctx.
+func (g *doGrant) from(ctx context.Context) context.Context {
+	if g == nil || g.ctx == nil {
+		return ctx
+	}
+	return context.WithValue(g.ctx, doGrantKey{}, (*doGrant)(nil))
+}
+
+// unlocked reports the Unlock of l that began at start and returned err.
+func (ob *observer) unlocked(l *Lease, start time.Time, err error) {
+	now := time.Now()
+	e := Event{Kind: EventUnlocked, Name: l.g.name, Type: l.g.typ, Fence: l.g.fence, Latency: now.Sub(start), Err: err}
+	if !l.at.IsZero() {
+		e.Held = now.Sub(l.at)
+	}
+	if ob.co != nil {
+		ob.co.ObserveContext(l.Context(), e)
+		return
 	}
 	ob.o.Observe(e)
 }

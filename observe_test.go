@@ -201,3 +201,183 @@ func BenchmarkObserverCost(b *testing.B) {
 		})
 	}
 }
+
+// ctxRecorder is a ContextObserver: it puts the event's kind in the
+// context it returns, and keeps every event with the value of the context
+// it was given.
+type ctxRecorder struct {
+	recorder
+	mu  sync.Mutex
+	got []ctxEvent
+}
+
+type ctxEvent struct {
+	kind dlock.EventKind
+	from any // the ctxKey value of the context given with it
+	e    dlock.Event
+}
+
+type ctxKey struct{}
+
+func (r *ctxRecorder) ObserveContext(ctx context.Context, e dlock.Event) context.Context {
+	r.mu.Lock()
+	r.got = append(r.got, ctxEvent{kind: e.Kind, from: ctx.Value(ctxKey{}), e: e})
+	r.mu.Unlock()
+	return context.WithValue(ctx, ctxKey{}, e.Kind.String())
+}
+
+func (r *ctxRecorder) takeCtx() []ctxEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.got
+	r.got = nil
+	return out
+}
+
+func TestContextObserver(t *testing.T) {
+	store := memlock.New()
+	rec := &ctxRecorder{}
+	c := dlock.New(store, dlock.WithObserver(rec))
+	defer c.Close()
+	other := dlock.New(store)
+	defer other.Close()
+
+	// The call's ctx goes to the start, the start's context to the end,
+	// the grant's context (values only) to the lease's Context and with it
+	// to the Unlock.
+	callCtx, cancelCall := context.WithCancel(context.WithValue(t.Context(), ctxKey{}, "caller"))
+	l, err := c.Mutex("jobs").Lock(callCtx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelCall() // the Lock's context ends; the lease's Context must not
+	if v := l.Context().Value(ctxKey{}); v != "lock granted" {
+		t.Errorf("lease context value = %v, want the one returned for the grant", v)
+	}
+	if got, ok := dlock.LeaseFromContext(l.Context()); !ok || got != l {
+		t.Error("the lease's Context does not carry the lease")
+	}
+	if err := l.Context().Err(); err != nil {
+		t.Errorf("the lease's Context ended with the Lock's: %v", err)
+	}
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if l.Context().Err() == nil {
+		t.Error("the lease's Context was not cancelled by Unlock")
+	}
+	got := rec.takeCtx()
+	want := []struct {
+		kind dlock.EventKind
+		from any
+	}{
+		{dlock.EventLockStarted, "caller"},
+		{dlock.EventLockGranted, "lock started"},
+		{dlock.EventUnlocked, "lock granted"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("ObserveContext got %+v, want %d events", got, len(want))
+	}
+	for i, w := range want {
+		if got[i].kind != w.kind || got[i].from != w.from {
+			t.Errorf("event %d: %v with context value %v, want %v with %v", i, got[i].kind, got[i].from, w.kind, w.from)
+		}
+	}
+	if u := got[2].e; u.Latency <= 0 || u.Held <= 0 || u.Fence != l.Fence() {
+		t.Errorf("unlocked = %+v", u)
+	}
+	// Observe has the rest: the store calls, and nothing of the above.
+	for _, e := range rec.take() {
+		if e.Kind != dlock.EventStoreCall {
+			t.Errorf("Observe got %v, which ObserveContext should have had", e.Kind)
+		}
+	}
+
+	// A TryLock that is refused: start and end through ObserveContext.
+	held, err := other.Mutex("jobs").Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Unlock(context.Background())
+	tctx := context.WithValue(t.Context(), ctxKey{}, "try")
+	if _, err := c.Mutex("jobs").TryLock(tctx); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("TryLock = %v", err)
+	}
+	got = rec.takeCtx()
+	if len(got) != 2 || got[0].from != "try" || !got[0].e.TryLock || got[1].kind != dlock.EventLockNotObtained || got[1].from != "lock started" {
+		t.Errorf("refused TryLock: %+v", got)
+	}
+
+	// A lease lost before Unlock: its Context carries the values and is
+	// cancelled with the loss.
+	held.Unlock(t.Context())
+	l, err = c.Mutex("jobs").Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := store.ForceRelease(t.Context(), "jobs"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Refresh(t.Context()); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Refresh = %v", err)
+	}
+	if ctx := l.Context(); ctx.Value(ctxKey{}) != "lock granted" || !errors.Is(context.Cause(ctx), dlock.ErrLost) {
+		t.Errorf("lost lease's Context: value %v, cause %v", ctx.Value(ctxKey{}), context.Cause(ctx))
+	}
+	if lost := of(rec.take(), dlock.EventLost); len(lost) != 1 {
+		t.Errorf("Observe got %d EventLost, want 1", len(lost))
+	}
+	_ = l.Unlock(t.Context())
+	rec.takeCtx()
+
+	// Do: fn's context is made from the grant's, keeps the caller's
+	// values and cancellation, and carries the lease.
+	type otherKey struct{}
+	dctx, cancelDo := context.WithCancel(context.WithValue(context.WithValue(t.Context(), ctxKey{}, "caller"), otherKey{}, "kept"))
+	defer cancelDo()
+	err = c.Do(dctx, "report", func(ctx context.Context) error {
+		if v := ctx.Value(ctxKey{}); v != "lock granted" {
+			t.Errorf("fn's context value = %v, want the grant's", v)
+		}
+		if ctx.Value(otherKey{}) != "kept" {
+			t.Error("fn's context lost the caller's values")
+		}
+		if l, ok := dlock.LeaseFromContext(ctx); !ok || l.Name() != "report" {
+			t.Error("fn's context does not carry the lease")
+		}
+		// A Lock inside fn is observed as any other.
+		inner, err := c.Mutex("inner").Lock(ctx)
+		if err != nil {
+			return err
+		}
+		if err := inner.Unlock(ctx); err != nil {
+			return err
+		}
+		cancelDo()
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+			t.Error("fn's context outlived the caller's")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.takeCtx(); len(got) < 2 || got[0].kind != dlock.EventLockStarted || got[0].from != "caller" {
+		t.Errorf("Do's events: %+v", got)
+	}
+
+	// A plain Observer: Do's fn gets the caller's context as before.
+	plain := dlock.New(store, dlock.WithObserver(&recorder{}))
+	defer plain.Close()
+	err = plain.Do(context.WithValue(t.Context(), ctxKey{}, "caller"), "report", func(ctx context.Context) error {
+		if v := ctx.Value(ctxKey{}); v != "caller" {
+			t.Errorf("fn's context value = %v with a plain Observer", v)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -64,7 +64,8 @@ func ExampleDDL() {
 	//   intent_until timestamptz,
 	//   claim_token  text,
 	//   claim_owner  text,
-	//   claim_until  timestamptz
+	//   claim_until  timestamptz,
+	//   shared_lim   integer
 	// );
 	//
 	// CREATE TABLE IF NOT EXISTS "locks"."dlock_shared" (

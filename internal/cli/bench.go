@@ -7,7 +7,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -20,6 +19,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/bench"
+	"github.com/spf13/pflag"
 )
 
 // Subjects and workloads of dlock bench, in the order they run.
@@ -61,41 +61,46 @@ type benchReport struct {
 // benchLists are the comma-list flags of dlock bench, as given.
 type benchLists struct{ subjects, workloads, cs string }
 
-// benchFlags returns bench's flag set, filling o and l.
-func benchFlags(a *app, o *benchOptions, l *benchLists) *flag.FlagSet {
-	fs := a.newFlagSet("bench")
-	fs.StringVar(&l.subjects, "subjects", strings.Join(benchSubjects, ","), "")
-	fs.StringVar(&l.workloads, "workloads", strings.Join(benchWorkloads, ","), "")
-	fs.StringVar(&l.cs, "cs", "0,100us,1ms,10ms", "")
-	fs.IntVar(&o.workers, "workers", 8, "")
-	fs.IntVar(&o.names, "names", 64, "")
-	durationVar(fs, &o.duration, "duration", 2*time.Second)
-	fs.BoolVar(&o.json, "json", false, "")
-	return fs
+// benchFlags adds bench's flags to fs, filling o and l.
+func benchFlags(fs *pflag.FlagSet, o *benchOptions, l *benchLists) {
+	fs.StringVar(&l.subjects, "subjects", strings.Join(benchSubjects, ","), "comma list of dlock, dlock-fair, raw")
+	fs.StringVar(&l.workloads, "workloads", strings.Join(benchWorkloads, ","), "comma list of uncontended, hot, keys")
+	fs.StringVar(&l.cs, "cs", "0,100us,1ms,10ms", "critical sections of hot, a comma list of durations")
+	fs.IntVar(&o.workers, "workers", 8, "workers of hot and keys")
+	fs.IntVar(&o.names, "names", 64, "lock names of keys")
+	durationVar(fs, &o.duration, "duration", 2*time.Second, "length of each run")
+	fs.BoolVar(&o.json, "json", false, "a JSON array of reports, one per store")
 }
 
-func parseBenchArgs(a *app, args []string) (*benchOptions, error) {
+// benchCommand defines bench's flags on fs and returns what runs it.
+func benchCommand(a *app, fs *pflag.FlagSet) runner {
 	o := &benchOptions{}
 	var l benchLists
-	fs := benchFlags(a, o, &l)
-	pos, err := a.parseCommand(fs, "bench", args)
-	if err != nil {
-		return nil, err
+	benchFlags(fs, o, &l)
+	return func(ctx context.Context, args []string, _ int) error {
+		if err := parseBenchArgs(a, o, &l, args); err != nil {
+			return err
+		}
+		return cmdBench(ctx, a, o)
 	}
+}
+
+// parseBenchArgs checks bench's flags (in o and l) and its store URLs, pos.
+func parseBenchArgs(a *app, o *benchOptions, l *benchLists, pos []string) (err error) {
 	if o.subjects, err = benchList("--subjects", l.subjects, benchSubjects); err != nil {
-		return nil, err
+		return err
 	}
 	if o.workloads, err = benchList("--workloads", l.workloads, benchWorkloads); err != nil {
-		return nil, err
+		return err
 	}
 	for _, s := range strings.Split(l.cs, ",") {
 		s = strings.TrimSpace(s)
 		d, err := time.ParseDuration(s)
 		switch {
 		case err != nil:
-			return nil, usageErr("bench", "--cs: %q is not a duration (write 0, 100us, 1ms, ...)", printable(s, 40))
+			return usageErr("bench", "--cs: %q is not a duration (write 0, 100us, 1ms, ...)", printable(s, 40))
 		case d < 0:
-			return nil, usageErr("bench", "--cs: %v is negative", d)
+			return usageErr("bench", "--cs: %v is negative", d)
 		}
 		if !slices.Contains(o.cs, d) {
 			o.cs = append(o.cs, d)
@@ -103,27 +108,27 @@ func parseBenchArgs(a *app, args []string) (*benchOptions, error) {
 	}
 	switch {
 	case o.workers < 1:
-		return nil, usageErr("bench", "--workers must be at least 1, not %d", o.workers)
+		return usageErr("bench", "--workers must be at least 1, not %d", o.workers)
 	case o.names < 1:
-		return nil, usageErr("bench", "--names must be at least 1, not %d", o.names)
+		return usageErr("bench", "--names must be at least 1, not %d", o.names)
 	case o.duration <= 0:
-		return nil, usageErr("bench", "--duration must be positive, not %v", o.duration)
+		return usageErr("bench", "--duration must be positive, not %v", o.duration)
 	}
 	for _, raw := range pos {
 		b, err := parseBackendURL(strings.TrimSpace(raw))
 		if err != nil {
-			return nil, fail(exitUsage, "store %q: %s", redact(raw), err)
+			return fail(exitUsage, "store %q: %s", redact(raw), err)
 		}
 		o.urls = append(o.urls, b)
 	}
 	if len(o.urls) == 0 {
 		b, err := a.backendURL()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		o.urls = []*backendURL{b}
 	}
-	return o, nil
+	return nil
 }
 
 // benchList parses a comma list of choices from known, without repeats, in
@@ -162,18 +167,14 @@ func (o *benchOptions) workloadList() []bench.Workload {
 	return out
 }
 
-func cmdBench(ctx context.Context, a *app, args []string) error {
-	o, err := parseBenchArgs(a, args)
-	if err != nil {
-		return err
-	}
+func cmdBench(ctx context.Context, a *app, o *benchOptions) error {
 	// A signal ends the runs under way; the workers' Clients release what
 	// they hold as they close.
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, sigTerm)
 	defer signal.Stop(sigs)
 	ctx, stopWatch := cancelOnSignal(ctx, sigs)
-	err = a.bench(ctx, o)
+	err := a.bench(ctx, o)
 	if caught := stopWatch(); caught != nil {
 		return fail(exitSignalBase+signalNumber(caught), "%s: bench stopped; locks held were released", signalName(caught))
 	}

@@ -1,12 +1,12 @@
 // Package cli is the dlock command: it maps backend URLs to backends and runs
-// the subcommands (run, ls, inspect, release, bench, version, help).
-// cmd/dlock only calls Main.
+// the subcommands (run, ls, inspect, release, bench, completion, version,
+// help), on spf13/cobra and pflag. cmd/dlock only calls Main;
+// cmd/dlock-gen-man writes man pages from Command.
 package cli
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // envBackend names the environment variable that gives the backend URL when
@@ -31,37 +33,46 @@ type app struct {
 	// nothing to do on an empty one (release), and must not create a
 	// SQLite file or its directory.
 	readOnly bool
+	// cmdArgs are the arguments as given, less the command's name: run
+	// reads them to tell "dlock run NAME cmd -x" (no "--") from a flag.
+	cmdArgs []string
 }
 
-// command is a subcommand.
+// runner runs a command with the arguments its flags left: args, and dash,
+// the number of them before "--" (-1 without one).
+type runner func(ctx context.Context, args []string, dash int) error
+
+// command is a subcommand: define adds its flags to fs and returns what runs
+// it with their values.
 type command struct {
 	name    string
 	summary string
-	run     func(ctx context.Context, a *app, args []string) error
+	define  func(a *app, fs *pflag.FlagSet) runner
 }
 
 // commandList returns the subcommands in the order help shows them.
 func commandList() []command {
 	return []command{
-		{"run", "run a command while holding a lock", cmdRun},
-		{"ls", "list held locks", cmdLs},
-		{"inspect", "show one lock", cmdInspect},
-		{"release", "break a lock held by someone else (--force)", cmdRelease},
-		{"bench", "measure lock latency and throughput on a store", cmdBench},
-		{"top", "live view of a store's held locks and waiters", cmdTop},
-		{"dash", "web dashboard of a store's locks, with /metrics", cmdDash},
-		{"version", "print dlock's version", cmdVersion},
-		{"help", "show help for dlock or a command", cmdHelp},
+		{"run", "run a command while holding a lock", runCommand},
+		{"ls", "list held locks", lsCommand},
+		{"inspect", "show one lock", inspectCommand},
+		{"release", "break a lock held by someone else (--force)", releaseCommand},
+		{"bench", "measure lock latency and throughput on a store", benchCommand},
+		{"top", "live view of a store's held locks and waiters", topCommand},
+		{"dash", "web dashboard of a store's locks, with /metrics", dashCommand},
+		{"completion", "print a shell completion script (bash, zsh, fish)", completionCommand},
+		{"version", "print dlock's version", versionCommand},
+		{"help", "show help for dlock or a command", helpCommand},
 	}
 }
 
-func lookupCommand(name string) *command {
+// commandNames returns the names of the subcommands.
+func commandNames() []string {
+	var names []string
 	for _, c := range commandList() {
-		if c.name == name {
-			return &c
-		}
+		names = append(names, c.name)
 	}
-	return nil
+	return names
 }
 
 // Main runs dlock with args (without the program name), writing to stdout
@@ -69,7 +80,12 @@ func lookupCommand(name string) *command {
 // stderr, never as a stack trace.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	a := &app{stdout: stdout, stderr: stderr, connectTimeout: defaultConnectTimeout}
-	err := a.main(ctx, args)
+	root := a.rootCommand()
+	root.SetArgs(args)
+	if _, rest, err := root.Find(args); err == nil {
+		a.cmdArgs = rest
+	}
+	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return exitOK
 	}
@@ -86,6 +102,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return ee.code
 }
 
+// Command returns the dlock command tree, as Main runs it, for tools that
+// generate documentation from it (cmd/dlock-gen-man).
+func Command() *cobra.Command {
+	a := &app{stdout: os.Stdout, stderr: os.Stderr, connectTimeout: defaultConnectTimeout}
+	return a.rootCommand()
+}
+
 // classify gives an unexpected error its exit code.
 func classify(err error) *exitError {
 	if errors.Is(err, dlock.ErrInvalid) {
@@ -94,117 +117,165 @@ func classify(err error) *exitError {
 	return fail(exitUnavailable, "%s", strings.TrimPrefix(err.Error(), "dlock: "))
 }
 
-func (a *app) main(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("dlock", flag.ContinueOnError)
-	a.globalFlags(fs)
+// rootCommand builds the dlock command and its subcommands on spf13/cobra.
+// dlock keeps its own help texts, usage lines and error messages: cobra
+// parses (with pflag), finds the command, and completes.
+func (a *app) rootCommand() *cobra.Command {
 	var version bool
-	fs.BoolVar(&version, "version", false, "")
-	if err := a.parse(fs, "", args); err != nil {
-		return err
+	root := &cobra.Command{
+		Use:                   "dlock",
+		Short:                 "run commands under distributed locks",
+		Long:                  docText(""),
+		Args:                  cobra.ArbitraryArgs,
+		SilenceErrors:         true,
+		SilenceUsage:          true,
+		DisableFlagsInUseLine: true,
+		CompletionOptions:     cobra.CompletionOptions{DisableDefaultCmd: true},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case version:
+				return versionCommand(a, nil)(cmd.Context(), nil, -1)
+			case len(args) == 0:
+				return usageErr("", "no command given")
+			}
+			msg := fmt.Sprintf("unknown command %q", shorten(args[0], 40))
+			if s, ok := closest(args[0], commandNames()); ok {
+				msg += "; did you mean " + s + "?"
+			}
+			return usageErr("", "%s", msg)
+		},
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if a.connectTimeout <= 0 {
+				return usageErr(usageName(cmd), "--connect-timeout must be positive, not %v", a.connectTimeout)
+			}
+			return nil
+		},
 	}
-	if version {
-		return cmdVersion(ctx, a, nil)
-	}
-	if fs.NArg() == 0 {
-		return usageErr("", "no command given")
-	}
-	name, rest := fs.Arg(0), fs.Args()[1:]
-	cmd := lookupCommand(name)
-	if cmd == nil {
-		msg := fmt.Sprintf("unknown command %q", shorten(name, 40))
-		var names []string
-		for _, c := range commandList() {
-			names = append(names, c.name)
+	a.globalFlags(root.PersistentFlags())
+	root.Flags().BoolVar(&version, "version", false, "print dlock's version")
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		if cmd.Name() == "run" {
+			if err := putDashBetween(cmd.Flags(), a.cmdArgs); err != nil {
+				return err
+			}
 		}
-		if s, ok := closest(name, names); ok {
-			msg += "; did you mean " + s + "?"
+		return flagError(usageName(cmd), cmd.Flags(), err)
+	})
+	root.SetHelpFunc(func(cmd *cobra.Command, _ []string) {
+		printHelp(a.stdout, usageName(cmd))
+	})
+	for _, c := range commandList() {
+		cmd := &cobra.Command{
+			Use:                   strings.TrimPrefix(synopses[c.name], "dlock "),
+			Short:                 c.summary,
+			Long:                  docText(c.name),
+			DisableFlagsInUseLine: true,
 		}
-		return usageErr("", "%s", msg)
+		run := c.define(a, cmd.Flags())
+		cmd.RunE = func(cmd *cobra.Command, args []string) error {
+			return run(cmd.Context(), args, cmd.ArgsLenAtDash())
+		}
+		switch c.name {
+		case "help":
+			cmd.ValidArgsFunction = func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+				return commandNames(), cobra.ShellCompDirectiveNoFileComp
+			}
+			root.SetHelpCommand(cmd)
+		case "inspect", "release":
+			cmd.ValidArgsFunction = a.completeLockName
+			root.AddCommand(cmd)
+		case "completion":
+			cmd.ValidArgs = completionShells
+			cmd.ValidArgsFunction = func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+				return completionShells, cobra.ShellCompDirectiveNoFileComp
+			}
+			root.AddCommand(cmd)
+		default:
+			root.AddCommand(cmd)
+		}
 	}
-	return cmd.run(ctx, a, rest)
+	root.InitDefaultHelpCmd()
+	return root
+}
+
+// usageName is the name printShortUsage and printHelp know cmd by: "" for
+// dlock itself.
+func usageName(cmd *cobra.Command) string {
+	if !cmd.HasParent() {
+		return ""
+	}
+	return cmd.Name()
 }
 
 // globalFlags adds the flags every command takes; they may come before the
 // command's name or after it.
-func (a *app) globalFlags(fs *flag.FlagSet) {
-	fs.StringVar(&a.backend, "backend", a.backend, "")
-	fs.StringVar(&a.passwordFile, "password-file", a.passwordFile, "")
-	durationVar(fs, &a.connectTimeout, "connect-timeout", a.connectTimeout)
+func (a *app) globalFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&a.backend, "backend", a.backend, "the store's URL (default $DLOCK_BACKEND, else a SQLite file in your state directory)")
+	fs.StringVar(&a.passwordFile, "password-file", a.passwordFile, "read the store's password from the file's first line (default $DLOCK_PASSWORD)")
+	durationVar(fs, &a.connectTimeout, "connect-timeout", a.connectTimeout, "longest wait for the store's first answer")
 }
 
-// newFlagSet returns a command's flag set, with the global flags.
-func (a *app) newFlagSet(cmd string) *flag.FlagSet {
-	fs := flag.NewFlagSet("dlock "+cmd, flag.ContinueOnError)
-	a.globalFlags(fs)
-	return fs
-}
-
-// parse parses args into fs, printing nothing itself: -h gives the command's
-// help on stdout, a bad flag an exit-64 error with the usage. cmd is "" for
-// dlock's own flags.
-func (a *app) parse(fs *flag.FlagSet, cmd string, args []string) error {
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	err := fs.Parse(args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		printHelp(a.stdout, cmd)
-		return &exitError{code: exitOK}
-	case err != nil:
-		return usageErr(cmd, "%s", flagError(fs, err))
-	}
-	if a.connectTimeout <= 0 {
-		return usageErr(cmd, "--connect-timeout must be positive, not %v", a.connectTimeout)
-	}
-	return nil
-}
-
-// splitArgs separates the flags in args from the positional arguments, so
-// that flags may follow them ("dlock ls PREFIX --json"), which the flag
-// package alone does not allow. The first "--" ends the flags; what follows
-// it is returned as tail, and dash reports whether there was one. first is
-// the index in args of the first positional argument, or -1.
-func splitArgs(fs *flag.FlagSet, args []string) (flags, positional, tail []string, dash bool, first int) {
-	first = -1
+// splitArgs separates the flags in args from the positional arguments as
+// pflag reads them, without parsing the values: run uses it to tell a
+// command given without "--" from a mistyped flag, and to see which
+// spelling of a flag was given. The first "--" ends the flags; what follows
+// it is tail, and dash reports whether there was one. first is the index in
+// args of the first positional argument, or -1. spelled has each flag as
+// written ("--quiet", "-q"; "-q" and "-v" for "-qv").
+func splitArgs(fs *pflag.FlagSet, args []string) (s argSplit) {
+	s.first = -1
+	s.spelled = map[string]bool{}
 	for i := 0; i < len(args); i++ {
 		arg := args[i]
 		if arg == "--" {
-			return flags, positional, args[i+1:], true, first
+			s.tail, s.dash = args[i+1:], true
+			return s
 		}
 		if len(arg) < 2 || arg[0] != '-' {
-			if first < 0 {
-				first = i
+			if s.first < 0 {
+				s.first = i
 			}
-			positional = append(positional, arg)
+			s.positional = append(s.positional, arg)
 			continue
 		}
-		flags = append(flags, arg)
-		name := strings.TrimPrefix(strings.TrimPrefix(arg, "-"), "-")
-		if strings.Contains(name, "=") {
+		s.flags = append(s.flags, arg)
+		if long, ok := strings.CutPrefix(arg, "--"); ok {
+			name, _, eq := strings.Cut(long, "=")
+			s.spelled["--"+name] = true
+			if f := fs.Lookup(name); f != nil && !eq && f.NoOptDefVal == "" && i+1 < len(args) {
+				i++
+				s.flags = append(s.flags, args[i])
+			}
 			continue
 		}
-		if f := fs.Lookup(name); f != nil && !isBoolFlag(f) && i+1 < len(args) {
-			i++
-			flags = append(flags, args[i])
+		group := arg[1:]
+		for j := 0; j < len(group); j++ {
+			c := group[j : j+1]
+			s.spelled["-"+c] = true
+			f := fs.ShorthandLookup(c)
+			if f == nil {
+				break
+			}
+			if f.NoOptDefVal == "" {
+				if j+1 == len(group) && i+1 < len(args) {
+					i++
+					s.flags = append(s.flags, args[i])
+				}
+				break
+			}
 		}
 	}
-	return flags, positional, nil, false, first
+	return s
 }
 
-func isBoolFlag(f *flag.Flag) bool {
-	b, ok := f.Value.(interface{ IsBoolFlag() bool })
-	return ok && b.IsBoolFlag()
-}
-
-// parseCommand parses a command's args, flags anywhere, and returns its
-// positional arguments ("--" only stops flag parsing).
-func (a *app) parseCommand(fs *flag.FlagSet, cmd string, args []string) ([]string, error) {
-	flags, positional, tail, _, _ := splitArgs(fs, args)
-	if err := a.parse(fs, cmd, flags); err != nil {
-		return nil, err
-	}
-	positional = append(positional, fs.Args()...)
-	return append(positional, tail...), nil
+// argSplit is what splitArgs found.
+type argSplit struct {
+	flags, positional, tail []string
+	dash                    bool
+	first                   int
+	spelled                 map[string]bool
 }
 
 // backendURL returns the backend to use: --backend, else DLOCK_BACKEND, else

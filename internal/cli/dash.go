@@ -5,7 +5,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/dash"
+	"github.com/spf13/pflag"
 )
 
 // dashOptions are dash's flags.
@@ -26,24 +26,19 @@ type dashOptions struct {
 	prefix    string
 }
 
-func dashFlags(a *app, o *dashOptions) *flag.FlagSet {
-	fs := a.newFlagSet("dash")
-	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "")
-	fs.BoolVar(&o.listenAny, "listen-any", false, "")
-	durationVar(fs, &o.interval, "interval", 250*time.Millisecond)
-	fs.StringVar(&o.prefix, "prefix", "", "")
-	return fs
+// dashCommand defines dash's flags on fs and returns what runs it.
+func dashCommand(a *app, fs *pflag.FlagSet) runner {
+	o := &dashOptions{}
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "where to serve: HOST:PORT on loopback unless --listen-any")
+	fs.BoolVar(&o.listenAny, "listen-any", false, "allow a --listen address that is not loopback, and any Host")
+	durationVar(fs, &o.interval, "interval", 250*time.Millisecond, "time between two samples of the store")
+	fs.StringVar(&o.prefix, "prefix", "", "only the locks whose names start with PREFIX")
+	return func(ctx context.Context, args []string, _ int) error { return cmdDash(ctx, a, o, args) }
 }
 
 // cmdDash is dlock dash [URL]: it samples the store every --interval and
 // serves the dashboard on --listen until SIGINT, SIGTERM or SIGHUP.
-func cmdDash(ctx context.Context, a *app, args []string) error {
-	var o dashOptions
-	fs := dashFlags(a, &o)
-	pos, err := a.parseCommand(fs, "dash", args)
-	if err != nil {
-		return err
-	}
+func cmdDash(ctx context.Context, a *app, o *dashOptions, pos []string) error {
 	if err := a.backendArg("dash", pos); err != nil {
 		return err
 	}

@@ -7,7 +7,6 @@ package cli
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/safetext"
+	"github.com/spf13/pflag"
 )
 
 // durationValue is a flag.Value for a duration that explains what it wants,
@@ -24,10 +24,13 @@ import (
 type durationValue struct{ d *time.Duration }
 
 // durationVar defines a duration flag on fs.
-func durationVar(fs *flag.FlagSet, d *time.Duration, name string, value time.Duration) {
+func durationVar(fs *pflag.FlagSet, d *time.Duration, name string, value time.Duration, usage string) {
 	*d = value
-	fs.Var(durationValue{d}, name, "")
+	fs.Var(durationValue{d}, name, usage)
 }
+
+// Type names the flag's value in generated docs and completion.
+func (durationValue) Type() string { return "duration" }
 
 func (v durationValue) String() string {
 	if v.d == nil {
@@ -61,53 +64,65 @@ func parseDuration(s string) (time.Duration, error) {
 // plainNumber matches a number written without a unit ("30", "1.5").
 var plainNumber = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`)
 
-// flagRef matches a flag as the flag package writes it in its errors
-// ("-ttl"), after the start, a space or a colon.
-var flagRef = regexp.MustCompile(`(^|[\s:])--?([A-Za-z][A-Za-z0-9-]*)`)
+// flagError turns an error of parsing cmd's flags (cmd is "" for dlock's
+// own) into a usage error that writes flags as help does (--ttl, -E): an
+// unknown flag with flock's meaning of it or the closest flag fs has, a
+// refused value with what the flag wants.
+func flagError(cmd string, fs *pflag.FlagSet, err error) error {
+	var (
+		notExist *pflag.NotExistError
+		invalid  *pflag.InvalidValueError
+		required *pflag.ValueRequiredError
+	)
+	switch {
+	case errors.As(err, &notExist):
+		return usageErr(cmd, "%s", unknownFlag(fs, notExist))
+	case errors.As(err, &invalid):
+		f := invalid.GetFlag()
+		why := errors.Unwrap(invalid)
+		msg := "want " + f.Value.Type()
+		if why != nil {
+			msg = why.Error()
+		}
+		switch f.Value.Type() {
+		case "bool":
+			msg = "want true or false, or no value"
+		case "int":
+			msg = "want a whole number"
+		}
+		return usageErr(cmd, "%s %s: %s", flagName(f.Name), strconv.Quote(shorten(invalid.GetValue(), 40)), msg)
+	case errors.As(err, &required):
+		f := required.GetFlag()
+		return usageErr(cmd, "%s needs a value", flagName(f.Name))
+	}
+	return usageErr(cmd, "%s", safetext.Escape(shorten(err.Error(), 200)))
+}
 
-// invalidValue matches the flag package's error for a value its flag
-// refused: the quoted value, the flag's name, the reason.
-var invalidValue = regexp.MustCompile(`^invalid (?:boolean )?value ("(?:[^"\\]|\\.)*") for (?:flag )?-+([A-Za-z][A-Za-z0-9-]*): (.*)$`)
-
-// flagError rewrites an error of fs.Parse as help writes flags (--ttl, -E)
-// and, for an unknown flag, suggests the closest one fs has.
-func flagError(fs *flag.FlagSet, err error) string {
-	msg := err.Error()
-	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
-		name = strings.TrimLeft(name, "-")
-		var names []string
-		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
-		out := "unknown flag " + flagName(safetext.Escape(shorten(name, 40)))
-		switch hint, ok := flockHints[name]; {
-		case ok:
-			out += ": " + hint
-		case len(name) > 1 && fs.Lookup(name[:1]) != nil && fs.Lookup(name[1:]) != nil:
-			out += "; give -" + name[:1] + " and -" + name[1:] + " apart"
-		default:
-			if s, ok := closest(name, names); ok {
-				out += "; did you mean " + flagName(s) + "?"
-			}
+// unknownFlag says that a flag is unknown, and what was meant by it.
+func unknownFlag(fs *pflag.FlagSet, e *pflag.NotExistError) string {
+	name, group := e.GetSpecifiedName(), e.GetSpecifiedShortnames()
+	if group != "" {
+		// A one-letter flag, alone (-n) or in a group (-qn, -ttl).
+		out := "unknown flag -" + safetext.Escape(shorten(name, 40))
+		if hint, ok := flockHints[name]; ok {
+			return out + ": " + hint
+		}
+		if len(group) > 1 && fs.Lookup(group) != nil {
+			return out + " in -" + group + "; did you mean --" + group + "? (long flags take two dashes)"
 		}
 		return out
 	}
-	if m := invalidValue.FindStringSubmatch(msg); m != nil && fs.Lookup(m[2]) != nil {
-		why := m[3]
-		f := fs.Lookup(m[2])
-		switch _, intErr := strconv.Atoi(f.DefValue); {
-		case isBoolFlag(f):
-			why = "want true or false, or no value"
-		case why == "parse error" && intErr == nil:
-			why = "want a whole number"
+	out := "unknown flag --" + safetext.Escape(shorten(name, 40))
+	var names []string
+	fs.VisitAll(func(f *pflag.Flag) {
+		if !f.Hidden {
+			names = append(names, f.Name)
 		}
-		return flagName(m[2]) + " " + shorten(m[1], 40) + ": " + why
-	}
-	return flagRef.ReplaceAllStringFunc(msg, func(m string) string {
-		sub := flagRef.FindStringSubmatch(m)
-		if fs.Lookup(sub[2]) == nil {
-			return m
-		}
-		return sub[1] + flagName(sub[2])
 	})
+	if s, ok := closest(name, names); ok {
+		out += "; did you mean " + flagName(s) + "?"
+	}
+	return out
 }
 
 // closest returns the name among names that s most likely misspells: the

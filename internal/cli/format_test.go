@@ -1,12 +1,12 @@
 package cli
 
 import (
-	"flag"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/spf13/pflag"
 )
 
 func TestFmtDuration(t *testing.T) {
@@ -52,9 +52,11 @@ func TestHeldFor(t *testing.T) {
 }
 
 func TestSplitArgs(t *testing.T) {
-	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
 	fs.Bool("json", false, "")
 	fs.String("backend", "", "")
+	fs.BoolP("quiet", "q", false, "")
+	fs.IntP("conflict-exit-code", "E", 75, "")
 	tests := []struct {
 		args                    []string
 		flags, positional, tail []string
@@ -66,12 +68,17 @@ func TestSplitArgs(t *testing.T) {
 		{[]string{"n", "--", "sh", "-c", "x"}, nil, []string{"n"}, []string{"sh", "-c", "x"}, true},
 		{[]string{"--metadata", "--", "n"}, []string{"--metadata"}, nil, []string{"n"}, true},
 		{[]string{"-", "n"}, nil, []string{"-", "n"}, nil, false},
+		{[]string{"-qE", "0", "n"}, []string{"-qE", "0"}, []string{"n"}, nil, false},
+		{[]string{"-E0", "n", "cmd"}, []string{"-E0"}, []string{"n", "cmd"}, nil, false},
 	}
 	for _, tt := range tests {
-		flags, positional, tail, dash, _ := splitArgs(fs, tt.args)
-		if !slices.Equal(flags, tt.flags) || !slices.Equal(positional, tt.positional) || !slices.Equal(tail, tt.tail) || dash != tt.dash {
-			t.Errorf("splitArgs(%q) = %q %q %q %v", tt.args, flags, positional, tail, dash)
+		s := splitArgs(fs, tt.args)
+		if !slices.Equal(s.flags, tt.flags) || !slices.Equal(s.positional, tt.positional) || !slices.Equal(s.tail, tt.tail) || s.dash != tt.dash {
+			t.Errorf("splitArgs(%q) = %q %q %q %v", tt.args, s.flags, s.positional, s.tail, s.dash)
 		}
+	}
+	if s := splitArgs(fs, []string{"-qE", "1", "--quiet"}); !s.spelled["-q"] || !s.spelled["-E"] || !s.spelled["--quiet"] || s.spelled["--conflict-exit-code"] {
+		t.Errorf("spelled %v", s.spelled)
 	}
 }
 

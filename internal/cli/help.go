@@ -7,20 +7,23 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/spf13/pflag"
 )
 
 // synopses are the usage lines, printed after a usage error.
 var synopses = map[string]string{
-	"dlock":   "dlock [--backend URL] [--password-file PATH] [--connect-timeout DURATION] COMMAND [ARGS...]",
-	"run":     "dlock run [flags] NAME [-- COMMAND [ARGS...]]",
-	"ls":      "dlock ls [PREFIX] [--json]",
-	"inspect": "dlock inspect NAME [--json]",
-	"release": "dlock release --force NAME [--json]",
-	"bench":   "dlock bench [flags] [URL...]",
-	"top":     topSynopsis,
-	"dash":    dashSynopsis,
-	"version": "dlock version",
-	"help":    "dlock help [COMMAND]",
+	"dlock":      "dlock [--backend URL] [--password-file PATH] [--connect-timeout DURATION] COMMAND [ARGS...]",
+	"run":        "dlock run [flags] NAME [-- COMMAND [ARGS...]]",
+	"ls":         "dlock ls [PREFIX] [--json]",
+	"inspect":    "dlock inspect NAME [--json]",
+	"release":    "dlock release --force NAME [--json]",
+	"bench":      "dlock bench [flags] [URL...]",
+	"top":        topSynopsis,
+	"dash":       dashSynopsis,
+	"completion": "dlock completion bash|zsh|fish",
+	"version":    "dlock version",
+	"help":       "dlock help [COMMAND]",
 }
 
 const backendFlagsHelp = `  --backend URL              the store (default: $DLOCK_BACKEND, else the
@@ -412,15 +415,16 @@ Shows help for dlock, or for COMMAND.
 `
 
 var helps = map[string]string{
-	"run":     runHelp,
-	"ls":      lsHelp,
-	"inspect": inspectHelp,
-	"release": releaseHelp,
-	"bench":   benchHelp,
-	"top":     topHelp,
-	"dash":    dashHelp,
-	"version": versionHelp,
-	"help":    helpHelp,
+	"run":        runHelp,
+	"ls":         lsHelp,
+	"inspect":    inspectHelp,
+	"release":    releaseHelp,
+	"bench":      benchHelp,
+	"top":        topHelp,
+	"dash":       dashHelp,
+	"completion": completionHelp,
+	"version":    versionHelp,
+	"help":       helpHelp,
 }
 
 // printHelp prints the help of cmd, or dlock's overview for "".
@@ -431,9 +435,32 @@ func printHelp(w io.Writer, cmd string) {
 	}
 	var list strings.Builder
 	for _, c := range commandList() {
-		fmt.Fprintf(&list, "  %-9s %s\n", c.name, c.summary)
+		fmt.Fprintf(&list, "  %-10s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, overviewHelp, synopses["dlock"], list.String())
+}
+
+// docText is the help of cmd ("" for dlock's own) as cobra's generated docs
+// (man pages) take it: indented, so that the layout is kept.
+func docText(cmd string) string {
+	var b strings.Builder
+	printHelp(&b, cmd)
+	text := b.String()
+	if strings.HasPrefix(text, "usage: ") {
+		// The usage lines are the page's SYNOPSIS.
+		if _, rest, ok := strings.Cut(text, "\n\n"); ok {
+			text = rest
+		}
+	}
+	var out strings.Builder
+	for line := range strings.Lines(text) {
+		if strings.TrimSpace(line) == "" {
+			out.WriteString("\n")
+			continue
+		}
+		out.WriteString("    " + line)
+	}
+	return out.String()
 }
 
 // printShortUsage prints the usage line of cmd ("dlock" for dlock's own)
@@ -447,7 +474,12 @@ func printShortUsage(w io.Writer, cmd string) {
 	fmt.Fprintf(w, "Run 'dlock help %s' for details.\n", cmd)
 }
 
-func cmdHelp(_ context.Context, a *app, args []string) error {
+// helpCommand returns what runs help, which has no flags of its own.
+func helpCommand(a *app, _ *pflag.FlagSet) runner {
+	return func(_ context.Context, args []string, _ int) error { return cmdHelp(a, args) }
+}
+
+func cmdHelp(a *app, args []string) error {
 	switch len(args) {
 	case 0:
 		printHelp(a.stdout, "")
@@ -455,11 +487,7 @@ func cmdHelp(_ context.Context, a *app, args []string) error {
 	case 1:
 		if _, ok := helps[args[0]]; !ok {
 			msg := fmt.Sprintf("no help for %q: not a command", printable(args[0], 40))
-			var names []string
-			for _, c := range commandList() {
-				names = append(names, c.name)
-			}
-			if s, ok := closest(args[0], names); ok {
+			if s, ok := closest(args[0], commandNames()); ok {
 				msg += "; did you mean " + s + "?"
 			}
 			return usageErr("help", "%s", msg)

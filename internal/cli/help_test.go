@@ -1,16 +1,16 @@
 package cli
 
 import (
-	"flag"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
 )
 
 // TestHelpDocumentsEveryFlag: every command has help and a usage line, and
 // each flag a command's parser accepts appears in its help text.
 func TestHelpDocumentsEveryFlag(t *testing.T) {
-	flagSets := commandFlagSets()
 	for _, c := range commandList() {
 		if _, ok := helps[c.name]; !ok {
 			t.Errorf("no help for %s", c.name)
@@ -19,31 +19,38 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 			t.Errorf("no usage line for %s", c.name)
 		}
 	}
-	for cmd, mk := range flagSets {
-		mk(&app{connectTimeout: defaultConnectTimeout}).VisitAll(func(f *flag.Flag) {
-			name := flagName(f.Name)
+	for cmd, names := range commandFlags() {
+		for _, name := range names {
 			if !strings.Contains(helps[cmd], name+" ") && !strings.Contains(helps[cmd], name+", ") {
 				t.Errorf("help %s does not document %s", cmd, name)
 			}
-		})
+		}
 	}
 }
 
-// commandFlagSets returns, for each command with flags, a function that
-// makes its flag set.
-func commandFlagSets() map[string]func(a *app) *flag.FlagSet {
-	return map[string]func(a *app) *flag.FlagSet{
-		"run": func(a *app) *flag.FlagSet {
-			var w waitFlag
-			return runFlags(a, &runOptions{}, &w)
-		},
-		"ls":      func(a *app) *flag.FlagSet { fs, _ := jsonFlags(a, "ls"); return fs },
-		"inspect": func(a *app) *flag.FlagSet { fs, _ := jsonFlags(a, "inspect"); return fs },
-		"release": func(a *app) *flag.FlagSet { fs, _, _ := releaseFlags(a); return fs },
-		"bench":   func(a *app) *flag.FlagSet { return benchFlags(a, &benchOptions{}, &benchLists{}) },
-		"top":     func(a *app) *flag.FlagSet { return topFlags(a, &topOptions{}) },
-		"dash":    func(a *app) *flag.FlagSet { return dashFlags(a, &dashOptions{}) },
+// commandFlags returns, for each command, the flags its parser accepts as
+// help writes them (--ttl, -E): its own and, for those that use a store, the
+// global ones; without cobra's --help.
+func commandFlags() map[string][]string {
+	noStore := map[string]bool{"version": true, "help": true, "completion": true}
+	out := map[string][]string{}
+	root := (&app{connectTimeout: defaultConnectTimeout}).rootCommand()
+	for _, c := range root.Commands() {
+		add := func(f *pflag.Flag) {
+			if f.Name == "help" {
+				return
+			}
+			out[c.Name()] = append(out[c.Name()], flagName(f.Name))
+			if f.Shorthand != "" {
+				out[c.Name()] = append(out[c.Name()], flagName(f.Shorthand))
+			}
+		}
+		c.LocalFlags().VisitAll(add)
+		if !noStore[c.Name()] {
+			c.InheritedFlags().VisitAll(add)
+		}
 	}
+	return out
 }
 
 // TestHelpStatesLimits: the help says what the default store and dlock run
@@ -87,12 +94,11 @@ func TestReadmeDocumentsEveryFlag(t *testing.T) {
 			t.Errorf("the README's synopsis lacks dlock %s", c.name)
 		}
 	}
-	for cmd, mk := range commandFlagSets() {
-		mk(&app{connectTimeout: defaultConnectTimeout}).VisitAll(func(f *flag.Flag) {
-			name := flagName(f.Name)
+	for cmd, names := range commandFlags() {
+		for _, name := range names {
 			if !strings.Contains(section, name+" ") && !strings.Contains(section, name+"]") && !strings.Contains(section, name+"`") {
 				t.Errorf("the README's dlock section does not document %s of %s", name, cmd)
 			}
-		})
+		}
 	}
 }

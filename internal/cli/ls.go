@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/safetext"
+	"github.com/spf13/pflag"
 )
 
 // lockJSON is one lock in the output of ls --json, inspect --json and
@@ -178,18 +178,19 @@ func (a *app) openInspector(ctx context.Context) (*store, driver.Inspector, erro
 	return st, st.inspector, nil
 }
 
-// jsonFlags returns the flag set of ls or inspect, with --json.
-func jsonFlags(a *app, cmd string) (*flag.FlagSet, *bool) {
-	fs := a.newFlagSet(cmd)
-	return fs, fs.Bool("json", false, "")
+// lsCommand defines ls's flag on fs and returns what runs it.
+func lsCommand(a *app, fs *pflag.FlagSet) runner {
+	asJSON := fs.Bool("json", false, "one JSON array of objects, for scripts")
+	return func(ctx context.Context, args []string, _ int) error { return cmdLs(ctx, a, *asJSON, args) }
 }
 
-func cmdLs(ctx context.Context, a *app, args []string) error {
-	fs, asJSON := jsonFlags(a, "ls")
-	pos, err := a.parseCommand(fs, "ls", args)
-	if err != nil {
-		return err
-	}
+// inspectCommand defines inspect's flag on fs and returns what runs it.
+func inspectCommand(a *app, fs *pflag.FlagSet) runner {
+	asJSON := fs.Bool("json", false, "one JSON object, for scripts")
+	return func(ctx context.Context, args []string, _ int) error { return cmdInspect(ctx, a, *asJSON, args) }
+}
+
+func cmdLs(ctx context.Context, a *app, asJSON bool, pos []string) error {
 	if len(pos) > 1 {
 		return usageErr("ls", "at most one PREFIX, not %d", len(pos))
 	}
@@ -213,7 +214,7 @@ func cmdLs(ctx context.Context, a *app, args []string) error {
 		}
 	}
 	now := time.Now()
-	if *asJSON {
+	if asJSON {
 		out := make([]lockJSON, 0, len(infos))
 		for _, info := range infos {
 			out = append(out, toJSON(info, now))
@@ -232,12 +233,7 @@ func cmdLs(ctx context.Context, a *app, args []string) error {
 	return nil
 }
 
-func cmdInspect(ctx context.Context, a *app, args []string) error {
-	fs, asJSON := jsonFlags(a, "inspect")
-	pos, err := a.parseCommand(fs, "inspect", args)
-	if err != nil {
-		return err
-	}
+func cmdInspect(ctx context.Context, a *app, asJSON bool, pos []string) error {
 	if len(pos) != 1 {
 		return usageErr("inspect", "want one lock NAME, not %d", len(pos))
 	}
@@ -262,11 +258,11 @@ func cmdInspect(ctx context.Context, a *app, args []string) error {
 		}
 	}
 	switch {
-	case *asJSON && !ok:
+	case asJSON && !ok:
 		if err := writeJSON(a.stdout, notHeldJSON{Name: name}); err != nil {
 			return err
 		}
-	case *asJSON:
+	case asJSON:
 		return writeJSON(a.stdout, toJSON(info, time.Now()))
 	case !ok:
 		fmt.Fprintf(a.stdout, "lock %q is not held%s\n", name, noStore.note())

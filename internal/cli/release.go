@@ -5,18 +5,21 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/spf13/pflag"
 )
 
-// releaseFlags returns release's flag set, with --force and --json.
-func releaseFlags(a *app) (*flag.FlagSet, *bool, *bool) {
-	fs := a.newFlagSet("release")
-	return fs, fs.Bool("force", false, ""), fs.Bool("json", false, "")
+// releaseCommand defines release's flags on fs and returns what runs it.
+func releaseCommand(a *app, fs *pflag.FlagSet) runner {
+	force := fs.Bool("force", false, "required: really break the lock")
+	asJSON := fs.Bool("json", false, "one JSON object, for scripts")
+	return func(ctx context.Context, args []string, _ int) error {
+		return cmdRelease(ctx, a, *force, *asJSON, args)
+	}
 }
 
 // releaseJSON is release --json's answer: what was released, if anything.
@@ -26,12 +29,7 @@ type releaseJSON struct {
 	Lock     *lockJSON `json:"lock"` // as it was when released; null when it was not held
 }
 
-func cmdRelease(ctx context.Context, a *app, args []string) error {
-	fs, force, asJSON := releaseFlags(a)
-	pos, err := a.parseCommand(fs, "release", args)
-	if err != nil {
-		return err
-	}
+func cmdRelease(ctx context.Context, a *app, force, asJSON bool, pos []string) error {
 	if len(pos) != 1 {
 		return usageErr("release", "want one lock NAME, not %d", len(pos))
 	}
@@ -39,7 +37,7 @@ func cmdRelease(ctx context.Context, a *app, args []string) error {
 	if err := checkNameArg("release", name); err != nil {
 		return err
 	}
-	if !*force {
+	if !force {
 		return usageErr("release", "refusing to break %q without --force: its holder would go on working, "+
 			"unaware, until its next renewal fails; a lock you hold is released when your 'dlock run' ends", name)
 	}
@@ -60,7 +58,7 @@ func cmdRelease(ctx context.Context, a *app, args []string) error {
 		}
 	}
 	now := time.Now()
-	if *asJSON {
+	if asJSON {
 		out := releaseJSON{Name: name, Released: ok}
 		if ok {
 			j := toJSON(info, now)

@@ -6,8 +6,8 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/spf13/pflag"
 )
 
 // Defaults of dlock run's flags.
@@ -51,6 +52,10 @@ func (w *waitFlag) String() string {
 	return w.d.String()
 }
 
+// Type names the flag's value in generated docs and completion.
+func (w *waitFlag) Type() string { return "duration" }
+
+// Set reads a duration or "forever".
 func (w *waitFlag) Set(s string) error {
 	switch strings.ToLower(s) {
 	case "forever", "inf", "infinity":
@@ -146,47 +151,80 @@ type runOptions struct {
 	unreleased bool
 }
 
-// runFlags returns run's flag set, which fills o and wait.
-func runFlags(a *app, o *runOptions, wait *waitFlag) *flag.FlagSet {
-	fs := a.newFlagSet("run")
-	durationVar(fs, &o.ttl, "ttl", dlock.DefaultTTL)
-	fs.Var(wait, "wait", "")
-	fs.Var(wait, "timeout", "") // flock's name for it
-	fs.IntVar(&o.conflictCode, "conflict-exit-code", exitNotObtained, "")
-	fs.IntVar(&o.conflictCode, "E", exitNotObtained, "")
-	fs.BoolVar(&o.quiet, "quiet", false, "")
-	fs.BoolVar(&o.quiet, "q", false, "")
-	fs.BoolVar(&o.verbose, "verbose", false, "")
-	fs.BoolVar(&o.takeOver, "take-over-dead", false, "")
-	fs.BoolVar(&o.verbose, "v", false, "")
-	durationVar(fs, &o.killGrace, "kill-grace", defaultKillGrace)
-	fs.StringVar(&o.metadata, "metadata", "", "")
-	durationVar(fs, &o.lockDelay, "lock-delay", 0)
-	fs.BoolVar(&o.fair, "fair", false, "")
-	fs.BoolVar(&o.shared, "shared", false, "")
-	fs.IntVar(&o.permits, "semaphore", 0, "")
-	return fs
+// runFlags adds run's flags to fs, which fill o and wait.
+func runFlags(fs *pflag.FlagSet, o *runOptions, wait *waitFlag) {
+	durationVar(fs, &o.ttl, "ttl", dlock.DefaultTTL, "the lease's time to live on the store (default $DLOCK_TTL, else 10s)")
+	fs.Var(wait, "wait", `longest wait for the lock; 0 tries once, "forever" waits without limit (default $DLOCK_WAIT, else 0)`)
+	fs.Var(wait, "timeout", "the same as --wait, under flock's name")
+	fs.IntVarP(&o.conflictCode, "conflict-exit-code", "E", exitNotObtained, "exit status when the lock is not obtained")
+	fs.BoolVarP(&o.quiet, "quiet", "q", false, "no messages about waiting, a lock not obtained or a command ended by a signal")
+	fs.BoolVarP(&o.verbose, "verbose", "v", false, "also say when the lock was obtained and released")
+	fs.BoolVar(&o.takeOver, "take-over-dead", false, "take over at once a lock whose holder, a process of this host, has ended (Linux)")
+	durationVar(fs, &o.killGrace, "kill-grace", defaultKillGrace, "time between SIGTERM and SIGKILL when the lock is lost")
+	fs.StringVar(&o.metadata, "metadata", "", "free text stored with the lock, shown to waiters and by dlock ls")
+	durationVar(fs, &o.lockDelay, "lock-delay", 0, "after a lease expires without a release, keep the lock from others this much longer (Redis, Redlock)")
+	fs.BoolVar(&o.fair, "fair", false, "a fair exclusive lock: waiters get it in order")
+	fs.BoolVar(&o.shared, "shared", false, "a shared (read) lock: exclusive runs wait for it")
+	fs.IntVar(&o.permits, "semaphore", 0, "one of N permits (N from 1 to 1048576)")
 }
 
+// runCommand defines run's flags on fs and returns what runs it.
+func runCommand(a *app, fs *pflag.FlagSet) runner {
+	o := &runOptions{}
+	var wait waitFlag
+	runFlags(fs, o, &wait)
+	return func(ctx context.Context, args []string, dash int) error {
+		if err := o.parse(a, fs, &wait, args, dash); err != nil {
+			return err
+		}
+		return cmdRun(ctx, a, o)
+	}
+}
+
+// parseRunArgs parses run's arguments as dlock run does (for tests).
 func parseRunArgs(a *app, args []string) (*runOptions, error) {
 	o := &runOptions{}
 	var wait waitFlag
-	fs := runFlags(a, o, &wait)
-	return o, o.parse(a, fs, &wait, args)
+	fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	a.globalFlags(fs)
+	runFlags(fs, o, &wait)
+	a.cmdArgs = args
+	if err := fs.Parse(args); err != nil {
+		if err := putDashBetween(fs, args); err != nil {
+			return o, err
+		}
+		return o, flagError("run", fs, err)
+	}
+	return o, o.parse(a, fs, &wait, fs.Args(), fs.ArgsLenAtDash())
 }
 
-func (o *runOptions) parse(a *app, fs *flag.FlagSet, wait *waitFlag, args []string) error {
-	flags, positional, command, dash, first := splitArgs(fs, args)
-	if !dash && len(positional) > 1 {
-		// "dlock run NAME cmd -x": the command's flags are not dlock's.
+// putDashBetween returns the usage error for run's arguments given as
+// "dlock run NAME cmd -x": the command's flags are not dlock's. It returns
+// nil for arguments with a "--", or with one positional argument at most.
+func putDashBetween(fs *pflag.FlagSet, raw []string) error {
+	s := splitArgs(fs, raw)
+	if s.dash || len(s.positional) < 2 {
+		return nil
+	}
+	return usageErr("run", "put -- between the lock NAME and the command: dlock run %s -- %s",
+		strings.Join(raw[:s.first+1], " "), strings.Join(raw[s.first+1:], " "))
+}
+
+// parse checks run's arguments, parsed by fs (dash of them before "--", -1
+// without one), and fills o.
+func (o *runOptions) parse(a *app, fs *pflag.FlagSet, wait *waitFlag, args []string, dash int) error {
+	positional, command := args, []string(nil)
+	if dash >= 0 {
+		positional, command = args[:dash], args[dash:]
+	} else if len(positional) > 1 {
+		if err := putDashBetween(fs, a.cmdArgs); err != nil {
+			return err
+		}
 		return usageErr("run", "put -- between the lock NAME and the command: dlock run %s -- %s",
-			strings.Join(args[:first+1], " "), strings.Join(args[first+1:], " "))
+			positional[0], strings.Join(positional[1:], " "))
 	}
-	if err := a.parse(fs, "run", flags); err != nil {
-		return err
-	}
-	positional = append(positional, fs.Args()...)
-	if err := o.checkAliases(fs); err != nil {
+	if err := o.checkAliases(fs, splitArgs(fs, a.cmdArgs).spelled); err != nil {
 		return err
 	}
 	if err := envDefaults(fs, wait); err != nil {
@@ -194,11 +232,11 @@ func (o *runOptions) parse(a *app, fs *flag.FlagSet, wait *waitFlag, args []stri
 	}
 	o.wait = wait.d
 	switch {
-	case len(positional) == 0 && !dash:
+	case len(positional) == 0 && dash < 0:
 		return usageErr("run", "missing the lock NAME (and -- COMMAND, or nothing to hold it until a signal)")
 	case len(positional) == 0:
 		return usageErr("run", "missing the lock NAME before --")
-	case !dash:
+	case dash < 0:
 		// No command: hold the lock until a signal (see holdOnly).
 	case len(positional) > 1:
 		return usageErr("run", "one lock NAME before --, not %d (%s)", len(positional), strings.Join(positional, " "))
@@ -226,8 +264,7 @@ func (o *runOptions) parse(a *app, fs *flag.FlagSet, wait *waitFlag, args []stri
 	if err := o.parseKind(fs); err != nil {
 		return err
 	}
-	graceSet := false
-	fs.Visit(func(f *flag.Flag) { graceSet = graceSet || f.Name == "kill-grace" })
+	graceSet := fs.Changed("kill-grace")
 	if fit := o.ttl/2 - killReserve; !graceSet && o.killGrace > fit {
 		// The default grace does not fit a short TTL: shorten it, down to
 		// minKillGrace, rather than refuse the TTL.
@@ -270,15 +307,16 @@ func closeWithin(c *dlock.Client, st *store, d time.Duration) {
 	}
 }
 
-// checkAliases refuses a flag given under both of its names, or twice
-// under different ones, and the flags that contradict each other: each
+// checkAliases refuses a flag given under both of its names (spelled has
+// the names as given), and the flags that contradict each other: each
 // pair sets one value, and the later one would silently win.
-func (o *runOptions) checkAliases(fs *flag.FlagSet) error {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	for _, pair := range [][2]string{{"wait", "timeout"}, {"conflict-exit-code", "E"}, {"quiet", "q"}, {"verbose", "v"}} {
-		if set[pair[0]] && set[pair[1]] {
-			return usageErr("run", "%s and %s are one flag; give one of them", flagName(pair[0]), flagName(pair[1]))
+func (o *runOptions) checkAliases(fs *pflag.FlagSet, spelled map[string]bool) error {
+	if fs.Changed("wait") && fs.Changed("timeout") {
+		return usageErr("run", "--wait and --timeout are one flag; give one of them")
+	}
+	for _, pair := range [][2]string{{"--conflict-exit-code", "-E"}, {"--quiet", "-q"}, {"--verbose", "-v"}} {
+		if spelled[pair[0]] && spelled[pair[1]] {
+			return usageErr("run", "%s and %s are one flag; give one of them", pair[0], pair[1])
 		}
 	}
 	if o.quiet && o.verbose {
@@ -298,15 +336,13 @@ const (
 
 // envDefaults applies DLOCK_TTL and DLOCK_WAIT to --ttl and --wait when the
 // command line does not give them.
-func envDefaults(fs *flag.FlagSet, wait *waitFlag) error {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if v, ok := os.LookupEnv(envTTL); ok && v != "" && !set["ttl"] {
-		if err := fs.Set("ttl", v); err != nil {
+func envDefaults(fs *pflag.FlagSet, wait *waitFlag) error {
+	if v, ok := os.LookupEnv(envTTL); ok && v != "" && !fs.Changed("ttl") {
+		if err := fs.Lookup("ttl").Value.Set(v); err != nil {
 			return usageErr("run", "%s=%q: %v", envTTL, shorten(v, 40), err)
 		}
 	}
-	if v, ok := os.LookupEnv(envWait); ok && v != "" && !set["wait"] && !set["timeout"] {
+	if v, ok := os.LookupEnv(envWait); ok && v != "" && !fs.Changed("wait") && !fs.Changed("timeout") {
 		if err := wait.Set(v); err != nil {
 			return usageErr("run", "%s=%q: %v", envWait, shorten(v, 40), err)
 		}
@@ -324,9 +360,8 @@ func flagName(name string) string {
 }
 
 // parseKind reads --fair, --shared and --semaphore into o.kind.
-func (o *runOptions) parseKind(fs *flag.FlagSet) error {
-	semaphore := false
-	fs.Visit(func(f *flag.Flag) { semaphore = semaphore || f.Name == "semaphore" })
+func (o *runOptions) parseKind(fs *pflag.FlagSet) error {
+	semaphore := fs.Changed("semaphore")
 	var given []string
 	if o.fair {
 		o.kind = lockFair
@@ -358,12 +393,7 @@ func (o *runOptions) parseKind(fs *flag.FlagSet) error {
 // the command --kill-grace to stop and dlock the reserve to kill it.
 func (o *runOptions) safetyMargin() time.Duration { return o.killGrace + killReserve }
 
-func cmdRun(ctx context.Context, a *app, args []string) error {
-	o, err := parseRunArgs(a, args)
-	if err != nil {
-		return err
-	}
-
+func cmdRun(ctx context.Context, a *app, o *runOptions) error {
 	// Catch the signals before anything else, so that one that comes while
 	// dlock connects or waits ends the wait cleanly (nothing is left on the
 	// store) instead of killing dlock, and one that comes while the command

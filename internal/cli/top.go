@@ -4,13 +4,13 @@ package cli
 
 import (
 	"context"
-	"flag"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/top"
+	"github.com/spf13/pflag"
 )
 
 // topOptions are top's flags.
@@ -21,24 +21,19 @@ type topOptions struct {
 	once     bool
 }
 
-func topFlags(a *app, o *topOptions) *flag.FlagSet {
-	fs := a.newFlagSet("top")
-	durationVar(fs, &o.interval, "interval", time.Second)
-	fs.StringVar(&o.order, "sort", "hold", "")
-	fs.StringVar(&o.prefix, "prefix", "", "")
-	fs.BoolVar(&o.once, "once", false, "")
-	return fs
+// topCommand defines top's flags on fs and returns what runs it.
+func topCommand(a *app, fs *pflag.FlagSet) runner {
+	o := &topOptions{}
+	durationVar(fs, &o.interval, "interval", time.Second, "time between two samples of the store")
+	fs.StringVar(&o.order, "sort", "hold", "hold: the lock held longest first; wait: the longest-waiting queue first")
+	fs.StringVar(&o.prefix, "prefix", "", "only the locks whose names start with PREFIX")
+	fs.BoolVar(&o.once, "once", false, "print the table once, even on a terminal")
+	return func(ctx context.Context, args []string, _ int) error { return cmdTop(ctx, a, o, args) }
 }
 
 // cmdTop is dlock top [URL]: the store's held locks, redrawn in place every
 // --interval while stdout is a terminal, else printed once.
-func cmdTop(ctx context.Context, a *app, args []string) error {
-	var o topOptions
-	fs := topFlags(a, &o)
-	pos, err := a.parseCommand(fs, "top", args)
-	if err != nil {
-		return err
-	}
+func cmdTop(ctx context.Context, a *app, o *topOptions, pos []string) error {
 	if err := a.backendArg("top", pos); err != nil {
 		return err
 	}

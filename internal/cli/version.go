@@ -7,14 +7,19 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/spf13/pflag"
 )
 
-func cmdVersion(_ context.Context, a *app, args []string) error {
-	if len(args) > 0 {
-		return usageErr("version", "version takes no arguments")
+// versionCommand returns what runs version, which has no flags of its own.
+func versionCommand(a *app, _ *pflag.FlagSet) runner {
+	return func(_ context.Context, args []string, _ int) error {
+		if len(args) > 0 {
+			return usageErr("version", "version takes no arguments")
+		}
+		fmt.Fprintln(a.stdout, versionString())
+		return nil
 	}
-	fmt.Fprintln(a.stdout, versionString())
-	return nil
 }
 
 // versionString is "dlock VERSION (commit REV[, modified]) GOVERSION OS/ARCH",
