@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -36,6 +37,11 @@ type app struct {
 	// cmdArgs are the arguments as given, less the command's name: run
 	// reads them to tell "dlock run NAME cmd -x" (no "--") from a flag.
 	cmdArgs []string
+	// logFormat is --log-format: how dlock's own messages are written
+	// (see msgs).
+	logFormat string
+	jsonOnce  sync.Once
+	json      *jsonLines
 }
 
 // runner runs a command with the arguments its flags left: args, and dash,
@@ -93,6 +99,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !errors.As(err, &ee) {
 		ee = classify(err)
 	}
+	if j, ok := a.msgs().(*jsonLines); ok {
+		j.failure(oneLine(ee.msg), synopses[ee.usage], ee.code)
+		return ee.code
+	}
 	if ee.msg != "" {
 		fmt.Fprintf(stderr, "dlock: %s\n", oneLine(ee.msg))
 	}
@@ -147,6 +157,11 @@ func (a *app) rootCommand() *cobra.Command {
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			if a.connectTimeout <= 0 {
 				return usageErr(usageName(cmd), "--connect-timeout must be positive, not %v", a.connectTimeout)
+			}
+			if a.logFormat != logText && a.logFormat != logJSON {
+				f := a.logFormat
+				a.logFormat = logText // the error itself as text
+				return usageErr(usageName(cmd), "--log-format %q: want text or json", f)
 			}
 			return nil
 		},
@@ -215,6 +230,7 @@ func (a *app) globalFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&a.backend, "backend", a.backend, "the store's URL (default $DLOCK_BACKEND, else a SQLite file in your state directory)")
 	fs.StringVar(&a.passwordFile, "password-file", a.passwordFile, "read the store's password from the file's first line (default $DLOCK_PASSWORD)")
 	durationVar(fs, &a.connectTimeout, "connect-timeout", a.connectTimeout, "longest wait for the store's first answer")
+	fs.StringVar(&a.logFormat, "log-format", logText, "how dlock writes its own messages on stderr: text or json")
 }
 
 // splitArgs separates the flags in args from the positional arguments as

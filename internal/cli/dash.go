@@ -72,7 +72,7 @@ func cmdDash(ctx context.Context, a *app, o *dashOptions, pos []string) error {
 		defer wg.Done()
 		serveErr <- srv.Serve(ln)
 	}()
-	fmt.Fprintf(a.stderr, "dlock dash: serving %s on http://%s/ (Ctrl-C to stop)\n", l.where, ln.Addr())
+	fmt.Fprintf(a.msgs(), "dlock dash: serving %s on http://%s/ (Ctrl-C to stop)\n", l.where, ln.Addr())
 	select {
 	case <-ctx.Done():
 	case err = <-serveErr:

@@ -13,7 +13,7 @@ import (
 
 // synopses are the usage lines, printed after a usage error.
 var synopses = map[string]string{
-	"dlock":      "dlock [--backend URL] [--password-file PATH] [--connect-timeout DURATION] COMMAND [ARGS...]",
+	"dlock":      "dlock [--backend URL] [--password-file PATH] [--connect-timeout DURATION] [--log-format text|json] COMMAND [ARGS...]",
 	"run":        "dlock run [flags] NAME [-- COMMAND [ARGS...]]",
 	"ls":         "dlock ls [PREFIX] [--json]",
 	"inspect":    "dlock inspect NAME [--json]",
@@ -34,6 +34,11 @@ const backendFlagsHelp = `  --backend URL              the store (default: $DLOC
                              without one: a password in --backend is on the
                              command line, which ps shows to every user
   --connect-timeout DURATION longest wait for the store's first answer (default 5s)
+  --log-format text|json     how dlock writes its own messages on stderr: lines
+                             of text (default), or one JSON object per message
+                             (time, level, msg; exit and usage for the error
+                             a command ends with); a command's own stderr
+                             passes through as it is
 `
 
 const overviewHelp = `dlock runs commands under distributed locks and shows who holds them.

@@ -276,7 +276,7 @@ func (o *runOptions) parse(a *app, fs *pflag.FlagSet, wait *waitFlag, args []str
 		o.killGrace = fit
 	}
 	if o.ttl > longTTL {
-		fmt.Fprintf(a.stderr, "dlock: warning: --ttl %s: if dlock dies or loses the store, the lock stays taken that long; "+
+		fmt.Fprintf(a.msgs(), "dlock: warning: --ttl %s: if dlock dies or loses the store, the lock stays taken that long; "+
 			"a TTL of seconds or minutes is renewed for as long as the command runs\n", fmtDuration(o.ttl))
 	}
 	if margin := o.killGrace + killReserve; margin > o.ttl/2 {

@@ -90,7 +90,7 @@ func acquire(ctx context.Context, a *app, o *runOptions, sigs <-chan os.Signal) 
 	)
 	// Where dlock says that it took over a dead holder's lock: not with
 	// -q, nor with -E 0, where a busy lock is a silent success.
-	var say io.Writer = a.stderr
+	var say io.Writer = a.msgs()
 	if o.quiet || (o.conflictCode == exitOK && !o.verbose) {
 		say = nil
 	}
@@ -105,7 +105,7 @@ func acquire(ctx context.Context, a *app, o *runOptions, sigs <-chan os.Signal) 
 		if say != nil {
 			// With -E 0 a busy lock is a silent success: no wait
 			// messages either, or cron would mail them.
-			rep = startWaitReporter(a.stderr, o, st)
+			rep = startWaitReporter(a.msgs(), o, st)
 		}
 		var tk *takeoverWatch
 		if o.takeOver {
@@ -141,7 +141,7 @@ func acquire(ctx context.Context, a *app, o *runOptions, sigs <-chan os.Signal) 
 		return nil, nil, nil, interrupted(o.name, sig)
 	case err == nil:
 		if o.verbose {
-			fmt.Fprintf(a.stderr, "dlock: got %q (fence %d) after waiting %s\n", o.name, lease.Fence(), fmtDuration(time.Since(started)))
+			fmt.Fprintf(a.msgs(), "dlock: got %q (fence %d) after waiting %s\n", o.name, lease.Fence(), fmtDuration(time.Since(started)))
 		}
 		return lease, st, c, nil
 	}

@@ -31,7 +31,7 @@ func runHolding(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-cha
 	cmd.SysProcAttr = childProcAttr()
 	release := func() error { return releaseLease(a, o, lease, sigs) }
 
-	w := &childWatch{stderr: a.stderr, o: o, lease: lease, sigs: sigs}
+	w := &childWatch{stderr: a.msgs(), o: o, lease: lease, sigs: sigs}
 	if len(suspendSignals) > 0 {
 		stops := make(chan os.Signal, 1)
 		signal.Notify(stops, suspendSignals...)
@@ -86,13 +86,13 @@ func runHolding(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-cha
 	err = release()
 	switch {
 	case err == nil && o.verbose:
-		fmt.Fprintf(a.stderr, "dlock: released %q after holding it %s\n", o.name, fmtDuration(time.Since(held)))
+		fmt.Fprintf(a.msgs(), "dlock: released %q after holding it %s\n", o.name, fmtDuration(time.Since(held)))
 	case err == nil:
 	case errors.Is(err, dlock.ErrNotHeld):
 		return fail(exitLost, "lock %q was lost before the command ended (it %s); the command may have run unprotected at the end",
 			o.name, how)
 	default:
-		fmt.Fprintf(a.stderr, "dlock: could not release %q; it expires on the store within %v: %s\n",
+		fmt.Fprintf(a.msgs(), "dlock: could not release %q; it expires on the store within %v: %s\n",
 			o.name, o.ttl, releaseErrText(st, err))
 	}
 	if end == endStuck {
@@ -166,7 +166,7 @@ func holdOnly(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-chan 
 		return fail(exitIOErr, "cannot write the fence of %q on stdout (%v); released it", o.name, unwrapPathErr(err))
 	}
 	if !o.quiet {
-		fmt.Fprintf(a.stderr, "dlock: holding %q (fence %d) until a signal; to run a command under it: dlock run NAME -- COMMAND\n",
+		fmt.Fprintf(a.msgs(), "dlock: holding %q (fence %d) until a signal; to run a command under it: dlock run NAME -- COMMAND\n",
 			o.name, lease.Fence())
 	}
 	var stops <-chan os.Signal
@@ -188,7 +188,7 @@ func holdOnly(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-chan 
 			return fail(exitUnavailable, "%s: could not release %q; it expires on the store within %v: %s",
 				why, o.name, o.ttl, releaseErrText(st, err))
 		case o.verbose:
-			fmt.Fprintf(a.stderr, "dlock: %s: released %q after holding it %s\n", why, o.name, fmtDuration(time.Since(held)))
+			fmt.Fprintf(a.msgs(), "dlock: %s: released %q after holding it %s\n", why, o.name, fmtDuration(time.Since(held)))
 		}
 		return nil
 	}
@@ -197,7 +197,7 @@ func holdOnly(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-chan 
 		case <-lease.Done():
 			return fail(exitLost, "lost lock %q: %s", o.name, lossReason(lease.Err()))
 		case <-stops:
-			fmt.Fprintf(a.stderr, "dlock: not suspending while holding %q: its lease could lapse\n", o.name)
+			fmt.Fprintf(a.msgs(), "dlock: not suspending while holding %q: its lease could lapse\n", o.name)
 		case <-pipe:
 		case <-orphan.C:
 			if os.Getppid() != parent {
