@@ -4,6 +4,8 @@ package cli
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -24,6 +26,7 @@ type dashOptions struct {
 	listenAny bool
 	interval  time.Duration
 	prefix    string
+	release   bool
 }
 
 // dashCommand defines dash's flags on fs and returns what runs it.
@@ -33,6 +36,7 @@ func dashCommand(a *app, fs *pflag.FlagSet) runner {
 	fs.BoolVar(&o.listenAny, "listen-any", false, "allow a --listen address that is not loopback, and any Host")
 	durationVar(fs, &o.interval, "interval", 250*time.Millisecond, "time between two samples of the store")
 	fs.StringVar(&o.prefix, "prefix", "", "only the locks whose names start with PREFIX")
+	fs.BoolVar(&o.release, "allow-release", false, "offer a force-release button, for the holder of the token printed on stderr")
 	return func(ctx context.Context, args []string, _ int) error { return cmdDash(ctx, a, o, args) }
 }
 
@@ -59,7 +63,16 @@ func cmdDash(ctx context.Context, a *app, o *dashOptions, pos []string) error {
 	if err != nil {
 		return fail(exitUnavailable, "--listen: %v", err)
 	}
-	d := dash.New(dash.Config{List: l.List, HeldFor: heldForFunc, Where: l.where, Interval: o.interval})
+	cfg := dash.Config{List: l.List, HeldFor: heldForFunc, Where: l.where, Interval: o.interval}
+	if o.release {
+		var tok [16]byte
+		if _, err := rand.Read(tok[:]); err != nil {
+			return fail(exitUnavailable, "--allow-release: %v", err)
+		}
+		cfg.ReleaseToken = hex.EncodeToString(tok[:])
+		cfg.Release = l.forceRelease
+	}
+	d := dash.New(cfg)
 	srv := &http.Server{Handler: d.Handler(o.listenAny), ReadHeaderTimeout: 10 * time.Second}
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -73,6 +86,9 @@ func cmdDash(ctx context.Context, a *app, o *dashOptions, pos []string) error {
 		serveErr <- srv.Serve(ln)
 	}()
 	fmt.Fprintf(a.msgs(), "dlock dash: serving %s on http://%s/ (Ctrl-C to stop)\n", l.where, ln.Addr())
+	if o.release {
+		fmt.Fprintf(a.msgs(), "dlock dash: force release allowed from http://%s/#token=%s only (the token is this run's)\n", ln.Addr(), cfg.ReleaseToken)
+	}
 	select {
 	case <-ctx.Done():
 	case err = <-serveErr:
@@ -88,7 +104,7 @@ func cmdDash(ctx context.Context, a *app, o *dashOptions, pos []string) error {
 	return nil
 }
 
-const dashSynopsis = "dlock dash [URL] [--listen 127.0.0.1:8080] [--listen-any] [--interval 250ms] [--prefix PREFIX]"
+const dashSynopsis = "dlock dash [URL] [--listen 127.0.0.1:8080] [--listen-any] [--interval 250ms] [--prefix PREFIX] [--allow-release]"
 
 const dashHelp = `usage: ` + dashSynopsis + `
 
@@ -112,7 +128,11 @@ dlock_dash_up) and dash's counters (dlock_dash_grants_total, ..._releases_,
 /api/timeline serve the same as JSON.
 
 dash only reads the store (it creates no SQLite file) and answers GET and
-HEAD only. It shows every holder's owner string (host names, process IDs,
+HEAD only, unless --allow-release: then the lock's detail has a "force
+release" button, which breaks the lock as 'dlock release --force' does, for
+a browser that opened the address with the token dash prints on stderr
+(http://HOST:PORT/#token=...; a new token each run). The token travels in a
+header that another site's page cannot make a browser send. It shows every holder's owner string (host names, process IDs,
 metadata) without authentication, so it listens on loopback only, and answers
 only requests addressed to localhost or a loopback address, unless
 --listen-any. Names and owner strings are shown as text, with control and
@@ -127,6 +147,8 @@ Flags:
   --interval DURATION        time between two samples of the store (default
                              250ms, at least 50ms)
   --prefix PREFIX            only the locks whose names start with PREFIX
+  --allow-release            offer a force-release button, for the holder of
+                             the token printed on stderr
 
 Exit status: 0 after SIGINT, SIGTERM or SIGHUP; 64 for bad flags, URL or a
 non-loopback --listen without --listen-any; 69 when the store cannot be

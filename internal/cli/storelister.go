@@ -6,6 +6,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -14,10 +15,13 @@ import (
 // storeLister lists a store's held locks through its Inspector, for the
 // commands that watch a store (top, dash). A SQLite file that does not
 // exist yet holds no lock: it lists nothing, is not created, and is looked
-// for again at the next call. Not safe for concurrent use.
+// for again at the next call. List and forceRelease may be called
+// concurrently (dash's sampler and its release button); open and Close
+// may not.
 type storeLister struct {
 	a      *app
 	prefix string
+	mu     sync.Mutex // guards st and in after open, for List and forceRelease
 	st     *store
 	in     driver.Inspector
 	where  string
@@ -43,6 +47,8 @@ func (l *storeLister) open(ctx context.Context) error {
 // List returns the held locks under the prefix. Its errors name the store,
 // with secrets redacted.
 func (l *storeLister) List(ctx context.Context) ([]driver.LockInfo, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.in == nil {
 		if err := l.open(ctx); err != nil {
 			return nil, err
@@ -56,6 +62,22 @@ func (l *storeLister) List(ctx context.Context) ([]driver.LockInfo, error) {
 		return nil, l.st.storeErr("list locks", err)
 	}
 	return infos, nil
+}
+
+// forceRelease breaks the lock of key whoever holds it, as `dlock release
+// --force` does, for dash's release button; released is false when it was
+// not held (or the store does not exist yet).
+func (l *storeLister) forceRelease(ctx context.Context, key string) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.in == nil {
+		return false, nil
+	}
+	_, ok, err := l.in.ForceRelease(ctx, key)
+	if err != nil {
+		return false, l.st.storeErr("release "+key, err)
+	}
+	return ok, nil
 }
 
 // Close closes the store, if it was opened.

@@ -2,6 +2,7 @@ package dash_test
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -271,4 +272,72 @@ func waitFor(t *testing.T, url string, ok func(dash.State) bool) dash.State {
 	}
 	t.Fatalf("state never as wanted; last %+v", st)
 	return st
+}
+
+// TestForceRelease: the release endpoint exists only with Config.Release,
+// wants the token in an Authorization header and a JSON body naming the
+// key, answers only loopback hosts, and calls Release with the raw key.
+func TestForceRelease(t *testing.T) {
+	post := func(h http.Handler, host, auth, body string) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodPost, "/api/release", strings.NewReader(body))
+		r.Host = host
+		if auth != "" {
+			r.Header.Set("Authorization", auth)
+		}
+		h.ServeHTTP(w, r)
+		return w
+	}
+	// Read-only: no release, whatever the request carries.
+	ro := dash.New(dash.Config{List: (&fakeStore{}).List, Where: "test"})
+	if w := post(ro.Handler(false), "127.0.0.1", "Bearer x", `{"key_hex":"61"}`); w.Code != http.StatusMethodNotAllowed {
+		t.Errorf("read-only dash: %d, want 405", w.Code)
+	}
+	if st, _ := ro.Snapshot(); st.Release {
+		t.Error("a read-only dash offers the button")
+	}
+
+	var released []string
+	d := dash.New(dash.Config{List: (&fakeStore{}).List, Where: "test", ReleaseToken: "s3cret",
+		Release: func(_ context.Context, key string) (bool, error) {
+			released = append(released, key)
+			return true, nil
+		}})
+	if st, _ := d.Snapshot(); !st.Release {
+		t.Error("the button is not offered")
+	}
+	h := d.Handler(false)
+	for _, tc := range []struct {
+		host, auth, body string
+		want             int
+	}{
+		{"127.0.0.1", "", `{"key_hex":"61"}`, http.StatusForbidden},
+		{"127.0.0.1", "Bearer wrong", `{"key_hex":"61"}`, http.StatusForbidden},
+		{"127.0.0.1", "s3cret", `{"key_hex":"61"}`, http.StatusForbidden},
+		{"evil.example", "Bearer s3cret", `{"key_hex":"61"}`, http.StatusForbidden},
+		{"127.0.0.1", "Bearer s3cret", `not json`, http.StatusBadRequest},
+		{"127.0.0.1", "Bearer s3cret", `{"key_hex":""}`, http.StatusBadRequest},
+	} {
+		if w := post(h, tc.host, tc.auth, tc.body); w.Code != tc.want {
+			t.Errorf("%+v: %d, want %d", tc, w.Code, tc.want)
+		}
+	}
+	if len(released) != 0 {
+		t.Fatalf("refused requests released %q", released)
+	}
+	w := post(h, "localhost:8080", "Bearer s3cret", `{"key_hex":"`+hex.EncodeToString([]byte("jobs/<b>\x1b"))+`"}`)
+	if w.Code != 200 || !strings.Contains(w.Body.String(), `"released":true`) {
+		t.Fatalf("release: %d %s", w.Code, w.Body.String())
+	}
+	if len(released) != 1 || released[0] != "jobs/<b>\x1b" {
+		t.Errorf("released %q, want the raw key", released)
+	}
+	// Other paths stay read-only.
+	wr := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodPost, "http://127.0.0.1/api/state", nil)
+	r.Header.Set("Authorization", "Bearer s3cret")
+	h.ServeHTTP(wr, r)
+	if wr.Code != http.StatusMethodNotAllowed {
+		t.Errorf("POST /api/state with the token: %d, want 405", wr.Code)
+	}
 }

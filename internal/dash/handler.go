@@ -1,13 +1,17 @@
 package dash
 
 import (
+	"crypto/subtle"
 	"embed"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io/fs"
 	"net"
 	"net/http"
 	"strings"
+
+	"github.com/dlock-go/dlock/internal/safetext"
 )
 
 //go:embed assets
@@ -25,8 +29,14 @@ const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 
 //	/api/timeline   the timeline ([]Bucket, oldest first) as JSON
 //	/metrics        store-level gauges and the sampler's counters, in the
 //	                Prometheus text format
+//	/api/release    POST {"key_hex": HEX}: force-releases the lock, only when
+//	                Config.Release is set (dlock dash --allow-release) and
+//	                the request carries "Authorization: Bearer TOKEN"
 //
-// It answers GET and HEAD only. Unless anyHost, it answers only requests
+// It answers GET and HEAD only, and that one POST. The token travels in a
+// header, which a page of another origin cannot set without a CORS
+// preflight that the handler never grants, so another site cannot make a
+// browser send it. Unless anyHost, it answers only requests
 // whose Host is a loopback address or localhost, so that a web page
 // elsewhere cannot read it through a DNS name rebound to 127.0.0.1.
 func (d *Dash) Handler(anyHost bool) http.Handler {
@@ -47,6 +57,7 @@ func (d *Dash) Handler(anyHost bool) http.Handler {
 		}
 		writeJSON(w, tl)
 	})
+	mux.HandleFunc("/api/release", d.release)
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
 		st, _ := d.Snapshot()
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
@@ -58,9 +69,10 @@ func (d *Dash) Handler(anyHost bool) http.Handler {
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("Cache-Control", "no-store")
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		post := r.Method == http.MethodPost && r.URL.Path == "/api/release" && d.cfg.Release != nil
+		if r.Method != http.MethodGet && r.Method != http.MethodHead && !post {
 			h.Set("Allow", "GET, HEAD")
-			http.Error(w, "dlock dash is read-only", http.StatusMethodNotAllowed)
+			http.Error(w, "dlock dash is read-only (force release needs --allow-release)", http.StatusMethodNotAllowed)
 			return
 		}
 		if !anyHost && !loopbackHost(r.Host) {
@@ -69,6 +81,37 @@ func (d *Dash) Handler(anyHost bool) http.Handler {
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// release is POST /api/release: the page's force-release button.
+func (d *Dash) release(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || d.cfg.Release == nil {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "dlock dash is read-only (force release needs --allow-release)", http.StatusMethodNotAllowed)
+		return
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(d.cfg.ReleaseToken)) != 1 {
+		http.Error(w, "force release needs the token dlock dash printed", http.StatusForbidden)
+		return
+	}
+	var req struct {
+		KeyHex string `json:"key_hex"`
+	}
+	err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req)
+	key, herr := hex.DecodeString(req.KeyHex)
+	if err != nil || herr != nil || len(key) == 0 {
+		http.Error(w, `want {"key_hex": the name in hexadecimal}`, http.StatusBadRequest)
+		return
+	}
+	released, err := d.cfg.Release(r.Context(), string(key))
+	if err != nil {
+		http.Error(w, safetext.Escape(err.Error()), http.StatusBadGateway)
+		return
+	}
+	writeJSON(w, struct {
+		Released bool `json:"released"`
+	}{released})
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -8,6 +8,7 @@ package dash
 
 import (
 	"context"
+	"encoding/hex"
 	"sync"
 	"time"
 
@@ -29,6 +30,12 @@ type Config struct {
 	Interval time.Duration
 	// Window is how far back the timeline goes; 0 means 5 minutes.
 	Window time.Duration
+	// Release, when set, force-releases the lock of key (driver.Inspector
+	// ForceRelease), for the page's force-release button; ReleaseToken is
+	// the secret a request must carry (Authorization: Bearer TOKEN). Both
+	// or neither: without them the dashboard is read-only.
+	Release      func(ctx context.Context, key string) (released bool, err error)
+	ReleaseToken string
 }
 
 // Dash samples a store and serves what it saw. Its methods are safe for
@@ -86,10 +93,13 @@ type State struct {
 	IntervalMS int64  `json:"interval_ms"`
 	// Error is the last sample's error ("" when it succeeded); Locks are
 	// then those of the last good sample.
-	Error  string `json:"error"`
-	Locks  []Lock `json:"locks"`
-	Totals Totals `json:"totals"`
-	Counts Counts `json:"counts"`
+	Error string `json:"error"`
+	// Release reports that the page may offer a force-release button
+	// (dlock dash --allow-release); requests still need the token.
+	Release bool   `json:"release"`
+	Locks   []Lock `json:"locks"`
+	Totals  Totals `json:"totals"`
+	Counts  Counts `json:"counts"`
 }
 
 // Totals are store-level figures of one sample.
@@ -104,7 +114,11 @@ type Totals struct {
 
 // Lock is one held lock.
 type Lock struct {
-	Name string `json:"name"`
+	Name string `json:"name"` // escaped, for display
+	// KeyHex is the lock's name as stored, in hexadecimal, for the
+	// force-release request only (and only with Config.Release): hex keeps
+	// control and bidi characters out of the JSON.
+	KeyHex string `json:"key_hex,omitempty"`
 	// Kind is "exclusive", "readers" or "permits".
 	Kind          string   `json:"kind"`
 	Owner         string   `json:"owner"` // the exclusive holder, "" for shared holds
@@ -137,6 +151,10 @@ func New(cfg Config) *Dash {
 	}
 	d := &Dash{cfg: cfg, holds: map[holdID]holdSeen{}}
 	d.state = State{Store: safetext.Escape(cfg.Where), IntervalMS: cfg.Interval.Milliseconds(), Locks: []Lock{}}
+	if cfg.Release == nil || cfg.ReleaseToken == "" {
+		d.cfg.Release, d.cfg.ReleaseToken = nil, ""
+	}
+	d.state.Release = d.cfg.Release != nil
 	return d
 }
 
@@ -262,6 +280,9 @@ func (d *Dash) lock(info driver.LockInfo, now time.Time) Lock {
 		Limit:         info.Limit,
 		Shared:        []Shared{},
 		Delayed:       info.Delayed,
+	}
+	if d.cfg.Release != nil {
+		l.KeyHex = hex.EncodeToString([]byte(info.Key))
 	}
 	if info.Owner != "" || len(info.Shared) == 0 {
 		l.Kind, l.Owner, l.Fence, l.Holds = "exclusive", safetext.Escape(info.Owner), info.Fence, info.Holds

@@ -12,6 +12,14 @@
     const h = location.hash.startsWith('#lock=') ? location.hash.slice(6) : '';
     try { selected = h ? decodeURIComponent(h) : null; } catch (e) { selected = null; }
   };
+  // token is the force-release secret dlock dash --allow-release printed,
+  // given in the address as #token=TOKEN; read once, kept in memory only,
+  // and taken out of the address.
+  let token = null;
+  if (location.hash.startsWith('#token=')) {
+    try { token = decodeURIComponent(location.hash.slice(7)); } catch (e) { token = null; }
+    history.replaceState(null, '', location.pathname);
+  }
   fromHash();
   window.addEventListener('hashchange', () => { fromHash(); if (state) render(); });
   let state = null;
@@ -132,6 +140,22 @@
       body.appendChild(tr);
     }
     table.replaceChild(body, table.tBodies[0]);
+    const act = $('d-release');
+    act.hidden = !(state.release && token);
+    act.onclick = () => forceRelease(l);
+  }
+
+  // forceRelease asks the server to break l, after the user confirms.
+  function forceRelease(l) {
+    if (!window.confirm('Force release ' + l.name + '? Its holder goes on working, unaware, until its next renewal fails.')) return;
+    const out = $('d-release-result');
+    fetch('/api/release', {
+      method: 'POST',
+      headers: { 'Authorization': 'Bearer ' + token, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ key_hex: l.key_hex }),
+    }).then((r) => r.ok ? r.json().then((j) => { out.textContent = j.released ? 'released' : 'it was not held'; })
+      : r.text().then((t) => { out.textContent = 'refused: ' + t; }))
+      .catch((e) => { out.textContent = 'failed: ' + e; });
   }
 
   // draw plots the timeline: per second, stacked bars of grants, releases
