@@ -80,7 +80,7 @@ func New(backend driver.Backend, opts ...Option) *Client {
 		}
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.obs = newObserver(c.opts.observer, c.opts.keyPrefix)
+	c.obs = newObserver(c.opts.observer, c.opts.keyPrefix, c.owners.identity)
 	c.renewer = newRenewer(backend, c.log, c.obs)
 	notifier, _ := backend.(driver.Notifier)
 	c.hub = newWaitHub(notifier, c.log, c.ctx)

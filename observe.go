@@ -129,6 +129,11 @@ const (
 // of metric labels unless you map it to a few values.
 type Event struct {
 	Kind EventKind
+	// Client is the identity of the Client that made the event ("host|pid
+	// N", then " client M" for a process's later Clients): with Name, Type
+	// and Fence it names one grant among the Clients that share an
+	// observer. Not a metric label: it varies per process.
+	Client string
 	// Name is the lock's name, without the key prefix; "" for a renewal
 	// batch of several locks, and for store calls of such a batch.
 	Name string
@@ -168,14 +173,15 @@ type observer struct {
 	o      Observer
 	co     ContextObserver // o, when it is one; else nil
 	prefix string          // the Client's key prefix, which names leave out
+	client string          // the Client's identity (Event.Client)
 }
 
-func newObserver(o Observer, prefix string) *observer {
+func newObserver(o Observer, prefix, client string) *observer {
 	if o == nil {
 		return nil
 	}
 	co, _ := o.(ContextObserver)
-	return &observer{o: o, co: co, prefix: prefix}
+	return &observer{o: o, co: co, prefix: prefix, client: client}
 }
 
 // now is the time, for an observed Client; the zero time (no clock read)
@@ -190,7 +196,7 @@ func (ob *observer) now() time.Time {
 // storeCall reports a store call of op on key that began at start.
 func (ob *observer) storeCall(op, key string, start time.Time, err error) {
 	if ob != nil {
-		ob.o.Observe(Event{Kind: EventStoreCall, Name: strings.TrimPrefix(key, ob.prefix), Op: op, Latency: time.Since(start), Err: err})
+		ob.o.Observe(Event{Kind: EventStoreCall, Client: ob.client, Name: strings.TrimPrefix(key, ob.prefix), Op: op, Latency: time.Since(start), Err: err})
 	}
 }
 
@@ -211,7 +217,7 @@ func typeOf(kind string, shared bool) string {
 // returns when it started and, for a ContextObserver, the context it
 // returned (for lockEnded).
 func (ob *observer) started(ctx context.Context, h *handle, try bool) (time.Time, context.Context) {
-	e := Event{Kind: EventLockStarted, Name: h.name, Type: h.typ, TryLock: try}
+	e := Event{Kind: EventLockStarted, Client: ob.client, Name: h.name, Type: h.typ, TryLock: try}
 	if ob.co != nil {
 		ctx = ob.co.ObserveContext(ctx, e)
 	} else {
@@ -226,7 +232,7 @@ func (ob *observer) started(ctx context.Context, h *handle, try bool) (time.Time
 // started returned.
 func (ob *observer) lockEnded(octx context.Context, h *handle, try bool, start time.Time, l *Lease, attempts int, handoff bool, err error) {
 	now := time.Now()
-	e := Event{Name: h.name, Type: h.typ, TryLock: try, Wait: now.Sub(start), Attempts: attempts, Handoff: handoff, Err: err}
+	e := Event{Client: ob.client, Name: h.name, Type: h.typ, TryLock: try, Wait: now.Sub(start), Attempts: attempts, Handoff: handoff, Err: err}
 	switch {
 	case l != nil:
 		l.at = now
@@ -281,7 +287,7 @@ func (g *doGrant) from(ctx context.Context) context.Context {
 // unlocked reports the Unlock of l that began at start and returned err.
 func (ob *observer) unlocked(l *Lease, start time.Time, err error) {
 	now := time.Now()
-	e := Event{Kind: EventUnlocked, Name: l.g.name, Type: l.g.typ, Fence: l.g.fence, Latency: now.Sub(start), Err: err}
+	e := Event{Kind: EventUnlocked, Client: ob.client, Name: l.g.name, Type: l.g.typ, Fence: l.g.fence, Latency: now.Sub(start), Err: err}
 	if !l.at.IsZero() {
 		e.Held = now.Sub(l.at)
 	}
@@ -295,7 +301,7 @@ func (ob *observer) unlocked(l *Lease, start time.Time, err error) {
 // lost reports the loss of g's leases.
 func (ob *observer) lost(g *grant, lost *LostError) {
 	if ob != nil && lost != nil {
-		ob.o.Observe(Event{Kind: EventLost, Name: g.name, Type: g.typ, Fence: g.fence, Reason: lost.Reason, Err: lost})
+		ob.o.Observe(Event{Kind: EventLost, Client: ob.client, Name: g.name, Type: g.typ, Fence: g.fence, Reason: lost.Reason, Err: lost})
 	}
 }
 
@@ -303,7 +309,7 @@ func (ob *observer) lost(g *grant, lost *LostError) {
 // which failed failed or were gone.
 func (ob *observer) renewed(n, failed int, sent time.Time) {
 	if ob != nil {
-		ob.o.Observe(Event{Kind: EventRenewed, Count: n, Failed: failed, Latency: time.Since(sent)})
+		ob.o.Observe(Event{Kind: EventRenewed, Client: ob.client, Count: n, Failed: failed, Latency: time.Since(sent)})
 	}
 }
 

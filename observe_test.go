@@ -78,6 +78,24 @@ func TestObserverEvents(t *testing.T) {
 	if g.Fence != l.Fence() || g.Attempts != 1 || g.Wait <= 0 || g.Handoff {
 		t.Errorf("granted = %+v, fence %d", g, l.Fence())
 	}
+	// Client names the Client, so that two Clients sharing an observer
+	// can be told apart (the same name and fence on two stores).
+	second := dlock.New(memlock.New(), dlock.WithObserver(rec))
+	defer second.Close()
+	if l2, err := second.Mutex("jobs").Lock(ctx); err != nil {
+		t.Fatal(err)
+	} else {
+		_ = l2.Unlock(ctx)
+	}
+	g2 := one(t, rec.take(), dlock.EventLockGranted)
+	for _, e := range es {
+		if e.Client == "" || e.Client != g.Client {
+			t.Errorf("event %+v: Client %q, want %q", e, e.Client, g.Client)
+		}
+	}
+	if g2.Client == g.Client || g2.Fence != g.Fence {
+		t.Errorf("two Clients' grants of one name and fence: Client %q and %q", g.Client, g2.Client)
+	}
 	if sc := one(t, es, dlock.EventStoreCall); sc.Op != "acquire" || sc.Name != "jobs" || sc.Latency <= 0 {
 		t.Errorf("store call = %+v", sc)
 	}

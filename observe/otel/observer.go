@@ -67,8 +67,8 @@ var _ dlock.ContextObserver = (*Observer)(nil)
 // grantKey names one grant: the leases of a reentrant handle held at once
 // share it, and one EventLost ends them all.
 type grantKey struct {
-	name, typ string
-	fence     uint64
+	client, name, typ string
+	fence             uint64
 }
 
 // hold is one live lease: its span, and the attributes of its metrics.
@@ -241,7 +241,7 @@ func (o *Observer) lockEnded(ctx context.Context, e dlock.Event) context.Context
 		KeyName.String(e.Name), KeyType.String(e.Type), KeyFence.Int64(int64(e.Fence))),
 		trace.WithLinks(trace.LinkFromContext(ctx)))
 	o.leases.Add(ctx, 1, metric.WithAttributeSet(typ))
-	k := grantKey{e.Name, e.Type, e.Fence}
+	k := grantKey{e.Client, e.Name, e.Type, e.Fence}
 	o.mu.Lock()
 	o.holds[k] = append(o.holds[k], &hold{span: hspan, attrs: typ})
 	o.mu.Unlock()
@@ -259,7 +259,7 @@ func (o *Observer) unlocked(ctx context.Context, e dlock.Event) {
 
 	// An Unlock of a lease that had ended (a second Unlock, or one after
 	// the loss) ends nothing more.
-	if !o.drop(grantKey{e.Name, e.Type, e.Fence}, hspan) {
+	if !o.drop(grantKey{e.Client, e.Name, e.Type, e.Fence}, hspan) {
 		return
 	}
 	o.leases.Add(ctx, -1, metric.WithAttributeSet(o.set(e, KeyType.String(e.Type))))
@@ -295,7 +295,7 @@ func (o *Observer) Observe(e dlock.Event) {
 	case dlock.EventLost:
 		r := reason(e.Reason)
 		o.losses.Add(ctx, 1, metric.WithAttributeSet(o.set(e, KeyType.String(e.Type), KeyReason.String(r))))
-		k := grantKey{e.Name, e.Type, e.Fence}
+		k := grantKey{e.Client, e.Name, e.Type, e.Fence}
 		o.mu.Lock()
 		hs := o.holds[k]
 		delete(o.holds, k)

@@ -39,8 +39,8 @@ var (
 // grantKey names one grant: the leases of a reentrant handle that hold
 // at once share it, and one EventLost ends them all.
 type grantKey struct {
-	name, typ string
-	fence     uint64
+	client, name, typ string
+	fence             uint64
 }
 
 // An Option configures New.
@@ -167,14 +167,14 @@ func (c *Collector) Observe(e dlock.Event) {
 		count.WithLabelValues(c.labels(e, e.Type, call)...).Inc()
 		if e.Kind == dlock.EventLockGranted {
 			c.mu.Lock()
-			c.live[grantKey{e.Name, e.Type, e.Fence}]++
+			c.live[grantKey{e.Client, e.Name, e.Type, e.Fence}]++
 			c.mu.Unlock()
 			c.leases.WithLabelValues(c.labels(e, e.Type)...).Inc()
 		}
 	case dlock.EventUnlocked:
 		// An Unlock of a lease already ended (a second Unlock, or one after
 		// the loss that EventLost counted) ends nothing.
-		if errors.Is(e.Err, dlock.ErrReleased) || !c.end(grantKey{e.Name, e.Type, e.Fence}) {
+		if errors.Is(e.Err, dlock.ErrReleased) || !c.end(grantKey{e.Client, e.Name, e.Type, e.Fence}) {
 			return
 		}
 		c.leases.WithLabelValues(c.labels(e, e.Type)...).Dec()
@@ -182,7 +182,7 @@ func (c *Collector) Observe(e dlock.Event) {
 	case dlock.EventLost:
 		c.losses.WithLabelValues(c.labels(e, e.Type, reason(e.Reason))...).Inc()
 		c.mu.Lock()
-		k := grantKey{e.Name, e.Type, e.Fence}
+		k := grantKey{e.Client, e.Name, e.Type, e.Fence}
 		n := c.live[k]
 		delete(c.live, k)
 		c.mu.Unlock()
