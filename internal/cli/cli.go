@@ -87,6 +87,12 @@ func commandNames() []string {
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	a := &app{stdout: stdout, stderr: stderr, connectTimeout: defaultConnectTimeout}
 	root := a.rootCommand()
+	args, perr := beforeCommand(root, args)
+	if perr != nil {
+		fmt.Fprintf(stderr, "dlock: %s\n", perr.msg)
+		printShortUsage(stderr, perr.usage)
+		return perr.code
+	}
 	root.SetArgs(args)
 	if _, rest, err := root.Find(args); err == nil {
 		a.cmdArgs = rest
@@ -110,6 +116,48 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		printShortUsage(stderr, ee.usage)
 	}
 	return ee.code
+}
+
+// beforeCommand checks the arguments before the command's name: only the
+// global flags may come there (cobra would take a command's flag with a
+// value, "dlock --ttl 7s run", as the command's), and a "--" there, which
+// the old flag package skipped, is dropped.
+func beforeCommand(root *cobra.Command, args []string) ([]string, *exitError) {
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		switch {
+		case arg == "--":
+			return append(append([]string(nil), args[:i]...), args[i+1:]...), nil
+		case len(arg) < 2 || arg[0] != '-':
+			return args, nil // the command's name
+		}
+		name, hasValue := strings.TrimLeft(arg, "-"), false
+		if n, _, ok := strings.Cut(name, "="); ok {
+			name, hasValue = n, true
+		}
+		var f *pflag.Flag
+		if strings.HasPrefix(arg, "--") {
+			f = root.PersistentFlags().Lookup(name)
+			if f == nil {
+				f = root.Flags().Lookup(name)
+			}
+		} else if len(name) == 1 {
+			f = root.PersistentFlags().ShorthandLookup(name)
+			if f == nil {
+				f = root.Flags().ShorthandLookup(name)
+			}
+		}
+		if f == nil {
+			if name == "h" || name == "help" {
+				return args, nil // cobra's own
+			}
+			return nil, usageErr("", "unknown flag %s before the command; a command's flags go after its name (dlock COMMAND %s ...)", shorten(arg, 40), shorten(arg, 40))
+		}
+		if f.Value.Type() != "bool" && !hasValue {
+			i++ // its value
+		}
+	}
+	return args, nil
 }
 
 // Command returns the dlock command tree, as Main runs it, for tools that
@@ -333,5 +381,5 @@ func (a *app) open(ctx context.Context) (*store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return connect(ctx, b, a.connectTimeout)
+	return connectHooked(ctx, b, a.connectTimeout, connectHooks{readOnly: a.readOnly})
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/safetext"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -86,7 +87,12 @@ func (a *app) completeLockName(cmd *cobra.Command, args []string, typed string) 
 	}
 	var names []string
 	for _, info := range infos {
-		names = append(names, info.Key)
+		// A name dlock could not have made (control or bidi characters,
+		// written into the store by other means) is not offered: the
+		// shell would cut it or show it raw.
+		if _, _, ok := safetext.Check(info.Key); ok {
+			names = append(names, info.Key)
+		}
 	}
 	return names, none
 }

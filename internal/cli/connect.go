@@ -61,6 +61,10 @@ type connectHooks struct {
 	redis redis.Hook
 	// statements, when not nil, counts the statements of the SQL handle.
 	statements *bench.StatementCounter
+	// readOnly: the command only reads the store (see app.readOnly): on
+	// SQL, dlock's tables are not created (nor a SQLite file switched to
+	// WAL), and a database without them reads as one with no lock held.
+	readOnly bool
 }
 
 // Close closes the store's client or database handle.
@@ -150,13 +154,20 @@ func connectHooked(ctx context.Context, b *backendURL, timeout time.Duration, ho
 			s.sqlitePath = b.path
 		}
 		ping = db.PingContext
-		be, err := newSQLBackend(db, dialect)
+		be, err := newSQLBackend(db, dialect, hooks.readOnly)
 		if err != nil {
 			_ = db.Close()
 			return nil, fail(exitUnavailable, "%s: %v", s.where, err)
 		}
 		s.backend = be
 		s.inspector, _ = be.(driver.Inspector)
+		if hooks.readOnly && s.inspector != nil {
+			s.inspector = &tablesOptional{ro: s.inspector, full: func() driver.Inspector {
+				full, _ := newSQLBackend(db, dialect, false)
+				in, _ := full.(driver.Inspector)
+				return in
+			}}
+		}
 	default:
 		return nil, fail(exitUsage, "backend %q is not supported", b.kind)
 	}

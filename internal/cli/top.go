@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -53,7 +54,14 @@ func cmdTop(ctx context.Context, a *app, o *topOptions, pos []string) error {
 	defer l.Close()
 	v := top.New(top.Config{List: l.List, HeldFor: heldForFunc, Duration: fmtDurationFunc, Where: l.where, Order: order})
 	if o.once || !isTerminal(a.stdout) {
-		return v.Once(ctx, a.stdout)
+		out := &writeErrs{w: a.stdout}
+		if err := v.Once(ctx, out); err != nil {
+			if out.err != nil {
+				return fail(exitIOErr, "write the table: %v", out.err)
+			}
+			return err
+		}
+		return nil
 	}
 	if err := v.Live(ctx, a.stdout, o.interval); err != nil {
 		return fail(exitIOErr, "write to the terminal: %v", err)
@@ -110,3 +118,18 @@ Exit status: 0; 64 for bad flags or URL; 69 when the store cannot be reached
 cannot be written.
 
 ` + backendFlagsHelp
+
+// writeErrs is a writer that remembers its first write error, to tell a
+// failed write from a failed store call.
+type writeErrs struct {
+	w   io.Writer
+	err error
+}
+
+func (w *writeErrs) Write(p []byte) (int, error) {
+	n, err := w.w.Write(p)
+	if err != nil && w.err == nil {
+		w.err = err
+	}
+	return n, err
+}

@@ -96,6 +96,7 @@ func New(cfg Config) *View {
 	if cfg.MaxCell <= 0 {
 		cfg.MaxCell = 90
 	}
+	cfg.Where = safetext.Escape(cfg.Where) // a URL or path may hold anything
 	return &View{cfg: cfg, waitingSince: map[string]time.Time{}}
 }
 
