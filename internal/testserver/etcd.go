@@ -165,7 +165,7 @@ func (e *Etcd) ClientOf(t testing.TB, endpoints ...string) *clientv3.Client {
 	return c
 }
 
-// StartAll starts every member that is not running and waits until all of
+// StartAll starts every member that is not running (none that runs) and waits until all of
 // them answer through an elected leader: the first start, or a restart of
 // the whole cluster.
 func (e *Etcd) StartAll(t testing.TB) {
@@ -179,7 +179,7 @@ func (e *Etcd) StartAll(t testing.TB) {
 }
 
 // Start restarts member i after Stop or Kill, on its ports and data
-// directory, and waits until it answers through an elected leader (which
+// directory (it does not start one that runs), and waits until it answers through an elected leader (which
 // needs a majority of the members running).
 func (e *Etcd) Start(t testing.TB, i int) {
 	t.Helper()
@@ -193,6 +193,9 @@ func (e *Etcd) Start(t testing.TB, i int) {
 func (e *Etcd) startProcess(t testing.TB, i int) {
 	t.Helper()
 	m := e.members[i]
+	if m.proc.running() {
+		return
+	}
 	m.proc.start(t, func() error {
 		c, err := net.DialTimeout("tcp", e.PeerAddr(i), time.Second)
 		if err != nil {
