@@ -2,6 +2,7 @@ package etcdlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -93,6 +94,16 @@ func wrap(op, key string, err error) error {
 	return fmt.Errorf("etcdlock: %s %q: %w", op, key, err)
 }
 
+// wrapCtx is wrap, saying also that the caller's ctx ended when it did: a
+// deadline that reached the server comes back as etcd's "request timed
+// out", which does not tell that the caller gave up.
+func wrapCtx(ctx context.Context, op, key string, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		err = fmt.Errorf("%w: %w", cerr, err)
+	}
+	return wrap(op, key, err)
+}
+
 // Acquire implements driver.Backend. A new grant is one transaction that
 // puts the holder's key on a lease of the backend's; its fence is that
 // transaction's revision, the create revision of the key.
@@ -100,6 +111,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if req.LockDelay > 0 || req.Fair || req.Handoff || req.Claim {
 		return driver.AcquireResult{}, wrap("acquire", req.Key, fmt.Errorf("%w: lock-delay, fair, handoff and claims are not supported by etcdlock", driver.ErrInvalid))
 	}
+	caller := ctx
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	var (
@@ -117,7 +129,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			return driver.AcquireResult{}, wrap("acquire", req.Key, fmt.Errorf("%w: unknown mode %v", driver.ErrInvalid, req.Mode))
 		}
 		if err != nil {
-			return driver.AcquireResult{}, wrap("acquire", req.Key, err)
+			return driver.AcquireResult{}, wrapCtx(caller, "acquire", req.Key, err)
 		}
 		if !retry {
 			return res, nil

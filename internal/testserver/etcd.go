@@ -323,3 +323,21 @@ func (e *Etcd) status(i int) (id, leader uint64, err error) {
 	}
 	return st.Header.MemberId, st.Leader, nil
 }
+
+// EnableAuth turns on etcd's authentication with a root user whose
+// password is password; clients must then log in as root.
+func (e *Etcd) EnableAuth(t testing.TB, password string) {
+	t.Helper()
+	c := e.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.UserAdd(ctx, "root", password); err != nil {
+		t.Fatalf("etcd user add root: %v", err)
+	}
+	if _, err := c.UserGrantRole(ctx, "root", "root"); err != nil {
+		t.Fatalf("etcd grant root: %v", err)
+	}
+	if _, err := c.AuthEnable(ctx); err != nil {
+		t.Fatalf("etcd auth enable: %v", err)
+	}
+}
