@@ -75,12 +75,12 @@ func New(c *clientv3.Client, opts ...Option) *Backend {
 	return b
 }
 
-// Supports implements driver.Capabler: etcdlock has read-write locks and
-// semaphores. It has no fair queue (and so no handoff, overtake reports or
-// claims) and no lock-delay: the client refuses those with ErrInvalid.
+// Supports implements driver.Capabler: etcdlock has read-write locks,
+// semaphores and fair locks. It has no direct handoff, overtake reports,
+// claims or lock-delay: the client refuses lock-delay with ErrInvalid.
 func (b *Backend) Supports(c driver.Capability) bool {
 	switch c {
-	case driver.CapShared, driver.CapSemaphore:
+	case driver.CapShared, driver.CapSemaphore, driver.CapFair:
 		return true
 	}
 	return false
@@ -108,8 +108,8 @@ func wrapCtx(ctx context.Context, op, key string, err error) error {
 // puts the holder's key on a lease of the backend's; its fence is that
 // transaction's revision, the create revision of the key.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
-	if req.LockDelay > 0 || req.Fair || req.Handoff || req.Claim {
-		return driver.AcquireResult{}, wrap("acquire", req.Key, fmt.Errorf("%w: lock-delay, fair, handoff and claims are not supported by etcdlock", driver.ErrInvalid))
+	if req.LockDelay > 0 || req.Handoff || req.Claim {
+		return driver.AcquireResult{}, wrap("acquire", req.Key, fmt.Errorf("%w: lock-delay, handoff and claims are not supported by etcdlock", driver.ErrInvalid))
 	}
 	caller := ctx
 	ctx, cancel := b.bound(ctx)
@@ -122,7 +122,11 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		var retry bool
 		switch req.Mode {
 		case driver.Exclusive:
-			res, retry, err = b.acquireExclusive(ctx, req)
+			if req.Fair {
+				res, retry, err = b.acquireFair(ctx, req)
+			} else {
+				res, retry, err = b.acquireExclusive(ctx, req)
+			}
 		case driver.Shared:
 			res, retry, err = b.acquireShared(ctx, req)
 		default:

@@ -14,12 +14,14 @@
 // A lock named N lives under the directory "dlock/" + N + NUL (see
 // WithNamespace): key "e" holds the exclusive holder (token, hold count,
 // TTL, owner), "s\x00TOKEN" a shared hold (reader or semaphore permit),
-// "w\x00TOKEN" a writer intent. Acquire is one transaction that puts the
+// "w\x00TOKEN" a writer intent, "q\x00TOKEN" a fair waiter's queue entry
+// (its place is its create revision). Acquire is one transaction that puts the
 // holder's key if the lock is free (etcd compares a whole key range, so
 // "no shared hold" is one compare); a refusal reads the holder in the same
 // round trip. Release is one transaction when the backend made or renewed
 // the grant and nobody changed it since, two otherwise. A semaphore permit
-// costs a read and a transaction (etcd cannot count keys in a compare).
+// costs a read and a transaction (etcd cannot count keys in a compare), and
+// so does a fair acquire (the queue's order is its create revisions).
 //
 // # Fences
 //
@@ -53,16 +55,19 @@
 //
 // # Waiting
 //
-// Waiters are woken by watches: a Listener watches the directory of every
-// lock it waits on, on one gRPC stream, and any delete there (a release,
-// an expiry, a forced release, a writer intent withdrawn or lapsed) wakes
-// the lock's waiters, who try again. The watches require a leader, so a
-// member cut off from the majority ends them and waiters retry.
+// Waiters are woken by watches: a Listener reads, then watches, the
+// directory of every lock it waits on, on one gRPC stream, and keeps the
+// lock's state from the events. A release (or an expiry, a forced release)
+// wakes the fair queue's head alone when the lock has a queue, and every
+// waiter otherwise; a released shared hold or a writer intent gone wakes
+// everyone. The watches require a leader, so a member cut off from the
+// majority ends them and waiters retry.
 //
 // # Not supported
 //
-// Fair locks (and with them direct handoff and overtake reports), claims
-// and lock-delay are not implemented: the client refuses dlock.Fair and
-// dlock.WithLockDelay with ErrInvalid on this backend.
+// Direct handoff, overtake reports, claims and lock-delay are not
+// implemented: the client refuses dlock.WithLockDelay with ErrInvalid on
+// this backend, and without overtake reports a plain Mutex's waiters have
+// no starvation bound here (use dlock.Fair where that matters).
 // HeldFor in Inspect is 0: etcd keeps no time with a key.
 package etcdlock

@@ -108,6 +108,8 @@ func (b *Backend) describe(ctx context.Context, kvs []*mvccpb.KeyValue) ([]drive
 			sharedOf[key] = append(sharedOf[key], shared{driver.SharedHold{Owner: owner, Fence: uint64(kv.CreateRevision), TTL: d}, limit})
 		case intentInfix[:1]:
 			info(key).WriterWaiting = true
+		case queueInfix[:1]:
+			info(key).Queued++
 		}
 	}
 	var out []driver.LockInfo

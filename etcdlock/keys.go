@@ -15,6 +15,7 @@ import (
 //	<dir>e            the exclusive holder: token, hold count, owner
 //	<dir>s\x00<token> a shared hold (reader, semaphore permit): limit, owner
 //	<dir>w\x00<token> a writer intent: owner
+//	<dir>q\x00<token> a fair waiter's queue entry: owner (its place is its create revision)
 //	<dir>r\x00<token> a token released while it held nothing (expires by itself)
 //
 // There is no fence counter: a grant's fence is the create revision of the
@@ -26,6 +27,7 @@ const (
 	sharedInfix   = "s" + sep
 	intentInfix   = "w" + sep
 	releasedInfix = "r" + sep
+	queueInfix    = "q" + sep
 )
 
 func (b *Backend) dir(key string) string          { return b.ns + key + sep }
@@ -34,6 +36,10 @@ func (b *Backend) sharedPrefix(key string) string { return b.dir(key) + sharedIn
 func (b *Backend) intentPrefix(key string) string { return b.dir(key) + intentInfix }
 func (b *Backend) sharedKey(key, token string) string {
 	return b.sharedPrefix(key) + token
+}
+func (b *Backend) queuePrefix(key string) string { return b.dir(key) + queueInfix }
+func (b *Backend) queueKey(key, token string) string {
+	return b.queuePrefix(key) + token
 }
 func (b *Backend) releasedKey(key, token string) string {
 	return b.dir(key) + releasedInfix + token

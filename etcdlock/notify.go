@@ -96,34 +96,38 @@ func (l *listener) drop(key string, s *subscription) {
 // watch runs the watch of key until ctx ends, and watches again (after
 // telling the client that it may have missed releases) when etcd ends it.
 // The first creation's outcome goes to created.
+//
+// It reads the lock's directory first and watches from the revision after
+// that read, keeping the lock's state (whether it has an exclusive holder,
+// and its fair queue) up to date with the events, so that a release can
+// name the queue's head as next: only that waiter is woken.
 func (l *listener) watch(ctx context.Context, key string, s *subscription, created chan<- error) {
 	defer l.wg.Done()
 	defer close(s.done)
 	dir := l.b.dir(key)
 	backoff := 10 * time.Millisecond
 	for ctx.Err() == nil {
-		wch := l.b.c.Watch(ctx, dir, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+		st, rev, err := l.read(ctx, dir)
 		ok := false
-		for resp := range wch {
-			if resp.Created {
-				if created != nil {
-					created <- nil
-					created = nil
+		if err == nil {
+			wch := l.b.c.Watch(ctx, dir, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithRev(rev+1))
+			for resp := range wch {
+				if resp.Created {
+					if created != nil {
+						created <- nil
+						created = nil
+					}
+					ok = true
+					continue
 				}
-				ok = true
-				continue
-			}
-			if err := resp.Err(); err != nil || resp.Canceled {
-				break
-			}
-			wake := false
-			for _, ev := range resp.Events {
-				if ev.Type == mvccpb.DELETE {
-					wake = true
+				if err := resp.Err(); err != nil || resp.Canceled {
+					break
 				}
-			}
-			if wake {
-				l.fn(key, "")
+				for _, ev := range resp.Events {
+					if next, wake := st.apply(l.b, ev); wake {
+						l.fn(key, next)
+					}
+				}
 			}
 		}
 		if ctx.Err() != nil {
@@ -131,11 +135,14 @@ func (l *listener) watch(ctx context.Context, key string, s *subscription, creat
 		}
 		if created != nil && !ok {
 			// Not created: let Subscribe fail rather than wait.
-			created <- errors.New("watch not created")
+			if err == nil {
+				err = errors.New("watch not created")
+			}
+			created <- err
 			return
 		}
 		// The watch ended (no leader, compaction): releases may have been
-		// missed. Watch again from now on.
+		// missed. Read and watch again.
 		l.fn("", "")
 		t := time.NewTimer(backoff)
 		select {
@@ -148,6 +155,72 @@ func (l *listener) watch(ctx context.Context, key string, s *subscription, creat
 	if created != nil {
 		created <- ctx.Err()
 	}
+}
+
+// read returns the state of the lock whose directory is dir, and the
+// revision it was read at.
+func (l *listener) read(ctx context.Context, dir string) (*lockState, int64, error) {
+	resp, err := l.b.c.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, 0, err
+	}
+	st := &lockState{queue: make(map[string]int64)}
+	for _, kv := range resp.Kvs {
+		st.apply(l.b, &clientv3.Event{Type: mvccpb.PUT, Kv: kv})
+	}
+	return st, resp.Header.Revision, nil
+}
+
+// lockState is what a Listener knows of one lock: whether it has an
+// exclusive holder, and its fair queue (token → create revision).
+type lockState struct {
+	excl  bool
+	queue map[string]int64
+}
+
+// head returns the token at the head of the queue, or "".
+func (st *lockState) head() string {
+	head, at := "", int64(0)
+	for token, rev := range st.queue {
+		if head == "" || rev < at {
+			head, at = token, rev
+		}
+	}
+	return head
+}
+
+// apply updates st with ev and says whether it wakes the lock's waiters,
+// and whom: next is the queue's head when the lock is left free to it, ""
+// for everyone.
+func (st *lockState) apply(b *Backend, ev *clientv3.Event) (next string, wake bool) {
+	_, kind, token, ok := b.parseKey(string(ev.Kv.Key))
+	if !ok {
+		return "", false
+	}
+	put := ev.Type == mvccpb.PUT
+	switch kind {
+	case exclSuffix:
+		st.excl = put
+		if !put {
+			return st.head(), true
+		}
+	case queueInfix[:1]:
+		if put {
+			if _, ok := st.queue[token]; !ok {
+				st.queue[token] = ev.Kv.CreateRevision
+			}
+			return "", false
+		}
+		wasHead := st.head() == token
+		delete(st.queue, token)
+		if wasHead && !st.excl {
+			return st.head(), true
+		}
+	case sharedInfix[:1], intentInfix[:1]:
+		// A released reader or permit, a writer intent gone: everyone.
+		return "", !put
+	}
+	return "", false
 }
 
 // Unsubscribe implements driver.Listener.

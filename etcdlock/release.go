@@ -29,10 +29,12 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	ek, sk, wk := b.exclKey(key), b.sharedKey(key, token), b.intentKey(key, token)
+	qk := b.queueKey(key, token)
 	readOps := []clientv3.Op{
 		clientv3.OpGet(ek),
 		clientv3.OpDelete(sk),
 		clientv3.OpDelete(wk),
+		clientv3.OpDelete(qk),
 	}
 	var (
 		resp *clientv3.TxnResponse
@@ -41,7 +43,7 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 	if h, ok := b.leases.tracked(ek, token); ok && h.count == 1 && (fence == 0 || h.fence == fence) {
 		resp, err = b.txn(ctx,
 			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(ek), "=", h.modRev)},
-			[]clientv3.Op{clientv3.OpDelete(ek), clientv3.OpDelete(wk)},
+			[]clientv3.Op{clientv3.OpDelete(ek), clientv3.OpDelete(wk), clientv3.OpDelete(qk)},
 			readOps)
 		if err != nil {
 			return driver.ReleaseResult{}, wrap("release", key, err)
@@ -62,7 +64,7 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 				clientv3.Compare(clientv3.CreateRevision(ek), "=", 0),
 				clientv3.Compare(clientv3.CreateRevision(sk), "=", 0),
 			},
-			[]clientv3.Op{clientv3.OpPut(b.releasedKey(key, token), "", clientv3.WithLease(id)), clientv3.OpDelete(wk)},
+			[]clientv3.Op{clientv3.OpPut(b.releasedKey(key, token), "", clientv3.WithLease(id)), clientv3.OpDelete(wk), clientv3.OpDelete(qk)},
 			readOps)
 		if err != nil {
 			return driver.ReleaseResult{}, wrap("release", key, err)
@@ -152,11 +154,11 @@ func (b *Backend) markReleased(ctx context.Context, key, token string) error {
 }
 
 // Withdraw implements driver.Withdrawer: it deletes token's writer intent
-// (there is no fair queue); the watch of every waiter sees the delete.
+// and fair queue entry; the watch of every waiter sees the deletes.
 func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
-	if _, err := b.c.Delete(ctx, b.intentKey(key, token)); err != nil {
+	if _, err := b.c.Txn(ctx).Then(clientv3.OpDelete(b.intentKey(key, token)), clientv3.OpDelete(b.queueKey(key, token))).Commit(); err != nil {
 		return wrap("withdraw", key, err)
 	}
 	return nil

@@ -5,10 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/locktest/chaos"
 )
 
-// TestEtcd runs the scenarios on a 3-member etcd cluster: no fault, the
+// TestEtcd runs the scenarios on a 3-member etcd cluster: no fault, fair
+// locks with and without cancellations, the
 // leader killed (SIGKILL) and restarted again and again, the leader frozen
 // (SIGSTOP) past the TTL, the whole cluster killed and restarted, and a
 // client paused past its lease. Raft keeps every acknowledged grant and
@@ -25,6 +27,14 @@ func TestEtcd(t *testing.T) {
 				{Name: "rw", Mode: chaos.Shared},
 				{Name: "sem", Mode: chaos.Permit, Limit: 2},
 			}})
+	})
+	t.Run("fair", func(t *testing.T) {
+		fair := []dlock.Option{dlock.Fair()}
+		runScenario(t, scenario{store: s, label: "etcd-fair", workload: chaos.Stock, fenced: true,
+			names: prefixed("fair-", nil), duration: 1500 * time.Millisecond, lockOpts: fair})
+		runScenario(t, scenario{store: s, label: "etcd-fair", workload: chaos.Stock, fenced: true,
+			names: prefixed("fair-cancel-", cancelNames()), cancelRate: 0.2, cancelWithin: 100 * time.Microsecond,
+			duration: 1500 * time.Millisecond, lockOpts: fair})
 	})
 	t.Run("leader-kill", func(t *testing.T) {
 		runBoth(t, scenario{store: s, label: "etcd-leader-kill", duration: 4 * time.Second, ttl: time.Second,

@@ -12,7 +12,8 @@ import (
 
 // TestEtcd runs commands under locks on a 3-member etcd cluster whose
 // root user needs a password: run, a refused second run, ls, inspect,
-// release --force, a reader and a semaphore permit; the password given in
+// release --force, a reader, a semaphore permit and a fair waiter; the
+// password given in
 // DLOCK_PASSWORD never shows, and a wrong one is refused with exit 77.
 func TestEtcd(t *testing.T) {
 	srv := testserver.StartEtcdCluster(t, 3)
@@ -55,9 +56,19 @@ func TestEtcd(t *testing.T) {
 	expect(t, e.run("run", "k:book", "--", "true"), 75, `"k:book": 1 reader holds it`)
 	permit := hold(t, e, dir, "permit", true, "run", "--semaphore", "1", "k:pool")
 	expect(t, e.run("run", "--semaphore", "1", "k:pool", "--", "true"), 75, `"k:pool": 1 of 1 permits in use`)
-	expect(t, e.run("run", "--fair", "k:queue", "--", "true"), 64)
+	fair := hold(t, e, dir, "fair", true, "run", "--fair", "k:queue")
+	waiter := e.start("run", "--fair", "--wait", "60s", "k:queue", "--", "true")
+	waitStderr(t, waiter, "; 1st in the queue; waiting up to 1m0s")
+	r = e.run("ls", "k:", "--json")
+	expect(t, r, 0)
+	var kinds []kindsJSON
+	if err := json.Unmarshal([]byte(r.stdout), &kinds); err != nil || len(kinds) != 3 || kinds[2].Queued != 1 || !strings.Contains(kinds[2].Owner, fair.pid) {
+		t.Errorf("ls k: --json: %v\n%s", err, r.stdout)
+	}
 	reader.let(t)
 	permit.let(t)
+	fair.let(t)
+	expect(t, waiter.wait(), 0)
 
 	for _, r := range []result{e.run("ls"), e.run("run", "x", "--", "true")} {
 		if strings.Contains(r.stdout+r.stderr, password) {

@@ -133,8 +133,7 @@ Kinds of lock (at most one of the flags):
 Each reader and permit holder has a lease of its own, with its own fence.
 The kinds share one name: an exclusive run on NAME excludes its readers and
 permit holders too. A store without the kind refuses the flag (exit 64):
-Redlock (redlock://) has no semaphores and no fair locks; etcd (etcd://) has no
-fair locks.
+Redlock (redlock://) has no semaphores and no fair locks.
 
 When COMMAND exits but processes it started in the background are still
 running in its process group (cmd &), dlock keeps holding and renewing the
