@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -54,6 +55,37 @@ type Backend struct {
 	ns      string
 	timeout time.Duration
 	leases  *leaseTable
+
+	// queued holds the (key, token) pairs this Backend queued in a fair
+	// queue and has not seen leave it: their next fair acquire reads
+	// first, the others try a grant at once (see acquireFair).
+	queuedMu sync.Mutex
+	queued   map[holdID]struct{}
+}
+
+// maxQueued bounds queued; past it the set starts over (a forgotten
+// waiter's next attempt costs one more round trip).
+const maxQueued = 4096
+
+func (b *Backend) setQueued(key, token string, on bool) {
+	b.queuedMu.Lock()
+	defer b.queuedMu.Unlock()
+	id := holdID{key, token}
+	if !on {
+		delete(b.queued, id)
+		return
+	}
+	if len(b.queued) >= maxQueued {
+		clear(b.queued)
+	}
+	b.queued[id] = struct{}{}
+}
+
+func (b *Backend) isQueued(key, token string) bool {
+	b.queuedMu.Lock()
+	defer b.queuedMu.Unlock()
+	_, ok := b.queued[holdID{key, token}]
+	return ok
 }
 
 // bound limits ctx to the backend's call timeout.
@@ -68,7 +100,7 @@ func (b *Backend) bound(ctx context.Context) (context.Context, context.CancelFun
 // ownership of c and closes it after the dlock Client that uses the
 // backend.
 func New(c *clientv3.Client, opts ...Option) *Backend {
-	b := &Backend{c: c, ns: DefaultNamespace, timeout: 3 * time.Second, leases: newLeaseTable(c.Lease)}
+	b := &Backend{c: c, ns: DefaultNamespace, timeout: 3 * time.Second, leases: newLeaseTable(c.Lease), queued: make(map[holdID]struct{})}
 	for _, o := range opts {
 		o.apply(b)
 	}
@@ -76,11 +108,13 @@ func New(c *clientv3.Client, opts ...Option) *Backend {
 }
 
 // Supports implements driver.Capabler: etcdlock has read-write locks,
-// semaphores and fair locks. It has no direct handoff, overtake reports,
-// claims or lock-delay: the client refuses lock-delay with ErrInvalid.
+// semaphores, fair locks and overtake reports (with which the client lets a
+// plain Mutex's starving waiters join the fair queue). It has no direct
+// handoff, claims or lock-delay: the client refuses lock-delay with
+// ErrInvalid.
 func (b *Backend) Supports(c driver.Capability) bool {
 	switch c {
-	case driver.CapShared, driver.CapSemaphore, driver.CapFair:
+	case driver.CapShared, driver.CapSemaphore, driver.CapFair, driver.CapOvertook:
 		return true
 	}
 	return false
@@ -167,6 +201,10 @@ func (b *Backend) acquireExclusive(ctx context.Context, req driver.AcquireReques
 		[]clientv3.Op{
 			clientv3.OpPut(ek, exclusive{req.Token, 1, req.TTL, req.Owner}.encode(), clientv3.WithLease(l.id)),
 			clientv3.OpDelete(b.intentKey(req.Key, req.Token)),
+			clientv3.OpDelete(b.queueKey(req.Key, req.Token)),
+			// Overtook: is anyone queued (two keys tell whether another
+			// than Token is)?
+			clientv3.OpGet(b.queuePrefix(req.Key), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(2)),
 		},
 		[]clientv3.Op{
 			clientv3.OpGet(ek),
@@ -184,7 +222,13 @@ func (b *Backend) acquireExclusive(ctx context.Context, req driver.AcquireReques
 	rev := resp.Header.Revision
 	if resp.Succeeded {
 		b.leases.track(l, ek, req.Token, rev, rev, 1, req.TTL, sent.Add(req.TTL))
-		return driver.AcquireResult{Acquired: true, Fence: uint64(rev), Holds: 1}, false, nil
+		overtook := false
+		for _, kv := range rangeKVs(resp, 3) {
+			if _, _, token, _ := b.parseKey(string(kv.Key)); token != req.Token {
+				overtook = true
+			}
+		}
+		return driver.AcquireResult{Acquired: true, Fence: uint64(rev), Holds: 1, Overtook: overtook}, false, nil
 	}
 	excl, shared, intents := rangeKVs(resp, 0), rangeKVs(resp, 1), rangeKVs(resp, 2)
 	var res driver.AcquireResult

@@ -28,6 +28,7 @@ func (b *Backend) ReleaseGrant(ctx context.Context, key, token string, fence uin
 func (b *Backend) release(ctx context.Context, key, token string, fence int64) (driver.ReleaseResult, error) {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
+	b.setQueued(key, token, false)
 	ek, sk, wk := b.exclKey(key), b.sharedKey(key, token), b.intentKey(key, token)
 	qk := b.queueKey(key, token)
 	readOps := []clientv3.Op{
@@ -156,6 +157,7 @@ func (b *Backend) markReleased(ctx context.Context, key, token string) error {
 // Withdraw implements driver.Withdrawer: it deletes token's writer intent
 // and fair queue entry; the watch of every waiter sees the deletes.
 func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
+	b.setQueued(key, token, false)
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	if _, err := b.c.Txn(ctx).Then(clientv3.OpDelete(b.intentKey(key, token)), clientv3.OpDelete(b.queueKey(key, token))).Commit(); err != nil {
