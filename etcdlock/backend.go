@@ -89,7 +89,12 @@ func (b *Backend) isQueued(key, token string) bool {
 }
 
 // bound limits ctx to the backend's call timeout.
+//
+// Every call also requires a leader (clientv3.WithRequireLeader): a member
+// that knows it has none (cut off from the majority) answers at once with
+// an error, instead of holding the call until its own request timeout.
 func (b *Backend) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx = clientv3.WithRequireLeader(ctx)
 	if b.timeout <= 0 {
 		return ctx, func() {}
 	}
