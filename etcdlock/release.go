@@ -56,7 +56,7 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 	} else if fence == 0 {
 		// When token holds nothing, mark it released in the same step
 		// (see markReleased).
-		id, err := b.leases.forQueue(ctx, releasedTTL)
+		id, err := b.leases.forQueue(ctx, b.releasedFor())
 		if err != nil {
 			return driver.ReleaseResult{}, wrap("release", key, err)
 		}
@@ -140,13 +140,18 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 // that find nothing are rare (an unlock after a loss, the clean-up after an
 // acquire of unknown outcome): such a handle may then wait up to this long
 // for its next grant.
+// The record lives on a shared short lease: from releasedTTL (or the
+// call timeout, when it is longer) to twice that.
 const releasedTTL = 3 * time.Second
+
+// releasedFor is how long this Backend keeps a released token's record.
+func (b *Backend) releasedFor() time.Duration { return max(releasedTTL, b.timeout) }
 
 // markReleased records that token released key while it held nothing
 // (another token held it: when it holds nothing at all, the release's
 // transaction records it itself).
 func (b *Backend) markReleased(ctx context.Context, key, token string) error {
-	id, err := b.leases.forQueue(ctx, releasedTTL)
+	id, err := b.leases.forQueue(ctx, b.releasedFor())
 	if err != nil {
 		return err
 	}
