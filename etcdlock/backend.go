@@ -105,10 +105,11 @@ func (b *Backend) bound(ctx context.Context) (context.Context, context.CancelFun
 // ownership of c and closes it after the dlock Client that uses the
 // backend.
 func New(c *clientv3.Client, opts ...Option) *Backend {
-	b := &Backend{c: c, ns: DefaultNamespace, timeout: 3 * time.Second, leases: newLeaseTable(c.Lease), queued: make(map[holdID]struct{})}
+	b := &Backend{c: c, ns: DefaultNamespace, timeout: 3 * time.Second, queued: make(map[holdID]struct{})}
 	for _, o := range opts {
 		o.apply(b)
 	}
+	b.leases = newLeaseTable(c.Lease, b.term)
 	return b
 }
 
@@ -453,10 +454,18 @@ func (b *Backend) remaining(ctx context.Context, waiting bool, id int64) time.Du
 // keepForeign keeps alive a lease of another Backend that holds a grant
 // this one shares (the same owner ID in two processes).
 func (b *Backend) keepForeign(ctx context.Context, id clientv3.LeaseID) error {
-	if _, err := b.c.KeepAliveOnce(ctx, id); err != nil {
-		return err
+	_, err := b.leases.keepAlive(ctx, id)
+	return err
+}
+
+// term returns the cluster's Raft term, by a linearizable read of a key in
+// the namespace (which a user with rights on the namespace may read).
+func (b *Backend) term(ctx context.Context) (uint64, error) {
+	resp, err := b.c.Get(ctx, b.ns+sep+"term", clientv3.WithCountOnly())
+	if err != nil {
+		return 0, err
 	}
-	return nil
+	return resp.Header.RaftTerm, nil
 }
 
 // forget retires l after the server refused it as unknown.
