@@ -22,12 +22,15 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/locktest/chaos"
 	"github.com/dlock-go/dlock/memlock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
 	"github.com/dlock-go/dlock/sqllock"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // The kinds of store a scenario runs on, in the order of the subtests.
@@ -38,6 +41,7 @@ const (
 	kindSQLite   = "sqlite"
 	kindMariaDB  = "mariadb"
 	kindPostgres = "postgres"
+	kindEtcd     = "etcd" // a 3-member cluster; not in allKinds: TestEtcd runs its scenarios
 )
 
 // allKinds are every store; storeKinds those that run in a server or a
@@ -127,6 +131,12 @@ func (s storeSpec) open() (driver.Backend, func() error, error) {
 		_ = b.Ping(ctx)
 		cancel()
 		return b, closeAll, nil
+	case kindEtcd:
+		c, err := clientv3.New(clientv3.Config{Endpoints: s.Addrs, DialTimeout: redisTimeout, Logger: zap.NewNop()})
+		if err != nil {
+			return nil, nil, fmt.Errorf("chaostest: etcd store: %w", err)
+		}
+		return etcdlock.New(c), c.Close, nil
 	case kindSQLite, kindMariaDB, kindPostgres:
 		db, d, err := s.openDB()
 		if err != nil {
@@ -189,7 +199,8 @@ type storeOptions struct {
 	AOF bool
 	// Proxy puts a testserver.Proxy between the clients and a redis,
 	// MariaDB or PostgreSQL server (store.proxy); redlock's nodes always
-	// have one each.
+	// have one each; etcd gets one in front of each member's client and
+	// peer URLs (testserver.Etcd.Partition).
 	Proxy bool
 }
 
@@ -205,6 +216,7 @@ type store struct {
 	nodes    []*testserver.Redis // redlock
 	proxies  []*testserver.Proxy // redlock: one per node, in node order
 	proxy    *testserver.Proxy   // redis, mariadb, postgres with storeOptions.Proxy
+	etcd     *testserver.Etcd    // etcd: the cluster
 	maria    *testserver.MariaDB
 	pg       *testserver.Postgres
 	database string // mariadb, postgres: the database of the locks
@@ -309,10 +321,25 @@ func startStore(t *testing.T, kind string, o storeOptions) *store {
 			s.spec.DSN = withAddr(t, s.spec, s.proxy.Addr()).DSN
 		}
 		s.sqlLeftovers(t, admin, sqllock.PostgreSQL)
+	case kindEtcd:
+		if o.Proxy {
+			s.etcd = testserver.StartEtcdClusterProxied(t, 3) // clients through the proxies
+		} else {
+			s.etcd = testserver.StartEtcdCluster(t, 3)
+		}
+		s.spec.Addrs = s.etcd.Endpoints()
+		admin := s.etcd.ClientOf(t, s.etcd.Endpoint(0), s.etcd.Endpoint(1), s.etcd.Endpoint(2))
+		s.leftovers = func(t *testing.T) []string { return etcdLeftovers(t, admin) }
+		s.live = s.leftovers // etcd drops keys at their lease's expiry
+		// A call that ended in an error may still be applied: a proposal
+		// in flight through a leader change commits later (up to the
+		// backend's 3s call timeout), and a grant then lives for its
+		// lease (a 500ms TTL: 2s, plus etcd's 500ms expiry check).
+		s.settle = 6 * time.Second
 	default:
 		t.Fatalf("unknown store kind %q", kind)
 	}
-	if s.spec.Kind != kindMemlock && s.spec.Kind != kindRedis && s.spec.Kind != kindRedlock {
+	if s.spec.Kind != kindMemlock && s.spec.Kind != kindRedis && s.spec.Kind != kindRedlock && s.spec.Kind != kindEtcd {
 		// Create the tables before any client runs, as an operator
 		// would: the scenarios are about locking, not about racing DDL.
 		b, closeFn, err := s.spec.open()
@@ -476,6 +503,26 @@ func describeInfo(info driver.LockInfo) []string {
 // redisLeftovers lists the keys of one server, fence counters left out
 // (redis forgets expired keys by itself). A server that cannot be asked is
 // one leftover line, so that a caller that waits asks again.
+// etcdLeftovers lists the keys of dlock's namespace, without the records
+// of released tokens (which expire by themselves within seconds and hold
+// nothing back).
+func etcdLeftovers(t *testing.T, admin *clientv3.Client) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := admin.Get(ctx, etcdlock.DefaultNamespace, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatalf("etcd leftovers: %v", err)
+	}
+	var left []string
+	for _, kv := range resp.Kvs {
+		if !strings.Contains(string(kv.Key), "\x00r\x00") {
+			left = append(left, strconv.Quote(string(kv.Key)))
+		}
+	}
+	return left
+}
+
 func redisLeftovers(t *testing.T, prefix string, admin *redis.Client) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -32,6 +32,9 @@ import (
 //	                                    independent Redis nodes, Redlock quorum
 //	mysql://user:pass@host:3306/dbname[?driver params]
 //	postgres://user:pass@host:5432/dbname[?params]   (or postgresql://)
+//	etcd://[user:pass@]h1:2379,h2:2379,h3:2379[?params]   etcds:// for TLS
+//	    params: tls=1, ca=FILE, cert=FILE&key=FILE, insecure_skip_verify=1,
+//	    namespace=PREFIX (default "dlock/"), op_timeout=3s
 //
 // "sqlite://relative/path" is refused rather than guessed at: in URL syntax
 // "relative" is a host, and reading it as a directory would silently lock in
@@ -51,6 +54,7 @@ const (
 	kindRedlock  backendKind = "redlock"
 	kindMySQL    backendKind = "mysql"
 	kindPostgres backendKind = "postgres"
+	kindEtcd     backendKind = "etcd"
 )
 
 // schemes maps every accepted URL scheme to its store.
@@ -64,9 +68,11 @@ var schemes = map[string]backendKind{
 	"mysql":          kindMySQL,
 	"postgres":       kindPostgres,
 	"postgresql":     kindPostgres,
+	"etcd":           kindEtcd,
+	"etcds":          kindEtcd,
 }
 
-const schemeList = "sqlite, redis, rediss, redis+sentinel, redis+cluster, redlock, mysql, postgres or postgresql"
+const schemeList = "sqlite, redis, rediss, redis+sentinel, redis+cluster, redlock, mysql, postgres, postgresql, etcd or etcds"
 
 // Default ports, when a URL gives none.
 const (
@@ -100,6 +106,7 @@ type backendURL struct {
 	allowEviction     bool          // Redis, Redlock: allow_eviction=1
 	mysql             *mysql.Config
 	postgres          *pgx.ConnConfig
+	etcd              *etcdURL
 }
 
 // parseBackendURL parses raw. Its errors are one line without the URL, which
@@ -136,6 +143,8 @@ func parseBackendURL(raw string) (*backendURL, error) {
 		b, err = parseMySQL(raw)
 	case kindPostgres:
 		b, err = parsePostgres(raw)
+	case kindEtcd:
+		b, err = parseEtcd(raw)
 	}
 	if err != nil {
 		return nil, err

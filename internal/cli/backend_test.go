@@ -17,6 +17,34 @@ func TestParseBackendURLGood(t *testing.T) {
 		{raw: "SQLITE:///tmp/a%20b.db", kind: kindSQLite, where: "SQLite file /tmp/a b.db"},
 		{raw: "sqlite:state/locks.db", kind: kindSQLite, where: "SQLite file state/locks.db"},
 		{raw: "sqlite:./locks.db", kind: kindSQLite, where: "SQLite file ./locks.db"},
+		{
+			raw: "etcd://e1,e2:2380,[::1]", kind: kindEtcd, where: "etcd at e1:2379,e2:2380,[::1]:2379",
+			check: func(t *testing.T, b *backendURL) {
+				if e := b.etcd; len(e.endpoints) != 3 || e.tls || e.user != "" || len(b.secrets) != 0 {
+					t.Errorf("etcd = %+v, secrets %q", e, b.secrets)
+				}
+			},
+		},
+		{
+			raw: "ETCDS://app:p%40ss@e1:2379/?namespace=team/&op_timeout=5s&ca=/etc/ca.pem", kind: kindEtcd, where: "etcd at e1:2379",
+			check: func(t *testing.T, b *backendURL) {
+				e := b.etcd
+				if !e.tls || e.user != "app" || e.password != "p@ss" || e.namespace != "team/" || e.timeout != 5*time.Second || e.ca != "/etc/ca.pem" {
+					t.Errorf("etcd = %+v", e)
+				}
+				if len(b.secrets) != 1 || b.secrets[0] != "p@ss" {
+					t.Errorf("secrets = %q", b.secrets)
+				}
+			},
+		},
+		{
+			raw: "etcd://e1?tls=1", kind: kindEtcd, where: "etcd at e1:2379",
+			check: func(t *testing.T, b *backendURL) {
+				if !b.etcd.tls {
+					t.Error("tls=1 without TLS")
+				}
+			},
+		},
 		{raw: "redis://localhost:6379/0", kind: kindRedis, where: "redis at localhost:6379 (db 0)"},
 		{raw: "redis://127.0.0.1", kind: kindRedis, where: "redis at 127.0.0.1:6379 (db 0)"},
 		{raw: "redis://[::1]:7000/3", kind: kindRedis, where: "redis at [::1]:7000 (db 3)"},
@@ -145,6 +173,12 @@ func TestParseBackendURLBad(t *testing.T) {
 		{"/var/lib/locks.db", "sqlite:///absolute/path.db"},
 		{"memcached://h:11211", `unknown scheme "memcached"`},
 		{"redlock://h1,h2", "at least 3 independent nodes"},
+		{"etcd://h1/prefix", "no path"},
+		{"etcd://h1?foo=1", "unknown parameter"},
+		{"etcd://h1?cert=/c.pem", "cert= and key= together"},
+		{"etcd://h1?op_timeout=0s", "positive duration"},
+		{"etcd://:pw@h1", "without a user"},
+		{"etcd://h1,,h2", "empty host"},
 		{"redis://h/0?replica_ack=x", "not a number of replicas"},
 		{"redis://h/0?replica_ack=1&replica_ack_timeout=0s", "positive duration"},
 		{"redis://h/0?replica_ack_timeout=1s", "needs replica_ack=N"},
@@ -257,11 +291,13 @@ func FuzzParseBackendURL(f *testing.F) {
 		{7, "app", "[::1]:5432/db", "`: x"},
 		{8, "", "r1,r2:6380,[::1]/2?node_timeout=20ms", "@x"},
 		{8, "u", "r1,r1,r2", "p"},
+		{9, "root", "e1:2379,e2,e3", "x"},
+		{10, "u", "e1/?namespace=a/&ca=/x", "@x"},
 		{1, "", "", ""},
 	} {
 		f.Add(seed.scheme, seed.user, seed.passwordEnd, seed.rest)
 	}
-	schemeList := []string{"sqlite", "redis", "rediss", "redis+sentinel", "redis+cluster", "mysql", "postgres", "postgresql", "redlock"}
+	schemeList := []string{"sqlite", "redis", "rediss", "redis+sentinel", "redis+cluster", "mysql", "postgres", "postgresql", "redlock", "etcd", "etcds"}
 	f.Fuzz(func(t *testing.T, scheme uint8, user, passwordEnd, rest string) {
 		if strings.ContainsAny(user, ":/?#@") || strings.Contains(user+rest, marker) {
 			t.Skip() // the marker must be in the password, and only there
@@ -392,6 +428,7 @@ func FuzzParseBackendURLRaw(f *testing.F) {
 	for _, s := range []string{
 		"", "redis://", "sqlite:", "sqlite:////", "redis+sentinel://@/", "redis+cluster://[::1]:1,[::1",
 		"mysql://u:p@h/d?%zz", "postgres://h/d?password=p&x", "postgresql://u:p@h1,h2/db", "rediss://u:p@h/0?skip_verify=true",
+		"etcd://u:p@h1,h2?namespace=x", "etcds://:p@h", "etcd://u:p%zz@h",
 	} {
 		f.Add(s)
 	}

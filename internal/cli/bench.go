@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
@@ -336,6 +337,9 @@ func (a *app) benchSubjects(o *benchOptions, b *backendURL, st *store) ([]bench.
 // watchers returns what counts a subject's traffic on st: its round trips
 // (Redis), and the store's operations.
 func watchers(st *store) (*bench.Trips, bench.Counter, connectHooks) {
+	if st.db == nil && len(st.rdbs) == 0 {
+		return nil, nil, connectHooks{} // etcd: not counted
+	}
 	if st.db != nil {
 		c := new(bench.StatementCounter)
 		return nil, c, connectHooks{statements: c}
@@ -360,7 +364,7 @@ func (a *app) dlockSubject(b *backendURL, st *store, name string, opts ...dlock.
 }
 
 // rawSubject is the store's raw baseline, and false on Redlock, which has
-// none.
+// none. etcd's is a put-if-absent transaction with a lease, then a delete.
 func (a *app) rawSubject(b *backendURL, st *store) (bench.Subject, bool) {
 	trips, counter, hooks := watchers(st)
 	var s bench.Subject
@@ -371,6 +375,8 @@ func (a *app) rawSubject(b *backendURL, st *store) (bench.Subject, bool) {
 			rdb.AddHook(hooks.redis)
 			return rdb
 		}, rawTTL)
+	case kindEtcd:
+		s = bench.RawEtcd("raw", func() (*clientv3.Client, error) { return newEtcdClient(b.etcd, a.connectTimeout) }, rawTTL)
 	case kindSQLite, kindMySQL, kindPostgres:
 		dialect := map[sqlDialect]string{dialectSQLite: "sqlite", dialectMySQL: "mysql", dialectPostgres: "postgres"}[st.dialect]
 		var err error

@@ -13,7 +13,7 @@ import (
 
 var (
 	storesDuration = flag.String("stores.duration", "2s", "BenchmarkStores: --duration of each dlock bench run")
-	storesOnly     = flag.String("stores.only", "", "BenchmarkStores: comma list of stores to bench (redis, redlock3, redlock5, postgres, mysql, sqlite); all when empty")
+	storesOnly     = flag.String("stores.only", "", "BenchmarkStores: comma list of stores to bench (redis, redlock3, redlock5, postgres, mysql, sqlite, etcd1, etcd3); all when empty")
 	storesArgs     = flag.String("stores.args", "", "BenchmarkStores: more dlock bench flags, space-separated")
 )
 
@@ -41,6 +41,12 @@ func BenchmarkStores(b *testing.B) {
 			m := testserver.StartMariaDB(b)
 			m.CreateDatabase(b, "locks")
 			return []string{"mysql://root@" + m.Addr() + "/locks"}
+		}},
+		{"etcd1", func(b *testing.B) []string {
+			return []string{"etcd://" + strings.Join(testserver.StartEtcd(b).Endpoints(), ",")}
+		}},
+		{"etcd3", func(b *testing.B) []string {
+			return []string{"etcd://" + strings.Join(testserver.StartEtcdCluster(b, 3).Endpoints(), ",")}
 		}},
 		{"sqlite", func(b *testing.B) []string {
 			return []string{"sqlite://" + filepath.Join(b.TempDir(), "locks.db")}

@@ -22,7 +22,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/internal/bench"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
@@ -143,6 +146,26 @@ func connectHooked(ctx context.Context, b *backendURL, timeout time.Duration, ho
 		var err error
 		if s, ping, err = connectRedlock(b, timeout, hooks.redis); err != nil {
 			return nil, err
+		}
+	case kindEtcd:
+		cli, err := newEtcdClient(b.etcd, timeout)
+		if err != nil {
+			// clientv3.New logs in when given a user: a refused password
+			// comes back here.
+			return nil, s.connectErr(err)
+		}
+		s.closeFn = cli.Close
+		eb := etcdlock.New(cli, etcdOptions(b.etcd)...)
+		s.backend, s.inspector = eb, eb
+		ping = func(ctx context.Context) error {
+			// A linearizable read: it needs a leader, as every lock
+			// operation does.
+			ns := b.etcd.namespace
+			if ns == "" {
+				ns = etcdlock.DefaultNamespace
+			}
+			_, err := cli.Get(ctx, ns, clientv3.WithPrefix(), clientv3.WithCountOnly())
+			return err
 		}
 	case kindSQLite, kindMySQL, kindPostgres:
 		db, dialect, err := openSQL(b, timeout, hooks.statements)

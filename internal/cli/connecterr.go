@@ -63,7 +63,9 @@ func classifyConnect(err error) (cause string, code int) {
 	msg := err.Error()
 	switch {
 	case strings.Contains(msg, "WRONGPASS"), strings.Contains(msg, "NOAUTH"), strings.Contains(msg, "NOPERM"),
-		strings.Contains(msg, "invalid password"), strings.Contains(msg, "invalid username-password pair"):
+		strings.Contains(msg, "invalid password"), strings.Contains(msg, "invalid username-password pair"),
+		strings.Contains(msg, "etcdserver: authentication failed"), strings.Contains(msg, "etcdserver: permission denied"),
+		strings.Contains(msg, "etcdserver: user name is empty"):
 		if i := strings.Index(msg, "NOAUTH"); i > 0 && !strings.Contains(msg, "WRONGPASS") {
 			msg = msg[i:] + "; give the password in DLOCK_PASSWORD or a --password-file"
 		}

@@ -63,6 +63,11 @@ Backends (--backend URL, or the DLOCK_BACKEND environment variable):
   mysql://user@host:3306/dbname      MySQL or MariaDB
   postgres://user@host:5432/dbname
                                      PostgreSQL (also postgresql://)
+  etcd://[user@]h1:2379,h2:2379,h3:2379[?namespace=dlock/]
+                                     etcd, the members of one cluster; etcds:// (or
+                                     tls=1) for TLS, with ca=FILE, cert=FILE&key=FILE,
+                                     insecure_skip_verify=1; op_timeout=3s bounds each
+                                     call (docs/ETCD.md)
 The three Redis forms take replica_ack=N (and replica_ack_timeout=100ms): every
 grant and renewal waits until N replicas have it, so a failover keeps the lock.
 dlock refuses a Redis whose maxmemory-policy is not noeviction (it could evict

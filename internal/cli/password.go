@@ -65,6 +65,11 @@ func (b *backendURL) setPassword(pw string) error {
 		err = set(&b.mysql.Passwd)
 	case b.postgres != nil:
 		err = set(&b.postgres.Password)
+	case b.etcd != nil:
+		if b.etcd.user == "" {
+			return errors.New("etcd authenticates a user: give the user in the URL (etcd://user@host:2379)")
+		}
+		err = set(&b.etcd.password)
 	default:
 		return errors.New("a SQLite file takes no password")
 	}

@@ -76,6 +76,24 @@ func (p *process) stop(sig syscall.Signal) {
 	p.signalAndWait(sig)
 }
 
+// signal sends sig to the server's process group without waiting (SIGSTOP,
+// SIGCONT); it fails when the server is not running.
+func (p *process) signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.exited == nil {
+		return fmt.Errorf("%s is not running", p.name)
+	}
+	return syscall.Kill(-p.proc.Pid, sig)
+}
+
+// running reports whether the server was started and has not been stopped.
+func (p *process) running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exited != nil
+}
+
 // signalAndWait is stop with p.mu held.
 func (p *process) signalAndWait(sig syscall.Signal) {
 	if p.exited == nil {

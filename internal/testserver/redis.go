@@ -302,6 +302,7 @@ var packages = map[string]string{
 	"postgres":           "postgresql",
 	"initdb":             "postgresql",
 	"script":             "bsdutils",
+	"etcd":               "etcd-server",
 }
 
 // RequireBinary returns the path of the named binary. When it is not in PATH

@@ -1,0 +1,497 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+var (
+	_ driver.Backend       = (*Backend)(nil)
+	_ driver.Capabler      = (*Backend)(nil)
+	_ driver.BatchRenewer  = (*Backend)(nil)
+	_ driver.Notifier      = (*Backend)(nil)
+	_ driver.Withdrawer    = (*Backend)(nil)
+	_ driver.Inspector     = (*Backend)(nil)
+	_ driver.Breaker       = (*Backend)(nil)
+	_ driver.GrantReleaser = (*Backend)(nil)
+)
+
+// DefaultNamespace is the prefix of every etcd key the backend writes,
+// unless WithNamespace sets another.
+const DefaultNamespace = "dlock/"
+
+// Option configures a Backend.
+type Option interface{ apply(*Backend) }
+
+type optionFunc func(*Backend)
+
+func (f optionFunc) apply(b *Backend) { f(b) }
+
+// WithNamespace sets the prefix of every etcd key the backend writes, so
+// that several applications can share a cluster. Backends must agree on it
+// to see each other's locks. The default is DefaultNamespace, "dlock/".
+func WithNamespace(ns string) Option { return optionFunc(func(b *Backend) { b.ns = ns }) }
+
+// WithTimeout bounds every call to the store whose context has no earlier
+// deadline: etcd's client waits for a reachable member for as long as the
+// context lets it, and a store that is down must fail a call (an Unlock
+// after a loss, a release at Close) rather than hang it. The default is 3s,
+// more than a leader election takes with etcd's default timings.
+func WithTimeout(d time.Duration) Option { return optionFunc(func(b *Backend) { b.timeout = d }) }
+
+// Backend is a dlock backend on an etcd cluster. Make one with New; it is
+// safe for concurrent use. It holds no goroutine of its own: a Listener's
+// watches end with Close, and its leases expire on the server when nothing
+// renews them.
+type Backend struct {
+	c       *clientv3.Client
+	ns      string
+	timeout time.Duration
+	leases  *leaseTable
+
+	// queued holds the (key, token) pairs this Backend queued in a fair
+	// queue and has not seen leave it: their next fair acquire reads
+	// first, the others try a grant at once (see acquireFair).
+	queuedMu sync.Mutex
+	queued   map[holdID]struct{}
+}
+
+// maxQueued bounds queued; past it the set starts over (a forgotten
+// waiter's next attempt costs one more round trip).
+const maxQueued = 4096
+
+func (b *Backend) setQueued(key, token string, on bool) {
+	b.queuedMu.Lock()
+	defer b.queuedMu.Unlock()
+	id := holdID{key, token}
+	if !on {
+		delete(b.queued, id)
+		return
+	}
+	if len(b.queued) >= maxQueued {
+		clear(b.queued)
+	}
+	b.queued[id] = struct{}{}
+}
+
+func (b *Backend) isQueued(key, token string) bool {
+	b.queuedMu.Lock()
+	defer b.queuedMu.Unlock()
+	_, ok := b.queued[holdID{key, token}]
+	return ok
+}
+
+// bound limits ctx to the backend's call timeout.
+//
+// Every call also requires a leader (clientv3.WithRequireLeader): a member
+// that knows it has none (cut off from the majority) answers at once with
+// an error, instead of holding the call until its own request timeout.
+func (b *Backend) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx = clientv3.WithRequireLeader(ctx)
+	if b.timeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, b.timeout)
+}
+
+// New returns a backend on the cluster that c reaches. The caller keeps
+// ownership of c and closes it after the dlock Client that uses the
+// backend.
+func New(c *clientv3.Client, opts ...Option) *Backend {
+	b := &Backend{c: c, ns: DefaultNamespace, timeout: 3 * time.Second, queued: make(map[holdID]struct{})}
+	for _, o := range opts {
+		o.apply(b)
+	}
+	b.leases = newLeaseTable(c.Lease, b.term)
+	return b
+}
+
+// Supports implements driver.Capabler: etcdlock has read-write locks,
+// semaphores, fair locks and overtake reports (with which the client lets a
+// plain Mutex's starving waiters join the fair queue). It has no direct
+// handoff, claims or lock-delay: the client refuses lock-delay with
+// ErrInvalid.
+func (b *Backend) Supports(c driver.Capability) bool {
+	switch c {
+	case driver.CapShared, driver.CapSemaphore, driver.CapFair, driver.CapOvertook:
+		return true
+	}
+	return false
+}
+
+// maxAttempts bounds the optimistic retries of one call whose transaction
+// found the lock changed since it read it.
+const maxAttempts = 32
+
+func wrap(op, key string, err error) error {
+	return fmt.Errorf("etcdlock: %s %q: %w", op, key, err)
+}
+
+// wrapCtx is wrap, saying also that the caller's ctx ended when it did: a
+// deadline that reached the server comes back as etcd's "request timed
+// out", which does not tell that the caller gave up.
+//
+// A deadline counts once it has passed, even before ctx's timer has run
+// (on a loaded machine the answer can come first).
+func wrapCtx(ctx context.Context, op, key string, err error) error {
+	cerr := ctx.Err()
+	if d, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(d) {
+		cerr = context.DeadlineExceeded
+	}
+	if cerr != nil && !errors.Is(err, cerr) {
+		err = fmt.Errorf("%w: %w", cerr, err)
+	}
+	return wrap(op, key, err)
+}
+
+// Acquire implements driver.Backend. A new grant is one transaction that
+// puts the holder's key on a lease of the backend's; its fence is that
+// transaction's revision, the create revision of the key.
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	if req.LockDelay > 0 || req.Handoff || req.Claim {
+		return driver.AcquireResult{}, wrap("acquire", req.Key, fmt.Errorf("%w: lock-delay, handoff and claims are not supported by etcdlock", driver.ErrInvalid))
+	}
+	caller := ctx
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
+	var (
+		res driver.AcquireResult
+		err error
+	)
+	for range maxAttempts {
+		var retry bool
+		switch req.Mode {
+		case driver.Exclusive:
+			if req.Fair {
+				res, retry, err = b.acquireFair(ctx, req)
+			} else {
+				res, retry, err = b.acquireExclusive(ctx, req)
+			}
+		case driver.Shared:
+			res, retry, err = b.acquireShared(ctx, req)
+		default:
+			return driver.AcquireResult{}, wrap("acquire", req.Key, fmt.Errorf("%w: unknown mode %v", driver.ErrInvalid, req.Mode))
+		}
+		if err != nil {
+			return driver.AcquireResult{}, wrapCtx(caller, "acquire", req.Key, err)
+		}
+		if !retry {
+			return res, nil
+		}
+	}
+	return res, nil // changed under us every time: refused, try again later
+}
+
+// txn runs one transaction.
+func (b *Backend) txn(ctx context.Context, cmps []clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, error) {
+	return b.c.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
+}
+
+func rangeKVs(resp *clientv3.TxnResponse, i int) []*mvccpb.KeyValue {
+	return resp.Responses[i].GetResponseRange().GetKvs()
+}
+
+func (b *Backend) acquireExclusive(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, bool, error) {
+	sent := time.Now()
+	l, err := b.leases.forTTL(ctx, req.TTL)
+	if err != nil {
+		return driver.AcquireResult{}, false, err
+	}
+	ek, sp, ip := b.exclKey(req.Key), b.sharedPrefix(req.Key), b.intentPrefix(req.Key)
+	resp, err := b.txn(ctx,
+		[]clientv3.Cmp{
+			clientv3.Compare(clientv3.CreateRevision(ek), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(sp), "=", 0).WithPrefix(),
+			clientv3.Compare(clientv3.CreateRevision(b.releasedKey(req.Key, req.Token)), "=", 0),
+		},
+		[]clientv3.Op{
+			clientv3.OpPut(ek, exclusive{req.Token, 1, req.TTL, req.Owner}.encode(), clientv3.WithLease(l.id)),
+			clientv3.OpDelete(b.intentKey(req.Key, req.Token)),
+			clientv3.OpDelete(b.queueKey(req.Key, req.Token)),
+			// Overtook: is anyone queued (two keys tell whether another
+			// than Token is)?
+			clientv3.OpGet(b.queuePrefix(req.Key), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(2)),
+		},
+		[]clientv3.Op{
+			clientv3.OpGet(ek),
+			clientv3.OpGet(sp, clientv3.WithPrefix()),
+			clientv3.OpGet(ip, clientv3.WithPrefix()),
+			clientv3.OpGet(b.releasedKey(req.Key, req.Token), clientv3.WithCountOnly()),
+		})
+	if err != nil {
+		if isLeaseNotFound(err) {
+			b.leases.forget(l)
+			return driver.AcquireResult{}, true, nil
+		}
+		return driver.AcquireResult{}, false, err
+	}
+	rev := resp.Header.Revision
+	if resp.Succeeded {
+		b.leases.track(l, ek, req.Token, rev, rev, 1, req.TTL, sent.Add(req.TTL))
+		overtook := false
+		for _, kv := range rangeKVs(resp, 3) {
+			if _, _, token, _ := b.parseKey(string(kv.Key)); token != req.Token {
+				overtook = true
+			}
+		}
+		return driver.AcquireResult{Acquired: true, Fence: uint64(rev), Holds: 1, Overtook: overtook}, false, nil
+	}
+	excl, shared, intents := rangeKVs(resp, 0), rangeKVs(resp, 1), rangeKVs(resp, 2)
+	var res driver.AcquireResult
+	res.Shared = len(shared)
+	if len(excl) == 1 {
+		kv := excl[0]
+		e := decodeExclusive(kv.Value)
+		if e.token == req.Token && req.Reentrant {
+			return b.reenter(ctx, req, kv, e, sent)
+		}
+		res.Holder = e.owner
+		res.HolderTTL = min(b.remaining(ctx, req.Wait, kv.Lease), e.ttl)
+	} else if len(shared) > 0 {
+		// The hold that expires last is not known without asking for
+		// each lease; the newest is the best guess.
+		last := shared[len(shared)-1]
+		for _, kv := range shared {
+			if kv.CreateRevision > last.CreateRevision {
+				last = kv
+			}
+		}
+		_, _, res.Holder = decodeShared(last.Value)
+	} else if resp.Responses[3].GetResponseRange().GetCount() > 0 {
+		return res, false, nil // released already: see releasedTTL
+	} else {
+		return res, true, nil // gone between the compare and the read: cannot be, but try again
+	}
+	if !req.Wait || req.QueueTTL <= 0 {
+		return res, false, nil
+	}
+	// A writer refused by shared holds records its intent, unless another
+	// token's is live; one that has an intent keeps it.
+	mine, others := false, false
+	for _, kv := range intents {
+		if _, _, token, _ := b.parseKey(string(kv.Key)); token == req.Token {
+			mine = true
+		} else {
+			others = true
+		}
+	}
+	if others || (!mine && len(excl) == 1) {
+		return res, false, nil
+	}
+	qid, err := b.leases.forQueue(ctx, req.QueueTTL)
+	if err != nil {
+		return driver.AcquireResult{}, false, err
+	}
+	put, err := b.txn(ctx,
+		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(ip), "<", rev+1).WithPrefix()},
+		[]clientv3.Op{clientv3.OpPut(b.intentKey(req.Key, req.Token), req.Owner, clientv3.WithLease(qid))},
+		nil)
+	if err != nil {
+		return driver.AcquireResult{}, false, err
+	}
+	res.Queued = put.Succeeded
+	return res, false, nil
+}
+
+// reenter adds a hold to token's exclusive grant kv.
+func (b *Backend) reenter(ctx context.Context, req driver.AcquireRequest, kv *mvccpb.KeyValue, e exclusive, sent time.Time) (driver.AcquireResult, bool, error) {
+	ek := string(kv.Key)
+	// The grant must live req.TTL from now, never less than it did: keep
+	// its lease alive first, or, when that lease is ours and too short for
+	// req.TTL, move the grant to a lease of req.TTL's.
+	leaseOpt := clientv3.WithIgnoreLease()
+	l := b.leases.mine(clientv3.LeaseID(kv.Lease))
+	switch {
+	case l == nil:
+		if err := b.keepForeign(ctx, clientv3.LeaseID(kv.Lease)); err != nil {
+			if isLeaseNotFound(err) {
+				return driver.AcquireResult{}, true, nil
+			}
+			return driver.AcquireResult{}, false, err
+		}
+	case bucketOf(req.TTL) > l.bucket:
+		nl, err := b.leases.forTTL(ctx, req.TTL)
+		if err != nil {
+			return driver.AcquireResult{}, false, err
+		}
+		l, leaseOpt = nl, clientv3.WithLease(nl.id)
+	default:
+		switch err := b.leases.extend(ctx, l, sent.Add(req.TTL)); {
+		case err == errRetired:
+			nl, err := b.leases.forTTL(ctx, req.TTL)
+			if err != nil {
+				return driver.AcquireResult{}, false, err
+			}
+			l, leaseOpt = nl, clientv3.WithLease(nl.id)
+		case isLeaseNotFound(err):
+			return driver.AcquireResult{}, true, nil
+		case err != nil:
+			return driver.AcquireResult{}, false, err
+		}
+	}
+	e.holds++
+	e.ttl = max(e.ttl, req.TTL)
+	resp, err := b.txn(ctx,
+		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(ek), "=", kv.ModRevision)},
+		[]clientv3.Op{
+			clientv3.OpPut(ek, e.encode(), leaseOpt),
+			clientv3.OpDelete(b.intentKey(req.Key, req.Token)),
+		}, nil)
+	if err != nil {
+		return driver.AcquireResult{}, false, err
+	}
+	if !resp.Succeeded {
+		return driver.AcquireResult{}, true, nil
+	}
+	if l != nil {
+		b.leases.track(l, ek, req.Token, kv.CreateRevision, resp.Header.Revision, e.holds, req.TTL, sent.Add(req.TTL))
+	}
+	return driver.AcquireResult{Acquired: true, Fence: uint64(kv.CreateRevision), Holds: e.holds}, false, nil
+}
+
+func (b *Backend) acquireShared(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, bool, error) {
+	sent := time.Now()
+	ek, sp, ip := b.exclKey(req.Key), b.sharedPrefix(req.Key), b.intentPrefix(req.Key)
+	sk := b.sharedKey(req.Key, req.Token)
+	// Read first: the limit needs the count of live shared holds, which no
+	// compare of etcd's gives; the transaction then checks that no shared
+	// hold came since the read (a release since only leaves more room).
+	read, err := b.txn(ctx, nil, []clientv3.Op{
+		clientv3.OpGet(ek),
+		clientv3.OpGet(sp, clientv3.WithPrefix()),
+		clientv3.OpGet(ip, clientv3.WithPrefix()),
+	}, nil)
+	if err != nil {
+		return driver.AcquireResult{}, false, err
+	}
+	rev := read.Header.Revision
+	excl, shared, intents := rangeKVs(read, 0), rangeKVs(read, 1), rangeKVs(read, 2)
+	res := driver.AcquireResult{Shared: len(shared)}
+	for _, kv := range shared {
+		if string(kv.Key) == sk {
+			_, _, res.Holder = decodeShared(kv.Value)
+			return res, false, nil
+		}
+	}
+	for _, kv := range shared {
+		if limit, _, _ := decodeShared(kv.Value); limit != max(req.Limit, 0) {
+			// The live shared holds bind the name's kind and limit (a
+			// semaphore of another size, a reader on a semaphore's name,
+			// a permit beside readers): see driver.AcquireRequest.Limit.
+			newest := kv
+			for _, o := range shared {
+				if o.CreateRevision > newest.CreateRevision {
+					newest = o
+				}
+			}
+			_, ttl, owner := decodeShared(newest.Value)
+			res.Holder, res.HolderTTL = owner, min(b.remaining(ctx, req.Wait, newest.Lease), ttl)
+			res.Conflict, res.HeldLimit = true, limit
+			return res, false, nil
+		}
+	}
+	if len(excl) == 1 {
+		e := decodeExclusive(excl[0].Value)
+		res.Holder = e.owner
+		res.HolderTTL = min(b.remaining(ctx, req.Wait, excl[0].Lease), e.ttl)
+		return res, false, nil
+	}
+	if len(intents) > 0 {
+		res.Holder, res.WriterWaiting = string(intents[0].Value), true
+		res.HolderTTL = b.remaining(ctx, req.Wait, intents[0].Lease)
+		return res, false, nil
+	}
+	if req.Limit > 0 && len(shared) >= req.Limit {
+		first := shared[0]
+		for _, kv := range shared {
+			if kv.CreateRevision < first.CreateRevision {
+				first = kv
+			}
+		}
+		_, ttl, owner := decodeShared(first.Value)
+		res.Holder = owner
+		res.HolderTTL = min(b.remaining(ctx, req.Wait, first.Lease), ttl)
+		return res, false, nil
+	}
+	l, err := b.leases.forTTL(ctx, req.TTL)
+	if err != nil {
+		return driver.AcquireResult{}, false, err
+	}
+	cmps := []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(ek), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(ip), "=", 0).WithPrefix(),
+		clientv3.Compare(clientv3.CreateRevision(b.releasedKey(req.Key, req.Token)), "=", 0),
+	}
+	// No shared hold came since the read: a permit needs the count, and
+	// every shared request needs the kind and limit the read saw to be
+	// the holds' (a permit and a reader that both read an empty name
+	// must not both get in).
+	cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(sp), "<", rev+1).WithPrefix())
+	if req.Limit == 0 {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(sk), "=", 0))
+	}
+	resp, err := b.txn(ctx, cmps,
+		[]clientv3.Op{clientv3.OpPut(sk, sharedValue(req.Limit, req.TTL, req.Owner), clientv3.WithLease(l.id))}, nil)
+	if err != nil {
+		if isLeaseNotFound(err) {
+			b.leases.forget(l)
+			return driver.AcquireResult{}, true, nil
+		}
+		return driver.AcquireResult{}, false, err
+	}
+	if !resp.Succeeded {
+		if n, err := b.c.Get(ctx, b.releasedKey(req.Key, req.Token), clientv3.WithCountOnly()); err == nil && n.Count > 0 {
+			return res, false, nil // released already: see releasedTTL
+		}
+		return res, true, nil
+	}
+	r := resp.Header.Revision
+	b.leases.track(l, sk, req.Token, r, r, 1, req.TTL, sent.Add(req.TTL))
+	return driver.AcquireResult{Acquired: true, Fence: uint64(r), Holds: 1}, false, nil
+}
+
+// remaining returns the time to live of lease id, or 0 when unknown. It
+// costs a round trip, so it is asked for a TryLock's refusal only: a
+// waiter needs no time to poll at, as the watch tells it of the expiry.
+func (b *Backend) remaining(ctx context.Context, waiting bool, id int64) time.Duration {
+	if id == 0 || waiting {
+		return 0
+	}
+	resp, err := b.c.TimeToLive(ctx, clientv3.LeaseID(id))
+	if err != nil || resp.TTL <= 0 {
+		return 0
+	}
+	return time.Duration(resp.TTL) * time.Second
+}
+
+// keepForeign keeps alive a lease of another Backend that holds a grant
+// this one shares (the same owner ID in two processes).
+func (b *Backend) keepForeign(ctx context.Context, id clientv3.LeaseID) error {
+	_, err := b.leases.keepAlive(ctx, id)
+	return err
+}
+
+// term returns the cluster's Raft term, by a linearizable read of a key in
+// the namespace (which a user with rights on the namespace may read).
+func (b *Backend) term(ctx context.Context) (uint64, error) {
+	resp, err := b.c.Get(ctx, b.ns+sep+"term", clientv3.WithCountOnly())
+	if err != nil {
+		return 0, err
+	}
+	return resp.Header.RaftTerm, nil
+}
+
+// forget retires l after the server refused it as unknown.
+func (t *leaseTable) forget(l *lease) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	l.dead, l.retired = true, true
+	t.dropLease(l)
+}

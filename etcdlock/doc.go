@@ -1,0 +1,74 @@
+// Package etcdlock is a dlock backend on etcd (go.etcd.io/etcd/client/v3),
+// for locks that must survive the loss of a store node: etcd replicates
+// every write through Raft to a majority of its members before it answers,
+// so a grant that was answered survives the crash of any minority of the
+// cluster, leader included, and no failover can grant a lock twice.
+//
+//	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"h1:2379", "h2:2379", "h3:2379"}})
+//	...
+//	c := dlock.New(etcdlock.New(cli))
+//	defer c.Close()
+//
+// # Keys and transactions
+//
+// A lock named N lives under the directory "dlock/" + N + NUL (see
+// WithNamespace): key "e" holds the exclusive holder (token, hold count,
+// TTL, owner), "s\x00TOKEN" a shared hold (reader or semaphore permit),
+// "w\x00TOKEN" a writer intent, "q\x00TOKEN" a fair waiter's queue entry
+// (its place is its create revision). Acquire is one transaction that puts the
+// holder's key if the lock is free (etcd compares a whole key range, so
+// "no shared hold" is one compare); a refusal reads the holder in the same
+// round trip. Release is one transaction when the backend made or renewed
+// the grant and nobody changed it since, two otherwise. A semaphore permit
+// costs a read and a transaction (etcd cannot count keys in a compare), and
+// so does a queued fair waiter's attempt (the queue's order is its create
+// revisions).
+//
+// # Fences
+//
+// A grant's fence is the create revision of the key that holds it: the
+// revision of the transaction that made the grant. etcd's revision is one
+// counter for the whole key space, raised by every write and replicated
+// through the Raft log, so a later grant always has a larger revision: a
+// new leader continues from the log that a majority acknowledged, and a
+// restarted member replays its log and snapshot, so the counter never goes
+// back across leader changes, member crashes or a restart of the whole
+// cluster (TestFencesAcrossFailover kills the leader, then every member,
+// and checks it). Fences of one lock are therefore strictly increasing but
+// not consecutive. What breaks it: restoring the cluster from an older
+// snapshot (etcdctl snapshot restore), which takes the revision back; do
+// that only with the protected resources restored to the same point.
+//
+// # Leases and renewal
+//
+// A grant's key is attached to an etcd lease, so the cluster's own clock
+// (the leader's) expires it. The grants of one Backend share leases, one
+// per TTL rounded up to whole seconds (etcd's unit), and a lease lives half
+// its TTL longer than the rounded TTL (at least a second): a store-side
+// lock may outlive its TTL by that much when its holder dies. Renewal
+// reads the grant (one transaction for up to 64 grants) and sends one
+// LeaseKeepAlive per lease only when the lease would not cover the new
+// TTL, so the keep-alive traffic does not grow with the number of locks.
+// A lease must not keep alive a lock that its holder stopped renewing: when
+// one of its grants is past the time its holder asked to keep it, the lease
+// is retired and its live grants move to a fresh lease at their next
+// renewal (one compare-and-put each, the fence unchanged).
+//
+// # Waiting
+//
+// Waiters are woken by watches: a Listener reads, then watches, the
+// directory of every lock it waits on, on one gRPC stream, and keeps the
+// lock's state from the events. A release (or an expiry, a forced release)
+// wakes the fair queue's head alone when the lock has a queue, and every
+// waiter otherwise; a released shared hold or a writer intent gone wakes
+// everyone. The watches require a leader, so a member cut off from the
+// majority ends them and waiters retry.
+//
+// # Not supported
+//
+// Direct handoff, claims and lock-delay are not implemented: the client
+// refuses dlock.WithLockDelay with ErrInvalid on this backend. A plain
+// grant reports whether it overtook the fair queue, so a plain Mutex's
+// starving waiters join the queue, as on Redis.
+// HeldFor in Inspect is 0: etcd keeps no time with a key.
+package etcdlock

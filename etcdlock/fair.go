@@ -1,0 +1,151 @@
+package etcdlock
+
+import (
+	"context"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// acquireFair is an exclusive acquire in arrival order. The queue is the
+// lock's q\x00TOKEN keys, in the order of their create revisions; an entry
+// lives on a queue lease of its request's QueueTTL and is written again by
+// each later request of its waiter (which keeps its create revision, and so
+// its place). A fair acquire reads the lock and its queue, then, when the
+// lock is free and the caller heads the queue (or the queue is empty),
+// grants in one transaction that checks the lock is still free and, for an
+// empty queue, that nobody queued since the read; nobody can queue ahead of
+// a head, whose entry is older than any new one.
+//
+// A caller that this Backend has not queued tries the grant at once, in a
+// transaction that also checks that nobody is queued, and reads the lock
+// and its queue when refused: an uncontended fair lock costs one round
+// trip, as a plain one does.
+func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, bool, error) {
+	sent := time.Now()
+	ek, sp, qp := b.exclKey(req.Key), b.sharedPrefix(req.Key), b.queuePrefix(req.Key)
+	readOps := []clientv3.Op{
+		clientv3.OpGet(ek),
+		clientv3.OpGet(sp, clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(qp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
+	}
+	var (
+		read *clientv3.TxnResponse
+		err  error
+	)
+	if !b.isQueued(req.Key, req.Token) {
+		l, err := b.leases.forTTL(ctx, req.TTL)
+		if err != nil {
+			return driver.AcquireResult{}, false, err
+		}
+		read, err = b.txn(ctx, []clientv3.Cmp{
+			clientv3.Compare(clientv3.CreateRevision(ek), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(sp), "=", 0).WithPrefix(),
+			clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix(),
+			clientv3.Compare(clientv3.CreateRevision(b.releasedKey(req.Key, req.Token)), "=", 0),
+		}, []clientv3.Op{
+			clientv3.OpPut(ek, exclusive{req.Token, 1, req.TTL, req.Owner}.encode(), clientv3.WithLease(l.id)),
+			clientv3.OpDelete(b.intentKey(req.Key, req.Token)),
+		}, readOps)
+		if err != nil {
+			if isLeaseNotFound(err) {
+				b.leases.forget(l)
+				return driver.AcquireResult{}, true, nil
+			}
+			return driver.AcquireResult{}, false, err
+		}
+		if read.Succeeded {
+			r := read.Header.Revision
+			b.leases.track(l, ek, req.Token, r, r, 1, req.TTL, sent.Add(req.TTL))
+			return driver.AcquireResult{Acquired: true, Fence: uint64(r), Holds: 1}, false, nil
+		}
+	} else {
+		read, err = b.txn(ctx, nil, readOps, nil)
+		if err != nil {
+			return driver.AcquireResult{}, false, err
+		}
+	}
+	rev := read.Header.Revision
+	excl, queue := rangeKVs(read, 0), rangeKVs(read, 2)
+	shared := read.Responses[1].GetResponseRange().GetCount()
+	mine := -1
+	for i, kv := range queue {
+		if _, _, token, _ := b.parseKey(string(kv.Key)); token == req.Token {
+			mine = i
+			break
+		}
+	}
+	res := driver.AcquireResult{Shared: int(shared)}
+	switch {
+	case len(excl) == 1:
+		kv := excl[0]
+		e := decodeExclusive(kv.Value)
+		if e.token == req.Token && req.Reentrant {
+			return b.reenter(ctx, req, kv, e, sent) // a re-entry is no new grant: the queue does not hold it back
+		}
+		res.Holder = e.owner
+		res.HolderTTL = min(b.remaining(ctx, req.Wait, kv.Lease), e.ttl)
+	case shared > 0:
+	case mine == 0 || len(queue) == 0:
+		l, err := b.leases.forTTL(ctx, req.TTL)
+		if err != nil {
+			return driver.AcquireResult{}, false, err
+		}
+		cmps := []clientv3.Cmp{
+			clientv3.Compare(clientv3.CreateRevision(ek), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(sp), "=", 0).WithPrefix(),
+			clientv3.Compare(clientv3.CreateRevision(b.releasedKey(req.Key, req.Token)), "=", 0),
+		}
+		if len(queue) == 0 {
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(qp), "<", rev+1).WithPrefix())
+		}
+		resp, err := b.txn(ctx, cmps, []clientv3.Op{
+			clientv3.OpPut(ek, exclusive{req.Token, 1, req.TTL, req.Owner}.encode(), clientv3.WithLease(l.id)),
+			clientv3.OpDelete(b.queueKey(req.Key, req.Token)),
+			clientv3.OpDelete(b.intentKey(req.Key, req.Token)),
+		}, nil)
+		if err != nil {
+			if isLeaseNotFound(err) {
+				b.leases.forget(l)
+				return driver.AcquireResult{}, true, nil
+			}
+			return driver.AcquireResult{}, false, err
+		}
+		if !resp.Succeeded {
+			if n, err := b.c.Get(ctx, b.releasedKey(req.Key, req.Token), clientv3.WithCountOnly()); err == nil && n.Count > 0 {
+				return res, false, nil // released already: see releasedTTL
+			}
+			return res, true, nil // changed since the read: read again
+		}
+		r := resp.Header.Revision
+		b.setQueued(req.Key, req.Token, false)
+		b.leases.track(l, ek, req.Token, r, r, 1, req.TTL, sent.Add(req.TTL))
+		return driver.AcquireResult{Acquired: true, Fence: uint64(r), Holds: 1}, false, nil
+	default:
+		// Free, but promised to the head of the queue: no holder to name.
+	}
+	if !req.Wait || req.QueueTTL <= 0 {
+		return res, false, nil
+	}
+	qid, err := b.leases.forQueue(ctx, req.QueueTTL)
+	if err != nil {
+		return driver.AcquireResult{}, false, err
+	}
+	put, err := b.c.Put(ctx, b.queueKey(req.Key, req.Token), req.Owner, clientv3.WithLease(qid), clientv3.WithPrevKV())
+	if err != nil {
+		return driver.AcquireResult{}, false, err
+	}
+	b.setQueued(req.Key, req.Token, true)
+	at := put.Header.Revision
+	if put.PrevKv != nil {
+		at = put.PrevKv.CreateRevision
+	}
+	res.Position, res.Queued = 1, true
+	for i, kv := range queue {
+		if i != mine && kv.CreateRevision < at {
+			res.Position++
+		}
+	}
+	return res, false, nil
+}

@@ -1,0 +1,379 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The grants of one Backend share etcd leases: one lease per TTL bucket
+// (the TTL rounded up to whole seconds, as etcd's leases count), so that
+// keeping a thousand locks alive costs one LeaseKeepAlive per bucket and
+// interval, not one per lock.
+//
+// A shared lease must not keep alive a lock that its holder stopped
+// renewing (WithAutoRenew(false), a holder whose renewals failed past its
+// deadline): etcd cannot extend one key of a lease and not another. So the
+// table remembers, for every hold on its leases, until when its holder
+// asked to keep it (the last acquire or renewal, plus its TTL). Before a
+// keep-alive it looks for holds past that time; when it finds one, it
+// retires the lease instead: the lease gets no more keep-alives and
+// expires with the abandoned holds, and each live hold moves to a fresh
+// lease at its next renewal, in one transaction that checks that the key
+// is still the same grant on the old lease (its create revision, which is
+// its fence, stays). Moving costs one write per live lock, and only then.
+
+// leaseSlack is how much longer than its bucket a lease lives (half of it,
+// at least a second), so that a lease that was kept alive a moment ago can
+// take a new grant of the bucket's full TTL without another keep-alive.
+func leaseSeconds(bucket int64) int64 { return bucket + max(1, (bucket+1)/2) }
+
+// bucketOf is the TTL rounded up to whole seconds.
+func bucketOf(ttl time.Duration) int64 {
+	return max(1, int64(math.Ceil(ttl.Seconds())))
+}
+
+// lease is one etcd lease of the table.
+type lease struct {
+	id      clientv3.LeaseID
+	bucket  int64
+	ttl     time.Duration // as granted by the server
+	expires time.Time     // lower bound of the server's expiry: send time of the last grant or keep-alive + ttl
+	retired bool          // takes no new grants and gets no keep-alives
+	dead    bool          // the server no longer has it
+	holds   map[*hold]struct{}
+	ka      *call // keep-alive in flight
+}
+
+// hold is one grant on a lease of the table.
+type hold struct {
+	key      string // the etcd key
+	token    string
+	lease    *lease
+	fence    int64 // create revision of the key
+	modRev   int64 // mod revision of our last write of the key
+	count    int   // hold count of an exclusive hold as of our last write
+	ttl      time.Duration
+	deadline time.Time // until when its holder asked to keep it
+}
+
+type holdID struct{ key, token string }
+
+// call is one request in flight that others wait for.
+type call struct {
+	done chan struct{}
+	err  error
+}
+
+type leaseTable struct {
+	kv clientv3.Lease
+	// term returns the cluster's Raft term by a linearizable read, which
+	// only a leader that a majority follows can answer (see keepAlive).
+	term func(ctx context.Context) (uint64, error)
+
+	mu       sync.Mutex
+	current  map[int64]*lease // bucket → the lease that takes new grants
+	granting map[int64]*call
+	byID     map[clientv3.LeaseID]*lease
+	holds    map[holdID]*hold
+	queue    map[int64]*lease // queue-TTL bucket → lease for writer intents (never kept alive)
+}
+
+func newLeaseTable(l clientv3.Lease, term func(ctx context.Context) (uint64, error)) *leaseTable {
+	return &leaseTable{
+		kv:       l,
+		term:     term,
+		current:  make(map[int64]*lease),
+		granting: make(map[int64]*call),
+		byID:     make(map[clientv3.LeaseID]*lease),
+		holds:    make(map[holdID]*hold),
+		queue:    make(map[int64]*lease),
+	}
+}
+
+// errLeaseGone reports that the server no longer has a lease.
+var errLeaseGone = errors.New("lease gone")
+
+func isLeaseNotFound(err error) bool {
+	return errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, errLeaseGone)
+}
+
+// forTTL returns a lease that takes grants of ttl and lives at least until
+// now + ttl.
+func (t *leaseTable) forTTL(ctx context.Context, ttl time.Duration) (*lease, error) {
+	b := bucketOf(ttl)
+	for {
+		now := time.Now()
+		t.mu.Lock()
+		l := t.current[b]
+		if l != nil && !l.retired && !l.dead {
+			fresh := !l.expires.Before(now.Add(ttl))
+			t.mu.Unlock()
+			if fresh {
+				return l, nil
+			}
+			if err := t.extend(ctx, l, now.Add(ttl)); err != nil && !isLeaseNotFound(err) {
+				return nil, err
+			}
+			continue
+		}
+		if c := t.granting[b]; c != nil {
+			t.mu.Unlock()
+			if err := wait(ctx, c); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		c := &call{done: make(chan struct{})}
+		t.granting[b] = c
+		t.mu.Unlock()
+
+		sent := time.Now()
+		resp, err := t.kv.Grant(ctx, leaseSeconds(b))
+		t.mu.Lock()
+		delete(t.granting, b)
+		t.sweep(time.Now())
+		if err == nil {
+			ttl := time.Duration(resp.TTL) * time.Second
+			l = &lease{id: resp.ID, bucket: b, ttl: ttl, expires: sent.Add(ttl), holds: make(map[*hold]struct{})}
+			t.current[b] = l
+			t.byID[l.id] = l
+		}
+		c.err = err
+		close(c.done)
+		t.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// forQueue returns a lease for writer intents that lives at least until
+// now + queueTTL. Intents are never kept alive: a request that keeps one
+// writes it again on a lease of its own time.
+func (t *leaseTable) forQueue(ctx context.Context, queueTTL time.Duration) (clientv3.LeaseID, error) {
+	b := bucketOf(queueTTL)
+	now := time.Now()
+	t.mu.Lock()
+	l := t.queue[b]
+	t.mu.Unlock()
+	if l != nil && !l.expires.Before(now.Add(queueTTL)) {
+		return l.id, nil
+	}
+	sent := time.Now()
+	resp, err := t.kv.Grant(ctx, 2*b)
+	if err != nil {
+		return 0, err
+	}
+	ttl := time.Duration(resp.TTL) * time.Second
+	t.mu.Lock()
+	t.queue[b] = &lease{id: resp.ID, bucket: b, ttl: ttl, expires: sent.Add(ttl)}
+	t.mu.Unlock()
+	return resp.ID, nil
+}
+
+// extend makes l live until need, with one keep-alive shared by every
+// caller that needs one at the same time. It returns errLeaseGone when the
+// server no longer has l, and errRetired when l has abandoned holds.
+func (t *leaseTable) extend(ctx context.Context, l *lease, need time.Time) error {
+	for {
+		t.mu.Lock()
+		switch {
+		case l.dead:
+			t.mu.Unlock()
+			return errLeaseGone
+		case !l.expires.Before(need):
+			t.mu.Unlock()
+			return nil
+		case l.retired:
+			t.mu.Unlock()
+			return errRetired
+		}
+		if c := l.ka; c != nil {
+			t.mu.Unlock()
+			if err := wait(ctx, c); err != nil && !isLeaseNotFound(err) {
+				return err
+			}
+			continue
+		}
+		if t.retireIfAbandoned(l, time.Now()) {
+			t.mu.Unlock()
+			return errRetired
+		}
+		c := &call{done: make(chan struct{})}
+		l.ka = c
+		t.mu.Unlock()
+
+		sent := time.Now()
+		resp, err := t.keepAlive(ctx, l.id)
+		t.mu.Lock()
+		l.ka = nil
+		switch {
+		case err == nil:
+			l.expires = later(l.expires, sent.Add(time.Duration(resp.TTL)*time.Second))
+		case isLeaseNotFound(err):
+			l.dead, l.retired = true, true
+			t.dropLease(l)
+		}
+		c.err = err
+		close(c.done)
+		t.mu.Unlock()
+		if err != nil && !isLeaseNotFound(err) {
+			return err
+		}
+	}
+}
+
+var errRetired = errors.New("lease retired")
+
+// errUnconfirmed reports a keep-alive that a member answered in a Raft
+// term that is no longer the cluster's.
+var errUnconfirmed = errors.New("lease keep-alive answered by a former leader: not counted")
+
+// keepAlive sends one keep-alive of lease id and counts it only when it
+// was served by the cluster's leader. etcd renews leases outside Raft, in
+// the leader's memory: a leader that was paused (or cut off) and comes back
+// believes it leads until it hears of the new term, and renews a lease in
+// that moment, while the real leader keeps the old expiry and revokes the
+// lease at it; a holder that trusted the renewal would then meet the next
+// holder (etcd 3.4.23 did this in the leader-pause soak: 6 overlaps in
+// 10,000 grants). So the keep-alive's term is compared with the term of a
+// linearizable read made after it, which a former leader cannot serve: the
+// same term means the member that renewed still led after the renewal.
+func (t *leaseTable) keepAlive(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
+	resp, err := t.kv.KeepAliveOnce(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	term, err := t.term(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if resp.ResponseHeader == nil || resp.RaftTerm != term {
+		return nil, fmt.Errorf("%w (term %d, cluster in term %d)", errUnconfirmed, resp.ResponseHeader.GetRaftTerm(), term)
+	}
+	return resp, nil
+}
+
+// retireIfAbandoned retires l when one of its holds is past the time its
+// holder asked to keep it, and forgets those holds. t.mu is held.
+func (t *leaseTable) retireIfAbandoned(l *lease, now time.Time) bool {
+	abandoned := false
+	for h := range l.holds {
+		if h.deadline.Before(now) {
+			abandoned = true
+			t.untrackLocked(h)
+		}
+	}
+	if abandoned {
+		l.retired = true
+		if t.current[l.bucket] == l {
+			delete(t.current, l.bucket)
+		}
+	}
+	return abandoned
+}
+
+// dropLease forgets l and its holds. t.mu is held.
+func (t *leaseTable) dropLease(l *lease) {
+	for h := range l.holds {
+		t.untrackLocked(h)
+	}
+	if t.current[l.bucket] == l {
+		delete(t.current, l.bucket)
+	}
+	delete(t.byID, l.id)
+}
+
+// mine returns the table's lease with the given id, or nil.
+func (t *leaseTable) mine(id clientv3.LeaseID) *lease {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.byID[id]
+}
+
+// track records a grant (or a re-entry, or a renewal found on the store)
+// of key to token on l, wanted until deadline.
+func (t *leaseTable) track(l *lease, key, token string, fence, modRev int64, count int, ttl time.Duration, deadline time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	id := holdID{key, token}
+	h := t.holds[id]
+	if h != nil && (h.fence != fence || h.lease != l) {
+		t.untrackLocked(h)
+		h = nil
+	}
+	if h == nil {
+		h = &hold{key: key, token: token, lease: l, fence: fence}
+		t.holds[id] = h
+		l.holds[h] = struct{}{}
+	}
+	h.modRev, h.count = modRev, count
+	h.ttl = max(h.ttl, ttl)
+	h.deadline = later(h.deadline, deadline)
+}
+
+// tracked returns a copy of the hold of key by token, if the table has one.
+func (t *leaseTable) tracked(key, token string) (hold, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h := t.holds[holdID{key, token}]
+	if h == nil {
+		return hold{}, false
+	}
+	return *h, true
+}
+
+// untrack forgets the hold of key by token.
+func (t *leaseTable) untrack(key, token string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if h := t.holds[holdID{key, token}]; h != nil {
+		t.untrackLocked(h)
+	}
+}
+
+func (t *leaseTable) untrackLocked(h *hold) {
+	if t.holds[holdID{h.key, h.token}] == h {
+		delete(t.holds, holdID{h.key, h.token})
+	}
+	delete(h.lease.holds, h)
+}
+
+// sweep forgets the retired leases that have surely expired on the server
+// by now (a retired lease gets no keep-alive; its expiry is at most one
+// TTL after the last answer, which came before expires + ttl). t.mu is
+// held.
+func (t *leaseTable) sweep(now time.Time) {
+	for id, l := range t.byID {
+		if l.retired && now.After(l.expires.Add(l.ttl)) {
+			for h := range l.holds {
+				t.untrackLocked(h)
+			}
+			delete(t.byID, id)
+		}
+	}
+}
+
+// wait waits for c or ctx.
+func wait(ctx context.Context, c *call) error {
+	select {
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}

@@ -1,0 +1,172 @@
+package etcdlock
+
+import (
+	"context"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Release implements driver.Backend.
+func (b *Backend) Release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
+	return b.release(ctx, key, token, 0)
+}
+
+// ReleaseGrant implements driver.GrantReleaser: the exclusive hold is
+// dropped only when its key's create revision, the grant's fence, is fence.
+func (b *Backend) ReleaseGrant(ctx context.Context, key, token string, fence uint64) (driver.ReleaseResult, error) {
+	return b.release(ctx, key, token, int64(fence))
+}
+
+// release drops one hold of token, of the grant with the given fence when
+// it is not 0. The last hold of a grant this Backend made or renewed, and
+// that nobody changed since, goes in one transaction; otherwise one
+// transaction reads the exclusive holder (and drops token's shared hold
+// and writer intent, which are token's alone), and a second changes the
+// holder's key if it is token's, on the condition that it is unchanged.
+func (b *Backend) release(ctx context.Context, key, token string, fence int64) (driver.ReleaseResult, error) {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
+	b.setQueued(key, token, false)
+	ek, sk, wk := b.exclKey(key), b.sharedKey(key, token), b.intentKey(key, token)
+	qk := b.queueKey(key, token)
+	readOps := []clientv3.Op{
+		clientv3.OpGet(ek),
+		clientv3.OpDelete(sk),
+		clientv3.OpDelete(wk),
+		clientv3.OpDelete(qk),
+	}
+	var (
+		resp *clientv3.TxnResponse
+		err  error
+	)
+	if h, ok := b.leases.tracked(ek, token); ok && h.count == 1 && (fence == 0 || h.fence == fence) {
+		resp, err = b.txn(ctx,
+			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(ek), "=", h.modRev)},
+			[]clientv3.Op{clientv3.OpDelete(ek), clientv3.OpDelete(wk), clientv3.OpDelete(qk)},
+			readOps)
+		if err != nil {
+			return driver.ReleaseResult{}, wrap("release", key, err)
+		}
+		if resp.Succeeded {
+			b.leases.untrack(ek, token)
+			return driver.ReleaseResult{Held: true}, nil
+		}
+	} else if fence == 0 {
+		// When token holds nothing, mark it released in the same step
+		// (see markReleased).
+		id, err := b.leases.forQueue(ctx, b.releasedFor())
+		if err != nil {
+			return driver.ReleaseResult{}, wrap("release", key, err)
+		}
+		resp, err = b.txn(ctx,
+			[]clientv3.Cmp{
+				clientv3.Compare(clientv3.CreateRevision(ek), "=", 0),
+				clientv3.Compare(clientv3.CreateRevision(sk), "=", 0),
+			},
+			[]clientv3.Op{clientv3.OpPut(b.releasedKey(key, token), "", clientv3.WithLease(id)), clientv3.OpDelete(wk), clientv3.OpDelete(qk)},
+			readOps)
+		if err != nil {
+			return driver.ReleaseResult{}, wrap("release", key, err)
+		}
+		if resp.Succeeded {
+			b.leases.untrack(ek, token)
+			return driver.ReleaseResult{}, nil
+		}
+	} else {
+		resp, err = b.txn(ctx, nil, readOps, nil)
+		if err != nil {
+			return driver.ReleaseResult{}, wrap("release", key, err)
+		}
+	}
+	if resp.Responses[1].GetResponseDeleteRange().GetDeleted() > 0 {
+		b.leases.untrack(sk, token)
+		return driver.ReleaseResult{Held: true}, nil
+	}
+	kvs := rangeKVs(resp, 0)
+	for range maxAttempts {
+		if len(kvs) != 1 {
+			break
+		}
+		kv := kvs[0]
+		e := decodeExclusive(kv.Value)
+		if e.token != token || (fence != 0 && kv.CreateRevision != fence) {
+			break
+		}
+		e.holds--
+		op := clientv3.OpDelete(ek)
+		if e.holds > 0 {
+			op = clientv3.OpPut(ek, e.encode(), clientv3.WithIgnoreLease())
+		}
+		resp, err := b.txn(ctx,
+			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(ek), "=", kv.ModRevision)},
+			[]clientv3.Op{op},
+			[]clientv3.Op{clientv3.OpGet(ek)})
+		if err != nil {
+			return driver.ReleaseResult{}, wrap("release", key, err)
+		}
+		if !resp.Succeeded {
+			kvs = rangeKVs(resp, 0)
+			continue
+		}
+		if e.holds == 0 {
+			b.leases.untrack(ek, token)
+		} else if l := b.leases.mine(clientv3.LeaseID(kv.Lease)); l != nil {
+			b.leases.track(l, ek, token, kv.CreateRevision, resp.Header.Revision, e.holds, 0, time.Time{})
+		}
+		return driver.ReleaseResult{Held: true, Remaining: e.holds}, nil
+	}
+	if len(kvs) == 1 && decodeExclusive(kvs[0].Value).token == token {
+		return driver.ReleaseResult{}, nil // another grant of token (ReleaseGrant)
+	}
+	b.leases.untrack(ek, token)
+	if fence == 0 {
+		// A release that found nothing may have overtaken the acquire it
+		// cleans up after (a cancelled call that the server still runs):
+		// keep that acquire from granting, for as long as it can be on
+		// its way.
+		if err := b.markReleased(ctx, key, token); err != nil {
+			return driver.ReleaseResult{}, wrap("release", key, err)
+		}
+	}
+	return driver.ReleaseResult{}, nil
+}
+
+// releasedTTL is how long a release that found nothing keeps its token
+// from being granted: longer than an acquire of the token can be on its
+// way to the store (the default call timeout). The client draws a token per
+// call for everything but reentrant handles and owner IDs, whose releases
+// that find nothing are rare (an unlock after a loss, the clean-up after an
+// acquire of unknown outcome): such a handle may then wait up to this long
+// for its next grant.
+// The record lives on a shared short lease: from releasedTTL (or the
+// call timeout, when it is longer) to twice that.
+const releasedTTL = 3 * time.Second
+
+// releasedFor is how long this Backend keeps a released token's record.
+func (b *Backend) releasedFor() time.Duration { return max(releasedTTL, b.timeout) }
+
+// markReleased records that token released key while it held nothing
+// (another token held it: when it holds nothing at all, the release's
+// transaction records it itself).
+func (b *Backend) markReleased(ctx context.Context, key, token string) error {
+	id, err := b.leases.forQueue(ctx, b.releasedFor())
+	if err != nil {
+		return err
+	}
+	_, err = b.c.Put(ctx, b.releasedKey(key, token), "", clientv3.WithLease(id))
+	return err
+}
+
+// Withdraw implements driver.Withdrawer: it deletes token's writer intent
+// and fair queue entry; the watch of every waiter sees the deletes.
+func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
+	b.setQueued(key, token, false)
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
+	if _, err := b.c.Txn(ctx).Then(clientv3.OpDelete(b.intentKey(key, token)), clientv3.OpDelete(b.queueKey(key, token))).Commit(); err != nil {
+		return wrap("withdraw", key, err)
+	}
+	return nil
+}

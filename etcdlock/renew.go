@@ -1,0 +1,153 @@
+package etcdlock
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Renew implements driver.Backend. It reads the hold (one transaction) and
+// keeps its lease alive until ttl from now: a lease shared with other
+// grants was often kept alive recently enough already, and then costs
+// nothing more.
+func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	r := b.RenewBatch(ctx, []driver.RenewRequest{{Key: key, Token: token, TTL: ttl}})[0]
+	return r.Held, r.Err
+}
+
+// renewChunk is how many requests share one read transaction: two reads
+// each, under etcd's default limit of 128 operations per transaction.
+const renewChunk = 64
+
+// RenewBatch implements driver.BatchRenewer: one read transaction per 64
+// requests, then one keep-alive per lease that needs one, whatever the
+// number of grants on it.
+func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []driver.RenewResult {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
+	out := make([]driver.RenewResult, len(reqs))
+	sent := time.Now()
+	found := make([]*mvccpb.KeyValue, len(reqs))
+	for start := 0; start < len(reqs); start += renewChunk {
+		chunk := reqs[start:min(start+renewChunk, len(reqs))]
+		ops := make([]clientv3.Op, 0, 2*len(chunk))
+		for _, r := range chunk {
+			ops = append(ops, clientv3.OpGet(b.exclKey(r.Key)), clientv3.OpGet(b.sharedKey(r.Key, r.Token)))
+		}
+		resp, err := b.txn(ctx, nil, ops, nil)
+		for i, r := range chunk {
+			if err != nil {
+				out[start+i].Err = wrap("renew", r.Key, err)
+				continue
+			}
+			if kvs := rangeKVs(resp, 2*i); len(kvs) == 1 && decodeExclusive(kvs[0].Value).token == r.Token {
+				found[start+i] = kvs[0]
+			} else if kvs := rangeKVs(resp, 2*i+1); len(kvs) == 1 {
+				found[start+i] = kvs[0]
+			}
+		}
+	}
+
+	// Group the holds found by lease; one extend per lease.
+	type group struct {
+		l     *lease // nil for another Backend's lease
+		id    clientv3.LeaseID
+		need  time.Time
+		items []int
+	}
+	groups := make(map[clientv3.LeaseID]*group)
+	for i, kv := range found {
+		if out[i].Err != nil {
+			continue
+		}
+		r := reqs[i]
+		if kv == nil {
+			b.leases.untrack(b.exclKey(r.Key), r.Token)
+			b.leases.untrack(b.sharedKey(r.Key, r.Token), r.Token)
+			continue
+		}
+		id := clientv3.LeaseID(kv.Lease)
+		g := groups[id]
+		if g == nil {
+			g = &group{l: b.leases.mine(id), id: id}
+			groups[id] = g
+		}
+		if g.l != nil {
+			count := 1
+			if string(kv.Key) == b.exclKey(r.Key) {
+				count = decodeExclusive(kv.Value).holds
+			}
+			b.leases.track(g.l, string(kv.Key), r.Token, kv.CreateRevision, kv.ModRevision, count, r.TTL, sent.Add(r.TTL))
+		}
+		g.need = later(g.need, sent.Add(r.TTL))
+		g.items = append(g.items, i)
+	}
+
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			switch {
+			case g.l == nil:
+				err = b.keepForeign(ctx, g.id)
+			case g.l.ttl < g.need.Sub(sent):
+				err = errRetired // a longer TTL than the lease's: move
+			default:
+				err = b.leases.extend(ctx, g.l, g.need)
+			}
+			for _, i := range g.items {
+				switch {
+				case err == nil:
+					out[i].Held = true
+				case err == errRetired:
+					out[i].Held, out[i].Err = b.migrate(ctx, found[i], reqs[i], sent)
+				case isLeaseNotFound(err):
+					// The lease and every key on it are gone.
+				default:
+					out[i].Err = wrap("renew", reqs[i].Key, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// migrate moves the hold kv of r from a retired lease to a fresh one, in
+// one transaction that checks that kv is still the same grant on the same
+// lease; its create revision, the fence, stays.
+func (b *Backend) migrate(ctx context.Context, kv *mvccpb.KeyValue, r driver.RenewRequest, sent time.Time) (bool, error) {
+	l, err := b.leases.forTTL(ctx, r.TTL)
+	if err != nil {
+		return false, wrap("renew", r.Key, err)
+	}
+	k := string(kv.Key)
+	resp, err := b.txn(ctx,
+		[]clientv3.Cmp{
+			clientv3.Compare(clientv3.CreateRevision(k), "=", kv.CreateRevision),
+			clientv3.Compare(clientv3.LeaseValue(k), "=", clientv3.LeaseID(kv.Lease)),
+		},
+		[]clientv3.Op{clientv3.OpPut(k, "", clientv3.WithIgnoreValue(), clientv3.WithLease(l.id))},
+		nil)
+	if err != nil {
+		return false, wrap("renew", r.Key, err)
+	}
+	b.leases.untrack(k, r.Token)
+	if !resp.Succeeded {
+		// Gone, or moved by another Backend that shares the owner ID, to a
+		// lease this one cannot vouch for: not held, as far as we know.
+		return false, nil
+	}
+	count := 1
+	if k == b.exclKey(r.Key) {
+		count = decodeExclusive(kv.Value).holds
+	}
+	b.leases.track(l, k, r.Token, kv.CreateRevision, resp.Header.Revision, count, r.TTL, sent.Add(r.TTL))
+	return true, nil
+}
