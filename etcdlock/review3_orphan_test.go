@@ -103,3 +103,40 @@ func TestReview3OrphanGrantOnSharedLeaseNeverExpires(t *testing.T) {
 	info, _, _ := etcdlock.New(srv.Client(t)).Inspect(t.Context(), "orphan")
 	t.Fatalf("the orphaned grant of a 1s TTL is still held after ~9.5s (%+v); keep err=%v", info, keep.Err())
 }
+
+// The same without any failed release: a reentrant handle does not release
+// after an acquire of unknown outcome (its token may hold the lock for
+// another goroutine), counting on the grant to "lapse after its TTL"
+// (handle.unknownOutcome). On etcd the untracked grant sits on the shared
+// lease, which the Backend's other locks keep alive: it never lapses.
+func TestReview3ReentrantUnknownOutcomeNeverLapses(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	cli := srv.Client(t)
+	var loseGrant, down atomic.Bool
+	cli.KV = flakyKV{cli.KV, &loseGrant, &down}
+	c := dlock.New(etcdlock.New(cli), dlock.WithTTL(time.Second))
+	defer c.Close()
+	keep, err := c.Mutex("keep").TryLock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keep.Unlock(t.Context())
+
+	loseGrant.Store(true)
+	if _, err := c.Mutex("orphan", dlock.Reentrant()).TryLock(t.Context()); err == nil {
+		t.Fatal("TryLock succeeded despite the lost answer")
+	}
+	down.Store(false) // the network is back at once
+
+	other := dlock.New(etcdlock.New(srv.Client(t)))
+	defer other.Close()
+	until := time.Now().Add(8 * time.Second)
+	for time.Now().Before(until) {
+		if l, err := other.Mutex("orphan").TryLock(t.Context()); err == nil {
+			_ = l.Unlock(t.Context())
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("the reentrant handle's grant of unknown outcome (TTL 1s) is still held after 8s; keep err=%v", keep.Err())
+}
