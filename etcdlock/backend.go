@@ -97,8 +97,14 @@ func wrap(op, key string, err error) error {
 // wrapCtx is wrap, saying also that the caller's ctx ended when it did: a
 // deadline that reached the server comes back as etcd's "request timed
 // out", which does not tell that the caller gave up.
+// A deadline that has passed counts even before ctx's timer has fired: on a
+// busy machine the server's answer can come in between.
 func wrapCtx(ctx context.Context, op, key string, err error) error {
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+	cerr := ctx.Err()
+	if dl, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(dl) {
+		cerr = context.DeadlineExceeded
+	}
+	if cerr != nil && !errors.Is(err, cerr) {
 		err = fmt.Errorf("%w: %w", cerr, err)
 	}
 	return wrap(op, key, err)

@@ -68,6 +68,10 @@ type holdID struct{ key, token string }
 type call struct {
 	done chan struct{}
 	err  error
+	// callerGone says that err came with the end of the ctx of the caller
+	// that made the call: it says nothing of the store, and a waiter whose
+	// own ctx is alive makes the call again itself.
+	callerGone bool
 }
 
 type leaseTable struct {
@@ -113,9 +117,16 @@ func (t *leaseTable) forTTL(ctx context.Context, ttl time.Duration) (*lease, err
 			if fresh {
 				return l, nil
 			}
-			if err := t.extend(ctx, l, now.Add(ttl)); err != nil && !isLeaseNotFound(err) {
+			// A lease retired (abandoned holds) or gone takes no grant:
+			// the next round grants a fresh one.
+			if err := t.extend(ctx, l, now.Add(ttl)); err != nil && err != errRetired && !isLeaseNotFound(err) {
 				return nil, err
 			}
+			t.mu.Lock()
+			if t.current[b] == l && (l.retired || l.dead) {
+				delete(t.current, b)
+			}
+			t.mu.Unlock()
 			continue
 		}
 		if c := t.granting[b]; c != nil {
@@ -140,7 +151,7 @@ func (t *leaseTable) forTTL(ctx context.Context, ttl time.Duration) (*lease, err
 			t.current[b] = l
 			t.byID[l.id] = l
 		}
-		c.err = err
+		c.err, c.callerGone = err, err != nil && ctx.Err() != nil
 		close(c.done)
 		t.mu.Unlock()
 		if err != nil {
@@ -216,7 +227,7 @@ func (t *leaseTable) extend(ctx context.Context, l *lease, need time.Time) error
 			l.dead, l.retired = true, true
 			t.dropLease(l)
 		}
-		c.err = err
+		c.err, c.callerGone = err, err != nil && ctx.Err() != nil
 		close(c.done)
 		t.mu.Unlock()
 		if err != nil && !isLeaseNotFound(err) {
@@ -327,10 +338,15 @@ func (t *leaseTable) sweep(now time.Time) {
 	}
 }
 
-// wait waits for c or ctx.
+// wait waits for c or ctx. It returns nil, for the waiter to make the
+// call itself, when c failed only because the ctx of its caller ended: one
+// caller's cancellation is no store failure for the others.
 func wait(ctx context.Context, c *call) error {
 	select {
 	case <-c.done:
+		if c.callerGone && ctx.Err() == nil {
+			return nil
+		}
 		return c.err
 	case <-ctx.Done():
 		return ctx.Err()

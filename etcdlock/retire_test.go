@@ -9,11 +9,11 @@ import (
 	"github.com/dlock-go/dlock/internal/testserver"
 )
 
-// A lock left unrenewed (WithAutoRenew(false)) past its TTL makes the next
-// acquire that needs the shared lease extended fail: forTTL passes
-// extend's errRetired (the lease was just retired for the abandoned hold)
-// back to the caller as a store error, instead of granting a fresh lease.
-func TestReview3AcquireFailsWhenLeaseRetires(t *testing.T) {
+// A lock left unrenewed (WithAutoRenew(false)) past its TTL retires the
+// shared lease at the next acquire that needs the lease extended. That
+// acquire must get a fresh lease, not fail with the retirement ("lease
+// retired") as a store error.
+func TestAcquireWhenLeaseRetires(t *testing.T) {
 	srv := testserver.StartEtcd(t)
 	c := dlock.New(etcdlock.New(srv.Client(t)), dlock.WithTTL(time.Second))
 	defer c.Close()

@@ -25,10 +25,10 @@ func (l slowLease) Grant(ctx context.Context, ttl int64) (*clientv3.LeaseGrantRe
 }
 
 // Two acquires need the same new lease; the second waits for the first's
-// grant. When the first caller's ctx ends, the second fails with the first
-// caller's ctx error although its own ctx is alive: one caller's
-// cancellation becomes another's store failure.
-func TestReview3OtherCallersCancelFailsAcquire(t *testing.T) {
+// grant. When the first caller's ctx ends, the second must not fail with
+// the first caller's ctx error while its own ctx is alive: one caller's
+// cancellation is no store failure for another.
+func TestOtherCallersCancelDoesNotFailAcquire(t *testing.T) {
 	srv := testserver.StartEtcd(t)
 	cli := srv.Client(t)
 	cli.Lease = slowLease{cli.Lease}
