@@ -164,6 +164,7 @@ func (b *Backend) acquireExclusive(ctx context.Context, req driver.AcquireReques
 		return driver.AcquireResult{}, false, err
 	}
 	ek, sp, ip := b.exclKey(req.Key), b.sharedPrefix(req.Key), b.intentPrefix(req.Key)
+	p := b.leases.pend(l, ek, req.Token, sent.Add(req.TTL))
 	resp, err := b.txn(ctx,
 		[]clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(ek), "=", 0),
@@ -185,8 +186,9 @@ func (b *Backend) acquireExclusive(ctx context.Context, req driver.AcquireReques
 			b.leases.forget(l)
 			return driver.AcquireResult{}, true, nil
 		}
-		return driver.AcquireResult{}, false, err
+		return driver.AcquireResult{}, false, err // outcome unknown: p stays (see pend)
 	}
+	b.leases.resolve(p)
 	rev := resp.Header.Revision
 	if resp.Succeeded {
 		b.leases.track(l, ek, req.Token, rev, rev, 1, req.TTL, sent.Add(req.TTL))
@@ -366,6 +368,7 @@ func (b *Backend) acquireShared(ctx context.Context, req driver.AcquireRequest) 
 	} else {
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(sk), "=", 0))
 	}
+	p := b.leases.pend(l, sk, req.Token, sent.Add(req.TTL))
 	resp, err := b.txn(ctx, cmps,
 		[]clientv3.Op{clientv3.OpPut(sk, sharedValue(req.Limit, req.TTL, req.Owner), clientv3.WithLease(l.id))}, nil)
 	if err != nil {
@@ -373,8 +376,9 @@ func (b *Backend) acquireShared(ctx context.Context, req driver.AcquireRequest) 
 			b.leases.forget(l)
 			return driver.AcquireResult{}, true, nil
 		}
-		return driver.AcquireResult{}, false, err
+		return driver.AcquireResult{}, false, err // outcome unknown: p stays (see pend)
 	}
+	b.leases.resolve(p)
 	if !resp.Succeeded {
 		if n, err := b.c.Get(ctx, b.releasedKey(req.Key, req.Token), clientv3.WithCountOnly()); err == nil && n.Count > 0 {
 			return res, false, nil // released already: see releasedTTL

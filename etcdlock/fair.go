@@ -62,6 +62,7 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest) (d
 		if len(queue) == 0 {
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(qp), "<", rev+1).WithPrefix())
 		}
+		p := b.leases.pend(l, ek, req.Token, sent.Add(req.TTL))
 		resp, err := b.txn(ctx, cmps, []clientv3.Op{
 			clientv3.OpPut(ek, exclusive{req.Token, 1, req.TTL, req.Owner}.encode(), clientv3.WithLease(l.id)),
 			clientv3.OpDelete(b.queueKey(req.Key, req.Token)),
@@ -72,8 +73,9 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest) (d
 				b.leases.forget(l)
 				return driver.AcquireResult{}, true, nil
 			}
-			return driver.AcquireResult{}, false, err
+			return driver.AcquireResult{}, false, err // outcome unknown: p stays (see pend)
 		}
+		b.leases.resolve(p)
 		if !resp.Succeeded {
 			if n, err := b.c.Get(ctx, b.releasedKey(req.Key, req.Token), clientv3.WithCountOnly()); err == nil && n.Count > 0 {
 				return res, false, nil // released already: see releasedTTL

@@ -82,6 +82,7 @@ type leaseTable struct {
 	granting map[int64]*call
 	byID     map[clientv3.LeaseID]*lease
 	holds    map[holdID]*hold
+	pending  map[holdID]*hold // grants on their way to the store (see pend)
 	queue    map[int64]*lease // queue-TTL bucket → lease for writer intents (never kept alive)
 }
 
@@ -92,6 +93,7 @@ func newLeaseTable(l clientv3.Lease) *leaseTable {
 		granting: make(map[int64]*call),
 		byID:     make(map[clientv3.LeaseID]*lease),
 		holds:    make(map[holdID]*hold),
+		pending:  make(map[holdID]*hold),
 		queue:    make(map[int64]*lease),
 	}
 }
@@ -281,6 +283,9 @@ func (t *leaseTable) track(l *lease, key, token string, fence, modRev int64, cou
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	id := holdID{key, token}
+	if p := t.pending[id]; p != nil && p.lease == l {
+		t.untrackLocked(p) // found on l: tracked from now on
+	}
 	h := t.holds[id]
 	if h != nil && (h.fence != fence || h.lease != l) {
 		t.untrackLocked(h)
@@ -307,20 +312,58 @@ func (t *leaseTable) tracked(key, token string) (hold, bool) {
 	return *h, true
 }
 
-// untrack forgets the hold of key by token.
+// untrack forgets the hold of key by token, and its pending grant.
 func (t *leaseTable) untrack(key, token string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if h := t.holds[holdID{key, token}]; h != nil {
 		t.untrackLocked(h)
 	}
+	if p := t.pending[holdID{key, token}]; p != nil {
+		t.untrackLocked(p)
+	}
 }
 
 func (t *leaseTable) untrackLocked(h *hold) {
-	if t.holds[holdID{h.key, h.token}] == h {
-		delete(t.holds, holdID{h.key, h.token})
+	id := holdID{h.key, h.token}
+	if t.holds[id] == h {
+		delete(t.holds, id)
+	}
+	if t.pending[id] == h {
+		delete(t.pending, id)
 	}
 	delete(h.lease.holds, h)
+}
+
+// pend records, before a transaction that may put key for token on l is
+// sent, that the key may be on l, wanted until deadline (the request's
+// send time plus its TTL). The caller resolves it once the outcome is
+// known; when it is not (the answer was lost, the call's ctx ended), the
+// pending hold stays: if nobody tracks the key by its deadline (a renewal
+// or a re-entry that finds it, a release of the token), it counts as
+// abandoned and retires l, so that a grant nobody knows of expires with
+// l instead of living as long as the Backend's other locks keep l alive.
+func (t *leaseTable) pend(l *lease, key, token string, deadline time.Time) *hold {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	id := holdID{key, token}
+	if p := t.pending[id]; p != nil {
+		// An earlier grant of unknown outcome: it stays on its lease
+		// until its deadline (the map names the latest only).
+		delete(t.pending, id)
+	}
+	p := &hold{key: key, token: token, lease: l, deadline: deadline}
+	t.pending[id] = p
+	l.holds[p] = struct{}{}
+	return p
+}
+
+// resolve forgets the pending hold p: its transaction's outcome is known
+// (a refusal, or a grant that the caller tracks).
+func (t *leaseTable) resolve(p *hold) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.untrackLocked(p)
 }
 
 // sweep forgets the retired leases that have surely expired on the server

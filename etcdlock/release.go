@@ -55,7 +55,7 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 	} else if fence == 0 {
 		// When token holds nothing, mark it released in the same step
 		// (see markReleased).
-		id, err := b.leases.forQueue(ctx, releasedTTL)
+		id, err := b.leases.forQueue(ctx, b.releasedFor())
 		if err != nil {
 			return driver.ReleaseResult{}, wrap("release", key, err)
 		}
@@ -71,6 +71,7 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 		}
 		if resp.Succeeded {
 			b.leases.untrack(ek, token)
+			b.leases.untrack(sk, token)
 			return driver.ReleaseResult{}, nil
 		}
 	} else {
@@ -120,6 +121,7 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 		return driver.ReleaseResult{}, nil // another grant of token (ReleaseGrant)
 	}
 	b.leases.untrack(ek, token)
+	b.leases.untrack(sk, token)
 	if fence == 0 {
 		// A release that found nothing may have overtaken the acquire it
 		// cleans up after (a cancelled call that the server still runs):
@@ -132,20 +134,24 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 	return driver.ReleaseResult{}, nil
 }
 
-// releasedTTL is how long a release that found nothing keeps its token
-// from being granted: longer than an acquire of the token can be on its
-// way to the store (the default call timeout). The client draws a token per
-// call for everything but reentrant handles and owner IDs, whose releases
-// that find nothing are rare (an unlock after a loss, the clean-up after an
-// acquire of unknown outcome): such a handle may then wait up to this long
-// for its next grant.
+// releasedTTL is how long, at least, a release that found nothing keeps
+// its token from being granted: no shorter than an acquire of the token
+// can be on its way to the store, the call timeout (releasedFor). The
+// client draws a token per call for everything but reentrant handles and
+// owner IDs, whose releases that find nothing are rare (an unlock after a
+// loss, the clean-up after an acquire of unknown outcome): such a handle
+// may then wait up to this long for its next grant.
 const releasedTTL = 3 * time.Second
+
+// releasedFor is how long the records of a release that found nothing and
+// of a withdrawal live: releasedTTL, or the call timeout when longer.
+func (b *Backend) releasedFor() time.Duration { return max(releasedTTL, b.timeout) }
 
 // markReleased records that token released key while it held nothing
 // (another token held it: when it holds nothing at all, the release's
 // transaction records it itself).
 func (b *Backend) markReleased(ctx context.Context, key, token string) error {
-	id, err := b.leases.forQueue(ctx, releasedTTL)
+	id, err := b.leases.forQueue(ctx, b.releasedFor())
 	if err != nil {
 		return err
 	}

@@ -32,9 +32,17 @@ type flakyTxn struct {
 	ops []clientv3.Op
 }
 
-func (t *flakyTxn) If(cs ...clientv3.Cmp) clientv3.Txn  { t.Txn = t.Txn.If(cs...); return t }
-func (t *flakyTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.ops = append(t.ops, ops...); t.Txn = t.Txn.Then(ops...); return t }
-func (t *flakyTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.ops = append(t.ops, ops...); t.Txn = t.Txn.Else(ops...); return t }
+func (t *flakyTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
+func (t *flakyTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	t.ops = append(t.ops, ops...)
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+func (t *flakyTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	t.ops = append(t.ops, ops...)
+	t.Txn = t.Txn.Else(ops...)
+	return t
+}
 
 var errConnLost = errors.New("simulated: connection lost")
 
@@ -61,13 +69,13 @@ func (t *flakyTxn) Commit() (*clientv3.TxnResponse, error) {
 }
 
 // An acquire whose answer is lost (the server granted it) and whose
-// clean-up release fails too leaves a grant that nobody tracks on the
-// Backend's shared lease. The client's warning says "the lock expires
-// after its TTL", and it would on a lease of its own; but the shared lease
-// is kept alive for the Backend's other locks, and the retirement check
-// only looks at the holds the table tracks: the orphan never expires while
-// the process lives.
-func TestReview3OrphanGrantOnSharedLeaseNeverExpires(t *testing.T) {
+// clean-up release fails too leaves a grant on the Backend's shared lease.
+// The client's warning says "the lock expires after its TTL", and it would
+// on a lease of its own; but the shared lease is kept alive for the
+// Backend's other locks. The Backend must count the grant of unknown
+// outcome as abandoned after its TTL, as it does an unrenewed lock, and
+// retire the lease, or the orphan never expires while the process lives.
+func TestOrphanGrantOnSharedLeaseExpires(t *testing.T) {
 	srv := testserver.StartEtcd(t)
 	cli := srv.Client(t)
 	var loseGrant, down atomic.Bool
@@ -107,9 +115,9 @@ func TestReview3OrphanGrantOnSharedLeaseNeverExpires(t *testing.T) {
 // The same without any failed release: a reentrant handle does not release
 // after an acquire of unknown outcome (its token may hold the lock for
 // another goroutine), counting on the grant to "lapse after its TTL"
-// (handle.unknownOutcome). On etcd the untracked grant sits on the shared
-// lease, which the Backend's other locks keep alive: it never lapses.
-func TestReview3ReentrantUnknownOutcomeNeverLapses(t *testing.T) {
+// (handle.unknownOutcome). On etcd the grant sits on the shared lease,
+// which the Backend's other locks keep alive: it must lapse all the same.
+func TestReentrantUnknownOutcomeLapses(t *testing.T) {
 	srv := testserver.StartEtcd(t)
 	cli := srv.Client(t)
 	var loseGrant, down atomic.Bool
