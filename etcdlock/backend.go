@@ -241,7 +241,7 @@ func (b *Backend) acquireExclusive(ctx context.Context, req driver.AcquireReques
 		return driver.AcquireResult{}, false, err
 	}
 	put, err := b.txn(ctx,
-		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(ip), "<", rev+1).WithPrefix()},
+		append(b.notLeftSince(req.Key, req.Token, rev), clientv3.Compare(clientv3.ModRevision(ip), "<", rev+1).WithPrefix()),
 		[]clientv3.Op{clientv3.OpPut(b.intentKey(req.Key, req.Token), req.Owner, clientv3.WithLease(qid))},
 		nil)
 	if err != nil {
@@ -402,6 +402,20 @@ func (b *Backend) remaining(ctx context.Context, waiting bool, id int64) time.Du
 		return 0
 	}
 	return time.Duration(resp.TTL) * time.Second
+}
+
+// notLeftSince compares that token has neither released key (its r
+// record) nor withdrawn from key's queue (its x record) since revision rev,
+// the read that a queue entry or writer intent of token follows: such a
+// write, sent before its caller gave up and run by the server after the
+// clean-up (a cancelled call), would otherwise stay behind, heading the
+// queue of a lock that nobody waits for under that token. A request read
+// after the record is not held back.
+func (b *Backend) notLeftSince(key, token string, rev int64) []clientv3.Cmp {
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.ModRevision(b.releasedKey(key, token)), "<", rev+1),
+		clientv3.Compare(clientv3.ModRevision(b.withdrawnKey(key, token)), "<", rev+1),
+	}
 }
 
 // keepForeign keeps alive a lease of another Backend that holds a grant

@@ -95,13 +95,19 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest) (d
 	if err != nil {
 		return driver.AcquireResult{}, false, err
 	}
-	put, err := b.c.Put(ctx, b.queueKey(req.Key, req.Token), req.Owner, clientv3.WithLease(qid), clientv3.WithPrevKV())
+	// The entry is written unless the token released or withdrew since
+	// the read (see notLeftSince): then this request's caller has given up.
+	put, err := b.txn(ctx, b.notLeftSince(req.Key, req.Token, rev),
+		[]clientv3.Op{clientv3.OpPut(b.queueKey(req.Key, req.Token), req.Owner, clientv3.WithLease(qid), clientv3.WithPrevKV())}, nil)
 	if err != nil {
 		return driver.AcquireResult{}, false, err
 	}
+	if !put.Succeeded {
+		return res, false, nil
+	}
 	at := put.Header.Revision
-	if put.PrevKv != nil {
-		at = put.PrevKv.CreateRevision
+	if prev := put.Responses[0].GetResponsePut().GetPrevKv(); prev != nil {
+		at = prev.CreateRevision
 	}
 	res.Position, res.Queued = 1, true
 	for i, kv := range queue {

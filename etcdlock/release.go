@@ -160,11 +160,23 @@ func (b *Backend) markReleased(ctx context.Context, key, token string) error {
 }
 
 // Withdraw implements driver.Withdrawer: it deletes token's writer intent
-// and fair queue entry; the watch of every waiter sees the deletes.
+// and fair queue entry (the watch of every waiter sees the deletes), and
+// leaves a record of the withdrawal (x\x00TOKEN, releasedFor) that refuses
+// the entry or intent of a request of token that read the lock before it
+// (see notLeftSince): a request still on its way when its caller gave up.
+// The token's holds and grants are untouched.
 func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
-	if _, err := b.c.Txn(ctx).Then(clientv3.OpDelete(b.intentKey(key, token)), clientv3.OpDelete(b.queueKey(key, token))).Commit(); err != nil {
+	id, err := b.leases.forQueue(ctx, b.releasedFor())
+	if err != nil {
+		return wrap("withdraw", key, err)
+	}
+	if _, err := b.c.Txn(ctx).Then(
+		clientv3.OpDelete(b.intentKey(key, token)),
+		clientv3.OpDelete(b.queueKey(key, token)),
+		clientv3.OpPut(b.withdrawnKey(key, token), "", clientv3.WithLease(id)),
+	).Commit(); err != nil {
 		return wrap("withdraw", key, err)
 	}
 	return nil
