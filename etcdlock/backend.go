@@ -257,16 +257,23 @@ func (b *Backend) reenter(ctx context.Context, req driver.AcquireRequest, kv *mv
 	// The grant must live req.TTL from now, never less than it did: keep
 	// its lease alive first, or, when that lease is ours and too short for
 	// req.TTL, move the grant to a lease of req.TTL's.
+	//
+	// A grant on another Backend's lease (an owner ID shared with another
+	// process) moves to a lease of ours: that lease's TTL is not ours to
+	// trust, and keeping it alive would keep alive whatever else its
+	// Backend left on it. The new lease covers the longest TTL the grant's
+	// holders asked for, so that the other process's holder, whose next
+	// renewal moves the key back to its own lease, keeps it meanwhile.
 	leaseOpt := clientv3.WithIgnoreLease()
 	l := b.leases.mine(clientv3.LeaseID(kv.Lease))
+	moved := true
 	switch {
 	case l == nil:
-		if err := b.keepForeign(ctx, clientv3.LeaseID(kv.Lease)); err != nil {
-			if isLeaseNotFound(err) {
-				return driver.AcquireResult{}, true, nil
-			}
+		nl, err := b.leases.forTTL(ctx, max(req.TTL, e.ttl))
+		if err != nil {
 			return driver.AcquireResult{}, false, err
 		}
+		l, leaseOpt = nl, clientv3.WithLease(nl.id)
 	case bucketOf(req.TTL) > l.bucket:
 		nl, err := b.leases.forTTL(ctx, req.TTL)
 		if err != nil {
@@ -285,10 +292,20 @@ func (b *Backend) reenter(ctx context.Context, req driver.AcquireRequest, kv *mv
 			return driver.AcquireResult{}, true, nil
 		case err != nil:
 			return driver.AcquireResult{}, false, err
+		default:
+			moved = false
 		}
 	}
 	e.holds++
 	e.ttl = max(e.ttl, req.TTL)
+	// A key moving to l may be left there by a re-entry of unknown
+	// outcome: see pend.
+	var p *hold
+	if moved {
+		p = b.leases.pend(l, ek, req.Token, sent.Add(req.TTL))
+	}
+	// The key's mod revision stands for its create revision (the grant)
+	// and its lease too: any write of the key changes it.
 	resp, err := b.txn(ctx,
 		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(ek), "=", kv.ModRevision)},
 		[]clientv3.Op{
@@ -296,14 +313,19 @@ func (b *Backend) reenter(ctx context.Context, req driver.AcquireRequest, kv *mv
 			clientv3.OpDelete(b.intentKey(req.Key, req.Token)),
 		}, nil)
 	if err != nil {
+		if moved && isLeaseNotFound(err) {
+			b.leases.forget(l)
+			return driver.AcquireResult{}, true, nil
+		}
 		return driver.AcquireResult{}, false, err
+	}
+	if p != nil {
+		b.leases.resolve(p)
 	}
 	if !resp.Succeeded {
 		return driver.AcquireResult{}, true, nil
 	}
-	if l != nil {
-		b.leases.track(l, ek, req.Token, kv.CreateRevision, resp.Header.Revision, e.holds, req.TTL, sent.Add(req.TTL))
-	}
+	b.leases.track(l, ek, req.Token, kv.CreateRevision, resp.Header.Revision, e.holds, req.TTL, sent.Add(req.TTL))
 	return driver.AcquireResult{Acquired: true, Fence: uint64(kv.CreateRevision), Holds: e.holds}, false, nil
 }
 
@@ -416,15 +438,6 @@ func (b *Backend) notLeftSince(key, token string, rev int64) []clientv3.Cmp {
 		clientv3.Compare(clientv3.ModRevision(b.releasedKey(key, token)), "<", rev+1),
 		clientv3.Compare(clientv3.ModRevision(b.withdrawnKey(key, token)), "<", rev+1),
 	}
-}
-
-// keepForeign keeps alive a lease of another Backend that holds a grant
-// this one shares (the same owner ID in two processes).
-func (b *Backend) keepForeign(ctx context.Context, id clientv3.LeaseID) error {
-	if _, err := b.c.KeepAliveOnce(ctx, id); err != nil {
-		return err
-	}
-	return nil
 }
 
 // forget retires l after the server refused it as unknown.

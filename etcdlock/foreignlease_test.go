@@ -12,12 +12,12 @@ import (
 
 // A process holds "k" with owner ID X on a lease of 1s (living 2s), then
 // dies. A second process with the same owner ID re-enters with a TTL of
-// 10s: its lease's deadline is 10s away, but the key stays on the dead
-// process's 2s lease, which the re-entry's one keep-alive extends by 2s
-// only. The key expires on the store long before the second holder's
-// deadline, and a third process gets the lock while the second still
-// believes it holds it.
-func TestReview3ForeignLeaseShorterThanReentryTTL(t *testing.T) {
+// 10s: its lease's deadline is 10s away. The key must not stay on the dead
+// process's 2s lease (a keep-alive of that lease extends it by 2s only, and
+// the key would expire long before the second holder's deadline, letting a
+// third process in while the second still believes it holds the lock): the
+// re-entry moves it onto a lease of the second process's.
+func TestReentryOnForeignLeaseKeepsItsTTL(t *testing.T) {
 	srv := testserver.StartEtcd(t)
 	dead := etcdlock.New(srv.Client(t))
 	if res, err := dead.Acquire(t.Context(), driver.AcquireRequest{Key: "k", Token: "X", Owner: "dead", TTL: time.Second, Reentrant: true}); err != nil || !res.Acquired {
@@ -55,9 +55,9 @@ func TestReview3ForeignLeaseShorterThanReentryTTL(t *testing.T) {
 
 // A process that dies leaves two grants on its shared lease: "k" with
 // owner ID X and "other". Another process holds "k" with the same owner
-// ID and keeps the dead process's lease alive for it: "other", which
-// nobody holds any more, never expires.
-func TestReview3ForeignKeepAliveKeepsAbandonedLock(t *testing.T) {
+// ID; it must not keep the dead process's lease alive for it, or "other",
+// which nobody holds any more, would never expire.
+func TestForeignLeaseNotKeptAlive(t *testing.T) {
 	srv := testserver.StartEtcd(t)
 	dead := etcdlock.New(srv.Client(t))
 	for _, r := range []driver.AcquireRequest{
