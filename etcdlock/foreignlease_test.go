@@ -8,6 +8,7 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/internal/testserver"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // A process holds "k" with owner ID X on a lease of 1s (living 2s), then
@@ -89,4 +90,54 @@ func TestForeignLeaseNotKeptAlive(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("\"other\", abandoned by a dead process with a 1s TTL, is still held after 8s (lease kept alive by another Backend's renewal of \"k\"); lb err=%v", lb.Err())
+}
+
+// A renewal that finds its grant on another Backend's lease (the owner ID
+// shared with another process) moves it onto a lease of its own, and that
+// lease must cover the other holder's TTL as well as the renewal's: the
+// other process's holder counts on its own TTL until its next renewal, and
+// the key must not expire before then. For an exclusive grant and for a
+// shared hold.
+func TestForeignGrantMovesToLeaseOfLongestTTL(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	admin := srv.Client(t)
+	a := etcdlock.New(srv.Client(t))
+	b := etcdlock.New(srv.Client(t))
+	for _, tc := range []struct {
+		mode driver.Mode
+		key  string
+	}{
+		{driver.Exclusive, "dlock/e\x00e"},
+		{driver.Shared, "dlock/s\x00s\x00X"},
+	} {
+		name := tc.key[len("dlock/") : len("dlock/")+1]
+		if res, err := a.Acquire(t.Context(), driver.AcquireRequest{Key: name, Token: "X", Owner: "a", TTL: 6 * time.Second, Mode: tc.mode, Reentrant: true}); err != nil || !res.Acquired {
+			t.Fatalf("Acquire %s: %+v, %v", name, res, err)
+		}
+		before, err := admin.Get(t.Context(), tc.key)
+		if err != nil || len(before.Kvs) != 1 {
+			t.Fatalf("Get %q: %v, %v", tc.key, before, err)
+		}
+		if held, err := b.Renew(t.Context(), name, "X", time.Second); err != nil || !held {
+			t.Fatalf("Renew %s from the other Backend: %v, %v", name, held, err)
+		}
+		after, err := admin.Get(t.Context(), tc.key)
+		if err != nil || len(after.Kvs) != 1 {
+			t.Fatalf("Get %q after the renewal: %v, %v", tc.key, after, err)
+		}
+		kv := after.Kvs[0]
+		if kv.Lease == before.Kvs[0].Lease {
+			t.Errorf("%s: still on the other Backend's lease after the renewal", name)
+		}
+		if kv.CreateRevision != before.Kvs[0].CreateRevision {
+			t.Errorf("%s: create revision (fence) %d, was %d", name, kv.CreateRevision, before.Kvs[0].CreateRevision)
+		}
+		ttl, err := admin.TimeToLive(t.Context(), clientv3.LeaseID(kv.Lease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl.TTL < 6 {
+			t.Errorf("%s: moved to a lease with %ds left (granted %ds), less than the other holder's TTL of 6s", name, ttl.TTL, ttl.GrantedTTL)
+		}
+	}
 }

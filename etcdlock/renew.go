@@ -130,8 +130,13 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 func (b *Backend) migrate(ctx context.Context, kv *mvccpb.KeyValue, r driver.RenewRequest, sent time.Time) (bool, error) {
 	k := string(kv.Key)
 	ttl := r.TTL
-	if k == b.exclKey(r.Key) && b.leases.mine(clientv3.LeaseID(kv.Lease)) == nil {
-		ttl = max(ttl, decodeExclusive(kv.Value).ttl)
+	if b.leases.mine(clientv3.LeaseID(kv.Lease)) == nil {
+		if k == b.exclKey(r.Key) {
+			ttl = max(ttl, decodeExclusive(kv.Value).ttl)
+		} else {
+			_, held, _ := decodeShared(kv.Value)
+			ttl = max(ttl, held)
+		}
 	}
 	l, err := b.leases.forTTL(ctx, ttl)
 	if err != nil {
