@@ -118,6 +118,15 @@ func TestOrphanGrantOnSharedLeaseExpires(t *testing.T) {
 // (handle.unknownOutcome). On etcd the grant sits on the shared lease,
 // which the Backend's other locks keep alive: it must lapse all the same.
 func TestReentrantUnknownOutcomeLapses(t *testing.T) {
+	testUnknownOutcomeLapses(t, dlock.Reentrant())
+}
+
+// The same for a fair lock, whose grant is a transaction of its own.
+func TestReentrantFairUnknownOutcomeLapses(t *testing.T) {
+	testUnknownOutcomeLapses(t, dlock.Reentrant(), dlock.Fair())
+}
+
+func testUnknownOutcomeLapses(t *testing.T, opts ...dlock.Option) {
 	srv := testserver.StartEtcd(t)
 	cli := srv.Client(t)
 	var loseGrant, down atomic.Bool
@@ -131,7 +140,7 @@ func TestReentrantUnknownOutcomeLapses(t *testing.T) {
 	defer keep.Unlock(t.Context())
 
 	loseGrant.Store(true)
-	if _, err := c.Mutex("orphan", dlock.Reentrant()).TryLock(t.Context()); err == nil {
+	if _, err := c.Mutex("orphan", opts...).TryLock(t.Context()); err == nil {
 		t.Fatal("TryLock succeeded despite the lost answer")
 	}
 	down.Store(false) // the network is back at once
