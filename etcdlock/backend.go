@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -54,10 +55,46 @@ type Backend struct {
 	ns      string
 	timeout time.Duration
 	leases  *leaseTable
+
+	// queued holds the (key, token) pairs this Backend queued in a fair
+	// queue and has not seen leave it: their next fair acquire reads
+	// first, the others try a grant at once (see acquireFair).
+	queuedMu sync.Mutex
+	queued   map[holdID]struct{}
+}
+
+// maxQueued bounds queued; past it the set starts over (a forgotten
+// waiter's next attempt costs one more round trip).
+const maxQueued = 4096
+
+func (b *Backend) setQueued(key, token string, on bool) {
+	b.queuedMu.Lock()
+	defer b.queuedMu.Unlock()
+	id := holdID{key, token}
+	if !on {
+		delete(b.queued, id)
+		return
+	}
+	if len(b.queued) >= maxQueued {
+		clear(b.queued)
+	}
+	b.queued[id] = struct{}{}
+}
+
+func (b *Backend) isQueued(key, token string) bool {
+	b.queuedMu.Lock()
+	defer b.queuedMu.Unlock()
+	_, ok := b.queued[holdID{key, token}]
+	return ok
 }
 
 // bound limits ctx to the backend's call timeout.
+//
+// Every call also requires a leader (clientv3.WithRequireLeader): a member
+// that knows it has none (cut off from the majority) answers at once with
+// an error, instead of holding the call until its own request timeout.
 func (b *Backend) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx = clientv3.WithRequireLeader(ctx)
 	if b.timeout <= 0 {
 		return ctx, func() {}
 	}
@@ -68,19 +105,22 @@ func (b *Backend) bound(ctx context.Context) (context.Context, context.CancelFun
 // ownership of c and closes it after the dlock Client that uses the
 // backend.
 func New(c *clientv3.Client, opts ...Option) *Backend {
-	b := &Backend{c: c, ns: DefaultNamespace, timeout: 3 * time.Second, leases: newLeaseTable(c.Lease)}
+	b := &Backend{c: c, ns: DefaultNamespace, timeout: 3 * time.Second, queued: make(map[holdID]struct{})}
 	for _, o := range opts {
 		o.apply(b)
 	}
+	b.leases = newLeaseTable(c.Lease, b.term)
 	return b
 }
 
 // Supports implements driver.Capabler: etcdlock has read-write locks,
-// semaphores and fair locks. It has no direct handoff, overtake reports,
-// claims or lock-delay: the client refuses lock-delay with ErrInvalid.
+// semaphores, fair locks and overtake reports (with which the client lets a
+// plain Mutex's starving waiters join the fair queue). It has no direct
+// handoff, claims or lock-delay: the client refuses lock-delay with
+// ErrInvalid.
 func (b *Backend) Supports(c driver.Capability) bool {
 	switch c {
-	case driver.CapShared, driver.CapSemaphore, driver.CapFair:
+	case driver.CapShared, driver.CapSemaphore, driver.CapFair, driver.CapOvertook:
 		return true
 	}
 	return false
@@ -97,11 +137,12 @@ func wrap(op, key string, err error) error {
 // wrapCtx is wrap, saying also that the caller's ctx ended when it did: a
 // deadline that reached the server comes back as etcd's "request timed
 // out", which does not tell that the caller gave up.
-// A deadline that has passed counts even before ctx's timer has fired: on a
-// busy machine the server's answer can come in between.
+//
+// A deadline counts once it has passed, even before ctx's timer has run
+// (on a loaded machine the answer can come first).
 func wrapCtx(ctx context.Context, op, key string, err error) error {
 	cerr := ctx.Err()
-	if dl, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(dl) {
+	if d, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(d) {
 		cerr = context.DeadlineExceeded
 	}
 	if cerr != nil && !errors.Is(err, cerr) {
@@ -174,6 +215,10 @@ func (b *Backend) acquireExclusive(ctx context.Context, req driver.AcquireReques
 		[]clientv3.Op{
 			clientv3.OpPut(ek, exclusive{req.Token, 1, req.TTL, req.Owner}.encode(), clientv3.WithLease(l.id)),
 			clientv3.OpDelete(b.intentKey(req.Key, req.Token)),
+			clientv3.OpDelete(b.queueKey(req.Key, req.Token)),
+			// Overtook: is anyone queued (two keys tell whether another
+			// than Token is)?
+			clientv3.OpGet(b.queuePrefix(req.Key), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(2)),
 		},
 		[]clientv3.Op{
 			clientv3.OpGet(ek),
@@ -192,7 +237,13 @@ func (b *Backend) acquireExclusive(ctx context.Context, req driver.AcquireReques
 	rev := resp.Header.Revision
 	if resp.Succeeded {
 		b.leases.track(l, ek, req.Token, rev, rev, 1, req.TTL, sent.Add(req.TTL))
-		return driver.AcquireResult{Acquired: true, Fence: uint64(rev), Holds: 1}, false, nil
+		overtook := false
+		for _, kv := range rangeKVs(resp, 3) {
+			if _, _, token, _ := b.parseKey(string(kv.Key)); token != req.Token {
+				overtook = true
+			}
+		}
+		return driver.AcquireResult{Acquired: true, Fence: uint64(rev), Holds: 1, Overtook: overtook}, false, nil
 	}
 	excl, shared, intents := rangeKVs(resp, 0), rangeKVs(resp, 1), rangeKVs(resp, 2)
 	var res driver.AcquireResult
@@ -438,6 +489,16 @@ func (b *Backend) notLeftSince(key, token string, rev int64) []clientv3.Cmp {
 		clientv3.Compare(clientv3.ModRevision(b.releasedKey(key, token)), "<", rev+1),
 		clientv3.Compare(clientv3.ModRevision(b.withdrawnKey(key, token)), "<", rev+1),
 	}
+}
+
+// term returns the cluster's Raft term, by a linearizable read of a key in
+// the namespace (which a user with rights on the namespace may read).
+func (b *Backend) term(ctx context.Context) (uint64, error) {
+	resp, err := b.c.Get(ctx, b.ns+sep+"term", clientv3.WithCountOnly())
+	if err != nil {
+		return 0, err
+	}
+	return resp.Header.RaftTerm, nil
 }
 
 // forget retires l after the server refused it as unknown.

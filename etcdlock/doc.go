@@ -21,7 +21,8 @@
 // round trip. Release is one transaction when the backend made or renewed
 // the grant and nobody changed it since, two otherwise. A semaphore permit
 // costs a read and a transaction (etcd cannot count keys in a compare), and
-// so does a fair acquire (the queue's order is its create revisions).
+// so does a queued fair waiter's attempt (the queue's order is its create
+// revisions).
 //
 // # Fences
 //
@@ -70,9 +71,9 @@
 //
 // # Not supported
 //
-// Direct handoff, overtake reports, claims and lock-delay are not
-// implemented: the client refuses dlock.WithLockDelay with ErrInvalid on
-// this backend, and without overtake reports a plain Mutex's waiters have
-// no starvation bound here (use dlock.Fair where that matters).
+// Direct handoff, claims and lock-delay are not implemented: the client
+// refuses dlock.WithLockDelay with ErrInvalid on this backend. A plain
+// grant reports whether it overtook the fair queue, so a plain Mutex's
+// starving waiters join the queue, as on Redis.
 // HeldFor in Inspect is 0: etcd keeps no time with a key.
 package etcdlock

@@ -3,6 +3,7 @@ package etcdlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"sync"
 	"time"
@@ -76,6 +77,9 @@ type call struct {
 
 type leaseTable struct {
 	kv clientv3.Lease
+	// term returns the cluster's Raft term by a linearizable read, which
+	// only a leader that a majority follows can answer (see keepAlive).
+	term func(ctx context.Context) (uint64, error)
 
 	mu       sync.Mutex
 	current  map[int64]*lease // bucket → the lease that takes new grants
@@ -86,9 +90,10 @@ type leaseTable struct {
 	queue    map[int64]*lease // queue-TTL bucket → lease for writer intents (never kept alive)
 }
 
-func newLeaseTable(l clientv3.Lease) *leaseTable {
+func newLeaseTable(l clientv3.Lease, term func(ctx context.Context) (uint64, error)) *leaseTable {
 	return &leaseTable{
 		kv:       l,
+		term:     term,
 		current:  make(map[int64]*lease),
 		granting: make(map[int64]*call),
 		byID:     make(map[clientv3.LeaseID]*lease),
@@ -219,7 +224,7 @@ func (t *leaseTable) extend(ctx context.Context, l *lease, need time.Time) error
 		t.mu.Unlock()
 
 		sent := time.Now()
-		resp, err := t.kv.KeepAliveOnce(ctx, l.id)
+		resp, err := t.keepAlive(ctx, l.id)
 		t.mu.Lock()
 		l.ka = nil
 		switch {
@@ -239,6 +244,35 @@ func (t *leaseTable) extend(ctx context.Context, l *lease, need time.Time) error
 }
 
 var errRetired = errors.New("lease retired")
+
+// errUnconfirmed reports a keep-alive that a member answered in a Raft
+// term that is no longer the cluster's.
+var errUnconfirmed = errors.New("lease keep-alive answered by a former leader: not counted")
+
+// keepAlive sends one keep-alive of lease id and counts it only when it
+// was served by the cluster's leader. etcd renews leases outside Raft, in
+// the leader's memory: a leader that was paused (or cut off) and comes back
+// believes it leads until it hears of the new term, and renews a lease in
+// that moment, while the real leader keeps the old expiry and revokes the
+// lease at it; a holder that trusted the renewal would then meet the next
+// holder (etcd 3.4.23 did this in the leader-pause soak: 6 overlaps in
+// 10,000 grants). So the keep-alive's term is compared with the term of a
+// linearizable read made after it, which a former leader cannot serve: the
+// same term means the member that renewed still led after the renewal.
+func (t *leaseTable) keepAlive(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
+	resp, err := t.kv.KeepAliveOnce(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	term, err := t.term(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if resp.ResponseHeader == nil || resp.RaftTerm != term {
+		return nil, fmt.Errorf("%w (term %d, cluster in term %d)", errUnconfirmed, resp.ResponseHeader.GetRaftTerm(), term)
+	}
+	return resp, nil
+}
 
 // retireIfAbandoned retires l when one of its holds is past the time its
 // holder asked to keep it, and forgets those holds. t.mu is held.

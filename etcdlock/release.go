@@ -28,6 +28,7 @@ func (b *Backend) ReleaseGrant(ctx context.Context, key, token string, fence uin
 func (b *Backend) release(ctx context.Context, key, token string, fence int64) (driver.ReleaseResult, error) {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
+	b.setQueued(key, token, false)
 	ek, sk, wk := b.exclKey(key), b.sharedKey(key, token), b.intentKey(key, token)
 	qk := b.queueKey(key, token)
 	readOps := []clientv3.Op{
@@ -141,6 +142,8 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 // owner IDs, whose releases that find nothing are rare (an unlock after a
 // loss, the clean-up after an acquire of unknown outcome): such a handle
 // may then wait up to this long for its next grant.
+// The record lives on a shared short lease: from releasedTTL (or the
+// call timeout, when it is longer) to twice that.
 const releasedTTL = 3 * time.Second
 
 // releasedFor is how long the records of a release that found nothing and
@@ -166,6 +169,7 @@ func (b *Backend) markReleased(ctx context.Context, key, token string) error {
 // (see notLeftSince): a request still on its way when its caller gave up.
 // The token's holds and grants are untouched.
 func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
+	b.setQueued(key, token, false)
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	id, err := b.leases.forQueue(ctx, b.releasedFor())

@@ -76,6 +76,24 @@ func TestEtcd(t *testing.T) {
 			},
 		})
 	})
+	t.Run("member-partition", func(t *testing.T) {
+		ps := startStore(t, kindEtcd, storeOptions{Proxy: true})
+		runScenario(t, scenario{store: ps, label: "etcd-member-partition", workload: chaos.Stock, fenced: true,
+			duration: 5 * time.Second, ttl: time.Second,
+			faults: etcdFault(ps, func(t *testing.T, r *runState, ctx context.Context) {
+				// The leader one time, a follower the next.
+				cut := ps.etcd.Leader(t)
+				if r.rec != nil && len(r.rec.Events())%2 == 1 {
+					cut = (cut + 1) % 3
+				}
+				r.rec.Note("partition member %d (peers and clients)", cut)
+				ps.etcd.Partition(t, cut)
+				r.sleep(ctx, 2*r.sc.ttl)
+				ps.etcd.Heal(t, cut)
+				r.rec.Note("heal member %d", cut)
+			}),
+		})
+	})
 	t.Run("client-pause", func(t *testing.T) {
 		for _, fenced := range []bool{true, false} {
 			name := "unfenced"

@@ -199,7 +199,8 @@ type storeOptions struct {
 	AOF bool
 	// Proxy puts a testserver.Proxy between the clients and a redis,
 	// MariaDB or PostgreSQL server (store.proxy); redlock's nodes always
-	// have one each.
+	// have one each; etcd gets one in front of each member's client and
+	// peer URLs (testserver.Etcd.Partition).
 	Proxy bool
 }
 
@@ -321,9 +322,13 @@ func startStore(t *testing.T, kind string, o storeOptions) *store {
 		}
 		s.sqlLeftovers(t, admin, sqllock.PostgreSQL)
 	case kindEtcd:
-		s.etcd = testserver.StartEtcdCluster(t, 3)
+		if o.Proxy {
+			s.etcd = testserver.StartEtcdClusterProxied(t, 3) // clients through the proxies
+		} else {
+			s.etcd = testserver.StartEtcdCluster(t, 3)
+		}
 		s.spec.Addrs = s.etcd.Endpoints()
-		admin := s.etcd.Client(t)
+		admin := s.etcd.ClientOf(t, s.etcd.Endpoint(0), s.etcd.Endpoint(1), s.etcd.Endpoint(2))
 		s.leftovers = func(t *testing.T) []string { return etcdLeftovers(t, admin) }
 		s.live = s.leftovers // etcd drops keys at their lease's expiry
 		// A call that ended in an error may still be applied: a proposal

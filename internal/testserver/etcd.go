@@ -24,6 +24,9 @@ import (
 // Kill and Start, as a real member keeps it across a restart.
 type Etcd struct {
 	members []*etcdMember
+	// With StartEtcdClusterProxied: a proxy in front of each member's peer
+	// URL and one in front of its client URL, by member.
+	peerProxies, clientProxies []*Proxy
 }
 
 // etcdMember is one etcd process of a cluster.
@@ -58,6 +61,20 @@ func StartEtcd(t testing.TB) *Etcd {
 // t.Cleanup.
 func StartEtcdCluster(t testing.TB, n int) *Etcd {
 	t.Helper()
+	return startEtcd(t, n, false)
+}
+
+// StartEtcdClusterProxied is StartEtcdCluster with a toxiproxy in front of
+// every member's peer URL (the members reach each other through them) and
+// client URL (Endpoints are the proxies), so that Partition can cut a
+// member off from the others and from the clients.
+func StartEtcdClusterProxied(t testing.TB, n int) *Etcd {
+	t.Helper()
+	return startEtcd(t, n, true)
+}
+
+func startEtcd(t testing.TB, n int, proxied bool) *Etcd {
+	t.Helper()
 	bin := findBinary(t, "etcd", "/usr/bin", "/usr/local/bin")
 	if n < 1 {
 		t.Fatalf("StartEtcdCluster: %d members", n)
@@ -73,11 +90,22 @@ func StartEtcdCluster(t testing.TB, n int) *Etcd {
 		}
 		e.members = append(e.members, m)
 	}
-	var initial []string
-	for _, m := range e.members {
-		initial = append(initial, m.name+"="+m.peerURL())
+	advertised := make([]string, n)
+	for i, m := range e.members {
+		advertised[i] = m.peerURL()
+		if proxied {
+			pp := StartProxy(t, e.PeerAddr(i))
+			cp := StartProxy(t, net.JoinHostPort("127.0.0.1", strconv.Itoa(m.clientPort)))
+			e.peerProxies = append(e.peerProxies, pp)
+			e.clientProxies = append(e.clientProxies, cp)
+			advertised[i] = "http://" + pp.Addr()
+		}
 	}
-	for _, m := range e.members {
+	var initial []string
+	for i, m := range e.members {
+		initial = append(initial, m.name+"="+advertised[i])
+	}
+	for i, m := range e.members {
 		m.proc = process{
 			name: "etcd " + m.name,
 			log:  filepath.Join(dir, m.name+".log"),
@@ -88,7 +116,7 @@ func StartEtcdCluster(t testing.TB, n int) *Etcd {
 					"--listen-client-urls="+m.clientURL(),
 					"--advertise-client-urls="+m.clientURL(),
 					"--listen-peer-urls="+m.peerURL(),
-					"--initial-advertise-peer-urls="+m.peerURL(),
+					"--initial-advertise-peer-urls="+advertised[i],
 					"--initial-cluster="+strings.Join(initial, ","),
 					"--initial-cluster-state=new",
 					"--initial-cluster-token=dlock-test",
@@ -123,16 +151,41 @@ func (m *etcdMember) peerURL() string {
 // Members returns the number of members.
 func (e *Etcd) Members() int { return len(e.members) }
 
-// Endpoints returns the client addresses of every member, "127.0.0.1:PORT".
+// Endpoints returns the client addresses of every member, "127.0.0.1:PORT":
+// their proxies' for a cluster started by StartEtcdClusterProxied.
 func (e *Etcd) Endpoints() []string {
 	eps := make([]string, len(e.members))
 	for i := range e.members {
 		eps[i] = e.Endpoint(i)
+		if e.clientProxies != nil {
+			eps[i] = e.clientProxies[i].Addr()
+		}
 	}
 	return eps
 }
 
-// Endpoint returns the client address of member i, "127.0.0.1:PORT".
+// Partition cuts member i off from the other members and from the
+// clients, without closing a connection (StartEtcdClusterProxied only):
+// its peer and client proxies stop passing anything. The member still
+// reaches the others through their proxies, but gets no answer.
+func (e *Etcd) Partition(t testing.TB, i int) {
+	t.Helper()
+	if e.peerProxies == nil {
+		t.Fatal("Partition needs StartEtcdClusterProxied")
+	}
+	e.peerProxies[i].Partition(t)
+	e.clientProxies[i].Partition(t)
+}
+
+// Heal ends Partition of member i.
+func (e *Etcd) Heal(t testing.TB, i int) {
+	t.Helper()
+	e.peerProxies[i].Heal(t)
+	e.clientProxies[i].Heal(t)
+}
+
+// Endpoint returns the client address of member i, "127.0.0.1:PORT",
+// without a proxy.
 func (e *Etcd) Endpoint(i int) string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(e.members[i].clientPort))
 }

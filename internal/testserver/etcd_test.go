@@ -84,3 +84,39 @@ func put[R any, O any](t *testing.T, fn func(context.Context, string, string, ..
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// A member cut off through its proxies loses its part in the cluster: the
+// other two elect a leader among themselves and keep taking writes; healed,
+// it catches up.
+func TestEtcdPartition(t *testing.T) {
+	srv := testserver.StartEtcdClusterProxied(t, 3)
+	c := srv.Client(t)
+	put(t, c.KV.Put, "k", "1")
+	cut := srv.Leader(t)
+	srv.Partition(t, cut)
+	var others []string
+	for i := range 3 {
+		if i != cut {
+			others = append(others, srv.Endpoint(i))
+		}
+	}
+	put(t, srv.ClientOf(t, others...).KV.Put, "k", "2")
+	if leader := srv.Leader(t); leader == cut {
+		// It may still think so; the others must have another.
+		t.Logf("member %d still reports itself leader while cut off", cut)
+	}
+	srv.Heal(t, cut)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		resp, err := srv.ClientOf(t, srv.Endpoint(cut)).Get(ctx, "k")
+		cancel()
+		if err == nil && len(resp.Kvs) == 1 && string(resp.Kvs[0].Value) == "2" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("member %d after the partition healed: %v, %v; want k=2", cut, resp, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
