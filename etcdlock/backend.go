@@ -205,6 +205,7 @@ func (b *Backend) acquireExclusive(ctx context.Context, req driver.AcquireReques
 		return driver.AcquireResult{}, false, err
 	}
 	ek, sp, ip := b.exclKey(req.Key), b.sharedPrefix(req.Key), b.intentPrefix(req.Key)
+	p := b.leases.pend(l, ek, req.Token, sent.Add(req.TTL))
 	resp, err := b.txn(ctx,
 		[]clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(ek), "=", 0),
@@ -230,8 +231,9 @@ func (b *Backend) acquireExclusive(ctx context.Context, req driver.AcquireReques
 			b.leases.forget(l)
 			return driver.AcquireResult{}, true, nil
 		}
-		return driver.AcquireResult{}, false, err
+		return driver.AcquireResult{}, false, err // outcome unknown: p stays (see pend)
 	}
+	b.leases.resolve(p)
 	rev := resp.Header.Revision
 	if resp.Succeeded {
 		b.leases.track(l, ek, req.Token, rev, rev, 1, req.TTL, sent.Add(req.TTL))
@@ -290,7 +292,7 @@ func (b *Backend) acquireExclusive(ctx context.Context, req driver.AcquireReques
 		return driver.AcquireResult{}, false, err
 	}
 	put, err := b.txn(ctx,
-		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(ip), "<", rev+1).WithPrefix()},
+		append(b.notLeftSince(req.Key, req.Token, rev), clientv3.Compare(clientv3.ModRevision(ip), "<", rev+1).WithPrefix()),
 		[]clientv3.Op{clientv3.OpPut(b.intentKey(req.Key, req.Token), req.Owner, clientv3.WithLease(qid))},
 		nil)
 	if err != nil {
@@ -306,16 +308,23 @@ func (b *Backend) reenter(ctx context.Context, req driver.AcquireRequest, kv *mv
 	// The grant must live req.TTL from now, never less than it did: keep
 	// its lease alive first, or, when that lease is ours and too short for
 	// req.TTL, move the grant to a lease of req.TTL's.
+	//
+	// A grant on another Backend's lease (an owner ID shared with another
+	// process) moves to a lease of ours: that lease's TTL is not ours to
+	// trust, and keeping it alive would keep alive whatever else its
+	// Backend left on it. The new lease covers the longest TTL the grant's
+	// holders asked for, so that the other process's holder, whose next
+	// renewal moves the key back to its own lease, keeps it meanwhile.
 	leaseOpt := clientv3.WithIgnoreLease()
 	l := b.leases.mine(clientv3.LeaseID(kv.Lease))
+	moved := true
 	switch {
 	case l == nil:
-		if err := b.keepForeign(ctx, clientv3.LeaseID(kv.Lease)); err != nil {
-			if isLeaseNotFound(err) {
-				return driver.AcquireResult{}, true, nil
-			}
+		nl, err := b.leases.forTTL(ctx, max(req.TTL, e.ttl))
+		if err != nil {
 			return driver.AcquireResult{}, false, err
 		}
+		l, leaseOpt = nl, clientv3.WithLease(nl.id)
 	case bucketOf(req.TTL) > l.bucket:
 		nl, err := b.leases.forTTL(ctx, req.TTL)
 		if err != nil {
@@ -334,10 +343,20 @@ func (b *Backend) reenter(ctx context.Context, req driver.AcquireRequest, kv *mv
 			return driver.AcquireResult{}, true, nil
 		case err != nil:
 			return driver.AcquireResult{}, false, err
+		default:
+			moved = false
 		}
 	}
 	e.holds++
 	e.ttl = max(e.ttl, req.TTL)
+	// A key moving to l may be left there by a re-entry of unknown
+	// outcome: see pend.
+	var p *hold
+	if moved {
+		p = b.leases.pend(l, ek, req.Token, sent.Add(req.TTL))
+	}
+	// The key's mod revision stands for its create revision (the grant)
+	// and its lease too: any write of the key changes it.
 	resp, err := b.txn(ctx,
 		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(ek), "=", kv.ModRevision)},
 		[]clientv3.Op{
@@ -345,14 +364,19 @@ func (b *Backend) reenter(ctx context.Context, req driver.AcquireRequest, kv *mv
 			clientv3.OpDelete(b.intentKey(req.Key, req.Token)),
 		}, nil)
 	if err != nil {
+		if moved && isLeaseNotFound(err) {
+			b.leases.forget(l)
+			return driver.AcquireResult{}, true, nil
+		}
 		return driver.AcquireResult{}, false, err
+	}
+	if p != nil {
+		b.leases.resolve(p)
 	}
 	if !resp.Succeeded {
 		return driver.AcquireResult{}, true, nil
 	}
-	if l != nil {
-		b.leases.track(l, ek, req.Token, kv.CreateRevision, resp.Header.Revision, e.holds, req.TTL, sent.Add(req.TTL))
-	}
+	b.leases.track(l, ek, req.Token, kv.CreateRevision, resp.Header.Revision, e.holds, req.TTL, sent.Add(req.TTL))
 	return driver.AcquireResult{Acquired: true, Fence: uint64(kv.CreateRevision), Holds: e.holds}, false, nil
 }
 
@@ -437,6 +461,7 @@ func (b *Backend) acquireShared(ctx context.Context, req driver.AcquireRequest) 
 	if req.Limit == 0 {
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(sk), "=", 0))
 	}
+	p := b.leases.pend(l, sk, req.Token, sent.Add(req.TTL))
 	resp, err := b.txn(ctx, cmps,
 		[]clientv3.Op{clientv3.OpPut(sk, sharedValue(req.Limit, req.TTL, req.Owner), clientv3.WithLease(l.id))}, nil)
 	if err != nil {
@@ -444,8 +469,9 @@ func (b *Backend) acquireShared(ctx context.Context, req driver.AcquireRequest) 
 			b.leases.forget(l)
 			return driver.AcquireResult{}, true, nil
 		}
-		return driver.AcquireResult{}, false, err
+		return driver.AcquireResult{}, false, err // outcome unknown: p stays (see pend)
 	}
+	b.leases.resolve(p)
 	if !resp.Succeeded {
 		if n, err := b.c.Get(ctx, b.releasedKey(req.Key, req.Token), clientv3.WithCountOnly()); err == nil && n.Count > 0 {
 			return res, false, nil // released already: see releasedTTL
@@ -471,11 +497,18 @@ func (b *Backend) remaining(ctx context.Context, waiting bool, id int64) time.Du
 	return time.Duration(resp.TTL) * time.Second
 }
 
-// keepForeign keeps alive a lease of another Backend that holds a grant
-// this one shares (the same owner ID in two processes).
-func (b *Backend) keepForeign(ctx context.Context, id clientv3.LeaseID) error {
-	_, err := b.leases.keepAlive(ctx, id)
-	return err
+// notLeftSince compares that token has neither released key (its r
+// record) nor withdrawn from key's queue (its x record) since revision rev,
+// the read that a queue entry or writer intent of token follows: such a
+// write, sent before its caller gave up and run by the server after the
+// clean-up (a cancelled call), would otherwise stay behind, heading the
+// queue of a lock that nobody waits for under that token. A request read
+// after the record is not held back.
+func (b *Backend) notLeftSince(key, token string, rev int64) []clientv3.Cmp {
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.ModRevision(b.releasedKey(key, token)), "<", rev+1),
+		clientv3.Compare(clientv3.ModRevision(b.withdrawnKey(key, token)), "<", rev+1),
+	}
 }
 
 // term returns the cluster's Raft term, by a linearizable read of a key in

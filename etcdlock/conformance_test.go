@@ -67,8 +67,11 @@ func runConformance(t *testing.T, srv *testserver.Etcd) {
 				}
 				var left []string
 				for _, kv := range resp.Kvs {
-					if !strings.HasPrefix(string(kv.Key), ns+key+"\x00r\x00") { // kept on purpose: released tokens (3s)
-						left = append(left, strconv.Quote(string(kv.Key)))
+					// Kept on purpose, expiring by themselves: the records
+					// of released (r) and withdrawn (x) tokens (3s).
+					k := string(kv.Key)
+					if !strings.HasPrefix(k, ns+key+"\x00r\x00") && !strings.HasPrefix(k, ns+key+"\x00x\x00") {
+						left = append(left, strconv.Quote(k))
 					}
 				}
 				return left

@@ -52,7 +52,12 @@
 // A lease must not keep alive a lock that its holder stopped renewing: when
 // one of its grants is past the time its holder asked to keep it, the lease
 // is retired and its live grants move to a fresh lease at their next
-// renewal (one compare-and-put each, the fence unchanged).
+// renewal (one compare-and-put each, the fence unchanged). A grant of
+// unknown outcome (the answer lost) counts the same: recorded on the lease
+// before it is sent, it retires the lease when nobody takes it up within
+// its TTL. A Backend never keeps alive another Backend's lease: a grant
+// shared through an owner ID that sits on another process's lease moves to
+// this Backend's at re-entry or renewal.
 //
 // # Waiting
 //

@@ -39,6 +39,7 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest) (d
 		if err != nil {
 			return driver.AcquireResult{}, false, err
 		}
+		p := b.leases.pend(l, ek, req.Token, sent.Add(req.TTL))
 		read, err = b.txn(ctx, []clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(ek), "=", 0),
 			clientv3.Compare(clientv3.CreateRevision(sp), "=", 0).WithPrefix(),
@@ -53,8 +54,9 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest) (d
 				b.leases.forget(l)
 				return driver.AcquireResult{}, true, nil
 			}
-			return driver.AcquireResult{}, false, err
+			return driver.AcquireResult{}, false, err // outcome unknown: p stays (see pend)
 		}
+		b.leases.resolve(p)
 		if read.Succeeded {
 			r := read.Header.Revision
 			b.leases.track(l, ek, req.Token, r, r, 1, req.TTL, sent.Add(req.TTL))
@@ -100,6 +102,7 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest) (d
 		if len(queue) == 0 {
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(qp), "<", rev+1).WithPrefix())
 		}
+		p := b.leases.pend(l, ek, req.Token, sent.Add(req.TTL))
 		resp, err := b.txn(ctx, cmps, []clientv3.Op{
 			clientv3.OpPut(ek, exclusive{req.Token, 1, req.TTL, req.Owner}.encode(), clientv3.WithLease(l.id)),
 			clientv3.OpDelete(b.queueKey(req.Key, req.Token)),
@@ -110,8 +113,9 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest) (d
 				b.leases.forget(l)
 				return driver.AcquireResult{}, true, nil
 			}
-			return driver.AcquireResult{}, false, err
+			return driver.AcquireResult{}, false, err // outcome unknown: p stays (see pend)
 		}
+		b.leases.resolve(p)
 		if !resp.Succeeded {
 			if n, err := b.c.Get(ctx, b.releasedKey(req.Key, req.Token), clientv3.WithCountOnly()); err == nil && n.Count > 0 {
 				return res, false, nil // released already: see releasedTTL
@@ -132,14 +136,20 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest) (d
 	if err != nil {
 		return driver.AcquireResult{}, false, err
 	}
-	put, err := b.c.Put(ctx, b.queueKey(req.Key, req.Token), req.Owner, clientv3.WithLease(qid), clientv3.WithPrevKV())
+	// The entry is written unless the token released or withdrew since
+	// the read (see notLeftSince): then this request's caller has given up.
+	put, err := b.txn(ctx, b.notLeftSince(req.Key, req.Token, rev),
+		[]clientv3.Op{clientv3.OpPut(b.queueKey(req.Key, req.Token), req.Owner, clientv3.WithLease(qid), clientv3.WithPrevKV())}, nil)
 	if err != nil {
 		return driver.AcquireResult{}, false, err
 	}
+	if !put.Succeeded {
+		return res, false, nil
+	}
 	b.setQueued(req.Key, req.Token, true)
 	at := put.Header.Revision
-	if put.PrevKv != nil {
-		at = put.PrevKv.CreateRevision
+	if prev := put.Responses[0].GetResponsePut().GetPrevKv(); prev != nil {
+		at = prev.CreateRevision
 	}
 	res.Position, res.Queued = 1, true
 	for i, kv := range queue {

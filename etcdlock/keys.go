@@ -17,17 +17,19 @@ import (
 //	<dir>w\x00<token> a writer intent: owner
 //	<dir>q\x00<token> a fair waiter's queue entry: owner (its place is its create revision)
 //	<dir>r\x00<token> a token released while it held nothing (expires by itself)
+//	<dir>x\x00<token> a token that withdrew from the queue (expires by itself)
 //
 // There is no fence counter: a grant's fence is the create revision of the
 // key that holds it, which etcd's Raft log makes strictly increasing across
 // the whole cluster (see the package documentation).
 const (
-	sep           = "\x00"
-	exclSuffix    = "e"
-	sharedInfix   = "s" + sep
-	intentInfix   = "w" + sep
-	releasedInfix = "r" + sep
-	queueInfix    = "q" + sep
+	sep            = "\x00"
+	exclSuffix     = "e"
+	sharedInfix    = "s" + sep
+	intentInfix    = "w" + sep
+	releasedInfix  = "r" + sep
+	queueInfix     = "q" + sep
+	withdrawnInfix = "x" + sep
 )
 
 func (b *Backend) dir(key string) string          { return b.ns + key + sep }
@@ -43,6 +45,9 @@ func (b *Backend) queueKey(key, token string) string {
 }
 func (b *Backend) releasedKey(key, token string) string {
 	return b.dir(key) + releasedInfix + token
+}
+func (b *Backend) withdrawnKey(key, token string) string {
+	return b.dir(key) + withdrawnInfix + token
 }
 func (b *Backend) intentKey(key, token string) string {
 	return b.intentPrefix(key) + token

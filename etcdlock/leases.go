@@ -69,6 +69,10 @@ type holdID struct{ key, token string }
 type call struct {
 	done chan struct{}
 	err  error
+	// callerGone says that err came with the end of the ctx of the caller
+	// that made the call: it says nothing of the store, and a waiter whose
+	// own ctx is alive makes the call again itself.
+	callerGone bool
 }
 
 type leaseTable struct {
@@ -82,6 +86,7 @@ type leaseTable struct {
 	granting map[int64]*call
 	byID     map[clientv3.LeaseID]*lease
 	holds    map[holdID]*hold
+	pending  map[holdID]*hold // grants on their way to the store (see pend)
 	queue    map[int64]*lease // queue-TTL bucket → lease for writer intents (never kept alive)
 }
 
@@ -93,6 +98,7 @@ func newLeaseTable(l clientv3.Lease, term func(ctx context.Context) (uint64, err
 		granting: make(map[int64]*call),
 		byID:     make(map[clientv3.LeaseID]*lease),
 		holds:    make(map[holdID]*hold),
+		pending:  make(map[holdID]*hold),
 		queue:    make(map[int64]*lease),
 	}
 }
@@ -118,9 +124,16 @@ func (t *leaseTable) forTTL(ctx context.Context, ttl time.Duration) (*lease, err
 			if fresh {
 				return l, nil
 			}
-			if err := t.extend(ctx, l, now.Add(ttl)); err != nil && !isLeaseNotFound(err) {
+			// A lease retired (abandoned holds) or gone takes no grant:
+			// the next round grants a fresh one.
+			if err := t.extend(ctx, l, now.Add(ttl)); err != nil && err != errRetired && !isLeaseNotFound(err) {
 				return nil, err
 			}
+			t.mu.Lock()
+			if t.current[b] == l && (l.retired || l.dead) {
+				delete(t.current, b)
+			}
+			t.mu.Unlock()
 			continue
 		}
 		if c := t.granting[b]; c != nil {
@@ -145,7 +158,7 @@ func (t *leaseTable) forTTL(ctx context.Context, ttl time.Duration) (*lease, err
 			t.current[b] = l
 			t.byID[l.id] = l
 		}
-		c.err = err
+		c.err, c.callerGone = err, err != nil && ctx.Err() != nil
 		close(c.done)
 		t.mu.Unlock()
 		if err != nil {
@@ -221,7 +234,7 @@ func (t *leaseTable) extend(ctx context.Context, l *lease, need time.Time) error
 			l.dead, l.retired = true, true
 			t.dropLease(l)
 		}
-		c.err = err
+		c.err, c.callerGone = err, err != nil && ctx.Err() != nil
 		close(c.done)
 		t.mu.Unlock()
 		if err != nil && !isLeaseNotFound(err) {
@@ -304,6 +317,9 @@ func (t *leaseTable) track(l *lease, key, token string, fence, modRev int64, cou
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	id := holdID{key, token}
+	if p := t.pending[id]; p != nil && p.lease == l {
+		t.untrackLocked(p) // found on l: tracked from now on
+	}
 	h := t.holds[id]
 	if h != nil && (h.fence != fence || h.lease != l) {
 		t.untrackLocked(h)
@@ -330,20 +346,58 @@ func (t *leaseTable) tracked(key, token string) (hold, bool) {
 	return *h, true
 }
 
-// untrack forgets the hold of key by token.
+// untrack forgets the hold of key by token, and its pending grant.
 func (t *leaseTable) untrack(key, token string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if h := t.holds[holdID{key, token}]; h != nil {
 		t.untrackLocked(h)
 	}
+	if p := t.pending[holdID{key, token}]; p != nil {
+		t.untrackLocked(p)
+	}
 }
 
 func (t *leaseTable) untrackLocked(h *hold) {
-	if t.holds[holdID{h.key, h.token}] == h {
-		delete(t.holds, holdID{h.key, h.token})
+	id := holdID{h.key, h.token}
+	if t.holds[id] == h {
+		delete(t.holds, id)
+	}
+	if t.pending[id] == h {
+		delete(t.pending, id)
 	}
 	delete(h.lease.holds, h)
+}
+
+// pend records, before a transaction that may put key for token on l is
+// sent, that the key may be on l, wanted until deadline (the request's
+// send time plus its TTL). The caller resolves it once the outcome is
+// known; when it is not (the answer was lost, the call's ctx ended), the
+// pending hold stays: if nobody tracks the key by its deadline (a renewal
+// or a re-entry that finds it, a release of the token), it counts as
+// abandoned and retires l, so that a grant nobody knows of expires with
+// l instead of living as long as the Backend's other locks keep l alive.
+func (t *leaseTable) pend(l *lease, key, token string, deadline time.Time) *hold {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	id := holdID{key, token}
+	if p := t.pending[id]; p != nil {
+		// An earlier grant of unknown outcome: it stays on its lease
+		// until its deadline (the map names the latest only).
+		delete(t.pending, id)
+	}
+	p := &hold{key: key, token: token, lease: l, deadline: deadline}
+	t.pending[id] = p
+	l.holds[p] = struct{}{}
+	return p
+}
+
+// resolve forgets the pending hold p: its transaction's outcome is known
+// (a refusal, or a grant that the caller tracks).
+func (t *leaseTable) resolve(p *hold) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.untrackLocked(p)
 }
 
 // sweep forgets the retired leases that have surely expired on the server
@@ -361,10 +415,15 @@ func (t *leaseTable) sweep(now time.Time) {
 	}
 }
 
-// wait waits for c or ctx.
+// wait waits for c or ctx. It returns nil, for the waiter to make the
+// call itself, when c failed only because the ctx of its caller ended: one
+// caller's cancellation is no store failure for the others.
 func wait(ctx context.Context, c *call) error {
 	select {
 	case <-c.done:
+		if c.callerGone && ctx.Err() == nil {
+			return nil
+		}
 		return c.err
 	case <-ctx.Done():
 		return ctx.Err()

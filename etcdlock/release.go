@@ -72,6 +72,7 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 		}
 		if resp.Succeeded {
 			b.leases.untrack(ek, token)
+			b.leases.untrack(sk, token)
 			return driver.ReleaseResult{}, nil
 		}
 	} else {
@@ -121,6 +122,7 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 		return driver.ReleaseResult{}, nil // another grant of token (ReleaseGrant)
 	}
 	b.leases.untrack(ek, token)
+	b.leases.untrack(sk, token)
 	if fence == 0 {
 		// A release that found nothing may have overtaken the acquire it
 		// cleans up after (a cancelled call that the server still runs):
@@ -133,18 +135,19 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 	return driver.ReleaseResult{}, nil
 }
 
-// releasedTTL is how long a release that found nothing keeps its token
-// from being granted: longer than an acquire of the token can be on its
-// way to the store (the default call timeout). The client draws a token per
-// call for everything but reentrant handles and owner IDs, whose releases
-// that find nothing are rare (an unlock after a loss, the clean-up after an
-// acquire of unknown outcome): such a handle may then wait up to this long
-// for its next grant.
+// releasedTTL is how long, at least, a release that found nothing keeps
+// its token from being granted: no shorter than an acquire of the token
+// can be on its way to the store, the call timeout (releasedFor). The
+// client draws a token per call for everything but reentrant handles and
+// owner IDs, whose releases that find nothing are rare (an unlock after a
+// loss, the clean-up after an acquire of unknown outcome): such a handle
+// may then wait up to this long for its next grant.
 // The record lives on a shared short lease: from releasedTTL (or the
 // call timeout, when it is longer) to twice that.
 const releasedTTL = 3 * time.Second
 
-// releasedFor is how long this Backend keeps a released token's record.
+// releasedFor is how long the records of a release that found nothing and
+// of a withdrawal live: releasedTTL, or the call timeout when longer.
 func (b *Backend) releasedFor() time.Duration { return max(releasedTTL, b.timeout) }
 
 // markReleased records that token released key while it held nothing
@@ -160,12 +163,24 @@ func (b *Backend) markReleased(ctx context.Context, key, token string) error {
 }
 
 // Withdraw implements driver.Withdrawer: it deletes token's writer intent
-// and fair queue entry; the watch of every waiter sees the deletes.
+// and fair queue entry (the watch of every waiter sees the deletes), and
+// leaves a record of the withdrawal (x\x00TOKEN, releasedFor) that refuses
+// the entry or intent of a request of token that read the lock before it
+// (see notLeftSince): a request still on its way when its caller gave up.
+// The token's holds and grants are untouched.
 func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
 	b.setQueued(key, token, false)
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
-	if _, err := b.c.Txn(ctx).Then(clientv3.OpDelete(b.intentKey(key, token)), clientv3.OpDelete(b.queueKey(key, token))).Commit(); err != nil {
+	id, err := b.leases.forQueue(ctx, b.releasedFor())
+	if err != nil {
+		return wrap("withdraw", key, err)
+	}
+	if _, err := b.c.Txn(ctx).Then(
+		clientv3.OpDelete(b.intentKey(key, token)),
+		clientv3.OpDelete(b.queueKey(key, token)),
+		clientv3.OpPut(b.withdrawnKey(key, token), "", clientv3.WithLease(id)),
+	).Commit(); err != nil {
 		return wrap("withdraw", key, err)
 	}
 	return nil

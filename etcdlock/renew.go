@@ -55,7 +55,6 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 	// Group the holds found by lease; one extend per lease.
 	type group struct {
 		l     *lease // nil for another Backend's lease
-		id    clientv3.LeaseID
 		need  time.Time
 		items []int
 	}
@@ -73,7 +72,7 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 		id := clientv3.LeaseID(kv.Lease)
 		g := groups[id]
 		if g == nil {
-			g = &group{l: b.leases.mine(id), id: id}
+			g = &group{l: b.leases.mine(id)}
 			groups[id] = g
 		}
 		if g.l != nil {
@@ -95,7 +94,10 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 			var err error
 			switch {
 			case g.l == nil:
-				err = b.keepForeign(ctx, g.id)
+				// Another Backend's lease (an owner ID shared with another
+				// process): never keep it alive, as its TTL is not ours
+				// and it may carry grants its Backend abandoned. Move.
+				err = errRetired
 			case g.l.ttl < g.need.Sub(sent):
 				err = errRetired // a longer TTL than the lease's: move
 			default:
@@ -119,15 +121,29 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 	return out
 }
 
-// migrate moves the hold kv of r from a retired lease to a fresh one, in
-// one transaction that checks that kv is still the same grant on the same
-// lease; its create revision, the fence, stays.
+// migrate moves the hold kv of r from a retired lease, or another
+// Backend's, to a fresh one of this Backend's, in one transaction that
+// checks that kv is still the same grant on the same lease; its create
+// revision, the fence, stays. A grant moved from another Backend's lease
+// gets a lease of the longest TTL its holders asked for, so that the other
+// Backend's holder keeps it until its next renewal.
 func (b *Backend) migrate(ctx context.Context, kv *mvccpb.KeyValue, r driver.RenewRequest, sent time.Time) (bool, error) {
-	l, err := b.leases.forTTL(ctx, r.TTL)
+	k := string(kv.Key)
+	ttl := r.TTL
+	if b.leases.mine(clientv3.LeaseID(kv.Lease)) == nil {
+		if k == b.exclKey(r.Key) {
+			ttl = max(ttl, decodeExclusive(kv.Value).ttl)
+		} else {
+			_, held, _ := decodeShared(kv.Value)
+			ttl = max(ttl, held)
+		}
+	}
+	l, err := b.leases.forTTL(ctx, ttl)
 	if err != nil {
 		return false, wrap("renew", r.Key, err)
 	}
-	k := string(kv.Key)
+	// A move of unknown outcome may leave the key on l: see pend.
+	p := b.leases.pend(l, k, r.Token, sent.Add(r.TTL))
 	resp, err := b.txn(ctx,
 		[]clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(k), "=", kv.CreateRevision),
@@ -136,8 +152,12 @@ func (b *Backend) migrate(ctx context.Context, kv *mvccpb.KeyValue, r driver.Ren
 		[]clientv3.Op{clientv3.OpPut(k, "", clientv3.WithIgnoreValue(), clientv3.WithLease(l.id))},
 		nil)
 	if err != nil {
+		if isLeaseNotFound(err) {
+			b.leases.forget(l)
+		}
 		return false, wrap("renew", r.Key, err)
 	}
+	b.leases.resolve(p)
 	b.leases.untrack(k, r.Token)
 	if !resp.Succeeded {
 		// Gone, or moved by another Backend that shares the owner ID, to a

@@ -504,8 +504,8 @@ func describeInfo(info driver.LockInfo) []string {
 // (redis forgets expired keys by itself). A server that cannot be asked is
 // one leftover line, so that a caller that waits asks again.
 // etcdLeftovers lists the keys of dlock's namespace, without the records
-// of released tokens (which expire by themselves within seconds and hold
-// nothing back).
+// of released and withdrawn tokens (r and x, which expire by themselves
+// within seconds and hold nothing back).
 func etcdLeftovers(t *testing.T, admin *clientv3.Client) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -516,7 +516,7 @@ func etcdLeftovers(t *testing.T, admin *clientv3.Client) []string {
 	}
 	var left []string
 	for _, kv := range resp.Kvs {
-		if !strings.Contains(string(kv.Key), "\x00r\x00") {
+		if k := string(kv.Key); !strings.Contains(k, "\x00r\x00") && !strings.Contains(k, "\x00x\x00") {
 			left = append(left, strconv.Quote(string(kv.Key)))
 		}
 	}
