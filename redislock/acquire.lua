@@ -161,16 +161,19 @@ if shared then
   return {1, fence, 1}
 end
 
-local delay, expired = leaseState(L)
+-- One read of the hash: the lock-delay, the token's holds, the ids of the
+-- requests that made the grant and its fence.
+local hm = redis.call('HMGET', L, 'delay', token, 'rid', 'fence')
+local delay, expired = leaseState(L, hm[1])
 if expired then
   local r = busy() -- expired, kept out of reach for its lock-delay
   return refuse(r[2], r[3], 0, false)
 end
-local holds = redis.call('HGET', L, token)
+local holds = hm[2]
 if holds then
-  local rids = redis.call('HGET', L, 'rid') or ''
+  local rids = hm[3] or ''
   if string.find(' ' .. rids .. ' ', ' ' .. rid .. ' ', 1, true) then
-    return {1, redis.call('HGET', L, 'fence'), tonumber(holds)} -- resent
+    return {1, hm[4], tonumber(holds)} -- resent
   end
   if rids == 'ho' then
     -- A release handed the lock to this token (handOff); its request
@@ -179,7 +182,7 @@ if holds then
     if redis.call('PTTL', L) < ttl then
       redis.call('PEXPIRE', L, ttl)
     end
-    return {1, redis.call('HGET', L, 'fence'), tonumber(holds)}
+    return {1, hm[4], tonumber(holds)}
   end
   if ARGV[4] ~= '1' then
     local r = busy()
@@ -197,7 +200,7 @@ if holds then
   if redis.call('PTTL', L) < ttl + delay then
     redis.call('PEXPIRE', L, ttl + delay) -- extend, never shorten
   end
-  return {1, redis.call('HGET', L, 'fence'), holds}
+  return {1, hm[4], holds}
 end
 if redis.call('EXISTS', L) == 1 then
   local r = busy()

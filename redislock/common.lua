@@ -58,25 +58,32 @@ local function pruneQueue(Q, QE, QO)
 end
 
 -- fitQueue gives the queue's keys the expiry of its latest entry, or
--- deletes them when it is empty.
+-- deletes them when it is empty. (PEXPIREAT of a missing QO does nothing.)
 local function fitQueue(Q, QE, QO)
-  fit(QE, Q)
-  if redis.call('EXISTS', QE) == 0 then
-    redis.call('DEL', QO)
-  elseif redis.call('EXISTS', QO) == 1 then
-    redis.call('PEXPIREAT', QO, redis.call('ZRANGE', QE, -1, -1, 'WITHSCORES')[2])
+  local last = redis.call('ZRANGE', QE, -1, -1, 'WITHSCORES')
+  if #last == 0 then
+    redis.call('DEL', Q, QE, QO)
+    return
   end
+  redis.call('PEXPIREAT', QE, last[2])
+  redis.call('PEXPIREAT', Q, last[2])
+  redis.call('PEXPIREAT', QO, last[2])
 end
 
 -- unqueue takes token's entry out of the queue; it reports whether it had
--- one.
+-- one. The keys carry the expiry of the latest entry (every write fits
+-- them; pruning takes only entries that expired before it), so they are
+-- fitted again only when token's entry was that one.
 local function unqueue(Q, QE, QO, token)
   if redis.call('ZREM', Q, token) == 0 then
     return false
   end
+  local last = redis.call('ZRANGE', QE, -1, -1)[1]
   redis.call('ZREM', QE, token)
   redis.call('HDEL', QO, token)
-  fitQueue(Q, QE, QO)
+  if last == nil or last == token then
+    fitQueue(Q, QE, QO)
+  end
   return true
 end
 
@@ -87,8 +94,13 @@ end
 -- delay: no field needs writing when it is renewed, which keeps renewals
 -- working when Redis refuses writes that need memory (noeviction at
 -- maxmemory), as plain ones do.
-local function leaseState(l)
-  local delay = tonumber(redis.call('HGET', l, 'delay') or '0') or 0
+-- A caller that read the field already passes it as d (false when
+-- absent).
+local function leaseState(l, d)
+  if d == nil then
+    d = redis.call('HGET', l, 'delay')
+  end
+  local delay = tonumber(d or '0') or 0
   if delay <= 0 then
     return 0, false
   end

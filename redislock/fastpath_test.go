@@ -336,3 +336,65 @@ func TestResentFastReleaseAmongOthers(t *testing.T) {
 		t.Errorf("release of a token that never held: %+v, want not held", res)
 	}
 }
+
+// TestQueueKeysCarryTheLatestEntrysExpiry: the fair queue's three keys
+// carry the expiry of the entry that expires last, through entries that
+// arrive and leave in any order (unqueue fits them again only when the
+// entry that leaves was that one), and vanish with the last entry.
+func TestQueueKeysCarryTheLatestEntrysExpiry(t *testing.T) {
+	b, rdb, _ := setup(t)
+	key, holder := "q/expiry", newToken(t)
+	mustAcquire(t, b, driver.AcquireRequest{Key: key, Token: holder, Owner: "holder", TTL: time.Minute})
+	base := "dlock:{" + key + "}"
+	queueKeys := []string{base + ":q", base + ":qe", base + ":qo"}
+	wantTTL := func(step string, want time.Duration) {
+		t.Helper()
+		for _, k := range queueKeys {
+			got := pttl(t, rdb, k)
+			if want == 0 {
+				if n, _ := rdb.Exists(t.Context(), k).Result(); n != 0 {
+					t.Errorf("%s: %s exists (ttl %v), want it gone", step, k, got)
+				}
+				continue
+			}
+			if got > want || got < want-2*time.Second {
+				t.Errorf("%s: %s ttl %v, want about %v", step, k, got, want)
+			}
+		}
+	}
+	enqueue := func(tok string, qttl time.Duration) {
+		t.Helper()
+		res := acquire(t, b, driver.AcquireRequest{Key: key, Token: tok, Owner: "w", TTL: time.Minute, Fair: true, Wait: true, QueueTTL: qttl, Handoff: true})
+		if res.Acquired || res.Position == 0 {
+			t.Fatalf("enqueue: %+v, want queued", res)
+		}
+	}
+	withdraw := func(tok string) {
+		t.Helper()
+		if err := b.Withdraw(t.Context(), key, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, long, mid := newToken(t), newToken(t), newToken(t)
+	enqueue(a, 10*time.Second)
+	wantTTL("one entry of 10s", 10*time.Second)
+	enqueue(long, 40*time.Second)
+	enqueue(mid, 25*time.Second)
+	wantTTL("entries of 10s, 40s, 25s", 40*time.Second)
+	withdraw(a) // the head, not the latest
+	wantTTL("the head left", 40*time.Second)
+	withdraw(long) // the latest
+	wantTTL("the latest left", 25*time.Second)
+	enqueue(mid, 5*time.Second) // a refresh that shortens the latest entry
+	wantTTL("the latest refreshed shorter", 5*time.Second)
+	// The release hands the lock to the last entry: the queue is gone.
+	if res := release(t, b, key, holder); !res.Held {
+		t.Fatalf("release: %+v", res)
+	}
+	if h, _ := rdb.HGet(t.Context(), base, mid).Result(); h != "1" {
+		t.Fatalf("after the release the head holds %q, want a handoff grant", h)
+	}
+	wantTTL("handed to the last entry", 0)
+	mustAcquire(t, b, driver.AcquireRequest{Key: key, Token: mid, Owner: "w", TTL: time.Minute, Fair: true, Wait: true, QueueTTL: time.Second, Handoff: true})
+	release(t, b, key, mid)
+}

@@ -97,7 +97,11 @@ if seen(recent, rid) then
   -- again since: a grant to the same owner ID or reentrant handle).
   return 0 -- as the first run answered
 end
-if holds == '1' and not h[3] and redis.call('EXISTS', W, Q) == 0 then
+local waiting -- EXISTS of the intent and the queue, once read
+if holds == '1' and not h[3] then
+  waiting = redis.call('EXISTS', W, Q)
+end
+if waiting == 0 then
   redis.call('DEL', L)
   done(recent, h[2])
   if ARGV[3] ~= '' then
@@ -112,7 +116,7 @@ local notify = false -- announce the release
 local anyone = false -- announce it to every waiter, not only the queue's head
 
 if holds then
-  local _, expired = leaseState(L)
+  local _, expired = leaseState(L, h[3])
   if expired then
     -- The lease expired and the lock sits in its lock-delay: the late
     -- holder is done with it, so the delay has no more reason to run.
@@ -124,7 +128,7 @@ if holds then
       redis.call('HSET', L, token, holds, 'rrid', push(redis.call('HGET', L, 'rrid'), rid))
     else
       redis.call('DEL', L)
-      done(redis.call('GET', R), h[2])
+      done(recent, h[2])
       notify = true
     end
     result = holds
@@ -135,14 +139,14 @@ else
     redis.call('ZREM', S, token)
     redis.call('HDEL', SI, token)
     fit(S, SI)
-    done(redis.call('GET', R))
+    done(recent)
     if tonumber(exp) > now() then
       result, notify, anyone = 0, true, true
     end
   end
 end
 
-local waiters = redis.call('EXISTS', W, Q) > 0
+local waiters = (waiting or redis.call('EXISTS', W, Q)) > 0
 if waiters then
   local intent, _, headLeft = leave(L, S, W, Q, QE, QO, token)
   if intent then
