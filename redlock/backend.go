@@ -16,14 +16,12 @@ import (
 )
 
 var (
-	_ driver.Backend       = (*Backend)(nil)
-	_ driver.Notifier      = (*Backend)(nil)
-	_ driver.BatchRenewer  = (*Backend)(nil)
-	_ driver.GrantRenewer  = (*Backend)(nil)
-	_ driver.GrantReleaser = (*Backend)(nil)
-	_ driver.Inspector     = (*Backend)(nil)
-	_ driver.Drifter       = (*Backend)(nil)
-	_ driver.Capabler      = (*Backend)(nil)
+	_ driver.Backend      = (*Backend)(nil)
+	_ driver.Notifier     = (*Backend)(nil)
+	_ driver.BatchRenewer = (*Backend)(nil)
+	_ driver.Inspector    = (*Backend)(nil)
+	_ driver.Drifter      = (*Backend)(nil)
+	_ driver.Capabler     = (*Backend)(nil)
 )
 
 // Backend is a dlock store on N independent Redis nodes that grants a lock

@@ -26,21 +26,6 @@ import (
 // quorum of nodes answered at all; the nodes that did answer have released
 // by then.
 func (b *Backend) Release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
-	return b.release(ctx, key, token, 0)
-}
-
-// ReleaseGrant is Release tied to the grant of fence
-// (driver.GrantReleaser): a node drops token's exclusive hold only when it
-// carries fence, so that a release of an owner ID's earlier grant, late or
-// resent, cannot drop that owner ID's later grant (see RenewGrant for why
-// a quorum of nodes carries a live grant's fence). A node that joined the
-// grant late and whose fence could not be raised keeps its hold until it
-// expires: one node short of a quorum holds nobody up.
-func (b *Backend) ReleaseGrant(ctx context.Context, key, token string, fence uint64) (driver.ReleaseResult, error) {
-	return b.release(ctx, key, token, fence)
-}
-
-func (b *Backend) release(ctx context.Context, key, token string, fence uint64) (driver.ReleaseResult, error) {
 	start := time.Now()
 	timeout := b.slowTimeout()
 	ch := make(chan answer[driver.ReleaseResult], len(b.nodes))
@@ -49,7 +34,7 @@ func (b *Backend) release(ctx context.Context, key, token string, fence uint64) 
 		b.goBackground(func() {
 			// Not cut short by ctx: a release the caller stopped waiting
 			// for still goes out, bounded by timeout.
-			res, err := b.releaseNode(context.WithoutCancel(ctx), n, key, token, fence, ahead, done, timeout)
+			res, err := b.releaseNode(context.WithoutCancel(ctx), n, key, token, ahead, done, timeout)
 			ch <- answer[driver.ReleaseResult]{node: n, val: res, err: err}
 		})
 	}
@@ -79,14 +64,11 @@ func (b *Backend) release(ctx context.Context, key, token string, fence uint64) 
 // with the caller's (see Release). When the call ahead has not returned
 // within timeout, the release is sent in the background once it has, and
 // the answer is an error.
-func (b *Backend) releaseNode(ctx context.Context, n *node, key, token string, fence uint64, ahead <-chan struct{}, done func(), timeout time.Duration) (driver.ReleaseResult, error) {
+func (b *Backend) releaseNode(ctx context.Context, n *node, key, token string, ahead <-chan struct{}, done func(), timeout time.Duration) (driver.ReleaseResult, error) {
 	release := func() (driver.ReleaseResult, error) {
 		defer done()
 		rctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		if fence != 0 {
-			return n.b.ReleaseGrant(rctx, key, token, fence)
-		}
 		return n.b.Release(rctx, key, token)
 	}
 	if ahead != nil {

@@ -15,28 +15,8 @@ import (
 // lease for token make a quorum impossible; otherwise a *QuorumError (Op
 // "renew") listing the nodes that failed, or ctx's error wrapped.
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
-	return b.renew(ctx, key, token, 0, ttl)
-}
-
-// RenewGrant is Renew tied to the grant of fence (driver.GrantRenewer): a
-// node renews only when token's exclusive hold there carries fence. Every
-// grant leaves its fence on a quorum of nodes before Acquire reports it
-// (the nodes that drew a lower one are raised to it; see Acquire), and a
-// later grant of the same token draws a higher one on at least one node of
-// every quorum, so a quorum of nodes carries fence exactly while this
-// grant lives there. A node that joined the grant late and was not raised
-// yet answers that it holds nothing, which costs the grant that node's vote,
-// never another grant its lease.
-func (b *Backend) RenewGrant(ctx context.Context, key, token string, fence uint64, ttl time.Duration) (bool, error) {
-	return b.renew(ctx, key, token, fence, ttl)
-}
-
-func (b *Backend) renew(ctx context.Context, key, token string, fence uint64, ttl time.Duration) (bool, error) {
 	timeout := b.callTimeout(ttl)
 	ch := fanOut(b, ctx, timeout, func(ctx context.Context, n *node) (bool, error) {
-		if fence != 0 {
-			return n.b.RenewGrant(ctx, key, token, fence, ttl)
-		}
 		return n.b.Renew(ctx, key, token, ttl)
 	})
 	g := newGather(b, ch, timeout)
@@ -86,11 +66,15 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 	for _, r := range reqs[1:] {
 		shortest = min(shortest, r.TTL)
 	}
-	// Each request's Fence goes to every node: a grant carries its fence on
-	// a quorum of them (see RenewGrant).
+	// A grant's fence differs between nodes (each node draws its own), so
+	// renewals are not tied to one: no Fence reaches a node.
+	untied := append([]driver.RenewRequest(nil), reqs...)
+	for i := range untied {
+		untied[i].Fence = 0
+	}
 	timeout := b.callTimeout(shortest)
 	ch := fanOut(b, ctx, timeout, func(ctx context.Context, n *node) ([]driver.RenewResult, error) {
-		return n.b.RenewBatch(ctx, reqs), nil
+		return n.b.RenewBatch(ctx, untied), nil
 	})
 	g := newGather(b, ch, timeout)
 	defer g.stop()
