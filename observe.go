@@ -134,6 +134,12 @@ type Event struct {
 	// and Fence it names one grant among the Clients that share an
 	// observer. Not a metric label: it varies per process.
 	Client string
+	// Store names the kind of store the Client's backend uses, as the
+	// backend says (driver.StoreNamer): "memory", "sqlite", "mysql",
+	// "postgres", "redis", "redlock" or "etcd" for the backends of this
+	// module; "" when the backend does not say. A metric label: one value
+	// per Client.
+	Store string
 	// Name is the lock's name, without the key prefix; "" for a renewal
 	// batch of several locks, and for store calls of such a batch.
 	Name string
@@ -169,35 +175,55 @@ type Event struct {
 
 // observer is the Client's observer, or nil; a method on a nil observer
 // does nothing, so that callers need not check.
+//
+// Its clock is the monotonic one, read as the time since base
+// (time.Since reads only that clock; time.Now reads the wall clock too,
+// twice the cost), and it reuses the reads the core makes anyway (an
+// acquire's send and answer times): an observer that counts should cost
+// the uncontended Lock and Unlock as little as possible
+// (BenchmarkObserverCost).
 type observer struct {
 	o      Observer
 	co     ContextObserver // o, when it is one; else nil
 	prefix string          // the Client's key prefix, which names leave out
 	client string          // the Client's identity (Event.Client)
+	store  string          // the backend's store (Event.Store)
+	base   time.Time       // the origin of now and at
 }
 
-func newObserver(o Observer, prefix, client string) *observer {
+func newObserver(o Observer, prefix, client, store string) *observer {
 	if o == nil {
 		return nil
 	}
 	co, _ := o.(ContextObserver)
-	return &observer{o: o, co: co, prefix: prefix, client: client}
+	return &observer{o: o, co: co, prefix: prefix, client: client, store: store, base: time.Now()}
 }
 
-// now is the time, for an observed Client; the zero time (no clock read)
-// otherwise.
-func (ob *observer) now() time.Time {
+// now is the observer's clock: the time since its base, one read of the
+// monotonic clock; 0 (no clock read) on a Client without an observer.
+func (ob *observer) now() time.Duration {
 	if ob == nil {
-		return time.Time{}
+		return 0
 	}
-	return time.Now()
+	return time.Since(ob.base)
 }
 
-// storeCall reports a store call of op on key that began at start.
-func (ob *observer) storeCall(op, key string, start time.Time, err error) {
+// at converts a time read by the core (with its monotonic reading) to the
+// observer's clock, with no clock read.
+func (ob *observer) at(t time.Time) time.Duration {
+	return t.Sub(ob.base)
+}
+
+// storeCall reports a store call of op on key that began at start (now).
+func (ob *observer) storeCall(op, key string, start time.Duration, err error) {
 	if ob != nil {
-		ob.o.Observe(Event{Kind: EventStoreCall, Client: ob.client, Name: strings.TrimPrefix(key, ob.prefix), Op: op, Latency: time.Since(start), Err: err})
+		ob.o.Observe(Event{Kind: EventStoreCall, Client: ob.client, Store: ob.store, Name: strings.TrimPrefix(key, ob.prefix), Op: op, Latency: ob.now() - start, Err: err})
 	}
+}
+
+// acquired reports an acquire of the lock name that took took.
+func (ob *observer) acquired(name string, took time.Duration, err error) {
+	ob.o.Observe(Event{Kind: EventStoreCall, Client: ob.client, Store: ob.store, Name: name, Op: "acquire", Latency: took, Err: err})
 }
 
 // typeOf names the lock type of a handle made by kind with mode.
@@ -215,27 +241,51 @@ func typeOf(kind string, shared bool) string {
 
 // started reports a Lock (or TryLock, try) of h called with ctx, and
 // returns when it started and, for a ContextObserver, the context it
-// returned (for lockEnded).
-func (ob *observer) started(ctx context.Context, h *handle, try bool) (time.Time, context.Context) {
-	e := Event{Kind: EventLockStarted, Client: ob.client, Name: h.name, Type: h.typ, TryLock: try}
+// returned (for lockEnded). It reads no clock (start is 0) where the
+// call's first request is sent without a wait before it: startOf takes
+// the send time, which the core reads anyway, for the call's start. A
+// handle with a gate (reentrant, no owner ID) may wait at it first.
+func (ob *observer) started(ctx context.Context, h *handle, try bool) (start time.Duration, _ context.Context) {
+	e := Event{Kind: EventLockStarted, Client: ob.client, Store: ob.store, Name: h.name, Type: h.typ, TryLock: try}
 	if ob.co != nil {
 		ctx = ob.co.ObserveContext(ctx, e)
 	} else {
 		ob.o.Observe(e)
 		ctx = nil
 	}
-	return time.Now(), ctx
+	if h.gated {
+		start = ob.now()
+	}
+	return start, ctx
+}
+
+// startOf returns the start of a Lock or TryLock call: start, when started
+// read the clock, else the send time of its first request (sent), else,
+// when it sent none, now.
+func (ob *observer) startOf(start time.Duration, sent time.Time) time.Duration {
+	switch {
+	case start != 0:
+		return start
+	case !sent.IsZero():
+		return ob.at(sent)
+	}
+	return ob.now()
 }
 
 // lockEnded reports how a Lock or TryLock of h that started at start
 // ended: with lease l, or err, after attempts requests. octx is what
 // started returned.
-func (ob *observer) lockEnded(octx context.Context, h *handle, try bool, start time.Time, l *Lease, attempts int, handoff bool, err error) {
-	now := time.Now()
-	e := Event{Client: ob.client, Name: h.name, Type: h.typ, TryLock: try, Wait: now.Sub(start), Attempts: attempts, Handoff: handoff, Err: err}
+func (ob *observer) lockEnded(octx context.Context, h *handle, try bool, start time.Duration, l *Lease, attempts int, handoff bool, err error) {
+	var end time.Duration
+	if l != nil && l.at != 0 {
+		end = l.at // the grant's answer, which try timed
+	} else {
+		end = ob.now()
+	}
+	e := Event{Client: ob.client, Store: ob.store, Name: h.name, Type: h.typ, TryLock: try, Wait: end - start, Attempts: attempts, Handoff: handoff, Err: err}
 	switch {
 	case l != nil:
-		l.at = now
+		l.at = end
 		e.Kind, e.Fence = EventLockGranted, l.Fence()
 	case errors.Is(err, ErrNotObtained):
 		e.Kind = EventLockNotObtained
@@ -285,11 +335,11 @@ func (g *doGrant) from(ctx context.Context) context.Context {
 }
 
 // unlocked reports the Unlock of l that began at start and returned err.
-func (ob *observer) unlocked(l *Lease, start time.Time, err error) {
-	now := time.Now()
-	e := Event{Kind: EventUnlocked, Client: ob.client, Name: l.g.name, Type: l.g.typ, Fence: l.g.fence, Latency: now.Sub(start), Err: err}
-	if !l.at.IsZero() {
-		e.Held = now.Sub(l.at)
+func (ob *observer) unlocked(l *Lease, start time.Duration, err error) {
+	now := ob.now()
+	e := Event{Kind: EventUnlocked, Client: ob.client, Store: ob.store, Name: l.g.name, Type: l.g.typ, Fence: l.g.fence, Latency: now - start, Err: err}
+	if l.at != 0 {
+		e.Held = now - l.at
 	}
 	if ob.co != nil {
 		ob.co.ObserveContext(l.Context(), e)
@@ -301,7 +351,7 @@ func (ob *observer) unlocked(l *Lease, start time.Time, err error) {
 // lost reports the loss of g's leases.
 func (ob *observer) lost(g *grant, lost *LostError) {
 	if ob != nil && lost != nil {
-		ob.o.Observe(Event{Kind: EventLost, Client: ob.client, Name: g.name, Type: g.typ, Fence: g.fence, Reason: lost.Reason, Err: lost})
+		ob.o.Observe(Event{Kind: EventLost, Client: ob.client, Store: ob.store, Name: g.name, Type: g.typ, Fence: g.fence, Reason: lost.Reason, Err: lost})
 	}
 }
 
@@ -309,7 +359,7 @@ func (ob *observer) lost(g *grant, lost *LostError) {
 // which failed failed or were gone.
 func (ob *observer) renewed(n, failed int, sent time.Time) {
 	if ob != nil {
-		ob.o.Observe(Event{Kind: EventRenewed, Client: ob.client, Count: n, Failed: failed, Latency: time.Since(sent)})
+		ob.o.Observe(Event{Kind: EventRenewed, Client: ob.client, Store: ob.store, Count: n, Failed: failed, Latency: time.Since(sent)})
 	}
 }
 

@@ -92,6 +92,10 @@ func TestObserverEvents(t *testing.T) {
 		if e.Client == "" || e.Client != g.Client {
 			t.Errorf("event %+v: Client %q, want %q", e, e.Client, g.Client)
 		}
+		// Store names the backend's kind of store (driver.StoreNamer).
+		if e.Store != "memory" {
+			t.Errorf("event %+v: Store %q, want memory", e, e.Store)
+		}
 	}
 	if g2.Client == g.Client || g2.Fence != g.Fence {
 		t.Errorf("two Clients' grants of one name and fence: Client %q and %q", g.Client, g2.Client)
@@ -107,8 +111,17 @@ func TestObserverEvents(t *testing.T) {
 	if r := of(es, dlock.EventRenewed); len(r) == 0 || r[0].Count != 1 || r[0].Failed != 0 || r[0].Latency <= 0 {
 		t.Errorf("renewals = %+v", r)
 	}
-	if u := one(t, es, dlock.EventUnlocked); u.Held < 250*time.Millisecond || u.Err != nil || u.Fence != l.Fence() {
+	u := one(t, es, dlock.EventUnlocked)
+	if u.Held < 250*time.Millisecond || u.Err != nil || u.Fence != l.Fence() {
 		t.Errorf("unlocked = %+v", u)
+	}
+	// The release is timed inside Unlock, which may share its first clock
+	// read: never longer than Unlock.
+	if rel := of(es, dlock.EventStoreCall); len(rel) != 1 || rel[0].Op != "release" || rel[0].Latency <= 0 || rel[0].Latency > u.Latency {
+		t.Errorf("release store calls = %+v, Unlock took %v", rel, u.Latency)
+	}
+	if g.Wait > u.Held || g.Wait > time.Second {
+		t.Errorf("wait %v (hold %v)", g.Wait, u.Held)
 	}
 
 	// TryLock of a held lock; a Lock that waits for it.

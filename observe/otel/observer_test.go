@@ -98,7 +98,7 @@ func TestTraces(t *testing.T) {
 		t.Errorf("Hold span links %+v, want the Lock span", hold.Links)
 	}
 	wantAttrs(t, lock, map[attribute.Key]any{
-		dlockotel.KeyName: "orders:1", dlockotel.KeyType: "mutex", dlockotel.KeyOutcome: "granted",
+		dlockotel.KeyName: "orders:1", dlockotel.KeyType: "mutex", dlockotel.KeyStore: "memory", dlockotel.KeyOutcome: "granted",
 		dlockotel.KeyAttempts: int64(1), dlockotel.KeyFence: int64(l.Fence()), dlockotel.KeyHandoff: false,
 	})
 	if wait, _ := attr(lock, dlockotel.KeyWait).(float64); wait <= 0 || wait > lock.EndTime.Sub(lock.StartTime).Seconds() {
@@ -210,26 +210,26 @@ func TestTraces(t *testing.T) {
 
 func TestMetricsMemlock(t *testing.T) {
 	store := memlock.New()
-	exerciseMetrics(t, store, store)
+	exerciseMetrics(t, store, store, "memory")
 }
 
 func TestMetricsRedis(t *testing.T) {
 	store := redislock.New(startRedis(t))
-	exerciseMetrics(t, store, store)
+	exerciseMetrics(t, store, store, "redis")
 }
 
 // exerciseMetrics drives an observed Client through a grant, a wait, a
 // refused TryLock, renewals, Unlocks and a loss, and reads the metrics
 // after each.
-func exerciseMetrics(t *testing.T, backend driver.Backend, force forceReleaser) {
+func exerciseMetrics(t *testing.T, backend driver.Backend, force forceReleaser, store string) {
 	ctx := t.Context()
 	obs, _, reader, _ := setup(t)
 	c := dlock.New(backend, dlock.WithObserver(obs), dlock.WithTTL(600*time.Millisecond))
 	defer c.Close()
 	other := dlock.New(backend)
 	defer other.Close()
-	mutexOrders := attrs{"dlock.lock.type": "mutex", "dlock.lock": "orders"}
-	lockGranted := attrs{"dlock.lock.type": "mutex", "dlock.lock": "orders", "dlock.lock.call": "lock"}
+	mutexOrders := attrs{"dlock.store": store, "dlock.lock.type": "mutex", "dlock.lock": "orders"}
+	lockGranted := attrs{"dlock.store": store, "dlock.lock.type": "mutex", "dlock.lock": "orders", "dlock.lock.call": "lock"}
 
 	l, err := c.Mutex("orders:1").Lock(ctx)
 	if err != nil {
@@ -243,13 +243,13 @@ func exerciseMetrics(t *testing.T, backend driver.Backend, force forceReleaser) 
 	want(t, reader, "dlock.leases", mutexOrders, 0)
 	want(t, reader, "dlock.lock.grants", lockGranted, 1)
 	want(t, reader, "dlock.lock.hold", mutexOrders, 1)
-	want(t, reader, "dlock.lock.wait", attrs{"dlock.lock.type": "mutex", "dlock.lock": "orders", "dlock.lock.call": "lock", "dlock.outcome": "granted"}, 1)
-	want(t, reader, "dlock.store.call.duration", attrs{"dlock.store.op": "acquire", "dlock.outcome": "ok"}, 1)
-	want(t, reader, "dlock.store.call.duration", attrs{"dlock.store.op": "release", "dlock.outcome": "ok"}, 1)
-	if n := value(t, reader, "dlock.lease.renewals", attrs{}); n < 1 {
+	want(t, reader, "dlock.lock.wait", attrs{"dlock.store": store, "dlock.lock.type": "mutex", "dlock.lock": "orders", "dlock.lock.call": "lock", "dlock.outcome": "granted"}, 1)
+	want(t, reader, "dlock.store.call.duration", attrs{"dlock.store": store, "dlock.store.op": "acquire", "dlock.outcome": "ok"}, 1)
+	want(t, reader, "dlock.store.call.duration", attrs{"dlock.store": store, "dlock.store.op": "release", "dlock.outcome": "ok"}, 1)
+	if n := value(t, reader, "dlock.lease.renewals", attrs{"dlock.store": store}); n < 1 {
 		t.Errorf("renewals = %d, want at least 1", n)
 	}
-	if n := value(t, reader, "dlock.renewal.duration", attrs{}); n < 1 {
+	if n := value(t, reader, "dlock.renewal.duration", attrs{"dlock.store": store}); n < 1 {
 		t.Errorf("renewal round trips = %d, want at least 1", n)
 	}
 
@@ -261,7 +261,7 @@ func exerciseMetrics(t *testing.T, backend driver.Backend, force forceReleaser) 
 	if _, err := c.Mutex("orders:2").TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("TryLock = %v", err)
 	}
-	want(t, reader, "dlock.lock.not_obtained", attrs{"dlock.lock.type": "mutex", "dlock.lock": "orders", "dlock.lock.call": "trylock"}, 1)
+	want(t, reader, "dlock.lock.not_obtained", attrs{"dlock.store": store, "dlock.lock.type": "mutex", "dlock.lock": "orders", "dlock.lock.call": "trylock"}, 1)
 	done := make(chan error, 1)
 	var waited *dlock.Lease
 	go func() {
@@ -290,8 +290,8 @@ func exerciseMetrics(t *testing.T, backend driver.Backend, force forceReleaser) 
 	if err := waited.Refresh(ctx); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Fatalf("Refresh = %v", err)
 	}
-	want(t, reader, "dlock.lease.losses", attrs{"dlock.lock.type": "mutex", "dlock.lock": "orders", "dlock.lost.reason": "missing"}, 1)
-	want(t, reader, "dlock.lease.renewal_failures", attrs{}, 1)
+	want(t, reader, "dlock.lease.losses", attrs{"dlock.store": store, "dlock.lock.type": "mutex", "dlock.lock": "orders", "dlock.lost.reason": "missing"}, 1)
+	want(t, reader, "dlock.lease.renewal_failures", attrs{"dlock.store": store}, 1)
 	want(t, reader, "dlock.leases", mutexOrders, 0)
 	_ = waited.Unlock(ctx)
 	want(t, reader, "dlock.leases", mutexOrders, 0)
@@ -449,10 +449,10 @@ func TestConcurrent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	hot := attrs{"dlock.lock.type": "mutex", "dlock.lock": "hot"}
-	grants := value(t, reader, "dlock.lock.grants", attrs{"dlock.lock.type": "mutex", "dlock.lock": "hot", "dlock.lock.call": "lock"}) +
-		value(t, reader, "dlock.lock.grants", attrs{"dlock.lock.type": "mutex", "dlock.lock": "hot", "dlock.lock.call": "trylock"})
-	refused := value(t, reader, "dlock.lock.not_obtained", attrs{"dlock.lock.type": "mutex", "dlock.lock": "hot", "dlock.lock.call": "trylock"})
+	hot := attrs{"dlock.store": "memory", "dlock.lock.type": "mutex", "dlock.lock": "hot"}
+	grants := value(t, reader, "dlock.lock.grants", attrs{"dlock.store": "memory", "dlock.lock.type": "mutex", "dlock.lock": "hot", "dlock.lock.call": "lock"}) +
+		value(t, reader, "dlock.lock.grants", attrs{"dlock.store": "memory", "dlock.lock.type": "mutex", "dlock.lock": "hot", "dlock.lock.call": "trylock"})
+	refused := value(t, reader, "dlock.lock.not_obtained", attrs{"dlock.store": "memory", "dlock.lock.type": "mutex", "dlock.lock": "hot", "dlock.lock.call": "trylock"})
 	if grants+refused != workers*rounds {
 		t.Errorf("%d grants + %d refused TryLocks, want %d calls", grants, refused, workers*rounds)
 	}
