@@ -109,8 +109,8 @@ type State struct {
 	// release notifications (Config.Notifier).
 	Notifications bool   `json:"notifications"`
 	Locks         []Lock `json:"locks"`
-	Totals  Totals `json:"totals"`
-	Counts  Counts `json:"counts"`
+	Totals        Totals `json:"totals"`
+	Counts        Counts `json:"counts"`
 }
 
 // Totals are store-level figures of one sample.
