@@ -13,15 +13,18 @@
     try { selected = h ? decodeURIComponent(h) : null; } catch (e) { selected = null; }
   };
   // token is the force-release secret dlock dash --allow-release printed,
-  // given in the address as #token=TOKEN; read once, kept in memory only,
-  // and taken out of the address.
+  // given in the address as #token=TOKEN (when the page loads, or later in
+  // the same tab); kept in memory only, and taken out of the address.
   let token = null;
-  if (location.hash.startsWith('#token=')) {
+  const takeToken = () => {
+    if (!location.hash.startsWith('#token=')) return false;
     try { token = decodeURIComponent(location.hash.slice(7)); } catch (e) { token = null; }
     history.replaceState(null, '', location.pathname);
-  }
+    return true;
+  };
+  takeToken();
   fromHash();
-  window.addEventListener('hashchange', () => { fromHash(); if (state) render(); });
+  window.addEventListener('hashchange', () => { if (!takeToken()) fromHash(); if (state) render(); });
   let state = null;
 
   function cell(tr, text) {

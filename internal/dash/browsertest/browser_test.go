@@ -207,14 +207,7 @@ func pixelsJS(r, g, b int) string {
 func TestDashInChromium(t *testing.T) {
 	ctx := browser(t)
 	srv := testserver.StartRedis(t)
-	backend := "redis://" + srv.Addr() + "/0"
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "DLOCK_") {
-			env = append(env, kv)
-		}
-	}
-	env = append(env, "DLOCK_BACKEND="+backend, "XDG_STATE_HOME="+t.TempDir())
+	env := dlockEnv(t, "redis://"+srv.Addr()+"/0")
 
 	d := start(t, env, "dash", "--listen", "127.0.0.1:0", "--interval", "100ms")
 	url := d.waitOut(t, &d.stderr, regexp.MustCompile(`on (http://127\.0\.0\.1:\d+/)`))[1]
