@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/memlock"
 	dlockotel "github.com/dlock-go/dlock/observe/otel"
 	"github.com/dlock-go/dlock/redislock"
@@ -214,7 +215,7 @@ func TestMetricsMemlock(t *testing.T) {
 }
 
 func TestMetricsRedis(t *testing.T) {
-	store := redislock.New(startRedis(t))
+	store := redislock.New(testserver.StartRedis(t).Client(t))
 	exerciseMetrics(t, store, store, "redis")
 }
 

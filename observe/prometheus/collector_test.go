@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/memlock"
 	dlockprom "github.com/dlock-go/dlock/observe/prometheus"
 	"github.com/dlock-go/dlock/redislock"
@@ -37,7 +38,7 @@ func TestCollectorMemlock(t *testing.T) {
 }
 
 func TestCollectorRedis(t *testing.T) {
-	rdb := startRedis(t)
+	rdb := testserver.StartRedis(t).Client(t)
 	store := redislock.New(rdb)
 	exercise(t, store, store, "redis")
 }
