@@ -14,7 +14,9 @@
 //	if err != nil { ... }
 //	c := dlock.New(backend, dlock.WithObserver(obs))
 //
-// Lock names are unbounded, so they are no metric attribute unless
+// Every metric has the attribute dlock.store, the kind of store behind the
+// Client (dlock.Event.Store). Lock names are unbounded, so they are no
+// metric attribute unless
 // WithLockName maps them to a few values; spans carry the full name.
 // docs/OBSERVABILITY.md lists the instruments and spans.
 package otel
