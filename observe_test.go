@@ -11,9 +11,12 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/memlock"
 	"github.com/dlock-go/dlock/redislock"
+	"github.com/dlock-go/dlock/redlock"
+	"github.com/dlock-go/dlock/sqllock"
 )
 
 // recorder keeps every event it is given.
@@ -186,6 +189,27 @@ func TestObserverEvents(t *testing.T) {
 	// The option belongs to the Client.
 	if _, err := c.Mutex("x", dlock.WithObserver(rec)).TryLock(ctx); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("WithObserver on a lock = %v, want ErrInvalid", err)
+	}
+}
+
+// TestStoreNames checks the store each backend names for Event.Store
+// (driver.StoreNamer): the values the adapters' metrics use as a label.
+func TestStoreNames(t *testing.T) {
+	for _, tc := range []struct {
+		b    driver.StoreNamer
+		want string
+	}{
+		{memlock.New(), "memory"},
+		{(*redislock.Backend)(nil), "redis"},
+		{(*redlock.Backend)(nil), "redlock"},
+		{(*etcdlock.Backend)(nil), "etcd"},
+		{sqllock.New(nil, sqllock.MySQL), "mysql"},
+		{sqllock.NewPostgres(nil), "postgres"},
+		{sqllock.NewSQLite(nil), "sqlite"},
+	} {
+		if got := tc.b.StoreName(); got != tc.want {
+			t.Errorf("%T: StoreName %q, want %q", tc.b, got, tc.want)
+		}
 	}
 }
 
