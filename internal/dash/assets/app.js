@@ -73,7 +73,8 @@
       status.textContent = 'store error: ' + state.error + ' (showing the last good sample)';
       status.className = 'error';
     } else {
-      status.textContent = state.sampled_at ? 'sampled ' + state.sampled_at.slice(11, 23) + ' UTC every ' + state.interval_ms + 'ms' : 'first sample...';
+      status.textContent = state.sampled_at ? 'sampled ' + state.sampled_at.slice(11, 23) + ' UTC every ' + state.interval_ms + 'ms' +
+        (state.notifications ? ' and at each release the store announces' : '') : 'first sample...';
       status.className = '';
     }
     const t = state.totals, c = state.counts;

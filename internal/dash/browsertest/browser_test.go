@@ -215,6 +215,9 @@ func TestDashInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll(t, ctx, "its first sample", 5*time.Second, `document.getElementById('status').textContent.startsWith('sampled')`)
+	// Redis announces releases: dash listens (it subscribes to the locks
+	// it sees held).
+	poll(t, ctx, "notifications on", 5*time.Second, `document.getElementById('status').textContent.endsWith('at each release the store announces')`)
 
 	const meta = `<script>window.pwned=1</script><img src=x onerror="window.pwned=2">`
 	holder := start(t, env, "run", "--fair", "--metadata", meta, "shop:orders")
