@@ -344,10 +344,8 @@ func (h *handle) try(ctx context.Context, token string, wait, fair, claim bool) 
 	}
 	l := h.grantLease(joined, token, req.Owner, res, sent)
 	if h.c.obs != nil {
-		if took < 0 {
-			took = time.Since(sent)
-		}
-		// The answer's arrival stands for the grant's time (Event.Held,
+		// The answer's arrival (took was measured after the Acquire, as
+		// the observer is set) stands for the grant's time (Event.Held,
 		// Event.Wait): a clock read the observer need not make again.
 		l.at = h.c.obs.at(sent.Add(took))
 	}

@@ -192,6 +192,63 @@ func TestObserverEvents(t *testing.T) {
 	}
 }
 
+// TestObserverReentrant: a reentrant handle (which may wait at its gate
+// before it sends, so its calls read their own start, as its Unlocks do
+// for their releases) reports a Wait and a Held for each of its leases.
+func TestObserverReentrant(t *testing.T) {
+	rec := &recorder{}
+	c := dlock.New(memlock.New(), dlock.WithObserver(rec))
+	defer c.Close()
+	ctx := t.Context()
+	m := c.Mutex("r", dlock.Reentrant())
+	a, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	if err := b.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	es := rec.take()
+	granted, unlocked := of(es, dlock.EventLockGranted), of(es, dlock.EventUnlocked)
+	if len(granted) != 2 || len(unlocked) != 2 {
+		t.Fatalf("events %+v: want two grants and two unlocks", es)
+	}
+	for _, g := range granted {
+		if g.Wait <= 0 || g.Fence != a.Fence() {
+			t.Errorf("granted %+v", g)
+		}
+	}
+	for _, u := range unlocked {
+		if u.Held < 10*time.Millisecond || u.Latency <= 0 || u.Err != nil {
+			t.Errorf("unlocked %+v", u)
+		}
+	}
+	// Each Unlock releases its hold on the store (which counts them): a
+	// release, timed within its Unlock.
+	var rels []dlock.Event
+	for _, e := range of(es, dlock.EventStoreCall) {
+		if e.Op == "release" {
+			rels = append(rels, e)
+		}
+	}
+	if len(rels) != 2 {
+		t.Fatalf("releases %+v, want one per Unlock", rels)
+	}
+	for i, r := range rels {
+		if r.Latency <= 0 || r.Latency > unlocked[i].Latency {
+			t.Errorf("release %+v, its Unlock took %v", r, unlocked[i].Latency)
+		}
+	}
+}
+
 // TestStoreNames checks the store each backend names for Event.Store
 // (driver.StoreNamer): the values the adapters' metrics use as a label.
 func TestStoreNames(t *testing.T) {
