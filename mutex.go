@@ -70,14 +70,30 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 // while fn ran and with the Unlock error when unlocking failed. The lock
 // options are as for Mutex; Lock's errors are returned as they are, without
 // running fn.
+//
+// An observer (WithObserver) is told of the call with EventDoStarted and
+// EventDoEnded, around the events of its Lock and Unlock.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
 	if fn == nil {
 		return invalid("fn: nil")
 	}
+	if c.obs == nil {
+		_, err := c.do(ctx, name, fn, opts...)
+		return err
+	}
+	dctx, start := c.obs.doStarted(ctx, name)
+	fence, err := c.do(dctx, name, fn, opts...)
+	c.obs.doEnded(dctx, name, start, fence, err)
+	return err
+}
+
+// do is Do, unobserved but through ctx; it returns the grant's fence (0
+// when Lock failed).
+func (c *Client) do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) (uint64, error) {
 	lctx, granted := c.obs.forDo(ctx)
 	lease, err := c.Mutex(name, opts...).Lock(lctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	fnCtx, cancel := context.WithCancelCause(context.WithValue(granted.from(ctx), leaseKey{}, lease))
 	stop := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
@@ -90,7 +106,7 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	defer ucancel()
 	uerr := lease.Unlock(uctx)
 	if lost := lease.Err(); errors.Is(lost, ErrLost) {
-		return errors.Join(fnErr, lost)
+		return lease.Fence(), errors.Join(fnErr, lost)
 	}
-	return errors.Join(fnErr, uerr)
+	return lease.Fence(), errors.Join(fnErr, uerr)
 }

@@ -31,14 +31,19 @@ type Observer interface {
 //   - the call's end (EventLockGranted, EventLockNotObtained or
 //     EventLockFailed), with the context ObserveContext returned for its
 //     start;
-//   - EventUnlocked, with the lease's Context.
+//   - EventUnlocked, with the lease's Context;
+//   - EventDoStarted, with the ctx given to Client.Do, and EventDoEnded,
+//     with the context ObserveContext returned for it, which is also the
+//     ctx of Do's Lock.
 //
 // For EventLockGranted, the context ObserveContext returns gives its values
 // (not its cancellation or deadline) to the lease's Context: a span put in
 // it is the parent of what runs under lease.Context(). Client.Do makes
 // fn's context from it too (with its cancellation, which should be the
-// given ctx's: return a context made from the one given). What it returns
-// for the other events is not used. Every other event (EventLost, renewals,
+// given ctx's: return a context made from the one given). For
+// EventDoStarted it must be made from the one given too: Do's Lock, fn and
+// Unlock run under it. What it returns for the other events is not used.
+// Every other event (EventLost, renewals,
 // store calls) goes to Observe. The rules of Observe hold for
 // ObserveContext too: quick, non-blocking, no calls into the Client.
 type ContextObserver interface {
@@ -92,6 +97,16 @@ const (
 	// EventStoreCall: one call to the store, Op "acquire", "release" or
 	// "withdraw", with its Latency and error (renewals are EventRenewed).
 	EventStoreCall
+	// EventDoStarted: Client.Do was called (Name, Type TypeMutex). A
+	// ContextObserver gets it with Do's ctx, and what it returns is the
+	// ctx of Do's Lock (and its other events): a span there is their
+	// parent.
+	EventDoStarted
+	// EventDoEnded: Client.Do returned, Err (fn's error, or Lock's, or the
+	// loss or Unlock error joined to it), after Latency; Fence is the
+	// grant's (0 when Lock failed). A ContextObserver gets it with the
+	// context it returned for EventDoStarted.
+	EventDoEnded
 )
 
 // String returns the kind's name, as in "lock granted".
@@ -113,6 +128,10 @@ func (k EventKind) String() string {
 		return "renewed"
 	case EventStoreCall:
 		return "store call"
+	case EventDoStarted:
+		return "do started"
+	case EventDoEnded:
+		return "do ended"
 	}
 	return "EventKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -151,7 +170,8 @@ type Event struct {
 	// TryLock: the call was TryLock (EventLockStarted, EventLockGranted,
 	// EventLockNotObtained, EventLockFailed).
 	TryLock bool
-	// Fence is the grant's (EventLockGranted, EventUnlocked, EventLost).
+	// Fence is the grant's (EventLockGranted, EventUnlocked, EventLost,
+	// EventDoEnded).
 	Fence uint64
 	// Wait is how long Lock or TryLock took: from when it sent its first
 	// request (from the call, for a handle that may wait before sending:
@@ -171,7 +191,7 @@ type Event struct {
 	// whose renewal failed or found them gone (EventRenewed).
 	Count, Failed int
 	// Latency is a store call's round trip (EventRenewed, EventStoreCall),
-	// or how long Unlock took (EventUnlocked).
+	// or how long Unlock took (EventUnlocked), or Do (EventDoEnded).
 	Latency time.Duration
 	// Op is the store call (EventStoreCall).
 	Op string
@@ -311,6 +331,31 @@ func (ob *observer) lockEnded(octx context.Context, h *handle, try bool, start t
 			g.ctx = lctx
 		}
 	}
+}
+
+// doStarted reports a Client.Do of name called with ctx, and returns the
+// context for the rest of the call (a ContextObserver's) and its start.
+func (ob *observer) doStarted(ctx context.Context, name string) (context.Context, time.Duration) {
+	e := Event{Kind: EventDoStarted, Client: ob.client, Store: ob.store, Name: name, Type: TypeMutex}
+	if ob.co != nil {
+		if octx := ob.co.ObserveContext(ctx, e); octx != nil {
+			ctx = octx
+		}
+	} else {
+		ob.o.Observe(e)
+	}
+	return ctx, ob.now()
+}
+
+// doEnded reports the end of a Client.Do of name that began at start,
+// with the grant's fence and Do's error; ctx is what doStarted returned.
+func (ob *observer) doEnded(ctx context.Context, name string, start time.Duration, fence uint64, err error) {
+	e := Event{Kind: EventDoEnded, Client: ob.client, Store: ob.store, Name: name, Type: TypeMutex, Fence: fence, Latency: ob.now() - start, Err: err}
+	if ob.co != nil {
+		ob.co.ObserveContext(ctx, e)
+		return
+	}
+	ob.o.Observe(e)
 }
 
 // doGrantKey is the context key under which Client.Do asks lockEnded for

@@ -249,6 +249,53 @@ func TestObserverReentrant(t *testing.T) {
 	}
 }
 
+// TestObserverDo: Client.Do is reported around the events of its Lock and
+// Unlock, with its fence, duration and error.
+func TestObserverDo(t *testing.T) {
+	rec := &recorder{}
+	c := dlock.New(memlock.New(), dlock.WithObserver(rec))
+	defer c.Close()
+	ctx := t.Context()
+	var fence uint64
+	if err := c.Do(ctx, "report", func(ctx context.Context) error {
+		l, _ := dlock.LeaseFromContext(ctx)
+		fence = l.Fence()
+		time.Sleep(5 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	es := rec.take()
+	if len(es) < 2 || es[0].Kind != dlock.EventDoStarted || es[len(es)-1].Kind != dlock.EventDoEnded {
+		t.Fatalf("events %v: want Do's first and last", kinds(es))
+	}
+	if s := es[0]; s.Name != "report" || s.Type != dlock.TypeMutex || s.Store != "memory" {
+		t.Errorf("do started = %+v", s)
+	}
+	if e := es[len(es)-1]; e.Name != "report" || e.Fence != fence || e.Latency < 5*time.Millisecond || e.Err != nil {
+		t.Errorf("do ended = %+v, fence %d", e, fence)
+	}
+	one(t, es, dlock.EventLockGranted)
+	one(t, es, dlock.EventUnlocked)
+
+	failed := errors.New("the report failed")
+	if err := c.Do(ctx, "report", func(context.Context) error { return failed }); !errors.Is(err, failed) {
+		t.Fatalf("Do = %v", err)
+	}
+	if e := one(t, rec.take(), dlock.EventDoEnded); !errors.Is(e.Err, failed) || e.Fence == 0 {
+		t.Errorf("do ended = %+v", e)
+	}
+}
+
+// kinds lists the events' kinds.
+func kinds(es []dlock.Event) []string {
+	var ks []string
+	for _, e := range es {
+		ks = append(ks, e.Kind.String())
+	}
+	return ks
+}
+
 // TestStoreNames checks the store each backend names for Event.Store
 // (driver.StoreNamer): the values the adapters' metrics use as a label.
 func TestStoreNames(t *testing.T) {
@@ -549,7 +596,11 @@ func TestContextObserver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := rec.takeCtx(); len(got) < 2 || got[0].kind != dlock.EventLockStarted || got[0].from != "caller" {
+	// Do's own events come first and last: its Lock runs in the context
+	// returned for EventDoStarted, and EventDoEnded gets that context.
+	if got := rec.takeCtx(); len(got) < 4 || got[0].kind != dlock.EventDoStarted || got[0].from != "caller" ||
+		got[1].kind != dlock.EventLockStarted || got[1].from != "do started" ||
+		got[len(got)-1].kind != dlock.EventDoEnded || got[len(got)-1].from != "do started" {
 		t.Errorf("Do's events: %+v", got)
 	}
 

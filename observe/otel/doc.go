@@ -1,6 +1,6 @@
 // Package otel reports what a dlock Client does through OpenTelemetry:
 // metrics (the same as the Prometheus adapter's) through the metric API,
-// and a span per Lock, TryLock and Unlock, with the time the lease was held
+// and a span per Lock, TryLock, Unlock and Client.Do, with the time the lease was held
 // as a span of its own that the lease's Context carries, so that work run
 // under lease.Context() nests under it.
 //

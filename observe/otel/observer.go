@@ -198,6 +198,19 @@ func (o *Observer) ObserveContext(ctx context.Context, e dlock.Event) context.Co
 	case dlock.EventUnlocked:
 		o.unlocked(ctx, e)
 		return ctx
+	case dlock.EventDoStarted:
+		// The span of the whole Do: its Lock, Hold and Unlock nest in it.
+		sctx, _ := o.tracer.Start(ctx, "dlock.Do", trace.WithSpanKind(trace.SpanKindInternal),
+			trace.WithAttributes(KeyName.String(e.Name), KeyType.String(e.Type), KeyStore.String(store(e))))
+		return sctx
+	case dlock.EventDoEnded:
+		span := trace.SpanFromContext(ctx)
+		if e.Fence != 0 {
+			span.SetAttributes(KeyFence.Int64(int64(e.Fence)))
+		}
+		setError(span, e.Err)
+		span.End()
+		return ctx
 	}
 	o.Observe(e)
 	return ctx

@@ -126,8 +126,31 @@ func TestTraces(t *testing.T) {
 	request.End()
 	got = byName(spans.GetSpans())
 	spans.Reset()
-	if w, hold, req := got["work"], got["dlock.Hold"], got["request"]; hold.Name == "" || w.Parent.SpanID() != hold.SpanContext.SpanID() || hold.Parent.SpanID() != req.SpanContext.SpanID() {
-		t.Errorf("Do: work's parent %v, hold %v (parent %v), request %v", w.Parent.SpanID(), hold.SpanContext.SpanID(), hold.Parent.SpanID(), req.SpanContext.SpanID())
+	// The Do span is the request's child and the parent of the Lock and
+	// Hold spans (and, through the Hold, of fn's work and the Unlock).
+	do, lockSpan, hold, unlockSpan, w, req := got["dlock.Do"], got["dlock.Lock"], got["dlock.Hold"], got["dlock.Unlock"], got["work"], got["request"]
+	if do.Name == "" || do.Parent.SpanID() != req.SpanContext.SpanID() {
+		t.Fatalf("Do span %+v, want a child of the request's; spans %v", do, names(got))
+	}
+	if lockSpan.Parent.SpanID() != do.SpanContext.SpanID() || hold.Parent.SpanID() != do.SpanContext.SpanID() ||
+		w.Parent.SpanID() != hold.SpanContext.SpanID() || unlockSpan.Parent.SpanID() != hold.SpanContext.SpanID() {
+		t.Errorf("Do: Lock's parent %v, Hold's %v, work's %v, Unlock's %v; Do %v, Hold %v",
+			lockSpan.Parent.SpanID(), hold.Parent.SpanID(), w.Parent.SpanID(), unlockSpan.Parent.SpanID(), do.SpanContext.SpanID(), hold.SpanContext.SpanID())
+	}
+	wantAttrs(t, do, map[attribute.Key]any{dlockotel.KeyName: "orders:1", dlockotel.KeyType: "mutex", dlockotel.KeyStore: "memory", dlockotel.KeyFence: attr(hold, dlockotel.KeyFence)})
+	if do.Status.Code != codes.Unset || do.StartTime.After(lockSpan.StartTime) || do.EndTime.Before(hold.EndTime) {
+		t.Errorf("Do span %v..%v status %v; Lock from %v, Hold to %v", do.StartTime, do.EndTime, do.Status, lockSpan.StartTime, hold.EndTime)
+	}
+
+	// A Do whose fn fails: its span says so.
+	failed := errors.New("the report failed")
+	if err := c.Do(ctx, "orders:1", func(context.Context) error { return failed }); !errors.Is(err, failed) {
+		t.Fatalf("Do = %v", err)
+	}
+	got = byName(spans.GetSpans())
+	spans.Reset()
+	if do := got["dlock.Do"]; do.Status.Code != codes.Error || !strings.Contains(do.Status.Description, "the report failed") {
+		t.Errorf("failed Do span status %+v", do.Status)
 	}
 
 	// A refused TryLock: its span says so, and there is no hold.
