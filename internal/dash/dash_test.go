@@ -312,6 +312,53 @@ func TestRunNotified(t *testing.T) {
 	}
 }
 
+// hungNotifier's subscriptions never complete: a store that hangs.
+type hungNotifier struct{ subscribing chan string }
+
+func (n *hungNotifier) Listen(context.Context, func(key, next string)) (driver.Listener, error) {
+	return n, nil
+}
+
+func (n *hungNotifier) Subscribe(ctx context.Context, key string) error {
+	select {
+	case n.subscribing <- key:
+	default:
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (n *hungNotifier) Unsubscribe(context.Context, string) error { return nil }
+func (n *hungNotifier) Close() error                              { return nil }
+
+// TestRunNotifierHung: subscriptions that hang do not hold up the
+// samples, and notifications are not reported on while none is made.
+func TestRunNotifierHung(t *testing.T) {
+	store := &fakeStore{}
+	store.set([]driver.LockInfo{{Key: "job", Owner: "a", Fence: 1, Holds: 1, TTL: time.Minute}}, nil)
+	n := &hungNotifier{subscribing: make(chan string, 1)}
+	d := dash.New(dash.Config{List: store.List, Where: "test", Interval: 20 * time.Millisecond,
+		Notifier: func() driver.Notifier { return n }})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-n.subscribing:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no subscription was tried")
+	}
+	start, _ := d.Snapshot()
+	time.Sleep(300 * time.Millisecond) // within the subscription's 2s
+	st, _ := d.Snapshot()
+	if st.Counts.Samples < start.Counts.Samples+5 {
+		t.Errorf("%d samples in 300ms at 20ms while a subscription hung, want at least 5", st.Counts.Samples-start.Counts.Samples)
+	}
+	if st.Notifications {
+		t.Error("notifications reported on while no subscription was made")
+	}
+}
+
 func waitFor(t *testing.T, url string, ok func(dash.State) bool) dash.State {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)

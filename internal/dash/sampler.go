@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/hex"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -54,6 +55,8 @@ type Dash struct {
 	sampled  bool                // a sample has succeeded: holds is the baseline
 	timeline []Bucket            // one per second, oldest first, at most Window/1s
 	counts   Counts
+
+	notifying atomic.Bool // State.Notifications, set by Run's watcher
 }
 
 // holdID tells one grant apart from every other: the lock's name and the
@@ -175,14 +178,12 @@ func New(cfg Config) *Dash {
 func (d *Dash) Run(ctx context.Context) {
 	t := time.NewTicker(d.cfg.Interval)
 	defer t.Stop()
-	w := newWatcher(d.cfg.Notifier)
-	defer w.close()
+	w := newWatcher(d.cfg.Notifier, &d.notifying)
+	w.start(ctx)
+	defer w.stop()
 	for {
 		d.sample(ctx, w.take())
-		on := w.sync(ctx, d.heldKeys(), max(2*d.cfg.Interval, 2*time.Second))
-		d.mu.Lock()
-		d.state.Notifications = on
-		d.mu.Unlock()
+		w.want(d.heldKeys())
 		select {
 		case <-ctx.Done():
 			return
@@ -365,5 +366,7 @@ func (d *Dash) heldFor(info driver.LockInfo, now time.Time) *int64 {
 func (d *Dash) Snapshot() (State, []Bucket) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.state, append([]Bucket(nil), d.timeline...)
+	st := d.state
+	st.Notifications = d.notifying.Load()
+	return st, append([]Bucket(nil), d.timeline...)
 }
