@@ -305,8 +305,11 @@ func (h *handle) try(ctx context.Context, token string, wait, fair, claim bool) 
 	res, err := h.backend.Acquire(ctx, req)
 	took := time.Duration(-1) // not measured yet
 	if h.c.obs != nil {
+		// Read before the observer runs, so that the check below of a
+		// grant that came too late counts no time of the observer's; the
+		// call is reported once that is decided.
 		took = time.Since(sent)
-		h.c.obs.acquired(h.name, took, err)
+		defer h.c.obs.acquired(h.name, took, err)
 	}
 	if err != nil {
 		h.unknownOutcome(token, joined, wait)
