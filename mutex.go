@@ -78,35 +78,61 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 		return invalid("fn: nil")
 	}
 	if c.obs == nil {
-		_, err := c.do(ctx, name, fn, opts...)
-		return err
+		var fence uint64
+		return c.do(ctx, name, fn, &fence, opts...)
 	}
 	dctx, start := c.obs.doStarted(ctx, name)
-	fence, err := c.do(dctx, name, fn, opts...)
+	var fence uint64
+	ended := false
+	defer func() {
+		if !ended { // fn panicked: the panic goes on, reported ended
+			c.obs.doEnded(dctx, name, start, fence, errFnPanicked)
+		}
+	}()
+	err := c.do(dctx, name, fn, &fence, opts...)
+	ended = true
 	c.obs.doEnded(dctx, name, start, fence, err)
 	return err
 }
 
-// do is Do, unobserved but through ctx; it returns the grant's fence (0
-// when Lock failed).
-func (c *Client) do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) (uint64, error) {
+// errFnPanicked is the error of the EventDoEnded of a Do whose fn panicked.
+var errFnPanicked = errors.New("dlock: Do: fn panicked")
+
+// do is Do, unobserved but through ctx; it sets *fence to the grant's
+// fence once Lock returned. When fn panics, the lock is released before the
+// panic goes on (a caller that recovers, as net/http does for a handler,
+// would otherwise leave it held and renewed for the rest of the process).
+func (c *Client) do(ctx context.Context, name string, fn func(ctx context.Context) error, fence *uint64, opts ...Option) error {
 	lctx, granted := c.obs.forDo(ctx)
 	lease, err := c.Mutex(name, opts...).Lock(lctx)
 	if err != nil {
-		return 0, err
+		return err
 	}
+	*fence = lease.Fence()
 	fnCtx, cancel := context.WithCancelCause(context.WithValue(granted.from(ctx), leaseKey{}, lease))
 	stop := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
+	// Release even when the caller's context is done, within one TTL.
+	unlock := func() error {
+		uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), lease.g.ttl)
+		defer ucancel()
+		return lease.Unlock(uctx)
+	}
+	returned := false
+	defer func() {
+		if !returned {
+			stop()
+			cancel(errFnPanicked)
+			_ = unlock()
+		}
+	}()
 	fnErr := fn(fnCtx)
+	returned = true
 	stop()
 	cancel(nil)
 
-	// Release even when the caller's context is done, within one TTL.
-	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), lease.g.ttl)
-	defer ucancel()
-	uerr := lease.Unlock(uctx)
+	uerr := unlock()
 	if lost := lease.Err(); errors.Is(lost, ErrLost) {
-		return lease.Fence(), errors.Join(fnErr, lost)
+		return errors.Join(fnErr, lost)
 	}
-	return lease.Fence(), errors.Join(fnErr, uerr)
+	return errors.Join(fnErr, uerr)
 }

@@ -338,13 +338,39 @@ func (ob *observer) lockEnded(octx context.Context, h *handle, try bool, start t
 func (ob *observer) doStarted(ctx context.Context, name string) (context.Context, time.Duration) {
 	e := Event{Kind: EventDoStarted, Client: ob.client, Store: ob.store, Name: name, Type: TypeMutex}
 	if ob.co != nil {
-		if octx := ob.co.ObserveContext(ctx, e); octx != nil {
-			ctx = octx
-		}
+		ctx = valuesOf(ctx, ob.co.ObserveContext(ctx, e))
 	} else {
 		ob.o.Observe(e)
 	}
 	return ctx, ob.now()
+}
+
+// valuesOf returns ctx with the values of octx, which a ContextObserver
+// returned for ctx, before ctx's own: its span, say. Cancellation and
+// deadline stay ctx's: an observer's context never decides how long a
+// call may take (one that returns context.Background() for events it does
+// not know must not cut a caller's deadline off).
+func valuesOf(ctx, octx context.Context) context.Context {
+	if octx == nil || octx == ctx {
+		return ctx
+	}
+	return valuesCtx{Context: ctx, vals: octx}
+}
+
+// valuesCtx is valuesOf's context. (The context package tells a parent's
+// cancellation from its Done channel, not from Value, so a context made
+// from this one is cancelled with ctx, not with vals.)
+type valuesCtx struct {
+	context.Context
+	vals context.Context
+}
+
+// Value looks the key up in vals, then in the embedded context.
+func (c valuesCtx) Value(key any) any {
+	if v := c.vals.Value(key); v != nil {
+		return v
+	}
+	return c.Context.Value(key)
 }
 
 // doEnded reports the end of a Client.Do of name that began at start,
@@ -375,14 +401,14 @@ func (ob *observer) forDo(ctx context.Context) (context.Context, *doGrant) {
 	return context.WithValue(ctx, doGrantKey{}, g), g
 }
 
-// from returns the base of Do's fn context: the observer's context for the
-// grant when it was made from ctx (a ContextObserver's should be), with no
-// doGrant in it for later Locks to write to; else ctx.
+// from returns the base of Do's fn context: ctx with the values of the
+// observer's context for the grant (see valuesOf), with no doGrant in it
+// for later Locks to write to.
 func (g *doGrant) from(ctx context.Context) context.Context {
 	if g == nil || g.ctx == nil {
 		return ctx
 	}
-	return context.WithValue(g.ctx, doGrantKey{}, (*doGrant)(nil))
+	return context.WithValue(valuesOf(ctx, g.ctx), doGrantKey{}, (*doGrant)(nil))
 }
 
 // unlocked reports the Unlock of l that began at start and returned err.

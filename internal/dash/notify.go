@@ -151,7 +151,9 @@ func (w *watcher) sync(ctx context.Context, keys []string) bool {
 		}
 		w.subs[k] = true
 	}
-	return true
+	// On only while some release can be announced: a stream whose every
+	// subscription failed announces nothing.
+	return len(w.subs) > 0 || len(keys) == 0
 }
 
 // take returns the keys whose release was announced since the last take

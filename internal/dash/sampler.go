@@ -57,6 +57,8 @@ type Dash struct {
 	counts   Counts
 
 	notifying atomic.Bool // State.Notifications, set by Run's watcher
+
+	lastSample time.Time // when Run's last sample ended; Run's alone
 }
 
 // holdID tells one grant apart from every other: the lock's name and the
@@ -183,6 +185,7 @@ func (d *Dash) Run(ctx context.Context) {
 	defer w.stop()
 	for {
 		d.sample(ctx, w.take())
+		d.lastSample = time.Now()
 		w.want(d.heldKeys())
 		select {
 		case <-ctx.Done():
@@ -192,9 +195,27 @@ func (d *Dash) Run(ctx context.Context) {
 			d.mu.Lock()
 			d.counts.Wakeups++
 			d.mu.Unlock()
+			// A hot lock announces a release every few hundred µs, and each
+			// sample lists the whole store: the wake-ups that come within
+			// minNotifiedGap of the last sample are merged into one later
+			// sample (their keys stay announced until it takes them).
+			if wait := time.Until(d.lastSample.Add(min(d.cfg.Interval, minNotifiedGap))); wait > 0 {
+				gap := time.NewTimer(wait)
+				select {
+				case <-ctx.Done():
+					gap.Stop()
+					return
+				case <-gap.C:
+				}
+			}
 		}
 	}
 }
+
+// minNotifiedGap is the least time between the end of one sample and a
+// sample a notification asks for: at most ten Lists a second however hot
+// the locks are.
+const minNotifiedGap = 100 * time.Millisecond
 
 // heldKeys returns the keys of the locks the last good sample saw held.
 func (d *Dash) heldKeys() []string {

@@ -159,7 +159,7 @@ func New(opts ...Option) (*Observer, error) {
 		return c
 	}
 	o.wait = hist("dlock.lock.wait", "How long Lock and TryLock calls took, by outcome (granted, not_obtained, failed).")
-	o.hold = hist("dlock.lock.hold", "How long leases were held, from Lock's return to Unlock, for leases ended by Unlock.")
+	o.hold = hist("dlock.lock.hold", "How long leases were held, from the store's answer that granted them to Unlock, for leases ended by Unlock.")
 	o.renewLatency = hist("dlock.renewal.duration", "Round trips of renewals to the store (a batch of automatic renewals, or one Refresh).")
 	o.storeCalls = hist("dlock.store.call.duration", "Acquire, release and withdraw calls to the store, by op and outcome (ok, error).")
 	o.grants = counter("dlock.lock.grants", "{call}", "Lock and TryLock calls that obtained the lock.")

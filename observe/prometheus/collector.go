@@ -117,7 +117,7 @@ func New(opts ...Option) *Collector {
 		return v
 	}
 	c.wait = hist("lock_wait_seconds", "How long Lock and TryLock calls took, by outcome (granted, not_obtained, failed).", withLock("type", "call", "outcome")...)
-	c.hold = hist("lock_hold_seconds", "How long leases were held, from Lock's return to Unlock, for leases ended by Unlock.", withLock("type")...)
+	c.hold = hist("lock_hold_seconds", "How long leases were held, from the store's answer that granted them to Unlock, for leases ended by Unlock.", withLock("type")...)
 	c.grants = counter("lock_grants_total", "Lock and TryLock calls that obtained the lock.", withLock("type", "call")...)
 	c.notObtained = counter("lock_not_obtained_total", "Lock and TryLock calls that ended without the lock: held by another, or the wait ended.", withLock("type", "call")...)
 	c.failures = counter("lock_failures_total", "Lock and TryLock calls that failed: a store error, or a call refused.", withLock("type", "call")...)

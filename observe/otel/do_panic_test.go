@@ -8,10 +8,10 @@ import (
 	"github.com/dlock-go/dlock/memlock"
 )
 
-// TestReviewDoSpanEndsOnPanic: a Do whose fn panics (recovered by the
+// TestDoSpanEndsOnPanic: a Do whose fn panics (recovered by the
 // caller, as net/http does) must still end its dlock.Do span, with an
 // error status; today the span is never ended, so never exported.
-func TestReviewDoSpanEndsOnPanic(t *testing.T) {
+func TestDoSpanEndsOnPanic(t *testing.T) {
 	obs, spans, _, _ := setup(t)
 	c := dlock.New(memlock.New(), dlock.WithObserver(obs))
 	defer c.Close()

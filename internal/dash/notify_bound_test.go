@@ -14,11 +14,12 @@ import (
 	"github.com/dlock-go/dlock/redislock"
 )
 
-// TestReviewWakeupStorm: a hot lock (taken and released in a loop) must
-// not make the dash list the whole store once per release. Every wake-up
-// is a full List of the store; with an interval of 1s, a sampler that
-// is rate-limited takes a handful of samples in 1s, not hundreds.
-func TestReviewWakeupStorm(t *testing.T) {
+// TestNotifiedSamplesBounded: a hot lock (taken and released in a loop)
+// must not make the dash list the whole store once per release. Every
+// sample is a full List of the store; notified samples come at most one
+// per 100ms (minNotifiedGap), so 2s at an interval of 1s make at most 1 +
+// 20 + 2 of them (before the limit: 560-640 on Redis).
+func TestNotifiedSamplesBounded(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		store func(t *testing.T) notifyingStore
@@ -83,7 +84,7 @@ func TestReviewWakeupStorm(t *testing.T) {
 				n := lists.Load()
 				st, _ := d.Snapshot()
 				t.Logf("%s/%s: %d Lists of the store in 2s at --interval 1s (wakeups %d)", tc.name, mode, n, st.Counts.Wakeups)
-				if n > 20 {
+				if n > 23 {
 					t.Errorf("%d Lists of the whole store in 2s at an interval of 1s: the release notifications of one hot lock make the dash sample without bound", n)
 				}
 			})
@@ -91,11 +92,11 @@ func TestReviewWakeupStorm(t *testing.T) {
 	}
 }
 
-// TestReviewNotificationsOnWithoutSubscriptions: once a hung subscription
+// TestNotificationsOffWithoutSubscriptions: once a hung subscription
 // times out (callTimeout, 2s), the watcher reports notifications on,
 // though it holds no subscription: the page then says releases are
 // announced while none can be.
-func TestReviewNotificationsOnWithoutSubscriptions(t *testing.T) {
+func TestNotificationsOffWithoutSubscriptions(t *testing.T) {
 	store := &fakeStore{}
 	store.set([]driver.LockInfo{{Key: "job", Owner: "a", Fence: 1, Holds: 1, TTL: time.Minute}}, nil)
 	n := &hungNotifier{subscribing: make(chan string, 1)}

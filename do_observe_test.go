@@ -10,12 +10,12 @@ import (
 	"github.com/dlock-go/dlock/memlock"
 )
 
-// TestReviewDoPanicEnds: fn panics and the caller recovers (as net/http
+// TestDoPanicEndsAndUnlocks: fn panics and the caller recovers (as net/http
 // does for a handler). The observer was told EventDoStarted, so it must be
 // told EventDoEnded too (the OTel adapter's dlock.Do span is ended only
 // there), and the lock must not stay held (and renewed) for the life of
 // the process.
-func TestReviewDoPanicEnds(t *testing.T) {
+func TestDoPanicEndsAndUnlocks(t *testing.T) {
 	store := memlock.New()
 	rec := &recorder{}
 	c := dlock.New(store, dlock.WithObserver(rec))
@@ -52,11 +52,11 @@ func (bgObserver) ObserveContext(ctx context.Context, e dlock.Event) context.Con
 	return context.Background()
 }
 
-// TestReviewDoCancelWithObserver: Do's ctx must still cancel Do's Lock
+// TestDoCancelWithObserverContext: Do's ctx must still cancel Do's Lock
 // whatever a ContextObserver returns for EventDoStarted: the core takes
 // only values from what the observer returns for a grant, never its
 // cancellation; Do now runs its Lock and fn under the observer's context.
-func TestReviewDoCancelWithObserver(t *testing.T) {
+func TestDoCancelWithObserverContext(t *testing.T) {
 	store := memlock.New()
 	holder := dlock.New(store)
 	defer holder.Close()
@@ -92,10 +92,10 @@ func (o slowAcquireObserver) Observe(e dlock.Event) {
 	}
 }
 
-// TestReviewSlowObserverLeaseValidity: the late-grant check no longer
+// TestSlowObserverLeaseValidity: the late-grant check no longer
 // counts the observer's time; a lease handed back after an observer that
 // took longer than the TTL must not look valid.
-func TestReviewSlowObserverLeaseValidity(t *testing.T) {
+func TestSlowObserverLeaseValidity(t *testing.T) {
 	store := memlock.New()
 	c := dlock.New(store, dlock.WithObserver(slowAcquireObserver{1200 * time.Millisecond}))
 	defer c.Close()
