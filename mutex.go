@@ -64,8 +64,9 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 // Do locks name, runs fn with a context that is cancelled when the lease is
 // lost (or ctx is done), and unlocks. fn's context carries the lease:
 // LeaseFromContext gives it to fn, for its fence (the fenced write); with
-// a ContextObserver it is made from the context the observer returned for
-// the grant (see ContextObserver), so that a span there is fn's parent. It
+// a ContextObserver it has the values of the context the observer returned
+// for the grant (see ContextObserver), so that a span there is fn's parent.
+// When fn panics, the lock is released before the panic goes on. It
 // returns fn's error, joined with the *LostError when the lease was lost
 // while fn ran and with the Unlock error when unlocking failed. The lock
 // options are as for Mutex; Lock's errors are returned as they are, without

@@ -38,11 +38,11 @@ type Observer interface {
 //
 // For EventLockGranted, the context ObserveContext returns gives its values
 // (not its cancellation or deadline) to the lease's Context: a span put in
-// it is the parent of what runs under lease.Context(). Client.Do makes
-// fn's context from it too (with its cancellation, which should be the
-// given ctx's: return a context made from the one given). For
-// EventDoStarted it must be made from the one given too: Do's Lock, fn and
-// Unlock run under it. What it returns for the other events is not used.
+// it is the parent of what runs under lease.Context(). Client.Do gives its
+// values to fn's context too, and those of the context returned for
+// EventDoStarted to the context of Do's Lock, fn and Unlock; their
+// cancellation and deadline stay the caller's. What it returns for the
+// other events is not used.
 // Every other event (EventLost, renewals,
 // store calls) goes to Observe. The rules of Observe hold for
 // ObserveContext too: quick, non-blocking, no calls into the Client.
@@ -98,9 +98,9 @@ const (
 	// "withdraw", with its Latency and error (renewals are EventRenewed).
 	EventStoreCall
 	// EventDoStarted: Client.Do was called (Name, Type TypeMutex). A
-	// ContextObserver gets it with Do's ctx, and what it returns is the
-	// ctx of Do's Lock (and its other events): a span there is their
-	// parent.
+	// ContextObserver gets it with Do's ctx, and the values of what it
+	// returns are in the ctx of Do's Lock (and its other events): a span
+	// there is their parent.
 	EventDoStarted
 	// EventDoEnded: Client.Do returned, Err (fn's error, or Lock's, or the
 	// loss or Unlock error joined to it), after Latency; Fence is the
