@@ -80,7 +80,11 @@ func New(backend driver.Backend, opts ...Option) *Client {
 		}
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.obs = newObserver(c.opts.observer, c.opts.keyPrefix, c.owners.identity)
+	store := ""
+	if sn, ok := backend.(driver.StoreNamer); ok {
+		store = sn.StoreName()
+	}
+	c.obs = newObserver(c.opts.observer, c.opts.keyPrefix, c.owners.identity, store)
 	c.renewer = newRenewer(backend, c.log, c.obs)
 	notifier, _ := backend.(driver.Notifier)
 	c.hub = newWaitHub(notifier, c.log, c.ctx)
@@ -217,7 +221,15 @@ func (c *Client) releaseUnused(ctx context.Context, key, token, what string) {
 // release sends one release of token on key, and wakes this Client's
 // waiters on key at once when it left the lock free.
 func (c *Client) release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
-	start := c.obs.now()
+	return c.releaseFrom(ctx, key, token, 0)
+}
+
+// releaseFrom is release with the observer's clock read at start, as
+// releaseGrantFrom.
+func (c *Client) releaseFrom(ctx context.Context, key, token string, start time.Duration) (driver.ReleaseResult, error) {
+	if start == 0 {
+		start = c.obs.now()
+	}
 	res, err := c.backend.Release(ctx, key, token)
 	c.obs.storeCall("release", key, start, err)
 	if err == nil && res.Held && res.Remaining == 0 {
@@ -231,11 +243,20 @@ func (c *Client) release(ctx context.Context, key, token string) (driver.Release
 // (a reentrant handle's, an owner ID's) must not see a late copy of this
 // release drop that later grant.
 func (c *Client) releaseGrant(ctx context.Context, key, token string, fence uint64) (driver.ReleaseResult, error) {
+	return c.releaseGrantFrom(ctx, key, token, fence, 0)
+}
+
+// releaseGrantFrom is releaseGrant with the observer's clock read at start
+// (observer.now) when the caller has one from just before (Unlock's own
+// start): one clock read fewer; 0 to read it here.
+func (c *Client) releaseGrantFrom(ctx context.Context, key, token string, fence uint64, start time.Duration) (driver.ReleaseResult, error) {
 	gr, ok := c.backend.(driver.GrantReleaser)
 	if !ok {
-		return c.release(ctx, key, token)
+		return c.releaseFrom(ctx, key, token, start)
 	}
-	start := c.obs.now()
+	if start == 0 {
+		start = c.obs.now()
+	}
 	res, err := gr.ReleaseGrant(ctx, key, token, fence)
 	c.obs.storeCall("release", key, start, err)
 	if err == nil && res.Held && res.Remaining == 0 {

@@ -345,8 +345,8 @@ func (g *grant) drop(l *Lease) (ended, last bool, inflight <-chan struct{}) {
 // Unlock calls it, for a reentrant handle's grant, with the handle's gate
 // held (see handleGate), so that the holds it counts and drains are this
 // grant's own.
-func (g *grant) release(ctx context.Context, last bool) (held bool, err error) {
-	res, err := g.c.releaseGrant(ctx, g.key, g.token, g.fence)
+func (g *grant) release(ctx context.Context, last bool, start time.Duration) (held bool, err error) {
+	res, err := g.c.releaseGrantFrom(ctx, g.key, g.token, g.fence, start)
 	if err != nil {
 		g.mu.Lock()
 		g.uncertain = true // the hold may or may not be gone

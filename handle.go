@@ -118,51 +118,53 @@ func (h *handle) init(c *Client, kind, name string, mode driver.Mode, limit int,
 // tryLock is TryLock of every kind.
 func (h *handle) tryLock(ctx context.Context) (*Lease, error) {
 	if h.c == nil || h.c.obs == nil {
-		return h.tryOnce(ctx)
+		l, _, err := h.tryOnce(ctx)
+		return l, err
 	}
 	start, octx := h.c.obs.started(ctx, h, true)
-	l, err := h.tryOnce(ctx)
-	h.c.obs.lockEnded(octx, h, true, start, l, 1, false, err)
+	l, sent, err := h.tryOnce(ctx)
+	h.c.obs.lockEnded(octx, h, true, h.c.obs.startOf(start, sent), l, 1, false, err)
 	return l, err
 }
 
-// tryOnce is tryLock, unobserved.
-func (h *handle) tryOnce(ctx context.Context) (*Lease, error) {
+// tryOnce is tryLock, unobserved; sent is when its request was sent (zero
+// when none was).
+func (h *handle) tryOnce(ctx context.Context) (*Lease, time.Time, error) {
 	if err := h.enter(); err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	defer h.c.exit()
 	if err := ctx.Err(); err != nil {
-		return nil, errors.Join(&NotObtainedError{Name: h.name}, err)
+		return nil, time.Time{}, errors.Join(&NotObtainedError{Name: h.name}, err)
 	}
-	l, res, _, err := h.try(ctx, h.tokenFor(), false, h.opts.fair, false)
+	l, res, sent, err := h.try(ctx, h.tokenFor(), false, h.opts.fair, false)
 	if err != nil || l != nil {
-		return l, h.tryErr(ctx, err)
+		return l, sent, h.tryErr(ctx, err)
 	}
-	return nil, h.notObtained(res)
+	return nil, sent, h.notObtained(res)
 }
 
 // lock is Lock of every kind: a first attempt, then the wait (lockwait.go).
 func (h *handle) lock(ctx context.Context) (*Lease, error) {
 	if h.c == nil || h.c.obs == nil {
-		l, _, err := h.lockWait(ctx)
+		l, _, _, err := h.lockWait(ctx)
 		return l, err
 	}
 	start, octx := h.c.obs.started(ctx, h, false)
-	l, w, err := h.lockWait(ctx)
+	l, w, sent, err := h.lockWait(ctx)
 	attempts, handoff := 1, false
 	if w != nil {
 		attempts, handoff = 1+w.attempts, w.handoff
 	}
-	h.c.obs.lockEnded(octx, h, false, start, l, attempts, handoff, err)
+	h.c.obs.lockEnded(octx, h, false, h.c.obs.startOf(start, sent), l, attempts, handoff, err)
 	return l, err
 }
 
 // lockWait is lock, unobserved; it returns the wait's waiter, if it
-// waited.
-func (h *handle) lockWait(ctx context.Context) (*Lease, *waiter, error) {
+// waited, and when its first request was sent (zero when none was).
+func (h *handle) lockWait(ctx context.Context) (*Lease, *waiter, time.Time, error) {
 	if err := h.enter(); err != nil {
-		return nil, nil, err
+		return nil, nil, time.Time{}, err
 	}
 	defer h.c.exit()
 	if h.opts.wait > 0 {
@@ -171,7 +173,7 @@ func (h *handle) lockWait(ctx context.Context) (*Lease, *waiter, error) {
 		defer cancel()
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, nil, errors.Join(&NotObtainedError{Name: h.name}, err)
+		return nil, nil, time.Time{}, errors.Join(&NotObtainedError{Name: h.name}, err)
 	}
 	token := h.tokenFor()
 	fair := h.fairNow()
@@ -189,10 +191,11 @@ func (h *handle) lockWait(ctx context.Context) (*Lease, *waiter, error) {
 		l, err, res = nil, nil, driver.AcquireResult{Fence: res.Fence}
 	}
 	if err != nil || l != nil {
-		return l, nil, h.tryErr(ctx, err)
+		return l, nil, sent, h.tryErr(ctx, err)
 	}
 	h.busy(res)
-	return h.wait(ctx, token, res, sent, mk, fair && queue)
+	l, w, err := h.wait(ctx, token, res, sent, mk, fair && queue)
+	return l, w, sent, err
 }
 
 func (h *handle) enter() error {
@@ -300,7 +303,14 @@ func (h *handle) try(ctx context.Context, token string, wait, fair, claim bool) 
 		req.Owner = h.c.owner(sent, h.opts.metadata)
 	}
 	res, err := h.backend.Acquire(ctx, req)
-	h.c.obs.storeCall("acquire", h.key, sent, err)
+	took := time.Duration(-1) // not measured yet
+	if h.c.obs != nil {
+		// Read before the observer runs, so that the check below of a
+		// grant that came too late counts no time of the observer's; the
+		// call is reported once that is decided.
+		took = time.Since(sent)
+		defer h.c.obs.acquired(h.name, took, err)
+	}
 	if err != nil {
 		h.unknownOutcome(token, joined, wait)
 		return nil, res, sent, wrapStore("acquire", h.name, err)
@@ -322,7 +332,10 @@ func (h *handle) try(ctx context.Context, token string, wait, fair, claim bool) 
 		// give it back rather than hand the caller a lock it must not use.
 		// The release is made before returning, so that a wait that tries
 		// again with the same token cannot have its next grant released.
-		if took := time.Since(sent); took >= h.c.validFor(h.opts.ttl)-h.opts.safetyMargin() {
+		if took < 0 {
+			took = time.Since(sent)
+		}
+		if took >= h.c.validFor(h.opts.ttl)-h.opts.safetyMargin() {
 			h.giveBack(ctx, token, res.Fence)
 			if wait {
 				// Not obtained: the wait goes on. The fence tells it that
@@ -332,7 +345,14 @@ func (h *handle) try(ctx context.Context, token string, wait, fair, claim bool) 
 			return nil, res, sent, &NotObtainedError{Name: h.name, Slow: took}
 		}
 	}
-	return h.grantLease(joined, token, req.Owner, res, sent), res, sent, nil
+	l := h.grantLease(joined, token, req.Owner, res, sent)
+	if h.c.obs != nil {
+		// The answer's arrival (took was measured after the Acquire, as
+		// the observer is set) stands for the grant's time (Event.Held,
+		// Event.Wait): a clock read the observer need not make again.
+		l.at = h.c.obs.at(sent.Add(took))
+	}
+	return l, res, sent, nil
 }
 
 // handedLease makes the lease for a grant that a release handed to token

@@ -27,9 +27,10 @@ type Lease struct {
 	// finish; once the lease has ended, a first Done gets closedChan.
 	done atomic.Value
 
-	// at is when Lock returned the lease, for observers (Event.Held); zero
-	// on a Client without one.
-	at time.Time
+	// at is when the store granted the lease (its answer came back), as
+	// the observer's clock reads it (observer.at), for Event.Held and
+	// Event.Wait; zero on a Client without an observer, and until set.
+	at time.Duration
 
 	mu        sync.Mutex
 	err       error // nil while held
@@ -281,16 +282,18 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	}
 	obs := l.g.c.obs
 	if obs == nil {
-		return l.unlock(ctx)
+		return l.unlock(ctx, 0)
 	}
-	start := time.Now()
-	err := l.unlock(ctx)
+	start := obs.now()
+	err := l.unlock(ctx, start)
 	obs.unlocked(l, start, err)
 	return err
 }
 
-// unlock is Unlock, unobserved.
-func (l *Lease) unlock(ctx context.Context) error {
+// unlock is Unlock, unobserved but for start: when Unlock began on the
+// observer's clock (0 without an observer), which the release's store call
+// reuses as its own start where nothing was waited for before it.
+func (l *Lease) unlock(ctx context.Context, start time.Duration) error {
 	g := l.g
 	c := g.c
 	l.mu.Lock()
@@ -338,6 +341,7 @@ func (l *Lease) unlock(ctx context.Context) error {
 			return fmt.Errorf("dlock: unlock %q: %w", g.name, err)
 		}
 		defer hd.gate.exit(true)
+		start = 0 // it may have waited at the gate
 	}
 
 	ended, last, inflight := g.drop(l)
@@ -349,6 +353,7 @@ func (l *Lease) unlock(ctx context.Context) error {
 	// later Lock may hold again) can be released after Unlock returned.
 	later := last && !g.reusedToken
 	if inflight != nil {
+		start = 0 // the wait for the renewal is no part of the release
 		select {
 		case <-inflight:
 		case <-ctx.Done():
@@ -362,7 +367,7 @@ func (l *Lease) unlock(ctx context.Context) error {
 			if later {
 				c.background(g.ttl, func(bctx context.Context) {
 					<-inflight
-					_, _ = g.release(bctx, true)
+					_, _ = g.release(bctx, true, 0)
 				})
 			}
 			return fmt.Errorf("dlock: unlock %q: %w", g.name, ctx.Err())
@@ -373,16 +378,16 @@ func (l *Lease) unlock(ctx context.Context) error {
 		// release in the background rather than leave the lock on the store
 		// until its TTL runs out.
 		l.finish(ErrReleased)
-		c.background(g.ttl, func(bctx context.Context) { _, _ = g.release(bctx, true) })
+		c.background(g.ttl, func(bctx context.Context) { _, _ = g.release(bctx, true, 0) })
 		return fmt.Errorf("dlock: unlock %q: %w", g.name, ctx.Err())
 	}
-	held, err := g.release(ctx, last)
+	held, err := g.release(ctx, last, start)
 	switch {
 	case err != nil && ctx.Err() != nil && later:
 		// Cut short by ctx: the outcome is unknown; release again in the
 		// background (a release of a token that holds nothing is harmless).
 		l.finish(ErrReleased)
-		c.background(g.ttl, func(bctx context.Context) { _, _ = g.release(bctx, true) })
+		c.background(g.ttl, func(bctx context.Context) { _, _ = g.release(bctx, true, 0) })
 		return fmt.Errorf("dlock: unlock %q: %w", g.name, ctx.Err())
 	case err != nil:
 		l.finish(ErrReleased)

@@ -64,31 +64,74 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 // Do locks name, runs fn with a context that is cancelled when the lease is
 // lost (or ctx is done), and unlocks. fn's context carries the lease:
 // LeaseFromContext gives it to fn, for its fence (the fenced write); with
-// a ContextObserver it is made from the context the observer returned for
-// the grant (see ContextObserver), so that a span there is fn's parent. It
+// a ContextObserver it has the values of the context the observer returned
+// for the grant (see ContextObserver), so that a span there is fn's parent.
+// When fn panics, the lock is released before the panic goes on. It
 // returns fn's error, joined with the *LostError when the lease was lost
 // while fn ran and with the Unlock error when unlocking failed. The lock
 // options are as for Mutex; Lock's errors are returned as they are, without
 // running fn.
+//
+// An observer (WithObserver) is told of the call with EventDoStarted and
+// EventDoEnded, around the events of its Lock and Unlock.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
 	if fn == nil {
 		return invalid("fn: nil")
 	}
+	if c.obs == nil {
+		var fence uint64
+		return c.do(ctx, name, fn, &fence, opts...)
+	}
+	dctx, start := c.obs.doStarted(ctx, name)
+	var fence uint64
+	ended := false
+	defer func() {
+		if !ended { // fn panicked: the panic goes on, reported ended
+			c.obs.doEnded(dctx, name, start, fence, errFnPanicked)
+		}
+	}()
+	err := c.do(dctx, name, fn, &fence, opts...)
+	ended = true
+	c.obs.doEnded(dctx, name, start, fence, err)
+	return err
+}
+
+// errFnPanicked is the error of the EventDoEnded of a Do whose fn panicked.
+var errFnPanicked = errors.New("dlock: Do: fn panicked")
+
+// do is Do, unobserved but through ctx; it sets *fence to the grant's
+// fence once Lock returned. When fn panics, the lock is released before the
+// panic goes on (a caller that recovers, as net/http does for a handler,
+// would otherwise leave it held and renewed for the rest of the process).
+func (c *Client) do(ctx context.Context, name string, fn func(ctx context.Context) error, fence *uint64, opts ...Option) error {
 	lctx, granted := c.obs.forDo(ctx)
 	lease, err := c.Mutex(name, opts...).Lock(lctx)
 	if err != nil {
 		return err
 	}
+	*fence = lease.Fence()
 	fnCtx, cancel := context.WithCancelCause(context.WithValue(granted.from(ctx), leaseKey{}, lease))
 	stop := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
+	// Release even when the caller's context is done, within one TTL.
+	unlock := func() error {
+		uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), lease.g.ttl)
+		defer ucancel()
+		return lease.Unlock(uctx)
+	}
+	returned := false
+	defer func() {
+		if !returned {
+			stop()
+			cancel(errFnPanicked)
+			_ = unlock()
+		}
+	}()
 	fnErr := fn(fnCtx)
+	returned = true
 	stop()
 	cancel(nil)
 
-	// Release even when the caller's context is done, within one TTL.
-	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), lease.g.ttl)
-	defer ucancel()
-	uerr := lease.Unlock(uctx)
+	uerr := unlock()
 	if lost := lease.Err(); errors.Is(lost, ErrLost) {
 		return errors.Join(fnErr, lost)
 	}

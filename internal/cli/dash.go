@@ -63,7 +63,7 @@ func cmdDash(ctx context.Context, a *app, o *dashOptions, pos []string) error {
 	if err != nil {
 		return fail(exitUnavailable, "--listen: %v", err)
 	}
-	cfg := dash.Config{List: l.List, HeldFor: heldForFunc, Where: l.where, Interval: o.interval}
+	cfg := dash.Config{List: l.List, HeldFor: heldForFunc, Where: l.where, Interval: o.interval, Notifier: l.notifier}
 	if o.release {
 		var tok [16]byte
 		if _, err := rand.Read(tok[:]); err != nil {
@@ -118,7 +118,10 @@ holders and its queue. Its assets are in the binary: it needs no network.
 dash samples the store every --interval and compares two samples: a hold that
 appeared is a grant, one that disappeared a release, or a loss when its
 lease could have run out since the last sample (or the lock entered its
-lock-delay). A grant and release both between two samples go unseen.
+lock-delay). A grant and release both between two samples go unseen. Where
+the store announces releases (Redis, Redlock, PostgreSQL, etcd, SQLite on
+this host), dash subscribes to the locks it saw held and samples at once
+when one is released.
 
 /metrics serves, in the Prometheus text format, store-level gauges from the
 last sample (dlock_locks_held, dlock_exclusive_holds, dlock_shared_holds,

@@ -64,6 +64,18 @@ func (l *storeLister) List(ctx context.Context) ([]driver.LockInfo, error) {
 	return infos, nil
 }
 
+// notifier returns the store's release notifications, or nil when it has
+// none or is not open yet, for dash (dash.Config.Notifier).
+func (l *storeLister) notifier() driver.Notifier {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.st == nil {
+		return nil
+	}
+	n, _ := l.st.backend.(driver.Notifier)
+	return n
+}
+
 // forceRelease breaks the lock of key whoever holds it, as `dlock release
 // --force` does, for dash's release button; released is false when it was
 // not held (or the store does not exist yet).

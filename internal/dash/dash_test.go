@@ -19,7 +19,9 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/dash"
 	"github.com/dlock-go/dlock/internal/safetext"
+	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/memlock"
+	"github.com/dlock-go/dlock/redislock"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -247,6 +249,113 @@ func TestRunOnAStore(t *testing.T) {
 	st := waitFor(t, srv.URL, func(st dash.State) bool { return len(st.Locks) == 0 })
 	if st.Counts.Grants != 1 || st.Counts.Releases != 1 {
 		t.Errorf("counts %+v, want one grant and one release", st.Counts)
+	}
+}
+
+// notifyingStore is a store with release notifications and a listing.
+type notifyingStore interface {
+	driver.Backend
+	driver.Notifier
+	driver.Inspector
+}
+
+// TestRunNotified: on a store that announces releases, the dash shows a
+// release at once, not at the next sample: its interval here is an hour,
+// so only the notification can make it sample again.
+func TestRunNotified(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		store func(t *testing.T) notifyingStore
+	}{
+		{"memlock", func(*testing.T) notifyingStore { return memlock.New() }},
+		{"redis", func(t *testing.T) notifyingStore { return redislock.New(testserver.StartRedis(t).Client(t)) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			be := tc.store(t)
+			c := dlock.New(be)
+			defer c.Close()
+			ctx := t.Context()
+			held, err := c.Mutex("job").Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := dash.New(dash.Config{
+				List:     func(ctx context.Context) ([]driver.LockInfo, error) { return be.List(ctx, "") },
+				Where:    tc.name,
+				Interval: time.Hour,
+				Notifier: func() driver.Notifier { return be },
+			})
+			rctx, cancel := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() { defer close(done); d.Run(rctx) }()
+			defer func() { cancel(); <-done }()
+			srv := httptest.NewServer(d.Handler(false))
+			defer srv.Close()
+
+			// The first sample, at once, and the subscription after it.
+			waitFor(t, srv.URL, func(st dash.State) bool { return len(st.Locks) == 1 && st.Notifications })
+			start := time.Now()
+			if err := held.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			st := waitFor(t, srv.URL, func(st dash.State) bool { return len(st.Locks) == 0 })
+			if took := time.Since(start); took > time.Second {
+				t.Errorf("the release showed after %v, want under 1s", took)
+			}
+			if st.Counts.Releases != 1 || st.Counts.Wakeups < 1 || st.Counts.Samples < 2 {
+				t.Errorf("counts %+v, want a release seen by a sample woken by its notification", st.Counts)
+			}
+			if m := metric(t, srv.Config.Handler, "dlock_dash_wakeups_total"); m == "0" {
+				t.Errorf("dlock_dash_wakeups_total %s", m)
+			}
+		})
+	}
+}
+
+// hungNotifier's subscriptions never complete: a store that hangs.
+type hungNotifier struct{ subscribing chan string }
+
+func (n *hungNotifier) Listen(context.Context, func(key, next string)) (driver.Listener, error) {
+	return n, nil
+}
+
+func (n *hungNotifier) Subscribe(ctx context.Context, key string) error {
+	select {
+	case n.subscribing <- key:
+	default:
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (n *hungNotifier) Unsubscribe(context.Context, string) error { return nil }
+func (n *hungNotifier) Close() error                              { return nil }
+
+// TestRunNotifierHung: subscriptions that hang do not hold up the
+// samples, and notifications are not reported on while none is made.
+func TestRunNotifierHung(t *testing.T) {
+	store := &fakeStore{}
+	store.set([]driver.LockInfo{{Key: "job", Owner: "a", Fence: 1, Holds: 1, TTL: time.Minute}}, nil)
+	n := &hungNotifier{subscribing: make(chan string, 1)}
+	d := dash.New(dash.Config{List: store.List, Where: "test", Interval: 20 * time.Millisecond,
+		Notifier: func() driver.Notifier { return n }})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-n.subscribing:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no subscription was tried")
+	}
+	start, _ := d.Snapshot()
+	time.Sleep(300 * time.Millisecond) // within the subscription's 2s
+	st, _ := d.Snapshot()
+	if st.Counts.Samples < start.Counts.Samples+5 {
+		t.Errorf("%d samples in 300ms at 20ms while a subscription hung, want at least 5", st.Counts.Samples-start.Counts.Samples)
+	}
+	if st.Notifications {
+		t.Error("notifications reported on while no subscription was made")
 	}
 }
 

@@ -33,6 +33,7 @@ func writeMetrics(w io.Writer, st State) {
 	c("dlock_dash_losses_total", "Losses seen by the sampler (a hold that expired unreleased).", st.Counts.Losses)
 	c("dlock_dash_samples_total", "Samples of the store taken.", st.Counts.Samples)
 	c("dlock_dash_sample_errors_total", "Samples of the store that failed.", st.Counts.SampleErrors)
+	c("dlock_dash_wakeups_total", "Samples taken at once because the store announced a release (where it has notifications).", st.Counts.Wakeups)
 	if t, err := time.Parse(time.RFC3339Nano, st.SampledAt); err == nil {
 		fmt.Fprintf(w, "# HELP dlock_dash_last_sample_timestamp_seconds When the last sample was taken.\n# TYPE dlock_dash_last_sample_timestamp_seconds gauge\ndlock_dash_last_sample_timestamp_seconds %.3f\n", float64(t.UnixMilli())/1000)
 	}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/hex"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -36,6 +37,11 @@ type Config struct {
 	// or neither: without them the dashboard is read-only.
 	Release      func(ctx context.Context, key string) (released bool, err error)
 	ReleaseToken string
+	// Notifier, when set, returns the store's release notifications
+	// (driver.Notifier), or nil while it has none (a store not open yet):
+	// Run subscribes to the locks it saw held and samples at once when
+	// one is released, besides every Interval.
+	Notifier func() driver.Notifier
 }
 
 // Dash samples a store and serves what it saw. Its methods are safe for
@@ -49,6 +55,10 @@ type Dash struct {
 	sampled  bool                // a sample has succeeded: holds is the baseline
 	timeline []Bucket            // one per second, oldest first, at most Window/1s
 	counts   Counts
+
+	notifying atomic.Bool // State.Notifications, set by Run's watcher
+
+	lastSample time.Time // when Run's last sample ended; Run's alone
 }
 
 // holdID tells one grant apart from every other: the lock's name and the
@@ -70,6 +80,9 @@ type Counts struct {
 	Grants       uint64 `json:"grants"`
 	Releases     uint64 `json:"releases"`
 	Losses       uint64 `json:"losses"`
+	// Wakeups are the samples taken at once because the store announced
+	// a release (Config.Notifier), besides those every interval.
+	Wakeups uint64 `json:"wakeups"`
 }
 
 // Bucket is one second of the timeline: the events seen in it, and the
@@ -96,10 +109,13 @@ type State struct {
 	Error string `json:"error"`
 	// Release reports that the page may offer a force-release button
 	// (dlock dash --allow-release); requests still need the token.
-	Release bool   `json:"release"`
-	Locks   []Lock `json:"locks"`
-	Totals  Totals `json:"totals"`
-	Counts  Counts `json:"counts"`
+	Release bool `json:"release"`
+	// Notifications reports that the sampler listens to the store's
+	// release notifications (Config.Notifier).
+	Notifications bool   `json:"notifications"`
+	Locks         []Lock `json:"locks"`
+	Totals        Totals `json:"totals"`
+	Counts        Counts `json:"counts"`
 }
 
 // Totals are store-level figures of one sample.
@@ -158,22 +174,70 @@ func New(cfg Config) *Dash {
 	return d
 }
 
-// Run samples the store every interval until ctx is done.
+// Run samples the store every interval until ctx is done; with
+// Config.Notifier, also at once when the store announces the release of a
+// lock the last sample saw held.
 func (d *Dash) Run(ctx context.Context) {
 	t := time.NewTicker(d.cfg.Interval)
 	defer t.Stop()
+	w := newWatcher(d.cfg.Notifier, &d.notifying)
+	w.start(ctx)
+	defer w.stop()
 	for {
-		d.Sample(ctx)
+		d.sample(ctx, w.take())
+		d.lastSample = time.Now()
+		w.want(d.heldKeys())
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-w.wake:
+			d.mu.Lock()
+			d.counts.Wakeups++
+			d.mu.Unlock()
+			// A hot lock announces a release every few hundred µs, and each
+			// sample lists the whole store: the wake-ups that come within
+			// minNotifiedGap of the last sample are merged into one later
+			// sample (their keys stay announced until it takes them).
+			if wait := time.Until(d.lastSample.Add(min(d.cfg.Interval, minNotifiedGap))); wait > 0 {
+				gap := time.NewTimer(wait)
+				select {
+				case <-ctx.Done():
+					gap.Stop()
+					return
+				case <-gap.C:
+				}
+			}
 		}
 	}
 }
 
+// minNotifiedGap is the least time between the end of one sample and a
+// sample a notification asks for: at most ten Lists a second however hot
+// the locks are.
+const minNotifiedGap = 100 * time.Millisecond
+
+// heldKeys returns the keys of the locks the last good sample saw held.
+func (d *Dash) heldKeys() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	seen := make(map[string]bool, len(d.holds))
+	keys := make([]string, 0, len(d.holds))
+	for id := range d.holds {
+		if !seen[id.key] {
+			seen[id.key] = true
+			keys = append(keys, id.key)
+		}
+	}
+	return keys
+}
+
 // Sample takes one sample of the store now.
-func (d *Dash) Sample(ctx context.Context) {
+func (d *Dash) Sample(ctx context.Context) { d.sample(ctx, nil) }
+
+// sample is Sample, told which keys' releases the store announced since the
+// last sample.
+func (d *Dash) sample(ctx context.Context, announced map[string]bool) {
 	sctx, cancel := context.WithTimeout(ctx, max(2*d.cfg.Interval, 2*time.Second))
 	infos, err := d.cfg.List(sctx)
 	cancel()
@@ -217,7 +281,7 @@ func (d *Dash) Sample(ctx context.Context) {
 		}
 	}
 	if d.sampled {
-		d.diff(holds, b)
+		d.diff(holds, announced, b)
 	}
 	d.holds, d.sampled = holds, true
 	b.Held, b.Queued = max(b.Held, tot.Locks), max(b.Queued, tot.Queued)
@@ -229,8 +293,9 @@ func (d *Dash) Sample(ctx context.Context) {
 // run out since it was last seen (its TTL then was at most two intervals: a
 // holder renews at a third of its TTL, so a live one is never seen that
 // low), or when it entered its lock-delay (its lease expired unreleased);
-// otherwise a release (dlock release --force included).
-func (d *Dash) diff(holds map[holdID]holdSeen, b *Bucket) {
+// otherwise a release (dlock release --force included). A hold of a key
+// whose release the store announced (announced) is a release.
+func (d *Dash) diff(holds map[holdID]holdSeen, announced map[string]bool, b *Bucket) {
 	for id, h := range holds {
 		old, ok := d.holds[id]
 		switch {
@@ -246,7 +311,7 @@ func (d *Dash) diff(holds map[holdID]holdSeen, b *Bucket) {
 		if _, ok := holds[id]; ok || old.delayed {
 			continue
 		}
-		if old.ttl <= 2*d.cfg.Interval {
+		if old.ttl <= 2*d.cfg.Interval && !announced[id.key] {
 			b.Losses++
 			d.counts.Losses++
 		} else {
@@ -322,5 +387,7 @@ func (d *Dash) heldFor(info driver.LockInfo, now time.Time) *int64 {
 func (d *Dash) Snapshot() (State, []Bucket) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.state, append([]Bucket(nil), d.timeline...)
+	st := d.state
+	st.Notifications = d.notifying.Load()
+	return st, append([]Bucket(nil), d.timeline...)
 }

@@ -19,6 +19,10 @@ const ScopeName = "github.com/dlock-go/dlock/observe/otel"
 
 // Attribute keys, on metrics and spans.
 const (
+	// KeyStore is the kind of store behind the Client (dlock.Event.Store):
+	// memory, sqlite, mysql, postgres, redis, redlock or etcd; unknown for
+	// a backend that does not say. On every metric, and on spans.
+	KeyStore = attribute.Key("dlock.store")
 	// KeyType is the lock type: mutex, reader, writer or semaphore.
 	KeyType = attribute.Key("dlock.lock.type")
 	// KeyCall is lock or trylock.
@@ -155,7 +159,7 @@ func New(opts ...Option) (*Observer, error) {
 		return c
 	}
 	o.wait = hist("dlock.lock.wait", "How long Lock and TryLock calls took, by outcome (granted, not_obtained, failed).")
-	o.hold = hist("dlock.lock.hold", "How long leases were held, from Lock's return to Unlock, for leases ended by Unlock.")
+	o.hold = hist("dlock.lock.hold", "How long leases were held, from the store's answer that granted them to Unlock, for leases ended by Unlock.")
 	o.renewLatency = hist("dlock.renewal.duration", "Round trips of renewals to the store (a batch of automatic renewals, or one Refresh).")
 	o.storeCalls = hist("dlock.store.call.duration", "Acquire, release and withdraw calls to the store, by op and outcome (ok, error).")
 	o.grants = counter("dlock.lock.grants", "{call}", "Lock and TryLock calls that obtained the lock.")
@@ -187,12 +191,25 @@ func (o *Observer) ObserveContext(ctx context.Context, e dlock.Event) context.Co
 			spanName = "dlock.TryLock"
 		}
 		sctx, _ := o.tracer.Start(ctx, spanName, trace.WithSpanKind(trace.SpanKindInternal),
-			trace.WithAttributes(KeyName.String(e.Name), KeyType.String(e.Type)))
+			trace.WithAttributes(KeyName.String(e.Name), KeyType.String(e.Type), KeyStore.String(store(e))))
 		return context.WithValue(sctx, callerKey{}, ctx)
 	case dlock.EventLockGranted, dlock.EventLockNotObtained, dlock.EventLockFailed:
 		return o.lockEnded(ctx, e)
 	case dlock.EventUnlocked:
 		o.unlocked(ctx, e)
+		return ctx
+	case dlock.EventDoStarted:
+		// The span of the whole Do: its Lock, Hold and Unlock nest in it.
+		sctx, _ := o.tracer.Start(ctx, "dlock.Do", trace.WithSpanKind(trace.SpanKindInternal),
+			trace.WithAttributes(KeyName.String(e.Name), KeyType.String(e.Type), KeyStore.String(store(e))))
+		return sctx
+	case dlock.EventDoEnded:
+		span := trace.SpanFromContext(ctx)
+		if e.Fence != 0 {
+			span.SetAttributes(KeyFence.Int64(int64(e.Fence)))
+		}
+		setError(span, e.Err)
+		span.End()
 		return ctx
 	}
 	o.Observe(e)
@@ -238,7 +255,7 @@ func (o *Observer) lockEnded(ctx context.Context, e dlock.Event) context.Context
 		caller = context.Background()
 	}
 	hctx, hspan := o.tracer.Start(caller, "dlock.Hold", trace.WithAttributes(
-		KeyName.String(e.Name), KeyType.String(e.Type), KeyFence.Int64(int64(e.Fence))),
+		KeyName.String(e.Name), KeyType.String(e.Type), KeyStore.String(store(e)), KeyFence.Int64(int64(e.Fence))),
 		trace.WithLinks(trace.LinkFromContext(ctx)))
 	o.leases.Add(ctx, 1, metric.WithAttributeSet(typ))
 	k := grantKey{e.Client, e.Name, e.Type, e.Fence}
@@ -307,25 +324,38 @@ func (o *Observer) Observe(e dlock.Event) {
 			h.span.End()
 		}
 	case dlock.EventRenewed:
-		o.renewals.Add(ctx, int64(e.Count))
-		o.renewFailures.Add(ctx, int64(e.Failed))
-		o.renewLatency.Record(ctx, e.Latency.Seconds())
+		st := metric.WithAttributeSet(o.set(e))
+		o.renewals.Add(ctx, int64(e.Count), st)
+		o.renewFailures.Add(ctx, int64(e.Failed), st)
+		o.renewLatency.Record(ctx, e.Latency.Seconds(), st)
 	case dlock.EventStoreCall:
 		outcome := "ok"
 		if e.Err != nil {
 			outcome = "error"
 		}
-		o.storeCalls.Record(ctx, e.Latency.Seconds(), metric.WithAttributes(KeyOp.String(e.Op), KeyOutcome.String(outcome)))
+		o.storeCalls.Record(ctx, e.Latency.Seconds(), metric.WithAttributes(KeyStore.String(store(e)), KeyOp.String(e.Op), KeyOutcome.String(outcome)))
 	}
 }
 
-// set is the attribute set of kvs, with KeyLock when WithLockName asked
-// for it.
+// set is the attribute set of kvs and KeyStore, with KeyLock when
+// WithLockName asked for it. Not for renewals and store calls, which
+// have no lock (the store calls of Unlock have one, but the same metric's
+// batch renewals would not).
 func (o *Observer) set(e dlock.Event, kvs ...attribute.KeyValue) attribute.Set {
-	if o.lockName != nil {
+	kvs = append(kvs, KeyStore.String(store(e)))
+	if o.lockName != nil && e.Kind != dlock.EventRenewed {
 		kvs = append(kvs, KeyLock.String(o.lockName(e.Name)))
 	}
 	return attribute.NewSet(kvs...)
+}
+
+// store is KeyStore's value: the backend's kind of store
+// (dlock.Event.Store), or "unknown" for a backend that does not say.
+func store(e dlock.Event) string {
+	if e.Store == "" {
+		return "unknown"
+	}
+	return e.Store
 }
 
 // setError records err on span and marks it failed; nothing for nil.

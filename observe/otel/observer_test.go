@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/memlock"
 	dlockotel "github.com/dlock-go/dlock/observe/otel"
 	"github.com/dlock-go/dlock/redislock"
@@ -98,7 +99,7 @@ func TestTraces(t *testing.T) {
 		t.Errorf("Hold span links %+v, want the Lock span", hold.Links)
 	}
 	wantAttrs(t, lock, map[attribute.Key]any{
-		dlockotel.KeyName: "orders:1", dlockotel.KeyType: "mutex", dlockotel.KeyOutcome: "granted",
+		dlockotel.KeyName: "orders:1", dlockotel.KeyType: "mutex", dlockotel.KeyStore: "memory", dlockotel.KeyOutcome: "granted",
 		dlockotel.KeyAttempts: int64(1), dlockotel.KeyFence: int64(l.Fence()), dlockotel.KeyHandoff: false,
 	})
 	if wait, _ := attr(lock, dlockotel.KeyWait).(float64); wait <= 0 || wait > lock.EndTime.Sub(lock.StartTime).Seconds() {
@@ -125,8 +126,31 @@ func TestTraces(t *testing.T) {
 	request.End()
 	got = byName(spans.GetSpans())
 	spans.Reset()
-	if w, hold, req := got["work"], got["dlock.Hold"], got["request"]; hold.Name == "" || w.Parent.SpanID() != hold.SpanContext.SpanID() || hold.Parent.SpanID() != req.SpanContext.SpanID() {
-		t.Errorf("Do: work's parent %v, hold %v (parent %v), request %v", w.Parent.SpanID(), hold.SpanContext.SpanID(), hold.Parent.SpanID(), req.SpanContext.SpanID())
+	// The Do span is the request's child and the parent of the Lock and
+	// Hold spans (and, through the Hold, of fn's work and the Unlock).
+	do, lockSpan, hold, unlockSpan, w, req := got["dlock.Do"], got["dlock.Lock"], got["dlock.Hold"], got["dlock.Unlock"], got["work"], got["request"]
+	if do.Name == "" || do.Parent.SpanID() != req.SpanContext.SpanID() {
+		t.Fatalf("Do span %+v, want a child of the request's; spans %v", do, names(got))
+	}
+	if lockSpan.Parent.SpanID() != do.SpanContext.SpanID() || hold.Parent.SpanID() != do.SpanContext.SpanID() ||
+		w.Parent.SpanID() != hold.SpanContext.SpanID() || unlockSpan.Parent.SpanID() != hold.SpanContext.SpanID() {
+		t.Errorf("Do: Lock's parent %v, Hold's %v, work's %v, Unlock's %v; Do %v, Hold %v",
+			lockSpan.Parent.SpanID(), hold.Parent.SpanID(), w.Parent.SpanID(), unlockSpan.Parent.SpanID(), do.SpanContext.SpanID(), hold.SpanContext.SpanID())
+	}
+	wantAttrs(t, do, map[attribute.Key]any{dlockotel.KeyName: "orders:1", dlockotel.KeyType: "mutex", dlockotel.KeyStore: "memory", dlockotel.KeyFence: attr(hold, dlockotel.KeyFence)})
+	if do.Status.Code != codes.Unset || do.StartTime.After(lockSpan.StartTime) || do.EndTime.Before(hold.EndTime) {
+		t.Errorf("Do span %v..%v status %v; Lock from %v, Hold to %v", do.StartTime, do.EndTime, do.Status, lockSpan.StartTime, hold.EndTime)
+	}
+
+	// A Do whose fn fails: its span says so.
+	failed := errors.New("the report failed")
+	if err := c.Do(ctx, "orders:1", func(context.Context) error { return failed }); !errors.Is(err, failed) {
+		t.Fatalf("Do = %v", err)
+	}
+	got = byName(spans.GetSpans())
+	spans.Reset()
+	if do := got["dlock.Do"]; do.Status.Code != codes.Error || !strings.Contains(do.Status.Description, "the report failed") {
+		t.Errorf("failed Do span status %+v", do.Status)
 	}
 
 	// A refused TryLock: its span says so, and there is no hold.
@@ -210,26 +234,26 @@ func TestTraces(t *testing.T) {
 
 func TestMetricsMemlock(t *testing.T) {
 	store := memlock.New()
-	exerciseMetrics(t, store, store)
+	exerciseMetrics(t, store, store, "memory")
 }
 
 func TestMetricsRedis(t *testing.T) {
-	store := redislock.New(startRedis(t))
-	exerciseMetrics(t, store, store)
+	store := redislock.New(testserver.StartRedis(t).Client(t))
+	exerciseMetrics(t, store, store, "redis")
 }
 
 // exerciseMetrics drives an observed Client through a grant, a wait, a
 // refused TryLock, renewals, Unlocks and a loss, and reads the metrics
 // after each.
-func exerciseMetrics(t *testing.T, backend driver.Backend, force forceReleaser) {
+func exerciseMetrics(t *testing.T, backend driver.Backend, force forceReleaser, store string) {
 	ctx := t.Context()
 	obs, _, reader, _ := setup(t)
 	c := dlock.New(backend, dlock.WithObserver(obs), dlock.WithTTL(600*time.Millisecond))
 	defer c.Close()
 	other := dlock.New(backend)
 	defer other.Close()
-	mutexOrders := attrs{"dlock.lock.type": "mutex", "dlock.lock": "orders"}
-	lockGranted := attrs{"dlock.lock.type": "mutex", "dlock.lock": "orders", "dlock.lock.call": "lock"}
+	mutexOrders := attrs{"dlock.store": store, "dlock.lock.type": "mutex", "dlock.lock": "orders"}
+	lockGranted := attrs{"dlock.store": store, "dlock.lock.type": "mutex", "dlock.lock": "orders", "dlock.lock.call": "lock"}
 
 	l, err := c.Mutex("orders:1").Lock(ctx)
 	if err != nil {
@@ -243,13 +267,13 @@ func exerciseMetrics(t *testing.T, backend driver.Backend, force forceReleaser) 
 	want(t, reader, "dlock.leases", mutexOrders, 0)
 	want(t, reader, "dlock.lock.grants", lockGranted, 1)
 	want(t, reader, "dlock.lock.hold", mutexOrders, 1)
-	want(t, reader, "dlock.lock.wait", attrs{"dlock.lock.type": "mutex", "dlock.lock": "orders", "dlock.lock.call": "lock", "dlock.outcome": "granted"}, 1)
-	want(t, reader, "dlock.store.call.duration", attrs{"dlock.store.op": "acquire", "dlock.outcome": "ok"}, 1)
-	want(t, reader, "dlock.store.call.duration", attrs{"dlock.store.op": "release", "dlock.outcome": "ok"}, 1)
-	if n := value(t, reader, "dlock.lease.renewals", attrs{}); n < 1 {
+	want(t, reader, "dlock.lock.wait", attrs{"dlock.store": store, "dlock.lock.type": "mutex", "dlock.lock": "orders", "dlock.lock.call": "lock", "dlock.outcome": "granted"}, 1)
+	want(t, reader, "dlock.store.call.duration", attrs{"dlock.store": store, "dlock.store.op": "acquire", "dlock.outcome": "ok"}, 1)
+	want(t, reader, "dlock.store.call.duration", attrs{"dlock.store": store, "dlock.store.op": "release", "dlock.outcome": "ok"}, 1)
+	if n := value(t, reader, "dlock.lease.renewals", attrs{"dlock.store": store}); n < 1 {
 		t.Errorf("renewals = %d, want at least 1", n)
 	}
-	if n := value(t, reader, "dlock.renewal.duration", attrs{}); n < 1 {
+	if n := value(t, reader, "dlock.renewal.duration", attrs{"dlock.store": store}); n < 1 {
 		t.Errorf("renewal round trips = %d, want at least 1", n)
 	}
 
@@ -261,7 +285,7 @@ func exerciseMetrics(t *testing.T, backend driver.Backend, force forceReleaser) 
 	if _, err := c.Mutex("orders:2").TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("TryLock = %v", err)
 	}
-	want(t, reader, "dlock.lock.not_obtained", attrs{"dlock.lock.type": "mutex", "dlock.lock": "orders", "dlock.lock.call": "trylock"}, 1)
+	want(t, reader, "dlock.lock.not_obtained", attrs{"dlock.store": store, "dlock.lock.type": "mutex", "dlock.lock": "orders", "dlock.lock.call": "trylock"}, 1)
 	done := make(chan error, 1)
 	var waited *dlock.Lease
 	go func() {
@@ -290,8 +314,8 @@ func exerciseMetrics(t *testing.T, backend driver.Backend, force forceReleaser) 
 	if err := waited.Refresh(ctx); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Fatalf("Refresh = %v", err)
 	}
-	want(t, reader, "dlock.lease.losses", attrs{"dlock.lock.type": "mutex", "dlock.lock": "orders", "dlock.lost.reason": "missing"}, 1)
-	want(t, reader, "dlock.lease.renewal_failures", attrs{}, 1)
+	want(t, reader, "dlock.lease.losses", attrs{"dlock.store": store, "dlock.lock.type": "mutex", "dlock.lock": "orders", "dlock.lost.reason": "missing"}, 1)
+	want(t, reader, "dlock.lease.renewal_failures", attrs{"dlock.store": store}, 1)
 	want(t, reader, "dlock.leases", mutexOrders, 0)
 	_ = waited.Unlock(ctx)
 	want(t, reader, "dlock.leases", mutexOrders, 0)
@@ -449,10 +473,10 @@ func TestConcurrent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	hot := attrs{"dlock.lock.type": "mutex", "dlock.lock": "hot"}
-	grants := value(t, reader, "dlock.lock.grants", attrs{"dlock.lock.type": "mutex", "dlock.lock": "hot", "dlock.lock.call": "lock"}) +
-		value(t, reader, "dlock.lock.grants", attrs{"dlock.lock.type": "mutex", "dlock.lock": "hot", "dlock.lock.call": "trylock"})
-	refused := value(t, reader, "dlock.lock.not_obtained", attrs{"dlock.lock.type": "mutex", "dlock.lock": "hot", "dlock.lock.call": "trylock"})
+	hot := attrs{"dlock.store": "memory", "dlock.lock.type": "mutex", "dlock.lock": "hot"}
+	grants := value(t, reader, "dlock.lock.grants", attrs{"dlock.store": "memory", "dlock.lock.type": "mutex", "dlock.lock": "hot", "dlock.lock.call": "lock"}) +
+		value(t, reader, "dlock.lock.grants", attrs{"dlock.store": "memory", "dlock.lock.type": "mutex", "dlock.lock": "hot", "dlock.lock.call": "trylock"})
+	refused := value(t, reader, "dlock.lock.not_obtained", attrs{"dlock.store": "memory", "dlock.lock.type": "mutex", "dlock.lock": "hot", "dlock.lock.call": "trylock"})
 	if grants+refused != workers*rounds {
 		t.Errorf("%d grants + %d refused TryLocks, want %d calls", grants, refused, workers*rounds)
 	}

@@ -14,18 +14,19 @@ import (
 type Collector struct {
 	lockName func(string) string // nil: no lock label
 
-	wait          *prometheus.HistogramVec // type, call, outcome [, lock]
-	hold          *prometheus.HistogramVec // type [, lock]
-	grants        *prometheus.CounterVec   // type, call [, lock]
-	notObtained   *prometheus.CounterVec   // type, call [, lock]
-	failures      *prometheus.CounterVec   // type, call [, lock]
-	losses        *prometheus.CounterVec   // type, reason [, lock]
-	renewals      prometheus.Counter
-	renewFailures prometheus.Counter
-	renewLatency  prometheus.Histogram
-	storeCalls    *prometheus.HistogramVec // op, outcome
-	leases        *prometheus.GaugeVec     // type [, lock]
-	waiters       *prometheus.GaugeVec     // type [, lock]
+	// Every metric's first label is store (Event.Store).
+	wait          *prometheus.HistogramVec // store, type, call, outcome [, lock]
+	hold          *prometheus.HistogramVec // store, type [, lock]
+	grants        *prometheus.CounterVec   // store, type, call [, lock]
+	notObtained   *prometheus.CounterVec   // store, type, call [, lock]
+	failures      *prometheus.CounterVec   // store, type, call [, lock]
+	losses        *prometheus.CounterVec   // store, type, reason [, lock]
+	renewals      *prometheus.CounterVec   // store
+	renewFailures *prometheus.CounterVec   // store
+	renewLatency  *prometheus.HistogramVec // store
+	storeCalls    *prometheus.HistogramVec // store, op, outcome
+	leases        *prometheus.GaugeVec     // store, type [, lock]
+	waiters       *prometheus.GaugeVec     // store, type [, lock]
 	collectors    []prometheus.Collector
 	mu            sync.Mutex
 	live          map[grantKey]int // live leases per grant, for the leases gauge
@@ -94,6 +95,7 @@ func New(opts ...Option) *Collector {
 	}
 	c := &Collector{lockName: cfg.lockName, live: map[grantKey]int{}}
 	withLock := func(labels ...string) []string {
+		labels = append([]string{"store"}, labels...)
 		if c.lockName != nil {
 			return append(labels, "lock")
 		}
@@ -115,17 +117,15 @@ func New(opts ...Option) *Collector {
 		return v
 	}
 	c.wait = hist("lock_wait_seconds", "How long Lock and TryLock calls took, by outcome (granted, not_obtained, failed).", withLock("type", "call", "outcome")...)
-	c.hold = hist("lock_hold_seconds", "How long leases were held, from Lock's return to Unlock, for leases ended by Unlock.", withLock("type")...)
+	c.hold = hist("lock_hold_seconds", "How long leases were held, from the store's answer that granted them to Unlock, for leases ended by Unlock.", withLock("type")...)
 	c.grants = counter("lock_grants_total", "Lock and TryLock calls that obtained the lock.", withLock("type", "call")...)
 	c.notObtained = counter("lock_not_obtained_total", "Lock and TryLock calls that ended without the lock: held by another, or the wait ended.", withLock("type", "call")...)
 	c.failures = counter("lock_failures_total", "Lock and TryLock calls that failed: a store error, or a call refused.", withLock("type", "call")...)
 	c.losses = counter("lease_losses_total", "Leases lost before Unlock, by reason (expired, missing, unreachable, closed).", withLock("type", "reason")...)
-	renewals := counter("lease_renewals_total", "Lease renewals sent (automatic or Refresh), one per lease.")
-	c.renewals = renewals.WithLabelValues()
-	renewFailures := counter("lease_renewal_failures_total", "Lease renewals that failed or found the lease gone.")
-	c.renewFailures = renewFailures.WithLabelValues()
-	c.renewLatency = hist("renewal_round_trip_seconds", "Round trips of renewals to the store (a batch of automatic renewals, or one Refresh).").WithLabelValues().(prometheus.Histogram)
-	c.storeCalls = hist("store_call_seconds", "Acquire, release and withdraw calls to the store, by op and outcome (ok, error); renewals are in renewal_round_trip_seconds.", "op", "outcome")
+	c.renewals = counter("lease_renewals_total", "Lease renewals sent (automatic or Refresh), one per lease.", "store")
+	c.renewFailures = counter("lease_renewal_failures_total", "Lease renewals that failed or found the lease gone.", "store")
+	c.renewLatency = hist("renewal_round_trip_seconds", "Round trips of renewals to the store (a batch of automatic renewals, or one Refresh).", "store")
+	c.storeCalls = hist("store_call_seconds", "Acquire, release and withdraw calls to the store, by op and outcome (ok, error); renewals are in renewal_round_trip_seconds.", "store", "op", "outcome")
 	c.leases = gauge("leases", "Leases held now: granted, and neither unlocked nor lost.", withLock("type")...)
 	c.waiters = gauge("waiters", "Lock and TryLock calls in progress.", withLock("type")...)
 	return c
@@ -190,15 +190,16 @@ func (c *Collector) Observe(e dlock.Event) {
 			c.leases.WithLabelValues(c.labels(e, e.Type)...).Sub(float64(n))
 		}
 	case dlock.EventRenewed:
-		c.renewals.Add(float64(e.Count))
-		c.renewFailures.Add(float64(e.Failed))
-		c.renewLatency.Observe(e.Latency.Seconds())
+		st := store(e)
+		c.renewals.WithLabelValues(st).Add(float64(e.Count))
+		c.renewFailures.WithLabelValues(st).Add(float64(e.Failed))
+		c.renewLatency.WithLabelValues(st).Observe(e.Latency.Seconds())
 	case dlock.EventStoreCall:
 		outcome := "ok"
 		if e.Err != nil {
 			outcome = "error"
 		}
-		c.storeCalls.WithLabelValues(e.Op, outcome).Observe(e.Latency.Seconds())
+		c.storeCalls.WithLabelValues(store(e), e.Op, outcome).Observe(e.Latency.Seconds())
 	}
 }
 
@@ -219,13 +220,23 @@ func (c *Collector) end(k grantKey) bool {
 	return true
 }
 
-// labels returns values, with the lock label's value after them when there
-// is one.
+// labels returns the store label's value, values, and the lock label's
+// value when there is one.
 func (c *Collector) labels(e dlock.Event, values ...string) []string {
+	values = append([]string{store(e)}, values...)
 	if c.lockName != nil {
 		return append(values, c.lockName(e.Name))
 	}
 	return values
+}
+
+// store is the store label's value: the backend's kind of store
+// (dlock.Event.Store), or "unknown" for a backend that does not say.
+func store(e dlock.Event) string {
+	if e.Store == "" {
+		return "unknown"
+	}
+	return e.Store
 }
 
 // reason is the label value of a loss's reason.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/memlock"
 	dlockprom "github.com/dlock-go/dlock/observe/prometheus"
 	"github.com/dlock-go/dlock/redislock"
@@ -33,20 +34,20 @@ type forceReleaser interface {
 
 func TestCollectorMemlock(t *testing.T) {
 	store := memlock.New()
-	exercise(t, store, store)
+	exercise(t, store, store, "memory")
 }
 
 func TestCollectorRedis(t *testing.T) {
-	rdb := startRedis(t)
+	rdb := testserver.StartRedis(t).Client(t)
 	store := redislock.New(rdb)
-	exercise(t, store, store)
+	exercise(t, store, store, "redis")
 }
 
 // exercise drives a Client observed by a Collector through grants, a
 // refused TryLock, a wait, renewals, an Unlock, losses (one of a
 // reentrant pair) and a refused call, checking the metrics after each,
 // read from the registry and from an HTTP scrape.
-func exercise(t *testing.T, backend driver.Backend, force forceReleaser) {
+func exercise(t *testing.T, backend driver.Backend, force forceReleaser, store string) {
 	ctx := t.Context()
 	metrics := dlockprom.New(dlockprom.WithLockLabel(func(name string) string {
 		group, _, _ := strings.Cut(name, ":")
@@ -64,7 +65,7 @@ func exercise(t *testing.T, backend driver.Backend, force forceReleaser) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mutexOrders := labels{"type": "mutex", "lock": "orders"}
+	mutexOrders := labels{"store": store, "type": "mutex", "lock": "orders"}
 	want(t, reg, "dlock_leases", mutexOrders, 1)
 	want(t, reg, "dlock_waiters", mutexOrders, 0)
 	time.Sleep(300 * time.Millisecond)
@@ -72,20 +73,20 @@ func exercise(t *testing.T, backend driver.Backend, force forceReleaser) {
 		t.Fatal(err)
 	}
 	want(t, reg, "dlock_leases", mutexOrders, 0)
-	want(t, reg, "dlock_lock_grants_total", labels{"type": "mutex", "call": "lock", "lock": "orders"}, 1)
-	want(t, reg, "dlock_lock_wait_seconds", labels{"type": "mutex", "call": "lock", "outcome": "granted", "lock": "orders"}, 1)
+	want(t, reg, "dlock_lock_grants_total", labels{"store": store, "type": "mutex", "call": "lock", "lock": "orders"}, 1)
+	want(t, reg, "dlock_lock_wait_seconds", labels{"store": store, "type": "mutex", "call": "lock", "outcome": "granted", "lock": "orders"}, 1)
 	if n, sum := histogram(t, reg, "dlock_lock_hold_seconds", mutexOrders); n != 1 || sum < 0.3 || sum > 5 {
 		t.Errorf("hold histogram: count %d, sum %gs; want 1 hold of about 0.3s", n, sum)
 	}
-	if n := value(t, reg, "dlock_lease_renewals_total", nil); n < 1 {
+	if n := value(t, reg, "dlock_lease_renewals_total", labels{"store": store}); n < 1 {
 		t.Errorf("renewals = %g, want at least 1", n)
 	}
-	if n, _ := histogram(t, reg, "dlock_renewal_round_trip_seconds", nil); n < 1 {
+	if n, _ := histogram(t, reg, "dlock_renewal_round_trip_seconds", labels{"store": store}); n < 1 {
 		t.Errorf("renewal round trips = %d, want at least 1", n)
 	}
-	want(t, reg, "dlock_lease_renewal_failures_total", nil, 0)
-	want(t, reg, "dlock_store_call_seconds", labels{"op": "acquire", "outcome": "ok"}, 1)
-	want(t, reg, "dlock_store_call_seconds", labels{"op": "release", "outcome": "ok"}, 1)
+	want(t, reg, "dlock_lease_renewal_failures_total", labels{"store": store}, 0)
+	want(t, reg, "dlock_store_call_seconds", labels{"store": store, "op": "acquire", "outcome": "ok"}, 1)
+	want(t, reg, "dlock_store_call_seconds", labels{"store": store, "op": "release", "outcome": "ok"}, 1)
 
 	// A TryLock of a held lock; a Lock that waits for it, counted as a
 	// waiter meanwhile.
@@ -96,7 +97,7 @@ func exercise(t *testing.T, backend driver.Backend, force forceReleaser) {
 	if _, err := c.Mutex("orders:2").TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("TryLock of a held lock = %v", err)
 	}
-	want(t, reg, "dlock_lock_not_obtained_total", labels{"type": "mutex", "call": "trylock", "lock": "orders"}, 1)
+	want(t, reg, "dlock_lock_not_obtained_total", labels{"store": store, "type": "mutex", "call": "trylock", "lock": "orders"}, 1)
 	got := make(chan error, 1)
 	var waited *dlock.Lease
 	go func() {
@@ -113,7 +114,7 @@ func exercise(t *testing.T, backend driver.Backend, force forceReleaser) {
 	}
 	want(t, reg, "dlock_waiters", mutexOrders, 0)
 	want(t, reg, "dlock_leases", mutexOrders, 1)
-	want(t, reg, "dlock_lock_grants_total", labels{"type": "mutex", "call": "lock", "lock": "orders"}, 2)
+	want(t, reg, "dlock_lock_grants_total", labels{"store": store, "type": "mutex", "call": "lock", "lock": "orders"}, 2)
 
 	// Its loss: counted once, by reason, and the Unlock after it ends
 	// nothing more.
@@ -123,8 +124,8 @@ func exercise(t *testing.T, backend driver.Backend, force forceReleaser) {
 	if err := waited.Refresh(ctx); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Fatalf("Refresh of a lost lease = %v", err)
 	}
-	want(t, reg, "dlock_lease_losses_total", labels{"type": "mutex", "reason": "missing", "lock": "orders"}, 1)
-	want(t, reg, "dlock_lease_renewal_failures_total", nil, 1)
+	want(t, reg, "dlock_lease_losses_total", labels{"store": store, "type": "mutex", "reason": "missing", "lock": "orders"}, 1)
+	want(t, reg, "dlock_lease_renewal_failures_total", labels{"store": store}, 1)
 	want(t, reg, "dlock_leases", mutexOrders, 0)
 	if err := waited.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Fatalf("Unlock of a lost lease = %v", err)
@@ -144,7 +145,7 @@ func exercise(t *testing.T, backend driver.Backend, force forceReleaser) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mutexJobs := labels{"type": "mutex", "lock": "jobs"}
+	mutexJobs := labels{"store": store, "type": "mutex", "lock": "jobs"}
 	want(t, reg, "dlock_leases", mutexJobs, 2)
 	if _, _, err := force.ForceRelease(ctx, "jobs:nightly"); err != nil {
 		t.Fatal(err)
@@ -167,32 +168,32 @@ func exercise(t *testing.T, backend driver.Backend, force forceReleaser) {
 	if _, err := c.Semaphore("pool:db", 2).Acquire(ctx); err != nil {
 		t.Fatal(err)
 	}
-	want(t, reg, "dlock_leases", labels{"type": "reader", "lock": "table"}, 1)
-	want(t, reg, "dlock_leases", labels{"type": "semaphore", "lock": "pool"}, 1)
+	want(t, reg, "dlock_leases", labels{"store": store, "type": "reader", "lock": "table"}, 1)
+	want(t, reg, "dlock_leases", labels{"store": store, "type": "semaphore", "lock": "pool"}, 1)
 	if err := r.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	want(t, reg, "dlock_leases", labels{"type": "reader", "lock": "table"}, 0)
+	want(t, reg, "dlock_leases", labels{"store": store, "type": "reader", "lock": "table"}, 0)
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	want(t, reg, "dlock_lease_losses_total", labels{"type": "semaphore", "reason": "closed", "lock": "pool"}, 1)
-	want(t, reg, "dlock_leases", labels{"type": "semaphore", "lock": "pool"}, 0)
+	want(t, reg, "dlock_lease_losses_total", labels{"store": store, "type": "semaphore", "reason": "closed", "lock": "pool"}, 1)
+	want(t, reg, "dlock_leases", labels{"store": store, "type": "semaphore", "lock": "pool"}, 0)
 
 	// A call refused by the closed Client.
 	if _, err := c.Mutex("orders:3").Lock(ctx); !errors.Is(err, dlock.ErrClosed) {
 		t.Fatalf("Lock on a closed Client = %v", err)
 	}
-	want(t, reg, "dlock_lock_failures_total", labels{"type": "mutex", "call": "lock", "lock": "orders"}, 1)
+	want(t, reg, "dlock_lock_failures_total", labels{"store": store, "type": "mutex", "call": "lock", "lock": "orders"}, 1)
 	want(t, reg, "dlock_waiters", mutexOrders, 0)
 
 	// The same, as a Prometheus server scrapes it.
 	body := scrape(t, reg)
 	for _, line := range []string{
-		`dlock_lock_grants_total{call="lock",lock="orders",type="mutex"} 2`,
-		`dlock_lease_losses_total{lock="orders",reason="missing",type="mutex"} 1`,
-		`dlock_leases{lock="jobs",type="mutex"} 0`,
-		`dlock_lock_wait_seconds_count{call="trylock",lock="orders",outcome="not_obtained",type="mutex"} 1`,
+		`dlock_lock_grants_total{call="lock",lock="orders",store="` + store + `",type="mutex"} 2`,
+		`dlock_lease_losses_total{lock="orders",reason="missing",store="` + store + `",type="mutex"} 1`,
+		`dlock_leases{lock="jobs",store="` + store + `",type="mutex"} 0`,
+		`dlock_lock_wait_seconds_count{call="trylock",lock="orders",outcome="not_obtained",store="` + store + `",type="mutex"} 1`,
 		`# TYPE dlock_lock_hold_seconds histogram`,
 	} {
 		if !strings.Contains(body, "\n"+line+"\n") {
@@ -217,7 +218,7 @@ func TestCollectorWithoutLockLabel(t *testing.T) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	want(t, reg, "dlock_lock_grants_total", labels{"type": "mutex", "call": "lock"}, 1)
+	want(t, reg, "dlock_lock_grants_total", labels{"store": "memory", "type": "mutex", "call": "lock"}, 1)
 	if body := scrape(t, reg); strings.Contains(body, "secret-name") || strings.Contains(body, `lock="`) {
 		t.Errorf("a lock name or label in the scrape:\n%s", body)
 	}
@@ -361,15 +362,31 @@ func TestCollectorConcurrent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	grants := value(t, reg, "dlock_lock_grants_total", labels{"type": "mutex", "call": "lock"}) +
-		value(t, reg, "dlock_lock_grants_total", labels{"type": "mutex", "call": "trylock"})
-	refused := value(t, reg, "dlock_lock_not_obtained_total", labels{"type": "mutex", "call": "trylock"})
+	grants := value(t, reg, "dlock_lock_grants_total", labels{"store": "memory", "type": "mutex", "call": "lock"}) +
+		value(t, reg, "dlock_lock_grants_total", labels{"store": "memory", "type": "mutex", "call": "trylock"})
+	refused := value(t, reg, "dlock_lock_not_obtained_total", labels{"store": "memory", "type": "mutex", "call": "trylock"})
 	if grants+refused != workers*rounds {
 		t.Errorf("%g grants + %g refused TryLocks, want %d calls", grants, refused, workers*rounds)
 	}
-	if n, _ := histogram(t, reg, "dlock_lock_hold_seconds", labels{"type": "mutex"}); float64(n) != grants {
+	if n, _ := histogram(t, reg, "dlock_lock_hold_seconds", labels{"store": "memory", "type": "mutex"}); float64(n) != grants {
 		t.Errorf("%d holds for %g grants", n, grants)
 	}
-	want(t, reg, "dlock_leases", labels{"type": "mutex"}, 0)
-	want(t, reg, "dlock_waiters", labels{"type": "mutex"}, 0)
+	want(t, reg, "dlock_leases", labels{"store": "memory", "type": "mutex"}, 0)
+	want(t, reg, "dlock_waiters", labels{"store": "memory", "type": "mutex"}, 0)
+}
+
+// TestCollectorUnnamedStore checks the store label of a backend that does
+// not name its store (no driver.StoreNamer): "unknown".
+func TestCollectorUnnamedStore(t *testing.T) {
+	ctx := t.Context()
+	metrics := dlockprom.New()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(metrics)
+	c := dlock.New(struct{ driver.Backend }{memlock.New()}, dlock.WithObserver(metrics))
+	defer c.Close()
+	if _, err := c.Mutex("x").TryLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want(t, reg, "dlock_lock_grants_total", labels{"store": "unknown", "type": "mutex", "call": "trylock"}, 1)
+	want(t, reg, "dlock_store_call_seconds", labels{"store": "unknown", "op": "acquire", "outcome": "ok"}, 1)
 }

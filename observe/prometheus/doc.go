@@ -13,6 +13,8 @@
 //	prometheus.MustRegister(metrics)
 //	c := dlock.New(backend, dlock.WithObserver(metrics))
 //
-// Lock names are unbounded, so they are no label unless WithLockLabel maps
-// them to a few values. docs/OBSERVABILITY.md lists the metrics.
+// Every metric has the label store, the kind of store behind the Client
+// (dlock.Event.Store: redis, postgres, ...). Lock names are unbounded, so
+// they are no label unless WithLockLabel maps them to a few values.
+// docs/OBSERVABILITY.md lists the metrics.
 package prometheus

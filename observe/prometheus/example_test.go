@@ -45,6 +45,6 @@ func Example() {
 		}
 	}
 	// Output:
-	// dlock_leases [lock=orders type=mutex] 0
-	// dlock_lock_grants_total [call=lock lock=orders type=mutex] 1
+	// dlock_leases [lock=orders store=memory type=mutex] 0
+	// dlock_lock_grants_total [call=lock lock=orders store=memory type=mutex] 1
 }

@@ -13,15 +13,18 @@
     try { selected = h ? decodeURIComponent(h) : null; } catch (e) { selected = null; }
   };
   // token is the force-release secret dlock dash --allow-release printed,
-  // given in the address as #token=TOKEN; read once, kept in memory only,
-  // and taken out of the address.
+  // given in the address as #token=TOKEN (when the page loads, or later in
+  // the same tab); kept in memory only, and taken out of the address.
   let token = null;
-  if (location.hash.startsWith('#token=')) {
+  const takeToken = () => {
+    if (!location.hash.startsWith('#token=')) return false;
     try { token = decodeURIComponent(location.hash.slice(7)); } catch (e) { token = null; }
     history.replaceState(null, '', location.pathname);
-  }
+    return true;
+  };
+  takeToken();
   fromHash();
-  window.addEventListener('hashchange', () => { fromHash(); if (state) render(); });
+  window.addEventListener('hashchange', () => { if (!takeToken()) fromHash(); if (state) render(); });
   let state = null;
 
   function cell(tr, text) {
@@ -70,7 +73,8 @@
       status.textContent = 'store error: ' + state.error + ' (showing the last good sample)';
       status.className = 'error';
     } else {
-      status.textContent = state.sampled_at ? 'sampled ' + state.sampled_at.slice(11, 23) + ' UTC every ' + state.interval_ms + 'ms' : 'first sample...';
+      status.textContent = state.sampled_at ? 'sampled ' + state.sampled_at.slice(11, 23) + ' UTC every ' + state.interval_ms + 'ms' +
+        (state.notifications ? ' and at each release the store announces' : '') : 'first sample...';
       status.className = '';
     }
     const t = state.totals, c = state.counts;

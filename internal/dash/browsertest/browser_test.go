@@ -142,6 +142,13 @@ func chromium(t *testing.T) string {
 // browser starts headless Chromium with a fresh profile.
 func browser(t *testing.T) context.Context {
 	t.Helper()
+	// Not t.TempDir: Chromium's helper processes may still write to the
+	// profile for a moment after the browser has exited, and t.TempDir's
+	// removal then fails the test ("directory not empty").
+	profile, err := os.MkdirTemp("", "dlock-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromium(t)),
 		chromedp.Headless,
@@ -152,12 +159,26 @@ func browser(t *testing.T) context.Context {
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profile),
 		chromedp.WindowSize(1280, 1000),
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
+	t.Cleanup(func() {
+		cancel()
+		cancelAlloc()
+		for i := 0; ; i++ {
+			err := os.RemoveAll(profile)
+			if err == nil {
+				return
+			}
+			if i == 50 {
+				t.Logf("chromium's profile %s left behind: %v", profile, err)
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
 	if err := chromedp.Run(ctx); err != nil {
 		t.Fatalf("start chromium: %v", err) // installed but not starting: a failure, in CI or not
 	}
@@ -207,14 +228,7 @@ func pixelsJS(r, g, b int) string {
 func TestDashInChromium(t *testing.T) {
 	ctx := browser(t)
 	srv := testserver.StartRedis(t)
-	backend := "redis://" + srv.Addr() + "/0"
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "DLOCK_") {
-			env = append(env, kv)
-		}
-	}
-	env = append(env, "DLOCK_BACKEND="+backend, "XDG_STATE_HOME="+t.TempDir())
+	env := dlockEnv(t, "redis://"+srv.Addr()+"/0")
 
 	d := start(t, env, "dash", "--listen", "127.0.0.1:0", "--interval", "100ms")
 	url := d.waitOut(t, &d.stderr, regexp.MustCompile(`on (http://127\.0\.0\.1:\d+/)`))[1]
@@ -222,6 +236,9 @@ func TestDashInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll(t, ctx, "its first sample", 5*time.Second, `document.getElementById('status').textContent.startsWith('sampled')`)
+	// Redis announces releases: dash listens (it subscribes to the locks
+	// it sees held).
+	poll(t, ctx, "notifications on", 5*time.Second, `document.getElementById('status').textContent.endsWith('at each release the store announces')`)
 
 	const meta = `<script>window.pwned=1</script><img src=x onerror="window.pwned=2">`
 	holder := start(t, env, "run", "--fair", "--metadata", meta, "shop:orders")

@@ -5,6 +5,7 @@ go 1.24.0
 replace github.com/dlock-go/dlock => ../../..
 
 require (
+	github.com/chromedp/cdproto v0.0.0-20250724212937-08a3db8b4327
 	github.com/chromedp/chromedp v0.14.2
 	github.com/dlock-go/dlock v0.0.0-00010101000000-000000000000
 	go.uber.org/goleak v1.3.0
@@ -14,7 +15,6 @@ require (
 	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/Shopify/toxiproxy/v2 v2.3.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/chromedp/cdproto v0.0.0-20250724212937-08a3db8b4327 // indirect
 	github.com/chromedp/sysutil v1.1.0 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.5.0 // indirect
