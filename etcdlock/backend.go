@@ -61,6 +61,9 @@ type Backend struct {
 	// first, the others try a grant at once (see acquireFair).
 	queuedMu sync.Mutex
 	queued   map[holdID]struct{}
+	// hints holds, per lock, the head of its fair queue as this Backend
+	// last saw it, for a release to hand the lock to (see lastHold).
+	hints map[string]headHint
 }
 
 // maxQueued bounds queued; past it the set starts over (a forgotten
@@ -105,7 +108,7 @@ func (b *Backend) bound(ctx context.Context) (context.Context, context.CancelFun
 // ownership of c and closes it after the dlock Client that uses the
 // backend.
 func New(c *clientv3.Client, opts ...Option) *Backend {
-	b := &Backend{c: c, ns: DefaultNamespace, timeout: 3 * time.Second, queued: make(map[holdID]struct{})}
+	b := &Backend{c: c, ns: DefaultNamespace, timeout: 3 * time.Second, queued: make(map[holdID]struct{}), hints: make(map[string]headHint)}
 	for _, o := range opts {
 		o.apply(b)
 	}
@@ -114,13 +117,13 @@ func New(c *clientv3.Client, opts ...Option) *Backend {
 }
 
 // Supports implements driver.Capabler: etcdlock has read-write locks,
-// semaphores, fair locks and overtake reports (with which the client lets a
-// plain Mutex's starving waiters join the fair queue). It has no direct
-// handoff, claims or lock-delay: the client refuses lock-delay with
-// ErrInvalid.
+// semaphores, fair locks, overtake reports (with which the client lets a
+// plain Mutex's starving waiters join the fair queue) and the direct
+// handoff (see handoff.go). It has no claims or lock-delay: the client
+// refuses lock-delay with ErrInvalid.
 func (b *Backend) Supports(c driver.Capability) bool {
 	switch c {
-	case driver.CapShared, driver.CapSemaphore, driver.CapFair, driver.CapOvertook:
+	case driver.CapShared, driver.CapSemaphore, driver.CapFair, driver.CapOvertook, driver.CapHandoff:
 		return true
 	}
 	return false
@@ -155,8 +158,8 @@ func wrapCtx(ctx context.Context, op, key string, err error) error {
 // puts the holder's key on a lease of the backend's; its fence is that
 // transaction's revision, the create revision of the key.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
-	if req.LockDelay > 0 || req.Handoff || req.Claim {
-		return driver.AcquireResult{}, wrap("acquire", req.Key, fmt.Errorf("%w: lock-delay, handoff and claims are not supported by etcdlock", driver.ErrInvalid))
+	if req.LockDelay > 0 || req.Claim || (req.Handoff && (!req.Fair || !req.Wait || req.Reentrant || req.Mode != driver.Exclusive)) {
+		return driver.AcquireResult{}, wrap("acquire", req.Key, fmt.Errorf("%w: lock-delay and claims are not supported by etcdlock, handoff only with a fair exclusive wait", driver.ErrInvalid))
 	}
 	caller := ctx
 	ctx, cancel := b.bound(ctx)
@@ -213,7 +216,7 @@ func (b *Backend) acquireExclusive(ctx context.Context, req driver.AcquireReques
 			clientv3.Compare(clientv3.CreateRevision(b.releasedKey(req.Key, req.Token)), "=", 0),
 		},
 		[]clientv3.Op{
-			clientv3.OpPut(ek, exclusive{req.Token, 1, req.TTL, req.Owner}.encode(), clientv3.WithLease(l.id)),
+			clientv3.OpPut(ek, exclusive{token: req.Token, holds: 1, ttl: req.TTL, owner: req.Owner}.encode(), clientv3.WithLease(l.id)),
 			clientv3.OpDelete(b.intentKey(req.Key, req.Token)),
 			clientv3.OpDelete(b.queueKey(req.Key, req.Token)),
 			// Overtook: is anyone queued (two keys tell whether another
@@ -347,6 +350,8 @@ func (b *Backend) reenter(ctx context.Context, req driver.AcquireRequest, kv *mv
 			moved = false
 		}
 	}
+	fence := fenceOf(kv)
+	e = e.rewritten(kv)
 	e.holds++
 	e.ttl = max(e.ttl, req.TTL)
 	// A key moving to l may be left there by a re-entry of unknown
@@ -376,8 +381,8 @@ func (b *Backend) reenter(ctx context.Context, req driver.AcquireRequest, kv *mv
 	if !resp.Succeeded {
 		return driver.AcquireResult{}, true, nil
 	}
-	b.leases.track(l, ek, req.Token, kv.CreateRevision, resp.Header.Revision, e.holds, req.TTL, sent.Add(req.TTL))
-	return driver.AcquireResult{Acquired: true, Fence: uint64(kv.CreateRevision), Holds: e.holds}, false, nil
+	b.leases.track(l, ek, req.Token, fence, resp.Header.Revision, e.holds, req.TTL, sent.Add(req.TTL))
+	return driver.AcquireResult{Acquired: true, Fence: uint64(fence), Holds: e.holds}, false, nil
 }
 
 func (b *Backend) acquireShared(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, bool, error) {

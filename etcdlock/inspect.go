@@ -97,7 +97,7 @@ func (b *Backend) describe(ctx context.Context, kvs []*mvccpb.KeyValue) ([]drive
 			if e.ttl > 0 {
 				d = min(d, e.ttl)
 			}
-			i.Owner, i.Fence, i.Holds, i.TTL = e.owner, uint64(kv.CreateRevision), e.holds, d
+			i.Owner, i.Fence, i.Holds, i.TTL = e.owner, uint64(fenceOf(kv)), e.holds, d
 		case sharedInfix[:1]:
 			limit, _, owner := decodeShared(kv.Value)
 			d, err := ttl(kv.Lease)
@@ -157,7 +157,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.LockInfo
 }
 
 // BreakIf implements driver.Breaker: it deletes the exclusive holder's key
-// when its create revision is fence.
+// when its grant's fence (see fenceOf) is fence.
 func (b *Backend) BreakIf(ctx context.Context, key string, fence uint64) (bool, error) {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
@@ -167,9 +167,23 @@ func (b *Backend) BreakIf(ctx context.Context, key string, fence uint64) (bool, 
 	ek := b.exclKey(key)
 	resp, err := b.txn(ctx,
 		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(ek), "=", int64(fence))},
-		[]clientv3.Op{clientv3.OpDelete(ek)}, nil)
-	if err != nil {
-		return false, wrap("break", key, err)
+		[]clientv3.Op{clientv3.OpDelete(ek)}, []clientv3.Op{clientv3.OpGet(ek)})
+	for range maxAttempts {
+		if err != nil {
+			return false, wrap("break", key, err)
+		}
+		if resp.Succeeded {
+			return true, nil
+		}
+		// A handed grant's fence is not its key's create revision (see
+		// exclusive): compare the key as read.
+		kvs := rangeKVs(resp, 0)
+		if len(kvs) != 1 || fenceOf(kvs[0]) != int64(fence) {
+			return false, nil
+		}
+		resp, err = b.txn(ctx,
+			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(ek), "=", kvs[0].ModRevision)},
+			[]clientv3.Op{clientv3.OpDelete(ek)}, []clientv3.Op{clientv3.OpGet(ek)})
 	}
-	return resp.Succeeded, nil
+	return false, nil
 }

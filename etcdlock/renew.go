@@ -76,11 +76,11 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 			groups[id] = g
 		}
 		if g.l != nil {
-			count := 1
+			count, fence := 1, kv.CreateRevision
 			if string(kv.Key) == b.exclKey(r.Key) {
-				count = decodeExclusive(kv.Value).holds
+				count, fence = decodeExclusive(kv.Value).holds, fenceOf(kv)
 			}
-			b.leases.track(g.l, string(kv.Key), r.Token, kv.CreateRevision, kv.ModRevision, count, r.TTL, sent.Add(r.TTL))
+			b.leases.track(g.l, string(kv.Key), r.Token, fence, kv.ModRevision, count, r.TTL, sent.Add(r.TTL))
 		}
 		g.need = later(g.need, sent.Add(r.TTL))
 		g.items = append(g.items, i)
@@ -123,8 +123,7 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 
 // migrate moves the hold kv of r from a retired lease, or another
 // Backend's, to a fresh one of this Backend's, in one transaction that
-// checks that kv is still the same grant on the same lease; its create
-// revision, the fence, stays. A grant moved from another Backend's lease
+// checks that kv is unchanged; its fence stays. A grant moved from another Backend's lease
 // gets a lease of the longest TTL its holders asked for, so that the other
 // Backend's holder keeps it until its next renewal.
 func (b *Backend) migrate(ctx context.Context, kv *mvccpb.KeyValue, r driver.RenewRequest, sent time.Time) (bool, error) {
@@ -142,14 +141,23 @@ func (b *Backend) migrate(ctx context.Context, kv *mvccpb.KeyValue, r driver.Ren
 	if err != nil {
 		return false, wrap("renew", r.Key, err)
 	}
+	// The value stays, but for a fence that the move must write out (see
+	// exclusive.rewritten).
+	put := clientv3.OpPut(k, "", clientv3.WithIgnoreValue(), clientv3.WithLease(l.id))
+	fence := kv.CreateRevision
+	if k == b.exclKey(r.Key) {
+		fence = fenceOf(kv)
+		if e := decodeExclusive(kv.Value); e.fence == fencePending {
+			put = clientv3.OpPut(k, e.rewritten(kv).encode(), clientv3.WithLease(l.id))
+		}
+	}
 	// A move of unknown outcome may leave the key on l: see pend.
 	p := b.leases.pend(l, k, r.Token, sent.Add(r.TTL))
+	// The key's mod revision stands for the grant and its lease (any
+	// write changes it; a handoff keeps the create revision).
 	resp, err := b.txn(ctx,
-		[]clientv3.Cmp{
-			clientv3.Compare(clientv3.CreateRevision(k), "=", kv.CreateRevision),
-			clientv3.Compare(clientv3.LeaseValue(k), "=", clientv3.LeaseID(kv.Lease)),
-		},
-		[]clientv3.Op{clientv3.OpPut(k, "", clientv3.WithIgnoreValue(), clientv3.WithLease(l.id))},
+		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", kv.ModRevision)},
+		[]clientv3.Op{put},
 		nil)
 	if err != nil {
 		if isLeaseNotFound(err) {
@@ -168,6 +176,6 @@ func (b *Backend) migrate(ctx context.Context, kv *mvccpb.KeyValue, r driver.Ren
 	if k == b.exclKey(r.Key) {
 		count = decodeExclusive(kv.Value).holds
 	}
-	b.leases.track(l, k, r.Token, kv.CreateRevision, resp.Header.Revision, count, r.TTL, sent.Add(r.TTL))
+	b.leases.track(l, k, r.Token, fence, resp.Header.Revision, count, r.TTL, sent.Add(r.TTL))
 	return true, nil
 }

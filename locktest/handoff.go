@@ -40,6 +40,27 @@ func queuedHead(t *testing.T, p *probe, name string, opts []dlock.Option) <-chan
 	return out
 }
 
+// handedFence returns the fence of the grant that the release of holder
+// handed to the queue's head of name, read right after the release: on a
+// store whose fences count the grants of a name, the next after the
+// holder's; on one whose fences are revisions of the whole store (etcd),
+// as its Inspector reports it, which must be above the holder's.
+func handedFence(t *testing.T, s *Store, name string, holder *dlock.Lease) uint64 {
+	t.Helper()
+	in, ok := s.NewBackend(t).(driver.Inspector)
+	if !ok {
+		return holder.Fence() + 1
+	}
+	info, held, err := in.Inspect(t.Context(), name)
+	if err != nil || !held {
+		t.Fatalf("Inspect right after the release: held %v, %v; want the grant handed to the head", held, err)
+	}
+	if info.Fence <= holder.Fence() {
+		t.Fatalf("the handed grant's fence %d is not above the holder's %d", info.Fence, holder.Fence())
+	}
+	return info.Fence
+}
+
 // testHandoffWithoutRequest checks that the queue's head gets the lock that
 // a release handed it without another request of its own: the next fence,
 // a lease that renews, and nothing left behind.
@@ -54,12 +75,13 @@ func testHandoffWithoutRequest(t *testing.T, s *Store) {
 	out := queuedHead(t, p, name, opts)
 	before := len(p.recorded())
 	unlock(t, holder)
+	want := handedFence(t, s, name, holder)
 	l := waitLease(t, "the queue's head", out, 10*time.Second)
 	if n := len(p.recorded()) - before; n != 0 {
 		t.Errorf("the head made %d acquire requests after the release; want 0 (the release handed it the lock)", n)
 	}
-	if l.Fence() != holder.Fence()+1 {
-		t.Errorf("handed grant's fence %d, want %d (the next after the holder's)", l.Fence(), holder.Fence()+1)
+	if l.Fence() != want {
+		t.Errorf("handed grant's fence %d, want %d (the grant the release made)", l.Fence(), want)
 	}
 	if l.Owner() == "" {
 		t.Error("handed grant without an owner string")
@@ -86,10 +108,11 @@ func testHandoffNoticeLost(t *testing.T, s *Store) {
 	p.deafen()
 	out := queuedHead(t, p, name, opts)
 	unlock(t, holder)
+	want := handedFence(t, s, name, holder)
 	// The head refreshes its entry every third of its time to live.
 	l := waitLease(t, "the queue's head that missed the handoff", out, fairQueueTTL(ttl)+5*time.Second)
-	if l.Fence() != holder.Fence()+1 {
-		t.Errorf("fence %d, want %d: the head got a grant other than the one handed to it", l.Fence(), holder.Fence()+1)
+	if l.Fence() != want {
+		t.Errorf("fence %d, want %d: the head got a grant other than the one handed to it", l.Fence(), want)
 	}
 	unlock(t, l)
 	noLeftovers(t, s, name)
