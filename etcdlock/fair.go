@@ -156,6 +156,10 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest) (d
 		[]clientv3.Op{clientv3.OpPut(b.queueKey(req.Key, req.Token), queueValue(req), clientv3.WithLease(qid), clientv3.WithPrevKV())},
 		[]clientv3.Op{clientv3.OpGet(ek, clientv3.WithKeysOnly())})
 	if err != nil {
+		if isLeaseNotFound(err) {
+			b.leases.forgetQueue(qid)
+			return driver.AcquireResult{}, true, nil
+		}
 		return driver.AcquireResult{}, false, err
 	}
 	if req.Handoff {
