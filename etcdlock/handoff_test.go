@@ -271,3 +271,64 @@ func TestHandoffStaleGuess(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A forced release (ForceRelease, BreakIf) wakes every waiter (next ""),
+// not only the queue's head: the head may be gone, and the plain waiters
+// would otherwise sleep until their next poll.
+func TestForcedReleaseWakesEveryone(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	for _, force := range []string{"ForceRelease", "BreakIf"} {
+		t.Run(force, func(t *testing.T) {
+			key := "forced-" + force
+			hb, held := hoHolder(t, srv, key)
+			b := etcdlock.New(srv.Client(t))
+			var (
+				mu    sync.Mutex
+				nexts []string
+			)
+			l, err := b.Listen(t.Context(), func(k, next string) {
+				mu.Lock()
+				defer mu.Unlock()
+				if k == key {
+					nexts = append(nexts, next)
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			if err := l.Subscribe(t.Context(), key); err != nil {
+				t.Fatal(err)
+			}
+			hoHead(t, b, key, "head", 5*time.Second)
+			switch force {
+			case "ForceRelease":
+				if _, ok, err := hb.ForceRelease(t.Context(), key); err != nil || !ok {
+					t.Fatalf("ForceRelease: %v, %v", ok, err)
+				}
+			default:
+				if ok, err := hb.BreakIf(t.Context(), key, held.Fence); err != nil || !ok {
+					t.Fatalf("BreakIf: %v, %v", ok, err)
+				}
+			}
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				mu.Lock()
+				all := false
+				for _, n := range nexts {
+					all = all || n == ""
+				}
+				got := append([]string(nil), nexts...)
+				mu.Unlock()
+				if all {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("announced %q after the forced release; want a wake-up of everyone (\"\")", got)
+				}
+			}
+			if _, err := b.Release(t.Context(), key, "head"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -133,14 +133,20 @@ func (b *Backend) describe(ctx context.Context, kvs []*mvccpb.KeyValue) ([]drive
 }
 
 // ForceRelease implements driver.Inspector: one transaction reads and
-// deletes the exclusive holder and every shared hold; writer intents stay.
+// deletes the exclusive holder and every shared hold, and wakes every
+// waiter (see forcedMark); writer intents stay.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.LockInfo, bool, error) {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	ek, sp := b.exclKey(key), b.sharedPrefix(key)
+	mark, err := b.forcedMark(ctx, key)
+	if err != nil {
+		return driver.LockInfo{}, false, wrap("force release", key, err)
+	}
 	resp, err := b.txn(ctx, nil, []clientv3.Op{
 		clientv3.OpDelete(ek, clientv3.WithPrevKV()),
 		clientv3.OpDelete(sp, clientv3.WithPrefix(), clientv3.WithPrevKV()),
+		mark,
 	}, nil)
 	if err != nil {
 		return driver.LockInfo{}, false, wrap("force release", key, err)
@@ -157,7 +163,8 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.LockInfo
 }
 
 // BreakIf implements driver.Breaker: it deletes the exclusive holder's key
-// when its grant's fence (see fenceOf) is fence.
+// when its grant's fence (see fenceOf) is fence, and wakes every waiter
+// (see forcedMark).
 func (b *Backend) BreakIf(ctx context.Context, key string, fence uint64) (bool, error) {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
@@ -165,9 +172,13 @@ func (b *Backend) BreakIf(ctx context.Context, key string, fence uint64) (bool, 
 		return false, nil // no grant has it
 	}
 	ek := b.exclKey(key)
+	mark, err := b.forcedMark(ctx, key)
+	if err != nil {
+		return false, wrap("break", key, err)
+	}
 	resp, err := b.txn(ctx,
 		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(ek), "=", int64(fence))},
-		[]clientv3.Op{clientv3.OpDelete(ek)}, []clientv3.Op{clientv3.OpGet(ek)})
+		[]clientv3.Op{clientv3.OpDelete(ek), mark}, []clientv3.Op{clientv3.OpGet(ek)})
 	for range maxAttempts {
 		if err != nil {
 			return false, wrap("break", key, err)
@@ -183,7 +194,26 @@ func (b *Backend) BreakIf(ctx context.Context, key string, fence uint64) (bool, 
 		}
 		resp, err = b.txn(ctx,
 			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(ek), "=", kvs[0].ModRevision)},
-			[]clientv3.Op{clientv3.OpDelete(ek)}, []clientv3.Op{clientv3.OpGet(ek)})
+			[]clientv3.Op{clientv3.OpDelete(ek), mark}, []clientv3.Op{clientv3.OpGet(ek)})
 	}
 	return false, nil
+}
+
+// forcedToken is the token of the record that a forced release writes
+// (r\x00forcedToken, see forcedMark): no real token holds a control
+// character.
+const forcedToken = "\x01forced"
+
+// forcedMark returns the write that tells every Listener of key that its
+// holder was removed by force: a release record of forcedToken (which
+// expires by itself, as every release record does), whose put wakes every
+// waiter, not only the queue's head. A forced release may have removed a
+// grant that no release hands on (the head's, or a holder's whose waiters
+// only the holder's release would have woken), and the head may be gone.
+func (b *Backend) forcedMark(ctx context.Context, key string) (clientv3.Op, error) {
+	id, err := b.leases.forQueue(ctx, b.releasedFor())
+	if err != nil {
+		return clientv3.Op{}, err
+	}
+	return clientv3.OpPut(b.releasedKey(key, forcedToken), "", clientv3.WithLease(id)), nil
 }

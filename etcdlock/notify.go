@@ -231,6 +231,9 @@ func (st *lockState) apply(b *Backend, ev *clientv3.Event) (next string, wake bo
 		if wasHead && !st.excl {
 			return st.head(), true
 		}
+	case releasedInfix[:1]:
+		// A forced release (see forcedMark): everyone.
+		return "", put && token == forcedToken
 	case sharedInfix[:1], intentInfix[:1]:
 		// A released reader or permit, a writer intent gone: everyone.
 		return "", !put
