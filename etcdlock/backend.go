@@ -208,13 +208,11 @@ func (b *Backend) acquireExclusive(ctx context.Context, req driver.AcquireReques
 		return driver.AcquireResult{}, false, err
 	}
 	ek, sp, ip := b.exclKey(req.Key), b.sharedPrefix(req.Key), b.intentPrefix(req.Key)
-	p := b.leases.pend(l, ek, req.Token, sent.Add(req.TTL))
-	resp, err := b.txn(ctx,
-		[]clientv3.Cmp{
-			clientv3.Compare(clientv3.CreateRevision(ek), "=", 0),
-			clientv3.Compare(clientv3.CreateRevision(sp), "=", 0).WithPrefix(),
-			clientv3.Compare(clientv3.CreateRevision(b.releasedKey(req.Key, req.Token)), "=", 0),
-		},
+	resp, retry, err := b.grantTxn(ctx, l, ek, req, sent, []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(ek), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(sp), "=", 0).WithPrefix(),
+		clientv3.Compare(clientv3.CreateRevision(b.releasedKey(req.Key, req.Token)), "=", 0),
+	},
 		[]clientv3.Op{
 			clientv3.OpPut(ek, exclusive{token: req.Token, holds: 1, ttl: req.TTL, owner: req.Owner}.encode(), clientv3.WithLease(l.id)),
 			clientv3.OpDelete(b.intentKey(req.Key, req.Token)),
@@ -229,14 +227,9 @@ func (b *Backend) acquireExclusive(ctx context.Context, req driver.AcquireReques
 			clientv3.OpGet(ip, clientv3.WithPrefix()),
 			clientv3.OpGet(b.releasedKey(req.Key, req.Token), clientv3.WithCountOnly()),
 		})
-	if err != nil {
-		if isLeaseNotFound(err) {
-			b.leases.forget(l)
-			return driver.AcquireResult{}, true, nil
-		}
-		return driver.AcquireResult{}, false, err // outcome unknown: p stays (see pend)
+	if err != nil || retry {
+		return driver.AcquireResult{}, retry, err
 	}
-	b.leases.resolve(p)
 	rev := resp.Header.Revision
 	if resp.Succeeded {
 		b.leases.track(l, ek, req.Token, rev, rev, 1, req.TTL, sent.Add(req.TTL))
@@ -303,6 +296,24 @@ func (b *Backend) acquireExclusive(ctx context.Context, req driver.AcquireReques
 	}
 	res.Queued = put.Succeeded
 	return res, false, nil
+}
+
+// grantTxn runs a transaction that may grant key to req.Token on lease l:
+// the grant counts as pending on l (see pend) until the answer, and stays
+// so when the outcome is unknown (err). retry reports that the server no
+// longer had l, which is forgotten: the caller tries again with another.
+func (b *Backend) grantTxn(ctx context.Context, l *lease, key string, req driver.AcquireRequest, sent time.Time, cmps []clientv3.Cmp, then, els []clientv3.Op) (resp *clientv3.TxnResponse, retry bool, err error) {
+	p := b.leases.pend(l, key, req.Token, sent.Add(req.TTL))
+	resp, err = b.txn(ctx, cmps, then, els)
+	if err != nil {
+		if isLeaseNotFound(err) {
+			b.leases.forget(l)
+			return nil, true, nil
+		}
+		return nil, false, err // outcome unknown: p stays (see pend)
+	}
+	b.leases.resolve(p)
+	return resp, false, nil
 }
 
 // reenter adds a hold to token's exclusive grant kv.
@@ -466,17 +477,11 @@ func (b *Backend) acquireShared(ctx context.Context, req driver.AcquireRequest) 
 	if req.Limit == 0 {
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(sk), "=", 0))
 	}
-	p := b.leases.pend(l, sk, req.Token, sent.Add(req.TTL))
-	resp, err := b.txn(ctx, cmps,
+	resp, retry, err := b.grantTxn(ctx, l, sk, req, sent, cmps,
 		[]clientv3.Op{clientv3.OpPut(sk, sharedValue(req.Limit, req.TTL, req.Owner), clientv3.WithLease(l.id))}, nil)
-	if err != nil {
-		if isLeaseNotFound(err) {
-			b.leases.forget(l)
-			return driver.AcquireResult{}, true, nil
-		}
-		return driver.AcquireResult{}, false, err // outcome unknown: p stays (see pend)
+	if err != nil || retry {
+		return driver.AcquireResult{}, retry, err
 	}
-	b.leases.resolve(p)
 	if !resp.Succeeded {
 		if n, err := b.c.Get(ctx, b.releasedKey(req.Key, req.Token), clientv3.WithCountOnly()); err == nil && n.Count > 0 {
 			return res, false, nil // released already: see releasedTTL

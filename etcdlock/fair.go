@@ -40,8 +40,8 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest) (d
 		if err != nil {
 			return driver.AcquireResult{}, false, err
 		}
-		p := b.leases.pend(l, ek, req.Token, sent.Add(req.TTL))
-		read, err = b.txn(ctx, []clientv3.Cmp{
+		var retry bool
+		read, retry, err = b.grantTxn(ctx, l, ek, req, sent, []clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(ek), "=", 0),
 			clientv3.Compare(clientv3.CreateRevision(sp), "=", 0).WithPrefix(),
 			clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix(),
@@ -50,14 +50,9 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest) (d
 			clientv3.OpPut(ek, exclusive{token: req.Token, holds: 1, ttl: req.TTL, owner: req.Owner}.encode(), clientv3.WithLease(l.id)),
 			clientv3.OpDelete(b.intentKey(req.Key, req.Token)),
 		}, readOps)
-		if err != nil {
-			if isLeaseNotFound(err) {
-				b.leases.forget(l)
-				return driver.AcquireResult{}, true, nil
-			}
-			return driver.AcquireResult{}, false, err // outcome unknown: p stays (see pend)
+		if err != nil || retry {
+			return driver.AcquireResult{}, retry, err
 		}
-		b.leases.resolve(p)
 		if read.Succeeded {
 			r := read.Header.Revision
 			b.leases.track(l, ek, req.Token, r, r, 1, req.TTL, sent.Add(req.TTL))
@@ -112,20 +107,14 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest) (d
 		if len(queue) == 0 {
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(qp), "<", rev+1).WithPrefix())
 		}
-		p := b.leases.pend(l, ek, req.Token, sent.Add(req.TTL))
-		resp, err := b.txn(ctx, cmps, []clientv3.Op{
+		resp, retry, err := b.grantTxn(ctx, l, ek, req, sent, cmps, []clientv3.Op{
 			clientv3.OpPut(ek, exclusive{token: req.Token, holds: 1, ttl: req.TTL, owner: req.Owner}.encode(), clientv3.WithLease(l.id)),
 			clientv3.OpDelete(b.queueKey(req.Key, req.Token)),
 			clientv3.OpDelete(b.intentKey(req.Key, req.Token)),
 		}, nil)
-		if err != nil {
-			if isLeaseNotFound(err) {
-				b.leases.forget(l)
-				return driver.AcquireResult{}, true, nil
-			}
-			return driver.AcquireResult{}, false, err // outcome unknown: p stays (see pend)
+		if err != nil || retry {
+			return driver.AcquireResult{}, retry, err
 		}
-		b.leases.resolve(p)
 		if !resp.Succeeded {
 			if n, err := b.c.Get(ctx, b.releasedKey(req.Key, req.Token), clientv3.WithCountOnly()); err == nil && n.Count > 0 {
 				return res, false, nil // released already: see releasedTTL
@@ -202,22 +191,15 @@ func (b *Backend) claimHanded(ctx context.Context, req driver.AcquireRequest, kv
 	fence := fenceOf(kv)
 	e = e.rewritten(kv)
 	e.ttl = max(e.ttl, req.TTL)
-	p := b.leases.pend(l, ek, req.Token, sent.Add(req.TTL))
-	resp, err := b.txn(ctx,
-		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(ek), "=", kv.ModRevision)},
+	resp, retry, err := b.grantTxn(ctx, l, ek, req, sent, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(ek), "=", kv.ModRevision)},
 		[]clientv3.Op{
 			clientv3.OpPut(ek, e.encode(), clientv3.WithLease(l.id)),
 			clientv3.OpDelete(b.queueKey(req.Key, req.Token)),
 			clientv3.OpDelete(b.intentKey(req.Key, req.Token)),
 		}, nil)
-	if err != nil {
-		if isLeaseNotFound(err) {
-			b.leases.forget(l)
-			return driver.AcquireResult{}, true, nil
-		}
-		return driver.AcquireResult{}, false, err // outcome unknown: p stays (see pend)
+	if err != nil || retry {
+		return driver.AcquireResult{}, retry, err
 	}
-	b.leases.resolve(p)
 	if !resp.Succeeded {
 		return driver.AcquireResult{}, true, nil // changed since the read: read again
 	}
