@@ -127,15 +127,21 @@ func (b *Backend) lastHold(key, token string, head *headHint, force bool, extra 
 	qk := b.queueKey(key, head.token)
 	cmps := []clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(qk), "=", head.createRev),
-		clientv3.Compare(clientv3.LeaseValue(qk), "=", clientv3.LeaseID(head.lease)),
-		clientv3.Compare(clientv3.Value(qk), "=", string(head.value)),
 		// Nobody ahead of it: every entry is at its place or later.
 		clientv3.Compare(clientv3.CreateRevision(qp), ">", head.createRev-1).WithPrefix(),
 	}
 	handoff, ttl, owner := decodeQueue(head.value)
 	if !handoff || head.token == token || head.lease == 0 {
+		// A head that takes no handoff: the plain release wakes it (and
+		// should its next request have asked for handoffs, it grants
+		// itself as before).
 		return clientv3.OpTxn(cmps, plain, read)
 	}
+	// The grant rides the entry's lease, and carries the owner and TTL of
+	// its value, as last written.
+	cmps = append(cmps,
+		clientv3.Compare(clientv3.LeaseValue(qk), "=", clientv3.LeaseID(head.lease)),
+		clientv3.Compare(clientv3.Value(qk), "=", string(head.value)))
 	grant := append([]clientv3.Op{
 		clientv3.OpPut(ek, exclusive{token: head.token, holds: 1, ttl: ttl, owner: owner, fence: fencePending}.encode(), clientv3.WithLease(clientv3.LeaseID(head.lease))),
 		clientv3.OpDelete(qk),
