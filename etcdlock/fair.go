@@ -35,23 +35,66 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest) (d
 		read *clientv3.TxnResponse
 		err  error
 	)
+	// enqueued: the first transaction wrote the token's queue entry (see
+	// below).
+	enqueued := false
 	if !b.isQueued(req.Key, req.Token) {
 		l, err := b.leases.forTTL(ctx, req.TTL)
 		if err != nil {
 			return driver.AcquireResult{}, false, err
 		}
-		var retry bool
-		read, retry, err = b.grantTxn(ctx, l, ek, req, sent, []clientv3.Cmp{
+		// A waiter (a token drawn per call) that is refused queues in the
+		// same transaction, after the reads: one Raft proposal, not two,
+		// for a new waiter. The entry is written unless the token released
+		// or withdrew already (a late request whose caller gave up); a
+		// handoff to the token cannot come between the read and the
+		// entry, which are one transaction.
+		els := readOps
+		var qid clientv3.LeaseID
+		if req.Wait && req.QueueTTL > 0 && !req.Reentrant {
+			if qid, err = b.leases.forQueue(ctx, req.QueueTTL); err != nil {
+				return driver.AcquireResult{}, false, err
+			}
+			els = append(append([]clientv3.Op(nil), readOps...), clientv3.OpTxn(
+				[]clientv3.Cmp{
+					clientv3.Compare(clientv3.CreateRevision(b.releasedKey(req.Key, req.Token)), "=", 0),
+					clientv3.Compare(clientv3.CreateRevision(b.withdrawnKey(req.Key, req.Token)), "=", 0),
+				},
+				[]clientv3.Op{clientv3.OpPut(b.queueKey(req.Key, req.Token), queueValue(req), clientv3.WithLease(qid))}, nil))
+		}
+		cmps := []clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(ek), "=", 0),
 			clientv3.Compare(clientv3.CreateRevision(sp), "=", 0).WithPrefix(),
 			clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix(),
 			clientv3.Compare(clientv3.CreateRevision(b.releasedKey(req.Key, req.Token)), "=", 0),
-		}, []clientv3.Op{
+		}
+		then := []clientv3.Op{
 			clientv3.OpPut(ek, exclusive{token: req.Token, holds: 1, ttl: req.TTL, owner: req.Owner}.encode(), clientv3.WithLease(l.id)),
 			clientv3.OpDelete(b.intentKey(req.Key, req.Token)),
-		}, readOps)
-		if err != nil || retry {
-			return driver.AcquireResult{}, retry, err
+		}
+		if qid != 0 {
+			p := b.leases.pend(l, ek, req.Token, sent.Add(req.TTL))
+			read, err = b.txn(ctx, cmps, then, els)
+			if err != nil {
+				if isLeaseNotFound(err) {
+					// Either lease may be the one gone: ask.
+					if ttl, terr := b.c.TimeToLive(ctx, l.id); terr == nil && ttl.TTL <= 0 {
+						b.leases.forget(l)
+					} else {
+						b.leases.forgetQueue(qid)
+					}
+					return driver.AcquireResult{}, true, nil
+				}
+				return driver.AcquireResult{}, false, err // outcome unknown: p stays (see pend)
+			}
+			b.leases.resolve(p)
+			enqueued = !read.Succeeded && read.Responses[len(readOps)].GetResponseTxn().GetSucceeded()
+		} else {
+			var retry bool
+			read, retry, err = b.grantTxn(ctx, l, ek, req, sent, cmps, then, els)
+			if err != nil || retry {
+				return driver.AcquireResult{}, retry, err
+			}
 		}
 		if read.Succeeded {
 			r := read.Header.Revision
@@ -129,6 +172,23 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest) (d
 		// Free, but promised to the head of the queue: no holder to name.
 	}
 	if !req.Wait || req.QueueTTL <= 0 {
+		return res, false, nil
+	}
+	if enqueued {
+		b.setQueued(req.Key, req.Token, true)
+		if req.Handoff {
+			res.Counter = uint64(rev) // see below
+		}
+		at := rev
+		if mine >= 0 {
+			at = queue[mine].CreateRevision
+		}
+		res.Position, res.Queued = 1, true
+		for i, kv := range queue {
+			if i != mine && kv.CreateRevision < at {
+				res.Position++
+			}
+		}
 		return res, false, nil
 	}
 	qid, err := b.leases.forQueue(ctx, req.QueueTTL)
