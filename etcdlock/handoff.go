@@ -25,9 +25,11 @@ import (
 // the release names its head from what the Backend last saw of the queue
 // (a headHint, kept by its Listener's watch and by its fair reads) and
 // checks it in the same transaction: the hint's entry is there, with the
-// same create revision (its place), lease and value, and no entry is older.
-// When the check fails, a nested transaction's other branch releases as
-// before, and the watch wakes whoever heads the queue.
+// same create revision (its place), lease and value, and no entry is older
+// (with no hint: nobody is queued). When the check fails, the nested
+// transaction writes nothing and reads the queue's head, and the release
+// tries again with it (see dropLast). A head that takes no handoff is
+// released to as before: the delete wakes it.
 //
 // The grant lives on the head's entry lease, which lives at least QueueTTL
 // past the send time of the request that last wrote the entry (see
