@@ -21,6 +21,7 @@ var (
 	_ driver.Inspector     = (*Backend)(nil)
 	_ driver.Breaker       = (*Backend)(nil)
 	_ driver.GrantReleaser = (*Backend)(nil)
+	_ driver.GrantRenewer  = (*Backend)(nil)
 )
 
 // DefaultNamespace is the prefix of every etcd key the backend writes,

@@ -19,19 +19,29 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 	return r.Held, r.Err
 }
 
+// RenewGrant implements driver.GrantRenewer: Renew, of the grant with the
+// given fence only (see fenceOf); a newer grant of the same token (an
+// owner ID shared by processes) is neither extended nor reported as held.
+func (b *Backend) RenewGrant(ctx context.Context, key, token string, fence uint64, ttl time.Duration) (bool, error) {
+	r := b.RenewBatch(ctx, []driver.RenewRequest{{Key: key, Token: token, TTL: ttl, Fence: fence}})[0]
+	return r.Held, r.Err
+}
+
 // renewChunk is how many requests share one read transaction: two reads
 // each, under etcd's default limit of 128 operations per transaction.
 const renewChunk = 64
 
 // RenewBatch implements driver.BatchRenewer: one read transaction per 64
 // requests, then one keep-alive per lease that needs one, whatever the
-// number of grants on it.
+// number of grants on it. A request with a Fence renews only that grant
+// (see RenewGrant).
 func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []driver.RenewResult {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	out := make([]driver.RenewResult, len(reqs))
 	sent := time.Now()
 	found := make([]*mvccpb.KeyValue, len(reqs))
+	other := make([]bool, len(reqs))
 	for start := 0; start < len(reqs); start += renewChunk {
 		chunk := reqs[start:min(start+renewChunk, len(reqs))]
 		ops := make([]clientv3.Op, 0, 2*len(chunk))
@@ -44,11 +54,20 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 				out[start+i].Err = wrap("renew", r.Key, err)
 				continue
 			}
+			var kv *mvccpb.KeyValue
+			fence := int64(0)
 			if kvs := rangeKVs(resp, 2*i); len(kvs) == 1 && decodeExclusive(kvs[0].Value).token == r.Token {
-				found[start+i] = kvs[0]
+				kv, fence = kvs[0], fenceOf(kvs[0])
 			} else if kvs := rangeKVs(resp, 2*i+1); len(kvs) == 1 {
-				found[start+i] = kvs[0]
+				kv, fence = kvs[0], kvs[0].CreateRevision
 			}
+			if kv != nil && r.Fence != 0 && fence != int64(r.Fence) {
+				// Another grant of the token (RenewGrant): not this one,
+				// which is gone; the other stays tracked.
+				other[start+i] = true
+				continue
+			}
+			found[start+i] = kv
 		}
 	}
 
@@ -65,6 +84,9 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 		}
 		r := reqs[i]
 		if kv == nil {
+			if other[i] {
+				continue
+			}
 			b.leases.untrack(b.exclKey(r.Key), r.Token)
 			b.leases.untrack(b.sharedKey(r.Key, r.Token), r.Token)
 			continue
