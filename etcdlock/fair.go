@@ -38,6 +38,10 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest) (d
 	// enqueued: the first transaction wrote the token's queue entry (see
 	// below).
 	enqueued := false
+	// left: the first transaction's entry was refused, as the token
+	// released or withdrew already: no later write of this request queues
+	// it either.
+	left := false
 	if !b.isQueued(req.Key, req.Token) {
 		l, err := b.leases.forTTL(ctx, req.TTL)
 		if err != nil {
@@ -88,7 +92,10 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest) (d
 				return driver.AcquireResult{}, false, err // outcome unknown: p stays (see pend)
 			}
 			b.leases.resolve(p)
-			enqueued = !read.Succeeded && read.Responses[len(readOps)].GetResponseTxn().GetSucceeded()
+			if !read.Succeeded {
+				enqueued = read.Responses[len(readOps)].GetResponseTxn().GetSucceeded()
+				left = !enqueued
+			}
 		} else {
 			var retry bool
 			read, retry, err = b.grantTxn(ctx, l, ek, req, sent, cmps, then, els)
@@ -189,6 +196,12 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest) (d
 				res.Position++
 			}
 		}
+		return res, false, nil
+	}
+	if left {
+		// A request of a token that released or withdrew (a late one,
+		// whose caller gave up): its read comes after the record, which
+		// the compare below would let through.
 		return res, false, nil
 	}
 	qid, err := b.leases.forQueue(ctx, req.QueueTTL)

@@ -176,8 +176,18 @@ func (b *Backend) BreakIf(ctx context.Context, key string, fence uint64) (bool, 
 	if err != nil {
 		return false, wrap("break", key, err)
 	}
+	// The first try compares the key's create revision, the fence of a
+	// grant whose key was never written since it was created (version 1).
+	// A handed grant's key keeps the create revision of whoever created
+	// it, some earlier holder's fence, and always has a version of 2 or
+	// more (the handoff overwrote it): it, and every key rewritten since
+	// (a re-entry, a renewal that moved it, a handoff chain), is compared
+	// as read (see fenceOf), and deleted only if unchanged since.
 	resp, err := b.txn(ctx,
-		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(ek), "=", int64(fence))},
+		[]clientv3.Cmp{
+			clientv3.Compare(clientv3.CreateRevision(ek), "=", int64(fence)),
+			clientv3.Compare(clientv3.Version(ek), "=", 1),
+		},
 		[]clientv3.Op{clientv3.OpDelete(ek), mark}, []clientv3.Op{clientv3.OpGet(ek)})
 	for range maxAttempts {
 		if err != nil {
@@ -186,8 +196,7 @@ func (b *Backend) BreakIf(ctx context.Context, key string, fence uint64) (bool, 
 		if resp.Succeeded {
 			return true, nil
 		}
-		// A handed grant's fence is not its key's create revision (see
-		// exclusive): compare the key as read.
+		// Compare the grant's fence as read (see exclusive).
 		kvs := rangeKVs(resp, 0)
 		if len(kvs) != 1 || fenceOf(kvs[0]) != int64(fence) {
 			return false, nil

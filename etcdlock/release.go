@@ -99,14 +99,33 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 		els := []clientv3.Op{clientv3.OpGet(ek)}
 		var resp *clientv3.TxnResponse
 		var err error
+		var recID clientv3.LeaseID
 		if e.holds > 0 {
 			resp, err = b.txn(ctx,
 				[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(ek), "=", kv.ModRevision)},
 				[]clientv3.Op{clientv3.OpPut(ek, e.encode(), clientv3.WithIgnoreLease())}, els)
 		} else {
-			resp, err = b.dropLast(ctx, key, token, kv.ModRevision, nil, els)
+			var extra []clientv3.Op
+			if fence == 0 && e.fence != 0 {
+				// A clean-up (no fence) that drops a grant a release
+				// handed to token: without the handoff it would have
+				// found nothing and recorded the release (see
+				// markReleased), which refuses a request of token still
+				// on its way. Record it here too, in the same
+				// transaction.
+				if recID, err = b.leases.forQueue(ctx, b.releasedFor()); err != nil {
+					return driver.ReleaseResult{}, wrap("release", key, err)
+				}
+				extra = []clientv3.Op{clientv3.OpPut(b.releasedKey(key, token), "", clientv3.WithLease(recID))}
+			}
+			resp, err = b.dropLast(ctx, key, token, kv.ModRevision, extra, els)
 		}
 		if err != nil {
+			if recID != 0 && isLeaseNotFound(err) {
+				// The record's lease is gone: try again with another.
+				b.leases.forgetQueue(recID)
+				continue
+			}
 			return driver.ReleaseResult{}, wrap("release", key, err)
 		}
 		if !resp.Succeeded {
