@@ -41,15 +41,18 @@ func queuedHead(t *testing.T, p *probe, name string, opts []dlock.Option) <-chan
 }
 
 // handedFence returns the fence of the grant that the release of holder
-// handed to the queue's head of name, read right after the release: on a
-// store whose fences count the grants of a name, the next after the
-// holder's; on one whose fences are revisions of the whole store (etcd),
-// as its Inspector reports it, which must be above the holder's.
+// handed to the queue's head of name, read right after the release: the
+// next after the holder's, unless the store's fences are revisions of the
+// whole store (Store.RevisionFences), where it is the one its Inspector
+// reports, which must be above the holder's.
 func handedFence(t *testing.T, s *Store, name string, holder *dlock.Lease) uint64 {
 	t.Helper()
+	if !s.RevisionFences {
+		return holder.Fence() + 1
+	}
 	in, ok := s.NewBackend(t).(driver.Inspector)
 	if !ok {
-		return holder.Fence() + 1
+		t.Fatal("locktest: a Store with RevisionFences needs a backend with an Inspector")
 	}
 	info, held, err := in.Inspect(t.Context(), name)
 	if err != nil || !held {
@@ -196,5 +199,40 @@ func testHandoffCancelledHead(t *testing.T, s *Store) {
 		t.Fatalf("TryLock after the cancelled head returned: %v; want the lock given back", err)
 	}
 	unlock(t, l)
+	noLeftovers(t, s, name)
+}
+
+// testHandoffBreakIf checks driver.Breaker on a grant that a release
+// handed on, on backends with both: BreakIf with the fence of the holder
+// that released leaves the handed grant alone (on etcd, the lock's key
+// keeps that holder's create revision), and BreakIf with the handed
+// grant's fence breaks it.
+func testHandoffBreakIf(t *testing.T, s *Store) {
+	const name = "locktest/handoff-break"
+	if !handoffCase(t, s) {
+		return
+	}
+	br, ok := s.NewBackend(t).(driver.Breaker)
+	if !ok {
+		t.Log("the backend has no BreakIf (driver.Breaker is optional)")
+		return
+	}
+	opts := []dlock.Option{dlock.Fair(), dlock.WithTTL(ttl)}
+	holder := lock(t, client(t, s).Mutex(name, opts...))
+	p := newProbe(s.NewBackend(t))
+	out := queuedHead(t, p, name, opts)
+	unlock(t, holder)
+	l := waitLease(t, "the queue's head", out, 10*time.Second)
+	if broken, err := br.BreakIf(t.Context(), name, holder.Fence()); err != nil || broken {
+		t.Fatalf("BreakIf with the fence %d of the holder that handed the lock on = %v, %v; want false, nil (the head holds fence %d)", holder.Fence(), broken, err, l.Fence())
+	}
+	mustBeHeldByOther(t, client(t, s).Mutex(name, opts...))
+	if broken, err := br.BreakIf(t.Context(), name, l.Fence()); err != nil || !broken {
+		t.Fatalf("BreakIf with the handed grant's fence = %v, %v; want true, nil", broken, err)
+	}
+	waitDone(t, l, ttl/3+ttl/4)
+	if r := lostReason(t, l.Err()); r != dlock.LostMissing {
+		t.Errorf("the broken head's reason = %v, want %v", r, dlock.LostMissing)
+	}
 	noLeftovers(t, s, name)
 }
