@@ -47,6 +47,19 @@ func WithNamespace(ns string) Option { return optionFunc(func(b *Backend) { b.ns
 // more than a leader election takes with etcd's default timings.
 func WithTimeout(d time.Duration) Option { return optionFunc(func(b *Backend) { b.timeout = d }) }
 
+// WithHandoff turns the direct handoff (see handoff.go) on or off; it is
+// on by default. With it off, the Backend does not report
+// driver.CapHandoff, so its Clients' fair waiters queue as before the
+// handoff (plain queue entries), and no release, this Backend's or
+// another's, hands them the lock: every grant they get is a key they
+// create, whose fence is its create revision.
+//
+// Turn it off on every process of a namespace while any process on it runs
+// a version of etcdlock without the handoff (see docs/ETCD.md, "Upgrading
+// to the handoff"): such a version reads a handed grant's fence as the
+// create revision of the lock's key, which is an earlier holder's fence.
+func WithHandoff(on bool) Option { return optionFunc(func(b *Backend) { b.noHandoff = !on }) }
+
 // Backend is a dlock backend on an etcd cluster. Make one with New; it is
 // safe for concurrent use. It holds no goroutine of its own: a Listener's
 // watches end with Close, and its leases expire on the server when nothing
@@ -56,6 +69,8 @@ type Backend struct {
 	ns      string
 	timeout time.Duration
 	leases  *leaseTable
+	// noHandoff: WithHandoff(false).
+	noHandoff bool
 
 	// queued holds the (key, token) pairs this Backend queued in a fair
 	// queue and has not seen leave it: their next fair acquire reads
@@ -120,12 +135,14 @@ func New(c *clientv3.Client, opts ...Option) *Backend {
 // Supports implements driver.Capabler: etcdlock has read-write locks,
 // semaphores, fair locks, overtake reports (with which the client lets a
 // plain Mutex's starving waiters join the fair queue) and the direct
-// handoff (see handoff.go). It has no claims or lock-delay: the client
-// refuses lock-delay with ErrInvalid.
+// handoff (see handoff.go), unless WithHandoff turned it off. It has no
+// claims or lock-delay: the client refuses lock-delay with ErrInvalid.
 func (b *Backend) Supports(c driver.Capability) bool {
 	switch c {
-	case driver.CapShared, driver.CapSemaphore, driver.CapFair, driver.CapOvertook, driver.CapHandoff:
+	case driver.CapShared, driver.CapSemaphore, driver.CapFair, driver.CapOvertook:
 		return true
+	case driver.CapHandoff:
+		return !b.noHandoff
 	}
 	return false
 }
@@ -159,8 +176,8 @@ func wrapCtx(ctx context.Context, op, key string, err error) error {
 // puts the holder's key on a lease of the backend's; its fence is that
 // transaction's revision, the create revision of the key.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
-	if req.LockDelay > 0 || req.Claim || (req.Handoff && (!req.Fair || !req.Wait || req.Reentrant || req.Mode != driver.Exclusive)) {
-		return driver.AcquireResult{}, wrap("acquire", req.Key, fmt.Errorf("%w: lock-delay and claims are not supported by etcdlock, handoff only with a fair exclusive wait", driver.ErrInvalid))
+	if req.LockDelay > 0 || req.Claim || (req.Handoff && (b.noHandoff || !req.Fair || !req.Wait || req.Reentrant || req.Mode != driver.Exclusive)) {
+		return driver.AcquireResult{}, wrap("acquire", req.Key, fmt.Errorf("%w: lock-delay and claims are not supported by etcdlock, handoff only with a fair exclusive wait and WithHandoff on", driver.ErrInvalid))
 	}
 	caller := ctx
 	ctx, cancel := b.bound(ctx)

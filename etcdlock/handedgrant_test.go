@@ -1,13 +1,16 @@
 package etcdlock_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/internal/testserver"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // BreakIf with the fence of the holder whose release handed the lock on
@@ -139,5 +142,62 @@ func TestCleanupOfNothingRefusesLateRequest(t *testing.T) {
 	res, err := b2.Acquire(t.Context(), req)
 	if err != nil || res.Acquired || res.Queued {
 		t.Fatalf("late request: %+v %v; want refused", res, err)
+	}
+}
+
+// With WithHandoff(false), a fair waiter's grant is a key it created, as
+// before the handoff, so that a version of etcdlock without the handoff on
+// the same namespace reads its fence right (the key's create revision),
+// even when the releaser's Backend takes handoffs; and the Backend neither
+// reports nor accepts the handoff.
+func TestWithoutHandoffGrantsReadableByEarlierVersions(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	hb, held := hoHolder(t, srv, "k")
+	b := etcdlock.New(srv.Client(t), etcdlock.WithHandoff(false))
+	if b.Supports(driver.CapHandoff) {
+		t.Fatal("Supports(CapHandoff) with WithHandoff(false)")
+	}
+	if _, err := b.Acquire(t.Context(), driver.AcquireRequest{Key: "h", Token: "t", TTL: hoTTL, Fair: true, Wait: true, QueueTTL: time.Second, Handoff: true}); !errors.Is(err, driver.ErrInvalid) {
+		t.Fatalf("a handoff request with WithHandoff(false): %v; want ErrInvalid", err)
+	}
+	c := dlock.New(b)
+	t.Cleanup(func() { c.Close() })
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		l, err := c.Mutex("k", dlock.Fair(), dlock.WithTTL(hoTTL)).Lock(t.Context())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	raw := srv.Client(t)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		n, err := raw.Get(t.Context(), "dlock/k\x00q\x00", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Count > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter did not queue")
+		}
+	}
+	if _, err := hb.Release(t.Context(), "k", "holder"); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	if l == nil {
+		return
+	}
+	kv, err := raw.Get(t.Context(), "dlock/k\x00e")
+	if err != nil || len(kv.Kvs) != 1 {
+		t.Fatal(kv, err)
+	}
+	if got := uint64(kv.Kvs[0].CreateRevision); got != l.Fence() || got <= held.Fence {
+		t.Fatalf("an earlier version's view of the waiter's grant (value %q): fence %d; the waiter holds %d, the holder held %d", kv.Kvs[0].Value, got, l.Fence(), held.Fence)
+	}
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 }
