@@ -201,3 +201,18 @@ func TestWithoutHandoffGrantsReadableByEarlierVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// ForceRelease of a lock that nobody holds writes nothing: no forced
+// release record (which would wake every waiter for nothing).
+func TestForceReleaseOfFreeLockWritesNothing(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	b := etcdlock.New(srv.Client(t))
+	info, held, err := b.ForceRelease(t.Context(), "free")
+	if err != nil || held || info.Key != "free" {
+		t.Fatalf("ForceRelease of a free lock: %+v, %v, %v; want not held", info, held, err)
+	}
+	n, err := srv.Client(t).Get(t.Context(), "dlock/free\x00", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || n.Count != 0 {
+		t.Fatalf("keys written by ForceRelease of a free lock: %v, %v; want none", n, err)
+	}
+}

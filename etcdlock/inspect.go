@@ -134,11 +134,25 @@ func (b *Backend) describe(ctx context.Context, kvs []*mvccpb.KeyValue) ([]drive
 
 // ForceRelease implements driver.Inspector: one transaction reads and
 // deletes the exclusive holder and every shared hold, and wakes every
-// waiter (see forcedMark); writer intents stay.
+// waiter (see forcedMark); writer intents stay. A lock that nobody holds
+// costs one read-only transaction, and no record is written: there is
+// nobody to wake.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.LockInfo, bool, error) {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	ek, sp := b.exclKey(key), b.sharedPrefix(key)
+	free, err := b.txn(ctx, []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(ek), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(sp), "=", 0).WithPrefix(),
+	}, nil, nil)
+	if err != nil {
+		return driver.LockInfo{}, false, wrap("force release", key, err)
+	}
+	if free.Succeeded {
+		return driver.LockInfo{Key: key}, false, nil
+	}
+	// Held a moment ago: should its holds be gone by the time of the
+	// delete, the record only wakes waiters for nothing.
 	mark, err := b.forcedMark(ctx, key)
 	if err != nil {
 		return driver.LockInfo{}, false, wrap("force release", key, err)

@@ -17,7 +17,8 @@ import (
 //	<dir>s\x00<token> a shared hold (reader, semaphore permit): limit, owner
 //	<dir>w\x00<token> a writer intent: owner
 //	<dir>q\x00<token> a fair waiter's queue entry: owner (its place is its create revision)
-//	<dir>r\x00<token> a token released while it held nothing (expires by itself)
+//	<dir>r\x00<token> a token released while it held nothing, or whose clean-up
+//	                  release dropped a grant handed to it (expires by itself)
 //	<dir>x\x00<token> a token that withdrew from the queue (expires by itself)
 //
 // There is no fence counter: a grant's fence is the create revision of the
