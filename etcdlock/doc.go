@@ -79,6 +79,9 @@
 // waiters join the queue, as on Redis. A Fair Mutex waits with direct
 // handoffs (driver.CapHandoff): a release grants the lock to the queue's
 // head in its own transaction, and the head's Lock completes from its
-// watch event (see docs/ETCD.md, "Waiting").
+// watch event (see docs/ETCD.md, "Waiting"). Versions of etcdlock without
+// the handoff misread a handed grant's fence: while any shares the
+// namespace, run with WithHandoff(false) (see docs/ETCD.md, "Upgrading to
+// the handoff").
 // HeldFor in Inspect is 0: etcd keeps no time with a key.
 package etcdlock

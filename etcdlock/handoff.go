@@ -36,8 +36,9 @@ import (
 // leaseTable.forQueue): the deadline the client gives a handed grant
 // before its first renewal, which moves the key to a lease of the head's
 // TTL (see migrate). A head whose Lock ended meanwhile releases its token
-// in its clean-up, which deletes the grant; a head that died leaves the
-// grant to its queue lease's expiry.
+// in its clean-up, which deletes the grant (or hands it on) and records
+// the release, as a clean-up that found nothing would (see release); a
+// head that died leaves the grant to its queue lease's expiry.
 
 // handoffMark starts the value of a queue entry that takes handoffs; the
 // request's TTL in ms and its owner follow. Owners hold no NUL.
