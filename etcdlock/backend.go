@@ -21,6 +21,7 @@ var (
 	_ driver.Inspector     = (*Backend)(nil)
 	_ driver.Breaker       = (*Backend)(nil)
 	_ driver.GrantReleaser = (*Backend)(nil)
+	_ driver.GrantRenewer  = (*Backend)(nil)
 )
 
 // DefaultNamespace is the prefix of every etcd key the backend writes,
@@ -46,6 +47,19 @@ func WithNamespace(ns string) Option { return optionFunc(func(b *Backend) { b.ns
 // more than a leader election takes with etcd's default timings.
 func WithTimeout(d time.Duration) Option { return optionFunc(func(b *Backend) { b.timeout = d }) }
 
+// WithHandoff turns the direct handoff (see handoff.go) on or off; it is
+// on by default. With it off, the Backend does not report
+// driver.CapHandoff, so its Clients' fair waiters queue as before the
+// handoff (plain queue entries), and no release, this Backend's or
+// another's, hands them the lock: every grant they get is a key they
+// create, whose fence is its create revision.
+//
+// Turn it off on every process of a namespace while any process on it runs
+// a version of etcdlock without the handoff (see docs/ETCD.md, "Upgrading
+// to the handoff"): such a version reads a handed grant's fence as the
+// create revision of the lock's key, which is an earlier holder's fence.
+func WithHandoff(on bool) Option { return optionFunc(func(b *Backend) { b.noHandoff = !on }) }
+
 // Backend is a dlock backend on an etcd cluster. Make one with New; it is
 // safe for concurrent use. It holds no goroutine of its own: a Listener's
 // watches end with Close, and its leases expire on the server when nothing
@@ -55,12 +69,17 @@ type Backend struct {
 	ns      string
 	timeout time.Duration
 	leases  *leaseTable
+	// noHandoff: WithHandoff(false).
+	noHandoff bool
 
 	// queued holds the (key, token) pairs this Backend queued in a fair
 	// queue and has not seen leave it: their next fair acquire reads
 	// first, the others try a grant at once (see acquireFair).
 	queuedMu sync.Mutex
 	queued   map[holdID]struct{}
+	// hints holds, per lock, the head of its fair queue as this Backend
+	// last saw it, for a release to hand the lock to (see lastHold).
+	hints map[string]headHint
 }
 
 // maxQueued bounds queued; past it the set starts over (a forgotten
@@ -105,7 +124,7 @@ func (b *Backend) bound(ctx context.Context) (context.Context, context.CancelFun
 // ownership of c and closes it after the dlock Client that uses the
 // backend.
 func New(c *clientv3.Client, opts ...Option) *Backend {
-	b := &Backend{c: c, ns: DefaultNamespace, timeout: 3 * time.Second, queued: make(map[holdID]struct{})}
+	b := &Backend{c: c, ns: DefaultNamespace, timeout: 3 * time.Second, queued: make(map[holdID]struct{}), hints: make(map[string]headHint)}
 	for _, o := range opts {
 		o.apply(b)
 	}
@@ -114,14 +133,16 @@ func New(c *clientv3.Client, opts ...Option) *Backend {
 }
 
 // Supports implements driver.Capabler: etcdlock has read-write locks,
-// semaphores, fair locks and overtake reports (with which the client lets a
-// plain Mutex's starving waiters join the fair queue). It has no direct
-// handoff, claims or lock-delay: the client refuses lock-delay with
-// ErrInvalid.
+// semaphores, fair locks, overtake reports (with which the client lets a
+// plain Mutex's starving waiters join the fair queue) and the direct
+// handoff (see handoff.go), unless WithHandoff turned it off. It has no
+// claims or lock-delay: the client refuses lock-delay with ErrInvalid.
 func (b *Backend) Supports(c driver.Capability) bool {
 	switch c {
 	case driver.CapShared, driver.CapSemaphore, driver.CapFair, driver.CapOvertook:
 		return true
+	case driver.CapHandoff:
+		return !b.noHandoff
 	}
 	return false
 }
@@ -155,8 +176,8 @@ func wrapCtx(ctx context.Context, op, key string, err error) error {
 // puts the holder's key on a lease of the backend's; its fence is that
 // transaction's revision, the create revision of the key.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
-	if req.LockDelay > 0 || req.Handoff || req.Claim {
-		return driver.AcquireResult{}, wrap("acquire", req.Key, fmt.Errorf("%w: lock-delay, handoff and claims are not supported by etcdlock", driver.ErrInvalid))
+	if req.LockDelay > 0 || req.Claim || (req.Handoff && (b.noHandoff || !req.Fair || !req.Wait || req.Reentrant || req.Mode != driver.Exclusive)) {
+		return driver.AcquireResult{}, wrap("acquire", req.Key, fmt.Errorf("%w: lock-delay and claims are not supported by etcdlock, handoff only with a fair exclusive wait and WithHandoff on", driver.ErrInvalid))
 	}
 	caller := ctx
 	ctx, cancel := b.bound(ctx)
@@ -205,15 +226,13 @@ func (b *Backend) acquireExclusive(ctx context.Context, req driver.AcquireReques
 		return driver.AcquireResult{}, false, err
 	}
 	ek, sp, ip := b.exclKey(req.Key), b.sharedPrefix(req.Key), b.intentPrefix(req.Key)
-	p := b.leases.pend(l, ek, req.Token, sent.Add(req.TTL))
-	resp, err := b.txn(ctx,
-		[]clientv3.Cmp{
-			clientv3.Compare(clientv3.CreateRevision(ek), "=", 0),
-			clientv3.Compare(clientv3.CreateRevision(sp), "=", 0).WithPrefix(),
-			clientv3.Compare(clientv3.CreateRevision(b.releasedKey(req.Key, req.Token)), "=", 0),
-		},
+	resp, retry, err := b.grantTxn(ctx, l, ek, req, sent, []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(ek), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(sp), "=", 0).WithPrefix(),
+		clientv3.Compare(clientv3.CreateRevision(b.releasedKey(req.Key, req.Token)), "=", 0),
+	},
 		[]clientv3.Op{
-			clientv3.OpPut(ek, exclusive{req.Token, 1, req.TTL, req.Owner}.encode(), clientv3.WithLease(l.id)),
+			clientv3.OpPut(ek, exclusive{token: req.Token, holds: 1, ttl: req.TTL, owner: req.Owner}.encode(), clientv3.WithLease(l.id)),
 			clientv3.OpDelete(b.intentKey(req.Key, req.Token)),
 			clientv3.OpDelete(b.queueKey(req.Key, req.Token)),
 			// Overtook: is anyone queued (two keys tell whether another
@@ -226,14 +245,9 @@ func (b *Backend) acquireExclusive(ctx context.Context, req driver.AcquireReques
 			clientv3.OpGet(ip, clientv3.WithPrefix()),
 			clientv3.OpGet(b.releasedKey(req.Key, req.Token), clientv3.WithCountOnly()),
 		})
-	if err != nil {
-		if isLeaseNotFound(err) {
-			b.leases.forget(l)
-			return driver.AcquireResult{}, true, nil
-		}
-		return driver.AcquireResult{}, false, err // outcome unknown: p stays (see pend)
+	if err != nil || retry {
+		return driver.AcquireResult{}, retry, err
 	}
-	b.leases.resolve(p)
 	rev := resp.Header.Revision
 	if resp.Succeeded {
 		b.leases.track(l, ek, req.Token, rev, rev, 1, req.TTL, sent.Add(req.TTL))
@@ -302,6 +316,24 @@ func (b *Backend) acquireExclusive(ctx context.Context, req driver.AcquireReques
 	return res, false, nil
 }
 
+// grantTxn runs a transaction that may grant key to req.Token on lease l:
+// the grant counts as pending on l (see pend) until the answer, and stays
+// so when the outcome is unknown (err). retry reports that the server no
+// longer had l, which is forgotten: the caller tries again with another.
+func (b *Backend) grantTxn(ctx context.Context, l *lease, key string, req driver.AcquireRequest, sent time.Time, cmps []clientv3.Cmp, then, els []clientv3.Op) (resp *clientv3.TxnResponse, retry bool, err error) {
+	p := b.leases.pend(l, key, req.Token, sent.Add(req.TTL))
+	resp, err = b.txn(ctx, cmps, then, els)
+	if err != nil {
+		if isLeaseNotFound(err) {
+			b.leases.forget(l)
+			return nil, true, nil
+		}
+		return nil, false, err // outcome unknown: p stays (see pend)
+	}
+	b.leases.resolve(p)
+	return resp, false, nil
+}
+
 // reenter adds a hold to token's exclusive grant kv.
 func (b *Backend) reenter(ctx context.Context, req driver.AcquireRequest, kv *mvccpb.KeyValue, e exclusive, sent time.Time) (driver.AcquireResult, bool, error) {
 	ek := string(kv.Key)
@@ -347,6 +379,8 @@ func (b *Backend) reenter(ctx context.Context, req driver.AcquireRequest, kv *mv
 			moved = false
 		}
 	}
+	fence := fenceOf(kv)
+	e = e.rewritten(kv)
 	e.holds++
 	e.ttl = max(e.ttl, req.TTL)
 	// A key moving to l may be left there by a re-entry of unknown
@@ -376,8 +410,8 @@ func (b *Backend) reenter(ctx context.Context, req driver.AcquireRequest, kv *mv
 	if !resp.Succeeded {
 		return driver.AcquireResult{}, true, nil
 	}
-	b.leases.track(l, ek, req.Token, kv.CreateRevision, resp.Header.Revision, e.holds, req.TTL, sent.Add(req.TTL))
-	return driver.AcquireResult{Acquired: true, Fence: uint64(kv.CreateRevision), Holds: e.holds}, false, nil
+	b.leases.track(l, ek, req.Token, fence, resp.Header.Revision, e.holds, req.TTL, sent.Add(req.TTL))
+	return driver.AcquireResult{Acquired: true, Fence: uint64(fence), Holds: e.holds}, false, nil
 }
 
 func (b *Backend) acquireShared(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, bool, error) {
@@ -461,17 +495,11 @@ func (b *Backend) acquireShared(ctx context.Context, req driver.AcquireRequest) 
 	if req.Limit == 0 {
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(sk), "=", 0))
 	}
-	p := b.leases.pend(l, sk, req.Token, sent.Add(req.TTL))
-	resp, err := b.txn(ctx, cmps,
+	resp, retry, err := b.grantTxn(ctx, l, sk, req, sent, cmps,
 		[]clientv3.Op{clientv3.OpPut(sk, sharedValue(req.Limit, req.TTL, req.Owner), clientv3.WithLease(l.id))}, nil)
-	if err != nil {
-		if isLeaseNotFound(err) {
-			b.leases.forget(l)
-			return driver.AcquireResult{}, true, nil
-		}
-		return driver.AcquireResult{}, false, err // outcome unknown: p stays (see pend)
+	if err != nil || retry {
+		return driver.AcquireResult{}, retry, err
 	}
-	b.leases.resolve(p)
 	if !resp.Succeeded {
 		if n, err := b.c.Get(ctx, b.releasedKey(req.Key, req.Token), clientv3.WithCountOnly()); err == nil && n.Count > 0 {
 			return res, false, nil // released already: see releasedTTL

@@ -77,6 +77,8 @@ func runConformance(t *testing.T, srv *testserver.Etcd) {
 				return left
 			},
 			Kill: func(t *testing.T) { srv.KillAll(t) },
+			// A grant's fence is a revision of the whole cluster.
+			RevisionFences: true,
 		}
 	})
 }

@@ -27,7 +27,9 @@
 // # Fences
 //
 // A grant's fence is the create revision of the key that holds it: the
-// revision of the transaction that made the grant. etcd's revision is one
+// revision of the transaction that made the grant (for a grant made by a
+// direct handoff, which overwrites the releaser's key, the revision of the
+// handoff's transaction, which the key's value records). etcd's revision is one
 // counter for the whole key space, raised by every write and replicated
 // through the Raft log, so a later grant always has a larger revision: a
 // new leader continues from the log that a majority acknowledged, and a
@@ -71,9 +73,15 @@
 //
 // # Not supported
 //
-// Direct handoff, claims and lock-delay are not implemented: the client
-// refuses dlock.WithLockDelay with ErrInvalid on this backend. A plain
-// grant reports whether it overtook the fair queue, so a plain Mutex's
-// starving waiters join the queue, as on Redis.
+// Claims and lock-delay are not implemented: the client refuses
+// dlock.WithLockDelay with ErrInvalid on this backend. A plain grant
+// reports whether it overtook the fair queue, so a plain Mutex's starving
+// waiters join the queue, as on Redis. A Fair Mutex waits with direct
+// handoffs (driver.CapHandoff): a release grants the lock to the queue's
+// head in its own transaction, and the head's Lock completes from its
+// watch event (see docs/ETCD.md, "Waiting"). Versions of etcdlock without
+// the handoff misread a handed grant's fence: while any shares the
+// namespace, run with WithHandoff(false) (see docs/ETCD.md, "Upgrading to
+// the handoff").
 // HeldFor in Inspect is 0: etcd keeps no time with a key.
 package etcdlock

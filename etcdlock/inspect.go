@@ -97,7 +97,7 @@ func (b *Backend) describe(ctx context.Context, kvs []*mvccpb.KeyValue) ([]drive
 			if e.ttl > 0 {
 				d = min(d, e.ttl)
 			}
-			i.Owner, i.Fence, i.Holds, i.TTL = e.owner, uint64(kv.CreateRevision), e.holds, d
+			i.Owner, i.Fence, i.Holds, i.TTL = e.owner, uint64(fenceOf(kv)), e.holds, d
 		case sharedInfix[:1]:
 			limit, _, owner := decodeShared(kv.Value)
 			d, err := ttl(kv.Lease)
@@ -133,14 +133,34 @@ func (b *Backend) describe(ctx context.Context, kvs []*mvccpb.KeyValue) ([]drive
 }
 
 // ForceRelease implements driver.Inspector: one transaction reads and
-// deletes the exclusive holder and every shared hold; writer intents stay.
+// deletes the exclusive holder and every shared hold, and wakes every
+// waiter (see forcedMark); writer intents stay. A lock that nobody holds
+// costs one read-only transaction, and no record is written: there is
+// nobody to wake.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.LockInfo, bool, error) {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	ek, sp := b.exclKey(key), b.sharedPrefix(key)
+	free, err := b.txn(ctx, []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(ek), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(sp), "=", 0).WithPrefix(),
+	}, nil, nil)
+	if err != nil {
+		return driver.LockInfo{}, false, wrap("force release", key, err)
+	}
+	if free.Succeeded {
+		return driver.LockInfo{Key: key}, false, nil
+	}
+	// Held a moment ago: should its holds be gone by the time of the
+	// delete, the record only wakes waiters for nothing.
+	mark, err := b.forcedMark(ctx, key)
+	if err != nil {
+		return driver.LockInfo{}, false, wrap("force release", key, err)
+	}
 	resp, err := b.txn(ctx, nil, []clientv3.Op{
 		clientv3.OpDelete(ek, clientv3.WithPrevKV()),
 		clientv3.OpDelete(sp, clientv3.WithPrefix(), clientv3.WithPrevKV()),
+		mark,
 	}, nil)
 	if err != nil {
 		return driver.LockInfo{}, false, wrap("force release", key, err)
@@ -157,7 +177,8 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.LockInfo
 }
 
 // BreakIf implements driver.Breaker: it deletes the exclusive holder's key
-// when its create revision is fence.
+// when its grant's fence (see fenceOf) is fence, and wakes every waiter
+// (see forcedMark).
 func (b *Backend) BreakIf(ctx context.Context, key string, fence uint64) (bool, error) {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
@@ -165,11 +186,57 @@ func (b *Backend) BreakIf(ctx context.Context, key string, fence uint64) (bool, 
 		return false, nil // no grant has it
 	}
 	ek := b.exclKey(key)
-	resp, err := b.txn(ctx,
-		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(ek), "=", int64(fence))},
-		[]clientv3.Op{clientv3.OpDelete(ek)}, nil)
+	mark, err := b.forcedMark(ctx, key)
 	if err != nil {
 		return false, wrap("break", key, err)
 	}
-	return resp.Succeeded, nil
+	// The first try compares the key's create revision, the fence of a
+	// grant whose key was never written since it was created (version 1).
+	// A handed grant's key keeps the create revision of whoever created
+	// it, some earlier holder's fence, and always has a version of 2 or
+	// more (the handoff overwrote it): it, and every key rewritten since
+	// (a re-entry, a renewal that moved it, a handoff chain), is compared
+	// as read (see fenceOf), and deleted only if unchanged since.
+	resp, err := b.txn(ctx,
+		[]clientv3.Cmp{
+			clientv3.Compare(clientv3.CreateRevision(ek), "=", int64(fence)),
+			clientv3.Compare(clientv3.Version(ek), "=", 1),
+		},
+		[]clientv3.Op{clientv3.OpDelete(ek), mark}, []clientv3.Op{clientv3.OpGet(ek)})
+	for range maxAttempts {
+		if err != nil {
+			return false, wrap("break", key, err)
+		}
+		if resp.Succeeded {
+			return true, nil
+		}
+		// Compare the grant's fence as read (see exclusive).
+		kvs := rangeKVs(resp, 0)
+		if len(kvs) != 1 || fenceOf(kvs[0]) != int64(fence) {
+			return false, nil
+		}
+		resp, err = b.txn(ctx,
+			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(ek), "=", kvs[0].ModRevision)},
+			[]clientv3.Op{clientv3.OpDelete(ek), mark}, []clientv3.Op{clientv3.OpGet(ek)})
+	}
+	return false, nil
+}
+
+// forcedToken is the token of the record that a forced release writes
+// (r\x00forcedToken, see forcedMark): no real token holds a control
+// character.
+const forcedToken = "\x01forced"
+
+// forcedMark returns the write that tells every Listener of key that its
+// holder was removed by force: a release record of forcedToken (which
+// expires by itself, as every release record does), whose put wakes every
+// waiter, not only the queue's head. A forced release may have removed a
+// grant that no release hands on (the head's, or a holder's whose waiters
+// only the holder's release would have woken), and the head may be gone.
+func (b *Backend) forcedMark(ctx context.Context, key string) (clientv3.Op, error) {
+	id, err := b.leases.forQueue(ctx, b.releasedFor())
+	if err != nil {
+		return clientv3.Op{}, err
+	}
+	return clientv3.OpPut(b.releasedKey(key, forcedToken), "", clientv3.WithLease(id)), nil
 }

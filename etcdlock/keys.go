@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -16,7 +17,8 @@ import (
 //	<dir>s\x00<token> a shared hold (reader, semaphore permit): limit, owner
 //	<dir>w\x00<token> a writer intent: owner
 //	<dir>q\x00<token> a fair waiter's queue entry: owner (its place is its create revision)
-//	<dir>r\x00<token> a token released while it held nothing (expires by itself)
+//	<dir>r\x00<token> a token released while it held nothing, or whose clean-up
+//	                  release dropped a grant handed to it (expires by itself)
 //	<dir>x\x00<token> a token that withdrew from the queue (expires by itself)
 //
 // There is no fence counter: a grant's fence is the create revision of the
@@ -69,16 +71,39 @@ func (b *Backend) parseKey(k string) (key, kind, token string, ok bool) {
 }
 
 // exclusive is the value of an exclusive holder's key: token, hold count,
-// the longest TTL its holders asked for (in ms), owner.
+// the longest TTL its holders asked for (in ms), with the grant's fence
+// when it is not the key's create revision, owner.
+//
+// A grant made by a direct handoff overwrites the key that its releaser
+// held (etcd refuses a transaction that deletes and puts one key), so the
+// key's create revision is its releaser's fence: its own fence is the
+// revision of the handoff's write, which the handoff cannot know when it
+// sends the value. The value then says so (fence fencePending: the key's
+// mod revision), and every later write of the key writes the fence itself
+// (see fenceOf).
 type exclusive struct {
 	token string
 	holds int
 	ttl   time.Duration
 	owner string
+	// fence is 0 when the grant's fence is the key's create revision,
+	// fencePending when it is the key's mod revision (a handoff's write
+	// that nothing rewrote since), or the fence.
+	fence int64
 }
 
+// fencePending marks a grant whose fence is its key's mod revision.
+const fencePending = -1
+
 func (e exclusive) encode() string {
-	return e.token + "\n" + strconv.Itoa(e.holds) + "\n" + strconv.FormatInt(e.ttl.Milliseconds(), 10) + "\n" + e.owner
+	ttl := strconv.FormatInt(e.ttl.Milliseconds(), 10)
+	switch {
+	case e.fence == fencePending:
+		ttl += "@h"
+	case e.fence > 0:
+		ttl += "@" + strconv.FormatInt(e.fence, 10)
+	}
+	return e.token + "\n" + strconv.Itoa(e.holds) + "\n" + ttl + "\n" + e.owner
 }
 
 func decodeExclusive(v []byte) exclusive {
@@ -90,8 +115,35 @@ func decodeExclusive(v []byte) exclusive {
 	if err != nil || holds < 1 {
 		holds = 1
 	}
-	ms, _ := strconv.ParseInt(f[2], 10, 64)
-	return exclusive{token: f[0], holds: holds, ttl: time.Duration(ms) * time.Millisecond, owner: f[3]}
+	msf, fs, _ := strings.Cut(f[2], "@")
+	ms, _ := strconv.ParseInt(msf, 10, 64)
+	var fence int64
+	if fs == "h" {
+		fence = fencePending
+	} else if fs != "" {
+		fence, _ = strconv.ParseInt(fs, 10, 64)
+	}
+	return exclusive{token: f[0], holds: holds, ttl: time.Duration(ms) * time.Millisecond, owner: f[3], fence: fence}
+}
+
+// fenceOf returns the fence of the exclusive grant kv (see exclusive).
+func fenceOf(kv *mvccpb.KeyValue) int64 {
+	switch f := decodeExclusive(kv.Value).fence; {
+	case f == fencePending:
+		return kv.ModRevision
+	case f > 0:
+		return f
+	}
+	return kv.CreateRevision
+}
+
+// rewritten returns e, read from kv, for a write of kv's key: a pending
+// fence is written out, as the write changes the key's mod revision.
+func (e exclusive) rewritten(kv *mvccpb.KeyValue) exclusive {
+	if e.fence == fencePending {
+		e.fence = kv.ModRevision
+	}
+	return e
 }
 
 // sharedValue is the value of a shared hold's key: the request's limit,

@@ -191,6 +191,19 @@ func (t *leaseTable) forQueue(ctx context.Context, queueTTL time.Duration) (clie
 	return resp.ID, nil
 }
 
+// forgetQueue drops queue lease id after the server refused it as
+// unknown (revoked, or expired sooner than its lower bound said): the next
+// forQueue grants another.
+func (t *leaseTable) forgetQueue(id clientv3.LeaseID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for b, l := range t.queue {
+		if l.id == id {
+			delete(t.queue, b)
+		}
+	}
+}
+
 // extend makes l live until need, with one keep-alive shared by every
 // caller that needs one at the same time. It returns errLeaseGone when the
 // server no longer has l, and errRetired when l has abandoned holds.

@@ -128,6 +128,7 @@ func (l *listener) watch(ctx context.Context, key string, s *subscription, creat
 						l.fn(key, next)
 					}
 				}
+				l.b.setHint(key, st.headHint())
 			}
 		}
 		if ctx.Err() != nil {
@@ -160,11 +161,11 @@ func (l *listener) watch(ctx context.Context, key string, s *subscription, creat
 // read returns the state of the lock whose directory is dir, and the
 // revision it was read at.
 func (l *listener) read(ctx context.Context, dir string) (*lockState, int64, error) {
-	resp, err := l.b.c.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	resp, err := l.b.c.Get(ctx, dir, clientv3.WithPrefix())
 	if err != nil {
 		return nil, 0, err
 	}
-	st := &lockState{queue: make(map[string]int64)}
+	st := &lockState{queue: make(map[string]*mvccpb.KeyValue)}
 	for _, kv := range resp.Kvs {
 		st.apply(l.b, &clientv3.Event{Type: mvccpb.PUT, Kv: kv})
 	}
@@ -172,21 +173,32 @@ func (l *listener) read(ctx context.Context, dir string) (*lockState, int64, err
 }
 
 // lockState is what a Listener knows of one lock: whether it has an
-// exclusive holder, and its fair queue (token → create revision).
+// exclusive holder, and its fair queue (token → the entry's latest write).
 type lockState struct {
 	excl  bool
-	queue map[string]int64
+	queue map[string]*mvccpb.KeyValue
 }
 
 // head returns the token at the head of the queue, or "".
 func (st *lockState) head() string {
 	head, at := "", int64(0)
-	for token, rev := range st.queue {
-		if head == "" || rev < at {
-			head, at = token, rev
+	for token, kv := range st.queue {
+		if head == "" || kv.CreateRevision < at {
+			head, at = token, kv.CreateRevision
 		}
 	}
 	return head
+}
+
+// headHint returns the head of the queue for a release to hand the lock
+// to (see lastHold), or nil.
+func (st *lockState) headHint() *headHint {
+	token := st.head()
+	if token == "" {
+		return nil
+	}
+	kv := st.queue[token]
+	return &headHint{token: token, createRev: kv.CreateRevision, lease: kv.Lease, value: kv.Value}
 }
 
 // apply updates st with ev and says whether it wakes the lock's waiters,
@@ -204,11 +216,14 @@ func (st *lockState) apply(b *Backend, ev *clientv3.Event) (next string, wake bo
 		if !put {
 			return st.head(), true
 		}
+		// A grant that a release handed to the queue's head (see
+		// lastHold): its fence is this write's revision.
+		if e := decodeExclusive(ev.Kv.Value); e.fence == fencePending {
+			return driver.Handoff{Token: e.token, Fence: uint64(ev.Kv.ModRevision)}.Next(), true
+		}
 	case queueInfix[:1]:
 		if put {
-			if _, ok := st.queue[token]; !ok {
-				st.queue[token] = ev.Kv.CreateRevision
-			}
+			st.queue[token] = ev.Kv
 			return "", false
 		}
 		wasHead := st.head() == token
@@ -216,6 +231,9 @@ func (st *lockState) apply(b *Backend, ev *clientv3.Event) (next string, wake bo
 		if wasHead && !st.excl {
 			return st.head(), true
 		}
+	case releasedInfix[:1]:
+		// A forced release (see forcedMark): everyone.
+		return "", put && token == forcedToken
 	case sharedInfix[:1], intentInfix[:1]:
 		// A released reader or permit, a writer intent gone: everyone.
 		return "", !put

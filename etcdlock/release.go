@@ -14,14 +14,15 @@ func (b *Backend) Release(ctx context.Context, key, token string) (driver.Releas
 }
 
 // ReleaseGrant implements driver.GrantReleaser: the exclusive hold is
-// dropped only when its key's create revision, the grant's fence, is fence.
+// dropped only when the grant's fence (see fenceOf) is fence.
 func (b *Backend) ReleaseGrant(ctx context.Context, key, token string, fence uint64) (driver.ReleaseResult, error) {
 	return b.release(ctx, key, token, int64(fence))
 }
 
 // release drops one hold of token, of the grant with the given fence when
 // it is not 0. The last hold of a grant this Backend made or renewed, and
-// that nobody changed since, goes in one transaction; otherwise one
+// that nobody changed since, goes in one transaction, which hands the lock
+// to the queue's head when it takes handoffs (see dropLast); otherwise one
 // transaction reads the exclusive holder (and drops token's shared hold
 // and writer intent, which are token's alone), and a second changes the
 // holder's key if it is token's, on the condition that it is unchanged.
@@ -42,10 +43,7 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 		err  error
 	)
 	if h, ok := b.leases.tracked(ek, token); ok && h.count == 1 && (fence == 0 || h.fence == fence) {
-		resp, err = b.txn(ctx,
-			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(ek), "=", h.modRev)},
-			[]clientv3.Op{clientv3.OpDelete(ek), clientv3.OpDelete(wk), clientv3.OpDelete(qk)},
-			readOps)
+		resp, err = b.dropLast(ctx, key, token, h.modRev, []clientv3.Op{clientv3.OpDelete(wk), clientv3.OpDelete(qk)}, readOps)
 		if err != nil {
 			return driver.ReleaseResult{}, wrap("release", key, err)
 		}
@@ -92,19 +90,42 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 		}
 		kv := kvs[0]
 		e := decodeExclusive(kv.Value)
-		if e.token != token || (fence != 0 && kv.CreateRevision != fence) {
+		if e.token != token || (fence != 0 && fenceOf(kv) != fence) {
 			break
 		}
+		f := fenceOf(kv)
+		e = e.rewritten(kv)
 		e.holds--
-		op := clientv3.OpDelete(ek)
+		els := []clientv3.Op{clientv3.OpGet(ek)}
+		var resp *clientv3.TxnResponse
+		var err error
+		var recID clientv3.LeaseID
 		if e.holds > 0 {
-			op = clientv3.OpPut(ek, e.encode(), clientv3.WithIgnoreLease())
+			resp, err = b.txn(ctx,
+				[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(ek), "=", kv.ModRevision)},
+				[]clientv3.Op{clientv3.OpPut(ek, e.encode(), clientv3.WithIgnoreLease())}, els)
+		} else {
+			var extra []clientv3.Op
+			if fence == 0 && e.fence != 0 {
+				// A clean-up (no fence) that drops a grant a release
+				// handed to token: without the handoff it would have
+				// found nothing and recorded the release (see
+				// markReleased), which refuses a request of token still
+				// on its way. Record it here too, in the same
+				// transaction.
+				if recID, err = b.leases.forQueue(ctx, b.releasedFor()); err != nil {
+					return driver.ReleaseResult{}, wrap("release", key, err)
+				}
+				extra = []clientv3.Op{clientv3.OpPut(b.releasedKey(key, token), "", clientv3.WithLease(recID))}
+			}
+			resp, err = b.dropLast(ctx, key, token, kv.ModRevision, extra, els)
 		}
-		resp, err := b.txn(ctx,
-			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(ek), "=", kv.ModRevision)},
-			[]clientv3.Op{op},
-			[]clientv3.Op{clientv3.OpGet(ek)})
 		if err != nil {
+			if recID != 0 && isLeaseNotFound(err) {
+				// The record's lease is gone: try again with another.
+				b.leases.forgetQueue(recID)
+				continue
+			}
 			return driver.ReleaseResult{}, wrap("release", key, err)
 		}
 		if !resp.Succeeded {
@@ -114,7 +135,7 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 		if e.holds == 0 {
 			b.leases.untrack(ek, token)
 		} else if l := b.leases.mine(clientv3.LeaseID(kv.Lease)); l != nil {
-			b.leases.track(l, ek, token, kv.CreateRevision, resp.Header.Revision, e.holds, 0, time.Time{})
+			b.leases.track(l, ek, token, f, resp.Header.Revision, e.holds, 0, time.Time{})
 		}
 		return driver.ReleaseResult{Held: true, Remaining: e.holds}, nil
 	}

@@ -19,19 +19,29 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 	return r.Held, r.Err
 }
 
+// RenewGrant implements driver.GrantRenewer: Renew, of the grant with the
+// given fence only (see fenceOf); a newer grant of the same token (an
+// owner ID shared by processes) is neither extended nor reported as held.
+func (b *Backend) RenewGrant(ctx context.Context, key, token string, fence uint64, ttl time.Duration) (bool, error) {
+	r := b.RenewBatch(ctx, []driver.RenewRequest{{Key: key, Token: token, TTL: ttl, Fence: fence}})[0]
+	return r.Held, r.Err
+}
+
 // renewChunk is how many requests share one read transaction: two reads
 // each, under etcd's default limit of 128 operations per transaction.
 const renewChunk = 64
 
 // RenewBatch implements driver.BatchRenewer: one read transaction per 64
 // requests, then one keep-alive per lease that needs one, whatever the
-// number of grants on it.
+// number of grants on it. A request with a Fence renews only that grant
+// (see RenewGrant).
 func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []driver.RenewResult {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	out := make([]driver.RenewResult, len(reqs))
 	sent := time.Now()
 	found := make([]*mvccpb.KeyValue, len(reqs))
+	other := make([]bool, len(reqs))
 	for start := 0; start < len(reqs); start += renewChunk {
 		chunk := reqs[start:min(start+renewChunk, len(reqs))]
 		ops := make([]clientv3.Op, 0, 2*len(chunk))
@@ -44,11 +54,20 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 				out[start+i].Err = wrap("renew", r.Key, err)
 				continue
 			}
+			var kv *mvccpb.KeyValue
+			fence := int64(0)
 			if kvs := rangeKVs(resp, 2*i); len(kvs) == 1 && decodeExclusive(kvs[0].Value).token == r.Token {
-				found[start+i] = kvs[0]
+				kv, fence = kvs[0], fenceOf(kvs[0])
 			} else if kvs := rangeKVs(resp, 2*i+1); len(kvs) == 1 {
-				found[start+i] = kvs[0]
+				kv, fence = kvs[0], kvs[0].CreateRevision
 			}
+			if kv != nil && r.Fence != 0 && fence != int64(r.Fence) {
+				// Another grant of the token (RenewGrant): not this one,
+				// which is gone; the other stays tracked.
+				other[start+i] = true
+				continue
+			}
+			found[start+i] = kv
 		}
 	}
 
@@ -65,6 +84,9 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 		}
 		r := reqs[i]
 		if kv == nil {
+			if other[i] {
+				continue
+			}
 			b.leases.untrack(b.exclKey(r.Key), r.Token)
 			b.leases.untrack(b.sharedKey(r.Key, r.Token), r.Token)
 			continue
@@ -76,11 +98,11 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 			groups[id] = g
 		}
 		if g.l != nil {
-			count := 1
+			count, fence := 1, kv.CreateRevision
 			if string(kv.Key) == b.exclKey(r.Key) {
-				count = decodeExclusive(kv.Value).holds
+				count, fence = decodeExclusive(kv.Value).holds, fenceOf(kv)
 			}
-			b.leases.track(g.l, string(kv.Key), r.Token, kv.CreateRevision, kv.ModRevision, count, r.TTL, sent.Add(r.TTL))
+			b.leases.track(g.l, string(kv.Key), r.Token, fence, kv.ModRevision, count, r.TTL, sent.Add(r.TTL))
 		}
 		g.need = later(g.need, sent.Add(r.TTL))
 		g.items = append(g.items, i)
@@ -123,8 +145,7 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 
 // migrate moves the hold kv of r from a retired lease, or another
 // Backend's, to a fresh one of this Backend's, in one transaction that
-// checks that kv is still the same grant on the same lease; its create
-// revision, the fence, stays. A grant moved from another Backend's lease
+// checks that kv is unchanged; its fence stays. A grant moved from another Backend's lease
 // gets a lease of the longest TTL its holders asked for, so that the other
 // Backend's holder keeps it until its next renewal.
 func (b *Backend) migrate(ctx context.Context, kv *mvccpb.KeyValue, r driver.RenewRequest, sent time.Time) (bool, error) {
@@ -142,14 +163,23 @@ func (b *Backend) migrate(ctx context.Context, kv *mvccpb.KeyValue, r driver.Ren
 	if err != nil {
 		return false, wrap("renew", r.Key, err)
 	}
+	// The value stays, but for a fence that the move must write out (see
+	// exclusive.rewritten).
+	put := clientv3.OpPut(k, "", clientv3.WithIgnoreValue(), clientv3.WithLease(l.id))
+	fence := kv.CreateRevision
+	if k == b.exclKey(r.Key) {
+		fence = fenceOf(kv)
+		if e := decodeExclusive(kv.Value); e.fence == fencePending {
+			put = clientv3.OpPut(k, e.rewritten(kv).encode(), clientv3.WithLease(l.id))
+		}
+	}
 	// A move of unknown outcome may leave the key on l: see pend.
 	p := b.leases.pend(l, k, r.Token, sent.Add(r.TTL))
+	// The key's mod revision stands for the grant and its lease (any
+	// write changes it; a handoff keeps the create revision).
 	resp, err := b.txn(ctx,
-		[]clientv3.Cmp{
-			clientv3.Compare(clientv3.CreateRevision(k), "=", kv.CreateRevision),
-			clientv3.Compare(clientv3.LeaseValue(k), "=", clientv3.LeaseID(kv.Lease)),
-		},
-		[]clientv3.Op{clientv3.OpPut(k, "", clientv3.WithIgnoreValue(), clientv3.WithLease(l.id))},
+		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", kv.ModRevision)},
+		[]clientv3.Op{put},
 		nil)
 	if err != nil {
 		if isLeaseNotFound(err) {
@@ -168,6 +198,6 @@ func (b *Backend) migrate(ctx context.Context, kv *mvccpb.KeyValue, r driver.Ren
 	if k == b.exclKey(r.Key) {
 		count = decodeExclusive(kv.Value).holds
 	}
-	b.leases.track(l, k, r.Token, kv.CreateRevision, resp.Header.Revision, count, r.TTL, sent.Add(r.TTL))
+	b.leases.track(l, k, r.Token, fence, resp.Header.Revision, count, r.TTL, sent.Add(r.TTL))
 	return true, nil
 }

@@ -40,6 +40,30 @@ func queuedHead(t *testing.T, p *probe, name string, opts []dlock.Option) <-chan
 	return out
 }
 
+// handedFence returns the fence of the grant that the release of holder
+// handed to the queue's head of name, read right after the release: the
+// next after the holder's, unless the store's fences are revisions of the
+// whole store (Store.RevisionFences), where it is the one its Inspector
+// reports, which must be above the holder's.
+func handedFence(t *testing.T, s *Store, name string, holder *dlock.Lease) uint64 {
+	t.Helper()
+	if !s.RevisionFences {
+		return holder.Fence() + 1
+	}
+	in, ok := s.NewBackend(t).(driver.Inspector)
+	if !ok {
+		t.Fatal("locktest: a Store with RevisionFences needs a backend with an Inspector")
+	}
+	info, held, err := in.Inspect(t.Context(), name)
+	if err != nil || !held {
+		t.Fatalf("Inspect right after the release: held %v, %v; want the grant handed to the head", held, err)
+	}
+	if info.Fence <= holder.Fence() {
+		t.Fatalf("the handed grant's fence %d is not above the holder's %d", info.Fence, holder.Fence())
+	}
+	return info.Fence
+}
+
 // testHandoffWithoutRequest checks that the queue's head gets the lock that
 // a release handed it without another request of its own: the next fence,
 // a lease that renews, and nothing left behind.
@@ -54,12 +78,13 @@ func testHandoffWithoutRequest(t *testing.T, s *Store) {
 	out := queuedHead(t, p, name, opts)
 	before := len(p.recorded())
 	unlock(t, holder)
+	want := handedFence(t, s, name, holder)
 	l := waitLease(t, "the queue's head", out, 10*time.Second)
 	if n := len(p.recorded()) - before; n != 0 {
 		t.Errorf("the head made %d acquire requests after the release; want 0 (the release handed it the lock)", n)
 	}
-	if l.Fence() != holder.Fence()+1 {
-		t.Errorf("handed grant's fence %d, want %d (the next after the holder's)", l.Fence(), holder.Fence()+1)
+	if l.Fence() != want {
+		t.Errorf("handed grant's fence %d, want %d (the grant the release made)", l.Fence(), want)
 	}
 	if l.Owner() == "" {
 		t.Error("handed grant without an owner string")
@@ -86,10 +111,11 @@ func testHandoffNoticeLost(t *testing.T, s *Store) {
 	p.deafen()
 	out := queuedHead(t, p, name, opts)
 	unlock(t, holder)
+	want := handedFence(t, s, name, holder)
 	// The head refreshes its entry every third of its time to live.
 	l := waitLease(t, "the queue's head that missed the handoff", out, fairQueueTTL(ttl)+5*time.Second)
-	if l.Fence() != holder.Fence()+1 {
-		t.Errorf("fence %d, want %d: the head got a grant other than the one handed to it", l.Fence(), holder.Fence()+1)
+	if l.Fence() != want {
+		t.Errorf("fence %d, want %d: the head got a grant other than the one handed to it", l.Fence(), want)
 	}
 	unlock(t, l)
 	noLeftovers(t, s, name)
@@ -173,5 +199,40 @@ func testHandoffCancelledHead(t *testing.T, s *Store) {
 		t.Fatalf("TryLock after the cancelled head returned: %v; want the lock given back", err)
 	}
 	unlock(t, l)
+	noLeftovers(t, s, name)
+}
+
+// testHandoffBreakIf checks driver.Breaker on a grant that a release
+// handed on, on backends with both: BreakIf with the fence of the holder
+// that released leaves the handed grant alone (on etcd, the lock's key
+// keeps that holder's create revision), and BreakIf with the handed
+// grant's fence breaks it.
+func testHandoffBreakIf(t *testing.T, s *Store) {
+	const name = "locktest/handoff-break"
+	if !handoffCase(t, s) {
+		return
+	}
+	br, ok := s.NewBackend(t).(driver.Breaker)
+	if !ok {
+		t.Log("the backend has no BreakIf (driver.Breaker is optional)")
+		return
+	}
+	opts := []dlock.Option{dlock.Fair(), dlock.WithTTL(ttl)}
+	holder := lock(t, client(t, s).Mutex(name, opts...))
+	p := newProbe(s.NewBackend(t))
+	out := queuedHead(t, p, name, opts)
+	unlock(t, holder)
+	l := waitLease(t, "the queue's head", out, 10*time.Second)
+	if broken, err := br.BreakIf(t.Context(), name, holder.Fence()); err != nil || broken {
+		t.Fatalf("BreakIf with the fence %d of the holder that handed the lock on = %v, %v; want false, nil (the head holds fence %d)", holder.Fence(), broken, err, l.Fence())
+	}
+	mustBeHeldByOther(t, client(t, s).Mutex(name, opts...))
+	if broken, err := br.BreakIf(t.Context(), name, l.Fence()); err != nil || !broken {
+		t.Fatalf("BreakIf with the handed grant's fence = %v, %v; want true, nil", broken, err)
+	}
+	waitDone(t, l, ttl/3+ttl/4)
+	if r := lostReason(t, l.Err()); r != dlock.LostMissing {
+		t.Errorf("the broken head's reason = %v, want %v", r, dlock.LostMissing)
+	}
 	noLeftovers(t, s, name)
 }

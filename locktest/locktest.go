@@ -50,6 +50,13 @@ type Store struct {
 	// Kill makes the store stop answering for the rest of the case, for
 	// example by stopping the server process. Required.
 	Kill func(t *testing.T)
+	// RevisionFences says that the store's fences are revisions of the
+	// whole store (etcd), not a count of each name's grants: a grant's
+	// fence is then only known to be above the last one's, and the
+	// handoff cases read a handed grant's fence with the backend's
+	// Inspector (which such a store must have) instead of requiring the
+	// holder's fence + 1. Leave it false on any other store.
+	RevisionFences bool
 }
 
 // Factory starts a fresh store for one test case and stops it in t.Cleanup.
@@ -115,6 +122,7 @@ var cases = []testCase{
 	{"HandoffNoticeLost", testHandoffNoticeLost},
 	{"HandoffDeadHead", testHandoffDeadHead},
 	{"HandoffCancelledHead", testHandoffCancelledHead},
+	{"HandoffBreakIf", testHandoffBreakIf},
 	{"RWReadersShare", testRWReadersShare},
 	{"RWWriterExcludes", testRWWriterExcludes},
 	{"RWWriterNotStarved", testRWWriterNotStarved},

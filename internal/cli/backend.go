@@ -34,7 +34,7 @@ import (
 //	postgres://user:pass@host:5432/dbname[?params]   (or postgresql://)
 //	etcd://[user:pass@]h1:2379,h2:2379,h3:2379[?params]   etcds:// for TLS
 //	    params: tls=1, ca=FILE, cert=FILE&key=FILE, insecure_skip_verify=1,
-//	    namespace=PREFIX (default "dlock/"), op_timeout=3s
+//	    namespace=PREFIX (default "dlock/"), op_timeout=3s, handoff=0
 //
 // "sqlite://relative/path" is refused rather than guessed at: in URL syntax
 // "relative" is a host, and reading it as a directory would silently lock in

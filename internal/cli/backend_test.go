@@ -45,6 +45,14 @@ func TestParseBackendURLGood(t *testing.T) {
 				}
 			},
 		},
+		{
+			raw: "etcd://e1?handoff=0", kind: kindEtcd, where: "etcd at e1:2379",
+			check: func(t *testing.T, b *backendURL) {
+				if !b.etcd.noHandoff || len(etcdOptions(b.etcd)) != 1 {
+					t.Errorf("handoff=0: %+v", b.etcd)
+				}
+			},
+		},
 		{raw: "redis://localhost:6379/0", kind: kindRedis, where: "redis at localhost:6379 (db 0)"},
 		{raw: "redis://127.0.0.1", kind: kindRedis, where: "redis at 127.0.0.1:6379 (db 0)"},
 		{raw: "redis://[::1]:7000/3", kind: kindRedis, where: "redis at [::1]:7000 (db 3)"},
@@ -177,6 +185,7 @@ func TestParseBackendURLBad(t *testing.T) {
 		{"etcd://h1?foo=1", "unknown parameter"},
 		{"etcd://h1?cert=/c.pem", "cert= and key= together"},
 		{"etcd://h1?op_timeout=0s", "positive duration"},
+		{"etcd://h1?handoff=maybe", "not 1 or 0"},
 		{"etcd://:pw@h1", "without a user"},
 		{"etcd://h1,,h2", "empty host"},
 		{"redis://h/0?replica_ack=x", "not a number of replicas"},

@@ -33,13 +33,14 @@ type etcdURL struct {
 	insecure  bool   // insecure_skip_verify=1
 	namespace string // namespace=PREFIX; "" for etcdlock's default
 	timeout   time.Duration
+	noHandoff bool // handoff=0 (etcdlock.WithHandoff(false))
 }
 
 // parseEtcd reads etcd://[user[:pass]@]h1:2379,h2:2379[/][?params] and the
 // same with etcds:// (TLS). Parameters: tls=1 (as etcds://), ca=FILE,
 // cert=FILE and key=FILE (a client certificate), insecure_skip_verify=1,
 // namespace=PREFIX (etcdlock.WithNamespace), op_timeout=3s
-// (etcdlock.WithTimeout).
+// (etcdlock.WithTimeout), handoff=0 (etcdlock.WithHandoff(false)).
 func parseEtcd(raw string) (*backendURL, error) {
 	scheme, rest, _ := strings.Cut(raw, ":")
 	if !strings.HasPrefix(rest, "//") {
@@ -100,6 +101,12 @@ func parseEtcd(raw string) (*backendURL, error) {
 			e.key = v
 		case "namespace":
 			e.namespace = v
+		case "handoff":
+			on, err := boolParam(k, v)
+			if err != nil {
+				return nil, err
+			}
+			e.noHandoff = !on
 		case "op_timeout":
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
@@ -107,7 +114,7 @@ func parseEtcd(raw string) (*backendURL, error) {
 			}
 			e.timeout = d
 		default:
-			return nil, fmt.Errorf("unknown parameter %q; etcd takes tls, ca, cert, key, insecure_skip_verify, namespace and op_timeout", printable(k, 30))
+			return nil, fmt.Errorf("unknown parameter %q; etcd takes tls, ca, cert, key, insecure_skip_verify, namespace, op_timeout and handoff", printable(k, 30))
 		}
 	}
 	if (e.cert == "") != (e.key == "") {
@@ -178,6 +185,9 @@ func etcdOptions(e *etcdURL) []etcdlock.Option {
 	}
 	if e.timeout > 0 {
 		opts = append(opts, etcdlock.WithTimeout(e.timeout))
+	}
+	if e.noHandoff {
+		opts = append(opts, etcdlock.WithHandoff(false))
 	}
 	return opts
 }

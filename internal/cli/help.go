@@ -67,7 +67,8 @@ Backends (--backend URL, or the DLOCK_BACKEND environment variable):
                                      etcd, the members of one cluster; etcds:// (or
                                      tls=1) for TLS, with ca=FILE, cert=FILE&key=FILE,
                                      insecure_skip_verify=1; op_timeout=3s bounds each
-                                     call (docs/ETCD.md)
+                                     call; handoff=0 while older dlock versions share
+                                     the namespace (docs/ETCD.md)
 The three Redis forms take replica_ack=N (and replica_ack_timeout=100ms): every
 grant and renewal waits until N replicas have it, so a failover keeps the lock.
 dlock refuses a Redis whose maxmemory-policy is not noeviction (it could evict
