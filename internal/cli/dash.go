@@ -64,13 +64,16 @@ func cmdDash(ctx context.Context, a *app, o *dashOptions, pos []string) error {
 		return fail(exitUnavailable, "--listen: %v", err)
 	}
 	cfg := dash.Config{List: l.List, HeldFor: heldForFunc, Where: l.where, Interval: o.interval, Notifier: l.notifier}
+	if o.release && !l.canBreak() {
+		return usageErr("dash", "--allow-release: %s cannot break a lock only while it is still the grant the page shows (it has no BreakIf), and the button never breaks whoever holds the lock now; use 'dlock release --force NAME'", l.where)
+	}
 	if o.release {
 		var tok [16]byte
 		if _, err := rand.Read(tok[:]); err != nil {
 			return fail(exitUnavailable, "--allow-release: %v", err)
 		}
 		cfg.ReleaseToken = hex.EncodeToString(tok[:])
-		cfg.Release = l.forceRelease
+		cfg.Release, cfg.Inspect = l.breakIf, l.inspect
 	}
 	d := dash.New(cfg)
 	srv := &http.Server{Handler: d.Handler(o.listenAny), ReadHeaderTimeout: 10 * time.Second}

@@ -6,22 +6,24 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/dash"
 )
 
 // storeLister lists a store's held locks through its Inspector, for the
 // commands that watch a store (top, dash). A SQLite file that does not
 // exist yet holds no lock: it lists nothing, is not created, and is looked
-// for again at the next call. List and forceRelease may be called
+// for again at the next call. List, breakIf and inspect may be called
 // concurrently (dash's sampler and its release button); open and Close
 // may not.
 type storeLister struct {
 	a      *app
 	prefix string
-	mu     sync.Mutex // guards st and in after open, for List and forceRelease
+	mu     sync.Mutex // guards st and in after open, for List, breakIf and inspect
 	st     *store
 	in     driver.Inspector
 	where  string
@@ -76,20 +78,55 @@ func (l *storeLister) notifier() driver.Notifier {
 	return n
 }
 
-// forceRelease breaks the lock of key whoever holds it, as `dlock release
-// --force` does, for dash's release button; released is false when it was
-// not held (or the store does not exist yet).
-func (l *storeLister) forceRelease(ctx context.Context, key string) (bool, error) {
+// breakIf breaks the exclusive hold of key if its grant's fence is still
+// fence and it has no lock-delay (driver.Breaker), for dash's release
+// button: a lock that changed hands since the page showed it keeps its new
+// holder. broken is false when it did not (or the store does not exist
+// yet); a store without BreakIf gets an error wrapping dash.ErrNoBreaker,
+// never a blind ForceRelease.
+func (l *storeLister) breakIf(ctx context.Context, key string, fence uint64) (bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.in == nil {
 		return false, nil
 	}
-	_, ok, err := l.in.ForceRelease(ctx, key)
+	br, ok := l.st.backend.(driver.Breaker)
+	if !ok {
+		return false, fmt.Errorf("%s: %w", l.st.where, dash.ErrNoBreaker)
+	}
+	broken, err := br.BreakIf(ctx, key, fence)
 	if err != nil {
 		return false, l.st.storeErr("release "+key, err)
 	}
-	return ok, nil
+	return broken, nil
+}
+
+// inspect describes the lock of key, for dash's answer to a release that
+// broke nothing.
+func (l *storeLister) inspect(ctx context.Context, key string) (driver.LockInfo, bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.in == nil {
+		return driver.LockInfo{}, false, nil
+	}
+	info, ok, err := l.in.Inspect(ctx, key)
+	if err != nil {
+		return info, ok, l.st.storeErr("inspect "+key, err)
+	}
+	return info, ok, nil
+}
+
+// canBreak reports whether the store, once open, can break a lock on
+// condition of its grant (driver.Breaker); a SQLite store not created yet
+// will (sqllock has BreakIf).
+func (l *storeLister) canBreak() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.st == nil {
+		return true
+	}
+	_, ok := l.st.backend.(driver.Breaker)
+	return ok
 }
 
 // Close closes the store, if it was opened.

@@ -5,9 +5,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -383,33 +385,48 @@ func waitFor(t *testing.T, url string, ok func(dash.State) bool) dash.State {
 	return st
 }
 
+// postRelease sends POST /api/release to h for host, with auth in its
+// Authorization header (none when "").
+func postRelease(h http.Handler, host, auth, body string) *httptest.ResponseRecorder {
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodPost, "/api/release", strings.NewReader(body))
+	r.Host = host
+	if auth != "" {
+		r.Header.Set("Authorization", auth)
+	}
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// releaseBody is a release request's JSON body for key and fence (a JSON
+// string, as the page sends it).
+func releaseBody(key string, fence uint64) string {
+	return fmt.Sprintf(`{"key_hex":%q,"fence":"%d"}`, hex.EncodeToString([]byte(key)), fence)
+}
+
 // TestForceRelease: the release endpoint exists only with Config.Release,
 // wants the token in an Authorization header and a JSON body naming the
-// key, answers only loopback hosts, and calls Release with the raw key.
+// key and the fence of the grant, answers only loopback hosts, and calls
+// Release with the raw key and the fence.
 func TestForceRelease(t *testing.T) {
-	post := func(h http.Handler, host, auth, body string) *httptest.ResponseRecorder {
-		w := httptest.NewRecorder()
-		r := httptest.NewRequest(http.MethodPost, "/api/release", strings.NewReader(body))
-		r.Host = host
-		if auth != "" {
-			r.Header.Set("Authorization", auth)
-		}
-		h.ServeHTTP(w, r)
-		return w
-	}
+	post := postRelease
 	// Read-only: no release, whatever the request carries.
 	ro := dash.New(dash.Config{List: (&fakeStore{}).List, Where: "test"})
-	if w := post(ro.Handler(false), "127.0.0.1", "Bearer x", `{"key_hex":"61"}`); w.Code != http.StatusMethodNotAllowed {
+	if w := post(ro.Handler(false), "127.0.0.1", "Bearer x", `{"key_hex":"61","fence":"1"}`); w.Code != http.StatusMethodNotAllowed {
 		t.Errorf("read-only dash: %d, want 405", w.Code)
 	}
 	if st, _ := ro.Snapshot(); st.Release {
 		t.Error("a read-only dash offers the button")
 	}
 
-	var released []string
+	type call struct {
+		key   string
+		fence uint64
+	}
+	var released []call
 	d := dash.New(dash.Config{List: (&fakeStore{}).List, Where: "test", ReleaseToken: "s3cret",
-		Release: func(_ context.Context, key string) (bool, error) {
-			released = append(released, key)
+		Release: func(_ context.Context, key string, fence uint64) (bool, error) {
+			released = append(released, call{key, fence})
 			return true, nil
 		}})
 	if st, _ := d.Snapshot(); !st.Release {
@@ -420,12 +437,24 @@ func TestForceRelease(t *testing.T) {
 		host, auth, body string
 		want             int
 	}{
-		{"127.0.0.1", "", `{"key_hex":"61"}`, http.StatusForbidden},
-		{"127.0.0.1", "Bearer wrong", `{"key_hex":"61"}`, http.StatusForbidden},
-		{"127.0.0.1", "s3cret", `{"key_hex":"61"}`, http.StatusForbidden},
-		{"evil.example", "Bearer s3cret", `{"key_hex":"61"}`, http.StatusForbidden},
+		{"127.0.0.1", "", `{"key_hex":"61","fence":"7"}`, http.StatusForbidden},
+		{"127.0.0.1", "Bearer wrong", `{"key_hex":"61","fence":"7"}`, http.StatusForbidden},
+		{"127.0.0.1", "s3cret", `{"key_hex":"61","fence":"7"}`, http.StatusForbidden},
+		{"evil.example", "Bearer s3cret", `{"key_hex":"61","fence":"7"}`, http.StatusForbidden},
 		{"127.0.0.1", "Bearer s3cret", `not json`, http.StatusBadRequest},
-		{"127.0.0.1", "Bearer s3cret", `{"key_hex":""}`, http.StatusBadRequest},
+		{"127.0.0.1", "Bearer s3cret", `{"key_hex":"","fence":"7"}`, http.StatusBadRequest},
+		// The fence of the grant shown is required: without it the
+		// button would break whoever holds the lock now.
+		{"127.0.0.1", "Bearer s3cret", `{"key_hex":"61"}`, http.StatusBadRequest},
+		{"127.0.0.1", "Bearer s3cret", `{"key_hex":"61","fence":""}`, http.StatusBadRequest},
+		{"127.0.0.1", "Bearer s3cret", `{"key_hex":"61","fence":"0"}`, http.StatusBadRequest},
+		{"127.0.0.1", "Bearer s3cret", `{"key_hex":"61","fence":0}`, http.StatusBadRequest},
+		{"127.0.0.1", "Bearer s3cret", `{"key_hex":"61","fence":"-7"}`, http.StatusBadRequest},
+		{"127.0.0.1", "Bearer s3cret", `{"key_hex":"61","fence":"7.0"}`, http.StatusBadRequest},
+		{"127.0.0.1", "Bearer s3cret", `{"key_hex":"61","fence":7e0}`, http.StatusBadRequest},
+		{"127.0.0.1", "Bearer s3cret", `{"key_hex":"61","fence":"seven"}`, http.StatusBadRequest},
+		{"127.0.0.1", "Bearer s3cret", `{"key_hex":"61","fence":"18446744073709551616"}`, http.StatusBadRequest},
+		{"127.0.0.1", "Bearer s3cret", `{"key_hex":"61","fence":true}`, http.StatusBadRequest},
 	} {
 		if w := post(h, tc.host, tc.auth, tc.body); w.Code != tc.want {
 			t.Errorf("%+v: %d, want %d", tc, w.Code, tc.want)
@@ -434,12 +463,17 @@ func TestForceRelease(t *testing.T) {
 	if len(released) != 0 {
 		t.Fatalf("refused requests released %q", released)
 	}
-	w := post(h, "localhost:8080", "Bearer s3cret", `{"key_hex":"`+hex.EncodeToString([]byte("jobs/<b>\x1b"))+`"}`)
+	w := post(h, "localhost:8080", "Bearer s3cret", releaseBody("jobs/<b>\x1b", 18446744073709551615))
 	if w.Code != 200 || !strings.Contains(w.Body.String(), `"released":true`) {
 		t.Fatalf("release: %d %s", w.Code, w.Body.String())
 	}
-	if len(released) != 1 || released[0] != "jobs/<b>\x1b" {
-		t.Errorf("released %q, want the raw key", released)
+	// A JSON number is taken too, exactly.
+	if w := post(h, "localhost:8080", "Bearer s3cret", `{"key_hex":"61","fence":9007199254740993}`); w.Code != 200 {
+		t.Fatalf("release with a JSON number: %d %s", w.Code, w.Body.String())
+	}
+	want := []call{{"jobs/<b>\x1b", 18446744073709551615}, {"a", 9007199254740993}}
+	if !slices.Equal(released, want) {
+		t.Errorf("released %+v, want %+v (the raw key, the exact fence)", released, want)
 	}
 	// Other paths stay read-only.
 	wr := httptest.NewRecorder()
@@ -448,5 +482,153 @@ func TestForceRelease(t *testing.T) {
 	h.ServeHTTP(wr, r)
 	if wr.Code != http.StatusMethodNotAllowed {
 		t.Errorf("POST /api/state with the token: %d, want 405", wr.Code)
+	}
+}
+
+// breakerStore is a store that can break a grant by its fence.
+type breakerStore interface {
+	driver.Backend
+	driver.Inspector
+	driver.Breaker
+}
+
+// TestForceReleaseOfTheGrantShown: on a store (memlock), the button breaks
+// the grant whose fence the page showed; a lock that changed hands since
+// keeps its new holder (409, "changed hands"), as does a grant with a
+// lock-delay and a lock with shared holds only; a lock released since is
+// answered released false; the token is still needed.
+func TestForceReleaseOfTheGrantShown(t *testing.T) {
+	var be breakerStore = memlock.New()
+	c := dlock.New(be)
+	defer c.Close()
+	ctx := t.Context()
+	d := dash.New(dash.Config{List: func(ctx context.Context) ([]driver.LockInfo, error) { return be.List(ctx, "") },
+		Where: "memlock", ReleaseToken: "s3cret", Release: be.BreakIf, Inspect: be.Inspect})
+	h := d.Handler(false)
+	post := func(body string) *httptest.ResponseRecorder {
+		return postRelease(h, "127.0.0.1", "Bearer s3cret", body)
+	}
+	heldBy := func(name string, fence uint64) {
+		t.Helper()
+		info, ok, err := be.Inspect(ctx, name)
+		if err != nil || !ok || info.Fence != fence {
+			t.Fatalf("%s: held %v by fence %d (%v), want held by fence %d", name, ok, info.Fence, err, fence)
+		}
+	}
+	mustLive := func(l *dlock.Lease) {
+		t.Helper()
+		select {
+		case <-l.Done():
+			t.Fatalf("the holder of fence %d lost its lock: %v", l.Fence(), l.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+
+	// The grant shown is broken, and its holder learns of it.
+	first, err := c.Mutex("job", dlock.WithTTL(time.Second)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Sample(ctx)
+	st, _ := d.Snapshot()
+	if len(st.Locks) != 1 || st.Locks[0].FenceDec != fmt.Sprint(first.Fence()) {
+		t.Fatalf("the page's lock %+v, want fence_dec %d", st.Locks, first.Fence())
+	}
+	// Not without the token.
+	if w := postRelease(h, "127.0.0.1", "Bearer wrong", releaseBody("job", first.Fence())); w.Code != http.StatusForbidden {
+		t.Errorf("with a wrong token: %d %s, want 403", w.Code, w.Body)
+	}
+	if w := postRelease(h, "127.0.0.1", "", releaseBody("job", first.Fence())); w.Code != http.StatusForbidden {
+		t.Errorf("without the token: %d %s, want 403", w.Code, w.Body)
+	}
+	// Nor without the fence.
+	if w := post(`{"key_hex":"` + hex.EncodeToString([]byte("job")) + `"}`); w.Code != http.StatusBadRequest {
+		t.Errorf("without a fence: %d %s, want 400", w.Code, w.Body)
+	}
+	heldBy("job", first.Fence())
+	w := post(releaseBody("job", first.Fence()))
+	if w.Code != 200 || !strings.Contains(w.Body.String(), `"released":true`) {
+		t.Fatalf("release of the grant shown: %d %s", w.Code, w.Body)
+	}
+	if _, ok, _ := be.Inspect(ctx, "job"); ok {
+		t.Error("the lock is still held after the release of its grant")
+	}
+	select {
+	case <-first.Done():
+	case <-time.After(3 * time.Second):
+		t.Error("the broken holder did not learn of it within 3s")
+	}
+
+	// The lock changed hands since the page showed fence first: its new
+	// holder keeps it.
+	second, err := c.Mutex("job", dlock.WithTTL(time.Second)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = second.Unlock(context.WithoutCancel(ctx)) }()
+	w = post(releaseBody("job", first.Fence()))
+	if w.Code != http.StatusConflict || !strings.Contains(w.Body.String(), "changed hands") {
+		t.Errorf("release of a grant gone, the lock held by another: %d %s, want 409 changed hands", w.Code, w.Body)
+	}
+	heldBy("job", second.Fence())
+	mustLive(second)
+
+	// A lock released since the page showed it: nothing to break.
+	if err := second.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w = post(releaseBody("job", second.Fence()))
+	if w.Code != 200 || !strings.Contains(w.Body.String(), `"released":false`) {
+		t.Errorf("release of a lock nobody holds: %d %s, want 200 released false", w.Code, w.Body)
+	}
+
+	// A grant with a lock-delay is never broken by the button: the
+	// answer says why.
+	delayed, err := c.Mutex("delayed", dlock.WithTTL(time.Second), dlock.WithLockDelay(time.Second)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = delayed.Unlock(context.WithoutCancel(ctx)) }()
+	w = post(releaseBody("delayed", delayed.Fence()))
+	if w.Code != http.StatusConflict || !strings.Contains(w.Body.String(), "lock-delay") {
+		t.Errorf("release of a grant with a lock-delay: %d %s, want 409 naming the lock-delay", w.Code, w.Body)
+	}
+	heldBy("delayed", delayed.Fence())
+	mustLive(delayed)
+
+	// Shared holds have no single grant: a reader's fence breaks nothing.
+	reader, err := c.RWMutex("shared", dlock.WithTTL(time.Second)).RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = reader.Unlock(context.WithoutCancel(ctx)) }()
+	w = post(releaseBody("shared", reader.Fence()))
+	if w.Code != http.StatusConflict {
+		t.Errorf("release of a reader's fence: %d %s, want 409", w.Code, w.Body)
+	}
+	if info, ok, err := be.Inspect(ctx, "shared"); err != nil || !ok || len(info.Shared) != 1 {
+		t.Errorf("the reader's lock after the refused release: %+v, %v, %v", info, ok, err)
+	}
+	mustLive(reader)
+	d.Sample(ctx)
+	st, _ = d.Snapshot()
+	for _, l := range st.Locks {
+		if l.Kind == "readers" && l.FenceDec != "" {
+			t.Errorf("the page offers fence %s of a lock with shared holds only", l.FenceDec)
+		}
+	}
+}
+
+// TestForceReleaseWithoutBreaker: a store that cannot break a lock on
+// condition of its grant gets 501 with Release's message, never a blind
+// release.
+func TestForceReleaseWithoutBreaker(t *testing.T) {
+	d := dash.New(dash.Config{List: (&fakeStore{}).List, Where: "test", ReleaseToken: "s3cret",
+		Release: func(context.Context, string, uint64) (bool, error) {
+			return false, fmt.Errorf("Redlock: %w", dash.ErrNoBreaker)
+		}})
+	w := postRelease(d.Handler(false), "127.0.0.1", "Bearer s3cret", releaseBody("job", 3))
+	if w.Code != http.StatusNotImplemented || !strings.Contains(w.Body.String(), "no BreakIf") {
+		t.Errorf("release on a store without BreakIf: %d %s, want 501", w.Code, w.Body)
 	}
 }

@@ -9,6 +9,7 @@ package dash
 import (
 	"context"
 	"encoding/hex"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,12 +32,17 @@ type Config struct {
 	Interval time.Duration
 	// Window is how far back the timeline goes; 0 means 5 minutes.
 	Window time.Duration
-	// Release, when set, force-releases the lock of key (driver.Inspector
-	// ForceRelease), for the page's force-release button; ReleaseToken is
-	// the secret a request must carry (Authorization: Bearer TOKEN). Both
-	// or neither: without them the dashboard is read-only.
-	Release      func(ctx context.Context, key string) (released bool, err error)
+	// Release, when set, breaks the exclusive hold of key if its grant's
+	// fence is fence and it has no lock-delay (driver.Breaker.BreakIf), for
+	// the page's force-release button, and reports whether it did; it
+	// returns an error wrapping ErrNoBreaker for a store that cannot.
+	// ReleaseToken is the secret a request must carry (Authorization:
+	// Bearer TOKEN). Both or neither: without them the dashboard is
+	// read-only. Inspect (driver.Inspector.Inspect), optional, tells why a
+	// release broke nothing.
+	Release      func(ctx context.Context, key string, fence uint64) (broken bool, err error)
 	ReleaseToken string
+	Inspect      func(ctx context.Context, key string) (info driver.LockInfo, held bool, err error)
 	// Notifier, when set, returns the store's release notifications
 	// (driver.Notifier), or nil while it has none (a store not open yet):
 	// Run subscribes to the locks it saw held and samples at once when
@@ -136,9 +142,13 @@ type Lock struct {
 	// control and bidi characters out of the JSON.
 	KeyHex string `json:"key_hex,omitempty"`
 	// Kind is "exclusive", "readers" or "permits".
-	Kind          string   `json:"kind"`
-	Owner         string   `json:"owner"` // the exclusive holder, "" for shared holds
-	Fence         uint64   `json:"fence"`
+	Kind  string `json:"kind"`
+	Owner string `json:"owner"` // the exclusive holder, "" for shared holds
+	Fence uint64 `json:"fence"`
+	// FenceDec is Fence in decimal, "" when the lock has no exclusive
+	// holder: the page sends it back with a force release (JavaScript
+	// numbers are exact only up to 2^53).
+	FenceDec      string   `json:"fence_dec,omitempty"`
 	Holds         int      `json:"holds"`
 	HeldForMS     *int64   `json:"held_for_ms"` // null when unknown
 	ExpiresInMS   int64    `json:"expires_in_ms"`
@@ -351,6 +361,9 @@ func (d *Dash) lock(info driver.LockInfo, now time.Time) Lock {
 	}
 	if info.Owner != "" || len(info.Shared) == 0 {
 		l.Kind, l.Owner, l.Fence, l.Holds = "exclusive", safetext.Escape(info.Owner), info.Fence, info.Holds
+		if info.Fence != 0 {
+			l.FenceDec = strconv.FormatUint(info.Fence, 10)
+		}
 		l.ExpiresInMS = info.TTL.Milliseconds()
 		l.HeldForMS = d.heldFor(info, now)
 		return l

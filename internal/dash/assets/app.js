@@ -26,6 +26,8 @@
   fromHash();
   window.addEventListener('hashchange', () => { if (!takeToken()) fromHash(); if (state) render(); });
   let state = null;
+  // resultFor is the lock whose detail shows the last release's answer.
+  let resultFor = null;
 
   function cell(tr, text) {
     const td = document.createElement('td');
@@ -144,21 +146,35 @@
       body.appendChild(tr);
     }
     table.replaceChild(body, table.tBodies[0]);
-    const act = $('d-release');
-    act.hidden = !(state.release && token);
+    // The button breaks the grant shown (its fence) and no other: an
+    // exclusive holder outside its lock-delay. Shared holds have no single
+    // grant, and a lock-delay is its holder's wish: no button for them.
+    const act = $('d-release'), note = $('d-release-note');
+    const offered = !!(state.release && token);
+    const breakable = l.kind === 'exclusive' && !!l.fence_dec && !l.delayed;
+    act.hidden = !(offered && breakable);
     act.onclick = () => forceRelease(l);
+    note.hidden = !offered || breakable;
+    note.textContent = l.kind !== 'exclusive' ? 'shared holds have no single grant to break: the button is for exclusive holds (dlock release --force breaks them all)'
+      : l.delayed ? 'in its lock-delay: the button does not break it (dlock release --force does)'
+        : 'no fence known: the button breaks a grant named by its fence only';
+    if (resultFor !== l.name) { $('d-release-result').textContent = ''; resultFor = l.name; }
   }
 
-  // forceRelease asks the server to break l, after the user confirms.
+  // forceRelease asks the server to break l's grant as shown (its fence),
+  // after the user confirms; if the lock changed hands since, the server
+  // breaks nothing and says so.
   function forceRelease(l) {
-    if (!window.confirm('Force release ' + l.name + '? Its holder goes on working, unaware, until its next renewal fails.')) return;
+    if (!window.confirm('Force release ' + l.name + ' from its holder ' + (l.owner || '-') + ' (fence ' + l.fence_dec + ')? ' +
+      'That holder goes on working, unaware, until its next renewal fails. If the lock changed hands since, nothing is released.')) return;
     const out = $('d-release-result');
+    out.textContent = '...';
     fetch('/api/release', {
       method: 'POST',
       headers: { 'Authorization': 'Bearer ' + token, 'Content-Type': 'application/json' },
-      body: JSON.stringify({ key_hex: l.key_hex }),
-    }).then((r) => r.ok ? r.json().then((j) => { out.textContent = j.released ? 'released' : 'it was not held'; })
-      : r.text().then((t) => { out.textContent = 'refused: ' + t; }))
+      body: JSON.stringify({ key_hex: l.key_hex, fence: l.fence_dec }),
+    }).then((r) => r.ok ? r.json().then((j) => { out.textContent = j.released ? 'released' : 'not released: nobody holds it any more'; })
+      : r.text().then((t) => { out.textContent = (r.status === 409 ? '' : 'refused: ') + t.trim(); }))
       .catch((e) => { out.textContent = 'failed: ' + e; });
   }
 
