@@ -36,7 +36,7 @@ func dashCommand(a *app, fs *pflag.FlagSet) runner {
 	fs.BoolVar(&o.listenAny, "listen-any", false, "allow a --listen address that is not loopback, and any Host")
 	durationVar(fs, &o.interval, "interval", 250*time.Millisecond, "time between two samples of the store")
 	fs.StringVar(&o.prefix, "prefix", "", "only the locks whose names start with PREFIX")
-	fs.BoolVar(&o.release, "allow-release", false, "offer a force-release button, for the holder of the token printed on stderr")
+	fs.BoolVar(&o.release, "allow-release", false, "offer a button that force-releases the grant shown, for the holder of the token printed on stderr")
 	return func(ctx context.Context, args []string, _ int) error { return cmdDash(ctx, a, o, args) }
 }
 
@@ -134,15 +134,26 @@ dlock_dash_up) and dash's counters (dlock_dash_grants_total, ..._releases_,
 /api/timeline serve the same as JSON.
 
 dash only reads the store (it creates no SQLite file) and answers GET and
-HEAD only, unless --allow-release: then the lock's detail has a "force
-release" button, which breaks the lock as 'dlock release --force' does, for
-a browser that opened the address with the token dash prints on stderr
-(http://HOST:PORT/#token=...; a new token each run). The token travels in a
-header that another site's page cannot make a browser send. It shows every holder's owner string (host names, process IDs,
-metadata) without authentication, so it listens on loopback only, and answers
-only requests addressed to localhost or a loopback address, unless
---listen-any. Names and owner strings are shown as text, with control and
-bidi characters escaped.
+HEAD only, unless --allow-release: then the detail of a lock with an
+exclusive holder has a "force release" button, for a browser that opened
+the address with the token dash prints on stderr (http://HOST:PORT/#token=...;
+a new token each run). The token travels in a header that another site's
+page cannot make a browser send. The button breaks the grant it shows, named
+by its fence, and no other: if the lock changed hands since the page's
+sample, nothing is broken and the page says so (the new holder keeps its
+lock). The broken holder goes on working, unaware, until its next renewal
+fails. The button never breaks a grant whose holder asked for a lock-delay
+(--lock-delay), nor shared holds (readers, semaphore permits: no button),
+which have no single grant; 'dlock release --force NAME' breaks those,
+whoever holds them then. --allow-release needs a store that can break a lock
+on condition of its grant: Redis, SQLite, PostgreSQL, MySQL, etcd, not
+Redlock (exit 64).
+
+dash shows every holder's owner string (host names, process IDs, metadata)
+without authentication, so it listens on loopback only, and answers only
+requests addressed to localhost or a loopback address, unless --listen-any.
+Names and owner strings are shown as text, with control and bidi characters
+escaped.
 
 Flags:
   --listen HOST:PORT         where to serve (default 127.0.0.1:8080; port 0
@@ -153,11 +164,13 @@ Flags:
   --interval DURATION        time between two samples of the store (default
                              250ms, at least 50ms)
   --prefix PREFIX            only the locks whose names start with PREFIX
-  --allow-release            offer a force-release button, for the holder of
-                             the token printed on stderr
+  --allow-release            offer a button that force-releases the grant
+                             shown (not a newer one), for the holder of the
+                             token printed on stderr
 
-Exit status: 0 after SIGINT, SIGTERM or SIGHUP; 64 for bad flags, URL or a
-non-loopback --listen without --listen-any; 69 when the store cannot be
+Exit status: 0 after SIGINT, SIGTERM or SIGHUP; 64 for bad flags, URL, a
+non-loopback --listen without --listen-any, or --allow-release on a store
+without BreakIf; 69 when the store cannot be
 reached at the start or --listen cannot be bound (later store errors are
 shown on the page, and dlock_dash_up is 0).
 

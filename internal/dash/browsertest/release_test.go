@@ -30,14 +30,16 @@ func dlockEnv(t *testing.T, backend string) []string {
 
 // postRelease is the JavaScript for a POST /api/release made by the page,
 // with auth in its Authorization header (none when ""), of the lock named
-// name in the page's last state; it gives the response's status.
-func postRelease(name, auth string) string {
+// name in the page's last state, with the fence of its grant plus
+// fenceDelta (another grant's when not 0); it gives the response's status.
+func postRelease(name, auth string, fenceDelta int) string {
 	return fmt.Sprintf(`fetch('/api/state').then(r => r.json()).then(s => {
 		const l = s.locks.find(l => l.name === %q);
 		const h = { 'Content-Type': 'application/json' };
 		if (%q) h['Authorization'] = %q;
-		return fetch('/api/release', { method: 'POST', headers: h, body: JSON.stringify({ key_hex: (l && l.key_hex) || '6a6f62' }) });
-	}).then(r => r.status)`, name, auth, auth)
+		const fence = String(BigInt((l && l.fence_dec) || '1') + BigInt(%d));
+		return fetch('/api/release', { method: 'POST', headers: h, body: JSON.stringify({ key_hex: (l && l.key_hex) || '6a6f62', fence: fence }) });
+	}).then(r => r.status)`, name, auth, auth, fenceDelta)
 }
 
 // evalAwait evaluates js, a promise, and returns what it resolves to.
@@ -52,10 +54,11 @@ func evalAwait[T any](t *testing.T, ctx context.Context, js string) T {
 }
 
 // TestForceReleaseInChromium: a lock held by dlock run is released from the
-// page of dlock dash --allow-release opened with the token it printed;
-// the page opened without the token has no button and its requests are
-// refused, and a dash without --allow-release refuses them whatever they
-// carry.
+// page of dlock dash --allow-release opened with the token it printed, the
+// button sending the fence of the grant it shows; a request with another
+// fence is refused (409) and releases nothing; the page opened without the
+// token has no button and its requests are refused, and a dash without
+// --allow-release refuses them whatever they carry.
 func TestForceReleaseInChromium(t *testing.T) {
 	ctx := browser(t)
 	srv := testserver.StartRedis(t)
@@ -77,7 +80,7 @@ func TestForceReleaseInChromium(t *testing.T) {
 	if eval[bool](t, ctx, `!document.getElementById('d-release').hidden`) {
 		t.Error("a dash without --allow-release shows the force-release button")
 	}
-	if code := evalAwait[int](t, ctx, postRelease("shop:orders", "Bearer guess")); code != 405 {
+	if code := evalAwait[int](t, ctx, postRelease("shop:orders", "Bearer guess", 0)); code != 405 {
 		t.Errorf("POST /api/release to a dash without --allow-release: %d, want 405", code)
 	}
 
@@ -96,7 +99,7 @@ func TestForceReleaseInChromium(t *testing.T) {
 		t.Error("the page opened without the token shows the force-release button")
 	}
 	for _, auth := range []string{"", "Bearer " + strings.Repeat("0", len(token))} {
-		if code := evalAwait[int](t, ctx, postRelease("shop:orders", auth)); code != 403 {
+		if code := evalAwait[int](t, ctx, postRelease("shop:orders", auth, 0)); code != 403 {
 			t.Errorf("POST /api/release with Authorization %q: %d, want 403", auth, code)
 		}
 	}
@@ -104,12 +107,23 @@ func TestForceReleaseInChromium(t *testing.T) {
 		t.Fatal("a refused request released the lock")
 	}
 
-	// Opened with the token: the button releases the lock.
+	// Opened with the token: a request with the fence of another grant
+	// than the holder's (the lock changed hands since the page's sample)
+	// breaks nothing; the button releases the grant it shows.
 	if err := chromedp.Run(ctx, chromedp.Navigate(url+"#token="+token)); err != nil {
 		t.Fatal(err)
 	}
 	if h := eval[string](t, ctx, `location.hash`); h != "" {
 		t.Errorf("the token stays in the address: %q", h)
+	}
+	poll(t, ctx, "the held lock", 5*time.Second, rowJS("shop:orders")+" !== null")
+	for _, delta := range []int{-1, 1} {
+		if code := evalAwait[int](t, ctx, postRelease("shop:orders", "Bearer "+token, delta)); code != 409 {
+			t.Errorf("POST /api/release with the holder's fence %+d: %d, want 409", delta, code)
+		}
+	}
+	if n, err := srv.Client(t).Exists(t.Context(), "dlock:{shop:orders}").Result(); err != nil || n != 1 {
+		t.Fatalf("the lock's key after releases of other fences: %d, %v; want it held still", n, err)
 	}
 	poll(t, ctx, "the held lock", 5*time.Second, rowJS("shop:orders")+" !== null")
 	eval[bool](t, ctx, `(document.querySelector('#locks tbody tr[data-name="shop:orders"]').click(), true)`)
