@@ -5,8 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testserver"
 )
 
 // busyNode blocks node for d with a Lua busy loop (as a node that stalls
@@ -32,19 +34,15 @@ return 1`, nil, d.Microseconds()).Err()
 	return done
 }
 
-// A node whose acquire timed out on the client but ran on the server (an
-// unknown outcome; the attempt won on the other nodes) holds the grant's
-// token under the fence it drew itself: the attempt leaves such a node
-// alone (lateAction: actNone), nothing raises it to the grant's fence.
-// Unlock must still drop that hold (releases find it by token): otherwise
-// the hold stays until its TTL, and with one other node down nobody can
-// take the lock meanwhile, although it was released. (A release tied to the
-// grant's fence, as on one Redis node, left it: the review of such a change
-// wrote this test.)
-func TestUnknownOutcomeNodeReleasedByUnlock(t *testing.T) {
+// lockWithUnknownOutcomeNode locks name with TTL ttl on three nodes while
+// node 2 stalls past the node timeout: the grant is made on nodes 0 and 1,
+// and node 2 runs the acquire that timed out later, under a fence of its
+// own (the counters are 5, 5 and 40). It returns the servers, the admin
+// clients of the nodes and the lease.
+func lockWithUnknownOutcomeNode(t *testing.T, name string, ttl time.Duration) ([]*testserver.Redis, []*redis.Client, *dlock.Lease) {
+	t.Helper()
 	servers := startNodes(t, 3)
 	nodes := admins(t, servers)
-	const name = "redlock/unknown-outcome"
 	// The nodes' counters differ (failed attempts, a node that was down):
 	// node 2 draws a fence of its own.
 	setCounters(t, nodes, name, 5, 5, 40)
@@ -56,8 +54,6 @@ func TestUnknownOutcomeNodeReleasedByUnlock(t *testing.T) {
 	}
 	c := dlock.New(backendOn(t, clients))
 	t.Cleanup(func() { _ = c.Close() })
-	other := newClient(t, servers)
-
 	// Warm up: the scripts are in every node's cache (a NOSCRIPT answer
 	// after the stall would not be retried).
 	if w, err := c.Mutex("redlock/warm-up").Lock(t.Context()); err != nil {
@@ -65,9 +61,8 @@ func TestUnknownOutcomeNodeReleasedByUnlock(t *testing.T) {
 	} else if err := w.Unlock(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	m := c.Mutex(name, dlock.WithTTL(3*time.Second))
 	busy := busyNode(t, nodes[2], 600*time.Millisecond) // > the 50ms node timeout
-	l, err := m.Lock(t.Context())
+	l, err := c.Mutex(name, dlock.WithTTL(ttl)).Lock(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,6 +76,22 @@ func TestUnknownOutcomeNodeReleasedByUnlock(t *testing.T) {
 	if f2 == strconv.FormatUint(l.Fence(), 10) {
 		t.Fatalf("node 2 carries the lease's fence %s: it drew 41 where the others drew 6, and nothing raises a node whose outcome was unknown", f2)
 	}
+	return servers, nodes, l
+}
+
+// A node whose acquire timed out on the client but ran on the server (an
+// unknown outcome; the attempt won on the other nodes) holds the grant's
+// token under the fence it drew itself: the attempt leaves such a node
+// alone (lateAction: actNone), nothing raises it to the grant's fence.
+// Unlock must still drop that hold (releases find it by token): otherwise
+// the hold stays until its TTL, and with one other node down nobody can
+// take the lock meanwhile, although it was released. (A release tied to the
+// grant's fence, as on one Redis node, left it: the review of such a change
+// wrote this test.)
+func TestUnknownOutcomeNodeReleasedByUnlock(t *testing.T) {
+	const name = "redlock/unknown-outcome"
+	servers, nodes, l := lockWithUnknownOutcomeNode(t, name, 3*time.Second)
+	other := newClient(t, servers)
 
 	t.Logf("before Unlock: node 2 %v", lockFields(t, nodes, name)[2])
 	if err := l.Unlock(t.Context()); err != nil {
@@ -105,36 +116,8 @@ func TestUnknownOutcomeNodeReleasedByUnlock(t *testing.T) {
 // token, and the lease must live on (renewals tied to the grant's fence
 // lost it).
 func TestUnknownOutcomeNodeCountsInRenewals(t *testing.T) {
-	servers := startNodes(t, 3)
-	nodes := admins(t, servers)
-	const name = "redlock/unknown-outcome-renew"
-	setCounters(t, nodes, name, 5, 5, 40)
-	clients := make([]redis.UniversalClient, len(servers))
-	for i, srv := range servers {
-		clients[i] = clientFor(t, srv.Addr(), 150*time.Millisecond)
-	}
-	c := dlock.New(backendOn(t, clients))
-	t.Cleanup(func() { _ = c.Close() })
-	if w, err := c.Mutex("redlock/warm-up").Lock(t.Context()); err != nil {
-		t.Fatal(err)
-	} else if err := w.Unlock(t.Context()); err != nil {
-		t.Fatal(err)
-	}
 	const ttl = 1500 * time.Millisecond
-	busy := busyNode(t, nodes[2], 600*time.Millisecond)
-	l, err := c.Mutex(name, dlock.WithTTL(ttl)).Lock(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-busy
-	eventually(t, "node 2 runs the acquire that timed out", func() bool {
-		n, _ := nodes[2].Exists(t.Context(), lockKey(name)).Result()
-		return n == 1
-	})
-	f2, _ := nodes[2].HGet(t.Context(), lockKey(name), "fence").Result()
-	if f2 == strconv.FormatUint(l.Fence(), 10) {
-		t.Fatalf("node 2 carries the lease's fence %s: it drew 41 where the others drew 6, and nothing raises a node whose outcome was unknown", f2)
-	}
+	servers, _, l := lockWithUnknownOutcomeNode(t, "redlock/unknown-outcome-renew", ttl)
 	servers[1].Kill(t)
 	time.Sleep(2 * ttl)
 	if err := l.Err(); err != nil {
