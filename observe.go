@@ -365,12 +365,42 @@ type valuesCtx struct {
 	vals context.Context
 }
 
-// Value looks the key up in vals, then in the embedded context.
+// Value looks the key up in vals, then in the embedded context; but the
+// context package's own key (with which context.Cause and a child's
+// cancellation find the canceller) goes to the embedded context alone, so
+// that the caller's cancellation cause is the one seen.
 func (c valuesCtx) Value(key any) any {
+	if key == cancelKey {
+		return c.Context.Value(key)
+	}
 	if v := c.vals.Value(key); v != nil {
 		return v
 	}
 	return c.Context.Value(key)
+}
+
+// cancelKey is the key under which the context package finds a context's
+// canceller, learnt by asking context.Cause of a probe (nil, matching no
+// key, should a later Go find it another way).
+var cancelKey = func() any {
+	ended, cancel := context.WithCancel(context.Background())
+	cancel() // Cause asks for the key only of a context that has ended
+	p := &keyProbe{Context: ended}
+	_ = context.Cause(p)
+	return p.key
+}()
+
+// keyProbe records the first key its Value is asked for.
+type keyProbe struct {
+	context.Context
+	key any
+}
+
+func (p *keyProbe) Value(key any) any {
+	if p.key == nil {
+		p.key = key
+	}
+	return nil
 }
 
 // doEnded reports the end of a Client.Do of name that began at start,
