@@ -35,12 +35,14 @@ type handle struct {
 	// Client has seen (see starve.go).
 	starve bool
 	// handoff: the handle's queued requests let a release grant it the
-	// lock directly (driver.CapHandoff; see lockwait.go): a Fair Mutex
-	// whose token is drawn per Lock call, without lock-delay. (A plain
-	// Mutex's queued waits do not: a plain waiter that died would hold the
-	// lock up for its entry's time to live, where today it costs the others
-	// promisedGrace.)
+	// lock directly (driver.CapHandoff; see lockwait.go): a Mutex whose
+	// token is drawn per Lock call, without lock-delay, Fair or plain (a
+	// plain one's waits once they queue, with entries of plainQueueTTL;
+	// see starve.go).
 	handoff bool
+	// qttl is the time to live of the handle's queue entries and writer
+	// intents (driver.AcquireRequest.QueueTTL).
+	qttl time.Duration
 	// claim: a plain Mutex whose token is drawn per Lock call, on a store
 	// whose fair queue does not serve starving waiters (no starve) but
 	// that takes claims (driver.CapClaim): its waits claim the next grant
@@ -109,8 +111,12 @@ func (h *handle) init(c *Client, kind, name string, mode driver.Mode, limit int,
 		c.need(driver.CapFair) == nil && c.need(driver.CapOvertook) == nil && h.hub.notifier != nil
 	h.typ = typeOf(kind, mode == driver.Shared)
 	h.gated = h.opts.reentrant && h.opts.ownerID == ""
-	h.handoff = h.err == nil && kind == "Mutex" && c.backend != nil && h.opts.fair && h.token == "" &&
+	h.handoff = h.err == nil && kind == "Mutex" && c.backend != nil && (h.opts.fair || h.starve) && h.token == "" &&
 		h.opts.lockDelay == 0 && c.need(driver.CapHandoff) == nil
+	h.qttl = h.opts.queueTTL()
+	if h.handoff && h.starve {
+		h.qttl, h.handoff = h.plainQueueTTL()
+	}
 	h.claim = h.err == nil && kind == "Mutex" && c.backend != nil && !h.opts.fair && h.token == "" &&
 		!h.starve && c.need(driver.CapClaim) == nil
 }
@@ -282,7 +288,7 @@ func (h *handle) try(ctx context.Context, token string, wait, fair, claim bool) 
 		Wait:      wait,
 	}
 	if wait {
-		req.QueueTTL = h.opts.queueTTL()
+		req.QueueTTL = h.qttl
 		req.Handoff = fair && h.handoff
 		if claim && !fair && h.claim {
 			req.Claim = true
@@ -365,7 +371,7 @@ func (h *handle) try(ctx context.Context, token string, wait, fair, claim bool) 
 // of that time is left, or when the lease would not be renewed
 // (WithAutoRenew(false)) and should get the full TTL at once.
 func (h *handle) handedLease(token string, fence uint64, queued time.Time) *Lease {
-	qttl := h.opts.queueTTL()
+	qttl := h.qttl
 	valid := h.c.validFor(qttl)
 	safe := valid - h.opts.safetyMargin()
 	if !h.opts.autoRenew || time.Until(queued.Add(safe)) < qttl/4 {

@@ -98,12 +98,13 @@ func TestHandoffHeardBeforeTheWait(t *testing.T) {
 }
 
 // handoffRecorder is a memlock that claims driver.CapHandoff and records
-// which waiting requests accepted a handoff.
+// which waiting requests accepted a handoff, and their entries' TTLs.
 type handoffRecorder struct {
 	*memlock.Backend
 	mu            sync.Mutex
 	fairHandoff   int // queued fair requests with Handoff
 	fairNoHandoff int // queued fair requests without
+	queueTTLs     map[time.Duration]int
 }
 
 func (r *handoffRecorder) Supports(c driver.Capability) bool {
@@ -118,25 +119,33 @@ func (r *handoffRecorder) Acquire(ctx context.Context, req driver.AcquireRequest
 		} else {
 			r.fairNoHandoff++
 		}
+		if r.queueTTLs == nil {
+			r.queueTTLs = make(map[time.Duration]int)
+		}
+		r.queueTTLs[req.QueueTTL]++
 	}
 	r.mu.Unlock()
 	return r.Backend.Acquire(ctx, req)
 }
 
-// TestHandoffOnlyForFair: a plain Mutex whose waits join the queue does not
-// accept a direct handoff (a plain waiter that died would then hold the lock
-// up for its entry's time to live, not promisedGrace), and neither does a
-// reentrant fair handle; a Fair Mutex does.
-func TestHandoffOnlyForFair(t *testing.T) {
+// TestHandoffForFairAndQueuedPlain: a Fair Mutex's waits accept a direct
+// handoff, and so do a plain Mutex's once they queue, with entries of
+// twice the safety margin (a head that died holds the lock up that long at
+// most), unless the margin leaves a handed lease too little time; a
+// reentrant handle's do not.
+func TestHandoffForFairAndQueuedPlain(t *testing.T) {
 	ctx := t.Context()
 	for _, tc := range []struct {
-		name string
-		opts []dlock.Option
-		want bool
+		name     string
+		opts     []dlock.Option
+		want     bool
+		queueTTL time.Duration
 	}{
-		{"plain", nil, false},
-		{"fair reentrant", []dlock.Option{dlock.Fair(), dlock.Reentrant()}, false},
-		{"fair", []dlock.Option{dlock.Fair()}, true},
+		{"plain", nil, true, 2 * time.Second},
+		{"plain, TTL 3s", []dlock.Option{dlock.WithTTL(3 * time.Second)}, true, time.Second},
+		{"plain, margin 4s", []dlock.Option{dlock.WithSafetyMargin(4 * time.Second)}, false, 5 * time.Second},
+		{"fair reentrant", []dlock.Option{dlock.Fair(), dlock.Reentrant()}, false, 5 * time.Second},
+		{"fair", []dlock.Option{dlock.Fair()}, true, 5 * time.Second},
 	} {
 		store := &handoffRecorder{Backend: memlock.New()}
 		holder, waiter := dlock.New(store), dlock.New(store)
@@ -152,13 +161,16 @@ func TestHandoffOnlyForFair(t *testing.T) {
 		cancel()
 		_ = h.Unlock(ctx)
 		store.mu.Lock()
-		with, without := store.fairHandoff, store.fairNoHandoff
+		with, without, ttls := store.fairHandoff, store.fairNoHandoff, store.queueTTLs
 		store.mu.Unlock()
 		switch {
 		case with+without == 0:
 			t.Errorf("%s: no queued request: the case tests nothing", tc.name)
 		case tc.want && without > 0, !tc.want && with > 0:
 			t.Errorf("%s: %d queued requests with Handoff, %d without; want Handoff %v", tc.name, with, without, tc.want)
+		}
+		if len(ttls) != 1 || ttls[tc.queueTTL] == 0 {
+			t.Errorf("%s: queued requests' QueueTTLs %v; want all %v", tc.name, ttls, tc.queueTTL)
 		}
 		_ = holder.Close()
 		_ = waiter.Close()

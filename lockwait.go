@@ -321,7 +321,7 @@ func (w *waiter) plainDelay(attempt int, res driver.AcquireResult) time.Duration
 	}
 	if res.Queued {
 		// A writer intent is kept only by trying again before it lapses.
-		d = min(d, h.opts.queueTTL()/3)
+		d = min(d, h.qttl/3)
 	}
 	if w.claiming() {
 		d = w.claimDelay(d, res)
@@ -361,7 +361,7 @@ func (w *waiter) queueDelay(attempt int, res driver.AcquireResult) time.Duration
 	if retry == nil {
 		retry = defaultPolledRetry
 	}
-	d := h.opts.queueTTL() / 3
+	d := h.qttl / 3
 	notified := h.hub.notified(w.g)
 	if !notified || h.opts.retry != nil {
 		d = min(d, max(retry.Delay(attempt), time.Millisecond))
@@ -375,8 +375,10 @@ func (w *waiter) queueDelay(attempt int, res driver.AcquireResult) time.Duration
 	}
 	// A plain Mutex that queued because it starved does not wait on a head
 	// that does not come: a waiter that died keeps its entry until the
-	// entry lapses (up to 5s). While the lock stays free but promised to
-	// another head, such a waiter tries again every promisedRetry, and after
+	// entry lapses (up to 5s). A release leaves the lock free but promised
+	// to such a head when the head takes no handoff (one that does holds
+	// the handed grant until its entry lapses; see starve.go). While that
+	// lasts, a plain waiter tries again every promisedRetry, and after
 	// promisedGrace it takes the lock without the queue, as a plain Mutex
 	// may (see attempt).
 	switch {

@@ -20,6 +20,16 @@ import (
 // that just released included. The name is then served in arrival order
 // until its queue is empty and the announcements stop.
 //
+// Where the store hands the lock to the queue's head itself
+// (driver.CapHandoff), a plain waiter in the queue accepts that handoff as
+// a Fair one does: the name is then served at one request per grant. A
+// head that died after queueing would hold the lock up until its entry
+// lapses (the handed grant lives on the entry), so a plain handle's
+// entries live plainQueueTTL, shorter than a Fair one's: a plain head
+// that dies costs the others at most that, less than a holder that dies
+// (its TTL). A head that takes no handoff and does not come costs them
+// promisedGrace: the lock stays free, and they take it without the queue.
+//
 // On a store whose fair queue costs too much to serve a hot lock (SQL:
 // several statements per grant, and waiters woken by polling) the waiters
 // do not queue; a plain waiter that has waited starveAfter
@@ -43,7 +53,10 @@ const (
 	promisedRetry = 20 * time.Millisecond
 	// claimTTL is how long a claim lives after the request that made or
 	// kept it; the claimer renews it at least every claimTTL/3.
-	claimTTL         = 500 * time.Millisecond
+	claimTTL = 500 * time.Millisecond
+	// plainQueueFloor is the shortest time to live of a plain handle's
+	// queue entries when they take handoffs (see plainQueueTTL).
+	plainQueueFloor  = time.Second
 	claimPoll        = time.Millisecond
 	claimAfterPolled = 100 * time.Millisecond
 )
@@ -122,4 +135,22 @@ func (w *waiter) claiming() bool {
 		after = claimAfterPolled
 	}
 	return time.Since(w.start) >= after
+}
+
+// plainQueueTTL is the time to live of a plain handle's queue entries when
+// its queued waits take direct handoffs, and whether they should: twice
+// the safety margin (a fifth of the TTL by default), at least
+// plainQueueFloor and at most a Fair handle's. A handed lease is trusted
+// until the head's last queued request + that, less the drift allowance
+// and the safety margin (see handle.handedLease), and taken only with a
+// quarter of the entry's time left; when that leaves less than a sixth of
+// it to hear of the handoff (a safety margin near the TTL), the handle's
+// waits take no handoff and keep a Fair handle's entries.
+func (h *handle) plainQueueTTL() (time.Duration, bool) {
+	m := h.opts.safetyMargin()
+	q := min(h.opts.queueTTL(), max(2*m, plainQueueFloor))
+	if h.c.validFor(q)-m-q/4 < q/6 {
+		return h.opts.queueTTL(), false
+	}
+	return q, true
 }
