@@ -37,9 +37,9 @@ const (
 	// roleCrash: the "step" command takes the lock, reads, says "holding
 	// fence=N" and waits for a line that never comes: the parent kills it.
 	roleCrash = "crash"
-	// roleHead: the "step" command runs one critical section with a Fair
-	// Mutex while another client holds the lock: the child waits at the
-	// head of the fair queue, where the parent stops it (SIGSTOP), releases
+	// roleHead: the "step" command runs one critical section while another
+	// client holds the lock, with a Fair Mutex or a plain one (whose wait
+	// starves and queues): the child waits at the head of the fair queue, where the parent stops it (SIGSTOP), releases
 	// the lock (on Redis the release grants it to the stopped head) and
 	// kills it (SIGKILL) before it could hear of its grant. Should it get
 	// the lock all the same, it says "holding fence=N" and waits for the
