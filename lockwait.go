@@ -100,6 +100,8 @@ type waiter struct {
 	// Counter of refusals, the fence of a grant it gave back): a handoff
 	// announced with a fence at or below it has ended.
 	seen uint64
+	// sentFair: the last attempt's request was a fair one.
+	sentFair bool
 	// queuedEver: some answer to this wait said "queued" (see run).
 	queuedEver bool
 	start      time.Time // when the plain wait began, for starvation
@@ -145,6 +147,14 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 			}
 			res, w.last = r, r
 			w.answered(r, sent)
+			if w.queue != nil && !w.sentFair {
+				// The promisedGrace fallback's request does not keep the
+				// queue entry (a "queued" answer means a writer intent):
+				// a handed grant still lapses with the entry as the last
+				// fair request left it, so a handoff is claimed with a
+				// request instead (see handedOver).
+				w.queued = time.Time{}
+			}
 			if r.Fence > 0 {
 				// A grant that came too late, given back. Its release may
 				// land later still: go on with a new token, at once.
@@ -255,6 +265,7 @@ func (w *waiter) attempt(ctx context.Context) (*Lease, driver.AcquireResult, tim
 	if fair && w.h.starve && !w.promisedSince.IsZero() && time.Since(w.promisedSince) >= promisedGrace {
 		fair = false
 	}
+	w.sentFair = fair
 	return w.h.try(ctx, w.token, true, fair, w.queue == nil && w.claiming())
 }
 
