@@ -41,8 +41,9 @@ type handle struct {
 	// see starve.go).
 	handoff bool
 	// qttl is the time to live of the handle's queue entries and writer
-	// intents (driver.AcquireRequest.QueueTTL).
-	qttl time.Duration
+	// intents (driver.AcquireRequest.QueueTTL); qrefresh, how often a
+	// waiter in the queue keeps its entry (see plainQueueTTL).
+	qttl, qrefresh time.Duration
 	// claim: a plain Mutex whose token is drawn per Lock call, on a store
 	// whose fair queue does not serve starving waiters (no starve) but
 	// that takes claims (driver.CapClaim): its waits claim the next grant
@@ -114,8 +115,9 @@ func (h *handle) init(c *Client, kind, name string, mode driver.Mode, limit int,
 	h.handoff = h.err == nil && kind == "Mutex" && c.backend != nil && (h.opts.fair || h.starve) && h.token == "" &&
 		h.opts.lockDelay == 0 && c.need(driver.CapHandoff) == nil
 	h.qttl = h.opts.queueTTL()
+	h.qrefresh = h.qttl / 3
 	if h.handoff && h.starve {
-		h.qttl, h.handoff = h.plainQueueTTL()
+		h.qttl, h.qrefresh, h.handoff = h.plainQueueTTL()
 	}
 	h.claim = h.err == nil && kind == "Mutex" && c.backend != nil && !h.opts.fair && h.token == "" &&
 		!h.starve && c.need(driver.CapClaim) == nil

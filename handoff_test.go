@@ -144,6 +144,8 @@ func TestHandoffForFairAndQueuedPlain(t *testing.T) {
 		{"plain", nil, true, 2 * time.Second},
 		{"plain, TTL 3s", []dlock.Option{dlock.WithTTL(3 * time.Second)}, true, time.Second},
 		{"plain, margin 4s", []dlock.Option{dlock.WithSafetyMargin(4 * time.Second)}, false, 5 * time.Second},
+		{"plain, TTL 30s", []dlock.Option{dlock.WithTTL(30 * time.Second)}, false, 5 * time.Second},
+		{"plain, TTL 28s", []dlock.Option{dlock.WithTTL(28 * time.Second)}, true, 5 * time.Second},
 		{"fair reentrant", []dlock.Option{dlock.Fair(), dlock.Reentrant()}, false, 5 * time.Second},
 		{"fair", []dlock.Option{dlock.Fair()}, true, 5 * time.Second},
 	} {

@@ -372,7 +372,7 @@ func (w *waiter) queueDelay(attempt int, res driver.AcquireResult) time.Duration
 	if retry == nil {
 		retry = defaultPolledRetry
 	}
-	d := h.qttl / 3
+	d := h.qrefresh
 	notified := h.hub.notified(w.g)
 	if !notified || h.opts.retry != nil {
 		d = min(d, max(retry.Delay(attempt), time.Millisecond))

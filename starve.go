@@ -138,19 +138,24 @@ func (w *waiter) claiming() bool {
 }
 
 // plainQueueTTL is the time to live of a plain handle's queue entries when
-// its queued waits take direct handoffs, and whether they should: twice
-// the safety margin (a fifth of the TTL by default), at least
-// plainQueueFloor and at most a Fair handle's. A handed lease is trusted
-// until the head's last queued request + that, less the drift allowance
-// and the safety margin (see handle.handedLease), and taken only with a
-// quarter of the entry's time left; when that leaves less than a sixth of
-// it to hear of the handoff (a safety margin near the TTL), the handle's
-// waits take no handoff and keep a Fair handle's entries.
-func (h *handle) plainQueueTTL() (time.Duration, bool) {
+// its queued waits take direct handoffs, how often a waiter refreshes its
+// entry, and whether they should take them: twice the safety margin (a
+// fifth of the TTL by default), at least plainQueueFloor and at most a
+// Fair handle's. A handed lease is trusted until the head's last queued
+// request + that, less the drift allowance and the safety margin (see
+// handle.handedLease), and taken only with a quarter of the entry's time
+// left: an announcement is of use within that window of the head's last
+// request, so the head refreshes its entry at four fifths of the window at
+// most (400 ms by default, where a Fair entry's third of its time to live
+// is 1.7 s). When the window is under a sixth of the entry's time (a safety
+// margin near the TTL; with the default margin, a TTL above about 29 s), the
+// handle's waits take no handoff and keep a Fair handle's entries.
+func (h *handle) plainQueueTTL() (ttl, refresh time.Duration, ok bool) {
 	m := h.opts.safetyMargin()
 	q := min(h.opts.queueTTL(), max(2*m, plainQueueFloor))
-	if h.c.validFor(q)-m-q/4 < q/6 {
-		return h.opts.queueTTL(), false
+	window := h.c.validFor(q) - m - q/4
+	if window < q/6 {
+		return h.opts.queueTTL(), h.opts.queueTTL() / 3, false
 	}
-	return q, true
+	return q, min(q/3, window*4/5), true
 }

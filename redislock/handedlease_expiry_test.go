@@ -11,7 +11,7 @@ import (
 	"github.com/dlock-go/dlock/redislock"
 )
 
-// TestReview1HandedLeaseWithinStoreExpiry: the lease a queued waiter builds
+// TestHandedLeaseWithinStoreExpiry: the lease a queued waiter builds
 // from a handoff announcement must not outlive the handed grant on the
 // store (Lease.Deadline: "the store cannot have let the lease go before
 // then"). The grant expires with the head's queue entry, whose time to
@@ -23,7 +23,7 @@ import (
 // every Handoff test of the root package and of redislock, and
 // TestHeadCrash/redis-plain (TTL 500 ms: plain and Fair entries both
 // live 500 ms there).
-func TestReview1HandedLeaseWithinStoreExpiry(t *testing.T) {
+func TestHandedLeaseWithinStoreExpiry(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	for _, tc := range []struct {
 		name    string
@@ -37,7 +37,7 @@ func TestReview1HandedLeaseWithinStoreExpiry(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
-			name := "review1/handed/" + tc.name
+			name := "handedlease/" + tc.name
 			inner := redislock.New(srv.Client(t))
 			holderC := dlock.New(redislock.New(srv.Client(t)))
 			defer holderC.Close()

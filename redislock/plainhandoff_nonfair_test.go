@@ -99,7 +99,7 @@ func (p *promisedPause) RenewBatch(ctx context.Context, reqs []driver.RenewReque
 	return p.Backend.RenewBatch(ctx, reqs)
 }
 
-// TestReview1PlainHandoffAfterNonFairQueuedAnswer: a plain waiter in the
+// TestPlainHandoffAfterNonFairQueuedAnswer: a plain waiter in the
 // queue that falls back to a non-fair request after promisedGrace, and is
 // answered "queued" because readers refused it and it recorded a writer
 // intent, takes that request's send time (S2) as its queue entry's
@@ -116,10 +116,10 @@ func (p *promisedPause) RenewBatch(ctx context.Context, reqs []driver.RenewReque
 // arrival of the last fair request and the send of the non-fair one (a
 // slow answer or a paused process; here 1.7 s with the default TTL 10 s,
 // QueueTTL 2 s, margin 1 s). Before 02ca577 a plain waiter took no handoff.
-func TestReview1PlainHandoffAfterNonFairQueuedAnswer(t *testing.T) {
+func TestPlainHandoffAfterNonFairQueuedAnswer(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	ctx := t.Context()
-	const name = "review1/plain-handoff"
+	const name = "plainhandoff/nonfair"
 	raw := redislock.New(srv.Client(t))
 	holderC := dlock.New(redislock.New(srv.Client(t)))
 	defer holderC.Close()

@@ -10,7 +10,7 @@ import (
 	"github.com/dlock-go/dlock/redislock"
 )
 
-// TestReview1PlainHandoffLateInRefreshCycle: a queued plain waiter (default
+// TestPlainHandoffLateInRefreshCycle: a queued plain waiter (default
 // TTL: QueueTTL 2 s, margin 1 s) trusts a handoff announcement only while
 // a quarter of its entry's time is left of its safe time: within
 // safe − QueueTTL/4 = 1 s − 0.5 s of its last refresh. It refreshes every
@@ -24,7 +24,7 @@ import (
 // handoff as a Fair() one does, so a hot plain lock costs one request per
 // grant". Refreshing a plain handle's entry at most every QueueTTL/4 less
 // a round trip (or entries of 3× the margin) would close the gap.
-func TestReview1PlainHandoffLateInRefreshCycle(t *testing.T) {
+func TestPlainHandoffLateInRefreshCycle(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	for _, tc := range []struct {
 		name string
@@ -35,7 +35,7 @@ func TestReview1PlainHandoffLateInRefreshCycle(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
-			name := "review1/window/" + tc.name
+			name := "handoffwindow/" + tc.name
 			inner := redislock.New(srv.Client(t))
 			holderC := dlock.New(redislock.New(srv.Client(t)))
 			defer holderC.Close()
