@@ -1,0 +1,164 @@
+package redislock_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+// handoffRig is a lock name held by one Client and waited for, in the
+// store's fair queue, by a Lock of another Client (X), whose observer says
+// whether its grant came from a handoff announcement.
+type handoffRig struct {
+	inner  *redislock.Backend // for Inspect
+	holder *dlock.Lease
+	out    chan *dlock.Lease // X's lease, nil when its Lock failed
+
+	mu              sync.Mutex
+	handed, granted bool
+}
+
+// queueBehindHolder locks name with opts on one Client and starts X's Lock
+// of it (bounded by 20 s), returning once X's entry is in the queue.
+func queueBehindHolder(t *testing.T, srv *testserver.Redis, name string, opts []dlock.Option) *handoffRig {
+	t.Helper()
+	ctx := t.Context()
+	r := &handoffRig{inner: redislock.New(srv.Client(t)), out: make(chan *dlock.Lease, 1)}
+	holder := dlock.New(redislock.New(srv.Client(t)))
+	t.Cleanup(func() { _ = holder.Close() })
+	x := dlock.New(redislock.New(srv.Client(t)), dlock.WithObserver(dlock.ObserverFunc(func(e dlock.Event) {
+		if e.Kind == dlock.EventLockGranted && !e.TryLock {
+			r.mu.Lock()
+			r.handed, r.granted = e.Handoff, true
+			r.mu.Unlock()
+		}
+	})))
+	t.Cleanup(func() { _ = x.Close() })
+	var err error
+	if r.holder, err = holder.Mutex(name, opts...).Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		l, err := x.Mutex(name, opts...).Lock(wctx)
+		if err != nil {
+			t.Errorf("X's Lock: %v", err)
+		}
+		r.out <- l
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		info, _, err := r.inner.Inspect(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Queued > 0 {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("X never queued")
+		}
+	}
+}
+
+// release unlocks the holder's lease and returns X's lease (nil when its
+// Lock failed) and whether it came from a handoff announcement.
+func (r *handoffRig) release(t *testing.T) (l *dlock.Lease, handed bool) {
+	t.Helper()
+	if err := r.holder.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	l = <-r.out
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if l != nil && !r.granted {
+		t.Error("X's grant was not observed")
+	}
+	return l, r.handed
+}
+
+// TestHandedLeaseWithinStoreExpiry: the lease a queued waiter builds from
+// a handoff announcement must not outlive the handed grant on the store
+// (Lease.Deadline: "the store cannot have let the lease go before then").
+// The grant expires with the head's queue entry, whose time to live is the
+// handle's QueueTTL: 2 s for a plain Mutex with the default TTL, 1 s with
+// TTL 3 s (the floor), 5 s for a Fair one; with a 40 s TTL a plain Mutex
+// takes no handoff. A handedLease that used another time to live than the
+// requests (say 5 s for a plain handle) fails here, and in no other test.
+func TestHandedLeaseWithinStoreExpiry(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	for _, tc := range []struct {
+		name    string
+		opts    []dlock.Option
+		handoff bool
+	}{
+		{"plain", nil, true},
+		{"plain TTL 3s", []dlock.Option{dlock.WithTTL(3 * time.Second)}, true},
+		{"fair", []dlock.Option{dlock.Fair()}, true},
+		{"plain TTL 40s", []dlock.Option{dlock.WithTTL(40 * time.Second)}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "handedlease/" + tc.name
+			r := queueBehindHolder(t, srv, name, tc.opts)
+			// X subscribes to the name's releases after its first attempt:
+			// give it time to, so that it hears the handoff. (Its entry
+			// was refreshed within 50 ms, well within a quarter of it.)
+			time.Sleep(50 * time.Millisecond)
+			l, handed := r.release(t)
+			if l == nil {
+				return
+			}
+			defer l.Unlock(context.Background())
+			info, _, err := r.inner.Inspect(t.Context(), name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			storeExp := time.Now().Add(info.TTL) // after the answer: errs late, never early
+			t.Logf("handed %v; store TTL %v; lease deadline in %v", handed, info.TTL.Round(time.Millisecond), time.Until(l.Deadline()).Round(time.Millisecond))
+			if handed != tc.handoff {
+				t.Errorf("granted by handoff: %v; want %v", handed, tc.handoff)
+			}
+			if l.Deadline().After(storeExp.Add(20 * time.Millisecond)) {
+				t.Errorf("lease Deadline %v after the store's expiry of the grant (fence %d, store TTL %v)",
+					l.Deadline().Sub(storeExp).Round(time.Millisecond), l.Fence(), info.TTL.Round(time.Millisecond))
+			}
+		})
+	}
+}
+
+// TestPlainHandoffLateInRefreshCycle: a queued plain waiter (default TTL:
+// entries of 2 s, margin 1 s) can use a handoff announcement only within
+// safe − QueueTTL/4 = 1 s − 0.5 s of its last fair request; it refreshes
+// its entry within that window (every 400 ms), so a release 570 ms after
+// it queued is still taken from the announcement, as a Fair waiter's is
+// (5 s entries, 1.67 s refreshes, a 2.75 s window). With the Fair cadence
+// of a third of the entry (667 ms) the plain waiter claimed such grants
+// with a request instead: 2 of 31 waits handed in a run of 4 clients
+// holding 190 ms each.
+func TestPlainHandoffLateInRefreshCycle(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	for _, tc := range []struct {
+		name string
+		opts []dlock.Option
+	}{
+		{"fair", []dlock.Option{dlock.Fair()}},
+		{"plain", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := queueBehindHolder(t, srv, "handoffwindow/"+tc.name, tc.opts)
+			time.Sleep(570 * time.Millisecond) // past 0.5 s, before a 667 ms refresh
+			l, handed := r.release(t)
+			if l != nil {
+				_ = l.Unlock(t.Context())
+			}
+			if !handed {
+				t.Errorf("%s: the queued waiter did not take the handoff released to it 570 ms after it queued (claimed with a request)", tc.name)
+			}
+		})
+	}
+}
