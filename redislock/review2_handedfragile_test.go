@@ -1,0 +1,119 @@
+package redislock_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+// queuedSignal wraps a Backend and signals each answer "queued" to a fair
+// request (a refresh of the waiter's queue entry).
+type queuedSignal struct {
+	*redislock.Backend
+	queued chan struct{}
+}
+
+func (q *queuedSignal) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	res, err := q.Backend.Acquire(ctx, req)
+	if err == nil && req.Fair && res.Queued {
+		select {
+		case q.queued <- struct{}{}:
+		default:
+		}
+	}
+	return res, err
+}
+
+// TestReview2HandedPlainLeaseSurvivesLatencyBlip (review 2; fails at
+// d352b3b): a plain Mutex with the default TTL (10 s, margin 1 s) now
+// takes the direct handoff, and a handed lease is trusted only until its
+// last queue refresh + QueueTTL − margin = S + 2 s − 1 s, renewed first at
+// S + 0.5 s; a failed renewal is retried only min(TTL/10, 1 s) later. So a
+// store round trip that takes 0.7 s once, right after the handoff (a GC
+// pause, a slow network, a Redis fork), loses a lease that the user asked
+// to live 10 s, where the same Mutex's lease obtained by a request rides
+// out that blip with 9 s to spare (the control case below). Before the
+// change, a plain Mutex never took handoffs, so every grant it got had
+// TTL − margin of slack. A Fair Mutex has 4 s (entries of 5 s).
+func TestReview2HandedPlainLeaseSurvivesLatencyBlip(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	for _, handed := range []bool{false, true} {
+		name := "review2/blip/requested"
+		if handed {
+			name = "review2/blip/handed"
+		}
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			px := testserver.StartProxy(t, srv.Addr())
+			rdb := redis.NewClient(&redis.Options{Addr: px.Addr()})
+			t.Cleanup(func() { _ = rdb.Close() })
+			qs := &queuedSignal{Backend: redislock.New(rdb), queued: make(chan struct{}, 1)}
+			var mu sync.Mutex
+			var gotHanded bool
+			xc := dlock.New(qs, dlock.WithObserver(dlock.ObserverFunc(func(e dlock.Event) {
+				if e.Kind == dlock.EventLockGranted && !e.TryLock {
+					mu.Lock()
+					gotHanded = e.Handoff
+					mu.Unlock()
+				}
+			})))
+			defer xc.Close()
+			var l *dlock.Lease
+			var err error
+			if handed {
+				hc := dlock.New(redislock.New(srv.Client(t)))
+				defer hc.Close()
+				hl, err := hc.Mutex(name).Lock(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out := make(chan *dlock.Lease, 1)
+				go func() {
+					l, err := xc.Mutex(name).Lock(ctx)
+					if err != nil {
+						t.Errorf("Lock: %v", err)
+					}
+					out <- l
+				}()
+				// Release right after one of X's queue refreshes: the
+				// handoff is announced at once, well within its window.
+				<-qs.queued
+				<-qs.queued
+				if err := hl.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+				l = <-out
+				if l == nil {
+					return
+				}
+			} else {
+				if l, err = xc.Mutex(name).Lock(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// A latency blip of 700 ms on X's connection, from now on,
+			// for 1.5 s.
+			px.Latency(t, 700*time.Millisecond)
+			time.Sleep(1500 * time.Millisecond)
+			px.ClearLatency(t)
+			mu.Lock()
+			h := gotHanded
+			mu.Unlock()
+			if h != handed {
+				t.Fatalf("lease handed over: %v, want %v (setup)", h, handed)
+			}
+			if err := l.Err(); err != nil {
+				t.Errorf("a plain Mutex lease (TTL 10 s, handed over: %v) was lost to one 700 ms round trip %v after it was granted: %v", handed, 1500*time.Millisecond, err)
+			}
+			_ = l.Unlock(context.WithoutCancel(ctx))
+		})
+	}
+}
