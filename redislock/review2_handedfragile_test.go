@@ -42,14 +42,20 @@ func (q *queuedSignal) Acquire(ctx context.Context, req driver.AcquireRequest) (
 // to live 10 s, where the same Mutex's lease obtained by a request rides
 // out that blip with 9 s to spare (the control case below). Before the
 // change, a plain Mutex never took handoffs, so every grant it got had
-// TTL − margin of slack. A Fair Mutex has 4 s (entries of 5 s).
+// TTL − margin of slack. A Fair Mutex has 4 s (entries of 5 s) and rides
+// it out (the handed-fair case passes).
 func TestReview2HandedPlainLeaseSurvivesLatencyBlip(t *testing.T) {
 	srv := testserver.StartRedis(t)
-	for _, handed := range []bool{false, true} {
-		name := "review2/blip/requested"
-		if handed {
-			name = "review2/blip/handed"
-		}
+	for _, tc := range []struct {
+		name   string
+		handed bool
+		opts   []dlock.Option
+	}{
+		{"review2/blip/requested", false, nil},
+		{"review2/blip/handed", true, nil},
+		{"review2/blip/handed-fair", true, []dlock.Option{dlock.Fair()}}, // passes: 4 s of trust, renewed at 2 s
+	} {
+		name, handed := tc.name, tc.handed
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
 			px := testserver.StartProxy(t, srv.Addr())
@@ -71,13 +77,13 @@ func TestReview2HandedPlainLeaseSurvivesLatencyBlip(t *testing.T) {
 			if handed {
 				hc := dlock.New(redislock.New(srv.Client(t)))
 				defer hc.Close()
-				hl, err := hc.Mutex(name).Lock(ctx)
+				hl, err := hc.Mutex(name, tc.opts...).Lock(ctx)
 				if err != nil {
 					t.Fatal(err)
 				}
 				out := make(chan *dlock.Lease, 1)
 				go func() {
-					l, err := xc.Mutex(name).Lock(ctx)
+					l, err := xc.Mutex(name, tc.opts...).Lock(ctx)
 					if err != nil {
 						t.Errorf("Lock: %v", err)
 					}
@@ -95,7 +101,7 @@ func TestReview2HandedPlainLeaseSurvivesLatencyBlip(t *testing.T) {
 					return
 				}
 			} else {
-				if l, err = xc.Mutex(name).Lock(ctx); err != nil {
+				if l, err = xc.Mutex(name, tc.opts...).Lock(ctx); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -111,7 +117,7 @@ func TestReview2HandedPlainLeaseSurvivesLatencyBlip(t *testing.T) {
 				t.Fatalf("lease handed over: %v, want %v (setup)", h, handed)
 			}
 			if err := l.Err(); err != nil {
-				t.Errorf("a plain Mutex lease (TTL 10 s, handed over: %v) was lost to one 700 ms round trip %v after it was granted: %v", handed, 1500*time.Millisecond, err)
+				t.Errorf("%s: a Mutex lease (TTL 10 s, handed over: %v) was lost to one 700 ms round trip %v after it was granted: %v", name, handed, 1500*time.Millisecond, err)
 			}
 			_ = l.Unlock(context.WithoutCancel(ctx))
 		})
