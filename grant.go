@@ -104,13 +104,15 @@ func newGrant(c *Client, h *handle, token, owner string, fence uint64, sent time
 }
 
 // handedOver sets the first deadline of a new grant that a release handed
-// over (see handle.handedLease): valid after sent, renewed at renewAt.
+// over (see handle.handedLease): valid after sent, its first renewal sent
+// at renewBy (not earlier, to share a batch: a handed grant has less time
+// than a requested one, and a short hold should not cost a renewal).
 // Called before schedule.
-func (g *grant) handedOver(sent time.Time, valid time.Duration, renewAt time.Time) {
+func (g *grant) handedOver(sent time.Time, valid time.Duration, renewBy time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.deadline = sent.Add(valid)
-	g.renewAt = renewAt
+	g.renewAt = renewBy.Add(g.renewSlack()) // due at renewBy: see renewDue
 }
 
 // schedule hands a new grant to the renewer.
@@ -256,8 +258,14 @@ func (g *grant) finishRenewal(sent time.Time, held bool, err error) (lost *LostE
 	case err != nil:
 		g.lastErr = err
 		failed = err
-		// Try again soon, but not in a tight loop.
-		g.renewAt = time.Now().Add(min(max(g.ttl/10, 10*time.Millisecond), time.Second)).Add(g.renewSlack())
+		// Try again soon, but not in a tight loop, and more than once
+		// before the safety deadline when little time is left (a handed
+		// grant's first renewal).
+		d := min(max(g.ttl/10, 10*time.Millisecond), time.Second)
+		if left := time.Until(g.safeUntil()); left < 3*d {
+			d = max(left/3, 10*time.Millisecond)
+		}
+		g.renewAt = time.Now().Add(d).Add(g.renewSlack())
 	case !held:
 		return g.lose(LostMissing, nil), nil
 	default:

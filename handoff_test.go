@@ -130,8 +130,8 @@ func (r *handoffRecorder) Acquire(ctx context.Context, req driver.AcquireRequest
 
 // TestHandoffForFairAndQueuedPlain: a Fair Mutex's waits accept a direct
 // handoff, and so do a plain Mutex's once they queue, with entries of
-// twice the safety margin (a head that died holds the lock up that long at
-// most), unless the margin leaves a handed lease too little time; a
+// three times the safety margin (a head that died holds the lock up that
+// long at most), unless the margin leaves a handed lease too little time; a
 // reentrant handle's do not.
 func TestHandoffForFairAndQueuedPlain(t *testing.T) {
 	ctx := t.Context()
@@ -141,7 +141,7 @@ func TestHandoffForFairAndQueuedPlain(t *testing.T) {
 		want     bool
 		queueTTL time.Duration
 	}{
-		{"plain", nil, true, 2 * time.Second},
+		{"plain", nil, true, 3 * time.Second},
 		{"plain, TTL 3s", []dlock.Option{dlock.WithTTL(3 * time.Second)}, true, time.Second},
 		{"plain, margin 4s", []dlock.Option{dlock.WithSafetyMargin(4 * time.Second)}, false, 5 * time.Second},
 		{"plain, TTL 30s", []dlock.Option{dlock.WithTTL(30 * time.Second)}, false, 5 * time.Second},

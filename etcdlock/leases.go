@@ -180,7 +180,11 @@ func (t *leaseTable) forQueue(ctx context.Context, queueTTL time.Duration) (clie
 		return l.id, nil
 	}
 	sent := time.Now()
-	resp, err := t.kv.Grant(ctx, 2*b)
+	// One second more than the entry needs: the lease is shared by the
+	// entries written in its first second, and a grant handed over on an
+	// entry's lease (see handoff.go) lives as long as the lease, so a
+	// longer one would hold the lock up longer for a head that died.
+	resp, err := t.kv.Grant(ctx, b+1)
 	if err != nil {
 		return 0, err
 	}

@@ -86,7 +86,7 @@ func (r *handoffRig) release(t *testing.T) (l *dlock.Lease, handed bool) {
 // a handoff announcement must not outlive the handed grant on the store
 // (Lease.Deadline: "the store cannot have let the lease go before then").
 // The grant expires with the head's queue entry, whose time to live is the
-// handle's QueueTTL: 2 s for a plain Mutex with the default TTL, 1 s with
+// handle's QueueTTL: 3 s for a plain Mutex with the default TTL, 1 s with
 // TTL 3 s (the floor), 5 s for a Fair one; with a 40 s TTL a plain Mutex
 // takes no handoff. A handedLease that used another time to live than the
 // requests (say 5 s for a plain handle) fails here, and in no other test.
@@ -131,15 +131,16 @@ func TestHandedLeaseWithinStoreExpiry(t *testing.T) {
 	}
 }
 
-// TestPlainHandoffLateInRefreshCycle: a queued plain waiter (default TTL:
-// entries of 2 s, margin 1 s) can use a handoff announcement only within
-// safe − QueueTTL/4 = 1 s − 0.5 s of its last fair request; it refreshes
-// its entry within that window (every 400 ms), so a release 570 ms after
-// it queued is still taken from the announcement, as a Fair waiter's is
-// (5 s entries, 1.67 s refreshes, a 2.75 s window). With the Fair cadence
-// of a third of the entry (667 ms) the plain waiter claimed such grants
-// with a request instead: 2 of 31 waits handed in a run of 4 clients
-// holding 190 ms each.
+// TestPlainHandoffLateInRefreshCycle: a queued waiter can use a handoff
+// announcement only within safe − QueueTTL/4 of its last fair request, and
+// must refresh its entry within that window, or the grants released late
+// in its refresh cycle are claimed with a request instead. A plain waiter
+// (default TTL: entries of 3 s, margin 1 s, a 1.25 s window, refreshes
+// every 1 s) and a Fair one (5 s entries, a 2.75 s window, refreshes every
+// 1.67 s) are released to 950 ms after they queued, just before a plain
+// refresh. (With entries of twice the margin and refreshes every third of
+// them, a plain waiter lost such handoffs: 2 of 31 waits handed in a run
+// of 4 clients holding 190 ms each.)
 func TestPlainHandoffLateInRefreshCycle(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	for _, tc := range []struct {
@@ -151,13 +152,13 @@ func TestPlainHandoffLateInRefreshCycle(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := queueBehindHolder(t, srv, "handoffwindow/"+tc.name, tc.opts)
-			time.Sleep(570 * time.Millisecond) // past 0.5 s, before a 667 ms refresh
+			time.Sleep(950 * time.Millisecond) // before the plain 1 s refresh
 			l, handed := r.release(t)
 			if l != nil {
 				_ = l.Unlock(t.Context())
 			}
 			if !handed {
-				t.Errorf("%s: the queued waiter did not take the handoff released to it 570 ms after it queued (claimed with a request)", tc.name)
+				t.Errorf("%s: the queued waiter did not take the handoff released to it 950 ms after it queued (claimed with a request)", tc.name)
 			}
 		})
 	}

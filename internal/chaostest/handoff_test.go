@@ -126,10 +126,10 @@ func runHeadCrash(t *testing.T, s *store, fair bool) {
 	if fair {
 		opts = append(opts, dlock.Fair())
 	} else {
-		// A plain head's entry lives twice the safety margin, at least 1s:
-		// with a 5s TTL, 1s, where a Fair entry would live 5s.
+		// A plain head's entry lives three times the safety margin, at
+		// least 1s: with a 5s TTL, 1.5s, where a Fair entry would live 5s.
 		sc.ttl = 5 * time.Second
-		bound = time.Second + plainCrashSlack
+		bound = 1500*time.Millisecond + plainCrashSlack
 	}
 	r := startProcRun(t, sc)
 	holder := s.clientOn(t, s.spec, r.rec, "holder", nil, dlock.WithTTL(sc.ttl))

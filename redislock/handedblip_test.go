@@ -32,28 +32,26 @@ func (q *queuedSignal) Acquire(ctx context.Context, req driver.AcquireRequest) (
 	return res, err
 }
 
-// TestReview2HandedPlainLeaseSurvivesLatencyBlip (review 2; fails at
-// d352b3b): a plain Mutex with the default TTL (10 s, margin 1 s) now
-// takes the direct handoff, and a handed lease is trusted only until its
-// last queue refresh + QueueTTL − margin = S + 2 s − 1 s, renewed first at
-// S + 0.5 s; a failed renewal is retried only min(TTL/10, 1 s) later. So a
-// store round trip that takes 0.7 s once, right after the handoff (a GC
-// pause, a slow network, a Redis fork), loses a lease that the user asked
-// to live 10 s, where the same Mutex's lease obtained by a request rides
-// out that blip with 9 s to spare (the control case below). Before the
-// change, a plain Mutex never took handoffs, so every grant it got had
-// TTL − margin of slack. A Fair Mutex has 4 s (entries of 5 s) and rides
-// it out (the handed-fair case passes).
-func TestReview2HandedPlainLeaseSurvivesLatencyBlip(t *testing.T) {
+// TestHandedLeaseSurvivesLatencyBlip: a lease handed over by a release is
+// trusted, until its first renewal answers, only for what is left of the
+// head's queue entry (its last queue refresh + QueueTTL − margin). A store
+// round trip that takes 0.7 s once, right after the handoff (a GC pause, a
+// slow network, a Redis fork), must not lose it, as it does not lose the
+// same Mutex's lease obtained by a request (9 s to spare). With plain
+// entries of twice the margin (trusted until S + 1 s, first renewal at
+// S + 0.5 s) it was lost; entries of three times the margin (S + 2 s) and
+// a first renewal 50 ms after the handoff ride it out, as a Fair lease
+// (S + 4 s) does.
+func TestHandedLeaseSurvivesLatencyBlip(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	for _, tc := range []struct {
 		name   string
 		handed bool
 		opts   []dlock.Option
 	}{
-		{"review2/blip/requested", false, nil},
-		{"review2/blip/handed", true, nil},
-		{"review2/blip/handed-fair", true, []dlock.Option{dlock.Fair()}}, // passes: 4 s of trust, renewed at 2 s
+		{"handedblip/requested", false, nil},
+		{"handedblip/handed", true, nil},
+		{"handedblip/handed-fair", true, []dlock.Option{dlock.Fair()}}, // passes: 4 s of trust, renewed at 2 s
 	} {
 		name, handed := tc.name, tc.handed
 		t.Run(name, func(t *testing.T) {
