@@ -1,0 +1,68 @@
+package etcdlock_test
+
+import (
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlock-go/dlock/etcdlock"
+	"github.com/dlock-go/dlock/internal/testserver"
+)
+
+// TestQueueLeaseOutlivesLastRequestPlusQueueTTL (review 3): queue leases
+// are now granted for the entry's TTL rounded up + 1 s (was twice it) and
+// shared while they have QueueTTL left. A handed grant lives on the head's
+// entry lease, and the client trusts it until S + QueueTTL − drift −
+// margin, S being the send time of the head's last request answered with
+// the entry: the lease the entry is on must not expire on the server
+// before S + QueueTTL, for every S, including requests that reuse a lease
+// granted almost a second earlier. A waiter refreshes its entry every
+// 100 ms for 2.5 s (plain default QueueTTL 3 s: leases of 4 s), and each
+// lease's expiry on the server is compared with the last request written
+// on it.
+func TestQueueLeaseOutlivesLastRequestPlusQueueTTL(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	const qttl = 3 * time.Second
+	hoHolder(t, srv, "k")
+	b := etcdlock.New(srv.Client(t))
+	cli := srv.Client(t)
+	last := map[clientv3.LeaseID]time.Time{} // lease → send time of the last request on it
+	for end := time.Now().Add(2500 * time.Millisecond); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		s := time.Now()
+		hoHead(t, b, "k", "head", qttl)
+		resp, err := cli.Get(t.Context(), "dlock/k\x00q\x00head")
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("queue entry: %v, %v", resp, err)
+		}
+		last[clientv3.LeaseID(resp.Kvs[0].Lease)] = s
+	}
+	t.Logf("%d queue leases", len(last))
+	gone := map[clientv3.LeaseID]time.Time{}
+	for deadline := time.Now().Add(8 * time.Second); len(gone) < len(last) && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for id := range last {
+			if _, ok := gone[id]; ok {
+				continue
+			}
+			r, err := cli.TimeToLive(t.Context(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.TTL < 0 {
+				gone[id] = time.Now()
+			}
+		}
+	}
+	for id, s := range last {
+		g, ok := gone[id]
+		if !ok {
+			t.Errorf("lease %x still alive 8 s after its last request", id)
+			continue
+		}
+		lived := g.Sub(s)
+		t.Logf("lease %x: gone %v after its last request", id, lived.Round(time.Millisecond))
+		if lived < qttl {
+			t.Errorf("queue lease %x expired %v after the last request written on it, before S + QueueTTL (%v): a handed grant on it is trusted longer than it lives", id, lived.Round(time.Millisecond), qttl)
+		}
+	}
+}
