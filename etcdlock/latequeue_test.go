@@ -77,7 +77,7 @@ func (t *lateTxn) Commit() (*clientv3.TxnResponse, error) {
 // writes the entry after the client's clean-up (a release that records the
 // token as released). The entry then heads the queue of a lock that nobody
 // waits for under that token, and no fair waiter gets the free lock until
-// the entry's lease runs out (up to 2 x QueueTTL, 10s here), unless the
+// the entry's lease runs out (up to QueueTTL rounded up + 1s, 6s here), unless the
 // entry's write is refused: the release record must refuse the token's
 // late queue entries as it refuses its grants.
 func TestCancelledFairWaiterLateQueueEntryRefused(t *testing.T) {

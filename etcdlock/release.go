@@ -163,8 +163,9 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 // owner IDs, whose releases that find nothing are rare (an unlock after a
 // loss, the clean-up after an acquire of unknown outcome): such a handle
 // may then wait up to this long for its next grant.
-// The record lives on a shared short lease: from releasedTTL (or the
-// call timeout, when it is longer) to twice that.
+// The record lives on a shared short lease (see leaseTable.forQueue):
+// from releasedTTL (or the call timeout, when it is longer) to that
+// rounded up to whole seconds, plus one.
 const releasedTTL = 3 * time.Second
 
 // releasedFor is how long the records of a release that found nothing and
