@@ -368,10 +368,8 @@ func (h *handle) try(ctx context.Context, token string, wait, fair, claim bool) 
 // it answered the request sent at queued, the last one it answered with a
 // queue entry, so it lives on the store at least until queued + QueueTTL
 // (see driver.AcquireRequest.Handoff): the lease's deadline is that, less
-// the drift allowance, and its first renewal, which gives it TTL, goes out
-// handedRenewAfter after the handoff (or at half its time, if sooner): a
-// hold longer than that trusts the short handed time for no longer than a
-// renewal takes. It returns nil,
+// the drift allowance, and its first renewal gives it TTL (see
+// handedRenewBy). It returns nil,
 // and the waiter claims the grant with a request instead, when too little
 // of that time is left, or when the lease would not be renewed
 // (WithAutoRenew(false)) and should get the full TTL at once.
@@ -383,11 +381,7 @@ func (h *handle) handedLease(token string, fence uint64, queued time.Time) *Leas
 		return nil
 	}
 	g, l := newGrant(h.c, h, token, h.c.owner(queued, h.opts.metadata), fence, queued, false)
-	renewBy := queued.Add(safe / 2)
-	if soon := time.Now().Add(handedRenewAfter); soon.Before(renewBy) {
-		renewBy = soon
-	}
-	g.handedOver(queued, valid, renewBy)
+	g.handedOver(queued, valid, handedRenewBy(queued, safe, time.Now()))
 	g.schedule()
 	return l
 }

@@ -59,9 +59,11 @@ const (
 	plainQueueFloor  = time.Second
 	claimPoll        = time.Millisecond
 	claimAfterPolled = 100 * time.Millisecond
-	// handedRenewAfter is when a handed grant's first renewal goes out
-	// after the handoff at the latest (see handle.handedLease).
-	handedRenewAfter = 50 * time.Millisecond
+	// A handed grant's first renewal goes out at least handedRenewBudget
+	// before its safe deadline, and not before handedRenewAfter after the
+	// handoff (see handedRenewBy).
+	handedRenewAfter  = 50 * time.Millisecond
+	handedRenewBudget = 1500 * time.Millisecond
 )
 
 // sawQueue records that a release of key named a queue's head. The caller
@@ -164,4 +166,24 @@ func (h *handle) plainQueueTTL() (ttl, refresh time.Duration, ok bool) {
 		return h.opts.queueTTL(), h.opts.queueTTL() / 3, false
 	}
 	return q, min(q/3, window*4/5), true
+}
+
+// handedRenewBy is when the first renewal of a grant handed over at now
+// goes out, for a head whose last queued request went out at queued and
+// whose lease is trusted until queued + safe: at half that time, as a
+// requested grant's at a third of its TTL, but early enough to leave
+// handedRenewBudget for the renewal's answer (a slow store, a retry: a
+// plain Mutex's 3 s entries leave a handed lease 2 s, where a 700 ms round
+// trip must not lose it), and not sooner than handedRenewAfter after the
+// handoff (a short hold costs no renewal). With the defaults: 0.5 s after
+// the head's last request for a plain Mutex, 2 s for a Fair one.
+func handedRenewBy(queued time.Time, safe time.Duration, now time.Time) time.Time {
+	by := queued.Add(safe - handedRenewBudget)
+	if soon := now.Add(handedRenewAfter); by.Before(soon) {
+		by = soon
+	}
+	if half := queued.Add(safe / 2); half.Before(by) {
+		by = half
+	}
+	return by
 }

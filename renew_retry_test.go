@@ -49,7 +49,7 @@ func (f *failingRenewals) RenewBatch(ctx context.Context, reqs []driver.RenewReq
 	return res
 }
 
-// TestFailedRenewalRetriesBounded (review 3): a failed renewal is retried
+// TestFailedRenewalRetriesBounded: a failed renewal is retried
 // at a third of the time left once little is left (grant.finishRenewal),
 // never in a tight loop, and the loss is reported at the safety deadline
 // (Deadline − margin), not later. TTL 3 s (margin 300 ms): renewals fail

@@ -10,7 +10,7 @@ import (
 	"github.com/dlock-go/dlock/internal/testserver"
 )
 
-// TestQueueLeaseOutlivesLastRequestPlusQueueTTL (review 3): queue leases
+// TestQueueLeaseOutlivesLastRequestPlusQueueTTL: queue leases
 // are now granted for the entry's TTL rounded up + 1 s (was twice it) and
 // shared while they have QueueTTL left. A handed grant lives on the head's
 // entry lease, and the client trusts it until S + QueueTTL − drift −
