@@ -2,35 +2,15 @@ package redislock_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock"
 )
-
-// queuedSignal wraps a Backend and signals each answer "queued" to a fair
-// request (a refresh of the waiter's queue entry).
-type queuedSignal struct {
-	*redislock.Backend
-	queued chan struct{}
-}
-
-func (q *queuedSignal) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
-	res, err := q.Backend.Acquire(ctx, req)
-	if err == nil && req.Fair && res.Queued {
-		select {
-		case q.queued <- struct{}{}:
-		default:
-		}
-	}
-	return res, err
-}
 
 // TestHandedLeaseSurvivesLatencyBlip: a lease handed over by a release is
 // trusted, until its first renewal answers, only for what is left of the
@@ -59,46 +39,17 @@ func TestHandedLeaseSurvivesLatencyBlip(t *testing.T) {
 			px := testserver.StartProxy(t, srv.Addr())
 			rdb := redis.NewClient(&redis.Options{Addr: px.Addr()})
 			t.Cleanup(func() { _ = rdb.Close() })
-			qs := &queuedSignal{Backend: redislock.New(rdb), queued: make(chan struct{}, 1)}
-			var mu sync.Mutex
-			var gotHanded bool
-			xc := dlock.New(qs, dlock.WithObserver(dlock.ObserverFunc(func(e dlock.Event) {
-				if e.Kind == dlock.EventLockGranted && !e.TryLock {
-					mu.Lock()
-					gotHanded = e.Handoff
-					mu.Unlock()
-				}
-			})))
+			qs := newQueuedSignal(redislock.New(rdb))
+			obs, gotHanded := handoffObserver()
+			xc := dlock.New(qs, obs)
 			defer xc.Close()
 			var l *dlock.Lease
-			var err error
 			if handed {
-				hc := dlock.New(redislock.New(srv.Client(t)))
-				defer hc.Close()
-				hl, err := hc.Mutex(name, tc.opts...).Lock(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				out := make(chan *dlock.Lease, 1)
-				go func() {
-					l, err := xc.Mutex(name, tc.opts...).Lock(ctx)
-					if err != nil {
-						t.Errorf("Lock: %v", err)
-					}
-					out <- l
-				}()
-				// Release right after one of X's queue refreshes: the
-				// handoff is announced at once, well within its window.
-				<-qs.queued
-				<-qs.queued
-				if err := hl.Unlock(ctx); err != nil {
-					t.Fatal(err)
-				}
-				l = <-out
-				if l == nil {
+				if l, _ = handOverRightAfterRefresh(t, srv, name, tc.opts, xc, qs); l == nil {
 					return
 				}
 			} else {
+				var err error
 				if l, err = xc.Mutex(name, tc.opts...).Lock(ctx); err != nil {
 					t.Fatal(err)
 				}
@@ -108,10 +59,7 @@ func TestHandedLeaseSurvivesLatencyBlip(t *testing.T) {
 			px.Latency(t, 700*time.Millisecond)
 			time.Sleep(1500 * time.Millisecond)
 			px.ClearLatency(t)
-			mu.Lock()
-			h := gotHanded
-			mu.Unlock()
-			if h != handed {
+			if h := gotHanded(); h != handed {
 				t.Fatalf("lease handed over: %v, want %v (setup)", h, handed)
 			}
 			if err := l.Err(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock"
 )
@@ -80,6 +81,81 @@ func (r *handoffRig) release(t *testing.T) (l *dlock.Lease, handed bool) {
 		t.Error("X's grant was not observed")
 	}
 	return l, r.handed
+}
+
+// queuedSignal wraps a Backend and signals each answer "queued" to a fair
+// request (a waiter's queue entry made or refreshed).
+type queuedSignal struct {
+	*redislock.Backend
+	queued chan struct{}
+}
+
+func newQueuedSignal(b *redislock.Backend) *queuedSignal {
+	return &queuedSignal{Backend: b, queued: make(chan struct{}, 1)}
+}
+
+func (q *queuedSignal) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	res, err := q.Backend.Acquire(ctx, req)
+	if err == nil && req.Fair && res.Queued {
+		select {
+		case q.queued <- struct{}{}:
+		default:
+		}
+	}
+	return res, err
+}
+
+// handoffObserver is an option for X's Client that records whether its
+// last Lock was granted by a handoff announcement.
+func handoffObserver() (dlock.Option, func() bool) {
+	var mu sync.Mutex
+	var handed bool
+	return dlock.WithObserver(dlock.ObserverFunc(func(e dlock.Event) {
+			if e.Kind == dlock.EventLockGranted && !e.TryLock {
+				mu.Lock()
+				handed = e.Handoff
+				mu.Unlock()
+			}
+		})), func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return handed
+		}
+}
+
+// handOverRightAfterRefresh has another Client hold name, starts x's Lock
+// of it, and releases right after x's second "queued" answer (its first
+// attempt, then a refresh: its subscription is up by then), so that x's
+// head time S is about the handoff. It returns x's lease (nil when its
+// Lock failed) and when Lock returned.
+func handOverRightAfterRefresh(t *testing.T, srv *testserver.Redis, name string, opts []dlock.Option, x *dlock.Client, q *queuedSignal) (*dlock.Lease, time.Time) {
+	t.Helper()
+	ctx := t.Context()
+	hc := dlock.New(redislock.New(srv.Client(t)))
+	t.Cleanup(func() { _ = hc.Close() })
+	hl, err := hc.Mutex(name, opts...).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type got struct {
+		l  *dlock.Lease
+		at time.Time
+	}
+	out := make(chan got, 1)
+	go func() {
+		l, err := x.Mutex(name, opts...).Lock(ctx)
+		if err != nil {
+			t.Errorf("Lock: %v", err)
+		}
+		out <- got{l, time.Now()}
+	}()
+	<-q.queued
+	<-q.queued
+	if err := hl.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g := <-out
+	return g.l, g.at
 }
 
 // TestHandedLeaseWithinStoreExpiry: the lease a queued waiter builds from

@@ -12,26 +12,13 @@ import (
 	"github.com/dlock-go/dlock/redislock"
 )
 
-// renewCounter is a Backend that signals each "queued" answer to a fair
-// request and records the time of every renewal call (Renew, RenewGrant,
-// and one per request of a RenewBatch).
+// renewCounter is a queuedSignal that also records the time of every
+// renewal call (Renew, RenewGrant, and one per request of a RenewBatch).
 type renewCounter struct {
-	*redislock.Backend
-	queued chan struct{}
+	*queuedSignal
 
 	mu     sync.Mutex
 	renews []time.Time
-}
-
-func (c *renewCounter) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
-	res, err := c.Backend.Acquire(ctx, req)
-	if err == nil && req.Fair && res.Queued {
-		select {
-		case c.queued <- struct{}{}:
-		default:
-		}
-	}
-	return res, err
 }
 
 func (c *renewCounter) note(n int) {
@@ -44,17 +31,17 @@ func (c *renewCounter) note(n int) {
 
 func (c *renewCounter) Renew(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
 	c.note(1)
-	return c.Backend.Renew(ctx, key, token, ttl)
+	return c.queuedSignal.Renew(ctx, key, token, ttl)
 }
 
 func (c *renewCounter) RenewGrant(ctx context.Context, key, token string, fence uint64, ttl time.Duration) (bool, error) {
 	c.note(1)
-	return c.Backend.RenewGrant(ctx, key, token, fence, ttl)
+	return c.queuedSignal.RenewGrant(ctx, key, token, fence, ttl)
 }
 
 func (c *renewCounter) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []driver.RenewResult {
 	c.note(len(reqs))
-	return c.Backend.RenewBatch(ctx, reqs)
+	return c.queuedSignal.RenewBatch(ctx, reqs)
 }
 
 func (c *renewCounter) calls() []time.Time {
@@ -91,68 +78,35 @@ func TestHandedGrantFirstRenewal(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
 			name := "handedrenew/" + tc.name
-			rc := &renewCounter{Backend: redislock.New(srv.Client(t)), queued: make(chan struct{}, 1)}
-			var mu sync.Mutex
-			var handed bool
-			xc := dlock.New(rc, dlock.WithObserver(dlock.ObserverFunc(func(e dlock.Event) {
-				if e.Kind == dlock.EventLockGranted && !e.TryLock {
-					mu.Lock()
-					handed = e.Handoff
-					mu.Unlock()
-				}
-			})))
+			rc := &renewCounter{queuedSignal: newQueuedSignal(redislock.New(srv.Client(t)))}
+			obs, handed := handoffObserver()
+			xc := dlock.New(rc, obs)
 			defer xc.Close()
-			hc := dlock.New(redislock.New(srv.Client(t)))
-			defer hc.Close()
-			hl, err := hc.Mutex(name, tc.opts...).Lock(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			type got struct {
-				l  *dlock.Lease
-				at time.Time
-			}
-			out := make(chan got, 1)
-			go func() {
-				l, err := xc.Mutex(name, tc.opts...).Lock(ctx)
-				if err != nil {
-					t.Errorf("Lock: %v", err)
-				}
-				out <- got{l, time.Now()}
-			}()
-			<-rc.queued // first attempt queued
-			<-rc.queued // a refresh: the subscription is up by now
-			if err := hl.Unlock(ctx); err != nil {
-				t.Fatal(err)
-			}
-			g := <-out
-			if g.l == nil {
+			l, at := handOverRightAfterRefresh(t, srv, name, tc.opts, xc, rc.queuedSignal)
+			if l == nil {
 				return
 			}
 			time.Sleep(tc.hold)
-			if err := g.l.Unlock(ctx); err != nil {
+			if err := l.Unlock(ctx); err != nil {
 				t.Fatalf("Unlock: %v", err)
 			}
 			// Anything scheduled (S + safe/2 is 1 s after S, 2 s for Fair) would
 			// have gone out by now, had the grant stayed scheduled.
 			time.Sleep(2500 * time.Millisecond)
-			mu.Lock()
-			h := handed
-			mu.Unlock()
-			if !h {
+			if !handed() {
 				t.Fatal("setup: the lease was not handed over")
 			}
 			calls := rc.calls()
 			var offs []time.Duration
 			for _, c := range calls {
-				offs = append(offs, c.Sub(g.at).Round(time.Millisecond))
+				offs = append(offs, c.Sub(at).Round(time.Millisecond))
 			}
 			t.Logf("held %v: renewals at %v after Lock returned", tc.hold, offs)
 			if len(calls) != tc.wantCalls {
 				t.Errorf("a handed lease held %v sent %d renewals (at %v after the handoff), want %d", tc.hold, len(calls), offs, tc.wantCalls)
 			}
 			if len(calls) > 0 {
-				if d := calls[0].Sub(g.at); d < tc.first-tc.within || d > tc.first+tc.within {
+				if d := calls[0].Sub(at); d < tc.first-tc.within || d > tc.first+tc.within {
 					t.Errorf("first renewal of a handed lease %v after the handoff, want %v ± %v", d.Round(time.Millisecond), tc.first, tc.within)
 				}
 			}
