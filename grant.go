@@ -104,10 +104,9 @@ func newGrant(c *Client, h *handle, token, owner string, fence uint64, sent time
 }
 
 // handedOver sets the first deadline of a new grant that a release handed
-// over (see handle.handedLease): valid after sent, its first renewal sent
-// at renewBy (not earlier, to share a batch: a handed grant has less time
-// than a requested one, and a short hold should not cost a renewal).
-// Called before schedule.
+// over (see handle.handedLease): valid after sent, its first renewal due at
+// renewBy (see handedRenewBy; a batch that goes out a little before may
+// take it along, as for any grant). Called before schedule.
 func (g *grant) handedOver(sent time.Time, valid time.Duration, renewBy time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

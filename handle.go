@@ -117,7 +117,11 @@ func (h *handle) init(c *Client, kind, name string, mode driver.Mode, limit int,
 	h.qttl = h.opts.queueTTL()
 	h.qrefresh = h.qttl / 3
 	if h.handoff && h.starve {
-		h.qttl, h.qrefresh, h.handoff = h.plainQueueTTL()
+		if q, refresh, ok := h.plainQueueTTL(); ok {
+			h.qttl, h.qrefresh = q, refresh
+		} else {
+			h.handoff = false
+		}
 	}
 	h.claim = h.err == nil && kind == "Mutex" && c.backend != nil && !h.opts.fair && h.token == "" &&
 		!h.starve && c.need(driver.CapClaim) == nil
@@ -370,20 +374,27 @@ func (h *handle) try(ctx context.Context, token string, wait, fair, claim bool) 
 // (see driver.AcquireRequest.Handoff): the lease's deadline is that, less
 // the drift allowance, and its first renewal gives it TTL (see
 // handedRenewBy). It returns nil,
-// and the waiter claims the grant with a request instead, when too little
-// of that time is left, or when the lease would not be renewed
+// and the waiter claims the grant with a request instead, when the
+// handoff came after handedWindow, or when the lease would not be renewed
 // (WithAutoRenew(false)) and should get the full TTL at once.
 func (h *handle) handedLease(token string, fence uint64, queued time.Time) *Lease {
-	qttl := h.qttl
-	valid := h.c.validFor(qttl)
+	valid := h.c.validFor(h.qttl)
 	safe := valid - h.opts.safetyMargin()
-	if !h.opts.autoRenew || time.Until(queued.Add(safe)) < qttl/4 {
+	if !h.opts.autoRenew || time.Since(queued) > h.handedWindow(h.qttl) {
 		return nil
 	}
 	g, l := newGrant(h.c, h, token, h.c.owner(queued, h.opts.metadata), fence, queued, false)
 	g.handedOver(queued, valid, handedRenewBy(queued, safe, time.Now()))
 	g.schedule()
 	return l
+}
+
+// handedWindow is how long after a queued request sent at S a handoff can
+// be taken from its announcement, for entries of qttl: while a quarter of
+// the entry's time is left before the lease's safe deadline, S + qttl less
+// the drift allowance and the safety margin (see handedLease).
+func (h *handle) handedWindow(qttl time.Duration) time.Duration {
+	return h.c.validFor(qttl) - h.opts.safetyMargin() - qttl/4
 }
 
 // grantLease makes the lease for a successful acquire sent at sent: a

@@ -36,7 +36,7 @@ func (h *handle) wait(ctx context.Context, token string, last driver.AcquireResu
 	g := h.hub.join(h.key)
 	defer h.hub.leave(g)
 	w := &waiter{h: h, g: g, token: token, last: last, mk: mk, queuing: queuing}
-	w.answered(last, sent)
+	w.answered(last, sent, queuing)
 	if last.Fence > 0 && h.token == "" {
 		// The first try's grant came too late and was given back: that
 		// release may still land later and must not cut a grant of the
@@ -92,16 +92,14 @@ type waiter struct {
 	queuing bool
 
 	queue *fairWaiter // non-nil while the waiter is in the store's fair queue
-	// queued is when the last request went out, when the store answered
-	// it with a queue entry or writer intent; zero after any other answer
-	// (see handedOver).
+	// queued is when the last request went out, when it was a fair one
+	// and the store answered it with a queue entry; zero after any other
+	// answer (see answered, handedOver).
 	queued time.Time
 	// seen is the highest fence counter an answer showed the waiter (the
 	// Counter of refusals, the fence of a grant it gave back): a handoff
 	// announced with a fence at or below it has ended.
 	seen uint64
-	// sentFair: the last attempt's request was a fair one.
-	sentFair bool
 	// queuedEver: some answer to this wait said "queued" (see run).
 	queuedEver bool
 	start      time.Time // when the plain wait began, for starvation
@@ -136,7 +134,8 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 		res := w.last
 		h.hub.subscribe(ctx, w.g) // before released: this wait's own subscription must be in place
 		if w.tryNow(attempt) {
-			l, r, sent, err := w.attempt(ctx)
+			fair := w.fairNext()
+			l, r, sent, err := w.attempt(ctx, fair)
 			switch {
 			case l != nil:
 				return l, nil
@@ -146,15 +145,7 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 				return nil, err
 			}
 			res, w.last = r, r
-			w.answered(r, sent)
-			if w.queue != nil && !w.sentFair {
-				// The promisedGrace fallback's request does not keep the
-				// queue entry (a "queued" answer means a writer intent):
-				// a handed grant still lapses with the entry as the last
-				// fair request left it, so a handoff is claimed with a
-				// request instead (see handedOver).
-				w.queued = time.Time{}
-			}
+			w.answered(r, sent, fair)
 			if r.Fence > 0 {
 				// A grant that came too late, given back. Its release may
 				// land later still: go on with a new token, at once.
@@ -193,13 +184,17 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 	}
 }
 
-// answered records an answer r to a request sent at sent (see queued,
-// seen).
-func (w *waiter) answered(r driver.AcquireResult, sent time.Time) {
+// answered records an answer r to a request sent at sent, a fair one or
+// not (see queued, seen). Only a fair request keeps the token's queue
+// entry: a "queued" answer to another (a writer intent, as for the
+// promisedGrace fallback's request with readers on the name) leaves a
+// handed grant to lapse as the last fair request left it, so it does not
+// count for handedOver, which then claims the grant with a request.
+func (w *waiter) answered(r driver.AcquireResult, sent time.Time, fair bool) {
 	w.seen = max(w.seen, r.Counter, r.Fence)
-	if r.Queued {
+	w.queuedEver = w.queuedEver || r.Queued
+	if r.Queued && fair {
 		w.queued = sent
-		w.queuedEver = true
 	} else {
 		w.queued = time.Time{}
 	}
@@ -255,18 +250,21 @@ func (w *waiter) handsOffHeard() bool {
 // attempt makes one attempt of the wait. The key's subscription is in
 // place (see run), so no release after the attempt is missed; a wake-up
 // seen before it is dropped, since the attempt covers it.
-func (w *waiter) attempt(ctx context.Context) (*Lease, driver.AcquireResult, time.Time, error) {
+func (w *waiter) attempt(ctx context.Context, fair bool) (*Lease, driver.AcquireResult, time.Time, error) {
 	select {
 	case <-w.wake():
 	default:
 	}
 	w.attempts++
-	fair := w.queue != nil
-	if fair && w.h.starve && !w.promisedSince.IsZero() && time.Since(w.promisedSince) >= promisedGrace {
-		fair = false
-	}
-	w.sentFair = fair
 	return w.h.try(ctx, w.token, true, fair, w.queue == nil && w.claiming())
+}
+
+// fairNext reports whether the waiter's next request is a fair one: in the
+// queue, unless it is a plain waiter that found the lock free but promised
+// to another head for promisedGrace (see queueDelay).
+func (w *waiter) fairNext() bool {
+	return w.queue != nil &&
+		!(w.h.starve && !w.promisedSince.IsZero() && time.Since(w.promisedSince) >= promisedGrace)
 }
 
 // wake is the channel that wakes the waiter: its group's while plain, its

@@ -144,26 +144,26 @@ func (w *waiter) claiming() bool {
 
 // plainQueueTTL is the time to live of a plain handle's queue entries when
 // its queued waits take direct handoffs, how often a waiter refreshes its
-// entry, and whether they should take them: three times the safety margin
-// (3 s with the default TTL), at least plainQueueFloor and at most a Fair
-// handle's. Shorter entries would bound a dead head more tightly, but leave
-// a handed lease, until its first renewal answers, too little time to ride
-// out a slow store (with twice the margin, a single 700 ms round trip right
-// after the handoff lost it). A handed lease is trusted until the head's last queued
-// request + that, less the drift allowance and the safety margin (see
-// handle.handedLease), and taken only with a quarter of the entry's time
-// left: an announcement is of use within that window of the head's last
-// request, so the head refreshes its entry at four fifths of the window at
-// most (1 s by default, as a third of the entry; the window matters for
-// margins above a tenth of the TTL). When the window is under a sixth of the entry's time (a safety
-// margin near the TTL; with the default margin, a TTL above about 29 s), the
-// handle's waits take no handoff and keep a Fair handle's entries.
+// entry, and whether they should take them at all.
+//
+// Entries live three times the safety margin (3 s with the default TTL),
+// at least plainQueueFloor and at most a Fair handle's. Shorter entries
+// would bound a dead head more tightly, but leave a handed lease, until its
+// first renewal answers, too little time to ride out a slow store (with
+// twice the margin, a single 700 ms round trip right after the handoff
+// lost it). An announcement is of use for handedWindow after the head's
+// last fair request, so the head refreshes its entry at four fifths of
+// that window at most: a third of the entry (1 s) by default; the window
+// is the shorter for margins above about 1.7 s (entries at their 5 s cap)
+// or with a drift allowance. When the window is under a sixth of the
+// entry's time (a safety margin near the TTL; with the default margin, a
+// TTL above about 29 s), the handle's waits take no handoff (ok false) and
+// keep a Fair handle's entries.
 func (h *handle) plainQueueTTL() (ttl, refresh time.Duration, ok bool) {
-	m := h.opts.safetyMargin()
-	q := min(h.opts.queueTTL(), max(3*m, plainQueueFloor))
-	window := h.c.validFor(q) - m - q/4
+	q := min(h.opts.queueTTL(), max(3*h.opts.safetyMargin(), plainQueueFloor))
+	window := h.handedWindow(q)
 	if window < q/6 {
-		return h.opts.queueTTL(), h.opts.queueTTL() / 3, false
+		return 0, 0, false
 	}
 	return q, min(q/3, window*4/5), true
 }
