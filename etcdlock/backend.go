@@ -61,9 +61,10 @@ func WithTimeout(d time.Duration) Option { return optionFunc(func(b *Backend) { 
 func WithHandoff(on bool) Option { return optionFunc(func(b *Backend) { b.noHandoff = !on }) }
 
 // Backend is a dlock backend on an etcd cluster. Make one with New; it is
-// safe for concurrent use. It holds no goroutine of its own: a Listener's
-// watches end with Close, and its leases expire on the server when nothing
-// renews them.
+// safe for concurrent use. It holds no long-lived goroutine of its own: a
+// Listener's watches end with Close, its leases expire on the server when
+// nothing renews them, and the revocation of a lease it no longer needs
+// (see leases.go) runs in the background for at most the call timeout.
 type Backend struct {
 	c       *clientv3.Client
 	ns      string
@@ -129,6 +130,10 @@ func New(c *clientv3.Client, opts ...Option) *Backend {
 		o.apply(b)
 	}
 	b.leases = newLeaseTable(c.Lease, b.term)
+	b.leases.revokeTimeout = b.timeout
+	if b.timeout <= 0 {
+		b.leases.revokeTimeout = 3 * time.Second
+	}
 	return b
 }
 
@@ -179,6 +184,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if req.LockDelay > 0 || req.Claim || (req.Handoff && (b.noHandoff || !req.Fair || !req.Wait || req.Reentrant || req.Mode != driver.Exclusive)) {
 		return driver.AcquireResult{}, wrap("acquire", req.Key, fmt.Errorf("%w: lock-delay and claims are not supported by etcdlock, handoff only with a fair exclusive wait and WithHandoff on", driver.ErrInvalid))
 	}
+	b.leases.revokeIdle()
 	caller := ctx
 	ctx, cancel := b.bound(ctx)
 	defer cancel()

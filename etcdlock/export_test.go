@@ -7,10 +7,23 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// countingLease counts the keep-alives and grants sent through it.
+// countingLease counts the keep-alives, grants and revocations sent
+// through it.
 type countingLease struct {
 	clientv3.Lease
 	keepAlives, grants *atomic.Int64
+	revoked            chan<- clientv3.LeaseID // nil: not reported
+}
+
+func (c countingLease) Revoke(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseRevokeResponse, error) {
+	resp, err := c.Lease.Revoke(ctx, id)
+	if err == nil && c.revoked != nil {
+		select {
+		case c.revoked <- id:
+		default:
+		}
+	}
+	return resp, err
 }
 
 func (c countingLease) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
@@ -27,6 +40,18 @@ func (c countingLease) Grant(ctx context.Context, ttl int64) (*clientv3.LeaseGra
 // from now on. Call it before b is used.
 func CountLeaseCalls(b *Backend) (keepAlives, grants *atomic.Int64) {
 	keepAlives, grants = new(atomic.Int64), new(atomic.Int64)
-	b.leases.kv = countingLease{b.leases.kv, keepAlives, grants}
+	b.leases.kv = countingLease{b.leases.kv, keepAlives, grants, nil}
 	return keepAlives, grants
 }
+
+// ReportRevokes makes b send the id of every lease it revokes to the
+// returned channel (which holds 16; more are dropped). Call it before b is
+// used.
+func ReportRevokes(b *Backend) <-chan clientv3.LeaseID {
+	ch := make(chan clientv3.LeaseID, 16)
+	b.leases.kv = countingLease{b.leases.kv, new(atomic.Int64), new(atomic.Int64), ch}
+	return ch
+}
+
+// WaitRevokes waits for b's revocations in flight.
+func WaitRevokes(b *Backend) { b.leases.revokes.Wait() }

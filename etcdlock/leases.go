@@ -28,6 +28,14 @@ import (
 // lease at its next renewal, in one transaction that checks that the key
 // is still the same grant on the old lease (its create revision, which is
 // its fence, stays). Moving costs one write per live lock, and only then.
+//
+// A retired lease is then revoked, once no live hold is left on it and the
+// last expiry its keep-alives promised has passed (see revokeIdle), and so
+// is a queue lease once superseded and past its expiry: etcd extends every
+// lease by its full TTL when a new leader takes office, so while leaders
+// change faster than a lease's TTL no lease expires by itself, and a grant
+// left on one (an orphan, an abandoned hold) would outlive its TTL for as
+// long as the elections go on.
 
 // leaseSlack is how much longer than its bucket a lease lives (half of it,
 // at least a second), so that a lease that was kept alive a moment ago can
@@ -49,6 +57,11 @@ type lease struct {
 	dead    bool          // the server no longer has it
 	holds   map[*hold]struct{}
 	ka      *call // keep-alive in flight
+	// revoking: a revocation is in flight (see revokeIdle); a failed one
+	// is tried again from retryAt, after backoff.
+	revoking bool
+	retryAt  time.Time
+	backoff  time.Duration
 }
 
 // hold is one grant on a lease of the table.
@@ -88,6 +101,15 @@ type leaseTable struct {
 	holds    map[holdID]*hold
 	pending  map[holdID]*hold // grants on their way to the store (see pend)
 	queue    map[int64]*lease // queue-TTL bucket → lease for writer intents (never kept alive)
+	// idle holds the leases to revoke (see revokeIdle): retired TTL leases
+	// and superseded queue leases.
+	idle map[*lease]struct{}
+	// scanned is when revokeIdle last looked for abandoned holds.
+	scanned time.Time
+	// revokeTimeout bounds a revocation; revokes counts those in flight,
+	// for tests to wait for.
+	revokeTimeout time.Duration
+	revokes       sync.WaitGroup
 }
 
 func newLeaseTable(l clientv3.Lease, term func(ctx context.Context) (uint64, error)) *leaseTable {
@@ -100,6 +122,7 @@ func newLeaseTable(l clientv3.Lease, term func(ctx context.Context) (uint64, err
 		holds:    make(map[holdID]*hold),
 		pending:  make(map[holdID]*hold),
 		queue:    make(map[int64]*lease),
+		idle:     make(map[*lease]struct{}),
 	}
 }
 
@@ -190,6 +213,9 @@ func (t *leaseTable) forQueue(ctx context.Context, queueTTL time.Duration) (clie
 	}
 	ttl := time.Duration(resp.TTL) * time.Second
 	t.mu.Lock()
+	if old := t.queue[b]; old != nil {
+		t.idle[old] = struct{}{} // revoked once past its expiry
+	}
 	t.queue[b] = &lease{id: resp.ID, bucket: b, ttl: ttl, expires: sent.Add(ttl)}
 	t.mu.Unlock()
 	return resp.ID, nil
@@ -303,6 +329,7 @@ func (t *leaseTable) retireIfAbandoned(l *lease, now time.Time) bool {
 	}
 	if abandoned {
 		l.retired = true
+		t.idle[l] = struct{}{}
 		if t.current[l.bucket] == l {
 			delete(t.current, l.bucket)
 		}
@@ -312,6 +339,7 @@ func (t *leaseTable) retireIfAbandoned(l *lease, now time.Time) bool {
 
 // dropLease forgets l and its holds. t.mu is held.
 func (t *leaseTable) dropLease(l *lease) {
+	delete(t.idle, l)
 	for h := range l.holds {
 		t.untrackLocked(h)
 	}
@@ -452,4 +480,71 @@ func later(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// scanEvery bounds how often revokeIdle looks through every hold for
+// abandoned ones (a lease that is extended looks at its own each time).
+const scanEvery = 250 * time.Millisecond
+
+// revokeIdle starts the revocation of every lease of t.idle that nobody
+// can count on any more: a retired lease with no hold left (each live one
+// moved at its next renewal, or was released; the abandoned ones were
+// dropped when it retired) once its last promised expiry has passed, and a
+// superseded queue lease once past its expiry. Until then the server keeps
+// the lease by its own clock, so a revocation changes nothing for anyone
+// who trusted it: a holder counts on a lease only until the expiry its
+// last answered keep-alive (or grant) promised, never beyond. After it,
+// the server would expire the lease by itself, except that every new
+// leader extends every lease by its TTL (see the top of this file).
+//
+// It also retires, at most every scanEvery, the leases that carry an
+// abandoned hold but that nothing extends (a Backend that renews nothing
+// on them). The revocations run in the background, each bounded by
+// t.revokeTimeout; one that fails is tried again on a later call, after a
+// backoff. Acquire, Release and RenewBatch call it; when nothing is due it
+// costs one lock of t.mu.
+func (t *leaseTable) revokeIdle() {
+	now := time.Now()
+	t.mu.Lock()
+	if now.Sub(t.scanned) >= scanEvery {
+		t.scanned = now
+		for _, l := range t.byID {
+			if !l.retired && !l.dead && l.ka == nil {
+				t.retireIfAbandoned(l, now)
+			}
+		}
+	}
+	var due []*lease
+	for l := range t.idle {
+		if l.revoking || l.ka != nil || len(l.holds) > 0 || now.Before(l.expires) || now.Before(l.retryAt) {
+			continue
+		}
+		l.revoking = true
+		due = append(due, l)
+	}
+	if len(due) > 0 {
+		t.revokes.Add(len(due))
+	}
+	t.mu.Unlock()
+	for _, l := range due {
+		go t.revoke(l)
+	}
+}
+
+// revoke revokes l (see revokeIdle).
+func (t *leaseTable) revoke(l *lease) {
+	defer t.revokes.Done()
+	ctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(context.Background()), t.revokeTimeout)
+	defer cancel()
+	_, err := t.kv.Revoke(ctx, l.id)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	l.revoking = false
+	if err == nil || isLeaseNotFound(err) {
+		l.dead, l.retired = true, true
+		t.dropLease(l)
+		return
+	}
+	l.backoff = min(max(2*l.backoff, 100*time.Millisecond), 2*time.Second)
+	l.retryAt = time.Now().Add(l.backoff)
 }

@@ -27,6 +27,7 @@ func (b *Backend) ReleaseGrant(ctx context.Context, key, token string, fence uin
 // and writer intent, which are token's alone), and a second changes the
 // holder's key if it is token's, on the condition that it is unchanged.
 func (b *Backend) release(ctx context.Context, key, token string, fence int64) (driver.ReleaseResult, error) {
+	defer b.leases.revokeIdle() // the release may leave a retired lease empty
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	b.setQueued(key, token, false)

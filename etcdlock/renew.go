@@ -36,6 +36,7 @@ const renewChunk = 64
 // number of grants on it. A request with a Fence renews only that grant
 // (see RenewGrant).
 func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []driver.RenewResult {
+	defer b.leases.revokeIdle() // the renewals may leave a retired lease empty
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	out := make([]driver.RenewResult, len(reqs))
