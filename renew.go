@@ -4,10 +4,12 @@
 package dlock
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -155,9 +157,16 @@ func (r *renewer) loop() {
 			}
 			r.logLoss(g, lost, nil)
 		}
-		if len(batch) > 0 {
+		switch len(batch) {
+		case 0:
+		case 1:
 			r.calls.Add(1)
 			go r.renewBatch(batch)
+		default:
+			for _, part := range splitBatch(batch, now) {
+				r.calls.Add(1)
+				go r.renewBatch(part)
+			}
 		}
 
 		r.mu.Lock()
@@ -196,6 +205,38 @@ func (r *renewer) loop() {
 // coalesceWindow is how far ahead the renewer looks for renewals to add to
 // a batch that goes out now.
 const coalesceWindow = 50 * time.Millisecond
+
+// splitBatch splits the grants of a batch by their time left: a call gives
+// up at the earliest safety deadline of its batch (see renewBatch), so a
+// grant near its own (a renewal retried with little time left) would cut
+// short the call of grants that have far more, which would then fail and
+// retry for nothing. Each part holds grants whose time left is at most
+// twice that of the part's most pressed one.
+func splitBatch(batch []*grant, now time.Time) [][]*grant {
+	type timed struct {
+		g    *grant
+		left time.Duration
+	}
+	ts := make([]timed, len(batch))
+	for i, g := range batch {
+		ts[i] = timed{g, g.safeDeadline().Sub(now)}
+	}
+	slices.SortFunc(ts, func(a, b timed) int { return cmp.Compare(a.left, b.left) })
+	var parts [][]*grant
+	var part []*grant
+	var first time.Duration
+	for _, t := range ts {
+		if len(part) > 0 && t.left > 2*max(first, 10*time.Millisecond) {
+			parts = append(parts, part)
+			part = nil
+		}
+		if len(part) == 0 {
+			first = t.left
+		}
+		part = append(part, t.g)
+	}
+	return append(parts, part)
+}
 
 // renewBatch renews the grants of one batch in one round trip when the
 // backend can, and applies the results.

@@ -95,3 +95,91 @@ func TestFailedRenewalRetriesBounded(t *testing.T) {
 		t.Errorf("loss %v, want LostUnreachable", l.Err())
 	}
 }
+
+// sickRenewals is a memlock whose renewals of "sick" fail, recording the
+// call timeout of every renewal call that carries "healthy".
+type sickRenewals struct {
+	*memlock.Backend
+	mu       sync.Mutex
+	timeouts []time.Duration
+}
+
+func (f *sickRenewals) noteCall(ctx context.Context, reqs []driver.RenewRequest) {
+	for _, r := range reqs {
+		if r.Key == "healthy" {
+			d, ok := ctx.Deadline()
+			if !ok {
+				d = time.Now().Add(time.Hour)
+			}
+			f.mu.Lock()
+			f.timeouts = append(f.timeouts, time.Until(d))
+			f.mu.Unlock()
+		}
+	}
+}
+
+func (f *sickRenewals) RenewGrant(ctx context.Context, key, token string, fence uint64, ttl time.Duration) (bool, error) {
+	f.noteCall(ctx, []driver.RenewRequest{{Key: key}})
+	if key == "sick" {
+		return false, errRefused
+	}
+	return f.Backend.RenewGrant(ctx, key, token, fence, ttl)
+}
+
+func (f *sickRenewals) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []driver.RenewResult {
+	f.noteCall(ctx, reqs)
+	res := make([]driver.RenewResult, len(reqs))
+	for i, r := range reqs {
+		if r.Key == "sick" {
+			res[i].Err = errRefused
+			continue
+		}
+		res[i].Held, res[i].Err = f.Backend.RenewGrant(ctx, r.Key, r.Token, r.Fence, r.TTL)
+	}
+	return res
+}
+
+// TestNearDeadlineRetryDoesNotCutOtherRenewals: a renewal call gives up at
+// the earliest safety deadline among its grants, so a grant that retries
+// with little time left must not share a call with grants that have much
+// more: their renewal would be cut to a few milliseconds. "sick" fails
+// every renewal until its loss at 2.7 s, retrying ever faster; "healthy",
+// taken at 1.6 s, is due at 2.6 s, among sick's last retries (coalesced
+// when due within 50 ms), with some 1.9 s of its own left.
+func TestNearDeadlineRetryDoesNotCutOtherRenewals(t *testing.T) {
+	store := &sickRenewals{Backend: memlock.New()}
+	c := dlock.New(store)
+	defer c.Close()
+	const ttl = 3 * time.Second
+	sick, err := c.Mutex("sick", dlock.WithTTL(ttl)).Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1600 * time.Millisecond)
+	healthy, err := c.Mutex("healthy", dlock.WithTTL(ttl)).Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer healthy.Unlock(context.Background())
+	select {
+	case <-sick.Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("sick not lost")
+	}
+	time.Sleep(300 * time.Millisecond) // healthy's renewal, due at 2.6 s, is done
+	store.mu.Lock()
+	timeouts := append([]time.Duration(nil), store.timeouts...)
+	store.mu.Unlock()
+	if len(timeouts) == 0 {
+		t.Fatal("healthy was not renewed")
+	}
+	for _, d := range timeouts {
+		if d < time.Second {
+			t.Errorf("a renewal call of healthy had a timeout of %v, with some 1.9 s of its own left: cut by sick's near-deadline retry (timeouts %v)", d.Round(time.Millisecond), timeouts)
+			break
+		}
+	}
+	if err := healthy.Err(); err != nil {
+		t.Errorf("healthy lost: %v", err)
+	}
+}
