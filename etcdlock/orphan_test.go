@@ -77,25 +77,7 @@ func (t *flakyTxn) Commit() (*clientv3.TxnResponse, error) {
 // retire the lease, or the orphan never expires while the process lives.
 func TestOrphanGrantOnSharedLeaseExpires(t *testing.T) {
 	srv := testserver.StartEtcd(t)
-	cli := srv.Client(t)
-	var loseGrant, down atomic.Bool
-	cli.KV = flakyKV{cli.KV, &loseGrant, &down}
-	c := dlock.New(etcdlock.New(cli), dlock.WithTTL(time.Second))
-	defer c.Close()
-	keep, err := c.Mutex("keep").TryLock(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer keep.Unlock(t.Context())
-
-	loseGrant.Store(true)
-	if _, err := c.Mutex("orphan").TryLock(t.Context()); err == nil {
-		t.Fatal("TryLock succeeded despite the lost answer")
-	} else {
-		t.Logf("TryLock: %v", err)
-	}
-	time.Sleep(1500 * time.Millisecond) // the clean-up (bounded by the TTL) fails
-	down.Store(false)
+	_, keep := makeOrphan(t, srv, true)
 
 	other := dlock.New(etcdlock.New(srv.Client(t)))
 	defer other.Close()
@@ -128,22 +110,7 @@ func TestReentrantFairUnknownOutcomeLapses(t *testing.T) {
 
 func testUnknownOutcomeLapses(t *testing.T, opts ...dlock.Option) {
 	srv := testserver.StartEtcd(t)
-	cli := srv.Client(t)
-	var loseGrant, down atomic.Bool
-	cli.KV = flakyKV{cli.KV, &loseGrant, &down}
-	c := dlock.New(etcdlock.New(cli), dlock.WithTTL(time.Second))
-	defer c.Close()
-	keep, err := c.Mutex("keep").TryLock(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer keep.Unlock(t.Context())
-
-	loseGrant.Store(true)
-	if _, err := c.Mutex("orphan", opts...).TryLock(t.Context()); err == nil {
-		t.Fatal("TryLock succeeded despite the lost answer")
-	}
-	down.Store(false) // the network is back at once
+	_, keep := makeOrphan(t, srv, false, opts...) // the network is back at once
 
 	other := dlock.New(etcdlock.New(srv.Client(t)))
 	defer other.Close()
@@ -156,4 +123,34 @@ func testUnknownOutcomeLapses(t *testing.T, opts ...dlock.Option) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("the reentrant handle's grant of unknown outcome (TTL 1s) is still held after 8s; keep err=%v", keep.Err())
+}
+
+// makeOrphan makes a Client of TTL 1s on srv (closed at the test's end)
+// that holds "keep" and whose TryLock of "orphan" (with opts) is granted on
+// the store while its answer is lost. With failClean, the network stays
+// down for that Client's transactions on "orphan" for 1.5s, so that its
+// clean-up release (bounded by the TTL) fails too.
+func makeOrphan(t *testing.T, srv *testserver.Etcd, failClean bool, opts ...dlock.Option) (*dlock.Client, *dlock.Lease) {
+	t.Helper()
+	cli := srv.Client(t)
+	var loseGrant, down atomic.Bool
+	cli.KV = flakyKV{cli.KV, &loseGrant, &down}
+	c := dlock.New(etcdlock.New(cli), dlock.WithTTL(time.Second))
+	t.Cleanup(func() { _ = c.Close() })
+	keep, err := c.Mutex("keep").TryLock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = keep.Unlock(context.Background()) })
+	loseGrant.Store(true)
+	if _, err := c.Mutex("orphan", opts...).TryLock(t.Context()); err == nil {
+		t.Fatal("TryLock succeeded despite the lost answer")
+	} else {
+		t.Logf("TryLock: %v", err)
+	}
+	if failClean {
+		time.Sleep(1500 * time.Millisecond)
+	}
+	down.Store(false)
+	return c, keep
 }
