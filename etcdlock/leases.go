@@ -508,9 +508,22 @@ func (t *leaseTable) revokeIdle() {
 	t.mu.Lock()
 	if now.Sub(t.scanned) >= scanEvery {
 		t.scanned = now
+		// A retired lease is scanned too: a hold can be tracked on it
+		// after it retired (a renewal that the lease still covered, a
+		// move that failed, an answer that came late) and be abandoned
+		// there; left, it would keep the lease from being revoked.
 		for _, l := range t.byID {
-			if !l.retired && !l.dead && l.ka == nil {
+			if !l.dead && l.ka == nil {
 				t.retireIfAbandoned(l, now)
+			}
+		}
+		// A queue lease past its expiry is never handed out again (see
+		// forQueue): revoke it even when nothing superseded it, as a
+		// grant handed on it would otherwise outlive it.
+		for b, l := range t.queue {
+			if !now.Before(l.expires) {
+				delete(t.queue, b)
+				t.idle[l] = struct{}{}
 			}
 		}
 	}
