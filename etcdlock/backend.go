@@ -355,6 +355,7 @@ func (b *Backend) reenter(ctx context.Context, req driver.AcquireRequest, kv *mv
 	// renewal moves the key back to its own lease, keeps it meanwhile.
 	leaseOpt := clientv3.WithIgnoreLease()
 	l := b.leases.mine(clientv3.LeaseID(kv.Lease))
+	foreign := l == nil
 	moved := true
 	switch {
 	case l == nil:
@@ -416,7 +417,11 @@ func (b *Backend) reenter(ctx context.Context, req driver.AcquireRequest, kv *mv
 	if !resp.Succeeded {
 		return driver.AcquireResult{}, true, nil
 	}
-	b.leases.track(l, ek, req.Token, fence, resp.Header.Revision, e.holds, req.TTL, sent.Add(req.TTL))
+	if foreign {
+		b.leases.coverMoved(ctx, l, ek, req.Token, fence, resp.Header.Revision, e.holds, e.ttl, sent.Add(req.TTL))
+	} else {
+		b.leases.track(l, ek, req.Token, fence, resp.Header.Revision, e.holds, req.TTL, sent.Add(req.TTL))
+	}
 	return driver.AcquireResult{Acquired: true, Fence: uint64(fence), Holds: e.holds}, false, nil
 }
 

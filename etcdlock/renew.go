@@ -152,7 +152,8 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 func (b *Backend) migrate(ctx context.Context, kv *mvccpb.KeyValue, r driver.RenewRequest, sent time.Time) (bool, error) {
 	k := string(kv.Key)
 	ttl := r.TTL
-	if b.leases.mine(clientv3.LeaseID(kv.Lease)) == nil {
+	foreign := b.leases.mine(clientv3.LeaseID(kv.Lease)) == nil
+	if foreign {
 		if k == b.exclKey(r.Key) {
 			ttl = max(ttl, decodeExclusive(kv.Value).ttl)
 		} else {
@@ -199,6 +200,29 @@ func (b *Backend) migrate(ctx context.Context, kv *mvccpb.KeyValue, r driver.Ren
 	if k == b.exclKey(r.Key) {
 		count = decodeExclusive(kv.Value).holds
 	}
-	b.leases.track(l, k, r.Token, fence, resp.Header.Revision, count, r.TTL, sent.Add(r.TTL))
+	deadline := sent.Add(r.TTL)
+	if foreign {
+		// The other Backend's holder may have renewed the grant on its
+		// own lease until the move applied, after l was chosen: it counts
+		// on it until then + its TTL. So l must live ttl past the answer,
+		// and the hold counts as wanted until then (neither retired as
+		// abandoned nor revoked before).
+		b.leases.coverMoved(ctx, l, k, r.Token, fence, resp.Header.Revision, count, ttl, deadline)
+		return true, nil
+	}
+	b.leases.track(l, k, r.Token, fence, resp.Header.Revision, count, r.TTL, deadline)
 	return true, nil
+}
+
+// coverMoved tracks a grant that was just moved onto l from another
+// Backend's lease (an owner ID shared by processes) as wanted until ttl
+// from now at least, and keeps l alive until then: the other Backend's
+// holder may have renewed the grant on its own lease until the move
+// applied, after l was chosen, and counts on it until then + its TTL (ttl
+// covers the longest its holders asked for). Best effort: this Backend's
+// own holder is covered by l already (see forTTL).
+func (t *leaseTable) coverMoved(ctx context.Context, l *lease, key, token string, fence, modRev int64, count int, ttl time.Duration, deadline time.Time) {
+	until := time.Now().Add(ttl)
+	t.track(l, key, token, fence, modRev, count, ttl, later(deadline, until))
+	_ = t.extend(ctx, l, until)
 }

@@ -2,6 +2,7 @@ package etcdlock_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,4 +125,89 @@ func TestReview44HandedGrantOnCurrentQueueLeaseGoes(t *testing.T) {
 		t.Fatalf("the handed grant went %v after the head's request, before its QueueTTL (%v)", gone, qttl)
 	}
 	t.Logf("gone after %v", took.Round(100*time.Millisecond))
+}
+
+// delayKV delays, once armed, the next transaction that puts key.
+type delayKV struct {
+	clientv3.KV
+	key   string
+	armed *atomic.Bool
+	delay time.Duration
+}
+
+func (k delayKV) Txn(ctx context.Context) clientv3.Txn {
+	return &delayTxn{Txn: k.KV.Txn(ctx), kv: k}
+}
+
+type delayTxn struct {
+	clientv3.Txn
+	kv  delayKV
+	put bool
+}
+
+func (t *delayTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
+func (t *delayTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	for _, op := range ops {
+		if op.IsPut() && string(op.KeyBytes()) == t.kv.key {
+			t.put = true
+		}
+	}
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+func (t *delayTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
+func (t *delayTxn) Commit() (*clientv3.TxnResponse, error) {
+	if t.put && t.kv.armed.CompareAndSwap(true, false) {
+		time.Sleep(t.kv.delay) // as a txn queued behind an election
+	}
+	return t.Txn.Commit()
+}
+
+// Two Backends share a token (an owner ID shared by processes). B renews
+// the grant, which is on A's lease: it moves it to a lease of its own,
+// taken (forTTL) before the move's transaction, which is slow. A renews
+// the grant meanwhile, on its own lease (its read comes before the move),
+// and counts on it until its send time + TTL. The move then puts the key
+// on B's lease, which lives only TTL (+ slack) past B's forTTL call; B's
+// holder stops; B retires and revokes that lease at its expiry, before A's
+// renewal runs out: a third Backend takes the lock while A holds it.
+func TestReview44ForeignMoveCoversOtherHolder(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	const ttl = time.Second // leases of 2s
+	a := etcdlock.New(srv.Client(t))
+	cliB := srv.Client(t)
+	var armed atomic.Bool
+	cliB.KV = delayKV{cliB.KV, "dlock/k\x00e", &armed, 1500 * time.Millisecond}
+	b := etcdlock.New(cliB)
+	c := etcdlock.New(srv.Client(t))
+	req := driver.AcquireRequest{Key: "k", Token: "shared", Owner: "o", TTL: ttl}
+	if res, err := a.Acquire(t.Context(), req); err != nil || !res.Acquired {
+		t.Fatalf("A: %+v, %v", res, err)
+	}
+	armed.Store(true)
+	bDone := make(chan driver.RenewResult, 1)
+	go func() {
+		bDone <- b.RenewBatch(t.Context(), []driver.RenewRequest{{Key: "k", Token: "shared", TTL: ttl}})[0]
+	}()
+	time.Sleep(1300 * time.Millisecond) // B's move is on its way
+	sentA := time.Now()
+	if r := a.RenewBatch(t.Context(), []driver.RenewRequest{{Key: "k", Token: "shared", TTL: ttl}})[0]; !r.Held || r.Err != nil {
+		t.Fatalf("A's renewal: %+v", r)
+	}
+	if r := <-bDone; !r.Held || r.Err != nil {
+		t.Fatalf("B's renewal: %+v", r)
+	}
+	// B's holder stops; B goes on working.
+	for time.Since(sentA) < ttl {
+		tok := "x" + time.Now().String()
+		if res, err := b.Acquire(t.Context(), driver.AcquireRequest{Key: "x", Token: tok, TTL: ttl}); err == nil && res.Acquired {
+			_, _ = b.Release(t.Context(), "x", tok)
+		}
+		if res, err := c.Acquire(t.Context(), driver.AcquireRequest{Key: "k", Token: "c", Owner: "c", TTL: ttl}); err == nil && res.Acquired {
+			etcdlock.WaitRevokes(b)
+			t.Fatalf("C acquired k %v after A's renewal of %v was sent (A counts on it until then + TTL): two holders", time.Since(sentA).Round(time.Millisecond), ttl)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	etcdlock.WaitRevokes(b)
 }
