@@ -213,6 +213,14 @@ const coalesceWindow = 50 * time.Millisecond
 // retry for nothing. Each part holds grants whose time left is at most
 // twice that of the part's most pressed one.
 func splitBatch(batch []*grant, now time.Time) [][]*grant {
+	least, most := time.Duration(1<<63-1), time.Duration(-1<<63)
+	for _, g := range batch {
+		left := g.safeDeadline().Sub(now)
+		least, most = min(least, left), max(most, left)
+	}
+	if most <= 2*max(least, 10*time.Millisecond) {
+		return [][]*grant{batch} // the usual case: one part
+	}
 	type timed struct {
 		g    *grant
 		left time.Duration

@@ -529,13 +529,6 @@ func (t *leaseTable) revokeIdle() {
 	}
 	var due []*lease
 	for l := range t.idle {
-		// A hold tracked on a retired lease after it retired (the late
-		// answer of a grant whose deadline had passed) is abandoned too.
-		for h := range l.holds {
-			if h.deadline.Before(now) {
-				t.untrackLocked(h)
-			}
-		}
 		if l.revoking || l.ka != nil || len(l.holds) > 0 || now.Before(l.expires) || now.Before(l.retryAt) {
 			continue
 		}

@@ -46,7 +46,7 @@ func churnUntil(t *testing.T, srv *testserver.Etcd, b *etcdlock.Backend, bound t
 // deadline, but revokeIdle looks for abandoned holds only on leases that
 // are not retired yet: the retired lease keeps a hold forever, is never
 // revoked, and under leader changes the key on it never goes.
-func TestReview44AbandonedHoldOnRetiredLeaseGoes(t *testing.T) {
+func TestAbandonedHoldOnRetiredLeaseGoes(t *testing.T) {
 	srv := testserver.StartEtcd(t)
 	b := etcdlock.New(srv.Client(t))
 	revoked := etcdlock.ReportRevokes(b)
@@ -100,7 +100,7 @@ func TestReview44AbandonedHoldOnRetiredLeaseGoes(t *testing.T) {
 // nowhere else afterwards, so the lease is never superseded, and only
 // superseded queue leases are revoked. Under leader changes the grant that
 // the head never claimed stays.
-func TestReview44HandedGrantOnCurrentQueueLeaseGoes(t *testing.T) {
+func TestHandedGrantOnCurrentQueueLeaseGoes(t *testing.T) {
 	srv := testserver.StartEtcd(t)
 	const qttl = 3 * time.Second
 	hb, _ := hoHolder(t, srv, "k")
@@ -171,7 +171,7 @@ func (t *delayTxn) Commit() (*clientv3.TxnResponse, error) {
 // on B's lease, which lives only TTL (+ slack) past B's forTTL call; B's
 // holder stops; B retires and revokes that lease at its expiry, before A's
 // renewal runs out: a third Backend takes the lock while A holds it.
-func TestReview44ForeignMoveCoversOtherHolder(t *testing.T) {
+func TestForeignMoveCoversOtherHolder(t *testing.T) {
 	srv := testserver.StartEtcd(t)
 	const ttl = time.Second // leases of 2s
 	a := etcdlock.New(srv.Client(t))

@@ -8,7 +8,7 @@ import (
 
 // splitBatch is a partition of the batch (every grant once), and each
 // part's time left is at most twice its first's (or 20 ms).
-func TestReview44SplitBatchPartitions(t *testing.T) {
+func TestSplitBatchPartitions(t *testing.T) {
 	now := time.Now()
 	for range 200 {
 		n := 2 + rand.IntN(100)
