@@ -358,6 +358,13 @@ type AcquireResult struct {
 	// without more work than the grant itself may leave it false, and then
 	// does not claim CapOvertook.
 	Overtook bool
+	// QueueLive reports, for a refusal of an exclusive request with Wait
+	// and without Fair, that the lock's fair queue had a live entry: the
+	// client then joins the queue at once, as after an Overtook grant. A
+	// backend whose handoffs are announced to the head's client alone sets
+	// it, as the other clients no longer hear that the name has a queue;
+	// one that cannot tell cheaply may leave it false.
+	QueueLive bool
 }
 
 // ReleaseResult is the output of Backend.Release.

@@ -84,13 +84,30 @@ type listener struct {
 // Unsubscribe; a failed one needs none. It returns an error wrapping
 // ctx.Err() when ctx ends first, redis.ErrClosed after Close, or the error
 // of writing the command.
+//
+// It subscribes the Backend's handoff channel of key too (see
+// Backend.handoffChannel), in the same round trip: a release that hands
+// the lock to a queue entry of this Backend publishes there alone.
 func (l *listener) Subscribe(ctx context.Context, key string) error {
-	ch := l.b.channel(key)
+	ch, ho := l.b.channel(key), l.b.handoffChannel(key)
 	s, _, err := l.join(ctx, key, ch)
 	if err != nil {
 		return err
 	}
-	return l.await(ctx, key, ch, s)
+	sh, _, err := l.join(ctx, key, ho)
+	if err != nil {
+		_ = l.drop(context.WithoutCancel(ctx), ch, false)
+		return err
+	}
+	if err := l.await(ctx, key, ch, s); err != nil {
+		_ = l.drop(context.WithoutCancel(ctx), ho, false)
+		return err
+	}
+	if err := l.await(ctx, key, ho, sh); err != nil {
+		_ = l.drop(context.WithoutCancel(ctx), ch, false)
+		return err
+	}
+	return nil
 }
 
 // start writes SUBSCRIBE ch (wire). l.mu is held.
@@ -111,7 +128,8 @@ func (l *listener) stop(ctx context.Context, ch string, _ *subscription[struct{}
 // Unsubscribe drops one subscription of key and sends UNSUBSCRIBE when it
 // was the last. After Close it does nothing.
 func (l *listener) Unsubscribe(ctx context.Context, key string) error {
-	if err := l.drop(ctx, l.b.channel(key), true); err != nil {
+	err := errors.Join(l.drop(ctx, l.b.channel(key), true), l.drop(ctx, l.b.handoffChannel(key), true))
+	if err != nil {
 		return fmt.Errorf("redislock: unsubscribe %q: %w", key, err)
 	}
 	return nil
