@@ -1,0 +1,118 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+// An observer of an election on a third Client is woken by every release
+// it hears (Election.Observe, waitHub.watchers). A resignation that hands
+// the leadership to a queued Fair campaigner was announced on the release
+// channel, which the observer hears; announced on the new leader's own
+// handoff channel alone, it reaches no observer elsewhere, which then sees
+// the new leader only at its safety-net read (observeSafetyNet, 2 s).
+func TestReview45ObserverSeesHandedLeaderAtOnce(t *testing.T) {
+	_, rdb, srv := setup(t)
+	newClient := func() *dlock.Client {
+		c := dlock.New(redislock.New(srv.Client(t)), dlock.WithTTL(10*time.Second))
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	leaderC, nextC, obsC := newClient(), newClient(), newClient()
+	ctx := t.Context()
+
+	ld, err := leaderC.Election("e", dlock.Fair()).Campaign(ctx, "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen, err := obsC.Election("e").Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv := func() dlock.LeaderInfo {
+		t.Helper()
+		select {
+		case li := <-seen:
+			return li
+		case <-time.After(5 * time.Second):
+			t.Fatal("no leader observed in 5s")
+		}
+		return dlock.LeaderInfo{}
+	}
+	if got := recv(); got.Value != "v1" {
+		t.Fatalf("first observed %+v, want v1", got)
+	}
+	type res struct {
+		ld  *dlock.Leadership
+		err error
+	}
+	won := make(chan res, 1)
+	go func() {
+		l, err := nextC.Election("e", dlock.Fair()).Campaign(ctx, "v2")
+		won <- res{l, err}
+	}()
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if n, _ := rdb.HLen(ctx, "dlock:{e}:qo").Result(); n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second campaigner did not queue with a handoff")
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // the observer is asleep on its notification
+	resigned := time.Now()
+	if err := ld.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-won
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer func() { _ = r.ld.Resign(context.Background()) }()
+	for {
+		got := recv()
+		if got.Value == "v2" {
+			break
+		}
+	}
+	took := time.Since(resigned)
+	t.Logf("the observer saw the handed leader %v after the resignation", took)
+	if took > 300*time.Millisecond {
+		t.Errorf("the observer on a third Client saw the new leader after %v; want at once (the handoff used to be announced to every subscriber)", took)
+	}
+}
+
+// A Redis user whose channel rule covers the release channels as
+// docs/REDIS.md describes them ("&dlock:*:rel", dlock:{name}:rel) used to be
+// notified; the handoff channel (dlock:{name}:rel:<hid>) falls outside it,
+// and the refusal disables the Client's notifications altogether.
+func TestReview45NarrowChannelRule(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	if err := srv.Client(t).Do(t.Context(), "ACL", "SETUSER", "app", "on", ">pw", "~*", "+@all", "resetchannels", "&dlock:*:rel").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "app", Password: "pw"})
+	defer rdb.Close()
+	l, err := redislock.New(rdb).Listen(t.Context(), func(string, string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	err = l.Subscribe(ctx, "x")
+	if errors.Is(err, driver.ErrNotifyRefused) {
+		t.Errorf("Subscribe with the channel rule &dlock:*:rel = %v; it used to succeed", err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+}
