@@ -21,3 +21,6 @@ func AcquireWithoutHandoffID(ctx context.Context, rdb redis.UniversalClient, key
 	}
 	return runEvalSha(ctx, rdb, acquireScript, args[:len(args)-1]).Err()
 }
+
+// HandoffChannel returns b's handoff channel of key.
+func HandoffChannel(b *Backend, key string) string { return b.handoffChannel(key) }

@@ -116,3 +116,71 @@ func TestReview45NarrowChannelRule(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A Subscribe that gives up while Redis has not yet confirmed leaves
+// neither channel behind; a later one holds both, and Unsubscribe drops
+// both.
+func TestReview45SubscribeGiveUpLeavesNoChannel(t *testing.T) {
+	b, rdb, _ := setup(t)
+	l, err := b.Listen(t.Context(), func(string, string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	subscribe(t, l, "warm") // the pub/sub connection is up
+	rel, ho := "dlock:{k}:rel", redislock.HandoffChannel(b, "k")
+	num := func() (int64, int64) {
+		m, err := rdb.PubSubNumSub(t.Context(), rel, ho).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m[rel], m[ho]
+	}
+	if err := rdb.ClientPause(t.Context(), 300*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if err := l.Subscribe(short, "k"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Subscribe during a pause = %v, want DeadlineExceeded", err)
+	}
+	eventually(t, "both channels dropped after the pause", func() bool {
+		time.Sleep(50 * time.Millisecond)
+		a, h := num()
+		return a == 0 && h == 0
+	})
+	subscribe(t, l, "k")
+	if a, h := num(); a != 1 || h != 1 {
+		t.Fatalf("after Subscribe: NUMSUB rel=%d handoff=%d, want 1 1", a, h)
+	}
+	if err := l.Unsubscribe(t.Context(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "both channels dropped after Unsubscribe", func() bool {
+		a, h := num()
+		return a == 0 && h == 0
+	})
+}
+
+// On a Cluster the handoff channel follows the key's slot to its new
+// master, and a handoff after the move reaches the head.
+func TestReview45ClusterHandoffAfterSlotMove(t *testing.T) {
+	b, c := setupCluster(t)
+	holder := redislock.New(c.Client(t))
+	k := keysPerNode(t, c, 1)[0][0]
+	h := listenTo(t, b, k)
+	c.MoveSlot(t, c.Slot(t, lockKey(k)), 1)
+	ho := redislock.HandoffChannel(b, k)
+	eventually(t, "the handoff channel is subscribed on the new master", func() bool {
+		m, err := c.Node(1).Client(t).PubSubShardNumSub(t.Context(), ho).Result()
+		return err == nil && m[ho] == 1
+	})
+	holderTok, headTok := newToken(t), newToken(t)
+	mustAcquire(t, holder, driver.AcquireRequest{Key: k, Token: holderTok, Owner: "holder", TTL: 10 * time.Second})
+	if res := acquire(t, b, driver.AcquireRequest{Key: k, Token: headTok, Owner: "head", TTL: 10 * time.Second,
+		Fair: true, Wait: true, QueueTTL: 5 * time.Second, Handoff: true}); !res.Queued {
+		t.Fatalf("head: %+v, want queued", res)
+	}
+	release(t, holder, k, holderTok)
+	waitHeard(t, h, k+" "+headTok+"\x00")
+}
