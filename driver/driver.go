@@ -448,6 +448,18 @@ type Listener interface {
 	Close() error
 }
 
+// HandoffWatcher is implemented by a Listener whose backend announces a
+// direct handoff (AcquireRequest.Handoff) to the head's client alone, so
+// that a plain Subscribe does not hear the handoffs to other clients. The
+// client's election observers (Election.Observe) need to hear every change
+// of holder: Watch makes the stream report those handoffs of key too (as
+// fn(key, Handoff{...}.Next())), until Unwatch. A Watch that returned an
+// error needs no Unwatch; after Close, Unwatch does nothing.
+type HandoffWatcher interface {
+	Watch(ctx context.Context, key string) error
+	Unwatch(ctx context.Context, key string) error
+}
+
 // RenewRequest is one lease in a BatchRenewer call.
 type RenewRequest struct {
 	Key   string        // the lock's key, as in Backend.Renew

@@ -55,6 +55,12 @@ func (b *Backend) channel(key string) string { return b.lockKey(key) + ":rel" }
 // It has the key's hash tag, so on a Cluster it lives on the key's slot.
 func (b *Backend) handoffChannel(key string) string { return b.channel(key) + ":" + b.hid }
 
+// watchChannel is key's release channel followed by ":w": a release that
+// hands the lock to a queue entry on its handoff channel announces it here
+// too, for the clients that observe the lock (driver.HandoffWatcher). A
+// handoff id is never "w" (it has eight characters).
+func (b *Backend) watchChannel(key string) string { return b.channel(key) + ":w" }
+
 // sharedSuffix ends the name of a lock's set of shared holds.
 const sharedSuffix = ":s"
 

@@ -64,6 +64,11 @@ func (b *Backend) Listen(ctx context.Context, fn func(key, next string)) (driver
 	return l, nil
 }
 
+var (
+	_ driver.HandoffWatcher = (*listener)(nil)
+	_ driver.HandoffWatcher = (*shardedListener)(nil)
+)
+
 // listener is the driver.Listener of a Backend on one node or through
 // Sentinel. Its wire writes SUBSCRIBE and UNSUBSCRIBE on the one pub/sub
 // connection with the core's mu held, so that the server sees them in the
@@ -106,6 +111,26 @@ func (l *listener) Subscribe(ctx context.Context, key string) error {
 	if err := l.await(ctx, key, ho, sh); err != nil {
 		_ = l.drop(context.WithoutCancel(ctx), ch, false)
 		return err
+	}
+	return nil
+}
+
+// Watch subscribes key's watch channel (see Backend.watchChannel), on
+// which the handoffs of key to other Backends are announced too: see
+// driver.HandoffWatcher. Counting and errors are as for Subscribe.
+func (l *listener) Watch(ctx context.Context, key string) error {
+	ch := l.b.watchChannel(key)
+	s, _, err := l.join(ctx, key, ch)
+	if err != nil {
+		return err
+	}
+	return l.await(ctx, key, ch, s)
+}
+
+// Unwatch undoes one Watch of key.
+func (l *listener) Unwatch(ctx context.Context, key string) error {
+	if err := l.drop(ctx, l.b.watchChannel(key), true); err != nil {
+		return fmt.Errorf("redislock: unwatch %q: %w", key, err)
 	}
 	return nil
 }

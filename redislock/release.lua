@@ -28,7 +28,9 @@
 -- direct handoff, the release grants it the lock (handOff in common.lua)
 -- and announces "next:" followed by the head, a NUL byte and the fence, on
 -- the head's client's handoff channel when its entry names one (see
--- acquire.lua's ARGV[13]), else on the release channel.
+-- acquire.lua's ARGV[13]), and then on the release channel followed by
+-- ":w" too, for the clients observing the lock (driver.HandoffWatcher),
+-- else on the release channel.
 --
 -- The last hold of a plain exclusive grant, without lock-delay, intent or
 -- queue, is released before the helpers of the rest are even defined.
@@ -164,11 +166,15 @@ if notify and waiters and ARGV[3] ~= '' then
   if head then
     -- To the head's client alone when it has a handoff channel: the other
     -- waiters have nothing to do on a handoff (the lock is not free).
-    local channel = ARGV[2]
+    local msg = 'next:' .. head .. '\0' .. string.format('%d', fence)
     if hid then
-      channel = channel .. ':' .. hid
+      redis.pcall(ARGV[3], ARGV[2] .. ':' .. hid, msg)
+      -- And to the lock's observers (elections), which no waiter's
+      -- channel reaches: a publish that nobody hears costs a lookup.
+      redis.pcall(ARGV[3], ARGV[2] .. ':w', msg)
+    else
+      redis.pcall(ARGV[3], ARGV[2], msg)
     end
-    redis.pcall(ARGV[3], channel, 'next:' .. head .. '\0' .. string.format('%d', fence))
     return result
   end
 end

@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -183,4 +184,56 @@ func TestReview45ClusterHandoffAfterSlotMove(t *testing.T) {
 	}
 	release(t, holder, k, holderTok)
 	waitHeard(t, h, k+" "+headTok+"\x00")
+}
+
+// A Listener that watches a key (driver.HandoffWatcher) hears the handoffs
+// of the key to other Backends' entries, on one node and on a Cluster, and
+// no longer after Unwatch.
+func TestReview45WatchHearsOthersHandoffs(t *testing.T) {
+	run := func(t *testing.T, holder, head, watcher *redislock.Backend, k string) {
+		h := &heard{}
+		l, err := watcher.Listen(t.Context(), h.fn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		if err := l.Subscribe(t.Context(), k); err != nil {
+			t.Fatal(err)
+		}
+		w := l.(driver.HandoffWatcher)
+		if err := w.Watch(t.Context(), k); err != nil {
+			t.Fatal(err)
+		}
+		handOnce := func() string {
+			holderTok, headTok := newToken(t), newToken(t)
+			mustAcquire(t, holder, driver.AcquireRequest{Key: k, Token: holderTok, Owner: "holder", TTL: 10 * time.Second})
+			if res := acquire(t, head, driver.AcquireRequest{Key: k, Token: headTok, Owner: "head", TTL: 10 * time.Second,
+				Fair: true, Wait: true, QueueTTL: 5 * time.Second, Handoff: true}); !res.Queued {
+				t.Fatalf("head: %+v, want queued", res)
+			}
+			release(t, holder, k, holderTok)
+			return headTok
+		}
+		tok := handOnce()
+		waitHeard(t, h, k+" "+tok+"\x00")
+		if err := w.Unwatch(t.Context(), k); err != nil {
+			t.Fatal(err)
+		}
+		release(t, head, k, tok)
+		tok = handOnce()
+		time.Sleep(200 * time.Millisecond)
+		for _, m := range h.all() {
+			if strings.HasPrefix(m, k+" "+tok+"\x00") {
+				t.Fatalf("heard %q after Unwatch", m)
+			}
+		}
+	}
+	t.Run("node", func(t *testing.T) {
+		holder, _, srv := setup(t)
+		run(t, holder, redislock.New(srv.Client(t)), redislock.New(srv.Client(t)), "k")
+	})
+	t.Run("cluster", func(t *testing.T) {
+		b, c := setupCluster(t)
+		run(t, b, redislock.New(c.Client(t)), redislock.New(c.Client(t)), keysPerNode(t, c, 1)[1][0])
+	})
 }

@@ -130,6 +130,25 @@ func (l *shardedListener) Subscribe(ctx context.Context, key string) error {
 	return nil
 }
 
+// Watch subscribes key's watch channel on the master of its slot, as the
+// single-node listener does.
+func (l *shardedListener) Watch(ctx context.Context, key string) error {
+	ch := l.b.watchChannel(key)
+	s, err := l.joinHomed(ctx, key, ch)
+	if err != nil {
+		return err
+	}
+	return l.await(ctx, key, ch, s)
+}
+
+// Unwatch undoes one Watch of key.
+func (l *shardedListener) Unwatch(ctx context.Context, key string) error {
+	if err := l.drop(ctx, l.b.watchChannel(key), true); err != nil {
+		return fmt.Errorf("redislock: unwatch %q: %w", key, err)
+	}
+	return nil
+}
+
 // joinHomed joins the subscription to ch of key and, when it made it,
 // homes it on the master of its slot.
 func (l *shardedListener) joinHomed(ctx context.Context, key, ch string) (*shardSub, error) {
