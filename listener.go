@@ -180,7 +180,12 @@ func (h *waitHub) watchHandoffs(ctx context.Context, key string) func() {
 		return nil
 	}
 	if err := w.Watch(ctx, key); err != nil {
-		if ctx.Err() == nil {
+		h.lmu.Lock()
+		closed = h.closed
+		h.lmu.Unlock()
+		// A refusal is the store's for every channel: the next Subscribe
+		// reports it, and the Client polls.
+		if ctx.Err() == nil && !closed && !errors.Is(err, driver.ErrNotifyRefused) {
 			h.log.Warn("dlock: handoffs to other clients unheard; the observer sees them at its next read", "key", key, "err", err)
 		}
 		return nil
