@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,3 +25,21 @@ func AcquireWithoutHandoffID(ctx context.Context, rdb redis.UniversalClient, key
 
 // HandoffChannel returns b's handoff channel of key.
 func HandoffChannel(b *Backend, key string) string { return b.handoffChannel(key) }
+
+// ReleaseWithScripts runs a release of key by token as b would, with the
+// release script made of releaseLua and commonLua (a client's of another
+// version), and returns the script's answer.
+func ReleaseWithScripts(ctx context.Context, b *Backend, key, token, releaseLua, commonLua string) (int64, error) {
+	const nk = len(releaseSuffixes) - 1
+	var names [nk + 1]string
+	b.keysInto(names[:], key, releaseSuffixes[:])
+	keys := make([]string, nk)
+	copy(keys, names[:nk])
+	src := releaseLua
+	if strings.Contains(src, commonMark) {
+		src = strings.Replace(src, commonMark, commonLua, 1)
+	} else {
+		src = commonLua + src
+	}
+	return redis.NewScript(src).Run(ctx, b.rdb, keys, token, names[nk], b.publishArg, b.requestID(), "").Int64()
+}

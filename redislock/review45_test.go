@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -236,4 +237,48 @@ func TestReview45WatchHearsOthersHandoffs(t *testing.T) {
 		b, c := setupCluster(t)
 		run(t, b, redislock.New(c.Client(t)), redislock.New(c.Client(t)), keysPerNode(t, c, 1)[1][0])
 	})
+}
+
+// During a rolling upgrade, a client of the version before the handoff
+// channel (testdata/prehid: its release and common scripts) that hands the
+// lock to a new client's entry deletes the entry's owner but not its
+// handoff id ("\0" + token): the field stays in :qo until the queue
+// empties, which a hot key's queue may never do.
+func TestReview45OldReleaseLeavesHandoffID(t *testing.T) {
+	holder, rdb, srv := setup(t)
+	head, next := redislock.New(srv.Client(t)), redislock.New(srv.Client(t))
+	oldRelease, err := os.ReadFile("testdata/prehid/release.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldCommon, err := os.ReadFile("testdata/prehid/common.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	holderTok, headTok, nextTok := newToken(t), newToken(t), newToken(t)
+	mustAcquire(t, holder, driver.AcquireRequest{Key: "k", Token: holderTok, Owner: "holder", TTL: 10 * time.Second})
+	for _, w := range []struct {
+		b   *redislock.Backend
+		tok string
+	}{{head, headTok}, {next, nextTok}} {
+		if res := acquire(t, w.b, driver.AcquireRequest{Key: "k", Token: w.tok, Owner: "w", TTL: 10 * time.Second,
+			Fair: true, Wait: true, QueueTTL: 5 * time.Second, Handoff: true}); !res.Queued {
+			t.Fatalf("waiter: %+v, want queued", res)
+		}
+	}
+	if _, err := redislock.ReleaseWithScripts(t.Context(), holder, "k", holderTok, string(oldRelease), string(oldCommon)); err != nil {
+		t.Fatal(err)
+	}
+	if owner, _ := rdb.HGet(t.Context(), "dlock:{k}", "owner").Result(); owner != "w" {
+		t.Fatalf("the old release did not hand the lock to the head (owner %q)", owner)
+	}
+	fields, err := rdb.HKeys(t.Context(), "dlock:{k}:qo").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fields {
+		if f == "\x00"+headTok {
+			t.Errorf(":qo keeps the handed head's handoff id after an old client's release: fields %q", fields)
+		}
+	}
 }
