@@ -201,7 +201,11 @@ func (e *Election) observe(ctx context.Context, ch chan<- LeaderInfo) {
 	wake := hub.watch(e.key)
 	defer hub.unwatch(e.key, wake)
 	notified := false
+	var unwatchHandoffs func()
 	defer func() {
+		if unwatchHandoffs != nil {
+			unwatchHandoffs()
+		}
 		if notified {
 			hub.unlisten(e.key)
 		}
@@ -219,6 +223,11 @@ func (e *Election) observe(ctx context.Context, ch chan<- LeaderInfo) {
 		if !notified {
 			// Subscribed before the read, so that a release after it is heard.
 			notified = hub.listenOrPoll(ctx, e.key)
+			if notified {
+				// A handoff to another Client's waiter changes the
+				// leader too; a store may announce it to that Client alone.
+				unwatchHandoffs = hub.watchHandoffs(ctx, e.key)
+			}
 		}
 		info, err := e.leader(ctx)
 		switch {

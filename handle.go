@@ -328,6 +328,9 @@ func (h *handle) try(ctx context.Context, token string, wait, fair, claim bool) 
 		return nil, res, sent, wrapStore("acquire", h.name, err)
 	}
 	if !res.Acquired {
+		if res.QueueLive && h.starve {
+			h.hub.noteQueue(h.key)
+		}
 		if res.Conflict && h.mode == driver.Shared {
 			return nil, res, sent, &ConflictError{
 				Name: h.name, Permits: h.limit, HeldPermits: res.HeldLimit, Holder: res.Holder, Shared: res.Shared,

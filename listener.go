@@ -167,6 +167,32 @@ func (h *waitHub) openListener() (driver.Listener, error) {
 	return l, nil
 }
 
+// watchHandoffs has the Client's stream, whose subscription of key the
+// caller holds, report the handoffs of key to other clients too, when its
+// backend announces them to the head's client alone (driver.HandoffWatcher).
+// It returns the undo, or nil when there is nothing to undo.
+func (h *waitHub) watchHandoffs(ctx context.Context, key string) func() {
+	h.lmu.Lock()
+	l, closed := h.listener, h.closed
+	h.lmu.Unlock()
+	w, ok := l.(driver.HandoffWatcher)
+	if closed || !ok {
+		return nil
+	}
+	if err := w.Watch(ctx, key); err != nil {
+		h.lmu.Lock()
+		closed = h.closed
+		h.lmu.Unlock()
+		// A refusal is the store's for every channel: the next Subscribe
+		// reports it, and the Client polls.
+		if ctx.Err() == nil && !closed && !errors.Is(err, driver.ErrNotifyRefused) {
+			h.log.Warn("dlock: handoffs to other clients unheard; the observer sees them at its next read", "key", key, "err", err)
+		}
+		return nil
+	}
+	return func() { _ = w.Unwatch(context.WithoutCancel(h.ctx), key) }
+}
+
 // errListenBackoff marks a Listen not retried yet after a recent failure.
 var errListenBackoff = errors.New("dlock: notifications unavailable; retrying later")
 

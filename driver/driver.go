@@ -358,6 +358,13 @@ type AcquireResult struct {
 	// without more work than the grant itself may leave it false, and then
 	// does not claim CapOvertook.
 	Overtook bool
+	// QueueLive reports, for a refusal of an exclusive request with Wait
+	// and without Fair, that the lock's fair queue had a live entry: the
+	// client then joins the queue at once, as after an Overtook grant. A
+	// backend whose handoffs are announced to the head's client alone sets
+	// it, as the other clients no longer hear that the name has a queue;
+	// one that cannot tell cheaply may leave it false.
+	QueueLive bool
 }
 
 // ReleaseResult is the output of Backend.Release.
@@ -439,6 +446,18 @@ type Listener interface {
 	Unsubscribe(ctx context.Context, key string) error
 	// Close ends the stream and waits for its goroutines.
 	Close() error
+}
+
+// HandoffWatcher is implemented by a Listener whose backend announces a
+// direct handoff (AcquireRequest.Handoff) to the head's client alone, so
+// that a plain Subscribe does not hear the handoffs to other clients. The
+// client's election observers (Election.Observe) need to hear every change
+// of holder: Watch makes the stream report those handoffs of key too (as
+// fn(key, Handoff{...}.Next())), until Unwatch. A Watch that returned an
+// error needs no Unwatch; after Close, Unwatch does nothing.
+type HandoffWatcher interface {
+	Watch(ctx context.Context, key string) error
+	Unwatch(ctx context.Context, key string) error
 }
 
 // RenewRequest is one lease in a BatchRenewer call.

@@ -10,13 +10,21 @@
 -- ARGV[9] "1" when the caller waits   ARGV[10] queue ttl in ms
 -- ARGV[11] the request's id   ARGV[12] "1" when a release may hand the lock
 -- to the token as the queue's head (a direct handoff; see handOff)
+-- ARGV[13] (absent from clients before it) the id of the client's handoff
+-- channel: a release that hands the lock to this token's queue entry
+-- publishes on the release channel followed by ":" and this id, which the
+-- client alone hears, instead of on the release channel that every waiting
+-- client hears
 -- Returns {1, fence, holds} when granted, or {1, fence, holds, overtook}
 -- where overtook is 1 when a grant without fair went before a live fair
 -- queue's head; when not, {0, holder owner,
 -- holder pttl} or {0, holder owner, holder pttl, live shared holds,
 -- 1 when a writer intent refused it, position in the queue, 1 when queued}
 -- or, for a request that accepts a handoff, the same followed by the fence
--- counter; for a shared request whose limit is not the one of the live
+-- counter; with ARGV[13], a refusal of an exclusive request that waits has
+-- nine: the fence counter (0 for a request that accepts no handoff) and 1
+-- when the lock has a live fair queue (which a plain waiter then joins:
+-- it no longer hears the handoffs to other clients); for a shared request whose limit is not the one of the live
 -- shared holds (a conflict), {2, an owner of those holds, its pttl, live
 -- shared holds, their limit}.
 --
@@ -64,6 +72,7 @@ end
 
 --#common
 local fair = ARGV[8] == '1' and not shared
+local hid = ARGV[13] -- nil from clients before the handoff channel
 local overtook = 0
 local qttl = tonumber(ARGV[10] or '0') or 0
 local wait = ARGV[9] == '1' and qttl > 0
@@ -82,7 +91,11 @@ local function enqueue()
   end
   redis.call('ZADD', QE, now() + qttl, token)
   if ARGV[12] == '1' then
-    redis.call('HSET', QO, token, owner)
+    if hid and hid ~= '' then
+      redis.call('HSET', QO, token, owner, '\0' .. token, hid)
+    else
+      redis.call('HSET', QO, token, owner)
+    end
   end
   fitQueue(Q, QE, QO)
   return redis.call('ZRANK', Q, token) + 1
@@ -107,8 +120,19 @@ local function refuse(holder, pttl, nshared, byShared)
       position, queued = enqueue(), 1
     end
   end
+  local counter = 0
   if ARGV[12] == '1' then
-    return {0, holder, pttl, nshared, 0, position, queued, tonumber(redis.call('GET', F) or '0')}
+    counter = tonumber(redis.call('GET', F) or '0')
+  end
+  if hid ~= nil and ARGV[9] == '1' then
+    local live = 0
+    if not fair then
+      live = redis.call('EXISTS', Q) -- the key expires with its latest entry
+    end
+    return {0, holder, pttl, nshared, 0, position, queued, counter, live}
+  end
+  if ARGV[12] == '1' then
+    return {0, holder, pttl, nshared, 0, position, queued, counter}
   end
   return {0, holder, pttl, nshared, 0, position, queued}
 end

@@ -55,6 +55,8 @@ type Backend struct {
 	// by which a script tells a resent request from a new one.
 	ridPrefix string
 	ridSeq    atomic.Uint64
+	// hid names the Backend's handoff channels (see handoffChannel).
+	hid string
 }
 
 // requestID returns a new id for an acquire or release request: unique to
@@ -93,6 +95,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Backend {
 	var r [9]byte
 	_, _ = rand.Read(r[:])
 	b.ridPrefix = base64.RawURLEncoding.EncodeToString(r[:]) + "."
+	b.hid = b.ridPrefix[:8]
 	return b
 }
 
@@ -159,13 +162,13 @@ func (b *Backend) acquireCall(req driver.AcquireRequest) ([]any, error) {
 	const nk = len(acquireSuffixes)
 	var keys [nk]string
 	b.keysInto(keys[:], req.Key, acquireSuffixes[:])
-	args := evalShaArgs(acquireSHA, nk, 12)
+	args := evalShaArgs(acquireSHA, nk, 13)
 	for i, k := range keys {
 		args[3+i] = k
 	}
 	copy(args[3+nk:], []any{req.Token, req.Owner, millis(req.TTL), flag(req.Reentrant), delay,
 		flag(shared), max(req.Limit, 0), flag(req.Fair), flag(req.Wait), queueTTL, b.requestID(),
-		flag(req.Handoff && req.Fair && req.Wait && !shared && !req.Reentrant && req.LockDelay <= 0 && b.ackReplicas == 0)})
+		flag(req.Handoff && req.Fair && req.Wait && !shared && !req.Reentrant && req.LockDelay <= 0 && b.ackReplicas == 0), b.hid})
 	return args, nil
 }
 
@@ -183,16 +186,18 @@ func flag(v bool) any {
 // parseAcquire reads acquire.lua's reply: {1, fence, holds} or {1, fence,
 // holds, overtook} for a grant, {0, owner, pttl} or {0, owner, pttl,
 // shared, writer waiting, position, queued} for a refusal, the latter
-// followed by the fence counter for a request that accepts a handoff, and
+// followed by the fence counter for a request that accepts a handoff, or
+// for a waiting exclusive request by the counter (or 0) and whether a fair
+// queue is live, and
 // {2, owner, pttl, shared, limit} for a conflict (see parseConflict).
 func parseAcquire(reply []any) (driver.AcquireResult, error) {
 	if len(reply) == 5 {
 		return parseConflict(reply)
 	}
-	if len(reply) != 3 && len(reply) != 4 && len(reply) != 7 && len(reply) != 8 {
+	if len(reply) != 3 && len(reply) != 4 && len(reply) != 7 && len(reply) != 8 && len(reply) != 9 {
 		return driver.AcquireResult{}, fmt.Errorf("unexpected reply %v", reply)
 	}
-	var ints [8]int64
+	var ints [9]int64
 	for i, v := range reply {
 		if i == 1 {
 			continue // a fence or an owner
@@ -216,8 +221,11 @@ func parseAcquire(reply []any) (driver.AcquireResult, error) {
 		res.Shared, res.WriterWaiting = int(ints[3]), ints[4] == 1
 		res.Position, res.Queued = int(ints[5]), ints[6] == 1
 	}
-	if len(reply) == 8 {
+	if len(reply) >= 8 {
 		res.Counter = uint64(max(ints[7], 0))
+	}
+	if len(reply) == 9 {
+		res.QueueLive = ints[8] == 1
 	}
 	return res, nil
 }

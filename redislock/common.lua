@@ -47,13 +47,20 @@ end
 
 -- The fair queue is three keys written together: Q (token → arrival
 -- number), QE (token → entry expiry) and QO (token → owner, for the
--- entries whose request accepts a direct handoff; see handOff).
+-- entries whose request accepts a direct handoff; see handOff, and NUL +
+-- token → the id of the client's handoff channel, from clients that have
+-- one).
 
 -- pruneQueue drops the queue's expired entries.
 local function pruneQueue(Q, QE, QO)
   local gone = prune(QE, Q, 'ZREM')
-  for i = 1, #gone, 1000 do
-    redis.call('HDEL', QO, unpack(gone, i, math.min(i + 999, #gone)))
+  for i = 1, #gone, 500 do
+    local fields = {}
+    for j = i, math.min(i + 499, #gone) do
+      fields[#fields + 1] = gone[j]
+      fields[#fields + 1] = '\0' .. gone[j]
+    end
+    redis.call('HDEL', QO, unpack(fields))
   end
 end
 
@@ -80,7 +87,7 @@ local function unqueue(Q, QE, QO, token)
   end
   local last = redis.call('ZRANGE', QE, -1, -1)[1]
   redis.call('ZREM', QE, token)
-  redis.call('HDEL', QO, token)
+  redis.call('HDEL', QO, token, '\0' .. token)
   if last == nil or last == token then
     fitQueue(Q, QE, QO)
   end
@@ -142,7 +149,8 @@ end
 -- rid) until the head's next request claims it, and its key expires with
 -- the head's entry (the head's last request + its QueueTTL), so that a
 -- head that died leaves the lock no later than its entry would have. It
--- returns the head and the grant's fence, or nil.
+-- returns the head, the grant's fence and the id of the head's client's
+-- handoff channel (false when it has none), or nil.
 local function handOff(L, F, S, Q, QE, QO)
   if redis.call('EXISTS', L) == 1 or redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf') > 0 then
     return nil
@@ -157,11 +165,12 @@ local function handOff(L, F, S, Q, QE, QO)
   if not owner or not exp or exp <= now() then
     return nil
   end
+  local hid = redis.call('HGET', QO, '\0' .. head)
   local fence = redis.call('INCR', F)
   redis.call('HSET', L, head, 1, 'owner', owner, 'fence', string.format('%d', fence), 'at', now(), 'rid', 'ho')
   redis.call('PEXPIREAT', L, exp)
   unqueue(Q, QE, QO, head)
-  return head, fence
+  return head, fence, hid
 end
 
 -- announce publishes "next:" on channel with publish (PUBLISH or SPUBLISH),

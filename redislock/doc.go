@@ -22,9 +22,14 @@
 //	              the waiter's QueueTTL.
 //	NS:{K}:q      the queue of a fair Mutex: a sorted set of tokens in
 //	NS:{K}:qe     arrival order, one of their expiries, and a hash of the
-//	NS:{K}:qo     owners of the entries that accept a direct handoff.
+//	NS:{K}:qo     owners of the entries that accept a direct handoff (and,
+//	              under NUL + token, the id of their Backend's handoff
+//	              channel).
 //	NS:{K}:r      the ids of the latest releases, for 15s (resent requests).
 //	NS:{K}:rel    the pub/sub channel on which a release is announced.
+//	NS:{K}:rel:ID a Backend's handoff channel: a release that hands the
+//	              lock to that Backend's queue entry announces it there, to
+//	              its Client alone.
 //
 // Expiries are the server's clock in milliseconds (TIME): the scripts drop
 // the shared holds and queue entries that have expired, and each of the

@@ -64,6 +64,11 @@ func (b *Backend) Listen(ctx context.Context, fn func(key, next string)) (driver
 	return l, nil
 }
 
+var (
+	_ driver.HandoffWatcher = (*listener)(nil)
+	_ driver.HandoffWatcher = (*shardedListener)(nil)
+)
+
 // listener is the driver.Listener of a Backend on one node or through
 // Sentinel. Its wire writes SUBSCRIBE and UNSUBSCRIBE on the one pub/sub
 // connection with the core's mu held, so that the server sees them in the
@@ -84,13 +89,50 @@ type listener struct {
 // Unsubscribe; a failed one needs none. It returns an error wrapping
 // ctx.Err() when ctx ends first, redis.ErrClosed after Close, or the error
 // of writing the command.
+//
+// It subscribes the Backend's handoff channel of key too (see
+// Backend.handoffChannel), in the same round trip: a release that hands
+// the lock to a queue entry of this Backend publishes there alone.
 func (l *listener) Subscribe(ctx context.Context, key string) error {
-	ch := l.b.channel(key)
+	ch, ho := l.b.channel(key), l.b.handoffChannel(key)
+	s, _, err := l.join(ctx, key, ch)
+	if err != nil {
+		return err
+	}
+	sh, _, err := l.join(ctx, key, ho)
+	if err != nil {
+		_ = l.drop(context.WithoutCancel(ctx), ch, false)
+		return err
+	}
+	if err := l.await(ctx, key, ch, s); err != nil {
+		_ = l.drop(context.WithoutCancel(ctx), ho, false)
+		return err
+	}
+	if err := l.await(ctx, key, ho, sh); err != nil {
+		_ = l.drop(context.WithoutCancel(ctx), ch, false)
+		return err
+	}
+	return nil
+}
+
+// Watch subscribes key's watch channel (see Backend.watchChannel), on
+// which the handoffs of key to other Backends are announced too: see
+// driver.HandoffWatcher. Counting and errors are as for Subscribe.
+func (l *listener) Watch(ctx context.Context, key string) error {
+	ch := l.b.watchChannel(key)
 	s, _, err := l.join(ctx, key, ch)
 	if err != nil {
 		return err
 	}
 	return l.await(ctx, key, ch, s)
+}
+
+// Unwatch undoes one Watch of key.
+func (l *listener) Unwatch(ctx context.Context, key string) error {
+	if err := l.drop(ctx, l.b.watchChannel(key), true); err != nil {
+		return fmt.Errorf("redislock: unwatch %q: %w", key, err)
+	}
+	return nil
 }
 
 // start writes SUBSCRIBE ch (wire). l.mu is held.
@@ -111,7 +153,8 @@ func (l *listener) stop(ctx context.Context, ch string, _ *subscription[struct{}
 // Unsubscribe drops one subscription of key and sends UNSUBSCRIBE when it
 // was the last. After Close it does nothing.
 func (l *listener) Unsubscribe(ctx context.Context, key string) error {
-	if err := l.drop(ctx, l.b.channel(key), true); err != nil {
+	err := errors.Join(l.drop(ctx, l.b.channel(key), true), l.drop(ctx, l.b.handoffChannel(key), true))
+	if err != nil {
 		return fmt.Errorf("redislock: unsubscribe %q: %w", key, err)
 	}
 	return nil

@@ -26,7 +26,11 @@
 -- queue, else by nothing: any waiter may try. A released shared hold or a
 -- removed intent is announced to any waiter. When the head accepts a
 -- direct handoff, the release grants it the lock (handOff in common.lua)
--- and announces "next:" followed by the head, a NUL byte and the fence.
+-- and announces "next:" followed by the head, a NUL byte and the fence, on
+-- the head's client's handoff channel when its entry names one (see
+-- acquire.lua's ARGV[13]), and then on the release channel followed by
+-- ":w" too, for the clients observing the lock (driver.HandoffWatcher),
+-- else on the release channel.
 --
 -- The last hold of a plain exclusive grant, without lock-delay, intent or
 -- queue, is released before the helpers of the rest are even defined.
@@ -158,9 +162,19 @@ if waiters then
 end
 
 if notify and waiters and ARGV[3] ~= '' then
-  local head, fence = handOff(L, F, S, Q, QE, QO)
+  local head, fence, hid = handOff(L, F, S, Q, QE, QO)
   if head then
-    redis.pcall(ARGV[3], ARGV[2], 'next:' .. head .. '\0' .. string.format('%d', fence))
+    -- To the head's client alone when it has a handoff channel: the other
+    -- waiters have nothing to do on a handoff (the lock is not free).
+    local msg = 'next:' .. head .. '\0' .. string.format('%d', fence)
+    if hid then
+      redis.pcall(ARGV[3], ARGV[2] .. ':' .. hid, msg)
+      -- And to the lock's observers (elections), which no waiter's
+      -- channel reaches: a publish that nobody hears costs a lookup.
+      redis.pcall(ARGV[3], ARGV[2] .. ':w', msg)
+    else
+      redis.pcall(ARGV[3], ARGV[2], msg)
+    end
     return result
   end
 end

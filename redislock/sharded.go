@@ -105,19 +105,64 @@ func (b *Backend) listenSharded(ctx context.Context, cancel context.CancelFunc, 
 // Subscribe subscribes to key's release channel on the master of its slot,
 // or joins the subscription already made, and returns once that master has
 // confirmed it. Errors and counting are as for the single-node listener.
+//
+// It subscribes the Backend's handoff channel of key too, as the
+// single-node listener does (its slot is the key's).
 func (l *shardedListener) Subscribe(ctx context.Context, key string) error {
-	ch := l.b.channel(key)
-	s, fresh, err := l.join(ctx, key, ch)
+	ch, ho := l.b.channel(key), l.b.handoffChannel(key)
+	s, err := l.joinHomed(ctx, key, ch)
 	if err != nil {
 		return err
+	}
+	sh, err := l.joinHomed(ctx, key, ho)
+	if err != nil {
+		_ = l.drop(context.WithoutCancel(ctx), ch, false)
+		return err
+	}
+	if err := l.await(ctx, key, ch, s); err != nil {
+		_ = l.drop(context.WithoutCancel(ctx), ho, false)
+		return err
+	}
+	if err := l.await(ctx, key, ho, sh); err != nil {
+		_ = l.drop(context.WithoutCancel(ctx), ch, false)
+		return err
+	}
+	return nil
+}
+
+// Watch subscribes key's watch channel on the master of its slot, as the
+// single-node listener does.
+func (l *shardedListener) Watch(ctx context.Context, key string) error {
+	ch := l.b.watchChannel(key)
+	s, err := l.joinHomed(ctx, key, ch)
+	if err != nil {
+		return err
+	}
+	return l.await(ctx, key, ch, s)
+}
+
+// Unwatch undoes one Watch of key.
+func (l *shardedListener) Unwatch(ctx context.Context, key string) error {
+	if err := l.drop(ctx, l.b.watchChannel(key), true); err != nil {
+		return fmt.Errorf("redislock: unwatch %q: %w", key, err)
+	}
+	return nil
+}
+
+// joinHomed joins the subscription to ch of key and, when it made it,
+// homes it on the master of its slot.
+func (l *shardedListener) joinHomed(ctx context.Context, key, ch string) (*shardSub, error) {
+	s, fresh, err := l.join(ctx, key, ch)
+	if err != nil {
+		return nil, err
 	}
 	if fresh {
 		if err := l.home(ctx, ch, s); err != nil {
 			l.abandon(ch, s)
-			return fmt.Errorf("redislock: subscribe %q: %w", key, err)
+			return nil, fmt.Errorf("redislock: subscribe %q: %w", key, err)
 		}
 	}
-	return l.await(ctx, key, ch, s)
+	return s, nil
 }
 
 // start marks s, new, as being homed: Subscribe homes it once l.mu is
@@ -144,7 +189,7 @@ func (l *shardedListener) stop(_ context.Context, ch string, s *shardSub, wait b
 // Unsubscribe drops one subscription of key and sends SUNSUBSCRIBE when it
 // was the last. After Close it does nothing.
 func (l *shardedListener) Unsubscribe(ctx context.Context, key string) error {
-	if err := l.drop(ctx, l.b.channel(key), true); err != nil {
+	if err := errors.Join(l.drop(ctx, l.b.channel(key), true), l.drop(ctx, l.b.handoffChannel(key), true)); err != nil {
 		return fmt.Errorf("redislock: unsubscribe %q: %w", key, err)
 	}
 	return nil
