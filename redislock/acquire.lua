@@ -12,9 +12,8 @@
 -- to the token as the queue's head (a direct handoff; see handOff)
 -- ARGV[13] (absent from clients before it) the id of the client's handoff
 -- channel: a release that hands the lock to this token's queue entry
--- publishes on the release channel followed by ":" and this id, which the
--- client alone hears, instead of on the release channel that every waiting
--- client hears
+-- publishes on NS:{K}:ho:ID:rel, which the client alone hears, instead of
+-- on the release channel that every waiting client hears
 -- Returns {1, fence, holds} when granted, or {1, fence, holds, overtook}
 -- where overtook is 1 when a grant without fair went before a live fair
 -- queue's head; when not, {0, holder owner,

@@ -27,9 +27,10 @@
 //	              channel).
 //	NS:{K}:r      the ids of the latest releases, for 15s (resent requests).
 //	NS:{K}:rel    the pub/sub channel on which a release is announced.
-//	NS:{K}:rel:ID a Backend's handoff channel: a release that hands the
-//	              lock to that Backend's queue entry announces it there, to
-//	              its Client alone.
+//	NS:{K}:ho:ID:rel  a Backend's handoff channel: a release that hands
+//	              the lock to that Backend's queue entry announces it
+//	              there, to its Client alone, and on NS:{K}:ho:rel, which
+//	              election observers hear.
 //
 // Expiries are the server's clock in milliseconds (TIME): the scripts drop
 // the shared holds and queue entries that have expired, and each of the

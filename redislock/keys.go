@@ -48,18 +48,19 @@ func (b *Backend) fenceKey(key string) string { return b.lockKey(key) + ":fence"
 // channel returns the release channel for key.
 func (b *Backend) channel(key string) string { return b.lockKey(key) + ":rel" }
 
-// handoffChannel is key's release channel followed by ":" and the
-// Backend's handoff id: a release that hands the lock to a queue entry of
-// this Backend announces it there (see acquire.lua's ARGV[13]), so that
-// the other waiting clients are not woken for a lock that is not free.
-// It has the key's hash tag, so on a Cluster it lives on the key's slot.
-func (b *Backend) handoffChannel(key string) string { return b.channel(key) + ":" + b.hid }
+// handoffChannel is NS:{K}:ho:ID:rel, ID the Backend's handoff id: a
+// release that hands the lock to a queue entry of this Backend announces
+// it there (see acquire.lua's ARGV[13]), so that the other waiting clients
+// are not woken for a lock that is not free. It has the key's hash tag, so
+// on a Cluster it lives on the key's slot, and it ends in ":rel" like the
+// release channel, so that an ACL channel rule written for release
+// channels (&NS*:rel) covers it too.
+func (b *Backend) handoffChannel(key string) string { return b.lockKey(key) + ":ho:" + b.hid + ":rel" }
 
-// watchChannel is key's release channel followed by ":w": a release that
-// hands the lock to a queue entry on its handoff channel announces it here
-// too, for the clients that observe the lock (driver.HandoffWatcher). A
-// handoff id is never "w" (it has eight characters).
-func (b *Backend) watchChannel(key string) string { return b.channel(key) + ":w" }
+// watchChannel is NS:{K}:ho:rel: a release that hands the lock to a queue
+// entry on its handoff channel announces it here too, for the clients that
+// observe the lock (driver.HandoffWatcher).
+func (b *Backend) watchChannel(key string) string { return b.lockKey(key) + ":ho:rel" }
 
 // sharedSuffix ends the name of a lock's set of shared holds.
 const sharedSuffix = ":s"

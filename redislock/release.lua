@@ -27,10 +27,10 @@
 -- removed intent is announced to any waiter. When the head accepts a
 -- direct handoff, the release grants it the lock (handOff in common.lua)
 -- and announces "next:" followed by the head, a NUL byte and the fence, on
--- the head's client's handoff channel when its entry names one (see
--- acquire.lua's ARGV[13]), and then on the release channel followed by
--- ":w" too, for the clients observing the lock (driver.HandoffWatcher),
--- else on the release channel.
+-- the head's client's handoff channel NS:{K}:ho:ID:rel when its entry
+-- names one (see acquire.lua's ARGV[13]), and then on NS:{K}:ho:rel too,
+-- for the clients observing the lock (driver.HandoffWatcher), else on the
+-- release channel.
 --
 -- The last hold of a plain exclusive grant, without lock-delay, intent or
 -- queue, is released before the helpers of the rest are even defined.
@@ -168,10 +168,12 @@ if notify and waiters and ARGV[3] ~= '' then
     -- waiters have nothing to do on a handoff (the lock is not free).
     local msg = 'next:' .. head .. '\0' .. string.format('%d', fence)
     if hid then
-      redis.pcall(ARGV[3], ARGV[2] .. ':' .. hid, msg)
+      -- NS:{K}:ho:ID:rel, from the release channel NS:{K}:rel.
+      local base = string.sub(ARGV[2], 1, -5)
+      redis.pcall(ARGV[3], base .. ':ho:' .. hid .. ':rel', msg)
       -- And to the lock's observers (elections), which no waiter's
       -- channel reaches: a publish that nobody hears costs a lookup.
-      redis.pcall(ARGV[3], ARGV[2] .. ':w', msg)
+      redis.pcall(ARGV[3], base .. ':ho:rel', msg)
     else
       redis.pcall(ARGV[3], ARGV[2], msg)
     end

@@ -22,7 +22,7 @@ import (
 // channel, which the observer hears; announced on the new leader's own
 // handoff channel alone, it reaches no observer elsewhere, which then sees
 // the new leader only at its safety-net read (observeSafetyNet, 2 s).
-func TestReview45ObserverSeesHandedLeaderAtOnce(t *testing.T) {
+func TestObserverSeesHandedLeaderAtOnce(t *testing.T) {
 	_, rdb, srv := setup(t)
 	newClient := func() *dlock.Client {
 		c := dlock.New(redislock.New(srv.Client(t)), dlock.WithTTL(10*time.Second))
@@ -93,11 +93,12 @@ func TestReview45ObserverSeesHandedLeaderAtOnce(t *testing.T) {
 	}
 }
 
-// A Redis user whose channel rule covers the release channels as
-// docs/REDIS.md describes them ("&dlock:*:rel", dlock:{name}:rel) used to be
-// notified; the handoff channel (dlock:{name}:rel:<hid>) falls outside it,
-// and the refusal disables the Client's notifications altogether.
-func TestReview45NarrowChannelRule(t *testing.T) {
+// A Redis user whose channel rule covers the release channels alone
+// ("&dlock:*:rel", dlock:{name}:rel) is notified as before the handoff
+// channels: they end in ":rel" too (dlock:{name}:ho:<id>:rel), so the rule
+// covers them, and a refused one would disable the Client's notifications
+// altogether.
+func TestNarrowChannelRuleCoversHandoffChannels(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	if err := srv.Client(t).Do(t.Context(), "ACL", "SETUSER", "app", "on", ">pw", "~*", "+@all", "resetchannels", "&dlock:*:rel").Err(); err != nil {
 		t.Fatal(err)
@@ -113,7 +114,7 @@ func TestReview45NarrowChannelRule(t *testing.T) {
 	defer cancel()
 	err = l.Subscribe(ctx, "x")
 	if errors.Is(err, driver.ErrNotifyRefused) {
-		t.Errorf("Subscribe with the channel rule &dlock:*:rel = %v; it used to succeed", err)
+		t.Errorf("Subscribe with the channel rule &dlock:*:rel = %v; want it to succeed", err)
 	} else if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +123,7 @@ func TestReview45NarrowChannelRule(t *testing.T) {
 // A Subscribe that gives up while Redis has not yet confirmed leaves
 // neither channel behind; a later one holds both, and Unsubscribe drops
 // both.
-func TestReview45SubscribeGiveUpLeavesNoChannel(t *testing.T) {
+func TestSubscribeGiveUpLeavesNoChannel(t *testing.T) {
 	b, rdb, _ := setup(t)
 	l, err := b.Listen(t.Context(), func(string, string) {})
 	if err != nil {
@@ -166,7 +167,7 @@ func TestReview45SubscribeGiveUpLeavesNoChannel(t *testing.T) {
 
 // On a Cluster the handoff channel follows the key's slot to its new
 // master, and a handoff after the move reaches the head.
-func TestReview45ClusterHandoffAfterSlotMove(t *testing.T) {
+func TestClusterHandoffAfterSlotMove(t *testing.T) {
 	b, c := setupCluster(t)
 	holder := redislock.New(c.Client(t))
 	k := keysPerNode(t, c, 1)[0][0]
@@ -190,7 +191,7 @@ func TestReview45ClusterHandoffAfterSlotMove(t *testing.T) {
 // A Listener that watches a key (driver.HandoffWatcher) hears the handoffs
 // of the key to other Backends' entries, on one node and on a Cluster, and
 // no longer after Unwatch.
-func TestReview45WatchHearsOthersHandoffs(t *testing.T) {
+func TestWatchHearsOthersHandoffs(t *testing.T) {
 	run := func(t *testing.T, holder, head, watcher *redislock.Backend, k string) {
 		h := &heard{}
 		l, err := watcher.Listen(t.Context(), h.fn)
@@ -240,13 +241,16 @@ func TestReview45WatchHearsOthersHandoffs(t *testing.T) {
 }
 
 // During a rolling upgrade, a client of the version before the handoff
-// channel (testdata/prehid: its release and common scripts) that hands the
-// lock to a new client's entry deletes the entry's owner but not its
-// handoff id ("\0" + token): the field stays in :qo until the queue
-// empties, which a hot key's queue may never do.
-func TestReview45OldReleaseLeavesHandoffID(t *testing.T) {
+// channel (testdata/prehid: its release and common scripts) hands the lock
+// to a new client's entry on the release channel, which the new client
+// still subscribes: the head hears it. The old script deletes the entry's
+// owner but not its handoff id ("\0" + token), which stays in :qo until
+// the queue empties (it expires with the queue's latest entry): a field per
+// such handoff, for the length of the upgrade (docs/REDIS.md).
+func TestOldReleaseHandsOffToNewEntry(t *testing.T) {
 	holder, rdb, srv := setup(t)
 	head, next := redislock.New(srv.Client(t)), redislock.New(srv.Client(t))
+	headHeard := listenTo(t, head, "k")
 	oldRelease, err := os.ReadFile("testdata/prehid/release.lua")
 	if err != nil {
 		t.Fatal(err)
@@ -272,13 +276,11 @@ func TestReview45OldReleaseLeavesHandoffID(t *testing.T) {
 	if owner, _ := rdb.HGet(t.Context(), "dlock:{k}", "owner").Result(); owner != "w" {
 		t.Fatalf("the old release did not hand the lock to the head (owner %q)", owner)
 	}
-	fields, err := rdb.HKeys(t.Context(), "dlock:{k}:qo").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fields {
-		if f == "\x00"+headTok {
-			t.Errorf(":qo keeps the handed head's handoff id after an old client's release: fields %q", fields)
-		}
+	waitHeard(t, headHeard, "k "+headTok+"\x00")
+	fields, _ := rdb.HKeys(t.Context(), "dlock:{k}:qo").Result()
+	pttl, _ := rdb.PTTL(t.Context(), "dlock:{k}:qo").Result()
+	t.Logf(":qo after the old release: %q, expiring in %v", fields, pttl)
+	if pttl <= 0 || pttl > 5*time.Second {
+		t.Errorf(":qo expires in %v; want with the queue's latest entry (within its 5s QueueTTL)", pttl)
 	}
 }
