@@ -9,7 +9,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/internal/testserver"
 )
@@ -116,39 +115,25 @@ func TestHandedGrantOnQueueLeaseGoesUnderLeaderChanges(t *testing.T) {
 		_, ok := hoInspect(t, b, "k")
 		return !ok
 	}
-	const bound = 12 * time.Second
-	for time.Since(sent) < bound {
-		srv.Kill(t, 0)
-		srv.Start(t, 0)
-		for range 8 {
-			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-			tok := "t" + time.Now().String()
-			if res, err := b.Acquire(ctx, driver.AcquireRequest{Key: "busy", Token: tok, TTL: time.Second}); err == nil && res.Acquired {
-				_, _ = b.Release(ctx, "busy", tok)
-			}
-			cancel()
-			if free() {
-				gone := time.Since(sent)
-				t.Logf("the handed grant is gone %v after the head's request", gone.Round(100*time.Millisecond))
-				if gone < qttl {
-					t.Fatalf("the handed grant went %v after the head's request, before its QueueTTL (%v)", gone, qttl)
-				}
-				etcdlock.WaitRevokes(b)
-				for {
-					select {
-					case id := <-revoked:
-						if id == qlease {
-							return
-						}
-						continue
-					default:
-					}
-					t.Fatalf("the handed grant went without the Backend revoking the head's queue lease %x", qlease)
-				}
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+	_, ok := churnUntil(t, srv, b, 12*time.Second, free)
+	gone := time.Since(sent) // from the head's request
 	etcdlock.WaitRevokes(b)
-	t.Fatalf("the grant handed to a head that never claimed it is still held %v after the head's request, with the member restarted every second", time.Since(sent).Round(time.Second))
+	if !ok {
+		t.Fatalf("the grant handed to a head that never claimed it is still held %v after the head's request, with the member restarted every second", time.Since(sent).Round(time.Second))
+	}
+	t.Logf("the handed grant is gone %v after the head's request", gone.Round(100*time.Millisecond))
+	if gone < qttl {
+		t.Fatalf("the handed grant went %v after the head's request, before its QueueTTL (%v)", gone, qttl)
+	}
+	for {
+		select {
+		case id := <-revoked:
+			if id == qlease {
+				return
+			}
+			continue
+		default:
+		}
+		t.Fatalf("the handed grant went without the Backend revoking the head's queue lease %x", qlease)
+	}
 }

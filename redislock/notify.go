@@ -94,25 +94,10 @@ type listener struct {
 // Backend.handoffChannel), in the same round trip: a release that hands
 // the lock to a queue entry of this Backend publishes there alone.
 func (l *listener) Subscribe(ctx context.Context, key string) error {
-	ch, ho := l.b.channel(key), l.b.handoffChannel(key)
-	s, _, err := l.join(ctx, key, ch)
-	if err != nil {
-		return err
-	}
-	sh, _, err := l.join(ctx, key, ho)
-	if err != nil {
-		_ = l.drop(context.WithoutCancel(ctx), ch, false)
-		return err
-	}
-	if err := l.await(ctx, key, ch, s); err != nil {
-		_ = l.drop(context.WithoutCancel(ctx), ho, false)
-		return err
-	}
-	if err := l.await(ctx, key, ho, sh); err != nil {
-		_ = l.drop(context.WithoutCancel(ctx), ch, false)
-		return err
-	}
-	return nil
+	return l.pair(ctx, key, l.b.channel(key), l.b.handoffChannel(key), func(ctx context.Context, key, ch string) (*subscription[struct{}], error) {
+		s, _, err := l.join(ctx, key, ch)
+		return s, err
+	})
 }
 
 // Watch subscribes key's watch channel (see Backend.watchChannel), on
@@ -153,11 +138,7 @@ func (l *listener) stop(ctx context.Context, ch string, _ *subscription[struct{}
 // Unsubscribe drops one subscription of key and sends UNSUBSCRIBE when it
 // was the last. After Close it does nothing.
 func (l *listener) Unsubscribe(ctx context.Context, key string) error {
-	err := errors.Join(l.drop(ctx, l.b.channel(key), true), l.drop(ctx, l.b.handoffChannel(key), true))
-	if err != nil {
-		return fmt.Errorf("redislock: unsubscribe %q: %w", key, err)
-	}
-	return nil
+	return l.unpair(ctx, key, l.b.channel(key), l.b.handoffChannel(key))
 }
 
 // confirmed handles the server's "subscribe" confirmation for channel ch.

@@ -109,25 +109,7 @@ func (b *Backend) listenSharded(ctx context.Context, cancel context.CancelFunc, 
 // It subscribes the Backend's handoff channel of key too, as the
 // single-node listener does (its slot is the key's).
 func (l *shardedListener) Subscribe(ctx context.Context, key string) error {
-	ch, ho := l.b.channel(key), l.b.handoffChannel(key)
-	s, err := l.joinHomed(ctx, key, ch)
-	if err != nil {
-		return err
-	}
-	sh, err := l.joinHomed(ctx, key, ho)
-	if err != nil {
-		_ = l.drop(context.WithoutCancel(ctx), ch, false)
-		return err
-	}
-	if err := l.await(ctx, key, ch, s); err != nil {
-		_ = l.drop(context.WithoutCancel(ctx), ho, false)
-		return err
-	}
-	if err := l.await(ctx, key, ho, sh); err != nil {
-		_ = l.drop(context.WithoutCancel(ctx), ch, false)
-		return err
-	}
-	return nil
+	return l.pair(ctx, key, l.b.channel(key), l.b.handoffChannel(key), l.joinHomed)
 }
 
 // Watch subscribes key's watch channel on the master of its slot, as the
@@ -189,10 +171,7 @@ func (l *shardedListener) stop(_ context.Context, ch string, s *shardSub, wait b
 // Unsubscribe drops one subscription of key and sends SUNSUBSCRIBE when it
 // was the last. After Close it does nothing.
 func (l *shardedListener) Unsubscribe(ctx context.Context, key string) error {
-	if err := errors.Join(l.drop(ctx, l.b.channel(key), true), l.drop(ctx, l.b.handoffChannel(key), true)); err != nil {
-		return fmt.Errorf("redislock: unsubscribe %q: %w", key, err)
-	}
-	return nil
+	return l.unpair(ctx, key, l.b.channel(key), l.b.handoffChannel(key))
 }
 
 // sunsubscribe queues SUNSUBSCRIBE ch on sh. l.mu must be held.

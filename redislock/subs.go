@@ -132,6 +132,40 @@ func (c *subscriptions[X]) await(ctx context.Context, key, ch string, s *subscri
 	}
 }
 
+// pair counts one Subscribe of key's two channels ch and ho (the release
+// channel and the Backend's handoff channel): join joins one, and readies
+// it on the wire; both are joined before either is awaited, so that one
+// round trip confirms both. A failure undoes what was counted.
+func (c *subscriptions[X]) pair(ctx context.Context, key, ch, ho string, join func(ctx context.Context, key, ch string) (*subscription[X], error)) error {
+	s, err := join(ctx, key, ch)
+	if err != nil {
+		return err
+	}
+	sh, err := join(ctx, key, ho)
+	if err != nil {
+		_ = c.drop(context.WithoutCancel(ctx), ch, false)
+		return err
+	}
+	if err := c.await(ctx, key, ch, s); err != nil {
+		_ = c.drop(context.WithoutCancel(ctx), ho, false)
+		return err
+	}
+	if err := c.await(ctx, key, ho, sh); err != nil {
+		_ = c.drop(context.WithoutCancel(ctx), ch, false)
+		return err
+	}
+	return nil
+}
+
+// unpair undoes one pair of key's channels ch and ho, waiting for the
+// writes (see drop).
+func (c *subscriptions[X]) unpair(ctx context.Context, key, ch, ho string) error {
+	if err := errors.Join(c.drop(ctx, ch, true), c.drop(ctx, ho, true)); err != nil {
+		return fmt.Errorf("redislock: unsubscribe %q: %w", key, err)
+	}
+	return nil
+}
+
 // drop undoes one Subscribe of channel ch, and has the wire stop ch when it
 // was the last. With wait, it then waits, out of mu, for the write the wire
 // queued, if any, and returns its error. After Close it does nothing.
