@@ -47,6 +47,9 @@ func WithNamespace(ns string) Option { return optionFunc(func(b *Backend) { b.ns
 // more than a leader election takes with etcd's default timings.
 func WithTimeout(d time.Duration) Option { return optionFunc(func(b *Backend) { b.timeout = d }) }
 
+// defaultTimeout is WithTimeout's default.
+const defaultTimeout = 3 * time.Second
+
 // WithHandoff turns the direct handoff (see handoff.go) on or off; it is
 // on by default. With it off, the Backend does not report
 // driver.CapHandoff, so its Clients' fair waiters queue as before the
@@ -125,14 +128,14 @@ func (b *Backend) bound(ctx context.Context) (context.Context, context.CancelFun
 // ownership of c and closes it after the dlock Client that uses the
 // backend.
 func New(c *clientv3.Client, opts ...Option) *Backend {
-	b := &Backend{c: c, ns: DefaultNamespace, timeout: 3 * time.Second, queued: make(map[holdID]struct{}), hints: make(map[string]headHint)}
+	b := &Backend{c: c, ns: DefaultNamespace, timeout: defaultTimeout, queued: make(map[holdID]struct{}), hints: make(map[string]headHint)}
 	for _, o := range opts {
 		o.apply(b)
 	}
 	b.leases = newLeaseTable(c.Lease, b.term)
 	b.leases.revokeTimeout = b.timeout
 	if b.timeout <= 0 {
-		b.leases.revokeTimeout = 3 * time.Second
+		b.leases.revokeTimeout = defaultTimeout // a revocation is never unbounded
 	}
 	return b
 }

@@ -31,7 +31,7 @@ import (
 //
 // A retired lease is then revoked, once no live hold is left on it and the
 // last expiry its keep-alives promised has passed (see revokeIdle), and so
-// is a queue lease once superseded and past its expiry: etcd extends every
+// is a queue lease once past its expiry: etcd extends every
 // lease by its full TTL when a new leader takes office, so while leaders
 // change faster than a lease's TTL no lease expires by itself, and a grant
 // left on one (an orphan, an abandoned hold) would outlive its TTL for as
@@ -102,7 +102,7 @@ type leaseTable struct {
 	pending  map[holdID]*hold // grants on their way to the store (see pend)
 	queue    map[int64]*lease // queue-TTL bucket → lease for writer intents (never kept alive)
 	// idle holds the leases to revoke (see revokeIdle): retired TTL leases
-	// and superseded queue leases.
+	// and queue leases that take no more entries.
 	idle map[*lease]struct{}
 	// scanned is when revokeIdle last looked for abandoned holds.
 	scanned time.Time
@@ -490,7 +490,7 @@ const scanEvery = 250 * time.Millisecond
 // can count on any more: a retired lease with no hold left (each live one
 // moved at its next renewal, or was released; the abandoned ones were
 // dropped when it retired) once its last promised expiry has passed, and a
-// superseded queue lease once past its expiry. Until then the server keeps
+// queue lease once past its expiry, superseded or not. Until then the server keeps
 // the lease by its own clock, so a revocation changes nothing for anyone
 // who trusted it: a holder counts on a lease only until the expiry its
 // last answered keep-alive (or grant) promised, never beyond. After it,

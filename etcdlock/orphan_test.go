@@ -79,16 +79,9 @@ func TestOrphanGrantOnSharedLeaseExpires(t *testing.T) {
 	srv := testserver.StartEtcd(t)
 	_, keep := makeOrphan(t, srv, true)
 
-	other := dlock.New(etcdlock.New(srv.Client(t)))
-	defer other.Close()
 	// TTL 1s on a lease of 2s: free on the store within ~3s of the grant.
-	until := time.Now().Add(8 * time.Second)
-	for time.Now().Before(until) {
-		if l, err := other.Mutex("orphan").TryLock(t.Context()); err == nil {
-			_ = l.Unlock(t.Context())
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	if freeWithin(t, srv, "orphan", 8*time.Second) {
+		return
 	}
 	info, _, _ := etcdlock.New(srv.Client(t)).Inspect(t.Context(), "orphan")
 	t.Fatalf("the orphaned grant of a 1s TTL is still held after ~9.5s (%+v); keep err=%v", info, keep.Err())
@@ -112,15 +105,8 @@ func testUnknownOutcomeLapses(t *testing.T, opts ...dlock.Option) {
 	srv := testserver.StartEtcd(t)
 	_, keep := makeOrphan(t, srv, false, opts...) // the network is back at once
 
-	other := dlock.New(etcdlock.New(srv.Client(t)))
-	defer other.Close()
-	until := time.Now().Add(8 * time.Second)
-	for time.Now().Before(until) {
-		if l, err := other.Mutex("orphan").TryLock(t.Context()); err == nil {
-			_ = l.Unlock(t.Context())
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	if freeWithin(t, srv, "orphan", 8*time.Second) {
+		return
 	}
 	t.Fatalf("the reentrant handle's grant of unknown outcome (TTL 1s) is still held after 8s; keep err=%v", keep.Err())
 }
@@ -153,4 +139,19 @@ func makeOrphan(t *testing.T, srv *testserver.Etcd, failClean bool, opts ...dloc
 	}
 	down.Store(false)
 	return c, keep
+}
+
+// freeWithin reports whether another Client on srv can lock name (and
+// unlocks it) within d, trying every 100ms.
+func freeWithin(t *testing.T, srv *testserver.Etcd, name string, d time.Duration) bool {
+	t.Helper()
+	other := dlock.New(etcdlock.New(srv.Client(t)))
+	defer other.Close()
+	for until := time.Now().Add(d); time.Now().Before(until); time.Sleep(100 * time.Millisecond) {
+		if l, err := other.Mutex(name).TryLock(t.Context()); err == nil {
+			_ = l.Unlock(t.Context())
+			return true
+		}
+	}
+	return false
 }

@@ -23,9 +23,9 @@
 -- counter; with ARGV[13], a refusal of an exclusive request that waits has
 -- nine: the fence counter (0 for a request that accepts no handoff) and 1
 -- when the lock has a live fair queue (which a plain waiter then joins:
--- it no longer hears the handoffs to other clients); for a shared request whose limit is not the one of the live
--- shared holds (a conflict), {2, an owner of those holds, its pttl, live
--- shared holds, their limit}.
+-- it no longer hears the handoffs to other clients); for a shared request
+-- whose limit is not the one of the live shared holds (a conflict), {2, an
+-- owner of those holds, its pttl, live shared holds, their limit}.
 --
 -- With a lock-delay the hash also keeps 'delay' and lives delay ms past the
 -- lease: in between, the lock is expired but nobody may take it (see

@@ -114,10 +114,7 @@ func (l *listener) Watch(ctx context.Context, key string) error {
 
 // Unwatch undoes one Watch of key.
 func (l *listener) Unwatch(ctx context.Context, key string) error {
-	if err := l.drop(ctx, l.b.watchChannel(key), true); err != nil {
-		return fmt.Errorf("redislock: unwatch %q: %w", key, err)
-	}
-	return nil
+	return l.undo(ctx, "unwatch", key, l.b.watchChannel(key))
 }
 
 // start writes SUBSCRIBE ch (wire). l.mu is held.
@@ -138,7 +135,7 @@ func (l *listener) stop(ctx context.Context, ch string, _ *subscription[struct{}
 // Unsubscribe drops one subscription of key and sends UNSUBSCRIBE when it
 // was the last. After Close it does nothing.
 func (l *listener) Unsubscribe(ctx context.Context, key string) error {
-	return l.unpair(ctx, key, l.b.channel(key), l.b.handoffChannel(key))
+	return l.undo(ctx, "unsubscribe", key, l.b.channel(key), l.b.handoffChannel(key))
 }
 
 // confirmed handles the server's "subscribe" confirmation for channel ch.

@@ -125,10 +125,7 @@ func (l *shardedListener) Watch(ctx context.Context, key string) error {
 
 // Unwatch undoes one Watch of key.
 func (l *shardedListener) Unwatch(ctx context.Context, key string) error {
-	if err := l.drop(ctx, l.b.watchChannel(key), true); err != nil {
-		return fmt.Errorf("redislock: unwatch %q: %w", key, err)
-	}
-	return nil
+	return l.undo(ctx, "unwatch", key, l.b.watchChannel(key))
 }
 
 // joinHomed joins the subscription to ch of key and, when it made it,
@@ -171,7 +168,7 @@ func (l *shardedListener) stop(_ context.Context, ch string, s *shardSub, wait b
 // Unsubscribe drops one subscription of key and sends SUNSUBSCRIBE when it
 // was the last. After Close it does nothing.
 func (l *shardedListener) Unsubscribe(ctx context.Context, key string) error {
-	return l.unpair(ctx, key, l.b.channel(key), l.b.handoffChannel(key))
+	return l.undo(ctx, "unsubscribe", key, l.b.channel(key), l.b.handoffChannel(key))
 }
 
 // sunsubscribe queues SUNSUBSCRIBE ch on sh. l.mu must be held.

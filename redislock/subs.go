@@ -157,11 +157,16 @@ func (c *subscriptions[X]) pair(ctx context.Context, key, ch, ho string, join fu
 	return nil
 }
 
-// unpair undoes one pair of key's channels ch and ho, waiting for the
-// writes (see drop).
-func (c *subscriptions[X]) unpair(ctx context.Context, key, ch, ho string) error {
-	if err := errors.Join(c.drop(ctx, ch, true), c.drop(ctx, ho, true)); err != nil {
-		return fmt.Errorf("redislock: unsubscribe %q: %w", key, err)
+// undo undoes one subscription of each of key's channels chs (both of a
+// pair for Unsubscribe, the watch channel for Unwatch), waiting for the
+// writes (see drop); op names the call in the error.
+func (c *subscriptions[X]) undo(ctx context.Context, op, key string, chs ...string) error {
+	var errs []error
+	for _, ch := range chs {
+		errs = append(errs, c.drop(ctx, ch, true))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("redislock: %s %q: %w", op, key, err)
 	}
 	return nil
 }
