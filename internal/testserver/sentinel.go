@@ -242,17 +242,24 @@ func (s *SentinelSet) Recover(t testing.TB) {
 		}
 	}
 	s.waitReplicating(t, replica, primary)
+	finalP, finalR := primary, replica
 	s.waitUntil(t, "the sentinels to see the replica", func(ctx context.Context) error {
-		p, r := primary.Addr(), replica.Addr()
+		p, r := primary, replica
 		// On a loaded machine the primary can look down long enough for
 		// the sentinels to fail over once more meanwhile: follow them.
-		if addr, err := s.askPrimary(ctx, s.sentinels[0]); err == nil && addr != p {
+		if addr, err := s.askPrimary(ctx, s.sentinels[0]); err == nil && addr != p.Addr() {
 			if n := s.node(addr); n != nil {
-				p, r = addr, s.other(n).Addr()
+				p, r = n, s.other(n)
 			}
 		}
-		return s.checkSentinels(ctx, p, r, false)
+		finalP, finalR = p, r
+		return s.checkSentinels(ctx, p.Addr(), r.Addr(), false)
 	})
+	if finalP != primary {
+		// The sentinels reconfigure the old primary as a replica of the
+		// new one in their own time: wait until it replicates.
+		s.waitReplicating(t, finalR, finalP)
+	}
 }
 
 // Kill kills both data nodes and the three sentinels, so that the set stops
