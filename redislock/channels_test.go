@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -235,5 +236,58 @@ func TestGiveUpAnywhereLeavesNoChannel(t *testing.T) {
 			}
 			return all
 		})
+	})
+}
+
+// review-46: a Subscribe whose SUBSCRIBE cannot be written before its
+// deadline fails with an error wrapping the deadline, and leaves no channel
+// on the server: go-redis subscribes the channel again after reconnecting,
+// and the listener unsubscribes what nobody holds.
+func TestFailedSubscribeWriteLeavesNoChannel(t *testing.T) {
+	b, rdb, _ := setup(t)
+	l, err := b.Listen(t.Context(), func(string, string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	subscribe(t, l, "warm")
+	if err := l.Unsubscribe(t.Context(), "warm"); err != nil {
+		t.Fatal(err)
+	}
+	failed := 0
+	for i := range 200 {
+		key := fmt.Sprint("k", i)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Duration(i%40)*10*time.Microsecond)
+		err := l.Subscribe(ctx, key)
+		cancel()
+		switch {
+		case err == nil:
+			if err := l.Unsubscribe(t.Context(), key); err != nil {
+				t.Fatal(err)
+			}
+		case errors.Is(err, context.DeadlineExceeded):
+			failed++
+		default:
+			t.Errorf("Subscribe(%s) = %v, want an error wrapping its deadline", key, err)
+		}
+	}
+	t.Logf("%d of 200 Subscribes ran out of time", failed)
+	if failed == 0 {
+		t.Fatal("no Subscribe failed: the test did not exercise a failed write")
+	}
+	// Whatever connection the failed writes broke, the listener is back.
+	subscribe(t, l, "probe")
+	if err := l.Unsubscribe(t.Context(), "probe"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "no channel left on the server", func() bool {
+		chs, err := rdb.PubSubChannels(t.Context(), "*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(chs) > 0 {
+			t.Logf("left on the server: %d, e.g. %q", len(chs), chs[0])
+		}
+		return len(chs) == 0
 	})
 }

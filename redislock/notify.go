@@ -120,10 +120,9 @@ func (l *listener) Unwatch(ctx context.Context, key string) error {
 // start writes SUBSCRIBE ch (wire). l.mu is held.
 func (l *listener) start(ctx context.Context, ch string, _ *subscription[struct{}]) error {
 	// go-redis remembers the channel even when the write failed and
-	// subscribes it again after a reconnect. That is harmless (a release
-	// on a channel not in l.subs is ignored, and its confirmation too),
-	// while an UNSUBSCRIBE here would wait, with l.mu held, on the
-	// connection that just failed.
+	// subscribes it again after a reconnect; confirmed unsubscribes it
+	// then, since it is not in l.subs. An UNSUBSCRIBE here would wait,
+	// with l.mu held, on the connection that just failed.
 	return l.ps.Subscribe(ctx, ch)
 }
 
@@ -143,10 +142,19 @@ func (l *listener) confirmed(ch string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.subs[ch]
-	if s == nil || s.confirmed {
-		return // a resubscription after a reconnect
+	switch {
+	case s == nil:
+		// Nobody holds ch: go-redis subscribed it again after a reconnect
+		// although the SUBSCRIBE that first named it failed to be written
+		// (see start), or just after it left the table. Unsubscribing
+		// takes it off the server, and out of go-redis's list of channels
+		// to resubscribe; a later Subscribe of ch writes its SUBSCRIBE
+		// after this, with l.mu held.
+		_ = l.ps.Unsubscribe(l.ctx, ch)
+	case !s.confirmed:
+		l.confirm(ch, s)
 	}
-	l.confirm(ch, s)
+	// else: a resubscription after a reconnect.
 }
 
 // receive reads the pub/sub connection until Close. It uses Receive rather

@@ -90,7 +90,8 @@ func (c *subscriptions[X]) setup(ctx context.Context, cancel context.CancelFunc,
 // join counts one Subscribe of key, whose release channel is ch: it joins
 // the subscription to ch in the table, or makes one, which the wire starts,
 // and reports whether it made it. It fails, counting nothing, after Close
-// (redis.ErrClosed), after a refusal, and when the wire's start fails.
+// (redis.ErrClosed), after a refusal, and when the wire's start fails (with
+// an error wrapping ctx.Err() too when ctx has ended).
 func (c *subscriptions[X]) join(ctx context.Context, key, ch string) (s *subscription[X], fresh bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -104,6 +105,10 @@ func (c *subscriptions[X]) join(ctx context.Context, key, ch string) (s *subscri
 	if s == nil {
 		s = &subscription[X]{key: key, ready: make(chan struct{})}
 		if err := c.wire.start(ctx, ch, s); err != nil {
+			if cerr := ended(ctx); cerr != nil {
+				// The write gave up at the caller's deadline: say so.
+				return nil, false, fmt.Errorf("redislock: subscribe %q: %w (%w)", key, cerr, err)
+			}
 			return nil, false, fmt.Errorf("redislock: subscribe %q: %w", key, err)
 		}
 		c.subs[ch] = s
@@ -274,6 +279,19 @@ func (c *subscriptions[X]) shut(also func()) bool {
 		also()
 	}
 	return true
+}
+
+// ended returns ctx.Err(), or context.DeadlineExceeded when ctx's deadline
+// has passed but its timer has not yet said so (a write that timed out at
+// the deadline can return first).
+func ended(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // isNoPerm reports whether err is Redis refusing a command for lack of
