@@ -76,8 +76,13 @@ local overtook = 0
 local qttl = tonumber(ARGV[10] or '0') or 0
 local wait = ARGV[9] == '1' and qttl > 0
 
-local function busy()
-  return {0, redis.call('HGET', L, 'owner') or '', redis.call('PTTL', L)}
+-- busy answers a request that the exclusive grant in L refuses; owner is
+-- its owner when the caller read it already (false when absent).
+local function busy(owner)
+  if owner == nil then
+    owner = redis.call('HGET', L, 'owner')
+  end
+  return {0, owner or '', redis.call('PTTL', L)}
 end
 
 -- enqueue puts token at the tail of the fair queue, or keeps its place,
@@ -185,11 +190,11 @@ if shared then
 end
 
 -- One read of the hash: the lock-delay, the token's holds, the ids of the
--- requests that made the grant and its fence.
-local hm = redis.call('HMGET', L, 'delay', token, 'rid', 'fence')
+-- requests that made the grant, its fence and its owner.
+local hm = redis.call('HMGET', L, 'delay', token, 'rid', 'fence', 'owner')
 local delay, expired = leaseState(L, hm[1])
 if expired then
-  local r = busy() -- expired, kept out of reach for its lock-delay
+  local r = busy(hm[5]) -- expired, kept out of reach for its lock-delay
   return refuse(r[2], r[3], 0, false)
 end
 local holds = hm[2]
@@ -208,7 +213,7 @@ if holds then
     return {1, hm[4], tonumber(holds)}
   end
   if ARGV[4] ~= '1' then
-    local r = busy()
+    local r = busy(hm[5])
     return refuse(r[2], r[3], 0, false)
   end
   holds = redis.call('HINCRBY', L, token, 1)
@@ -226,7 +231,7 @@ if holds then
   return {1, hm[4], holds}
 end
 if redis.call('EXISTS', L) == 1 then
-  local r = busy()
+  local r = busy(hm[5])
   return refuse(r[2], r[3], 0, false)
 end
 if redis.call('EXISTS', S, W, Q) > 0 then

@@ -160,12 +160,12 @@ local function handOff(L, F, S, Q, QE, QO)
   if not head then
     return nil
   end
-  local owner = redis.call('HGET', QO, head)
+  local o = redis.call('HMGET', QO, head, '\0' .. head)
+  local owner, hid = o[1], o[2]
   local exp = tonumber(redis.call('ZSCORE', QE, head))
   if not owner or not exp or exp <= now() then
     return nil
   end
-  local hid = redis.call('HGET', QO, '\0' .. head)
   local fence = redis.call('INCR', F)
   redis.call('HSET', L, head, 1, 'owner', owner, 'fence', string.format('%d', fence), 'at', now(), 'rid', 'ho')
   redis.call('PEXPIREAT', L, exp)
