@@ -138,7 +138,10 @@ func (l *listener) Unsubscribe(ctx context.Context, key string) error {
 }
 
 // confirmed handles the server's "subscribe" confirmation for channel ch.
-func (l *listener) confirmed(ch string) {
+// It returns the error of the UNSUBSCRIBE it wrote, if any: go-redis has
+// then reconnected, or will, within that write, and receive treats it as a
+// failure of the connection.
+func (l *listener) confirmed(ch string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.subs[ch]
@@ -150,11 +153,11 @@ func (l *listener) confirmed(ch string) {
 		// takes it off the server, and out of go-redis's list of channels
 		// to resubscribe; a later Subscribe of ch writes its SUBSCRIBE
 		// after this, with l.mu held.
-		_ = l.ps.Unsubscribe(l.ctx, ch)
+		return l.ps.Unsubscribe(l.ctx, ch)
 	case !s.confirmed:
-		l.confirm(ch, s)
+		return l.confirm(ch, s)
 	}
-	// else: a resubscription after a reconnect.
+	return nil // a resubscription after a reconnect
 }
 
 // receive reads the pub/sub connection until Close. It uses Receive rather
@@ -162,6 +165,16 @@ func (l *listener) confirmed(ch string) {
 func (l *listener) receive() {
 	defer l.wg.Done()
 	failures := 0
+	// failed handles a failure of the connection: go-redis has reconnected,
+	// or will on the next Receive, and resubscribes; releases published
+	// meanwhile are lost. It reports false once the listener is closed.
+	failed := func() bool {
+		if failures == 0 {
+			l.fn("", "")
+		}
+		failures++
+		return l.sleep(reconnectDelay(failures))
+	}
 	for {
 		msg, err := l.ps.Receive(l.ctx)
 		if err != nil {
@@ -173,13 +186,7 @@ func (l *listener) receive() {
 				l.refuse(err)
 				continue
 			}
-			// go-redis has reconnected, or will on the next Receive, and
-			// resubscribes; releases published meanwhile are lost.
-			if failures == 0 {
-				l.fn("", "")
-			}
-			failures++
-			if !l.sleep(reconnectDelay(failures)) {
+			if !failed() {
 				return
 			}
 			continue
@@ -193,8 +200,13 @@ func (l *listener) receive() {
 		}
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				l.confirmed(m.Channel)
+			if m.Kind != "subscribe" {
+				break
+			}
+			// An UNSUBSCRIBE written here that fails has had go-redis
+			// reconnect within the write, out of Receive's sight.
+			if err := l.confirmed(m.Channel); err != nil && l.ctx.Err() == nil && !failed() {
+				return
 			}
 		case *redis.Message:
 			if key, ok := l.keyOf(m.Channel); ok {

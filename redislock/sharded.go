@@ -350,7 +350,7 @@ func (l *shardedListener) confirmed(sh *shard, ch string) string {
 	case s == nil || s.ext.shard != sh:
 		// Not subscribed, or not through sh any more.
 	case !s.confirmed:
-		l.confirm(ch, s)
+		_ = l.confirm(ch, s) // its stop only queues the write
 	case s.ext.rehomed:
 		s.ext.rehomed = false
 		return s.key

@@ -217,14 +217,17 @@ func (c *subscriptions[X]) drop(ctx context.Context, ch string, wait bool) error
 // ch: it releases the Subscribe calls waiting for it and, when they have all
 // given up meanwhile, takes ch out of the table and has the wire stop it.
 // The listener has checked that s is in the table, unconfirmed, and that
-// the confirmation answers its subscribe command. c.mu must be held.
-func (c *subscriptions[X]) confirm(ch string, s *subscription[X]) {
+// the confirmation answers its subscribe command. It returns the error of
+// writing that stop, if any. c.mu must be held.
+func (c *subscriptions[X]) confirm(ch string, s *subscription[X]) error {
 	s.confirmed = true
 	close(s.ready)
 	if s.refs == 0 { // every waiter gave up before the confirmation
 		delete(c.subs, ch)
-		_, _ = c.wire.stop(c.ctx, ch, s, false)
+		_, err := c.wire.stop(c.ctx, ch, s, false)
+		return err
 	}
+	return nil
 }
 
 // refuse handles Redis's refusal of a SUBSCRIBE or SSUBSCRIBE (NOPERM): the
