@@ -150,9 +150,13 @@ end
 -- the head's entry (the head's last request + its QueueTTL), so that a
 -- head that died leaves the lock no later than its entry would have. It
 -- returns the head, the grant's fence and the id of the head's client's
--- handoff channel (false when it has none), or nil.
-local function handOff(L, F, S, Q, QE, QO)
-  if redis.call('EXISTS', L) == 1 or redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf') > 0 then
+-- handoff channel (false when it has none), or nil. freed is true when the
+-- caller has just deleted an exclusive grant: then the lock is free of
+-- live shared holds too, with no need to look (no shared hold is granted
+-- or renewed while an exclusive grant exists, and an exclusive grant is
+-- made only when no shared hold is live).
+local function handOff(L, F, S, Q, QE, QO, freed)
+  if not freed and (redis.call('EXISTS', L) == 1 or redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf') > 0) then
     return nil
   end
   pruneQueue(Q, QE, QO)

@@ -118,6 +118,7 @@ end
 local result = -1
 local notify = false -- announce the release
 local anyone = false -- announce it to every waiter, not only the queue's head
+local freed = false  -- this release deleted an exclusive grant (see handOff)
 
 if holds then
   local _, expired = leaseState(L, h[3])
@@ -125,7 +126,7 @@ if holds then
     -- The lease expired and the lock sits in its lock-delay: the late
     -- holder is done with it, so the delay has no more reason to run.
     redis.call('DEL', L) -- not done(): a resend, too, finds nothing held
-    notify = true
+    notify, freed = true, true
   else
     holds = tonumber(holds) - 1
     if holds > 0 then
@@ -133,7 +134,7 @@ if holds then
     else
       redis.call('DEL', L)
       done(recent, h[2])
-      notify = true
+      notify, freed = true, true
     end
     result = holds
   end
@@ -162,7 +163,7 @@ if waiters then
 end
 
 if notify and waiters and ARGV[3] ~= '' then
-  local head, fence, hid = handOff(L, F, S, Q, QE, QO)
+  local head, fence, hid = handOff(L, F, S, Q, QE, QO, freed)
   if head then
     -- To the head's client alone when it has a handoff channel: the other
     -- waiters have nothing to do on a handoff (the lock is not free).
