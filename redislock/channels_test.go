@@ -42,13 +42,7 @@ func TestRefusedHandoffChannelLeavesNoChannel(t *testing.T) {
 	if !strings.Contains(err.Error(), "&dlock:*") {
 		t.Errorf("refusal %q does not name the rule &dlock:*", err)
 	}
-	eventually(t, "no channel left after the refusal", func() bool {
-		chs, err := admin.PubSubChannels(t.Context(), "*").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(chs) == 0
-	})
+	noChannelLeft(t, admin, "no channel left after the refusal")
 	// Unsubscribe after the failed Subscribe: nothing was counted.
 	if err := l.Unsubscribe(t.Context(), "x"); err == nil || !strings.HasPrefix(err.Error(), `redislock: unsubscribe "x": `) {
 		t.Errorf("Unsubscribe after a failed Subscribe = %v, want a wrapped not-subscribed error", err)
@@ -78,14 +72,7 @@ func TestCloseDuringSubscribe(t *testing.T) {
 	if err := l.Unsubscribe(t.Context(), "k"); err != nil {
 		t.Errorf("Unsubscribe after Close = %v, want nil", err)
 	}
-	eventually(t, "no channel left after Close", func() bool {
-		time.Sleep(50 * time.Millisecond)
-		chs, err := rdb.PubSubChannels(t.Context(), "*").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(chs) == 0
-	})
+	noChannelLeft(t, rdb, "no channel left after Close")
 }
 
 // Lock names containing "}" and ":ho:" never make two channels
@@ -280,7 +267,14 @@ func TestFailedSubscribeWriteLeavesNoChannel(t *testing.T) {
 	if err := l.Unsubscribe(t.Context(), "probe"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "no channel left on the server", func() bool {
+	noChannelLeft(t, rdb, "no channel left on the server")
+}
+
+// noChannelLeft waits until the server rdb has no pub/sub channel left,
+// and fails the test, naming what and one channel left, when it has not.
+func noChannelLeft(t *testing.T, rdb redis.UniversalClient, what string) {
+	t.Helper()
+	eventually(t, what, func() bool {
 		chs, err := rdb.PubSubChannels(t.Context(), "*").Result()
 		if err != nil {
 			t.Fatal(err)

@@ -217,13 +217,7 @@ func TestReviewFailedSubscribesKeepLiveChannels(t *testing.T) {
 			}
 		}
 	}
-	eventually(t, "no channel left", func() bool {
-		chs, err := rdb.PubSubChannels(t.Context(), "*").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(chs) == 0
-	})
+	noChannelLeft(t, rdb, "no channel left")
 }
 
 func waitHeardSuffix(t *testing.T, h *heard, suffix string) {
@@ -299,13 +293,7 @@ func TestReviewCloseDuringStaleUnsubscribes(t *testing.T) {
 	if worst > time.Second {
 		t.Errorf("slowest Close took %v", worst)
 	}
-	eventually(t, "no channel left", func() bool {
-		chs, err := rdb.PubSubChannels(t.Context(), "*").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(chs) == 0
-	})
+	noChannelLeft(t, rdb, "no channel left")
 }
 
 // review-47: a Subscribe that fails before its deadline, for another reason
