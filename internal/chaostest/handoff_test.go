@@ -154,7 +154,10 @@ func runHeadCrash(t *testing.T, s *store, fair bool) {
 	if *soak {
 		rounds = procSoakRounds
 	}
-	for i := range rounds {
+	// As in the pause and crash scenarios, a soak goes on past its rounds
+	// until it has made soakOps critical sections (on a SQL store 25
+	// rounds make a few thousand).
+	for i := 0; i < rounds || (*soak && r.grants.Load() < soakOps); i++ {
 		c := r.startChild(roleHead)
 		c.expectLine(t, "ready")
 		r.gate.close(t)
