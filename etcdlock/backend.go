@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/ctxend"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -170,10 +171,7 @@ func wrap(op, key string, err error) error {
 // A deadline counts once it has passed, even before ctx's timer has run
 // (on a loaded machine the answer can come first).
 func wrapCtx(ctx context.Context, op, key string, err error) error {
-	cerr := ctx.Err()
-	if d, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(d) {
-		cerr = context.DeadlineExceeded
-	}
+	cerr := ctxend.Err(ctx)
 	if cerr != nil && !errors.Is(err, cerr) {
 		err = fmt.Errorf("%w: %w", cerr, err)
 	}

@@ -2,6 +2,7 @@ package redislock_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -86,14 +87,19 @@ func TestHandoffAnnouncedToHeadsBackendAlone(t *testing.T) {
 // prefix.
 func waitHeard(t *testing.T, h *heard, prefix string) {
 	t.Helper()
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		for _, m := range h.all() {
-			if strings.HasPrefix(m, prefix) {
-				return
-			}
+	if !h.within(2*time.Second, func(m string) bool { return strings.HasPrefix(m, prefix) }) {
+		t.Fatalf("heard %q; want a message starting %q", h.all(), prefix)
+	}
+}
+
+// within reports whether h hears a message that match accepts within d.
+func (h *heard) within(d time.Duration, match func(string) bool) bool {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		if slices.ContainsFunc(h.all(), match) {
+			return true
 		}
 	}
-	t.Fatalf("heard %q; want a message starting %q", h.all(), prefix)
+	return false
 }
 
 // A queue entry written by a client before the handoff channel (no id in

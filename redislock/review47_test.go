@@ -222,14 +222,9 @@ func TestReviewFailedSubscribesKeepLiveChannels(t *testing.T) {
 
 func waitHeardSuffix(t *testing.T, h *heard, suffix string) {
 	t.Helper()
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
-		for _, m := range h.all() {
-			if len(m) >= len(suffix) && m[len(m)-len(suffix):] == suffix {
-				return
-			}
-		}
+	if !h.within(2*time.Second, func(m string) bool { return strings.HasSuffix(m, suffix) }) {
+		t.Errorf("no message ending %q heard", suffix)
 	}
-	t.Errorf("no message ending %q heard", suffix)
 }
 
 // cmdstats returns the server's SUBSCRIBE and UNSUBSCRIBE counts so far.

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/ctxend"
 )
 
 // subscriptions is the part that both release listeners share and embed
@@ -105,7 +106,7 @@ func (c *subscriptions[X]) join(ctx context.Context, key, ch string) (s *subscri
 	if s == nil {
 		s = &subscription[X]{key: key, ready: make(chan struct{})}
 		if err := c.wire.start(ctx, ch, s); err != nil {
-			if cerr := ended(ctx); cerr != nil {
+			if cerr := ctxend.Err(ctx); cerr != nil {
 				// The write gave up at the caller's deadline: say so.
 				return nil, false, fmt.Errorf("redislock: subscribe %q: %w (%w)", key, cerr, err)
 			}
@@ -282,19 +283,6 @@ func (c *subscriptions[X]) shut(also func()) bool {
 		also()
 	}
 	return true
-}
-
-// ended returns ctx.Err(), or context.DeadlineExceeded when ctx's deadline
-// has passed but its timer has not yet said so (a write that timed out at
-// the deadline can return first).
-func ended(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		return context.DeadlineExceeded
-	}
-	return nil
 }
 
 // isNoPerm reports whether err is Redis refusing a command for lack of

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/ctxend"
 )
 
 var (
@@ -348,10 +349,7 @@ func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
 // context.DeadlineExceeded too, so that callers can tell a wait that ran out
 // from a store that failed.
 func opError(ctx context.Context, op, key string, err error) error {
-	cause := ctx.Err()
-	if d, ok := ctx.Deadline(); ok && cause == nil && !time.Now().Before(d) {
-		cause = context.DeadlineExceeded
-	}
+	cause := ctxend.Err(ctx)
 	if cause != nil && !errors.Is(err, cause) {
 		return fmt.Errorf("sqllock: %s %q: %w (%w)", op, key, err, cause)
 	}
