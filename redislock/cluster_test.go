@@ -292,6 +292,44 @@ func TestClusterSubscribeAfterSlotMovedBehindTheClient(t *testing.T) {
 	n.expect(t, warm)
 }
 
+// TestClusterSubscribesRaceAStaleSlot subscribes many keys of one slot at
+// once after the slot moved behind the listener's client: the MOVED answer
+// to the first SSUBSCRIBE fails the old master's connection while the
+// others are queued on it, or being written. Each of those is the homing
+// goroutine's to subscribe again; none may fail its Subscribe.
+func TestClusterSubscribesRaceAStaleSlot(t *testing.T) {
+	b, c := setupCluster(t)
+	l, n := listen(t, b)
+	keys := keysPerNode(t, c, 2)
+	warm, tag := keys[0][0], keys[0][1]
+	subscribe(t, l, warm)
+	c.MoveSlot(t, c.Slot(t, lockKey(tag)), 2)
+
+	const waiters = 32
+	moved := make([]string, waiters)
+	errs := make(chan error, waiters)
+	for i := range moved {
+		moved[i] = fmt.Sprintf("%s}x%d", tag, i) // the slot of tag
+		go func() { errs <- l.Subscribe(t.Context(), moved[i]) }()
+	}
+	for range waiters {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	other := redislock.New(c.Client(t))
+	for _, k := range moved {
+		if got := shardNumSub(t, c, k); got != 1 {
+			t.Errorf("PUBSUB SHARDNUMSUB of %q on the new master = %d, want 1", k, got)
+		}
+		lockAndRelease(t, other, k)
+		n.expect(t, k)
+	}
+}
+
 func TestClusterListenerSurvivesNodeRestart(t *testing.T) {
 	b, c := setupCluster(t)
 	l, n := listen(t, b)

@@ -87,6 +87,13 @@ type shardState struct {
 // errShardFailed answers the writes still queued on a shard that failed.
 var errShardFailed = errors.New("connection to the master failed")
 
+// errRehoming answers an SSUBSCRIBE queued on, or being written to, a shard
+// whose connection had worked and then failed, by an error or by a MOVED
+// answer to another SSUBSCRIBE: its channel is the homing goroutine's to
+// subscribe again, and the Subscribe waits for that confirmation, as it
+// does for a channel written before the failure.
+var errRehoming = errors.New("connection to the master failed; subscribing again")
+
 // listenSharded is Listen on a Cluster.
 func (b *Backend) listenSharded(ctx context.Context, cancel context.CancelFunc, cc *redis.ClusterClient, fn func(key, next string)) *shardedListener {
 	l := &shardedListener{
@@ -246,6 +253,7 @@ func (l *shardedListener) write(sh *shard) {
 			err = sh.ps.SSubscribe(l.ctx, op.ch)
 		}
 		l.mu.Lock()
+		live := sh.live
 		switch {
 		case err != nil:
 			l.fail(sh)
@@ -255,6 +263,9 @@ func (l *shardedListener) write(sh *shard) {
 			go l.receive(sh)
 		}
 		l.mu.Unlock()
+		if err != nil && live && !op.unsub {
+			err = fmt.Errorf("%w: %w", errRehoming, err)
+		}
 		if op.done != nil {
 			op.done <- err
 		}
@@ -268,6 +279,7 @@ func (l *shardedListener) write(sh *shard) {
 // fail takes sh out after an error of its connection: every channel on it
 // is handed to the homing goroutine, which reports the possible loss when
 // the connection had worked, and the writes still queued are answered with
+// errRehoming (an SSUBSCRIBE on a connection that had worked) or
 // errShardFailed. The caller closes sh.ps once l.mu is released: Close
 // waits for a write, or a dial, in progress. It does nothing when sh has
 // failed already. l.mu must be held.
@@ -280,7 +292,11 @@ func (l *shardedListener) fail(sh *shard) {
 		delete(l.shards, sh.addr)
 	}
 	for _, op := range sh.ops {
-		if op.done != nil {
+		switch {
+		case op.done == nil:
+		case sh.live && !op.unsub:
+			op.done <- errRehoming
+		default:
 			op.done <- errShardFailed
 		}
 	}

@@ -6,6 +6,7 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,8 +20,10 @@ const homingTimeout = 2 * time.Second
 // home looks up the master of ch as the client's slot map has it (out of
 // mu: it may reload the slot map), queues SSUBSCRIBE ch on that master's
 // shard, which it opens when there is none, records the shard in s, and
-// waits until the SSUBSCRIBE has been written. s.ext.homing must be set; home
-// clears it.
+// waits until the SSUBSCRIBE has been written. When the shard's connection,
+// having worked, fails first (errRehoming), s is the homing goroutine's and
+// home returns nil: the caller's wait for the confirmation covers it.
+// s.ext.homing must be set; home clears it.
 func (l *shardedListener) home(ctx context.Context, ch string, s *shardSub) error {
 	node, err := l.cc.MasterForKey(ctx, ch)
 	l.mu.Lock()
@@ -36,6 +39,9 @@ func (l *shardedListener) home(ctx context.Context, ch string, s *shardSub) erro
 		l.mu.Unlock()
 		select {
 		case err := <-done:
+			if errors.Is(err, errRehoming) {
+				return nil // fail handed s to the homing goroutine
+			}
 			return err
 		case <-ctx.Done():
 			return ctx.Err()
