@@ -51,6 +51,8 @@ type Backend struct {
 	// wake, when set (NewSQLite), wakes the host's listeners after a
 	// release that may let a waiter in.
 	wake *localWake
+	// gate, on a SQLiteBackend, paces its lock operations (writeGate).
+	gate *writeGate
 }
 
 // engine is one dialect's single statements for the common operations on
@@ -185,9 +187,18 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		}
 	}
 	try := func() (driver.AcquireResult, error) { return b.acquireInFlight(ctx, req) }
-	res, err := retryBusy(ctx, b.dialect, try)
+	run := func() (driver.AcquireResult, error) {
+		if req.Fair {
+			return retryGated(ctx, b, try)
+		}
+		// Plain requests, claims included, are paced by SQLite's busy
+		// handler: woken at once, they cost more statements than they
+		// save (see writeGate).
+		return retryBusy(ctx, b.dialect, try)
+	}
+	res, err := run()
 	if err == nil && !res.Acquired && res.Holder == "" && !res.Queued && !req.Fair && b.dialect != MySQL && ctx.Err() == nil {
-		res, err = retryBusy(ctx, b.dialect, try)
+		res, err = run()
 	}
 	return res, err
 }
@@ -253,7 +264,7 @@ func (b *Backend) renew(ctx context.Context, key, token string, fence uint64, tt
 	if err := b.check(ctx, key, token); err != nil {
 		return false, opError(ctx, "renew", key, err)
 	}
-	held, err := retryBusy(ctx, b.dialect, func() (bool, error) {
+	held, err := retryGated(ctx, b, func() (bool, error) {
 		held, more, err := b.eng.renew(ctx, key, token, fence, ttl)
 		if err != nil || held || !more {
 			return held, err
@@ -292,7 +303,7 @@ func (b *Backend) release(ctx context.Context, key, token string, fence uint64) 
 		return driver.ReleaseResult{}, opError(ctx, "release", key, err)
 	}
 	var head *string
-	res, err := retryBusy(ctx, b.dialect, func() (driver.ReleaseResult, error) {
+	res, err := retryGated(ctx, b, func() (driver.ReleaseResult, error) {
 		var res driver.ReleaseResult
 		var more bool
 		var err error
@@ -334,7 +345,7 @@ func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
 	if err := b.check(ctx, key, token); err != nil {
 		return opError(ctx, "withdraw", key, err)
 	}
-	_, err := retryBusy(ctx, b.dialect, func() (driver.ReleaseResult, error) {
+	_, err := retryGated(ctx, b, func() (driver.ReleaseResult, error) {
 		return b.tx.release(ctx, key, token, true)
 	})
 	if err != nil {

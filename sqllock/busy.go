@@ -70,3 +70,17 @@ func isBusy(err error) bool {
 	}
 	return false
 }
+
+// retryGated is retryBusy for a lock operation of b: on a SQLiteBackend,
+// each run of op holds the write gate (see writeGate), and the backoff
+// after SQLITE_BUSY is spent out of it.
+func retryGated[T any](ctx context.Context, b *Backend, op func() (T, error)) (T, error) {
+	if b.gate == nil {
+		return retryBusy(ctx, b.dialect, op)
+	}
+	return retryBusy(ctx, b.dialect, func() (T, error) {
+		leave := b.gate.enter(ctx)
+		defer leave()
+		return op()
+	})
+}

@@ -50,6 +50,7 @@ func NewSQLite(db *sql.DB, opts ...Option) *SQLiteBackend {
 	b := New(db, SQLite, opts...)
 	if b.err == nil {
 		b.wake = &localWake{db: db}
+		b.gate = newWriteGate(b.wake)
 		b.tx.committed = b.wake.send
 	}
 	return &SQLiteBackend{b}
