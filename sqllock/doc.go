@@ -172,6 +172,15 @@
 // With New(db, SQLite), or where the directory cannot be used, waiters
 // poll.
 //
+// A SQLiteBackend also paces the operations a wait hangs on (fair
+// requests, releases, withdrawals, renewals, BreakIf) through a write gate:
+// each holds an exclusive flock on a file in that directory while it runs,
+// so that a process waiting for SQLite's write lock is woken when it frees
+// rather than sleeping in SQLite's busy handler (1 to 100 ms a step). The
+// gate is never needed for safety, which SQLite's own locking provides: a
+// wait for it gives up after 200 ms (or half the call's time left) and the
+// call goes on without it.
+//
 // On MySQL and MariaDB waiters poll. The server has one wake-up that
 // outlives a statement, GET_LOCK: a holder would keep a user-level lock
 // named after the lock on a connection of its own while it holds, and a
