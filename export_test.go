@@ -10,3 +10,11 @@ func SetSubscriptionLinger(d time.Duration) (restore func()) {
 	subscriptionLinger = d
 	return func() { subscriptionLinger = old }
 }
+
+// SetSubscribeWait sets how long a waiter waits for its subscription to be
+// confirmed, for tests, and returns the function that restores it.
+func SetSubscribeWait(d time.Duration) (restore func()) {
+	old := subscribeWait
+	subscribeWait = d
+	return func() { subscribeWait = old }
+}

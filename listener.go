@@ -18,6 +18,14 @@ import (
 // UNSUBSCRIBE every time it waits.
 var subscriptionLinger = 2 * time.Second
 
+// subscribeWait bounds the wait for the store to confirm a subscription:
+// past it the waiter polls instead, and the next wait subscribes again. A
+// subscription that a failing connection left waiting to be made again (a
+// master that died, a Cluster's slot in flight) would otherwise hold Lock
+// until the store is back or ctx ends, where polling would get the lock or
+// the store's error.
+var subscribeWait = 5 * time.Second
+
 // keyListen is the Client's one subscription to a key's releases on its
 // stream, shared by the waiter groups of the key (usually one; two while
 // one leaves as the next comes). The hub counts its users, so that the
@@ -136,7 +144,9 @@ func (h *waitHub) subscribeKey(ctx context.Context, key string) error {
 	}
 	h.keys[key] = ks
 	h.lmu.Unlock()
-	err = l.Subscribe(ctx, key)
+	sctx, cancel := context.WithTimeout(ctx, subscribeWait)
+	err = l.Subscribe(sctx, key)
+	cancel()
 	h.lmu.Lock()
 	defer h.lmu.Unlock()
 	close(ks.done)

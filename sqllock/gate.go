@@ -49,6 +49,10 @@ const gateFile = "write.gate"
 //
 // One operation of a Backend at a time waits in flock, the others of the
 // same Backend wait for it in turn (sem): a blocked flock holds a thread.
+// A wait that gave up stays blocked in flock until the holder lets go: while
+// a process holding the gate is stopped (SIGSTOP), each Backend that waited
+// for it keeps one goroutine, and its thread, there until the process is
+// continued or dies.
 type writeGate struct {
 	wake    *localWake
 	sem     chan struct{} // held from the wait for the flock to its release
@@ -59,7 +63,12 @@ type writeGate struct {
 	off bool     // the gate cannot work here: operations go without it
 }
 
+// newWriteGate returns the gate of the Backend whose wake-ups w sends, or
+// nil on a system without flock.
 func newWriteGate(w *localWake) *writeGate {
+	if !gateWorks {
+		return nil
+	}
 	return &writeGate{wake: w, sem: make(chan struct{}, 1)}
 }
 
@@ -143,12 +152,22 @@ func (g *writeGate) enter(ctx context.Context) (leave func()) {
 func noLeave() {}
 
 // file returns the gate's file, opened (and its directory made) the first
-// time, or nil when the gate cannot work here.
+// time, or nil when the gate cannot work here. It opens the file again when
+// the one it has is no longer at its path (the directory was removed, as a
+// tmp cleaner does: processes that open the gate since would lock another
+// file than this one). The caller holds sem: nobody uses g.f meanwhile.
 func (g *writeGate) file(ctx context.Context) *os.File {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.f != nil || g.off {
-		return g.f
+	if g.off {
+		return nil
+	}
+	if g.f != nil {
+		if atPath(g.f) {
+			return g.f
+		}
+		_ = g.f.Close()
+		g.f = nil
 	}
 	dir, err := g.wake.directory(ctx)
 	if err != nil {
@@ -168,4 +187,15 @@ func (g *writeGate) file(ctx context.Context) *os.File {
 	}
 	g.f = f
 	return f
+}
+
+// atPath reports whether f is still the file at its path, which one stat
+// of each tells: a removed or replaced file is not.
+func atPath(f *os.File) bool {
+	here, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	there, err := os.Stat(f.Name())
+	return err == nil && os.SameFile(here, there)
 }

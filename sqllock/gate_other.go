@@ -1,4 +1,6 @@
-//go:build !unix
+//go:build !unix || solaris || aix
+
+// Without flock(2), a SQLiteBackend has no write gate.
 
 package sqllock
 
@@ -6,6 +8,8 @@ import (
 	"errors"
 	"os"
 )
+
+const gateWorks = false
 
 func lockFileNow(*os.File) bool { return false }
 

@@ -1,4 +1,4 @@
-//go:build unix
+//go:build unix && !solaris && !aix
 
 package sqllock
 
@@ -6,6 +6,9 @@ import (
 	"os"
 	"syscall"
 )
+
+// gateWorks: this system has flock(2) (Solaris, illumos and AIX do not).
+const gateWorks = true
 
 // lockFileNow takes f's exclusive flock if nobody holds it.
 func lockFileNow(f *os.File) bool {

@@ -1,0 +1,79 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/memlock"
+)
+
+// stuckStore is a memlock store whose Subscribe calls never get their
+// confirmation, as when the connection they were written on failed and the
+// subscription waits to be made again on a master that is down.
+type stuckStore struct{ *memlock.Backend }
+
+func (s stuckStore) Listen(ctx context.Context, fn func(key, next string)) (driver.Listener, error) {
+	l, err := s.Backend.Listen(ctx, fn)
+	if err != nil {
+		return nil, err
+	}
+	return stuckListener{l}, nil
+}
+
+type stuckListener struct{ driver.Listener }
+
+func (stuckListener) Subscribe(ctx context.Context, key string) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestWaitPollsWhenSubscribeHangs checks that a waiter whose subscription
+// is never confirmed gives up on it after subscribeWait and polls: it gets
+// the lock soon after the holder releases it, not when its own context
+// ends.
+func TestWaitPollsWhenSubscribeHangs(t *testing.T) {
+	defer dlock.SetSubscribeWait(200 * time.Millisecond)()
+	for _, fair := range []bool{false, true} {
+		store := memlock.New()
+		holder, waiter := dlock.New(store), dlock.New(stuckStore{store})
+		ctx := context.Background()
+		h, err := holder.Mutex("k").Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var opts []dlock.Option
+		if fair {
+			opts = append(opts, dlock.Fair())
+		}
+		const patience = 30 * time.Second
+		got := make(chan error, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, patience)
+			defer cancel()
+			l, err := waiter.Mutex("k", opts...).Lock(wctx)
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			got <- err
+		}()
+		time.Sleep(500 * time.Millisecond) // past subscribeWait: polling
+		if err := h.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Errorf("fair=%v: Lock: %v", fair, err)
+			}
+		case <-time.After(patience / 2):
+			t.Fatalf("fair=%v: the waiter still waits %v after the release: its subscription held it", fair, patience/2)
+		}
+		if err := errors.Join(holder.Close(), waiter.Close()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
