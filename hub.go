@@ -81,6 +81,7 @@ type waitGroup struct {
 
 	smu        sync.Mutex // serialises subscribing
 	subscribed bool       // guarded by smu; read by the last to leave
+	failedAt   time.Time  // the last subscription that failed; guarded by smu
 }
 
 // fairWaiter is one waiter in the store's fair queue.

@@ -54,17 +54,23 @@ const (
 var errHubClosed = errors.New("dlock: client closing")
 
 // subscribe makes sure the active waiter of g gets release notifications
-// before it tries again. Without them it still works, by polling.
+// before it tries again. Without them it still works, by polling. After a
+// subscription failed, g's waiters poll for subscribeWait before one tries
+// again: a store that lets a subscription wait out subscribeWait would
+// otherwise cost every attempt that long.
 func (h *waitHub) subscribe(ctx context.Context, g *waitGroup) {
 	if h.notifier == nil || h.refused.Load() {
 		return
 	}
 	g.smu.Lock()
 	defer g.smu.Unlock()
-	if g.subscribed {
+	if g.subscribed || (!g.failedAt.IsZero() && time.Since(g.failedAt) < subscribeWait) {
 		return
 	}
 	g.subscribed = h.listenOrPoll(ctx, g.key)
+	if !g.subscribed && ctx.Err() == nil {
+		g.failedAt = time.Now()
+	}
 }
 
 // listenOrPoll makes key's subscription live for one more user (listen),

@@ -36,7 +36,8 @@ func (stuckListener) Subscribe(ctx context.Context, key string) error {
 // the lock soon after the holder releases it, not when its own context
 // ends.
 func TestWaitPollsWhenSubscribeHangs(t *testing.T) {
-	defer dlock.SetSubscribeWait(200 * time.Millisecond)()
+	const wait = 3 * time.Second
+	defer dlock.SetSubscribeWait(wait)()
 	for _, fair := range []bool{false, true} {
 		store := memlock.New()
 		holder, waiter := dlock.New(store), dlock.New(stuckStore{store})
@@ -60,7 +61,10 @@ func TestWaitPollsWhenSubscribeHangs(t *testing.T) {
 			}
 			got <- err
 		}()
-		time.Sleep(500 * time.Millisecond) // past subscribeWait: polling
+		// Past the first subscription's wait, and within the pause before
+		// the next: the waiter polls.
+		time.Sleep(wait + time.Second)
+		released := time.Now()
 		if err := h.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -68,6 +72,12 @@ func TestWaitPollsWhenSubscribeHangs(t *testing.T) {
 		case err := <-got:
 			if err != nil {
 				t.Errorf("fair=%v: Lock: %v", fair, err)
+			}
+			// Polling (every 500ms at most), not trying to subscribe
+			// again before each attempt, which would take until the
+			// second subscription's wait ends, 2s after the release.
+			if d := time.Since(released); d > time.Second {
+				t.Errorf("fair=%v: the waiter got the lock %v after the release", fair, d)
 			}
 		case <-time.After(patience / 2):
 			t.Fatalf("fair=%v: the waiter still waits %v after the release: its subscription held it", fair, patience/2)
