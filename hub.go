@@ -62,6 +62,9 @@ type waitHub struct {
 	keys     map[string]*keyListen // the key subscriptions on the stream (listener.go)
 	lingerWG sync.WaitGroup        // lingering subscriptions' timers set or running
 	failedAt time.Time             // last failed Listen, to retry at most once a second
+	// subFailed is, per key, when its last Subscribe failed (not for the
+	// caller's context): the key's users poll for subscribeWait after it.
+	subFailed map[string]time.Time
 }
 
 func newWaitHub(notifier driver.Notifier, log *slog.Logger, ctx context.Context) *waitHub {
@@ -81,7 +84,6 @@ type waitGroup struct {
 
 	smu        sync.Mutex // serialises subscribing
 	subscribed bool       // guarded by smu; read by the last to leave
-	failedAt   time.Time  // the last subscription that failed; guarded by smu
 }
 
 // fairWaiter is one waiter in the store's fair queue.

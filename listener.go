@@ -54,23 +54,17 @@ const (
 var errHubClosed = errors.New("dlock: client closing")
 
 // subscribe makes sure the active waiter of g gets release notifications
-// before it tries again. Without them it still works, by polling. After a
-// subscription failed, g's waiters poll for subscribeWait before one tries
-// again: a store that lets a subscription wait out subscribeWait would
-// otherwise cost every attempt that long.
+// before it tries again. Without them it still works, by polling.
 func (h *waitHub) subscribe(ctx context.Context, g *waitGroup) {
 	if h.notifier == nil || h.refused.Load() {
 		return
 	}
 	g.smu.Lock()
 	defer g.smu.Unlock()
-	if g.subscribed || (!g.failedAt.IsZero() && time.Since(g.failedAt) < subscribeWait) {
+	if g.subscribed {
 		return
 	}
 	g.subscribed = h.listenOrPoll(ctx, g.key)
-	if !g.subscribed && ctx.Err() == nil {
-		g.failedAt = time.Now()
-	}
 }
 
 // listenOrPoll makes key's subscription live for one more user (listen),
@@ -82,7 +76,7 @@ func (h *waitHub) listenOrPoll(ctx context.Context, key string) bool {
 	}
 	err := h.listen(ctx, key)
 	switch {
-	case err == nil || errors.Is(err, errListenBackoff) || errors.Is(err, errHubClosed):
+	case err == nil || errors.Is(err, errListenBackoff) || errors.Is(err, errSubscribeBackoff) || errors.Is(err, errHubClosed):
 	case errors.Is(err, driver.ErrNotifyRefused):
 		// The store will refuse every key alike (an ACL): stop asking, and
 		// say so once.
@@ -108,13 +102,23 @@ func (h *waitHub) notified(g *waitGroup) bool {
 
 // listen makes the key's subscription live for one more user: it takes
 // over a lingering one, joins a live one, waits for one being made or
-// dropped, or subscribes.
+// dropped, or subscribes. Within subscribeWait of a failed Subscribe of key
+// it returns errSubscribeBackoff, and the user polls: a store that lets a
+// subscription wait out subscribeWait would otherwise cost that much to
+// every wait, and to every pass of an election's observer.
 func (h *waitHub) listen(ctx context.Context, key string) error {
 	for {
 		h.lmu.Lock()
 		if h.closed {
 			h.lmu.Unlock()
 			return errHubClosed
+		}
+		if at, ok := h.subFailed[key]; ok {
+			if time.Since(at) < subscribeWait {
+				h.lmu.Unlock()
+				return errSubscribeBackoff
+			}
+			delete(h.subFailed, key)
 		}
 		ks := h.keys[key]
 		switch {
@@ -158,6 +162,9 @@ func (h *waitHub) subscribeKey(ctx context.Context, key string) error {
 	close(ks.done)
 	if err != nil {
 		delete(h.keys, key)
+		if ctx.Err() == nil {
+			h.subscribeFailed(key)
+		}
 		return err
 	}
 	ks.state, ks.users = keyLive, 1
@@ -195,7 +202,10 @@ func (h *waitHub) watchHandoffs(ctx context.Context, key string) func() {
 	if closed || !ok {
 		return nil
 	}
-	if err := w.Watch(ctx, key); err != nil {
+	wctx, cancel := context.WithTimeout(ctx, subscribeWait)
+	err := w.Watch(wctx, key)
+	cancel()
+	if err != nil {
 		h.lmu.Lock()
 		closed = h.closed
 		h.lmu.Unlock()
@@ -211,6 +221,26 @@ func (h *waitHub) watchHandoffs(ctx context.Context, key string) func() {
 
 // errListenBackoff marks a Listen not retried yet after a recent failure.
 var errListenBackoff = errors.New("dlock: notifications unavailable; retrying later")
+
+// errSubscribeBackoff marks a key's Subscribe not retried yet after a
+// recent failure.
+var errSubscribeBackoff = errors.New("dlock: the name's notifications unavailable; retrying later")
+
+// subscribeFailed records that a Subscribe of key failed now. The records
+// of other keys whose pause is over go once they are many. h.lmu is held.
+func (h *waitHub) subscribeFailed(key string) {
+	if h.subFailed == nil {
+		h.subFailed = make(map[string]time.Time)
+	}
+	if len(h.subFailed) >= 64 {
+		for k, at := range h.subFailed {
+			if time.Since(at) >= subscribeWait {
+				delete(h.subFailed, k)
+			}
+		}
+	}
+	h.subFailed[key] = time.Now()
+}
 
 // unlisten gives up one user of key's subscription. The last lets it
 // linger for subscriptionLinger, so that a wait that comes soon finds it in
