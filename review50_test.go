@@ -19,7 +19,7 @@ import (
 func TestReview50SecondLockPaysSubscribeWaitAgain(t *testing.T) {
 	defer dlock.SetSubscribeWait(2 * time.Second)()
 	store := memlock.New()
-	holder, waiter := dlock.New(store), dlock.New(stuckStore{store})
+	holder, waiter := dlock.New(store), dlock.New(stuckStore(store))
 	defer func() {
 		if err := errors.Join(holder.Close(), waiter.Close()); err != nil {
 			t.Error(err)
@@ -65,7 +65,7 @@ func TestReview50SecondLockPaysSubscribeWaitAgain(t *testing.T) {
 func TestReview50ObserveNotSlowedByHungSubscribe(t *testing.T) {
 	defer dlock.SetSubscribeWait(2 * time.Second)()
 	store := memlock.New()
-	leader, watcher := dlock.New(store, dlock.WithTTL(10*time.Second)), dlock.New(stuckStore{store})
+	leader, watcher := dlock.New(store, dlock.WithTTL(10*time.Second)), dlock.New(stuckStore(store))
 	defer func() {
 		if err := errors.Join(leader.Close(), watcher.Close()); err != nil {
 			t.Error(err)
@@ -98,14 +98,8 @@ func TestReview50ObserveNotSlowedByHungSubscribe(t *testing.T) {
 // watchStuckStore is a memlock store whose stream confirms Subscribe but
 // never confirms a Watch (driver.HandoffWatcher), as when its connection
 // fails between the two.
-type watchStuckStore struct{ *memlock.Backend }
-
-func (s watchStuckStore) Listen(ctx context.Context, fn func(key, next string)) (driver.Listener, error) {
-	l, err := s.Backend.Listen(ctx, fn)
-	if err != nil {
-		return nil, err
-	}
-	return watchStuckListener{l}, nil
+func watchStuckStore(store *memlock.Backend) wrappedStore {
+	return wrappedStore{store, func(l driver.Listener) driver.Listener { return watchStuckListener{l} }}
 }
 
 type watchStuckListener struct{ driver.Listener }
@@ -124,7 +118,7 @@ func (watchStuckListener) Unwatch(ctx context.Context, key string) error { retur
 func TestReview50ObserveWatchHangs(t *testing.T) {
 	defer dlock.SetSubscribeWait(500 * time.Millisecond)()
 	store := memlock.New()
-	leader, watcher := dlock.New(store, dlock.WithTTL(10*time.Second)), dlock.New(watchStuckStore{store})
+	leader, watcher := dlock.New(store, dlock.WithTTL(10*time.Second)), dlock.New(watchStuckStore(store))
 	defer func() {
 		if err := errors.Join(leader.Close(), watcher.Close()); err != nil {
 			t.Error(err)
@@ -157,7 +151,7 @@ func TestReview50ObserveWatchHangs(t *testing.T) {
 func TestReview50SecondUserWaitsTwoSubscribeWaits(t *testing.T) {
 	defer dlock.SetSubscribeWait(time.Second)()
 	store := memlock.New()
-	holder, waiter := dlock.New(store), dlock.New(stuckStore{store})
+	holder, waiter := dlock.New(store), dlock.New(stuckStore(store))
 	defer func() {
 		if err := errors.Join(holder.Close(), waiter.Close()); err != nil {
 			t.Error(err)

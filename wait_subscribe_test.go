@@ -11,17 +11,26 @@ import (
 	"github.com/dlock-go/dlock/memlock"
 )
 
-// stuckStore is a memlock store whose Subscribe calls never get their
-// confirmation, as when the connection they were written on failed and the
-// subscription waits to be made again on a master that is down.
-type stuckStore struct{ *memlock.Backend }
+// wrappedStore is a memlock store whose notification streams wrap
+// changes, to inject a fault.
+type wrappedStore struct {
+	*memlock.Backend
+	wrap func(driver.Listener) driver.Listener
+}
 
-func (s stuckStore) Listen(ctx context.Context, fn func(key, next string)) (driver.Listener, error) {
+func (s wrappedStore) Listen(ctx context.Context, fn func(key, next string)) (driver.Listener, error) {
 	l, err := s.Backend.Listen(ctx, fn)
 	if err != nil {
 		return nil, err
 	}
-	return stuckListener{l}, nil
+	return s.wrap(l), nil
+}
+
+// stuckStore is a memlock store whose Subscribe calls never get their
+// confirmation, as when the connection they were written on failed and the
+// subscription waits to be made again on a master that is down.
+func stuckStore(store *memlock.Backend) wrappedStore {
+	return wrappedStore{store, func(l driver.Listener) driver.Listener { return stuckListener{l} }}
 }
 
 type stuckListener struct{ driver.Listener }
@@ -40,7 +49,7 @@ func TestWaitPollsWhenSubscribeHangs(t *testing.T) {
 	defer dlock.SetSubscribeWait(wait)()
 	for _, fair := range []bool{false, true} {
 		store := memlock.New()
-		holder, waiter := dlock.New(store), dlock.New(stuckStore{store})
+		holder, waiter := dlock.New(store), dlock.New(stuckStore(store))
 		ctx := context.Background()
 		h, err := holder.Mutex("k").Lock(ctx)
 		if err != nil {
