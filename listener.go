@@ -19,7 +19,8 @@ import (
 var subscriptionLinger = 2 * time.Second
 
 // subscribeWait bounds the wait for the store to confirm a subscription:
-// past it the waiter polls instead, and the next wait subscribes again. A
+// past it the waiter polls instead, and so do the name's waits and
+// observers for subscribeWait more before one subscribes again (listen). A
 // subscription that a failing connection left waiting to be made again (a
 // master that died, a Cluster's slot in flight) would otherwise hold Lock
 // until the store is back or ctx ends, where polling would get the lock or
