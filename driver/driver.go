@@ -388,6 +388,40 @@ var ErrInvalid = errors.New("dlock: invalid argument")
 // errors.ErrUnsupported. dlock.ErrUnsupported is this error.
 var ErrUnsupported = fmt.Errorf("dlock: not supported by the backend: %w", errors.ErrUnsupported)
 
+// ErrTransient is matched (errors.Is) by a store error that may heal by
+// itself: one call that timed out, a dropped connection, a leader change, a
+// quorum that was not reached this time. A backend marks such errors with
+// Transient. A waiting call of the client (Lock, RLock, Acquire, Campaign,
+// Multi.Lock) tries again, with backoff, through transient errors until its
+// own wait ends; every other store error ends the wait at once, since it
+// will not heal (credentials refused, a configuration the backend cannot
+// work with, a value it did not write).
+//
+// A transient error says nothing about the outcome of the call: a request
+// that failed so may still have been carried out, now or later (see
+// Backend.Acquire).
+var ErrTransient = errors.New("transient store error")
+
+// Transient returns err marked as transient (see ErrTransient): errors.Is
+// matches ErrTransient and everything err matches, and its message is
+// err's. It returns nil for a nil err.
+func Transient(err error) error {
+	if err == nil || errors.Is(err, ErrTransient) {
+		return err
+	}
+	return transientError{err}
+}
+
+// IsTransient reports whether err may heal by itself: it matches
+// ErrTransient.
+func IsTransient(err error) bool { return errors.Is(err, ErrTransient) }
+
+type transientError struct{ err error }
+
+func (e transientError) Error() string        { return e.err.Error() }
+func (e transientError) Unwrap() error        { return e.err }
+func (e transientError) Is(target error) bool { return target == ErrTransient }
+
 // ErrNotifyRefused is wrapped by Listener.Subscribe when the store refuses
 // the subscription for lack of rights (a Redis user whose ACL does not allow
 // the release channels): no release of that store will be heard, so the
