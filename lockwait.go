@@ -145,8 +145,9 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 			return l, nil
 		}
 		res := w.last
-		h.hub.subscribe(ctx, w.g) // before released: this wait's own subscription must be in place
-		if w.tryNow(attempt) {
+		// Never waited for: until the store confirms it, the waiter polls.
+		pending := h.hub.subscribe(w.g)
+		if w.tryNow(attempt, pending) {
 			fair := w.fairNext()
 			l, r, sent, err := w.attempt(ctx, fair)
 			switch {
@@ -267,13 +268,16 @@ func (w *waiter) handedOver() *Lease {
 
 // tryNow reports whether attempt goes to the store at once: a first attempt
 // only when a release may have come since the last one, or the waiter
-// queued at the gate, or (in the queue) its last answer left it out.
-func (w *waiter) tryNow(attempt int) bool {
+// queued at the gate, or (in the queue) its last answer left it out. While
+// the key's subscription is pending, a first attempt waits for its
+// confirmation or the polled schedule, whichever comes first: an attempt
+// before the confirmation would not cover the releases until it.
+func (w *waiter) tryNow(attempt int, pending bool) bool {
 	if attempt == 1 && w.errs > 0 && !w.gated {
 		return false // the first try failed: pause first
 	}
 	return attempt > 1 || w.gated || (w.queue != nil && !w.last.Queued) ||
-		(w.h.hub.released(w.h.key, w.mk) && !w.handsOffHeard())
+		(!pending && w.h.hub.released(w.h.key, w.mk) && !w.handsOffHeard())
 }
 
 // handsOffHeard reports whether the waiter sits in the queue with a direct
