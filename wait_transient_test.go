@@ -224,3 +224,33 @@ func TestLockRetriesTransientErrorsWhileWaiting(t *testing.T) {
 		}
 	}
 }
+
+// TestLockRetriesAreObservedAsAttempts checks that observers see each try
+// through transient errors: one acquire store call with its error per try,
+// and the Lock's granted event counting them all.
+func TestLockRetriesAreObservedAsAttempts(t *testing.T) {
+	f := newFlaky(2)
+	rec := &recorder{}
+	c := dlock.New(f, dlock.WithObserver(rec))
+	defer c.Close()
+	l, err := c.Mutex("k").Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	es := rec.take()
+	if g := one(t, es, dlock.EventLockGranted); g.Attempts != 3 {
+		t.Errorf("granted after 2 transient errors with Attempts %d, want 3", g.Attempts)
+	}
+	var failed int
+	for _, e := range of(es, dlock.EventStoreCall) {
+		if e.Op == "acquire" && errors.Is(e.Err, errDropped) {
+			failed++
+		}
+	}
+	if failed != 2 {
+		t.Errorf("%d failed acquire store calls observed, want 2", failed)
+	}
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
