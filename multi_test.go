@@ -3,10 +3,12 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/memlock"
 	"github.com/dlock-go/dlock/redislock"
@@ -159,5 +161,55 @@ func TestMultiLockReturnsByDeadlineWhenStoreUnreachable(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("Lock still runs 30s after it began, with a 1s deadline")
+	}
+}
+
+// hangingRelease is a memlock store whose releases, once hang is set, get
+// no answer until their context ends.
+type hangingRelease struct {
+	*memlock.Backend
+	hang atomic.Bool
+}
+
+func (s *hangingRelease) Release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
+	if s.hang.Load() {
+		<-ctx.Done()
+		return driver.ReleaseResult{}, ctx.Err()
+	}
+	return s.Backend.Release(ctx, key, token)
+}
+
+func (s *hangingRelease) ReleaseGrant(ctx context.Context, key, token string, fence uint64) (driver.ReleaseResult, error) {
+	if s.hang.Load() {
+		<-ctx.Done()
+		return driver.ReleaseResult{}, ctx.Err()
+	}
+	return s.Backend.ReleaseGrant(ctx, key, token, fence)
+}
+
+// TestMultiTryLockReturnsWhileGiveBackHangs checks that a Multi.TryLock
+// that finds a name held does not wait for the release of the names it
+// took when the store does not answer it: the release goes on in the
+// background, and Close waits for it.
+func TestMultiTryLockReturnsWhileGiveBackHangs(t *testing.T) {
+	store := &hangingRelease{Backend: memlock.New()}
+	holder := dlock.New(store.Backend)
+	defer holder.Close()
+	if _, err := holder.Mutex("b").Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	c := dlock.New(store, dlock.WithTTL(3*time.Second))
+	store.hang.Store(true)
+	start := time.Now()
+	_, err := c.Multi([]string{"a", "b"}).TryLock(t.Context())
+	if !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("TryLock = %v, want ErrNotObtained", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("TryLock returned after %v: it waited for the give-back (TTL 3s)", took.Round(time.Millisecond))
+	}
+	store.hang.Store(false)
+	if err := c.Close(); err != nil {
+		t.Log(err)
 	}
 }
