@@ -95,9 +95,11 @@ func (e *Election) Name() string {
 // for the first to resign or lose.
 //
 // When the wait ends first it returns errors.Join(*NotObtainedError,
-// ctx.Err()), naming the leader; it returns ErrInvalid for a bad name,
-// option or value, ErrClosed after Client.Close, and the store's error,
-// wrapped, when the store fails.
+// ctx.Err()), naming the leader (and the last store error, as Mutex.Lock
+// does); it returns ErrInvalid for a bad name, option or value, ErrClosed
+// after Client.Close, and the store's error, wrapped, when the store fails
+// with an error that will not heal (transient ones are retried, as by
+// Mutex.Lock).
 func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, error) {
 	if e == nil {
 		return nil, invalid("election: nil")

@@ -390,6 +390,43 @@ func (g *grant) release(ctx context.Context, last bool, start time.Duration) (he
 	return res.Held, nil
 }
 
+// releaseRetry sends the last release of g's token again after the
+// transient store error err, with pauses (transientDelay), while ctx allows
+// and until the next try would go out after until. It returns nil once the
+// store answers, whatever the answer: a token that holds nothing any more
+// was released by an earlier try whose answer was lost (g's token is used
+// once; see Lease.unlock). It returns the last error otherwise.
+func (g *grant) releaseRetry(ctx context.Context, err error, until time.Time) error {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for n := 1; err != nil && transient(err); n++ {
+		d := transientDelay(n)
+		if !time.Now().Add(d).Before(until) || !sleep(ctx, timer, d, nil) {
+			return err
+		}
+		_, err = g.release(ctx, true, 0)
+	}
+	return err
+}
+
+// releaseLater sends the last release of g's token in the background for an
+// Unlock that could not see it through, and again through transient
+// errors until the lease's deadline, when the store drops it anyway.
+func (g *grant) releaseLater(ctx context.Context) {
+	if _, err := g.release(ctx, true, 0); err != nil {
+		if err = g.releaseRetry(ctx, err, g.deadlineNow()); err != nil {
+			g.c.log.Warn("dlock: release failed; the lock expires on the store at the lease's deadline", "lock", g.name, "fence", g.fence, "err", err)
+		}
+	}
+}
+
+// deadlineNow is g's deadline, for callers that do not hold g.mu.
+func (g *grant) deadlineNow() time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.deadline
+}
+
 // maxOrphanHolds bounds the releases that drop a fresh grant a handle's
 // unknown acquire may have left.
 const maxOrphanHolds = 16

@@ -202,11 +202,18 @@ func (h *handle) lockWait(ctx context.Context) (*Lease, *waiter, time.Time, erro
 		// goes on waiting, as after any refusal.
 		l, err, res = nil, nil, driver.AcquireResult{Fence: res.Fence}
 	}
-	if err != nil || l != nil {
+	var failed error
+	switch {
+	case err != nil && ctx.Err() == nil && transient(err):
+		// The store failed in a way that may heal: the wait goes on, and
+		// tries again after a pause (see waiter.failed).
+		failed, res = err, driver.AcquireResult{}
+	case err != nil || l != nil:
 		return l, nil, sent, h.tryErr(ctx, err)
+	default:
+		h.busy(res)
 	}
-	h.busy(res)
-	l, w, err := h.wait(ctx, token, res, sent, mk, fair && queue)
+	l, w, err := h.wait(ctx, token, res, sent, mk, fair && queue, failed)
 	return l, w, sent, err
 }
 

@@ -61,14 +61,21 @@ type waitHub struct {
 	closed   bool
 	keys     map[string]*keyListen // the key subscriptions on the stream (listener.go)
 	lingerWG sync.WaitGroup        // lingering subscriptions' timers set or running
+	subWG    sync.WaitGroup        // subscriptions under way for waiter groups (subscribeGroup)
 	failedAt time.Time             // last failed Listen, to retry at most once a second
-	// subFailed is, per key, when its last Subscribe failed (not for the
-	// caller's context): the key's users poll for subscribeWait after it.
+	// subFailed is, per key, when its last Subscribe failed or was not
+	// confirmed in time: the key's users poll for subscribeWait after it.
 	subFailed map[string]time.Time
+	// subCtx, the context of the subscriptions made for waiter groups,
+	// ends as Close begins.
+	subCtx    context.Context
+	subCancel context.CancelFunc
 }
 
 func newWaitHub(notifier driver.Notifier, log *slog.Logger, ctx context.Context) *waitHub {
-	return &waitHub{notifier: notifier, log: log, ctx: ctx, groups: make(map[string]*waitGroup)}
+	h := &waitHub{notifier: notifier, log: log, ctx: ctx, groups: make(map[string]*waitGroup)}
+	h.subCtx, h.subCancel = context.WithCancel(ctx)
+	return h
 }
 
 // waitGroup is the waiters of one Client on one key.
@@ -82,8 +89,10 @@ type waitGroup struct {
 	// waiter it names.
 	fair map[string][]*fairWaiter
 
-	smu        sync.Mutex // serialises subscribing
-	subscribed bool       // guarded by smu; read by the last to leave
+	smu         sync.Mutex // guards the three below
+	subscribed  bool       // the key's subscription is confirmed and counts this group as a user
+	subscribing bool       // a subscription for the group is under way (subscribeGroup)
+	left        bool       // the group's last waiter left: it takes no subscription any more
 }
 
 // fairWaiter is one waiter in the store's fair queue.
@@ -357,6 +366,7 @@ func (h *waitHub) leave(g *waitGroup) {
 		return
 	}
 	g.smu.Lock()
+	g.left = true
 	subscribed := g.subscribed
 	g.smu.Unlock()
 	if subscribed {

@@ -267,15 +267,23 @@ func (l *Lease) Refresh(ctx context.Context) error {
 // releases the lock and wakes its waiters. Unlock sends the release even when
 // the Client is being closed.
 //
+// A release that meets a store error that may heal (driver.ErrTransient)
+// is sent again, with pauses, while ctx and the lease's safe deadline
+// allow (not for a reentrant handle or an owner ID, whose token a later
+// Lock may hold again, nor for a hold that is not the grant's last).
+//
 // Unlock returns ErrNotHeld when the lease had been lost or the store no
 // longer had it, ErrReleased when it was already unlocked, ErrInvalid for a
 // nil lease, ctx's error when ctx has ended or ends before the store
 // answers (the release is then sent in the background, bounded by the TTL,
 // after a renewal in flight is back; not for a reentrant handle or an owner
-// ID, whose token a later Lock may hold again), and the
-// store's error, wrapped, when the release failed; the lock then expires on
-// the store after its TTL. In every case the lease has ended when Unlock
-// returns.
+// ID), an error saying that the release is unconfirmed and retried in the
+// background (wrapping the store's error) when transient errors lasted
+// until the lease's safe deadline: the release goes on until the lease's
+// deadline, when the store drops the lease anyway, and Client.Close waits
+// for it; and the store's error, wrapped, when the release failed
+// otherwise: the lock then expires on the store after its TTL. In every
+// case the lease has ended when Unlock returns.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if l == nil || l.g == nil {
 		return invalid("lease: nil or not made by a Client")
@@ -367,7 +375,7 @@ func (l *Lease) unlock(ctx context.Context, start time.Duration) error {
 			if later {
 				c.background(g.ttl, func(bctx context.Context) {
 					<-inflight
-					_, _ = g.release(bctx, true, 0)
+					g.releaseLater(bctx)
 				})
 			}
 			return fmt.Errorf("dlock: unlock %q: %w", g.name, ctx.Err())
@@ -378,17 +386,33 @@ func (l *Lease) unlock(ctx context.Context, start time.Duration) error {
 		// release in the background rather than leave the lock on the store
 		// until its TTL runs out.
 		l.finish(ErrReleased)
-		c.background(g.ttl, func(bctx context.Context) { _, _ = g.release(bctx, true, 0) })
+		c.background(g.ttl, func(bctx context.Context) { g.releaseLater(bctx) })
 		return fmt.Errorf("dlock: unlock %q: %w", g.name, ctx.Err())
 	}
 	held, err := g.release(ctx, last, start)
+	if err != nil && later && transient(err) && ctx.Err() == nil {
+		// A token used once may be released twice: try again while ctx
+		// and the lease's safe deadline allow.
+		held, err = true, g.releaseRetry(ctx, err, g.safeDeadline())
+	}
 	switch {
 	case err != nil && ctx.Err() != nil && later:
 		// Cut short by ctx: the outcome is unknown; release again in the
 		// background (a release of a token that holds nothing is harmless).
 		l.finish(ErrReleased)
-		c.background(g.ttl, func(bctx context.Context) { _, _ = g.release(bctx, true, 0) })
-		return fmt.Errorf("dlock: unlock %q: %w", g.name, ctx.Err())
+		c.background(g.ttl, func(bctx context.Context) { g.releaseLater(bctx) })
+		if errors.Is(err, ctx.Err()) {
+			return fmt.Errorf("dlock: unlock %q: %w", g.name, ctx.Err())
+		}
+		return fmt.Errorf("dlock: unlock %q: %w; release unconfirmed, retried in the background: %w", g.name, ctx.Err(), err)
+	case err != nil && later && transient(err):
+		// Not confirmed by the lease's safe deadline: go on until the
+		// store would drop the lease anyway.
+		l.finish(ErrReleased)
+		until := time.Until(g.deadlineNow())
+		c.background(g.ttl, func(bctx context.Context) { g.releaseLater(bctx) })
+		return fmt.Errorf("dlock: unlock %q: release unconfirmed, retried in the background until the lease's deadline (in %s): %w",
+			g.name, max(until, 0).Round(time.Millisecond), err)
 	case err != nil:
 		l.finish(ErrReleased)
 		return wrapStore("unlock", g.name, err)

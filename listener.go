@@ -54,18 +54,84 @@ const (
 // errHubClosed: the Client is closing; no subscription is made.
 var errHubClosed = errors.New("dlock: client closing")
 
-// subscribe makes sure the active waiter of g gets release notifications
-// before it tries again. Without them it still works, by polling.
-func (h *waitHub) subscribe(ctx context.Context, g *waitGroup) {
+// subscribe has the Client subscribe to g's key's releases for g's
+// waiters, in the background: a waiter is never blocked on a subscription.
+// Until the store confirms it, g's waiters poll as where releases are not
+// announced (notified reports false); once it is confirmed, they are woken
+// so that an attempt covers any release before it, and from then on by
+// releases. It reports whether a subscription is under way (not confirmed
+// yet, not failed).
+func (h *waitHub) subscribe(g *waitGroup) (pending bool) {
 	if h.notifier == nil || h.refused.Load() {
-		return
+		return false
 	}
 	g.smu.Lock()
 	defer g.smu.Unlock()
-	if g.subscribed {
-		return
+	switch {
+	case g.subscribed || g.left:
+		return false
+	case g.subscribing:
+		return true
 	}
-	g.subscribed = h.listenOrPoll(ctx, g.key)
+	live, start := h.startSubscribe(g.key)
+	switch {
+	case live:
+		g.subscribed = true
+		return false
+	case !start:
+		return false
+	}
+	g.subscribing = true
+	go h.subscribeGroup(g)
+	return true
+}
+
+// startSubscribe takes key's subscription for one more user at once when
+// it is confirmed already (live or lingering) and reports live; otherwise
+// it reports start when a subscription may be tried now: the Client is not
+// closing, and neither key's Subscribe nor the stream's Listen failed too
+// recently (see listen, openListener). With start, the caller's goroutine
+// is counted in subWG.
+func (h *waitHub) startSubscribe(key string) (live, start bool) {
+	h.lmu.Lock()
+	defer h.lmu.Unlock()
+	if h.closed {
+		return false, false
+	}
+	if ks := h.keys[key]; ks != nil && (ks.state == keyLive || ks.state == keyLingering) {
+		ks.state = keyLive
+		ks.users++
+		return true, false
+	}
+	if at, ok := h.subFailed[key]; ok && time.Since(at) < subscribeWait {
+		return false, false
+	}
+	if h.listener == nil && !h.failedAt.IsZero() && time.Since(h.failedAt) < time.Second {
+		return false, false
+	}
+	h.subWG.Add(1)
+	return false, true
+}
+
+// subscribeGroup makes key's subscription live for g, bounded by
+// subscribeWait and the Client's life, and wakes g's waiters when it is
+// confirmed; a group whose waiters all left meanwhile gives it up.
+func (h *waitHub) subscribeGroup(g *waitGroup) {
+	defer h.subWG.Done()
+	ok := h.listenOrPoll(h.subCtx, g.key)
+	g.smu.Lock()
+	g.subscribing = false
+	keep := ok && !g.left
+	g.subscribed = keep
+	g.smu.Unlock()
+	switch {
+	case keep:
+		h.mu.Lock()
+		g.wakeAll()
+		h.mu.Unlock()
+	case ok:
+		h.unlisten(g.key)
+	}
 }
 
 // listenOrPoll makes key's subscription live for one more user (listen),
@@ -163,7 +229,9 @@ func (h *waitHub) subscribeKey(ctx context.Context, key string) error {
 	close(ks.done)
 	if err != nil {
 		delete(h.keys, key)
-		if ctx.Err() == nil {
+		if !h.closed {
+			// Whatever ended it, the caller's context included: the
+			// name's next users poll rather than wait for it again.
 			h.subscribeFailed(key)
 		}
 		return err
@@ -308,6 +376,7 @@ func (h *waitHub) lingerDue(key string, ks *keyListen) {
 func (h *waitHub) close() {
 	h.lmu.Lock()
 	h.closed = true
+	h.subCancel()
 	l := h.listener
 	h.listener = nil
 	for _, ks := range h.keys {
@@ -317,6 +386,7 @@ func (h *waitHub) close() {
 		}
 	}
 	h.lmu.Unlock()
+	h.subWG.Wait()    // subscriptions under way end before the stream closes
 	h.lingerWG.Wait() // an unsubscription under way finishes before the stream closes
 	if l != nil {
 		if err := l.Close(); err != nil {

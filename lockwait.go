@@ -6,6 +6,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -28,8 +29,12 @@ var (
 // costs the store one entry per name and one attempt per release, and each
 // waiter costs its own goroutine only.
 //
+// failed, when not nil, is the transient store error of the first attempt,
+// whose outcome is unknown: the wait tries again after a pause, with a
+// token of its own.
+//
 // It returns the waiter too, for the attempts it made (see observeLock).
-func (h *handle) wait(ctx context.Context, token string, last driver.AcquireResult, sent time.Time, mk releaseMark, queuing bool) (*Lease, *waiter, error) {
+func (h *handle) wait(ctx context.Context, token string, last driver.AcquireResult, sent time.Time, mk releaseMark, queuing bool, failed error) (*Lease, *waiter, error) {
 	// Close ends the wait, even in the middle of a store call.
 	ctx, stop := h.c.closeAware(ctx)
 	defer stop()
@@ -37,6 +42,9 @@ func (h *handle) wait(ctx context.Context, token string, last driver.AcquireResu
 	defer h.hub.leave(g)
 	w := &waiter{h: h, g: g, token: token, last: last, mk: mk, queuing: queuing}
 	w.answered(last, sent, queuing)
+	if failed != nil {
+		w.failed(failed)
+	}
 	if last.Fence > 0 && h.token == "" {
 		// The first try's grant came too late and was given back: that
 		// release may still land later and must not cut a grant of the
@@ -110,12 +118,17 @@ type waiter struct {
 	// handed it the lock.
 	attempts int
 	handoff  bool
+	// lastErr is the transient store error of the last attempt, nil after
+	// an answer; errs counts such errors in a row.
+	lastErr error
+	errs    int
 }
 
 // run is the wait's loop: try when a release may have come, sleep until a
 // wake-up, the holder's TTL or the retry schedule, and so on until granted
 // or ctx ends. A plain waiter that starves joins the queue and goes on in
-// the same loop, its schedule started afresh.
+// the same loop, its schedule started afresh. A transient store error is
+// tried again after a pause (transientDelay); any other ends the wait.
 func (w *waiter) run(ctx context.Context) (*Lease, error) {
 	h := w.h
 	w.start = time.Now()
@@ -132,8 +145,9 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 			return l, nil
 		}
 		res := w.last
-		h.hub.subscribe(ctx, w.g) // before released: this wait's own subscription must be in place
-		if w.tryNow(attempt) {
+		// Never waited for: until the store confirms it, the waiter polls.
+		pending := h.hub.subscribe(w.g)
+		if w.tryNow(attempt, pending) {
 			fair := w.fairNext()
 			l, r, sent, err := w.attempt(ctx, fair)
 			switch {
@@ -141,31 +155,39 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 				return l, nil
 			case err != nil && ctx.Err() != nil:
 				return nil, w.notObtained(ctx) // names the holder last seen; try cleaned up
-			case err != nil:
+			case err != nil && !transient(err):
 				return nil, err
-			}
-			res, w.last = r, r
-			w.answered(r, sent, fair)
-			if r.Fence > 0 {
-				// A grant that came too late, given back. Its release may
-				// land later still: go on with a new token, at once.
-				w.retoken()
+			case err != nil:
+				w.failed(err)
+			default:
+				w.lastErr, w.errs = nil, 0
+				res, w.last = r, r
+				w.answered(r, sent, fair)
+				if r.Fence > 0 {
+					// A grant that came too late, given back. Its release may
+					// land later still: go on with a new token, at once.
+					w.retoken()
+					h.busy(r)
+					continue
+				}
+				if w.queue != nil {
+					h.hub.moved(w.queue, r.Position)
+				}
 				h.busy(r)
-				continue
 			}
-			if w.queue != nil {
-				h.hub.moved(w.queue, r.Position)
-			}
-			h.busy(r)
 		}
-		if w.queue == nil && h.starving(w.start, w.last) {
+		var d time.Duration
+		switch {
+		case w.errs > 0:
+			d = transientDelay(w.errs)
+		case w.queue == nil && h.starving(w.start, w.last):
 			w.starved()
 			attempt = 0
 			continue
-		}
-		d := w.plainDelay(attempt, res)
-		if w.queue != nil {
+		case w.queue != nil:
 			d = w.queueDelay(attempt, res)
+		default:
+			d = w.plainDelay(attempt, res)
 		}
 		if !sleep(ctx, timer, d, w.wake()) {
 			// Clean up whenever this token ever had a place: an intent or
@@ -177,11 +199,25 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 			h.abandon(w.token, last, w.queue != nil && h.hub.entryUsers(w.g, w.token) > 1)
 			return nil, w.notObtained(ctx)
 		}
-		if w.queue == nil && h.starving(w.start, w.last) {
+		if w.errs == 0 && w.queue == nil && h.starving(w.start, w.last) {
 			w.starved()
 			attempt = 0
 		}
 	}
+}
+
+// failed records a transient store error of an attempt, whose outcome is
+// unknown: the attempt cleaned up after itself (handle.unknownOutcome),
+// and a token drawn for the wait is replaced, since that clean-up's release
+// may land after the next grant. The clean-up takes the token's place in
+// the store's queue with it: the next fair request queues again, and the
+// waiter keeps its place among the Client's waiters.
+func (w *waiter) failed(err error) {
+	w.lastErr = err
+	w.errs++
+	w.last = driver.AcquireResult{}
+	w.queued = time.Time{}
+	w.retoken()
 }
 
 // answered records an answer r to a request sent at sent, a fair one or
@@ -232,10 +268,16 @@ func (w *waiter) handedOver() *Lease {
 
 // tryNow reports whether attempt goes to the store at once: a first attempt
 // only when a release may have come since the last one, or the waiter
-// queued at the gate, or (in the queue) its last answer left it out.
-func (w *waiter) tryNow(attempt int) bool {
+// queued at the gate, or (in the queue) its last answer left it out. While
+// the key's subscription is pending, a first attempt waits for its
+// confirmation or the polled schedule, whichever comes first: an attempt
+// before the confirmation would not cover the releases until it.
+func (w *waiter) tryNow(attempt int, pending bool) bool {
+	if attempt == 1 && w.errs > 0 && !w.gated {
+		return false // the first try failed: pause first
+	}
 	return attempt > 1 || w.gated || (w.queue != nil && !w.last.Queued) ||
-		(w.h.hub.released(w.h.key, w.mk) && !w.handsOffHeard())
+		(!pending && w.h.hub.released(w.h.key, w.mk) && !w.handsOffHeard())
 }
 
 // handsOffHeard reports whether the waiter sits in the queue with a direct
@@ -285,6 +327,7 @@ func (w *waiter) retoken() {
 	}
 	old := w.token
 	w.token = newToken()
+	w.queuedEver = false // the new token has had no place yet
 	if w.queue != nil {
 		w.h.hub.dequeue(w.g, old, w.queue)
 		w.queue = w.h.hub.enqueue(w.g, w.token, 0)
@@ -412,6 +455,10 @@ func (w *waiter) queueDelay(attempt int, res driver.AcquireResult) time.Duration
 // notObtained is the error of a wait that ended: the holder last seen,
 // and why it ended.
 func (w *waiter) notObtained(ctx context.Context) error {
+	if w.lastErr != nil {
+		return errors.Join(w.h.notObtained(w.last), context.Cause(ctx),
+			fmt.Errorf("the store failed at the last attempt: %w", w.lastErr))
+	}
 	return errors.Join(w.h.notObtained(w.last), context.Cause(ctx))
 }
 

@@ -20,7 +20,9 @@ import (
 // callers that ask for overlapping sets in different orders cannot
 // deadlock: whoever gets the first name they share goes first. A wait
 // that fails, and a TryLock that finds a name held, release the names
-// already taken before they return. A Multi is safe for concurrent use.
+// already taken: before they return, or, when the store is slow to answer,
+// in the background (Client.Close waits for it). A Multi is safe for
+// concurrent use.
 //
 // Each name is a plain lock (the Mutex of that name): a Mutex or another
 // Multi on one of the names excludes it. The cost is that of one Lock per
@@ -137,7 +139,7 @@ func (mm *Multi) lock(ctx context.Context, wait bool) (*MultiLease, error) {
 			l, err = m.TryLock(wctx)
 		}
 		if err != nil {
-			mm.giveBack(ctx, leases)
+			mm.giveBack(leases)
 			return nil, err
 		}
 		leases = append(leases, l)
@@ -146,7 +148,7 @@ func (mm *Multi) lock(ctx context.Context, wait bool) (*MultiLease, error) {
 	}
 	for _, l := range leases {
 		if err := l.Err(); err != nil { // lost after the last wait
-			mm.giveBack(ctx, leases)
+			mm.giveBack(leases)
 			return nil, errors.Join(&NotObtainedError{Name: l.Name()}, err)
 		}
 	}
@@ -154,16 +156,20 @@ func (mm *Multi) lock(ctx context.Context, wait bool) (*MultiLease, error) {
 }
 
 // giveBack releases the leases of an attempt that failed, last taken
-// first, even when ctx has ended, within a TTL.
-func (mm *Multi) giveBack(ctx context.Context, leases []*Lease) {
+// first, within a TTL, whether or not ctx has ended. It returns once they
+// are released, or after the settle bound when the store is slow to
+// answer: the releases then go on in the background (Close waits for
+// them), so that a caller's deadline holds even when the store cannot be
+// reached.
+func (mm *Multi) giveBack(leases []*Lease) {
 	if len(leases) == 0 {
 		return
 	}
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), mm.ms[0].h.opts.ttl)
-	defer cancel()
-	for i := len(leases) - 1; i >= 0; i-- {
-		_ = leases[i].Unlock(uctx)
-	}
+	mm.c.settle(mm.ms[0].h.opts.ttl, func(uctx context.Context) {
+		for i := len(leases) - 1; i >= 0; i-- {
+			_ = leases[i].Unlock(uctx)
+		}
+	})
 }
 
 // MultiLease holds the locks of several names together (see Multi): one

@@ -3,11 +3,16 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/memlock"
+	"github.com/dlock-go/dlock/redislock"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestMultiInvalid(t *testing.T) {
@@ -112,5 +117,99 @@ func TestMultiNil(t *testing.T) {
 	<-ld.Context().Done()
 	if ld.Fence() != 0 || ld.Value() != "" {
 		t.Error("nil Leadership holds something")
+	}
+}
+
+// TestMultiLockReturnsByDeadlineWhenStoreUnreachable checks that a
+// Multi.Lock whose wait ends while the store cannot be reached returns by
+// its deadline: the names it took are given back in the background, not
+// while the caller waits for a TTL.
+func TestMultiLockReturnsByDeadlineWhenStoreUnreachable(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	px := testserver.StartProxy(t, srv.Addr())
+	holder := dlock.New(redislock.New(srv.Client(t)))
+	defer holder.Close()
+	c := dlock.New(redislock.New(redis.NewClient(&redis.Options{Addr: px.Addr()})), dlock.WithTTL(10*time.Second))
+	defer func() {
+		px.Heal(t)
+		if err := c.Close(); err != nil {
+			t.Log(err)
+		}
+	}()
+	h, err := holder.Mutex("b").Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Unlock(context.Background())
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	got := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := c.Multi([]string{"a", "b"}).Lock(ctx)
+		got <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // "a" taken, waiting for "b"
+	px.Partition(t)
+	select {
+	case err := <-got:
+		if !errors.Is(err, dlock.ErrNotObtained) {
+			t.Errorf("Lock = %v, want ErrNotObtained", err)
+		}
+		if took := time.Since(start); took > 3*time.Second {
+			t.Errorf("Lock returned %v after it began, with a 1s deadline", took.Round(time.Millisecond))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Lock still runs 30s after it began, with a 1s deadline")
+	}
+}
+
+// hangingRelease is a memlock store whose releases, once hang is set, get
+// no answer until their context ends.
+type hangingRelease struct {
+	*memlock.Backend
+	hang atomic.Bool
+}
+
+func (s *hangingRelease) Release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
+	if s.hang.Load() {
+		<-ctx.Done()
+		return driver.ReleaseResult{}, ctx.Err()
+	}
+	return s.Backend.Release(ctx, key, token)
+}
+
+func (s *hangingRelease) ReleaseGrant(ctx context.Context, key, token string, fence uint64) (driver.ReleaseResult, error) {
+	if s.hang.Load() {
+		<-ctx.Done()
+		return driver.ReleaseResult{}, ctx.Err()
+	}
+	return s.Backend.ReleaseGrant(ctx, key, token, fence)
+}
+
+// TestMultiTryLockReturnsWhileGiveBackHangs checks that a Multi.TryLock
+// that finds a name held does not wait for the release of the names it
+// took when the store does not answer it: the release goes on in the
+// background, and Close waits for it.
+func TestMultiTryLockReturnsWhileGiveBackHangs(t *testing.T) {
+	store := &hangingRelease{Backend: memlock.New()}
+	holder := dlock.New(store.Backend)
+	defer holder.Close()
+	if _, err := holder.Mutex("b").Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	c := dlock.New(store, dlock.WithTTL(3*time.Second))
+	store.hang.Store(true)
+	start := time.Now()
+	_, err := c.Multi([]string{"a", "b"}).TryLock(t.Context())
+	if !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("TryLock = %v, want ErrNotObtained", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("TryLock returned after %v: it waited for the give-back (TTL 3s)", took.Round(time.Millisecond))
+	}
+	store.hang.Store(false)
+	if err := c.Close(); err != nil {
+		t.Log(err)
 	}
 }

@@ -51,9 +51,14 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 // that lasts joins the store's fair queue where it has one, so that no owner
 // starves (see Fair and the package documentation).
 //
+// A store error that may heal (driver.ErrTransient) does not end the wait:
+// Lock tries again, with backoff and jitter, until the wait ends.
+//
 // When the wait ends first, Lock returns errors.Join(*NotObtainedError,
 // ctx.Err()) (context.DeadlineExceeded when WithWait elapsed), promptly and
-// leaving nothing on the store. Its other errors are TryLock's.
+// leaving nothing on the store; when the store's last answer was a
+// transient error, that error is joined too. Its other errors are
+// TryLock's.
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	if m == nil {
 		return nil, invalid("mutex: nil")

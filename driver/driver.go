@@ -400,6 +400,16 @@ var ErrUnsupported = fmt.Errorf("dlock: not supported by the backend: %w", error
 // A transient error says nothing about the outcome of the call: a request
 // that failed so may still have been carried out, now or later (see
 // Backend.Acquire).
+//
+// The client looks for the mark with errors.Is on the error that Acquire,
+// Release and ReleaseGrant return, so it may sit anywhere in the chain. After
+// a transient Acquire error it cleans up as after any failed acquire and
+// tries again with a new token (or, for a token that outlives the call,
+// the same one); after a transient release of a token used once it sends
+// the same release again, until the lease's deadline, and takes a "not
+// held" answer as released. An error that the caller's context caused needs
+// no mark: the wait ends with the context. Renewals are tried again
+// whatever the error, until the lease's safe deadline.
 var ErrTransient = errors.New("transient store error")
 
 // Transient returns err marked as transient (see ErrTransient): errors.Is
