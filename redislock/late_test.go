@@ -86,7 +86,7 @@ func (d *lateDialer) deliver(t *testing.T) {
 
 type lateConn struct {
 	net.Conn
-	d      *lateDialer
+	d     *lateDialer
 	mu    sync.Mutex
 	holds bool // a write is held: deliver closes the connection
 }
