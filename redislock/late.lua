@@ -13,13 +13,16 @@
 -- holds more than lateMax + the entries of one call.
 local lateTTL, lateMax = 5000, 4096
 
--- remember adds members to the record x, each until now + lateTTL.
-local function remember(x, members)
+-- remember adds members to the record x, each until now + lateTTL; ms is
+-- now (the server's clock in ms) when the caller read it already.
+local function remember(x, members, ms)
   if #members == 0 then
     return
   end
-  local t = redis.call('TIME')
-  local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if not ms then
+    local t = redis.call('TIME')
+    ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
   local till = string.format('%d', ms + lateTTL)
   local args = {}
   for i, m in ipairs(members) do

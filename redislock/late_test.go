@@ -8,6 +8,7 @@ package redislock_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -42,9 +43,13 @@ func newLateDialer(addr string) *lateDialer {
 	return &lateDialer{addr: addr, caught: make(chan struct{}, 1)}
 }
 
-func (d *lateDialer) dial(ctx context.Context, network, _ string) (net.Conn, error) {
+// dial dials d.addr, or addr when d has none (a Cluster's nodes).
+func (d *lateDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if d.addr != "" {
+		addr = d.addr
+	}
 	var nd net.Dialer
-	c, err := nd.DialContext(ctx, network, d.addr)
+	c, err := nd.DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -266,6 +271,67 @@ func TestLateFirstCopyOfResentAcquireGrantsNothing(t *testing.T) {
 	}
 	if got, _ := admin.Get(ctx, lockKey(name)+":fence").Result(); got != strconv.FormatUint(fence, 10) {
 		t.Errorf("fence counter %s after the late copy, want %d (no new grant)", got, fence)
+	}
+}
+
+// On a Cluster, a lock's keys and its late-request record share one hash
+// slot: a TryLock whose request lands after its clean-up, and the first
+// copy of an acquire that the ClusterClient resent, grant nothing there
+// either.
+func TestClusterLateAcquireGrantsNothing(t *testing.T) {
+	_, cl := setupCluster(t)
+	admin := cl.Client(t)
+	ctx := t.Context()
+	for _, resent := range []bool{false, true} {
+		name := fmt.Sprintf("late/cluster-resent-%t", resent)
+		d := newLateDialer("")
+		opts := &redis.ClusterOptions{Addrs: cl.Addrs(), Dialer: d.dial, ContextTimeoutEnabled: !resent}
+		if resent {
+			opts.ReadTimeout = 300 * time.Millisecond
+		}
+		rdb := redis.NewClusterClient(opts)
+		defer rdb.Close()
+		c := dlock.New(redislock.New(rdb), dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(false))
+		defer c.Close()
+		l, err := c.Mutex(name).TryLock(ctx) // scripts cached, the slot's node connected
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		fence, err := admin.Get(ctx, lockKey(name)+":fence").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		d.armed.Store(true)
+		if resent {
+			l, err := c.Mutex(name).TryLock(ctx)
+			if err != nil {
+				t.Fatalf("TryLock (resent by go-redis): %v", err)
+			}
+			fence = strconv.FormatUint(l.Fence(), 10)
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			_, err := c.Mutex(name).TryLock(tctx)
+			cancel()
+			if err == nil {
+				t.Fatal("TryLock succeeded with its request held")
+			}
+		}
+		d.awaitHeld(t)
+		time.Sleep(300 * time.Millisecond) // the clean-up lands
+		d.deliver(t)
+		if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
+			t.Errorf("resent=%t: the late request was granted: held by nobody", resent)
+		}
+		if got, _ := admin.Get(ctx, lockKey(name)+":fence").Result(); got != fence {
+			t.Errorf("resent=%t: fence counter %s after the late request, want %s", resent, got, fence)
+		}
 	}
 }
 

@@ -44,7 +44,10 @@
 -- queue, is released before the helpers of the rest are even defined.
 local L, S, SI, W, Q, QE, R, QO, F, X = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local token, rid = ARGV[1], ARGV[4]
-local cleanup = not ARGV[5] or ARGV[5] == '' -- tied to no grant
+-- A clean-up: a release tied to no grant that wakes waiters. A quiet one
+-- (ARGV[3] "") is Redlock's undo of one node's part of an attempt, whose
+-- token the wait goes on using: it records no token.
+local cleanup = (not ARGV[5] or ARGV[5] == '') and ARGV[3] ~= ''
 local recentTTL, recentMax, recentBytes, recentKeep = 15000, 16, 640, 448
 
 -- seen reports whether the space-separated ids ids include id.
@@ -136,7 +139,7 @@ if holds then
     -- The lease expired and the lock sits in its lock-delay: the late
     -- holder is done with it, so the delay has no more reason to run.
     redis.call('DEL', L) -- not done(): a resend, too, finds nothing held
-    remember(X, served(h[5], token, cleanup))
+    remember(X, served(h[5], token, cleanup), now())
     notify, freed = true, true
   else
     holds = tonumber(holds) - 1
@@ -145,7 +148,7 @@ if holds then
     else
       redis.call('DEL', L)
       done(recent, h[2])
-      remember(X, served(h[5], token, cleanup))
+      remember(X, served(h[5], token, cleanup), now())
       notify, freed = true, true
     end
     result = holds
@@ -166,7 +169,7 @@ end
 if result == -1 and cleanup then
   -- Held nothing (or a lease that had expired): the acquire this cleans up
   -- after may not have landed yet.
-  remember(X, {'t' .. token})
+  remember(X, {'t' .. token}, now())
 end
 
 local waiters = (waiting or redis.call('EXISTS', W, Q)) > 0
