@@ -40,7 +40,6 @@
 -- is always its request's alone (the client draws a token per request), so
 -- a request that finds its token's hold gets it back.
 --
---
 -- A request that lands late, after its caller gave up and cleaned up, must
 -- grant nothing and queue nothing: a request whose id the late-request
 -- record holds (its grant was released since: this is a copy that
