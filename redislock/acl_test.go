@@ -168,7 +168,7 @@ const minimalACL = "~dlock:* &dlock:* " +
 	"+hello +auth +cluster|slots +cluster|shards +config|get " +
 	"+publish +spublish +del +exists +get +set +incr +time +pexpire +pexpireat +pttl " +
 	"+hdel +hexists +hget +hgetall +hincrby +hmget +hset " +
-	"+zadd +zcard +zcount +zrange +zrangebyscore +zrank +zrem +zremrangebyscore +zscore"
+	"+zadd +zcard +zcount +zrange +zrangebyscore +zrank +zrem +zremrangebyrank +zremrangebyscore +zscore"
 
 // The ACL docs/REDIS.md gives is enough: locks of every kind, waits woken
 // by the release (no polling, no warning), listing and inspecting.

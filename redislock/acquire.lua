@@ -14,6 +14,7 @@
 -- channel: a release that hands the lock to this token's queue entry
 -- publishes on NS:{K}:ho:ID:rel, which the client alone hears, instead of
 -- on the release channel that every waiting client hears
+-- KEYS[9] the late-request record (see late.lua)
 -- Returns {1, fence, holds} when granted, or {1, fence, holds, overtook}
 -- where overtook is 1 when a grant without fair went before a live fair
 -- queue's head; when not, {0, holder owner,
@@ -39,12 +40,34 @@
 -- is always its request's alone (the client draws a token per request), so
 -- a request that finds its token's hold gets it back.
 --
+-- A request that lands late, after its caller gave up and cleaned up, must
+-- grant nothing and queue nothing: a request whose id the late-request
+-- record holds (its grant was released since: this is a copy that
+-- go-redis sent first and the network delivered last) or whose token it
+-- holds (released by a clean-up while it held nothing) is refused, with
+-- {0, '', ms until the record lets it in}, before anything else; one whose
+-- token was withdrawn from the queue is refused a queue entry and a writer
+-- intent. release.lua and withdraw.lua write the record (late.lua).
+--
 -- A lock that is free of everything (no lock hash, no shared holds, no
 -- intent, no queue) is granted at once, before the helpers of the rest are
--- even defined: the plain uncontended grant costs one EXISTS.
-local L, F, S, SI, W, Q, QE, QO = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local token, owner, ttl, rid = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[11]
+-- even defined: the plain uncontended grant costs one EXISTS (and the two
+-- ZSCOREs of the late-request record).
+local L, F, S, SI, W, Q, QE, QO, X = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local token, owner, ttl, rid = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[11] or ''
 local shared = ARGV[6] == '1'
+
+do
+  local till = math.max(tonumber(redis.call('ZSCORE', X, 'r' .. rid)) or 0,
+    tonumber(redis.call('ZSCORE', X, 't' .. token)) or 0)
+  if till > 0 then
+    local t = redis.call('TIME')
+    local left = till - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+    if left > 0 then
+      return {0, '', left}
+    end
+  end
+end
 
 -- grant makes a new exclusive grant, acquired at at (ms, a decimal
 -- string), and returns its answer. Its arguments to Redis are strings where
@@ -75,6 +98,14 @@ local hid = ARGV[13] -- nil from clients before the handoff channel
 local overtook = 0
 local qttl = tonumber(ARGV[10] or '0') or 0
 local wait = ARGV[9] == '1' and qttl > 0
+if wait then
+  -- Withdrawn (late.lua): a request of token still on its way when its
+  -- caller left the queue; it may be granted, but it leaves nothing behind.
+  local till = tonumber(redis.call('ZSCORE', X, 'w' .. token))
+  if till and till > now() then
+    wait = false
+  end
+end
 
 -- busy answers a request that the exclusive grant in L refuses; owner is
 -- its owner when the caller read it already (false when absent).

@@ -77,7 +77,9 @@ func (b *Backend) requestID() string {
 // several seconds, and so do Unlock and Client.Close. The dlock CLI sets it.
 // Automatic retries (MaxRetries) are safe: every script recognises a
 // request that go-redis sends again after a lost answer and answers it as it
-// answered the first time.
+// answered the first time, and an acquire whose grant was released since, or
+// whose token a clean-up released, grants nothing when a copy of it lands
+// within 5s of that (docs/REDIS.md, "A request that lands late").
 func New(rdb redis.UniversalClient, opts ...Option) *Backend {
 	o := options{namespace: DefaultNamespace}
 	for _, opt := range opts {

@@ -31,7 +31,7 @@ import (
 func instrumentRelease(t *testing.T) {
 	t.Helper()
 	const sig = "local function handOff(L, F, S, Q, QE, QO, freed)\n"
-	src := withCommon(releaseLua)
+	src := lateLua + withCommon(releaseLua)
 	if !strings.Contains(src, sig) {
 		t.Fatal("handOff's signature changed")
 	}

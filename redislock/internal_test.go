@@ -1,7 +1,9 @@
 package redislock
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -56,7 +58,7 @@ func TestKeyLayout(t *testing.T) {
 			t.Errorf("keyOfLock(%q) = %q, %v; want %q", name, got, ok, want)
 		}
 	}
-	wantKeys := []string{"app:{k}", "app:{k}:fence", "app:{k}:s", "app:{k}:si", "app:{k}:w", "app:{k}:q", "app:{k}:qe", "app:{k}:qo"}
+	wantKeys := []string{"app:{k}", "app:{k}:fence", "app:{k}:s", "app:{k}:si", "app:{k}:w", "app:{k}:q", "app:{k}:qe", "app:{k}:qo", "app:{k}:late"}
 	if got := b.acquireKeys("k"); !slices.Equal(got, wantKeys) {
 		t.Errorf("acquireKeys = %q, want %q", got, wantKeys)
 	}
@@ -65,6 +67,9 @@ func TestKeyLayout(t *testing.T) {
 	}
 	if got, want := b.renewKeys("k"), []string{"app:{k}", "app:{k}:s", "app:{k}:si"}; !slices.Equal(got, want) {
 		t.Errorf("renewKeys = %q, want %q", got, want)
+	}
+	if want := fmt.Sprintf("local lateTTL, lateMax = %d,", lateTTL.Milliseconds()); !strings.Contains(lateLua, want) {
+		t.Errorf("late.lua does not say %q: keys.go's lateTTL and the script's differ", want)
 	}
 	if New(nil, WithNamespace("")).ns != DefaultNamespace {
 		t.Error("WithNamespace(\"\") did not keep the default")

@@ -3,7 +3,10 @@
 
 package redislock
 
-import "strings"
+import (
+	"strings"
+	"time"
+)
 
 // The key layout, in one place. For a lock key K and namespace NS:
 //
@@ -28,13 +31,20 @@ import "strings"
 //	              hash or a shared hold, newest first, at least 448 bytes
 //	              of them (16 ids); lives 15s after the last. A resent
 //	              release finds its id and changes nothing.
+//	NS:{K}:late   zset: the late-request record (see late.lua), member →
+//	              until (ms, server clock): "r" + the id of an acquire
+//	              request whose grant was released, "t" + a token that a
+//	              clean-up released while it held nothing, "w" + a token
+//	              withdrawn from the queue; at most 4096 live entries,
+//	              lives lateTTL (5s) after its last write. A request that
+//	              lands late finds itself there and is refused.
 //	NS:{K}:rel    release channel (a channel name, not a key)
 //
 // :s and :si, and :q, :qe and :qo, are written together and carry the expiry of
 // their latest entry (PEXPIREAT), so they vanish with it; scripts prune
 // expired entries by the server's clock and delete a structure that has
 // become empty. After every holder and waiter has gone, only the fence
-// counter is left, and :r for 15s.
+// counter is left, :r for 15s and :late for lateTTL.
 //
 // The braces are a Cluster hash tag: all of one lock's keys hash to one slot,
 // so a script may touch them together.
@@ -70,19 +80,29 @@ const sharedSuffix = ":s"
 // as it was the first time (see release.lua).
 const recentSuffix = ":r"
 
+// lateSuffix ends the name of a lock's late-request record.
+const lateSuffix = ":late"
+
+// lateTTL is how long the late-request record refuses a request that lands
+// late (late.lua's lateTTL): longer than a copy of a request can be on its
+// way after its caller cleaned up or its grant was released, which takes
+// go-redis's write and read timeouts and retries (3s + 3s, up to 3 retries,
+// by default) to notice and give up on.
+const lateTTL = 5 * time.Second
+
 // The KEYS of the scripts, as suffixes of the lock hash's name.
 var (
 	// acquire.lua: the lock hash, the fence counter, the shared holds and
 	// their details, the writer intent, the fair queue, its expiries and
-	// its owners.
-	acquireSuffixes = [...]string{"", ":fence", sharedSuffix, ":si", ":w", ":q", ":qe", ":qo"}
+	// its owners, the late-request record.
+	acquireSuffixes = [...]string{"", ":fence", sharedSuffix, ":si", ":w", ":q", ":qe", ":qo", lateSuffix}
 	// describe.lua: acquire's without the fence counter and the owners.
 	stateSuffixes = []string{"", sharedSuffix, ":si", ":w", ":q", ":qe"}
 	// release.lua and withdraw.lua: stateSuffixes, the recent releases,
-	// the queue's owners, the fence counter (for a direct handoff), then
-	// the release channel (an argument, not a key), so that one string
-	// holds all the names of a release.
-	releaseSuffixes = [...]string{"", sharedSuffix, ":si", ":w", ":q", ":qe", recentSuffix, ":qo", ":fence", ":rel"}
+	// the queue's owners, the fence counter (for a direct handoff), the
+	// late-request record, then the release channel (an argument, not a
+	// key), so that one string holds all the names of a release.
+	releaseSuffixes = [...]string{"", sharedSuffix, ":si", ":w", ":q", ":qe", recentSuffix, ":qo", ":fence", lateSuffix, ":rel"}
 	// renew.lua: the lock hash, the shared holds and their details.
 	renewSuffixes = [...]string{"", sharedSuffix, ":si"}
 	// raise_fence.lua: the lock hash, the fence counter, the shared holds

@@ -10,7 +10,15 @@
 -- KEYS[7] recent releases   KEYS[8] fair queue's owners   KEYS[9] fence
 -- counter   ARGV[4] the request's id   ARGV[5] the fence of the grant the
 -- release ends, or "" (or absent) when the caller does not say
+-- KEYS[10] the late-request record (see late.lua, which scripts.go puts
+-- in front of this script)
 -- Returns -1 when the token held nothing, else the holds left.
+--
+-- A release that deletes an exclusive grant records the ids of the
+-- requests that made it, and a release without a fence (a clean-up after
+-- an acquire of unknown outcome) that finds the token holding nothing
+-- records the token: a copy of such a request that lands later is refused
+-- (acquire.lua), for lateTTL.
 --
 -- A client may send the same request twice (go-redis resends a command
 -- whose answer was lost with its connection, though it ran): the second
@@ -34,8 +42,12 @@
 --
 -- The last hold of a plain exclusive grant, without lock-delay, intent or
 -- queue, is released before the helpers of the rest are even defined.
-local L, S, SI, W, Q, QE, R, QO, F = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local L, S, SI, W, Q, QE, R, QO, F, X = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local token, rid = ARGV[1], ARGV[4]
+-- A clean-up: a release tied to no grant that wakes waiters. A quiet one
+-- (ARGV[3] "") is Redlock's undo of one node's part of an attempt, whose
+-- token the wait goes on using: it records no token.
+local cleanup = (not ARGV[5] or ARGV[5] == '') and ARGV[3] ~= ''
 local recentTTL, recentMax, recentBytes, recentKeep = 15000, 16, 640, 448
 
 -- seen reports whether the space-separated ids ids include id.
@@ -81,9 +93,9 @@ local function done(ids, rrid)
 end
 
 -- One read of the hash gives the token's holds, the ids of the releases
--- that left holds, the lock-delay, which the fast path must not have, and
--- the grant's fence.
-local h = redis.call('HMGET', L, token, 'rrid', 'delay', 'fence')
+-- that left holds, the lock-delay, which the fast path must not have, the
+-- grant's fence and the ids of the requests that made it.
+local h = redis.call('HMGET', L, token, 'rrid', 'delay', 'fence', 'rid')
 local holds = h[1]
 if holds and ARGV[5] and ARGV[5] ~= '' and h[4] ~= ARGV[5] then
   -- The token holds another grant than the one this release ends: the same
@@ -108,6 +120,7 @@ end
 if waiting == 0 then
   redis.call('DEL', L)
   done(recent, h[2])
+  remember(X, served(h[5], token, cleanup))
   if ARGV[3] ~= '' then
     redis.pcall(ARGV[3], ARGV[2], 'next:') -- refused (ACL): the release stands
   end
@@ -126,6 +139,7 @@ if holds then
     -- The lease expired and the lock sits in its lock-delay: the late
     -- holder is done with it, so the delay has no more reason to run.
     redis.call('DEL', L) -- not done(): a resend, too, finds nothing held
+    remember(X, served(h[5], token, cleanup), now())
     notify, freed = true, true
   else
     holds = tonumber(holds) - 1
@@ -134,6 +148,7 @@ if holds then
     else
       redis.call('DEL', L)
       done(recent, h[2])
+      remember(X, served(h[5], token, cleanup), now())
       notify, freed = true, true
     end
     result = holds
@@ -149,6 +164,12 @@ else
       result, notify, anyone = 0, true, true
     end
   end
+end
+
+if result == -1 and cleanup then
+  -- Held nothing (or a lease that had expired): the acquire this cleans up
+  -- after may not have landed yet.
+  remember(X, {'t' .. token}, now())
 end
 
 local waiters = (waiting or redis.call('EXISTS', W, Q)) > 0

@@ -30,13 +30,18 @@ var (
 	renewLua    string
 	renewScript = redis.NewScript(withCommon(renewLua))
 
+	// late.lua writes the late-request record; it goes in front of the
+	// scripts that write it, fast paths included.
+	//go:embed late.lua
+	lateLua string
+
 	//go:embed release.lua
 	releaseLua    string
-	releaseScript = redis.NewScript(withCommon(releaseLua))
+	releaseScript = redis.NewScript(lateLua + withCommon(releaseLua))
 
 	//go:embed withdraw.lua
 	withdrawLua    string
-	withdrawScript = redis.NewScript(withCommon(withdrawLua))
+	withdrawScript = redis.NewScript(lateLua + withCommon(withdrawLua))
 
 	// inspect.lua and force_release.lua both begin with describe.lua.
 	//go:embed describe.lua

@@ -533,7 +533,7 @@ func redisLeftovers(t *testing.T, prefix string, admin *redis.Client) []string {
 	}
 	var left []string
 	for _, k := range keys {
-		if !strings.HasSuffix(k, ":fence") && !strings.HasSuffix(k, ":r") { // kept on purpose: fence counters; recent releases (15s)
+		if !strings.HasSuffix(k, ":fence") && !strings.HasSuffix(k, ":r") && !strings.HasSuffix(k, ":late") { // kept on purpose: fence counters; recent releases (15s); late-request records (5s)
 			left = append(left, prefix+k)
 		}
 	}

@@ -382,6 +382,7 @@ func run(tb testing.TB, srv *testserver.Redis, round int, n int) figures {
 		case strings.HasSuffix(iter.Val(), ":fence"):
 			f.fences++
 		case strings.HasSuffix(iter.Val(), ":r"): // recent releases, kept 15s on purpose
+		case strings.HasSuffix(iter.Val(), ":late"): // late-request records, kept 5s on purpose
 		default:
 			f.leftover++
 		}

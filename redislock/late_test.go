@@ -1,0 +1,347 @@
+package redislock_test
+
+// A request whose outcome is unknown to its caller (cancelled, or resent by
+// go-redis after a read timeout) may reach Redis after everything that
+// followed it: the caller's clean-up, another grant and its release. It
+// must then grant nothing and queue nothing (late.lua).
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+// lateDialer dials Redis through connections that, once armed, hold the
+// next write of an EVALSHA: the write reports success, and the bytes reach
+// Redis only when the test calls deliver, after go-redis has given up on
+// the connection. That is a request delayed on its way (a congested link,
+// a proxy that stalls): it lands after what its caller did next.
+type lateDialer struct {
+	addr   string
+	armed  atomic.Bool
+	caught chan struct{} // a write was held
+
+	mu   sync.Mutex
+	held *lateConn
+	data []byte
+}
+
+func newLateDialer(addr string) *lateDialer {
+	return &lateDialer{addr: addr, caught: make(chan struct{}, 1)}
+}
+
+// dial dials d.addr, or addr when d has none (a Cluster's nodes).
+func (d *lateDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if d.addr != "" {
+		addr = d.addr
+	}
+	var nd net.Dialer
+	c, err := nd.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &lateConn{Conn: c, d: d}, nil
+}
+
+// awaitHeld waits until a write is held.
+func (d *lateDialer) awaitHeld(t *testing.T) {
+	t.Helper()
+	select {
+	case <-d.caught:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no EVALSHA was held")
+	}
+}
+
+// deliver sends the held write to Redis, waits for Redis's answer (so the
+// script has run) and closes the connection.
+func (d *lateDialer) deliver(t *testing.T) {
+	t.Helper()
+	d.mu.Lock()
+	c, data := d.held, d.data
+	d.held, d.data = nil, nil
+	d.mu.Unlock()
+	if c == nil {
+		t.Fatal("nothing held")
+	}
+	defer c.Conn.Close()
+	_ = c.Conn.SetDeadline(time.Time{}) // go-redis's have passed
+	if _, err := c.Conn.Write(data); err != nil {
+		t.Fatalf("delivering the held request: %v", err)
+	}
+	_ = c.Conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 4096)
+	if n, err := c.Conn.Read(buf); n == 0 {
+		t.Fatalf("no answer to the held request: %v", err)
+	}
+}
+
+type lateConn struct {
+	net.Conn
+	d     *lateDialer
+	mu    sync.Mutex
+	holds bool // a write is held: deliver closes the connection
+}
+
+func (c *lateConn) Write(b []byte) (int, error) {
+	if bytes.Contains(bytes.ToLower(b), []byte("evalsha")) && c.d.armed.CompareAndSwap(true, false) {
+		c.mu.Lock()
+		c.holds = true
+		c.mu.Unlock()
+		c.d.mu.Lock()
+		c.d.held, c.d.data = c, bytes.Clone(b)
+		c.d.mu.Unlock()
+		c.d.caught <- struct{}{}
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *lateConn) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.holds {
+		return nil // deliver closes it
+	}
+	return c.Conn.Close()
+}
+
+// lateClient returns a go-redis client with opts whose connections come
+// from d.
+func lateClient(t *testing.T, d *lateDialer, opts redis.Options) *redis.Client {
+	t.Helper()
+	opts.Addr, opts.Dialer = d.addr, d.dial
+	rdb := redis.NewClient(&opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// warm takes and releases a lock on c, so that the scripts are in Redis's
+// cache and the pool has a connection.
+func warm(t *testing.T, c *dlock.Client) {
+	t.Helper()
+	l, err := c.Mutex("late/warm").Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A Fair waiter's acquire that lands after its caller gave up and cleaned
+// up must not queue: a queue entry at the head would be handed the lock at
+// the holder's release, and a live waiter refused until the entry lapsed.
+func TestLateFairAcquireAfterCleanupQueuesNothing(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	admin := srv.Client(t)
+	d := newLateDialer(srv.Addr())
+	rdb := lateClient(t, d, redis.Options{ContextTimeoutEnabled: true})
+	ghost := dlock.New(redislock.New(rdb), dlock.WithTTL(10*time.Second))
+	defer ghost.Close()
+	holder := dlock.New(redislock.New(srv.Client(t)), dlock.WithTTL(10*time.Second))
+	defer holder.Close()
+	live := dlock.New(redislock.New(srv.Client(t)), dlock.WithTTL(10*time.Second))
+	defer live.Close()
+	warm(t, ghost)
+	const name = "late/fair"
+	ctx := t.Context()
+
+	h, err := holder.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.armed.Store(true)
+	wctx, cancel := context.WithTimeout(ctx, time.Second)
+	_, err = ghost.Mutex(name, dlock.Fair(), dlock.WithMetadata("ghost")).Lock(wctx)
+	cancel()
+	if err == nil {
+		t.Fatal("the ghost's Lock succeeded")
+	}
+	d.awaitHeld(t)
+	time.Sleep(300 * time.Millisecond) // the clean-up lands (it ran before Lock returned, unless Redis was slow)
+	d.deliver(t)
+	if n := zcard(t, admin, lockKey(name)+":q"); n != 0 {
+		t.Errorf("the late acquire queued: %d queue entries, want 0", n)
+	}
+
+	type result struct {
+		l   *dlock.Lease
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := live.Mutex(name, dlock.Fair(), dlock.WithMetadata("live"), dlock.WithWait(20*time.Second)).Lock(ctx)
+		got <- result{l, err}
+	}()
+	waitFor(t, func() bool { return zcard(t, admin, lockKey(name)+":q") >= 1 })
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if owner, _ := admin.HGet(ctx, lockKey(name), "owner").Result(); strings.HasSuffix(owner, "ghost") {
+		t.Errorf("the holder's release handed the lock to the late request (owner %q)", owner)
+	}
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("live waiter: %v", r.err)
+		}
+		_ = r.l.Unlock(ctx)
+	case <-time.After(4 * time.Second): // the ghost's entry would hold it up to 5s
+		t.Fatal("the live waiter was not granted within 4s of the release")
+	}
+}
+
+// A TryLock whose request lands after its clean-up must not be granted: a
+// grant for the whole TTL that nobody holds.
+func TestLateTryLockAfterCleanupGrantsNothing(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	admin := srv.Client(t)
+	d := newLateDialer(srv.Addr())
+	rdb := lateClient(t, d, redis.Options{ContextTimeoutEnabled: true})
+	ghost := dlock.New(redislock.New(rdb), dlock.WithTTL(10*time.Second))
+	defer ghost.Close()
+	other := dlock.New(redislock.New(srv.Client(t)), dlock.WithTTL(10*time.Second))
+	defer other.Close()
+	warm(t, ghost)
+	const name = "late/try"
+	ctx := t.Context()
+
+	d.armed.Store(true)
+	tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err := ghost.Mutex(name).TryLock(tctx)
+	cancel()
+	if err == nil {
+		t.Fatal("the ghost's TryLock succeeded")
+	}
+	d.awaitHeld(t)
+	time.Sleep(300 * time.Millisecond) // the clean-up lands
+	d.deliver(t)
+	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
+		owner, _ := admin.HGet(ctx, lockKey(name), "owner").Result()
+		t.Errorf("the late TryLock was granted (owner %q): held by nobody", owner)
+	}
+	l, err := other.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("another Client's TryLock: %v", err)
+	}
+	_ = l.Unlock(ctx)
+}
+
+// go-redis sends a command again when its answer does not come within
+// ReadTimeout; the resend is granted, the holder works and unlocks, and
+// then the first copy lands: it must grant nothing (no fence drawn).
+func TestLateFirstCopyOfResentAcquireGrantsNothing(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	admin := srv.Client(t)
+	d := newLateDialer(srv.Addr())
+	rdb := lateClient(t, d, redis.Options{ReadTimeout: 300 * time.Millisecond, MaxRetries: 3})
+	c := dlock.New(redislock.New(rdb), dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(false))
+	defer c.Close()
+	warm(t, c)
+	const name = "late/resent"
+	ctx := t.Context()
+
+	d.armed.Store(true)
+	l, err := c.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock (resent by go-redis): %v", err)
+	}
+	d.awaitHeld(t)
+	fence := l.Fence()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d.deliver(t)
+	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
+		t.Errorf("the first copy of the resent acquire was granted after the Unlock: held by nobody")
+	}
+	if got, _ := admin.Get(ctx, lockKey(name)+":fence").Result(); got != strconv.FormatUint(fence, 10) {
+		t.Errorf("fence counter %s after the late copy, want %d (no new grant)", got, fence)
+	}
+}
+
+// On a Cluster, a lock's keys and its late-request record share one hash
+// slot: a TryLock whose request lands after its clean-up, and the first
+// copy of an acquire that the ClusterClient resent, grant nothing there
+// either.
+func TestClusterLateAcquireGrantsNothing(t *testing.T) {
+	_, cl := setupCluster(t)
+	admin := cl.Client(t)
+	ctx := t.Context()
+	for _, resent := range []bool{false, true} {
+		name := fmt.Sprintf("late/cluster-resent-%t", resent)
+		d := newLateDialer("")
+		opts := &redis.ClusterOptions{Addrs: cl.Addrs(), Dialer: d.dial, ContextTimeoutEnabled: !resent}
+		if resent {
+			opts.ReadTimeout = 300 * time.Millisecond
+		}
+		rdb := redis.NewClusterClient(opts)
+		defer rdb.Close()
+		c := dlock.New(redislock.New(rdb), dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(false))
+		defer c.Close()
+		l, err := c.Mutex(name).TryLock(ctx) // scripts cached, the slot's node connected
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		fence, err := admin.Get(ctx, lockKey(name)+":fence").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		d.armed.Store(true)
+		if resent {
+			l, err := c.Mutex(name).TryLock(ctx)
+			if err != nil {
+				t.Fatalf("TryLock (resent by go-redis): %v", err)
+			}
+			fence = strconv.FormatUint(l.Fence(), 10)
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			_, err := c.Mutex(name).TryLock(tctx)
+			cancel()
+			if err == nil {
+				t.Fatal("TryLock succeeded with its request held")
+			}
+		}
+		d.awaitHeld(t)
+		time.Sleep(300 * time.Millisecond) // the clean-up lands
+		d.deliver(t)
+		if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
+			t.Errorf("resent=%t: the late request was granted: held by nobody", resent)
+		}
+		if got, _ := admin.Get(ctx, lockKey(name)+":fence").Result(); got != fence {
+			t.Errorf("resent=%t: fence counter %s after the late request, want %s", resent, got, fence)
+		}
+	}
+}
+
+// waitFor polls cond for up to 10s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatal("condition not met within 10s")
+}
