@@ -6,8 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -90,7 +92,18 @@ type scenario struct {
 	ops          int            // critical sections to run; 0: until duration ends (a soak makes at least soakOps)
 	duration     time.Duration  // length of a short run; default 2s
 	backoff      time.Duration  // pause after a failed acquire; default chaos.Run's
-	expect       expect
+	// wait is every lock's WithWait (after lockOpts); 0: a Lock waits
+	// until the run ends.
+	wait time.Duration
+	// waitsHold fails the run when a wait ended early: an acquire that
+	// returned an error while its wait had time left (an injected
+	// cancellation aside). The count is logged for every run.
+	waitsHold bool
+	// idleBound, when set, fails the run when a name sat free after a
+	// release, while a waiter waited, for longer than it (see idleTimes).
+	// The longest such time is logged for every run.
+	idleBound time.Duration
+	expect    expect
 	// setup runs after the clients and workers are made, before they
 	// start (to set a worker's BeforeWrite, say).
 	setup func(r *runState)
@@ -183,7 +196,7 @@ func runScenario(t *testing.T, sc scenario) *chaos.Report {
 	if *soak {
 		// Sells out near the end of the run, so that "never below zero"
 		// is put to the test.
-		stock = int64(ops * 9 / 10 / len(sc.targets))
+		stock = int64(ops * 9 / 10 / len(distinct(names)))
 	}
 	for _, tg := range sc.targets {
 		switch sc.workload {
@@ -202,6 +215,9 @@ func runScenario(t *testing.T, sc scenario) *chaos.Report {
 		}
 		name := fmt.Sprintf("c%d", i+1)
 		opts := append([]dlock.Option{dlock.WithTTL(sc.ttl)}, sc.lockOpts...)
+		if sc.wait > 0 {
+			opts = append(opts, dlock.WithWait(sc.wait))
+		}
 		c := s.clientOn(t, spec, rec, name, sc.observe, opts...)
 		r.clients = append(r.clients, c)
 		r.workers = append(r.workers, &chaos.Worker{
@@ -221,6 +237,11 @@ func runScenario(t *testing.T, sc scenario) *chaos.Report {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(t.Context(), limit)
 	r.end = cancel
+	// runEnd is when the run's context ended: waits cut short then ended
+	// with the run, not early.
+	var runEnd atomic.Int64
+	stopRunEnd := context.AfterFunc(ctx, func() { runEnd.Store(chaos.Now()) })
+	defer stopRunEnd()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -257,6 +278,10 @@ func runScenario(t *testing.T, sc scenario) *chaos.Report {
 		scenarioName(t, sc), s.name, workloadName(sc), sc.clients, len(sc.targets), sc.ttl, sc.think, elapsed.Round(time.Millisecond))
 	t.Logf("report:\n%s", report.String())
 	verdict, ok := assess(t, sc, report, ops)
+	waits := checkWaits(t, sc, events, runEnd.Load())
+	if !waits.ok {
+		ok = false
+	}
 	if !checkLeftovers(t, sc, events) {
 		ok = false
 	}
@@ -269,7 +294,7 @@ func runScenario(t *testing.T, sc scenario) *chaos.Report {
 		verdict = "FAIL"
 		writeFailure(t, report, events)
 	}
-	addRow(t, sc, report, verdict)
+	addRow(t, sc, report, waits, verdict)
 	return report
 }
 
@@ -515,6 +540,7 @@ type row struct {
 	staleRejected, staleAcc     int
 	late, lost, losses          int
 	lateLoss                    int
+	waits                       waitStats
 	nonLinear, unchecked        []string // names porcupine rejected, and timed out on
 	result                      string
 }
@@ -525,14 +551,15 @@ var (
 )
 
 // addRow adds a run to the summary.
-func addRow(t *testing.T, sc scenario, rp *chaos.Report, result string) {
+func addRow(t *testing.T, sc scenario, rp *chaos.Report, w waitStats, result string) {
 	summaryMu.Lock()
 	defer summaryMu.Unlock()
 	summary = append(summary, row{
 		scenario: scenarioName(t, sc), backend: sc.store.name, workload: workloadName(sc),
 		ops: rp.Grants + rp.AcquireFailed + rp.AcquireUnknown, grants: rp.Grants, overlaps: len(rp.Overlaps),
 		staleRejected: rp.StaleRejected, staleAcc: rp.StaleAccepted, late: rp.LateWrites, lost: rp.LostUpdates,
-		losses: rp.Losses, lateLoss: rp.LateLossReports, nonLinear: rp.NonLinearizable, unchecked: rp.Unchecked, result: result,
+		losses: rp.Losses, lateLoss: rp.LateLossReports, nonLinear: rp.NonLinearizable, unchecked: rp.Unchecked,
+		waits: w, result: result,
 	})
 }
 
@@ -550,7 +577,7 @@ func printSummary() {
 	}
 	fmt.Printf("\nchaos summary (%s runs; ops = acquire attempts):\n", mode)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "scenario\tbackend\tworkload\tops\tgrants\toverlaps\tstale rejected\tstale accepted\tlate writes\tlost updates\tlosses\tlate loss reports\tlinearizable\tresult\t")
+	fmt.Fprintln(w, "scenario\tbackend\tworkload\tops\tgrants\toverlaps\tstale rejected\tstale accepted\tlate writes\tlost updates\tlosses\tlate loss reports\tearly wait fails\tmax idle\tlinearizable\tresult\t")
 	for _, r := range summary {
 		lin := "yes"
 		if len(r.nonLinear) > 0 {
@@ -564,8 +591,13 @@ func printSummary() {
 			}
 			lin += "timed out: " + strings.Join(r.unchecked, ",")
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t\n",
-			r.scenario, r.backend, r.workload, r.ops, r.grants, r.overlaps, r.staleRejected, r.staleAcc, r.late, r.lost, r.losses, r.lateLoss, lin, r.result)
+		early, idle := "-", "-"
+		if r.waits.checked {
+			early, idle = strconv.Itoa(r.waits.early), r.waits.maxIdle.Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t\n",
+			r.scenario, r.backend, r.workload, r.ops, r.grants, r.overlaps, r.staleRejected, r.staleAcc, r.late, r.lost, r.losses, r.lateLoss,
+			early, idle, lin, r.result)
 	}
 	_ = w.Flush()
 }

@@ -566,7 +566,7 @@ func (r *procRun) finish() (*chaos.Report, []chaos.Event) {
 		verdict = "FAIL"
 		writeFailure(t, rp, events)
 	}
-	addRow(t, r.sc, rp, verdict)
+	addRow(t, r.sc, rp, waitStats{}, verdict) // the waits of child processes are not measured
 	t.Cleanup(func() {
 		if !failed && t.Failed() {
 			writeFailure(t, rp, events)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"path/filepath"
 	"slices"
@@ -60,6 +61,9 @@ type storeSpec struct {
 	DSN   string   `json:"dsn,omitempty"`   // SQLite file DSN, MariaDB DSN, PostgreSQL URL; memlock: its key in memStores
 	// NodeTimeout is redlock's WithNodeTimeout, or 0 for its default.
 	NodeTimeout time.Duration `json:"node_timeout,omitempty"`
+	// dial, when set, makes the connections of a redis store's client (a
+	// fault-injecting Dialer); in this process only.
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // memStores holds the memlock stores of the running tests, by the DSN of
@@ -98,7 +102,9 @@ func (s storeSpec) open() (driver.Backend, func() error, error) {
 		if len(s.Addrs) != 1 {
 			return nil, nil, fmt.Errorf("chaostest: redis store: %d addresses, want 1", len(s.Addrs))
 		}
-		rdb := newRedisClient(s.Addrs[0])
+		opts := redisOptions(s.Addrs[0])
+		opts.Dialer = s.dial
+		rdb := redis.NewClient(opts)
 		return redislock.New(rdb), rdb.Close, nil
 	case kindRedlock:
 		if len(s.Addrs) == 0 {
@@ -154,15 +160,18 @@ func (s storeSpec) open() (driver.Backend, func() error, error) {
 }
 
 // newRedisClient returns a go-redis client for addr as open uses it.
-func newRedisClient(addr string) *redis.Client {
-	return redis.NewClient(&redis.Options{
+func newRedisClient(addr string) *redis.Client { return redis.NewClient(redisOptions(addr)) }
+
+// redisOptions are the options of open's go-redis clients.
+func redisOptions(addr string) *redis.Options {
+	return &redis.Options{
 		Addr:                  addr,
 		MaxRetries:            -1,
 		DialTimeout:           redisTimeout,
 		ReadTimeout:           redisTimeout,
 		WriteTimeout:          redisTimeout,
 		ContextTimeoutEnabled: true,
-	})
+	}
 }
 
 // openDB opens a pool on a SQL store, as the sqllock documentation

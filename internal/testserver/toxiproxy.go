@@ -15,6 +15,7 @@ import (
 // Names of the toxics a Proxy adds; one of each at most.
 const (
 	toxicLatency       = "latency"
+	toxicLateRequests  = "latency-up"
 	toxicDropRequests  = "partition-up"
 	toxicDropResponses = "partition-down"
 )
@@ -38,6 +39,7 @@ type Proxy struct {
 	mu          sync.Mutex
 	partitioned bool
 	latency     time.Duration
+	lateReqs    bool
 }
 
 // StartProxy starts a proxy to upstream ("host:port") on a free loopback
@@ -149,6 +151,31 @@ func (p *Proxy) Latency(t testing.TB, d time.Duration) {
 func (p *Proxy) ClearLatency(t testing.TB) {
 	t.Helper()
 	p.Latency(t, 0)
+}
+
+// RequestLatency delays every request on its way to the server by d ± jitter
+// (each chunk of bytes drawn afresh, in [d−jitter, d+jitter]); answers are
+// not delayed. Requests on one connection keep their order, but a request
+// sent later on another connection can overtake one still on its way: a
+// clean-up sent after its caller gave up can land before the request it
+// cleans up. It replaces an earlier RequestLatency; d <= 0 removes it.
+func (p *Proxy) RequestLatency(t testing.TB, d, jitter time.Duration) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lateReqs {
+		p.removeToxic(t, toxicLateRequests)
+		p.lateReqs = false
+	}
+	if d <= 0 {
+		return
+	}
+	if d.Milliseconds() == 0 {
+		t.Fatalf("proxy %s: latency %v is below toxiproxy's resolution of 1ms", p.addr, d)
+	}
+	p.addToxic(t, toxicLateRequests, "latency", "upstream",
+		fmt.Sprintf(`{"latency": %d, "jitter": %d}`, d.Milliseconds(), min(jitter, d).Milliseconds()))
+	p.lateReqs = true
 }
 
 // addToxic adds a toxic of type typ to the direction stream ("upstream" is

@@ -1,0 +1,350 @@
+package chaostest
+
+// Gray faults: the store is up and answers, but not the way a healthy one
+// does. Requests that land late, a server that stops serving for a moment
+// (CLIENT PAUSE), a pub/sub connection that goes half-open, a thousand
+// waiters on one name. Each must neither strand a lock (leave it free while
+// a waiter waits, longer than the bound docs/SAFETY.md states for the
+// fault) nor end a wait early, besides breaking nothing.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/locktest/chaos"
+)
+
+// lateStep is one setting of TestLateRequest's request latency: every
+// request reaches the store d ± jitter late.
+type lateStep struct{ d, jitter time.Duration }
+
+// lateSteps are the request latencies of TestLateRequest, by kind, each in
+// force for lateStepFor in turn. They straddle the Locks' wait (lateWait):
+// a request still on its way when its caller gives up is cleaned up, and
+// the jitter lets the clean-up, sent later on another connection, overtake
+// it. A SQL acquire is a few round trips, so its steps are smaller.
+var lateSteps = map[string][]lateStep{
+	kindRedis:    {{40 * time.Millisecond, 40 * time.Millisecond}, {150 * time.Millisecond, 140 * time.Millisecond}, {250 * time.Millisecond, 150 * time.Millisecond}},
+	kindMariaDB:  {{10 * time.Millisecond, 10 * time.Millisecond}, {40 * time.Millisecond, 40 * time.Millisecond}, {80 * time.Millisecond, 70 * time.Millisecond}},
+	kindPostgres: {{10 * time.Millisecond, 10 * time.Millisecond}, {40 * time.Millisecond, 40 * time.Millisecond}, {80 * time.Millisecond, 70 * time.Millisecond}},
+	// Redlock: node 0's requests, past the 50ms node timeout half the
+	// time; node 1 gets a fifth of it, node 2 none, so that grants go on.
+	kindRedlock: {{30 * time.Millisecond, 30 * time.Millisecond}, {60 * time.Millisecond, 50 * time.Millisecond}, {100 * time.Millisecond, 90 * time.Millisecond}},
+}
+
+const (
+	lateStepFor = 500 * time.Millisecond
+	// lateWait is every Lock's wait in TestLateRequest: short, so that
+	// calls are cut short while their requests are on their way.
+	lateWait = 300 * time.Millisecond
+	// lateTTL is long next to lateIdleBound, so that a late request that
+	// granted a lock to nobody shows as a lock free for a whole TTL.
+	lateTTL = 3 * time.Second
+	// lateIdleBound: with the late requests harmless, a release is
+	// followed by the next grant within a waiter's round trip (at most
+	// ~400ms of delay) and a retry; room for a loaded machine.
+	lateIdleBound = 2 * time.Second
+)
+
+// TestLateRequest delays the requests (not the answers) of every client on
+// their way to the store by a jittered latency, while Locks wait at most
+// lateWait and a fifth of the calls have their context cancelled: acquires
+// whose outcome is unknown are cleaned up on another connection, and the
+// clean-up can land before the request it cleans up. The late request must
+// grant nothing and queue nothing: no overlap, no stale write accepted, no
+// wait ended early, and no lock free for longer than lateIdleBound after a
+// release while a waiter waits (a late grant to nobody would keep it for
+// lateTTL). Plain Mutexes, then Fair ones (not on Redlock).
+func TestLateRequest(t *testing.T) {
+	for _, kind := range []string{kindRedis, kindRedlock, kindMariaDB, kindPostgres} {
+		t.Run(kind, func(t *testing.T) {
+			s := startStore(t, kind, storeOptions{Proxy: true})
+			steps := lateSteps[kind]
+			faults := func(ctx context.Context, r *runState) {
+				set := func(st lateStep) {
+					if kind != kindRedlock {
+						s.proxy.RequestLatency(t, st.d, st.jitter)
+						return
+					}
+					s.proxies[0].RequestLatency(t, st.d, st.jitter)
+					s.proxies[1].RequestLatency(t, st.d/5, st.jitter/5)
+				}
+				defer func() {
+					set(lateStep{})
+					r.rec.Note("request latency removed")
+				}()
+				for i := 0; ; i++ {
+					st := steps[i%len(steps)]
+					set(st)
+					r.rec.Note("requests reach the store %v ± %v late", st.d, st.jitter)
+					if !r.sleep(ctx, lateStepFor) {
+						return
+					}
+				}
+			}
+			modes := []string{"plain", "fair"}
+			if kind == kindRedlock {
+				modes = modes[:1] // no fair locks
+			}
+			for _, mode := range modes {
+				sc := scenario{
+					store: s, label: "laterequest-" + mode, workload: chaos.Stock, fenced: true,
+					names: prefixed(mode+"-", nil), ttl: lateTTL, wait: lateWait,
+					cancelRate: 0.2, cancelWithin: 150 * time.Millisecond,
+					duration: 1500 * time.Millisecond, faults: faults,
+					waitsHold: true, idleBound: lateIdleBound,
+				}
+				if mode == "fair" {
+					sc.lockOpts = []dlock.Option{dlock.Fair()}
+				}
+				runScenario(t, sc)
+			}
+		})
+	}
+}
+
+const (
+	// pauseTTL is TestClientPause's TTL: a pause takes a good part of it.
+	pauseTTL = time.Second
+	// pauseIdleBound: a lock freed just before a pause is granted once
+	// the pause ends (at most 500ms) and a waiter's request is served;
+	// room for a loaded machine.
+	pauseIdleBound = 2 * time.Second
+)
+
+// TestClientPause pauses the Redis server (CLIENT PAUSE, WRITE and ALL in
+// turns) for 200–500ms, again and again, while clients contend; on Redlock
+// one node at a time, and every third pause all three. Calls wait for the
+// pause to end, renewals run late and leases may be lost, in time; no wait
+// may end early and no lock may sit free after a release for longer than
+// pauseIdleBound while a waiter waits.
+func TestClientPause(t *testing.T) {
+	for _, kind := range []string{kindRedis, kindRedlock} {
+		t.Run(kind, func(t *testing.T) {
+			s := startStore(t, kind, storeOptions{})
+			var admins []*redis.Client
+			if kind == kindRedis {
+				admins = append(admins, s.redis.Client(t))
+			}
+			for _, n := range s.nodes {
+				admins = append(admins, n.Client(t))
+			}
+			pauses := 0
+			runScenario(t, scenario{
+				store: s, workload: chaos.Stock, fenced: true, ttl: pauseTTL, duration: 3 * time.Second,
+				waitsHold: true, idleBound: pauseIdleBound,
+				faults: func(ctx context.Context, r *runState) {
+					faultLoop(ctx, r, 200*time.Millisecond, 500*time.Millisecond, func(i int) {
+						mode := "WRITE"
+						if i%2 == 1 {
+							mode = "ALL"
+						}
+						d := 200*time.Millisecond + rand.N(300*time.Millisecond)
+						targets, which := admins, "the server"
+						if kind == kindRedlock && i%3 != 2 {
+							targets, which = admins[i%3:i%3+1], fmt.Sprintf("node %d", i%3)
+						} else if kind == kindRedlock {
+							which = "every node"
+						}
+						for _, a := range targets {
+							// Not ctx: the pause must be set (and end) whole.
+							if err := a.Do(context.Background(), "CLIENT", "PAUSE", d.Milliseconds(), mode).Err(); err != nil {
+								t.Errorf("CLIENT PAUSE %d %s: %v", d.Milliseconds(), mode, err)
+								return
+							}
+						}
+						r.rec.Note("CLIENT PAUSE %v %s on %s", d, mode, which)
+						pauses++
+						time.Sleep(d) // the store is healthy again when the fault returns
+					})
+				},
+				extra: func(t *testing.T, r *runState) {
+					t.Logf("%d pauses", pauses)
+					if pauses == 0 {
+						t.Error("the run ended before any pause")
+					}
+				},
+			})
+		})
+	}
+}
+
+// halfOpenIdleBound is the longest a lock may sit free after a release
+// while one client's pub/sub connection is half-open: the listener's health
+// check finds the connection dead 3s after it last delivered anything and
+// replaces it (docs/REDIS.md), and the waiter's own poll may find the lock
+// sooner; room for a reconnect on a loaded machine.
+const halfOpenIdleBound = 4 * time.Second
+
+// TestHalfOpenPubSub makes one client's pub/sub connection half-open
+// (writes vanish, nothing comes back; its command connections are fine)
+// again and again on Redis, with plain Mutexes and then Fair ones: the
+// releases announced on it never reach it, and a Fair waiter of that client
+// may be handed the lock without hearing of it. The lock must not sit free
+// after a release for longer than halfOpenIdleBound while a waiter waits,
+// no wait may end early, and nothing may break.
+func TestHalfOpenPubSub(t *testing.T) {
+	t.Run(kindRedis, func(t *testing.T) {
+		s := startStore(t, kindRedis, storeOptions{})
+		for _, mode := range []string{"plain", "fair"} {
+			h := &halfOpen{}
+			spec := s.spec
+			spec.dial = h.dial
+			cut := 0
+			sc := scenario{
+				store: s, label: "halfopenpubsub-" + mode, workload: chaos.Stock, fenced: true,
+				names: prefixed(mode+"-", nil), specs: []storeSpec{spec}, duration: 5 * time.Second,
+				waitsHold: true, idleBound: halfOpenIdleBound,
+				faults: func(ctx context.Context, r *runState) {
+					faultLoop(ctx, r, 300*time.Millisecond, 2500*time.Millisecond, func(int) {
+						n := h.cut()
+						cut += n
+						r.rec.Note("c1's pub/sub connections half-open: %d cut", n)
+					})
+				},
+				extra: func(t *testing.T, r *runState) {
+					t.Logf("%d pub/sub connections of c1 made half-open; c1 dialled %d connections in all", cut, h.dialled())
+					if cut == 0 {
+						t.Error("no pub/sub connection of c1 was made half-open: the run proves nothing")
+					}
+				},
+			}
+			if mode == "fair" {
+				sc.lockOpts = []dlock.Option{dlock.Fair()}
+			}
+			runScenario(t, sc)
+		}
+	})
+}
+
+// halfOpen is a go-redis Dialer whose pub/sub connections can be made
+// half-open: once cut, a connection that has written a subscribe command
+// sends nothing and receives nothing, while its deadlines still run, as a
+// TCP connection whose peer or middlebox vanished. Connections dialled
+// later are healthy; command connections are never cut.
+type halfOpen struct {
+	mu    sync.Mutex
+	conns []*halfOpenConn
+}
+
+func (h *halfOpen) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	hc := &halfOpenConn{Conn: c}
+	h.mu.Lock()
+	h.conns = append(h.conns, hc)
+	h.mu.Unlock()
+	return hc, nil
+}
+
+// cut makes every pub/sub connection dialled so far half-open and returns
+// how many it cut that were not cut already.
+func (h *halfOpen) cut() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, c := range h.conns {
+		if c.pubsub.Load() && !c.cut.Swap(true) {
+			n++
+		}
+	}
+	return n
+}
+
+// dialled returns how many connections were dialled.
+func (h *halfOpen) dialled() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.conns)
+}
+
+type halfOpenConn struct {
+	net.Conn
+	pubsub atomic.Bool // it has written a subscribe command
+	cut    atomic.Bool
+}
+
+func (c *halfOpenConn) Write(b []byte) (int, error) {
+	if c.cut.Load() {
+		return len(b), nil // lost on the way
+	}
+	if bytes.Contains(bytes.ToLower(b), []byte("subscribe")) {
+		c.pubsub.Store(true)
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *halfOpenConn) Read(b []byte) (int, error) {
+	for {
+		n, err := c.Conn.Read(b)
+		if err != nil || !c.cut.Load() {
+			return n, err
+		}
+		// Lost on the way: read on until the deadline.
+	}
+}
+
+const (
+	// manyClients is the number of clients of TestManyWaiters; the
+	// waiters are spread over them.
+	manyClients = 10
+	// manyShort and manySoak are TestManyWaiters' waiters on the name, in
+	// a short run and in a soak.
+	manyShort = 200
+	manySoak  = 1000
+	// manyIdleBound: with that many waiters, a release is followed by
+	// the next grant within a wake-up and a round trip (a poll, at most
+	// 500ms, on a store without notifications); room for a loaded
+	// machine.
+	manyIdleBound = 2 * time.Second
+)
+
+// TestManyWaiters makes manyShort waiters (manySoak in a soak), spread over
+// manyClients clients, wait for one name, with plain Mutexes and then Fair
+// ones: every wait lasts until it is granted or the run ends, none may end
+// early, the lock must never sit free for longer than manyIdleBound after a
+// release, and nothing may break.
+func TestManyWaiters(t *testing.T) {
+	waiters := manyShort
+	if *soak {
+		waiters = manySoak
+	}
+	for _, kind := range []string{kindMemlock, kindRedis, kindSQLite, kindPostgres, kindMariaDB} {
+		t.Run(kind, func(t *testing.T) {
+			s := startStore(t, kind, storeOptions{})
+			for _, mode := range []string{"plain", "fair"} {
+				// One goroutine per client and target: waiters/manyClients
+				// targets of the one name.
+				targets := make([]chaos.Target, waiters/manyClients)
+				for i := range targets {
+					targets[i] = chaos.Target{Name: "many-" + mode, Mode: chaos.Exclusive}
+				}
+				sc := scenario{
+					store: s, label: "manywaiters-" + mode, workload: chaos.Stock, fenced: true,
+					clients: manyClients, targets: targets, think: 2 * time.Millisecond,
+					waitsHold: true, idleBound: manyIdleBound,
+					extra: func(t *testing.T, r *runState) {
+						t.Logf("%d waiters on %q over %d clients: %d grants", waiters, "many-"+mode, manyClients, r.report.Grants)
+					},
+				}
+				if mode == "fair" {
+					sc.lockOpts = []dlock.Option{dlock.Fair()}
+				}
+				runScenario(t, sc)
+			}
+		})
+	}
+}
