@@ -99,10 +99,10 @@ func TestLateRequest(t *testing.T) {
 			for _, mode := range modes {
 				sc := scenario{
 					store: s, label: "laterequest-" + mode, workload: chaos.Stock, fenced: true,
-					names: prefixed(mode+"-", nil), ttl: lateTTL, wait: lateWait,
+					names: prefixed(mode+"-", runNames(4, 8)), ttl: lateTTL, wait: lateWait,
 					cancelRate: 0.2, cancelWithin: 150 * time.Millisecond,
 					duration: 1500 * time.Millisecond, faults: faults,
-					waitsHold: true, idleBound: lateIdleBound,
+					waitsHold: true, idleBound: lateIdleBound, extra: checkUnknownAcquires,
 				}
 				if mode == "fair" {
 					sc.lockOpts = []dlock.Option{dlock.Fair()}
@@ -110,6 +110,27 @@ func TestLateRequest(t *testing.T) {
 				runScenario(t, sc)
 			}
 		})
+	}
+}
+
+// checkUnknownAcquires fails the test unless some store acquire of the run
+// had an unknown outcome (its call cut short or failed while the request
+// may have been on its way): those are the requests that may land after
+// their clean-up.
+func checkUnknownAcquires(t *testing.T, r *runState) {
+	t.Helper()
+	n, all := 0, 0
+	for _, e := range r.rec.Events() {
+		if e.Kind == chaos.KindStoreAcquire {
+			all++
+			if e.Outcome == chaos.Unknown {
+				n++
+			}
+		}
+	}
+	t.Logf("%d of %d store acquires had an unknown outcome and were cleaned up", n, all)
+	if n == 0 {
+		t.Error("no store acquire had an unknown outcome: no clean-up raced a late request, the run proves nothing")
 	}
 }
 

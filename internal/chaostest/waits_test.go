@@ -20,10 +20,6 @@ import (
 // granularity.
 const waitSlack = 5 * time.Millisecond
 
-// injectedCancel is the mark of an acquire cut short on purpose by the
-// worker (chaos.Worker.CancelRate): its wait did not fail early.
-const injectedCancel = "chaos: injected cancellation"
-
 // waitStats is what checkWaits found.
 type waitStats struct {
 	early   int           // waits that ended early
@@ -48,7 +44,7 @@ func checkWaits(t *testing.T, sc scenario, events []chaos.Event, runEnd int64) w
 		if e.Kind != chaos.KindAcquire || e.Outcome == chaos.OK || e.End >= runEnd {
 			continue
 		}
-		if strings.Contains(e.Err, injectedCancel) {
+		if cancelledOnPurpose(e.Err) {
 			continue
 		}
 		if sc.wait > 0 && time.Duration(e.End-e.Start) >= sc.wait-waitSlack {
@@ -90,6 +86,18 @@ func checkWaits(t *testing.T, sc scenario, events []chaos.Event, runEnd int64) w
 			over, sc.idleBound, st.maxIdle.Round(time.Millisecond), worst.describe(events))
 	}
 	return st
+}
+
+// cancelledOnPurpose reports whether an acquire's error is a cancellation:
+// before the run ended, only the worker cancels (chaos.Worker.CancelRate),
+// and such a wait did not fail early.
+func cancelledOnPurpose(err string) bool {
+	for _, text := range cancelledText {
+		if strings.Contains(err, text) {
+			return true
+		}
+	}
+	return false
 }
 
 // firstLine is the first line of an error text, cut to 120 bytes.
