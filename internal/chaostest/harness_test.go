@@ -238,9 +238,15 @@ func runScenario(t *testing.T, sc scenario) *chaos.Report {
 	ctx, cancel := context.WithTimeout(t.Context(), limit)
 	r.end = cancel
 	// runEnd is when the run's context ended: waits cut short then ended
-	// with the run, not early.
+	// with the run, not early. AfterFunc notes it a moment late, after
+	// waits may have returned; the deadline's time is exact.
 	var runEnd atomic.Int64
-	stopRunEnd := context.AfterFunc(ctx, func() { runEnd.Store(chaos.Now()) })
+	runEnd.Store(chaos.Now() + int64(limit))
+	stopRunEnd := context.AfterFunc(ctx, func() {
+		if now := chaos.Now(); now < runEnd.Load() {
+			runEnd.Store(now)
+		}
+	})
 	defer stopRunEnd()
 	done := make(chan struct{})
 	go func() {
