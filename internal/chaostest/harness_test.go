@@ -235,13 +235,14 @@ func runScenario(t *testing.T, sc scenario) *chaos.Report {
 		limit = soakLimit
 	}
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(t.Context(), limit)
-	r.end = cancel
 	// runEnd is when the run's context ended: waits cut short then ended
 	// with the run, not early. AfterFunc notes it a moment late, after
-	// waits may have returned; the deadline's time is exact.
+	// waits may have returned; the deadline's time, taken before the
+	// context is made, is not later than the deadline itself.
 	var runEnd atomic.Int64
 	runEnd.Store(chaos.Now() + int64(limit))
+	ctx, cancel := context.WithTimeout(t.Context(), limit)
+	r.end = cancel
 	stopRunEnd := context.AfterFunc(ctx, func() {
 		if now := chaos.Now(); now < runEnd.Load() {
 			runEnd.Store(now)

@@ -129,8 +129,9 @@ func (it idleTime) describe(events []chaos.Event) string {
 	return " (" + it.name + ", release of " + it.lease + " at " + offset(events, it.from).String() + "; " + next + ")"
 }
 
-// idleTimes measures, for every successful release of an exclusive lease,
-// how long its name then sat free while somebody wanted it: from the later
+// idleTimes measures, for every successful release of an exclusive lease
+// (and every loss, from the lease's deadline), how long its name then sat
+// free while somebody wanted it: from the later
 // of the release's return and the start of the first acquire still waiting
 // or made after it, to the return of the next grant of the name (or the
 // run's end, when none came). A release after which nobody asked for the
@@ -165,6 +166,13 @@ func idleTimes(events []chaos.Event, runEnd int64) []idleTime {
 			if e.Outcome == chaos.OK {
 				get(e.Name).releases = append(get(e.Name).releases, e)
 			}
+		case chaos.KindLoss:
+			// A lost lease frees its name on the store by its deadline
+			// (the store's expiry; a loss is reported before it): from
+			// then on it counts as released.
+			e.Start = max(e.End, e.Deadline)
+			e.End = e.Start
+			get(e.Name).releases = append(get(e.Name).releases, e)
 		}
 	}
 	var out []idleTime
