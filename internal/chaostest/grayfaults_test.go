@@ -54,6 +54,9 @@ const (
 	// followed by the next grant within a waiter's round trip (at most
 	// ~400ms of delay) and a retry; room for a loaded machine.
 	lateIdleBound = 2 * time.Second
+	// lateRun is the length of a short run: well past lateIdleBound, so
+	// that a name stranded in its first second shows.
+	lateRun = 3500 * time.Millisecond
 )
 
 // TestLateRequest delays the requests (not the answers) of every client on
@@ -101,7 +104,7 @@ func TestLateRequest(t *testing.T) {
 					store: s, label: "laterequest-" + mode, workload: chaos.Stock, fenced: true,
 					names: prefixed(mode+"-", runNames(4, 8)), ttl: lateTTL, wait: lateWait,
 					cancelRate: 0.2, cancelWithin: 150 * time.Millisecond,
-					duration: 1500 * time.Millisecond, faults: faults,
+					duration: lateRun, faults: faults,
 					waitsHold: true, idleBound: lateIdleBound, extra: checkUnknownAcquires,
 				}
 				if mode == "fair" {
@@ -224,10 +227,10 @@ func TestHalfOpenPubSub(t *testing.T) {
 			cut := 0
 			sc := scenario{
 				store: s, label: "halfopenpubsub-" + mode, workload: chaos.Stock, fenced: true,
-				names: prefixed(mode+"-", nil), specs: []storeSpec{spec}, duration: 5 * time.Second,
+				names: prefixed(mode+"-", nil), specs: []storeSpec{spec}, duration: 4 * time.Second,
 				waitsHold: true, idleBound: halfOpenIdleBound,
 				faults: func(ctx context.Context, r *runState) {
-					faultLoop(ctx, r, 300*time.Millisecond, 2500*time.Millisecond, func(int) {
+					faultLoop(ctx, r, 300*time.Millisecond, 2*time.Second, func(int) {
 						n := h.cut()
 						cut += n
 						r.rec.Note("c1's pub/sub connections half-open: %d cut", n)
@@ -330,11 +333,11 @@ const (
 	// the next grant within a wake-up and a round trip (a poll, at most
 	// 500ms, on a store without notifications); the first attempts of
 	// every waiter arrive at once at the start (on PostgreSQL, Fair, they
-	// held the lock up for 1.8s); room for a loaded machine.
-	manyIdleBound = 3 * time.Second
+	// held the lock up for up to 1.8s); room for a loaded machine.
+	manyIdleBound = 2500 * time.Millisecond
 	// manyRun is the length of a short run: longer than manyIdleBound,
 	// so that a name stranded early in the run shows.
-	manyRun = 4 * time.Second
+	manyRun = 3500 * time.Millisecond
 )
 
 // TestManyWaiters makes manyShort waiters (manySoak in a soak), spread over
