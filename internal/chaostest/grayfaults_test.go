@@ -210,6 +210,11 @@ func TestClientPause(t *testing.T) {
 // sooner; room for a reconnect on a loaded machine.
 const halfOpenIdleBound = 4 * time.Second
 
+// halfOpenFor is how long, in each round of TestHalfOpenPubSub, every
+// pub/sub connection of the client goes half-open as soon as it subscribes:
+// its subscriptions are never confirmed.
+const halfOpenFor = 2500 * time.Millisecond
+
 // TestHalfOpenPubSub makes one client's pub/sub connection half-open
 // (writes vanish, nothing comes back; its command connections are fine)
 // again and again on Redis, with plain Mutexes and then Fair ones: the
@@ -227,18 +232,26 @@ func TestHalfOpenPubSub(t *testing.T) {
 			cut := 0
 			sc := scenario{
 				store: s, label: "halfopenpubsub-" + mode, workload: chaos.Stock, fenced: true,
-				names: prefixed(mode+"-", nil), specs: []storeSpec{spec}, duration: 4 * time.Second,
+				names: prefixed(mode+"-", nil), specs: []storeSpec{spec}, duration: 3 * time.Second,
 				waitsHold: true, idleBound: halfOpenIdleBound,
 				faults: func(ctx context.Context, r *runState) {
-					faultLoop(ctx, r, 300*time.Millisecond, 2*time.Second, func(int) {
+					defer h.armed.Store(false)
+					faultLoop(ctx, r, 300*time.Millisecond, time.Second, func(int) {
+						// Every pub/sub connection c1 has, and every one
+						// it subscribes on for the next halfOpenFor.
+						h.armed.Store(true)
 						n := h.cut()
 						cut += n
-						r.rec.Note("c1's pub/sub connections half-open: %d cut", n)
+						r.rec.Note("c1's pub/sub connections half-open: %d cut, and those it subscribes on for %v", n, halfOpenFor)
+						r.sleep(ctx, halfOpenFor)
+						h.armed.Store(false)
+						r.rec.Note("c1's new pub/sub connections healthy again")
 					})
 				},
 				extra: func(t *testing.T, r *runState) {
-					t.Logf("%d pub/sub connections of c1 made half-open; c1 dialled %d connections in all", cut, h.dialled())
-					if cut == 0 {
+					n := h.cutAll()
+					t.Logf("%d pub/sub connections of c1 made half-open (%d cut as the rounds began); c1 dialled %d connections in all", n, cut, h.dialled())
+					if n == 0 {
 						t.Error("no pub/sub connection of c1 was made half-open: the run proves nothing")
 					}
 				},
@@ -248,6 +261,69 @@ func TestHalfOpenPubSub(t *testing.T) {
 			}
 			runScenario(t, sc)
 		}
+		runHalfOpenFresh(t, s)
+	})
+}
+
+const (
+	// freshTTL is the TTL of the fresh-subscription run: a lock handed to
+	// a waiter that never claims it stays held by nobody that long.
+	freshTTL = 5 * time.Second
+	// freshWait is the deaf client's wait: shorter than the 5s a
+	// subscription may take, so that a wait that waited for its
+	// subscription would never poll.
+	freshWait = 4 * time.Second
+	// freshQuiet is the deaf client's pause between its waits: longer
+	// than the 2s a subscription lingers, so that each wait subscribes
+	// afresh.
+	freshQuiet = 2500 * time.Millisecond
+	// freshIdleBound: a waiter whose subscription is not confirmed polls
+	// (every 5ms at the head of the fair queue, at most 500ms otherwise),
+	// so a lock handed to it is claimed at once; room for a loaded
+	// machine.
+	freshIdleBound = 2 * time.Second
+)
+
+// runHalfOpenFresh is TestHalfOpenPubSub's fresh-subscription run, with
+// Fair Mutexes: every pub/sub connection of client c1 goes half-open as it
+// subscribes, so none of its subscriptions is ever confirmed. c1 does not
+// run as a worker: now and then, after a pause longer than a subscription
+// lingers, it waits (freshWait) for one of the names the other clients
+// contend for, and so subscribes afresh each time. It may be handed the
+// lock while its subscription hangs: it must claim it, so that the name is
+// never free, while somebody waits, for longer than freshIdleBound.
+func runHalfOpenFresh(t *testing.T, s *store) {
+	h := &halfOpen{}
+	h.armed.Store(true)
+	spec := s.spec
+	spec.dial = h.dial
+	var deaf *chaos.Worker
+	rounds := 0
+	names := prefixed("fresh-", nil)
+	runScenario(t, scenario{
+		store: s, label: "halfopenpubsub-fresh", workload: chaos.Stock, fenced: true,
+		names: names, specs: []storeSpec{spec}, ttl: freshTTL, wait: freshWait, duration: 5 * time.Second,
+		lockOpts: []dlock.Option{dlock.Fair()}, waitsHold: true, idleBound: freshIdleBound,
+		setup: func(r *runState) {
+			deaf, r.workers = r.workers[0], r.workers[1:]
+			r.rec.Note("every subscription of c1 goes unconfirmed (its pub/sub connections go half-open as they subscribe)")
+		},
+		faults: func(ctx context.Context, r *runState) {
+			for i := 0; r.sleep(ctx, 300*time.Millisecond); i++ {
+				res, err := deaf.Step(ctx, chaos.Target{Name: names[i%len(names)]})
+				rounds++
+				r.rec.Note("c1's wait %d for %q: granted %t (%v)", i+1, names[i%len(names)], res.Acquired, err)
+				if !r.sleep(ctx, freshQuiet) {
+					return
+				}
+			}
+		},
+		extra: func(t *testing.T, r *runState) {
+			t.Logf("c1 waited %d times, each on a fresh subscription; %d of its pub/sub connections went half-open", rounds, h.cutAll())
+			if rounds == 0 || h.cutAll() == 0 {
+				t.Error("c1 never waited on a half-open subscription: the run proves nothing")
+			}
+		},
 	})
 }
 
@@ -259,6 +335,9 @@ func TestHalfOpenPubSub(t *testing.T) {
 type halfOpen struct {
 	mu    sync.Mutex
 	conns []*halfOpenConn
+	// armed: a connection is cut as it writes a subscribe command, which
+	// is lost with it (a subscription never confirmed).
+	armed atomic.Bool
 }
 
 func (h *halfOpen) dial(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -267,7 +346,7 @@ func (h *halfOpen) dial(ctx context.Context, network, addr string) (net.Conn, er
 	if err != nil {
 		return nil, err
 	}
-	hc := &halfOpenConn{Conn: c}
+	hc := &halfOpenConn{Conn: c, h: h}
 	h.mu.Lock()
 	h.conns = append(h.conns, hc)
 	h.mu.Unlock()
@@ -288,6 +367,19 @@ func (h *halfOpen) cut() int {
 	return n
 }
 
+// cutAll returns how many connections are cut.
+func (h *halfOpen) cutAll() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, c := range h.conns {
+		if c.cut.Load() {
+			n++
+		}
+	}
+	return n
+}
+
 // dialled returns how many connections were dialled.
 func (h *halfOpen) dialled() int {
 	h.mu.Lock()
@@ -297,6 +389,7 @@ func (h *halfOpen) dialled() int {
 
 type halfOpenConn struct {
 	net.Conn
+	h      *halfOpen
 	pubsub atomic.Bool // it has written a subscribe command
 	cut    atomic.Bool
 }
@@ -307,6 +400,10 @@ func (c *halfOpenConn) Write(b []byte) (int, error) {
 	}
 	if bytes.Contains(bytes.ToLower(b), []byte("subscribe")) {
 		c.pubsub.Store(true)
+		if c.h.armed.Load() {
+			c.cut.Store(true)
+			return len(b), nil
+		}
 	}
 	return c.Conn.Write(b)
 }

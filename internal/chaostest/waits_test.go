@@ -131,11 +131,11 @@ func (it idleTime) describe(events []chaos.Event) string {
 
 // idleTimes measures, for every successful release of an exclusive lease
 // (and every loss, from the lease's deadline), how long its name then sat
-// free while somebody wanted it: from the later
-// of the release's return and the start of the first acquire still waiting
-// or made after it, to the return of the next grant of the name (or the
-// run's end, when none came). A release after which nobody asked for the
-// name before the next grant is not counted. Names with shared holds are
+// free while somebody wanted it: the time between the release's return and
+// the return of the next grant of the name (or the run's end, when none
+// came) during which some acquire of the name was under way. A release
+// after which nobody asked for the name before the next grant is not
+// counted. Names with shared holds are
 // left out: their holds need not come one at a time.
 func idleTimes(events []chaos.Event, runEnd int64) []idleTime {
 	type nameEvents struct {
@@ -204,19 +204,31 @@ func idleTimes(events []chaos.Event, runEnd int64) []idleTime {
 			if stop <= r.End {
 				continue
 			}
-			// A waiter: an acquire begun by r.End still running then,
-			// or else the first begun after it and before stop.
-			from := int64(-1)
+			// The time in (r.End, stop) during which some acquire of the
+			// name was under way: the union of their intervals, clipped.
+			// Acquires that began by r.End and were still running then
+			// count from r.End (latest tells whether any was).
+			from, cur, sum := int64(-1), r.End, time.Duration(0)
 			j, _ := slices.BinarySearchFunc(n.acquires, r.End, func(a chaos.Event, t int64) int { return cmp.Compare(a.Start, t+1) })
 			if j > 0 && latest[j-1] > r.End {
-				from = r.End
-			} else if j < len(n.acquires) && n.acquires[j].Start < stop {
-				from = n.acquires[j].Start
+				from, cur = r.End, min(latest[j-1], stop)
+				sum = time.Duration(cur - r.End)
+			}
+			for ; j < len(n.acquires) && n.acquires[j].Start < stop; j++ {
+				a := n.acquires[j]
+				if from < 0 {
+					from = a.Start
+				}
+				start, end := max(a.Start, cur), min(a.End, stop)
+				if end > start {
+					sum += time.Duration(end - start)
+					cur = end
+				}
 			}
 			if from < 0 {
 				continue
 			}
-			out = append(out, idleTime{name: name, from: from, d: time.Duration(stop - from), next: next, lease: r.Lease})
+			out = append(out, idleTime{name: name, from: from, d: sum, next: next, lease: r.Lease})
 		}
 	}
 	return out
