@@ -354,17 +354,18 @@ func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
 	return nil
 }
 
-// opError describes a failed operation on key. When the caller's deadline
-// has passed, a driver may report only its own timeout ("i/o timeout" from
-// a dial cut short), a moment before ctx.Err() is set; the error then says
-// context.DeadlineExceeded too, so that callers can tell a wait that ran out
-// from a store that failed.
+// opError describes a failed operation on key, marked with
+// driver.Transient when it may heal (see transient). When the caller's
+// deadline has passed, a driver may report only its own timeout ("i/o
+// timeout" from a dial cut short), a moment before ctx.Err() is set; the
+// error then says context.DeadlineExceeded too, so that callers can tell a
+// wait that ran out from a store that failed.
 func opError(ctx context.Context, op, key string, err error) error {
 	cause := ctxend.Err(ctx)
 	if cause != nil && !errors.Is(err, cause) {
 		return fmt.Errorf("sqllock: %s %q: %w (%w)", op, key, err, cause)
 	}
-	return fmt.Errorf("sqllock: %s %q: %w", op, key, err)
+	return markTransient(ctx, fmt.Errorf("sqllock: %s %q: %w", op, key, err))
 }
 
 // check validates a key and token and creates the table if needed.
