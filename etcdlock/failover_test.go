@@ -3,10 +3,13 @@ package etcdlock_test
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/internal/testserver"
 )
@@ -55,4 +58,129 @@ func TestFencesAcrossFailover(t *testing.T) {
 	srv.KillAll(t)
 	srv.StartAll(t)
 	round("whole cluster killed and restarted")
+}
+
+// A queued fair waiter's attempts read the lock (a transaction that writes
+// nothing); when the leader is killed under them they are repeated on
+// another member, or fail with an error marked transient, never with one
+// that would end the wait.
+func TestQueuedWaiterReadRidesOutLeaderChange(t *testing.T) {
+	srv := testserver.StartEtcdCluster(t, 3)
+	b := etcdlock.New(srv.Client(t))
+	ctx := t.Context()
+	hold := driver.AcquireRequest{Key: "q", Token: "holder", Owner: "holder", TTL: 30 * time.Second}
+	if res, err := b.Acquire(ctx, hold); err != nil || !res.Acquired {
+		t.Fatalf("holder: %+v, %v", res, err)
+	}
+	wait := driver.AcquireRequest{Key: "q", Token: "waiter", Owner: "waiter", TTL: 30 * time.Second, Fair: true, Wait: true, QueueTTL: 30 * time.Second}
+	if res, err := b.Acquire(ctx, wait); err != nil || !res.Queued {
+		t.Fatalf("waiter: %+v, %v", res, err)
+	}
+	srv.Kill(t, srv.Leader(t))
+	var failed []error
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+		res, err := b.Acquire(ctx, wait)
+		switch {
+		case err != nil && !driver.IsTransient(err):
+			failed = append(failed, err)
+		case err == nil && res.Acquired:
+			t.Fatalf("waiter granted while the holder holds: %+v", res)
+		}
+	}
+	for _, err := range failed {
+		t.Errorf("a queued waiter's attempt failed with an error not marked transient: %v", err)
+	}
+}
+
+// Lock waits ride out leader changes: six workers take turns on one lock
+// with 30s waits on a 3-member cluster whose leader is killed twice, and
+// no Lock fails before its wait ends. (The store's transient errors are
+// retried by the client's wait loop, and within a call by the backend.)
+func TestLockWaitsRideOutLeaderChanges(t *testing.T) {
+	srv := testserver.StartEtcdCluster(t, 3)
+	c := dlock.New(etcdlock.New(srv.Client(t)), dlock.WithTTL(5*time.Second))
+	defer c.Close()
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	var wg sync.WaitGroup
+	var grants atomic.Int64
+	errs := make(chan error, 64)
+	for w := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				began := time.Now()
+				l, err := c.Mutex("turns", dlock.WithWait(30*time.Second)).Lock(ctx)
+				if err != nil {
+					if ctx.Err() == nil {
+						errs <- fmt.Errorf("worker %d: Lock failed after %v of its 30s wait: %w", w, time.Since(began).Round(time.Millisecond), err)
+					}
+					return
+				}
+				grants.Add(1)
+				time.Sleep(20 * time.Millisecond)
+				uctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				if err := l.Unlock(uctx); err != nil {
+					errs <- fmt.Errorf("worker %d: Unlock: %w", w, err)
+				}
+				cancel()
+			}
+		}()
+	}
+	for kill := range 2 {
+		time.Sleep(2 * time.Second)
+		leader := srv.Leader(t)
+		t.Logf("kill %d: leader m%d after %d grants", kill+1, leader, grants.Load())
+		srv.Kill(t, leader)
+		srv.Leader(t)
+		time.Sleep(2 * time.Second)
+		srv.Start(t, leader)
+	}
+	time.Sleep(2 * time.Second)
+	stop()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	t.Logf("%d grants", grants.Load())
+}
+
+// An Unlock right after the leader was killed lands once a new leader is
+// up (a release is safe to repeat), and the lock is free at once, not at
+// its TTL; so does a Resign.
+func TestUnlockAfterLeaderKillReleases(t *testing.T) {
+	srv := testserver.StartEtcdCluster(t, 3)
+	c := dlock.New(etcdlock.New(srv.Client(t)), dlock.WithTTL(20*time.Second))
+	defer c.Close()
+	l, err := c.Mutex("u").Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lead, err := c.Election("e").Campaign(t.Context(), "me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill(t, srv.Leader(t))
+	uctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := l.Unlock(uctx); err != nil {
+		t.Errorf("Unlock after the leader's kill: %v", err)
+	}
+	if err := lead.Resign(uctx); err != nil {
+		t.Errorf("Resign after the leader's kill: %v", err)
+	}
+	other := dlock.New(etcdlock.New(srv.Client(t)))
+	defer other.Close()
+	if l, err := other.Mutex("u").TryLock(uctx); err != nil {
+		t.Errorf("TryLock after the Unlock: %v (the lock stays held until its TTL)", err)
+	} else {
+		_ = l.Unlock(uctx)
+	}
+	if l, err := other.Election("e").Campaign(uctx, "other"); err != nil {
+		t.Errorf("Campaign after the Resign: %v", err)
+	} else {
+		_ = l.Resign(uctx)
+	}
 }

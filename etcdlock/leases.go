@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -90,6 +91,8 @@ type call struct {
 
 type leaseTable struct {
 	kv clientv3.Lease
+	// attempt bounds one call (see attemptFor).
+	attempt time.Duration
 	// term returns the cluster's Raft term by a linearizable read, which
 	// only a leader that a majority follows can answer (see keepAlive).
 	term func(ctx context.Context) (uint64, error)
@@ -171,7 +174,14 @@ func (t *leaseTable) forTTL(ctx context.Context, ttl time.Duration) (*lease, err
 		t.mu.Unlock()
 
 		sent := time.Now()
-		resp, err := t.kv.Grant(ctx, leaseSeconds(b))
+		var resp *clientv3.LeaseGrantResponse
+		// A grant whose answer was lost leaves a lease that nothing
+		// uses: it expires by itself.
+		err := repeatCall(ctx, t.attempt, func(ctx context.Context) (err error) {
+			sent = time.Now()
+			resp, err = t.kv.Grant(ctx, leaseSeconds(b))
+			return err
+		})
 		t.mu.Lock()
 		delete(t.granting, b)
 		t.sweep(time.Now())
@@ -207,7 +217,12 @@ func (t *leaseTable) forQueue(ctx context.Context, queueTTL time.Duration) (clie
 	// entries written in its first second, and a grant handed over on an
 	// entry's lease (see handoff.go) lives as long as the lease, so a
 	// longer one would hold the lock up longer for a head that died.
-	resp, err := t.kv.Grant(ctx, b+1)
+	var resp *clientv3.LeaseGrantResponse
+	err := repeatCall(ctx, t.attempt, func(ctx context.Context) (err error) {
+		sent = time.Now()
+		resp, err = t.kv.Grant(ctx, b+1)
+		return err
+	})
 	if err != nil {
 		return 0, err
 	}
@@ -266,8 +281,13 @@ func (t *leaseTable) extend(ctx context.Context, l *lease, need time.Time) error
 		l.ka = c
 		t.mu.Unlock()
 
-		sent := time.Now()
-		resp, err := t.keepAlive(ctx, l.id)
+		var sent time.Time
+		var resp *clientv3.LeaseKeepAliveResponse
+		err := repeat(ctx, func(ctx context.Context) (err error) {
+			sent = time.Now()
+			resp, err = t.keepAlive(ctx, l.id)
+			return err
+		})
 		t.mu.Lock()
 		l.ka = nil
 		switch {
@@ -302,8 +322,15 @@ var errUnconfirmed = errors.New("lease keep-alive answered by a former leader: n
 // 10,000 grants). So the keep-alive's term is compared with the term of a
 // linearizable read made after it, which a former leader cannot serve: the
 // same term means the member that renewed still led after the renewal.
+//
+// Each of its two calls is one attempt (see attemptFor); extend repeats the
+// pair after a transient error.
 func (t *leaseTable) keepAlive(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
-	resp, err := t.kv.KeepAliveOnce(ctx, id)
+	var resp *clientv3.LeaseKeepAliveResponse
+	err := attempt(ctx, t.attempt, func(ctx context.Context) (err error) {
+		resp, err = t.kv.KeepAliveOnce(ctx, id)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -560,4 +587,19 @@ func (t *leaseTable) revoke(l *lease) {
 	}
 	l.backoff = min(max(2*l.backoff, 100*time.Millisecond), 2*time.Second)
 	l.retryAt = time.Now().Add(l.backoff)
+}
+
+// liveAndGone reports whether the table tracks a hold of key by token on a
+// lease that lives now (by its lower bound), while kvs, a read of the key
+// made after the hold's last write, shows it gone or changed: a key leaves
+// a live lease only by a write, so a release (or handoff) of the hold
+// landed. (A forced release, dlock release --force, looks the same.)
+func (t *leaseTable) liveAndGone(key, token string, kvs []*mvccpb.KeyValue) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h := t.holds[holdID{key, token}]
+	if h == nil || h.lease.dead || !time.Now().Before(h.lease.expires) {
+		return false
+	}
+	return len(kvs) == 0 || kvs[0].ModRevision > h.modRev
 }
