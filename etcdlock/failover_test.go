@@ -12,6 +12,8 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/internal/testserver"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // Fences are the create revisions of the holders' keys, and etcd's
@@ -182,5 +184,74 @@ func TestUnlockAfterLeaderKillReleases(t *testing.T) {
 		t.Errorf("Campaign after the Resign: %v", err)
 	} else {
 		_ = l.Resign(uctx)
+	}
+}
+
+// One frozen follower (SIGSTOP) loses no held lock and blocks no new one
+// while the leader and the other follower are healthy: a call that hangs
+// on the frozen member ends at its attempt timeout and is tried again on
+// another, and the keep-alives of a client set up with Configure close the
+// frozen member's connection.
+func TestFrozenFollowerKeepsLocks(t *testing.T) {
+	srv := testserver.StartEtcdCluster(t, 3)
+	cfg := clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 2 * time.Second, Logger: zap.NewNop()}
+	etcdlock.Configure(&cfg)
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	c := dlock.New(etcdlock.New(cli), dlock.WithTTL(5*time.Second))
+	defer c.Close()
+	var held []*dlock.Lease
+	for i := range 4 {
+		l, err := c.Mutex(fmt.Sprintf("held-%d", i)).Lock(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	follower := (srv.Leader(t) + 1) % srv.Members()
+	srv.Pause(t, follower)
+	defer srv.Resume(t, follower)
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for i := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(i) * 2 * time.Second)
+			l, err := c.Mutex(fmt.Sprintf("new-%d", i), dlock.WithWait(time.Minute)).Lock(t.Context())
+			if err != nil {
+				errs <- fmt.Errorf("Lock %d, %v after the freeze: %w", i, time.Since(start).Round(time.Millisecond), err)
+				return
+			}
+			uctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			if err := l.Unlock(uctx); err != nil {
+				errs <- fmt.Errorf("Unlock %d: %w", i, err)
+			}
+		}()
+	}
+	time.Sleep(15*time.Second - time.Since(start))
+	for _, l := range held {
+		if err := l.Err(); err != nil {
+			t.Errorf("lock %q lost within 15s of the freeze: %v", l.Name(), err)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for _, l := range held {
+		if l.Err() == nil {
+			uctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			if err := l.Unlock(uctx); err != nil {
+				t.Errorf("Unlock %q: %v", l.Name(), err)
+			}
+			cancel()
+		}
 	}
 }

@@ -150,8 +150,10 @@ func boolParam(k, v string) (bool, error) {
 	return false, fmt.Errorf("%s=%q is not 1 or 0", k, printable(v, 20))
 }
 
-// newEtcdClient makes the etcd client for e. clientv3.New dials in the
-// background, but logs in at once when given a user (within timeout).
+// newEtcdClient makes the etcd client for e, with etcdlock's settings for
+// gray failures (keep-alives: see etcdlock.Configure). clientv3.New dials
+// in the background, but logs in at once when given a user (within
+// timeout).
 func newEtcdClient(e *etcdURL, timeout time.Duration) (*clientv3.Client, error) {
 	cfg := clientv3.Config{
 		Endpoints:   e.endpoints,
@@ -160,6 +162,7 @@ func newEtcdClient(e *etcdURL, timeout time.Duration) (*clientv3.Client, error) 
 		DialTimeout: timeout,
 		Logger:      zap.NewNop(),
 	}
+	etcdlock.Configure(&cfg)
 	if e.tls {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: e.insecure} //nolint:gosec // asked for by insecure_skip_verify=1
 		if e.ca != "" {
