@@ -43,6 +43,16 @@ import (
 // take a new grant of the bucket's full TTL without another keep-alive.
 func leaseSeconds(bucket int64) int64 { return bucket + max(1, (bucket+1)/2) }
 
+// StoreTTL returns how long, at most, the store keeps a lock of the given
+// TTL after its holder's last acquire or renewal, when nothing releases it:
+// the TTL of the lease it sits on, ttl rounded up to whole seconds plus
+// half of that (at least a second). While etcd's leader changes, every new
+// leader extends every lease by its TTL once more; the Backend revokes the
+// leases it no longer needs (see docs/ETCD.md).
+func StoreTTL(ttl time.Duration) time.Duration {
+	return time.Duration(leaseSeconds(bucketOf(ttl))) * time.Second
+}
+
 // bucketOf is the TTL rounded up to whole seconds.
 func bucketOf(ttl time.Duration) int64 {
 	return max(1, int64(math.Ceil(ttl.Seconds())))

@@ -3,6 +3,9 @@ package cli
 import (
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/etcdlock"
 )
 
 // An '@' in the query of an etcd:// URL belongs to the query, as net/url
@@ -60,4 +63,17 @@ func FuzzParseEtcd(f *testing.F) {
 			}
 		}
 	})
+}
+
+// After a failed release on etcd, the CLI says how long the lock may stay
+// on the store: its lease's TTL, 1.5 times the lock's rounded up, not the
+// lock's TTL.
+func TestEtcdReleaseFailureNamesLeaseExpiry(t *testing.T) {
+	st := &store{storeTTL: etcdlock.StoreTTL}
+	if got := st.expiresWithin(10 * time.Second); got != 15*time.Second {
+		t.Errorf("etcd: expires within %v for a TTL of 10s, want 15s", got)
+	}
+	if got := (&store{}).expiresWithin(10 * time.Second); got != 10*time.Second {
+		t.Errorf("other stores: expires within %v for a TTL of 10s, want 10s", got)
+	}
 }
