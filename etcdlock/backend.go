@@ -130,7 +130,9 @@ func (b *Backend) bound(ctx context.Context) (context.Context, context.CancelFun
 
 // New returns a backend on the cluster that c reaches. The caller keeps
 // ownership of c and closes it after the dlock Client that uses the
-// backend.
+// backend. Make c from a config passed through Configure, so that a
+// frozen or half-open member's connection is closed (see docs/ETCD.md,
+// "Gray failures").
 func New(c *clientv3.Client, opts ...Option) *Backend {
 	b := &Backend{c: c, ns: DefaultNamespace, timeout: defaultTimeout, queued: make(map[holdID]struct{}), hints: make(map[string]headHint)}
 	for _, o := range opts {
