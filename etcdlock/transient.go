@@ -28,13 +28,13 @@ import (
 // landed (see Acquire and release).
 
 // attemptFor is how long one call to the store may take, out of a call
-// timeout of timeout (the default when 0 or less): a quarter of it, from
+// timeout of timeout (the default when 0 or less): a sixth of it, from
 // 250ms to 1s.
 func attemptFor(timeout time.Duration) time.Duration {
 	if timeout <= 0 {
 		timeout = defaultTimeout
 	}
-	return min(max(timeout/4, 250*time.Millisecond), time.Second, timeout)
+	return min(max(timeout/6, 250*time.Millisecond), time.Second, timeout)
 }
 
 // attempt runs one call f with ctx bounded by d (by ctx alone when d is 0).
