@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +41,11 @@ func (f optionFunc) apply(b *Backend) { f(b) }
 // WithNamespace sets the prefix of every etcd key the backend writes, so
 // that several applications can share a cluster. Backends must agree on it
 // to see each other's locks. The default is DefaultNamespace, "dlock/".
+//
+// A namespace other than "" must end with '/': the lock's name follows it directly, so
+// that namespace "app/x" and name "y" would share their keys with
+// namespace "app/" and name "xy". Acquire refuses to work, with
+// dlock.ErrInvalid, under a namespace that does not end with '/'.
 func WithNamespace(ns string) Option { return optionFunc(func(b *Backend) { b.ns = ns }) }
 
 // WithTimeout bounds every call to the store whose context has no earlier
@@ -72,7 +79,10 @@ func WithHandoff(on bool) Option { return optionFunc(func(b *Backend) { b.noHand
 type Backend struct {
 	c       *clientv3.Client
 	ns      string
+	nsErr   error // a namespace that does not end with '/' (see WithNamespace)
 	timeout time.Duration
+	// attempt bounds one call to the store (see attemptFor).
+	attempt time.Duration
 	leases  *leaseTable
 	// noHandoff: WithHandoff(false).
 	noHandoff bool
@@ -127,13 +137,20 @@ func (b *Backend) bound(ctx context.Context) (context.Context, context.CancelFun
 
 // New returns a backend on the cluster that c reaches. The caller keeps
 // ownership of c and closes it after the dlock Client that uses the
-// backend.
+// backend. Make c from a config passed through Configure, so that a
+// frozen or half-open member's connection is closed (see docs/ETCD.md,
+// "Gray failures").
 func New(c *clientv3.Client, opts ...Option) *Backend {
 	b := &Backend{c: c, ns: DefaultNamespace, timeout: defaultTimeout, queued: make(map[holdID]struct{}), hints: make(map[string]headHint)}
 	for _, o := range opts {
 		o.apply(b)
 	}
+	if b.ns != "" && !strings.HasSuffix(b.ns, "/") {
+		b.nsErr = fmt.Errorf("%w: etcd namespace %q must end with '/' (names follow it directly: %q with name \"y\" would be the keys of another namespace's names)", driver.ErrInvalid, b.ns, b.ns)
+	}
+	b.attempt = attemptFor(b.timeout)
 	b.leases = newLeaseTable(c.Lease, b.term)
+	b.leases.attempt = b.attempt
 	b.leases.revokeTimeout = b.timeout
 	if b.timeout <= 0 {
 		b.leases.revokeTimeout = defaultTimeout // a revocation is never unbounded
@@ -160,8 +177,10 @@ func (b *Backend) Supports(c driver.Capability) bool {
 // found the lock changed since it read it.
 const maxAttempts = 32
 
+// wrap names the operation and the lock in err, marked transient when it
+// may heal (see markTransient).
 func wrap(op, key string, err error) error {
-	return fmt.Errorf("etcdlock: %s %q: %w", op, key, err)
+	return fmt.Errorf("etcdlock: %s %q: %w", op, key, markTransient(nil, err))
 }
 
 // wrapCtx is wrap, saying also that the caller's ctx ended when it did: a
@@ -170,18 +189,27 @@ func wrap(op, key string, err error) error {
 //
 // A deadline counts once it has passed, even before ctx's timer has run
 // (on a loaded machine the answer can come first).
+//
+// The error is marked transient only while ctx is alive: the end of the
+// caller's own ctx is no store failure.
 func wrapCtx(ctx context.Context, op, key string, err error) error {
 	cerr := ctxend.Err(ctx)
-	if cerr != nil && !errors.Is(err, cerr) {
+	if cerr == nil {
+		return wrap(op, key, err)
+	}
+	if !errors.Is(err, cerr) {
 		err = fmt.Errorf("%w: %w", cerr, err)
 	}
-	return wrap(op, key, err)
+	return fmt.Errorf("etcdlock: %s %q: %w", op, key, err)
 }
 
 // Acquire implements driver.Backend. A new grant is one transaction that
 // puts the holder's key on a lease of the backend's; its fence is that
 // transaction's revision, the create revision of the key.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	if b.nsErr != nil {
+		return driver.AcquireResult{}, wrap("acquire", req.Key, b.nsErr)
+	}
 	if req.LockDelay > 0 || req.Claim || (req.Handoff && (b.noHandoff || !req.Fair || !req.Wait || req.Reentrant || req.Mode != driver.Exclusive)) {
 		return driver.AcquireResult{}, wrap("acquire", req.Key, fmt.Errorf("%w: lock-delay and claims are not supported by etcdlock, handoff only with a fair exclusive wait and WithHandoff on", driver.ErrInvalid))
 	}
@@ -193,6 +221,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		res driver.AcquireResult
 		err error
 	)
+	pause := 25 * time.Millisecond
 	for range maxAttempts {
 		var retry bool
 		switch req.Mode {
@@ -208,7 +237,16 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			return driver.AcquireResult{}, wrap("acquire", req.Key, fmt.Errorf("%w: unknown mode %v", driver.ErrInvalid, req.Mode))
 		}
 		if err != nil {
-			return driver.AcquireResult{}, wrapCtx(caller, "acquire", req.Key, err)
+			// Start over after a transient error: a grant that the
+			// failed attempt made is found under req.Token and claimed
+			// (see claimGrant). Not for a reentrant token, whose grant
+			// may be another call's, nor after a write that must not be
+			// repeated (onceError).
+			if req.Reentrant || !mayRepeat(ctx, err) || !sleep(ctx, pause/2+rand.N(pause)) {
+				return driver.AcquireResult{}, wrapCtx(caller, "acquire", req.Key, err)
+			}
+			pause = min(2*pause, 250*time.Millisecond)
+			continue
 		}
 		if !retry {
 			return res, nil
@@ -217,9 +255,48 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	return res, nil // changed under us every time: refused, try again later
 }
 
-// txn runs one transaction.
-func (b *Backend) txn(ctx context.Context, cmps []clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, error) {
+// txn runs one transaction, as one attempt (see attemptFor): a write that
+// its caller starts over, or repeats, after a transient error.
+func (b *Backend) txn(ctx context.Context, cmps []clientv3.Cmp, then, els []clientv3.Op) (resp *clientv3.TxnResponse, err error) {
+	err = attempt(ctx, b.attempt, func(ctx context.Context) error {
+		resp, err = b.c.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
+		return err
+	})
+	return resp, err
+}
+
+// txnFull runs one transaction bounded by ctx alone, for a write that
+// nothing repeats: its operation ends with its error, and a shorter bound
+// would only leave more outcomes unknown.
+func (b *Backend) txnFull(ctx context.Context, cmps []clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, error) {
 	return b.c.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
+}
+
+// txnOnce is txnFull for a write that must not be repeated (see
+// onceError): a transient error of it ends the operation.
+func (b *Backend) txnOnce(ctx context.Context, cmps []clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, error) {
+	resp, err := b.txnFull(ctx, cmps, then, els)
+	return resp, once(err)
+}
+
+// read runs a transaction that writes nothing, or nothing but what a
+// repeat writes again unchanged, repeated after transient errors while ctx
+// lasts.
+func (b *Backend) read(ctx context.Context, cmps []clientv3.Cmp, then, els []clientv3.Op) (resp *clientv3.TxnResponse, err error) {
+	err = repeatCall(ctx, b.attempt, func(ctx context.Context) error {
+		resp, err = b.c.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
+		return err
+	})
+	return resp, err
+}
+
+// get is a Get repeated after transient errors while ctx lasts.
+func (b *Backend) get(ctx context.Context, key string, opts ...clientv3.OpOption) (resp *clientv3.GetResponse, err error) {
+	err = repeatCall(ctx, b.attempt, func(ctx context.Context) error {
+		resp, err = b.c.Get(ctx, key, opts...)
+		return err
+	})
+	return resp, err
 }
 
 func rangeKVs(resp *clientv3.TxnResponse, i int) []*mvccpb.KeyValue {
@@ -272,8 +349,11 @@ func (b *Backend) acquireExclusive(ctx context.Context, req driver.AcquireReques
 	if len(excl) == 1 {
 		kv := excl[0]
 		e := decodeExclusive(kv.Value)
-		if e.token == req.Token && req.Reentrant {
-			return b.reenter(ctx, req, kv, e, sent)
+		if e.token == req.Token {
+			if req.Reentrant {
+				return b.reenter(ctx, req, kv, e, sent)
+			}
+			return b.claimGrant(ctx, req, kv, e, sent) // an earlier attempt's
 		}
 		res.Holder = e.owner
 		res.HolderTTL = min(b.remaining(ctx, req.Wait, kv.Lease), e.ttl)
@@ -399,7 +479,7 @@ func (b *Backend) reenter(ctx context.Context, req driver.AcquireRequest, kv *mv
 	}
 	// The key's mod revision stands for its create revision (the grant)
 	// and its lease too: any write of the key changes it.
-	resp, err := b.txn(ctx,
+	resp, err := b.txnOnce(ctx,
 		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(ek), "=", kv.ModRevision)},
 		[]clientv3.Op{
 			clientv3.OpPut(ek, e.encode(), leaseOpt),
@@ -433,7 +513,7 @@ func (b *Backend) acquireShared(ctx context.Context, req driver.AcquireRequest) 
 	// Read first: the limit needs the count of live shared holds, which no
 	// compare of etcd's gives; the transaction then checks that no shared
 	// hold came since the read (a release since only leaves more room).
-	read, err := b.txn(ctx, nil, []clientv3.Op{
+	read, err := b.read(ctx, nil, []clientv3.Op{
 		clientv3.OpGet(ek),
 		clientv3.OpGet(sp, clientv3.WithPrefix()),
 		clientv3.OpGet(ip, clientv3.WithPrefix()),
@@ -446,8 +526,10 @@ func (b *Backend) acquireShared(ctx context.Context, req driver.AcquireRequest) 
 	res := driver.AcquireResult{Shared: len(shared)}
 	for _, kv := range shared {
 		if string(kv.Key) == sk {
-			_, _, res.Holder = decodeShared(kv.Value)
-			return res, false, nil
+			// A token is drawn per shared request: its hold is this
+			// request's, granted to an earlier attempt whose answer was
+			// lost.
+			return b.claimShared(ctx, req, kv, sent)
 		}
 	}
 	for _, kv := range shared {
@@ -513,7 +595,7 @@ func (b *Backend) acquireShared(ctx context.Context, req driver.AcquireRequest) 
 		return driver.AcquireResult{}, retry, err
 	}
 	if !resp.Succeeded {
-		if n, err := b.c.Get(ctx, b.releasedKey(req.Key, req.Token), clientv3.WithCountOnly()); err == nil && n.Count > 0 {
+		if n, err := b.get(ctx, b.releasedKey(req.Key, req.Token), clientv3.WithCountOnly()); err == nil && n.Count > 0 {
 			return res, false, nil // released already: see releasedTTL
 		}
 		return res, true, nil
@@ -530,7 +612,11 @@ func (b *Backend) remaining(ctx context.Context, waiting bool, id int64) time.Du
 	if id == 0 || waiting {
 		return 0
 	}
-	resp, err := b.c.TimeToLive(ctx, clientv3.LeaseID(id))
+	var resp *clientv3.LeaseTimeToLiveResponse
+	err := repeatCall(ctx, b.attempt, func(ctx context.Context) (err error) {
+		resp, err = b.c.TimeToLive(ctx, clientv3.LeaseID(id))
+		return err
+	})
 	if err != nil || resp.TTL <= 0 {
 		return 0
 	}
@@ -554,7 +640,11 @@ func (b *Backend) notLeftSince(key, token string, rev int64) []clientv3.Cmp {
 // term returns the cluster's Raft term, by a linearizable read of a key in
 // the namespace (which a user with rights on the namespace may read).
 func (b *Backend) term(ctx context.Context) (uint64, error) {
-	resp, err := b.c.Get(ctx, b.ns+sep+"term", clientv3.WithCountOnly())
+	var resp *clientv3.GetResponse
+	err := attempt(ctx, b.attempt, func(ctx context.Context) (err error) {
+		resp, err = b.c.Get(ctx, b.ns+sep+"term", clientv3.WithCountOnly())
+		return err
+	})
 	if err != nil {
 		return 0, err
 	}
@@ -567,4 +657,26 @@ func (t *leaseTable) forget(l *lease) {
 	defer t.mu.Unlock()
 	l.dead, l.retired = true, true
 	t.dropLease(l)
+}
+
+// claimShared answers a shared request with the hold kv of its token,
+// which an earlier attempt of the request made when its answer was lost
+// (a token is drawn per shared request): it moves the key to a lease of
+// req.TTL, as claimGrant does. The fence is the key's create revision.
+func (b *Backend) claimShared(ctx context.Context, req driver.AcquireRequest, kv *mvccpb.KeyValue, sent time.Time) (driver.AcquireResult, bool, error) {
+	sk := string(kv.Key)
+	l, err := b.leases.forTTL(ctx, req.TTL)
+	if err != nil {
+		return driver.AcquireResult{}, false, err
+	}
+	resp, retry, err := b.grantTxn(ctx, l, sk, req, sent, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(sk), "=", kv.ModRevision)},
+		[]clientv3.Op{clientv3.OpPut(sk, "", clientv3.WithIgnoreValue(), clientv3.WithLease(l.id))}, nil)
+	if err != nil || retry {
+		return driver.AcquireResult{}, retry, err
+	}
+	if !resp.Succeeded {
+		return driver.AcquireResult{}, true, nil // changed since the read: read again
+	}
+	b.leases.track(l, sk, req.Token, kv.CreateRevision, resp.Header.Revision, 1, req.TTL, sent.Add(req.TTL))
+	return driver.AcquireResult{Acquired: true, Fence: uint64(kv.CreateRevision), Holds: 1}, false, nil
 }

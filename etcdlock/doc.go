@@ -4,7 +4,9 @@
 // so a grant that was answered survives the crash of any minority of the
 // cluster, leader included, and no failover can grant a lock twice.
 //
-//	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"h1:2379", "h2:2379", "h3:2379"}})
+//	cfg := clientv3.Config{Endpoints: []string{"h1:2379", "h2:2379", "h3:2379"}}
+//	etcdlock.Configure(&cfg) // keep-alives: see Configure
+//	cli, err := clientv3.New(cfg)
 //	...
 //	c := dlock.New(etcdlock.New(cli))
 //	defer c.Close()

@@ -109,7 +109,7 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest) (d
 			return driver.AcquireResult{Acquired: true, Fence: uint64(r), Holds: 1}, false, nil
 		}
 	} else {
-		read, err = b.txn(ctx, nil, readOps, nil)
+		read, err = b.read(ctx, nil, readOps, nil)
 		if err != nil {
 			return driver.AcquireResult{}, false, err
 		}
@@ -138,8 +138,10 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest) (d
 		if e.token == req.Token && req.Reentrant {
 			return b.reenter(ctx, req, kv, e, sent) // a re-entry is no new grant: the queue does not hold it back
 		}
-		if e.token == req.Token && req.Handoff {
-			return b.claimHanded(ctx, req, kv, e, sent) // a release handed it over
+		if e.token == req.Token {
+			// A release handed it over, or an earlier attempt of this
+			// call got it and its answer was lost.
+			return b.claimGrant(ctx, req, kv, e, sent)
 		}
 		res.Holder = e.owner
 		res.HolderTTL = min(b.remaining(ctx, req.Wait, kv.Lease), e.ttl)
@@ -166,7 +168,7 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest) (d
 			return driver.AcquireResult{}, retry, err
 		}
 		if !resp.Succeeded {
-			if n, err := b.c.Get(ctx, b.releasedKey(req.Key, req.Token), clientv3.WithCountOnly()); err == nil && n.Count > 0 {
+			if n, err := b.get(ctx, b.releasedKey(req.Key, req.Token), clientv3.WithCountOnly()); err == nil && n.Count > 0 {
 				return res, false, nil // released already: see releasedTTL
 			}
 			return res, true, nil // changed since the read: read again
@@ -250,12 +252,16 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest) (d
 	return res, false, nil
 }
 
-// claimHanded answers a request of token with the grant kv that a release
-// handed to it (see handoff.go): it moves the key from the head's queue
-// lease to a lease of req.TTL, in one transaction that checks that kv is
-// unchanged, and deletes the token's queue entry (a request that wrote it
-// again, see acquireFair) and intent. The fence stays (see fenceOf).
-func (b *Backend) claimHanded(ctx context.Context, req driver.AcquireRequest, kv *mvccpb.KeyValue, e exclusive, sent time.Time) (driver.AcquireResult, bool, error) {
+// claimGrant answers a request of token, which is not reentrant, with the
+// grant kv that token holds but that the request did not see made: one
+// that a release handed to it (see handoff.go), or that an earlier attempt
+// of the same call made when its answer was lost (the client draws a token
+// per call for a handle that is not reentrant, so the grant is this
+// call's). It moves the key to a lease of req.TTL, which lives req.TTL
+// past this request's send time, in one transaction that checks that kv
+// is unchanged, and deletes the token's queue entry (a request that wrote
+// it again, see acquireFair) and intent. The fence stays (see fenceOf).
+func (b *Backend) claimGrant(ctx context.Context, req driver.AcquireRequest, kv *mvccpb.KeyValue, e exclusive, sent time.Time) (driver.AcquireResult, bool, error) {
 	ek := string(kv.Key)
 	l, err := b.leases.forTTL(ctx, req.TTL)
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 func (b *Backend) Inspect(ctx context.Context, key string) (driver.LockInfo, bool, error) {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
-	resp, err := b.c.Get(ctx, b.dir(key), clientv3.WithPrefix())
+	resp, err := b.get(ctx, b.dir(key), clientv3.WithPrefix())
 	if err != nil {
 		return driver.LockInfo{}, false, wrap("inspect", key, err)
 	}
@@ -38,7 +38,7 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.LockInfo, e
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	start := b.ns + prefix
-	resp, err := b.c.Get(ctx, start, clientv3.WithRange(prefixEnd(start)))
+	resp, err := b.get(ctx, start, clientv3.WithRange(prefixEnd(start)))
 	if err != nil {
 		return nil, wrap("list", prefix, err)
 	}

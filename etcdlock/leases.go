@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -41,6 +42,16 @@ import (
 // at least a second), so that a lease that was kept alive a moment ago can
 // take a new grant of the bucket's full TTL without another keep-alive.
 func leaseSeconds(bucket int64) int64 { return bucket + max(1, (bucket+1)/2) }
+
+// StoreTTL returns how long, at most, the store keeps a lock of the given
+// TTL after its holder's last acquire or renewal, when nothing releases it:
+// the TTL of the lease it sits on, ttl rounded up to whole seconds plus
+// half of that (at least a second). While etcd's leader changes, every new
+// leader extends every lease by its TTL once more; the Backend revokes the
+// leases it no longer needs (see docs/ETCD.md).
+func StoreTTL(ttl time.Duration) time.Duration {
+	return time.Duration(leaseSeconds(bucketOf(ttl))) * time.Second
+}
 
 // bucketOf is the TTL rounded up to whole seconds.
 func bucketOf(ttl time.Duration) int64 {
@@ -90,6 +101,8 @@ type call struct {
 
 type leaseTable struct {
 	kv clientv3.Lease
+	// attempt bounds one call (see attemptFor).
+	attempt time.Duration
 	// term returns the cluster's Raft term by a linearizable read, which
 	// only a leader that a majority follows can answer (see keepAlive).
 	term func(ctx context.Context) (uint64, error)
@@ -171,7 +184,14 @@ func (t *leaseTable) forTTL(ctx context.Context, ttl time.Duration) (*lease, err
 		t.mu.Unlock()
 
 		sent := time.Now()
-		resp, err := t.kv.Grant(ctx, leaseSeconds(b))
+		var resp *clientv3.LeaseGrantResponse
+		// A grant whose answer was lost leaves a lease that nothing
+		// uses: it expires by itself.
+		err := repeatCall(ctx, t.attempt, func(ctx context.Context) (err error) {
+			sent = time.Now()
+			resp, err = t.kv.Grant(ctx, leaseSeconds(b))
+			return err
+		})
 		t.mu.Lock()
 		delete(t.granting, b)
 		t.sweep(time.Now())
@@ -207,7 +227,12 @@ func (t *leaseTable) forQueue(ctx context.Context, queueTTL time.Duration) (clie
 	// entries written in its first second, and a grant handed over on an
 	// entry's lease (see handoff.go) lives as long as the lease, so a
 	// longer one would hold the lock up longer for a head that died.
-	resp, err := t.kv.Grant(ctx, b+1)
+	var resp *clientv3.LeaseGrantResponse
+	err := repeatCall(ctx, t.attempt, func(ctx context.Context) (err error) {
+		sent = time.Now()
+		resp, err = t.kv.Grant(ctx, b+1)
+		return err
+	})
 	if err != nil {
 		return 0, err
 	}
@@ -266,8 +291,13 @@ func (t *leaseTable) extend(ctx context.Context, l *lease, need time.Time) error
 		l.ka = c
 		t.mu.Unlock()
 
-		sent := time.Now()
-		resp, err := t.keepAlive(ctx, l.id)
+		var sent time.Time
+		var resp *clientv3.LeaseKeepAliveResponse
+		err := repeat(ctx, func(ctx context.Context) (err error) {
+			sent = time.Now()
+			resp, err = t.keepAlive(ctx, l.id)
+			return err
+		})
 		t.mu.Lock()
 		l.ka = nil
 		switch {
@@ -302,8 +332,15 @@ var errUnconfirmed = errors.New("lease keep-alive answered by a former leader: n
 // 10,000 grants). So the keep-alive's term is compared with the term of a
 // linearizable read made after it, which a former leader cannot serve: the
 // same term means the member that renewed still led after the renewal.
+//
+// Each of its two calls is one attempt (see attemptFor); extend repeats the
+// pair after a transient error.
 func (t *leaseTable) keepAlive(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
-	resp, err := t.kv.KeepAliveOnce(ctx, id)
+	var resp *clientv3.LeaseKeepAliveResponse
+	err := attempt(ctx, t.attempt, func(ctx context.Context) (err error) {
+		resp, err = t.kv.KeepAliveOnce(ctx, id)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -560,4 +597,19 @@ func (t *leaseTable) revoke(l *lease) {
 	}
 	l.backoff = min(max(2*l.backoff, 100*time.Millisecond), 2*time.Second)
 	l.retryAt = time.Now().Add(l.backoff)
+}
+
+// liveAndGone reports whether the table tracks a hold of key by token on a
+// lease that lives now (by its lower bound), while kvs, a read of the key
+// made after the hold's last write, shows it gone or changed: a key leaves
+// a live lease only by a write, so a release (or handoff) of the hold
+// landed. (A forced release, dlock release --force, looks the same.)
+func (t *leaseTable) liveAndGone(key, token string, kvs []*mvccpb.KeyValue) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h := t.holds[holdID{key, token}]
+	if h == nil || h.lease.dead || !time.Now().Before(h.lease.expires) {
+		return false
+	}
+	return len(kvs) == 0 || kvs[0].ModRevision > h.modRev
 }

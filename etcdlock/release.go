@@ -2,6 +2,7 @@ package etcdlock
 
 import (
 	"context"
+	"math/rand/v2"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -26,11 +27,38 @@ func (b *Backend) ReleaseGrant(ctx context.Context, key, token string, fence uin
 // transaction reads the exclusive holder (and drops token's shared hold
 // and writer intent, which are token's alone), and a second changes the
 // holder's key if it is token's, on the condition that it is unchanged.
+//
+// A release is safe to repeat (its writes compare the key's mod revision,
+// or delete and record what a repeat deletes and records again), so it
+// starts over after a transient error (a leader change, a call that hung
+// on one member) for as long as the call timeout and ctx allow, but for
+// the change of a hold count, which is not repeated (onceError). A repeat
+// that finds the hold gone while the lease it was on still lives counts
+// it as released: only a delete takes a key off a live lease.
 func (b *Backend) release(ctx context.Context, key, token string, fence int64) (driver.ReleaseResult, error) {
 	defer b.leases.revokeIdle() // the release may leave a retired lease empty
+	caller := ctx
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	b.setQueued(key, token, false)
+	again := false
+	pause := 25 * time.Millisecond
+	for {
+		res, err := b.releaseOnce(ctx, key, token, fence, again)
+		if err == nil {
+			return res, nil
+		}
+		if !mayRepeat(ctx, err) || !sleep(ctx, pause/2+rand.N(pause)) {
+			return driver.ReleaseResult{}, wrapCtx(caller, "release", key, err)
+		}
+		again = true
+		pause = min(2*pause, 250*time.Millisecond)
+	}
+}
+
+// releaseOnce is one try of release; again says that an earlier try
+// failed, and may have landed.
+func (b *Backend) releaseOnce(ctx context.Context, key, token string, fence int64, again bool) (driver.ReleaseResult, error) {
 	ek, sk, wk := b.exclKey(key), b.sharedKey(key, token), b.intentKey(key, token)
 	qk := b.queueKey(key, token)
 	readOps := []clientv3.Op{
@@ -46,7 +74,7 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 	if h, ok := b.leases.tracked(ek, token); ok && h.count == 1 && (fence == 0 || h.fence == fence) {
 		resp, err = b.dropLast(ctx, key, token, h.modRev, []clientv3.Op{clientv3.OpDelete(wk), clientv3.OpDelete(qk)}, readOps)
 		if err != nil {
-			return driver.ReleaseResult{}, wrap("release", key, err)
+			return driver.ReleaseResult{}, err
 		}
 		if resp.Succeeded {
 			b.leases.untrack(ek, token)
@@ -57,7 +85,7 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 		// (see markReleased).
 		id, err := b.leases.forQueue(ctx, b.releasedFor())
 		if err != nil {
-			return driver.ReleaseResult{}, wrap("release", key, err)
+			return driver.ReleaseResult{}, err
 		}
 		resp, err = b.txn(ctx,
 			[]clientv3.Cmp{
@@ -67,7 +95,7 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 			[]clientv3.Op{clientv3.OpPut(b.releasedKey(key, token), "", clientv3.WithLease(id)), clientv3.OpDelete(wk), clientv3.OpDelete(qk)},
 			readOps)
 		if err != nil {
-			return driver.ReleaseResult{}, wrap("release", key, err)
+			return driver.ReleaseResult{}, err
 		}
 		if resp.Succeeded {
 			b.leases.untrack(ek, token)
@@ -77,10 +105,10 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 	} else {
 		resp, err = b.txn(ctx, nil, readOps, nil)
 		if err != nil {
-			return driver.ReleaseResult{}, wrap("release", key, err)
+			return driver.ReleaseResult{}, err
 		}
 	}
-	if resp.Responses[1].GetResponseDeleteRange().GetDeleted() > 0 {
+	if resp.Responses[1].GetResponseDeleteRange().GetDeleted() > 0 || (again && b.leases.liveAndGone(sk, token, nil)) {
 		b.leases.untrack(sk, token)
 		return driver.ReleaseResult{Held: true}, nil
 	}
@@ -102,7 +130,7 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 		var err error
 		var recID clientv3.LeaseID
 		if e.holds > 0 {
-			resp, err = b.txn(ctx,
+			resp, err = b.txnOnce(ctx,
 				[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(ek), "=", kv.ModRevision)},
 				[]clientv3.Op{clientv3.OpPut(ek, e.encode(), clientv3.WithIgnoreLease())}, els)
 		} else {
@@ -115,7 +143,7 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 				// on its way. Record it here too, in the same
 				// transaction.
 				if recID, err = b.leases.forQueue(ctx, b.releasedFor()); err != nil {
-					return driver.ReleaseResult{}, wrap("release", key, err)
+					return driver.ReleaseResult{}, err
 				}
 				extra = []clientv3.Op{clientv3.OpPut(b.releasedKey(key, token), "", clientv3.WithLease(recID))}
 			}
@@ -127,7 +155,7 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 				b.leases.forgetQueue(recID)
 				continue
 			}
-			return driver.ReleaseResult{}, wrap("release", key, err)
+			return driver.ReleaseResult{}, err
 		}
 		if !resp.Succeeded {
 			kvs = rangeKVs(resp, 0)
@@ -143,6 +171,11 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 	if len(kvs) == 1 && decodeExclusive(kvs[0].Value).token == token {
 		return driver.ReleaseResult{}, nil // another grant of token (ReleaseGrant)
 	}
+	if again && b.leases.liveAndGone(ek, token, kvs) {
+		// An earlier try dropped the last hold (or handed it on).
+		b.leases.untrack(ek, token)
+		return driver.ReleaseResult{Held: true}, nil
+	}
 	b.leases.untrack(ek, token)
 	b.leases.untrack(sk, token)
 	if fence == 0 {
@@ -151,7 +184,7 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 		// keep that acquire from granting, for as long as it can be on
 		// its way.
 		if err := b.markReleased(ctx, key, token); err != nil {
-			return driver.ReleaseResult{}, wrap("release", key, err)
+			return driver.ReleaseResult{}, err
 		}
 	}
 	return driver.ReleaseResult{}, nil
@@ -181,8 +214,10 @@ func (b *Backend) markReleased(ctx context.Context, key, token string) error {
 	if err != nil {
 		return err
 	}
-	_, err = b.c.Put(ctx, b.releasedKey(key, token), "", clientv3.WithLease(id))
-	return err
+	return repeatCall(ctx, b.attempt, func(ctx context.Context) error {
+		_, err := b.c.Put(ctx, b.releasedKey(key, token), "", clientv3.WithLease(id))
+		return err
+	})
 }
 
 // Withdraw implements driver.Withdrawer: it deletes token's writer intent
@@ -199,11 +234,11 @@ func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
 	if err != nil {
 		return wrap("withdraw", key, err)
 	}
-	if _, err := b.c.Txn(ctx).Then(
+	if _, err := b.read(ctx, nil, []clientv3.Op{
 		clientv3.OpDelete(b.intentKey(key, token)),
 		clientv3.OpDelete(b.queueKey(key, token)),
 		clientv3.OpPut(b.withdrawnKey(key, token), "", clientv3.WithLease(id)),
-	).Commit(); err != nil {
+	}, nil); err != nil {
 		return wrap("withdraw", key, err)
 	}
 	return nil

@@ -49,7 +49,7 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 		for _, r := range chunk {
 			ops = append(ops, clientv3.OpGet(b.exclKey(r.Key)), clientv3.OpGet(b.sharedKey(r.Key, r.Token)))
 		}
-		resp, err := b.txn(ctx, nil, ops, nil)
+		resp, err := b.read(ctx, nil, ops, nil)
 		for i, r := range chunk {
 			if err != nil {
 				out[start+i].Err = wrap("renew", r.Key, err)
@@ -179,7 +179,7 @@ func (b *Backend) migrate(ctx context.Context, kv *mvccpb.KeyValue, r driver.Ren
 	p := b.leases.pend(l, k, r.Token, sent.Add(r.TTL))
 	// The key's mod revision stands for the grant and its lease (any
 	// write changes it; a handoff keeps the create revision).
-	resp, err := b.txn(ctx,
+	resp, err := b.txnFull(ctx,
 		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", kv.ModRevision)},
 		[]clientv3.Op{put},
 		nil)

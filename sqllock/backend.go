@@ -312,10 +312,14 @@ func (b *Backend) release(ctx context.Context, key, token string, fence uint64) 
 		} else {
 			res, more, err = b.eng.release(ctx, key, token, fence)
 		}
-		if err != nil || res.Held || !more {
+		// A release without a fence that found no exclusive hold may be
+		// the clean-up of a request still on its way: it records the
+		// token (see goneTTL).
+		record := fence == 0 && b.recordsGone()
+		if err != nil || res.Held || (!more && !record) {
 			return res, err
 		}
-		return b.tx.release(ctx, key, token, false)
+		return b.tx.release(ctx, key, token, false, record)
 	})
 	if err != nil {
 		return driver.ReleaseResult{}, opError(ctx, "release", key, err)
@@ -340,13 +344,15 @@ type namingReleaser interface {
 
 // Withdraw removes token's fair queue entry and writer intent, if any, in
 // one transaction that changes no hold (driver.Withdrawer), and notifies (on
-// PostgreSQL) when that lets a waiter in, as Release does.
+// PostgreSQL) when that lets a waiter in, as Release does. On MySQL and
+// PostgreSQL it records the withdrawal, so that a request of token still
+// on its way queues nothing (see goneTTL).
 func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
 	if err := b.check(ctx, key, token); err != nil {
 		return opError(ctx, "withdraw", key, err)
 	}
 	_, err := retryGated(ctx, b, func() (driver.ReleaseResult, error) {
-		return b.tx.release(ctx, key, token, true)
+		return b.tx.release(ctx, key, token, true, b.recordsGone())
 	})
 	if err != nil {
 		return opError(ctx, "withdraw", key, err)
@@ -354,17 +360,18 @@ func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
 	return nil
 }
 
-// opError describes a failed operation on key. When the caller's deadline
-// has passed, a driver may report only its own timeout ("i/o timeout" from
-// a dial cut short), a moment before ctx.Err() is set; the error then says
-// context.DeadlineExceeded too, so that callers can tell a wait that ran out
-// from a store that failed.
+// opError describes a failed operation on key, marked with
+// driver.Transient when it may heal (see transient). When the caller's
+// deadline has passed, a driver may report only its own timeout ("i/o
+// timeout" from a dial cut short), a moment before ctx.Err() is set; the
+// error then says context.DeadlineExceeded too, so that callers can tell a
+// wait that ran out from a store that failed.
 func opError(ctx context.Context, op, key string, err error) error {
 	cause := ctxend.Err(ctx)
 	if cause != nil && !errors.Is(err, cause) {
 		return fmt.Errorf("sqllock: %s %q: %w (%w)", op, key, err, cause)
 	}
-	return fmt.Errorf("sqllock: %s %q: %w", op, key, err)
+	return markTransient(ctx, fmt.Errorf("sqllock: %s %q: %w", op, key, err))
 }
 
 // check validates a key and token and creates the table if needed.

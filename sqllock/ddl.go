@@ -18,10 +18,11 @@ const maxIdentifier = 63
 
 // DDL returns the statements that create the lock tables for the dialect,
 // for DBAs who create them by hand (see WithoutCreateTable): the lock table
-// (one row per name), and next to it, with "_shared" and "_queue" added to
-// its name (a name too long for that keeps its start and gets a hash of
-// all of it), the table of shared holds (readers, semaphore permits) and
-// the table of fair queues. The three CREATE TABLE IF NOT EXISTS statements are
+// (one row per name), and next to it, with "_shared", "_queue" and "_gone"
+// added to its name (a name too long for that keeps its start and gets a
+// hash of all of it), the table of shared holds (readers, semaphore
+// permits), the table of fair queues and the table of tokens that a
+// clean-up released or withdrew. The four CREATE TABLE IF NOT EXISTS statements are
 // separated by ";\n\n"; run them one by one where the driver takes one
 // statement at a time. The Backend runs the same statements when it creates
 // the tables itself. A lock table made by an earlier version, without the
@@ -41,7 +42,7 @@ func DDL(d Dialect, table string) (string, error) {
 // to a lock table made by an earlier one (shared_until, intent_token,
 // intent_owner, intent_until, claim_token, claim_owner, claim_until,
 // shared_lim; all NULL, so no row changes meaning), one ALTER TABLE per column, separated
-// by ";\n\n". Run them once, then the statements of DDL for the two new
+// by ";\n\n". Run them once, then the statements of DDL for the new
 // tables. On PostgreSQL each skips a column that exists already (ADD COLUMN
 // IF NOT EXISTS); MySQL and SQLite have no such clause: run each statement
 // on its own and pass over its "duplicate column" error (a table of the
@@ -69,17 +70,17 @@ func ddlStatements(d Dialect, table string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var ddl [3]string
+	var ddl [4]string
 	switch d {
 	case MySQL:
-		ddl = [3]string{mysqlDDL, mysqlSharedDDL, mysqlQueueDDL}
+		ddl = [4]string{mysqlDDL, mysqlSharedDDL, mysqlQueueDDL, mysqlGoneDDL}
 	case PostgreSQL:
-		ddl = [3]string{postgresDDL, postgresSharedDDL, postgresQueueDDL}
+		ddl = [4]string{postgresDDL, postgresSharedDDL, postgresQueueDDL, postgresGoneDDL}
 	case SQLite:
-		ddl = [3]string{sqliteDDL, sqliteSharedDDL, sqliteQueueDDL}
+		ddl = [4]string{sqliteDDL, sqliteSharedDDL, sqliteQueueDDL, sqliteGoneDDL}
 	}
-	fill := strings.NewReplacer("{t}", names.main, "{s}", names.shared, "{q}", names.queue)
-	return []string{fill.Replace(ddl[0]), fill.Replace(ddl[1]), fill.Replace(ddl[2])}, nil
+	fill := strings.NewReplacer("{t}", names.main, "{s}", names.shared, "{q}", names.queue, "{g}", names.gone)
+	return []string{fill.Replace(ddl[0]), fill.Replace(ddl[1]), fill.Replace(ddl[2]), fill.Replace(ddl[3])}, nil
 }
 
 // The lock table: one row per lock name ever used. A row whose token is
@@ -101,7 +102,11 @@ func ddlStatements(d Dialect, table string) ([]string, error) {
 //
 // The shared-hold table has one row per shared hold (its own token, owner,
 // fence, expiry and the limit it was granted under); the queue table one
-// row per waiter of a fair lock, in the order of seq.
+// row per waiter of a fair lock, in the order of seq; the gone table one
+// row per token that a clean-up released while it held nothing (grants 1)
+// or withdrew (grants 0), until expires_at: a request of that token still
+// on its way then grants nothing (grants 1) and queues nothing (see
+// goneTTL).
 const (
 	mysqlDDL = `CREATE TABLE IF NOT EXISTS {t} (
   name         VARBINARY(255) NOT NULL PRIMARY KEY,
@@ -136,6 +141,14 @@ const (
   name       VARBINARY(255) NOT NULL,
   token      VARBINARY(255) NOT NULL,
   seq        BIGINT NOT NULL,
+  expires_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (name, token)
+) ENGINE=InnoDB`
+
+	mysqlGoneDDL = `CREATE TABLE IF NOT EXISTS {g} (
+  name       VARBINARY(255) NOT NULL,
+  token      VARBINARY(255) NOT NULL,
+  grants     INT NOT NULL,
   expires_at DATETIME(6) NOT NULL,
   PRIMARY KEY (name, token)
 ) ENGINE=InnoDB`
@@ -177,6 +190,14 @@ const (
   PRIMARY KEY (name, token)
 )`
 
+	postgresGoneDDL = `CREATE TABLE IF NOT EXISTS {g} (
+  name       text COLLATE "C" NOT NULL,
+  token      text COLLATE "C" NOT NULL,
+  grants     integer NOT NULL,
+  expires_at timestamptz NOT NULL,
+  PRIMARY KEY (name, token)
+)`
+
 	sqliteDDL = `CREATE TABLE IF NOT EXISTS {t} (
   name         TEXT NOT NULL PRIMARY KEY,
   token        TEXT,
@@ -210,6 +231,14 @@ const (
   name       TEXT NOT NULL,
   token      TEXT NOT NULL,
   seq        INTEGER NOT NULL,
+  expires_at INTEGER NOT NULL,
+  PRIMARY KEY (name, token)
+) WITHOUT ROWID`
+
+	sqliteGoneDDL = `CREATE TABLE IF NOT EXISTS {g} (
+  name       TEXT NOT NULL,
+  token      TEXT NOT NULL,
+  grants     INTEGER NOT NULL,
   expires_at INTEGER NOT NULL,
   PRIMARY KEY (name, token)
 ) WITHOUT ROWID`
@@ -270,7 +299,7 @@ func (b *Backend) CreateTable(ctx context.Context) error {
 			return fmt.Errorf("sqllock: create table %s: set journal_mode=WAL: %w", b.table, err)
 		}
 	}
-	tables := []string{b.names.main, b.names.shared, b.names.queue}
+	tables := []string{b.names.main, b.names.shared, b.names.queue, b.names.gone}
 	for i, ddl := range stmts {
 		if err := exec(ddl); err != nil {
 			if perr := exec("SELECT 1 FROM " + tables[i] + " WHERE 1 = 0"); perr != nil {
@@ -342,9 +371,9 @@ func (b *Backend) ready(ctx context.Context) error {
 	return b.CreateTable(ctx)
 }
 
-// tableNames are the quoted names of a Backend's three tables.
+// tableNames are the quoted names of a Backend's four tables.
 type tableNames struct {
-	main, shared, queue string
+	main, shared, queue, gone string
 }
 
 // quoteTables validates a table name and returns the names of the lock
@@ -382,6 +411,7 @@ func quoteTables(d Dialect, table string) (tableNames, error) {
 		main:   quote(last),
 		shared: quote(sideName(last, "_shared")),
 		queue:  quote(sideName(last, "_queue")),
+		gone:   quote(sideName(last, "_gone")),
 	}, nil
 }
 

@@ -85,5 +85,13 @@ func ExampleDDL() {
 	//   seq        bigint NOT NULL,
 	//   expires_at timestamptz NOT NULL,
 	//   PRIMARY KEY (name, token)
+	// );
+	//
+	// CREATE TABLE IF NOT EXISTS "locks"."dlock_gone" (
+	//   name       text COLLATE "C" NOT NULL,
+	//   token      text COLLATE "C" NOT NULL,
+	//   grants     integer NOT NULL,
+	//   expires_at timestamptz NOT NULL,
+	//   PRIMARY KEY (name, token)
 	// )
 }

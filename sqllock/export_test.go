@@ -1,6 +1,9 @@
 package sqllock
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // SetHeartbeat sets how often a quiet listener checks its connection, until
 // the returned function restores it.
@@ -15,3 +18,7 @@ var (
 	EncodePayload = encodePayload
 	DecodePayload = decodePayload
 )
+
+// IsTransientError reports whether the Backend would mark err, a database
+// error met by a caller whose context is live, as transient.
+func IsTransientError(err error) bool { return transient(context.Background(), err) }

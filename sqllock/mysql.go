@@ -35,7 +35,7 @@ type mysql struct {
 }
 
 func newMySQL(db *sql.DB, tx *txs) *mysql {
-	t := withTable(tx.x.t)
+	t := tx.x.expand
 	return &mysql{
 		db:         db,
 		tx:         tx,
@@ -54,7 +54,10 @@ const (
 	// fence. A grant drops the token's writer intent and claim, and ones
 	// that have lapsed. The token is assigned last: every condition before
 	// reads the old one. Parameters: token ×9, owner, ttl µs ×2, token,
-	// key, token, reentrant, token ×2, reentrant.
+	// key, token, reentrant, token ×2, reentrant, key, token. A live record
+	// of the token's clean-up refuses the grant (see goneTTL): the
+	// subquery of an UPDATE reads with locks, so it sees a record that
+	// was committed while the UPDATE waited for the row.
 	mysqlAcquire = `UPDATE {t} SET
   intent_owner = IF(intent_token = ? OR intent_until <= UTC_TIMESTAMP(6), NULL, intent_owner),
   intent_token = IF(intent_token = ? OR intent_until <= UTC_TIMESTAMP(6), NULL, intent_token),
@@ -71,7 +74,8 @@ const (
 WHERE name = ? AND (token IS NULL OR expires_at <= UTC_TIMESTAMP(6) OR (token = ? AND ?))
   AND (shared_until IS NULL OR shared_until <= UTC_TIMESTAMP(6))
   AND (claim_token IS NULL OR claim_until <= UTC_TIMESTAMP(6) OR claim_token = ?
-       OR (token = ? AND expires_at > UTC_TIMESTAMP(6) AND ?))`
+       OR (token = ? AND expires_at > UTC_TIMESTAMP(6) AND ?))
+  AND NOT EXISTS (SELECT 1 FROM {g} WHERE name = ? AND token = ? AND grants > 0 AND expires_at > UTC_TIMESTAMP(6))`
 
 	// The hold count after a reentrant acquire, which may have re-entered.
 	mysqlHolds = `SELECT holds FROM {t} WHERE name = ? AND token = ? AND fence = ?`
@@ -110,7 +114,7 @@ func (m *mysql) acquire(ctx context.Context, req driver.AcquireRequest) (driver.
 	tok := req.Token
 	for range attempts {
 		res, err := m.db.ExecContext(ctx, m.acquireSQL,
-			tok, tok, tok, tok, tok, tok, tok, tok, req.Owner, tok, ttl, ttl, tok, req.Key, tok, req.Reentrant, tok, tok, req.Reentrant)
+			tok, tok, tok, tok, tok, tok, tok, tok, req.Owner, tok, ttl, ttl, tok, req.Key, tok, req.Reentrant, tok, tok, req.Reentrant, req.Key, tok)
 		if err != nil {
 			return driver.AcquireResult{}, err
 		}

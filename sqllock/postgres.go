@@ -79,7 +79,7 @@ const (
   WHERE (l.token IS NULL OR l.expires_at <= now() OR (l.token = excluded.token AND $5::boolean))
     AND (l.shared_until IS NULL OR l.shared_until <= now())
     AND (l.claim_token IS NULL OR l.claim_until <= now() OR l.claim_token = excluded.token
-         OR (l.token = excluded.token AND l.expires_at > now() AND $5::boolean))
+         OR (l.token = excluded.token AND l.expires_at > now() AND $5::boolean))` + pgNotGone + `
   RETURNING l.fence, l.holds
 )
 SELECT 1, fence, holds, '', 0::bigint, false FROM granted
@@ -88,6 +88,14 @@ SELECT 2, 0, 0, h.owner, (extract(epoch FROM h.expires_at - now()) * 1000000)::b
   h.intent_token IS NOT NULL AND h.intent_token = $2 AND h.intent_until > now()
 FROM {t} h
 WHERE h.name = $1 AND h.token IS NOT NULL AND h.expires_at > now() AND NOT EXISTS (SELECT FROM granted)`
+
+	// pgNotGone refuses a grant to token $2 while a record of its clean-up
+	// lives, and when the row changed between the statement's snapshot,
+	// which that record may postdate, and the version the upsert locked
+	// (see goneTTL).
+	pgNotGone = `
+    AND NOT EXISTS (SELECT FROM {g} WHERE name = $1 AND token = $2 AND grants > 0 AND expires_at > now())
+    AND l.xmin = (SELECT fr.xmin FROM {t} fr WHERE fr.name = $1)`
 
 	// A reader (Limit 0) in one statement, as safe as the exclusive upsert:
 	// what a shared grant must know (no live exclusive holder, no live
@@ -116,7 +124,7 @@ WHERE h.name = $1 AND h.token IS NOT NULL AND h.expires_at > now() AND NOT EXIST
   WHERE (l.token IS NULL OR l.expires_at <= now())
     AND (l.intent_token IS NULL OR l.intent_until <= now() OR l.intent_token = $2)
     AND (l.shared_until IS NULL OR l.shared_until <= now() OR l.shared_lim IS NULL OR l.shared_lim = 0)
-    AND NOT EXISTS (SELECT FROM {s} WHERE name = $1 AND token = $2 AND expires_at > now())
+    AND NOT EXISTS (SELECT FROM {s} WHERE name = $1 AND token = $2 AND expires_at > now())` + pgNotGone + `
   RETURNING l.fence
 ), hold AS (
   INSERT INTO {s} AS s (name, token, owner, fence, lim, acquired_at, expires_at)

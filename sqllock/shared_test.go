@@ -662,8 +662,8 @@ func testSideTableNames(t *testing.T, newDB newDatabase) {
 		t.Fatal(err)
 	}
 	stmts := strings.Split(ddl, ";\n\n")
-	if len(stmts) != 3 {
-		t.Fatalf("DDL = %d statements, want 3", len(stmts))
+	if len(stmts) != 4 {
+		t.Fatalf("DDL = %d statements, want 4", len(stmts))
 	}
 	var names []string
 	for _, s := range stmts {
@@ -673,7 +673,7 @@ func testSideTableNames(t *testing.T, newDB newDatabase) {
 			t.Errorf("table name %q is %d bytes", name, n)
 		}
 	}
-	if len(slices.Compact(slices.Sorted(slices.Values(names)))) != 3 {
+	if len(slices.Compact(slices.Sorted(slices.Values(names)))) != 4 {
 		t.Errorf("table names %q are not distinct", names)
 	}
 	b := db.backend(t, sqllock.WithTable(long))

@@ -56,7 +56,8 @@ ON DUPLICATE KEY UPDATE fence = fence`
      AND seq < COALESCE((SELECT seq FROM {q} WHERE name = $1 AND token = $2 AND expires_at > {now}), $3)),
   (SELECT token FROM {q} WHERE name = $1 AND token <> $2 AND expires_at > {now} ORDER BY seq LIMIT 1),
   (SELECT COALESCE(MAX(seq), 0) FROM {q} WHERE name = $1),
-  (SELECT COUNT(*) FROM {q} WHERE name = $1 AND expires_at <= {now})`
+  (SELECT COUNT(*) FROM {q} WHERE name = $1 AND expires_at <= {now}),
+  (SELECT MAX(grants) FROM {g} WHERE name = $1 AND token = $2 AND expires_at > {now})`
 	tplState     = `SELECT` + stateCols
 	tplMainState = `SELECT ` + mainCols + `,` + stateCols + ` FROM {t} WHERE name = $1`
 
@@ -78,7 +79,8 @@ ON DUPLICATE KEY UPDATE
   shared_until = IF(` + readerFreeMySQL + `, GREATEST(COALESCE(shared_until, {now}), {plus:$3}), shared_until),
   fence        = IF(` + readerFreeMySQL + `, LAST_INSERT_ID(fence + 1), fence + LAST_INSERT_ID(0))`
 	readerFreeMySQL = `(token IS NULL OR expires_at <= {now}) AND (intent_token IS NULL OR intent_until <= {now} OR intent_token = $2)
-                    AND (shared_until IS NULL OR shared_until <= {now} OR shared_lim IS NULL OR shared_lim = 0)`
+                    AND (shared_until IS NULL OR shared_until <= {now} OR shared_lim IS NULL OR shared_lim = 0)
+                    AND NOT EXISTS (SELECT 1 FROM {g} WHERE name = $1 AND token = $2 AND grants > 0 AND expires_at > {now})`
 	tplReaderSQLite = `INSERT INTO {t} (name, token, owner, fence, holds, acquired_at, expires_at, shared_until, shared_lim)
 VALUES ($1, NULL, '', 1, 0, {now}, {now}, {plus:$3}, 0)
 ON CONFLICT (name) DO UPDATE SET fence = fence + 1, shared_lim = 0,
@@ -183,7 +185,7 @@ FROM {t} WHERE name = $1`
 	// (driver.AcquireRequest.Claim), for QueueTTL $4, unless another
 	// token's claim is live: one statement on the row alone.
 	tplClaim = `UPDATE {t} SET claim_owner = $3, claim_until = {plus:$4}, claim_token = $2{matched}
-WHERE name = $1 AND (claim_token IS NULL OR claim_until <= {now} OR claim_token = $2)`
+WHERE name = $1 AND (claim_token IS NULL OR claim_until <= {now} OR claim_token = $2)` + notGone
 
 	// tplUnclaim drops token $2's claim, when its wait ends.
 	tplUnclaim = `UPDATE {t} SET claim_token = NULL, claim_owner = NULL, claim_until = NULL
@@ -199,7 +201,24 @@ WHERE name = $1 AND claim_token = $2`
 	tplIntent = `UPDATE {t} SET intent_owner = $3, intent_until = {plus:$4}, intent_token = $2{matched}
 WHERE name = $1 AND ((shared_until > {now} AND NOT (token IS NOT NULL AND expires_at > {now})
     AND (intent_token IS NULL OR intent_until <= {now} OR intent_token = $2))
-  OR (intent_token = $2 AND intent_until > {now}))`
+  OR (intent_token = $2 AND intent_until > {now}))` + notGone
+
+	// notGone keeps an intent or a claim of token $2 off the name's row
+	// while a record of the token's clean-up lives (see goneTTL).
+	notGone = `
+  AND NOT EXISTS (SELECT 1 FROM {g} WHERE name = $1 AND token = $2 AND expires_at > {now}){fresh:}`
+
+	// tplGone records token $2's clean-up for $4 units: $3 is 1 after a
+	// release that found nothing, which refuses the token's grants too, 0
+	// after a withdrawal; a live record of 1 stays 1.
+	tplGone = `INSERT INTO {g} (name, token, grants, expires_at) VALUES ($1, $2, $3, {plus:$4})
+{upsert:name, token} grants = CASE WHEN {g}.expires_at > {now} AND {g}.grants > {new:grants} THEN {g}.grants ELSE {new:grants} END,
+  expires_at = {new:expires_at}`
+
+	// tplDropHold drops one exclusive hold of the row, which the
+	// transaction found token's under its lock (token first: MySQL
+	// assigns in order).
+	tplDropHold = `UPDATE {t} SET token = CASE WHEN holds > 1 THEN token END, holds = holds - 1 WHERE name = $1`
 
 	// Inspection: the name's row with each of its live shared holds, oldest
 	// grant first. infoCols is what scanInfos reads.

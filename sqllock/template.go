@@ -15,7 +15,8 @@ import (
 // $1, $2, ... (PostgreSQL's style, a number may come back) and uses these
 // markers, so that one text serves the three engines:
 //
-//	{t} {s} {q}      the lock table, its shared-hold table, its queue table
+//	{t} {s} {q} {g}  the lock table, its shared-hold table, its queue table,
+//	                 its table of released and withdrawn tokens
 //	{now}            the database's clock, fixed within the statement
 //	{plus:X}         now plus X units (X a parameter: µs, or ms on SQLite)
 //	{left:X}         units from now until the time X (negative when past)
@@ -29,17 +30,20 @@ import (
 //	{matched}        on MySQL, an assignment that makes LAST_INSERT_ID tell
 //	                 whether an UPDATE matched (see mysql)
 //	{prefix:C}       C starts with $1, byte for byte
+//	{fresh:A}        on PostgreSQL, a condition that the row A of {t}
+//	                 (A is "alias." or empty) is the version the
+//	                 statement's snapshot read (see goneTTL)
 //
 // On PostgreSQL {now} is statement_timestamp(), not now(): within a
 // transaction now() stays at its start, before any wait for a row lock.
 type dialectSQL struct {
-	d       Dialect
-	t, s, q string // quoted table names
-	unit    time.Duration
+	d          Dialect
+	t, s, q, g string // quoted table names
+	unit       time.Duration
 }
 
 func newDialectSQL(d Dialect, tables tableNames) *dialectSQL {
-	x := &dialectSQL{d: d, t: tables.main, s: tables.shared, q: tables.queue, unit: time.Microsecond}
+	x := &dialectSQL{d: d, t: tables.main, s: tables.shared, q: tables.queue, g: tables.gone, unit: time.Microsecond}
 	if d == SQLite {
 		x.unit = time.Millisecond
 	}
@@ -98,6 +102,16 @@ func (x *dialectSQL) marker(name, arg string) string {
 		return x.s
 	case "q":
 		return x.q
+	case "g":
+		return x.g
+	case "fresh":
+		// On PostgreSQL, the row of {t} as the statement found it after
+		// waiting for its lock is the version its snapshot read: no
+		// transaction changed it in between (see goneTTL).
+		if x.d == PostgreSQL {
+			return " AND " + arg + "xmin = (SELECT fr.xmin FROM " + x.t + " fr WHERE fr.name = $1)"
+		}
+		return ""
 	case "now":
 		return x.now()
 	case "plus":

@@ -56,6 +56,7 @@ type txs struct {
 	hasMore, holder, intent, claim, unclaim, inspect, list                  stmt
 	reader, insertReader                                                    stmt // MySQL and SQLite
 	dropHolder                                                              stmt // BreakIf
+	gone, dropHold, pruneGone, expiredGone                                  stmt // clean-up records (see goneTTL)
 	// committed, when set (SQLiteBackend), is told of each committed
 	// change that notify announced.
 	committed func(key, next string)
@@ -110,6 +111,10 @@ func newTxs(db *sql.DB, d Dialect, names tableNames) *txs {
 	t.expiredShared = x.stmt(`SELECT token FROM {s} WHERE name = $1 AND token <> $2 AND expires_at <= {now}` + limit)
 	t.expiredQueue = x.stmt(`SELECT token FROM {q} WHERE name = $1 AND token <> $2 AND expires_at <= {now}` + limit)
 	t.allShared = x.stmt(`SELECT token FROM {s} WHERE name = $1`)
+	t.gone = x.stmt(tplGone)
+	t.dropHold = x.stmt(tplDropHold)
+	t.pruneGone = x.stmt(`DELETE FROM {g} WHERE name = $1 AND token <> $2 AND expires_at <= {now}`)
+	t.expiredGone = x.stmt(`SELECT token FROM {g} WHERE name = $1 AND token <> $2 AND expires_at <= {now}` + limit)
 	t.hasMore = x.stmt(tplHasMore)
 	t.holder = x.stmt(tplHolder)
 	t.intent = x.stmt(tplIntent)
@@ -246,12 +251,13 @@ type nameState struct {
 	ahead         int64          // of those, the ones ahead of the token's live entry (all when it has none)
 	head          sql.NullString // the first live entry of another token
 	maxSeq        int64
-	queueExpired  int64 // expired entries, to delete
+	queueExpired  int64         // expired entries, to delete
+	gone          sql.NullInt64 // the token's live clean-up record: its grants (see goneTTL)
 }
 
 func (s *nameState) dest() []any {
 	return []any{&s.sharedLive, &s.sharedExpired, &s.mineLeft, &s.firstOwner, &s.firstLeft, &s.lastOwner, &s.lastLeft,
-		&s.maxOthers, &s.mySeq, &s.myLeft, &s.queueLive, &s.ahead, &s.head, &s.maxSeq, &s.queueExpired}
+		&s.maxOthers, &s.mySeq, &s.myLeft, &s.queueLive, &s.ahead, &s.head, &s.maxSeq, &s.queueExpired, &s.gone}
 }
 
 // maxSeq is larger than every queue entry's seq.
@@ -425,6 +431,26 @@ func (x *txn) prune(key, token string, queue, all bool) error {
 		args = append(args, tok)
 	}
 	_, err = x.tx.ExecContext(x.ctx, "DELETE FROM "+table+" WHERE name = ? AND token IN ("+strings.Repeat("?, ", len(tokens)-1)+"?)", args...)
+	return err
+}
+
+// pruneGone deletes the name's expired clean-up records, but token's (see
+// goneTTL): on MySQL by primary key, a batch at a time, as prune does.
+func (x *txn) pruneGone(key, token string) error {
+	t := x.t
+	if t.d != MySQL {
+		return x.exec(t.pruneGone, key, token)
+	}
+	tokens, err := queryStrings(x.ctx, x.tx, t.expiredGone.query, t.expiredGone.args(key, token)...)
+	if err != nil || len(tokens) == 0 {
+		return err
+	}
+	args := make([]any, 0, 1+len(tokens))
+	args = append(args, key)
+	for _, tok := range tokens {
+		args = append(args, tok)
+	}
+	_, err = x.tx.ExecContext(x.ctx, "DELETE FROM "+t.x.g+" WHERE name = ? AND token IN ("+strings.Repeat("?, ", len(tokens)-1)+"?)", args...)
 	return err
 }
 

@@ -25,6 +25,8 @@ func (t *txs) acquireShared(ctx context.Context, req driver.AcquireRequest) (dri
 		}
 		mine := st.mineLeft.Valid && st.mineLeft.Int64 > 0
 		switch {
+		case st.gone.Int64 > 0:
+			return false, nil // cleaned up: a late request (see goneTTL)
 		case m.held():
 			res.Holder, res.HolderTTL = m.owner, t.x.duration(m.heldLeft.Int64)
 			return false, nil
@@ -174,6 +176,9 @@ func (t *txs) acquireFair(ctx context.Context, req driver.AcquireRequest) (drive
 			res = driver.AcquireResult{Acquired: true, Fence: uint64(m.fence), Holds: m.holds + 1}
 			return true, nil
 		}
+		if st.gone.Int64 > 0 {
+			return false, nil // cleaned up: a late request (see goneTTL)
+		}
 		blocked := st.sharedLive > 0
 		if !m.held() && !blocked && st.ahead == 0 {
 			fence := m.fence + 1
@@ -201,8 +206,11 @@ func (t *txs) acquireFair(ctx context.Context, req driver.AcquireRequest) (drive
 			res.Holder, res.HolderTTL = st.lastOwner.String, t.x.duration(st.lastLeft.Int64)
 			res.Shared = int(st.sharedLive)
 		}
-		if !req.Wait {
-			return false, nil // a TryLock yields to the queue and records nothing
+		if !req.Wait || st.gone.Valid {
+			// A TryLock yields to the queue and records nothing; a
+			// request of a token withdrawn or released meanwhile (see
+			// goneTTL) neither.
+			return false, nil
 		}
 		qttl := t.x.units(req.QueueTTL)
 		switch {

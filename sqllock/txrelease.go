@@ -21,19 +21,48 @@ import (
 //
 // With withdraw (Backend.Withdraw), a shared hold of token is left alone:
 // only its queue entry and writer intent go.
-func (t *txs) release(ctx context.Context, key, token string, withdraw bool) (driver.ReleaseResult, error) {
+//
+// With record, the clean-up of a request that may still be on its way (see
+// goneTTL), it makes the name's row if it is missing, drops an exclusive
+// hold of token that it finds under the row's lock (a grant that committed
+// after the single statement of Release looked; not with withdraw), and
+// otherwise records the token: grants 1, or 0 with withdraw.
+func (t *txs) release(ctx context.Context, key, token string, withdraw, record bool) (driver.ReleaseResult, error) {
 	var res driver.ReleaseResult
 	err := t.run(ctx, func(x *txn) (bool, error) {
 		res = driver.ReleaseResult{}
-		m, st, found, err := x.lock(key, token, false, true)
+		m, st, found, err := x.lock(key, token, record, true)
 		if err != nil || !found {
 			return false, err
+		}
+		if record && !withdraw && m.heldBy(token) {
+			if err := x.exec(t.dropHold, key); err != nil {
+				return false, err
+			}
+			if m.holds <= 1 {
+				x.notify(key, st.head.String)
+			}
+			res = driver.ReleaseResult{Held: true, Remaining: max(m.holds-1, 0)}
+			return true, nil
 		}
 		hadShared := st.mineLeft.Valid && !withdraw
 		ownIntent := m.intentToken.Valid && m.intentToken.String == token
 		ownClaim := m.claimToken.Valid && m.claimToken.String == token
 		hadEntry := st.myLeft.Valid
-		if !hadShared && !ownIntent && !hadEntry && !ownClaim {
+		if record && !(hadShared && st.mineLeft.Int64 > 0) {
+			// A live shared hold found is the grant the request made: it
+			// has landed. Anything else may still be on its way.
+			grants := 1
+			if withdraw {
+				grants = 0
+			}
+			if err := x.exec(t.gone, key, token, grants, t.x.units(goneTTL)); err != nil {
+				return false, err
+			}
+			if err := x.pruneGone(key, token); err != nil {
+				return false, err
+			}
+		} else if !hadShared && !ownIntent && !hadEntry && !ownClaim {
 			return false, nil
 		}
 		if ownClaim {

@@ -49,6 +49,10 @@ type store struct {
 	// sqlitePath is the SQLite file, for the hint of an error that says
 	// it cannot be written; "" for other stores.
 	sqlitePath string
+	// storeTTL, when not nil, is how long the store may keep a lock of a
+	// TTL that nobody releases, when that is longer than the TTL (etcd's
+	// leases).
+	storeTTL func(ttl time.Duration) time.Duration
 
 	// The store's clients, for dlock bench's baselines and counters: its
 	// Redis clients (one per node for Redlock), or its SQL handle and
@@ -157,6 +161,7 @@ func connectHooked(ctx context.Context, b *backendURL, timeout time.Duration, ho
 		s.closeFn = cli.Close
 		eb := etcdlock.New(cli, etcdOptions(b.etcd)...)
 		s.backend, s.inspector = eb, eb
+		s.storeTTL = etcdlock.StoreTTL
 		ping = func(ctx context.Context) error {
 			// A linearizable read: it needs a leader, as every lock
 			// operation does.
@@ -461,4 +466,13 @@ func unwrapPathErr(err error) error {
 		return pe.Err
 	}
 	return err
+}
+
+// expiresWithin is how long, at most, the store keeps a lock of ttl that
+// its holder could not release.
+func (s *store) expiresWithin(ttl time.Duration) time.Duration {
+	if s.storeTTL != nil {
+		return max(ttl, s.storeTTL(ttl))
+	}
+	return ttl
 }

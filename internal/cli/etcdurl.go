@@ -51,9 +51,14 @@ func parseEtcd(raw string) (*backendURL, error) {
 		return nil, errors.New("a fragment ('#...') has no meaning here; percent-encode '#' in a password as %23")
 	}
 	e := &etcdURL{tls: scheme == "etcds"}
-	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
-		u, p, _ := strings.Cut(rest[:at], ":")
-		rest = rest[at+1:]
+	// As net/url reads it (RFC 3986): the authority ends at the first '/'
+	// or '?', and its user information at its last '@'; an '@' in the
+	// query (namespace=a@b) is the query's. net/url itself is not used as
+	// it refuses a list of hosts that holds an IPv6 address.
+	authority, pathQuery, _ := cutAny(rest, "/?")
+	if at := strings.LastIndexByte(authority, '@'); at >= 0 {
+		u, p, _ := strings.Cut(authority[:at], ":")
+		authority = authority[at+1:]
 		var err1, err2 error
 		e.user, err1 = url.PathUnescape(u)
 		e.password, err2 = url.PathUnescape(p)
@@ -64,8 +69,11 @@ func parseEtcd(raw string) (*backendURL, error) {
 			return nil, errors.New("a password without a user name; etcd authenticates a user")
 		}
 	}
-	hostPart, pathQuery, _ := cutAny(rest, "/?")
+	hostPart := authority
 	path, rawQuery, _ := strings.Cut(pathQuery, "?")
+	if strings.Contains(path, "@") && e.user == "" {
+		return nil, errors.New("the password seems to contain '/'; percent-encode it as %2F")
+	}
 	if strings.Trim(path, "/") != "" {
 		return nil, errors.New("an etcd URL has no path; give the key prefix as namespace=PREFIX")
 	}
@@ -100,6 +108,9 @@ func parseEtcd(raw string) (*backendURL, error) {
 		case "key":
 			e.key = v
 		case "namespace":
+			if v != "" && !strings.HasSuffix(v, "/") {
+				return nil, fmt.Errorf("namespace=%q must end with '/' (lock names follow it directly)", printable(v, 40))
+			}
 			e.namespace = v
 		case "handoff":
 			on, err := boolParam(k, v)
@@ -142,8 +153,10 @@ func boolParam(k, v string) (bool, error) {
 	return false, fmt.Errorf("%s=%q is not 1 or 0", k, printable(v, 20))
 }
 
-// newEtcdClient makes the etcd client for e. clientv3.New dials in the
-// background, but logs in at once when given a user (within timeout).
+// newEtcdClient makes the etcd client for e, with etcdlock's settings for
+// gray failures (keep-alives: see etcdlock.Configure). clientv3.New dials
+// in the background, but logs in at once when given a user (within
+// timeout).
 func newEtcdClient(e *etcdURL, timeout time.Duration) (*clientv3.Client, error) {
 	cfg := clientv3.Config{
 		Endpoints:   e.endpoints,
@@ -152,6 +165,7 @@ func newEtcdClient(e *etcdURL, timeout time.Duration) (*clientv3.Client, error) 
 		DialTimeout: timeout,
 		Logger:      zap.NewNop(),
 	}
+	etcdlock.Configure(&cfg)
 	if e.tls {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: e.insecure} //nolint:gosec // asked for by insecure_skip_verify=1
 		if e.ca != "" {

@@ -93,7 +93,7 @@ func runHolding(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-cha
 			o.name, how)
 	default:
 		fmt.Fprintf(a.msgs(), "dlock: could not release %q; it expires on the store within %v: %s\n",
-			o.name, o.ttl, releaseErrText(st, err))
+			o.name, st.expiresWithin(o.ttl), releaseErrText(st, err))
 	}
 	if end == endStuck {
 		if code == exitOK {
@@ -186,7 +186,7 @@ func holdOnly(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-chan 
 			return fail(exitLost, "lock %q was lost before %s ended the hold: %s", o.name, why, lossReason(lease.Err()))
 		case err != nil:
 			return fail(exitUnavailable, "%s: could not release %q; it expires on the store within %v: %s",
-				why, o.name, o.ttl, releaseErrText(st, err))
+				why, o.name, st.expiresWithin(o.ttl), releaseErrText(st, err))
 		case o.verbose:
 			fmt.Fprintf(a.msgs(), "dlock: %s: released %q after holding it %s\n", why, o.name, fmtDuration(time.Since(held)))
 		}

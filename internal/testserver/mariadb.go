@@ -147,3 +147,20 @@ func pingSQL(driverName, dsn string) error {
 	defer cancel()
 	return db.PingContext(ctx)
 }
+
+// Pause freezes the server with SIGSTOP: it keeps its sockets open and
+// answers nothing, like a server stuck in a long pause, until Resume.
+func (m *MariaDB) Pause(t testing.TB) {
+	t.Helper()
+	if err := m.proc.signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("pause mariadbd: %v", err)
+	}
+}
+
+// Resume continues the server after Pause (SIGCONT).
+func (m *MariaDB) Resume(t testing.TB) {
+	t.Helper()
+	if err := m.proc.signal(syscall.SIGCONT); err != nil {
+		t.Fatalf("resume mariadbd: %v", err)
+	}
+}
