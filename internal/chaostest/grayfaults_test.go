@@ -447,7 +447,7 @@ func TestManyWaiters(t *testing.T) {
 	if *soak {
 		waiters = manySoak
 	}
-	for _, kind := range []string{kindMemlock, kindRedis, kindSQLite, kindPostgres, kindMariaDB} {
+	for _, kind := range []string{kindMemlock, kindRedis, kindSQLite, kindPostgres, kindMariaDB, kindEtcd} {
 		t.Run(kind, func(t *testing.T) {
 			s := startStore(t, kind, storeOptions{})
 			for _, mode := range []string{"plain", "fair"} {

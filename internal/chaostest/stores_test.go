@@ -138,7 +138,9 @@ func (s storeSpec) open() (driver.Backend, func() error, error) {
 		cancel()
 		return b, closeAll, nil
 	case kindEtcd:
-		c, err := clientv3.New(clientv3.Config{Endpoints: s.Addrs, DialTimeout: redisTimeout, Logger: zap.NewNop()})
+		cfg := clientv3.Config{Endpoints: s.Addrs, DialTimeout: redisTimeout, Logger: zap.NewNop()}
+		etcdlock.Configure(&cfg) // keep-alives, as an application should set them
+		c, err := clientv3.New(cfg)
 		if err != nil {
 			return nil, nil, fmt.Errorf("chaostest: etcd store: %w", err)
 		}
