@@ -473,3 +473,107 @@ func TestManyWaiters(t *testing.T) {
 		})
 	}
 }
+
+const (
+	// leaderChangeClients is the load of TestLeaderChangeUnderLoad: each
+	// client waits on every name.
+	leaderChangeClients = 6
+	// leaderChangeIdleBound: a new leader is up within about a second;
+	// the waits' and releases' retries (pauses of up to 1s) reach it; room
+	// for a loaded machine. docs/SAFETY.md: nothing held by nobody when a
+	// new leader is up within the call timeout (3s).
+	leaderChangeIdleBound = 4 * time.Second
+	// frozenFor is how long TestFrozenFollower keeps a follower stopped.
+	frozenFor = 2 * time.Second
+	// frozenIdleBound: a release whose announcement went through the
+	// frozen member is heard when it resumes (or its connection is closed
+	// by the keep-alive); the waiters' own retries may find it sooner.
+	frozenIdleBound = frozenFor + 2*time.Second
+)
+
+// TestLeaderChangeUnderLoad kills the etcd leader (SIGKILL) and restarts
+// it, again and again, while six clients wait on every name with waits that
+// last until the run ends: leader changes fail calls in flight with
+// transient errors, which waits, releases and renewals must ride out. No
+// wait may end early, no lock may sit free after a release for longer than
+// leaderChangeIdleBound while a waiter waits, and nothing may break.
+// Plain Mutexes, then Fair ones.
+func TestLeaderChangeUnderLoad(t *testing.T) {
+	t.Run(kindEtcd, func(t *testing.T) {
+		s := startStore(t, kindEtcd, storeOptions{})
+		for _, mode := range []string{"plain", "fair"} {
+			kills := 0
+			sc := scenario{
+				store: s, label: "leaderchange-" + mode, workload: chaos.Stock, fenced: true,
+				names: prefixed(mode+"-", nil), clients: leaderChangeClients, ttl: time.Second, duration: 5 * time.Second,
+				waitsHold: true, idleBound: leaderChangeIdleBound,
+				faults: func(ctx context.Context, r *runState) {
+					faultLoop(ctx, r, 300*time.Millisecond, time.Second, func(int) {
+						leader := s.etcd.Leader(t)
+						r.rec.Note("kill -9 the leader, member %d", leader)
+						s.etcd.Kill(t, leader)
+						kills++
+						time.Sleep(500 * time.Millisecond)
+						s.etcd.Start(t, leader)
+						r.rec.Note("member %d restarted", leader)
+					})
+				},
+				extra: func(t *testing.T, r *runState) {
+					t.Logf("%d leaders killed", kills)
+					if kills == 0 {
+						t.Error("the run ended before any leader was killed")
+					}
+				},
+			}
+			if mode == "fair" {
+				sc.lockOpts = []dlock.Option{dlock.Fair()}
+			}
+			runScenario(t, sc)
+		}
+	})
+}
+
+// TestFrozenFollower stops one etcd follower (SIGSTOP) for frozenFor, then
+// continues it, again and again, while clients contend: the clients spread
+// their calls over the members, and those that land on the frozen one hang
+// until their attempt's timeout. Held locks must not be lost for it (the
+// leader and a majority are healthy), no wait may end early, no lock may
+// sit free after a release for longer than frozenIdleBound while a waiter
+// waits, and nothing may break. Plain Mutexes, then Fair ones.
+func TestFrozenFollower(t *testing.T) {
+	t.Run(kindEtcd, func(t *testing.T) {
+		s := startStore(t, kindEtcd, storeOptions{})
+		for _, mode := range []string{"plain", "fair"} {
+			freezes := 0
+			sc := scenario{
+				store: s, label: "frozenfollower-" + mode, workload: chaos.Stock, fenced: true,
+				names: prefixed(mode+"-", nil), ttl: time.Second, duration: 5 * time.Second,
+				waitsHold: true, idleBound: frozenIdleBound,
+				faults: func(ctx context.Context, r *runState) {
+					faultLoop(ctx, r, 300*time.Millisecond, time.Second, func(i int) {
+						follower := (s.etcd.Leader(t) + 1 + i%2) % s.etcd.Members()
+						r.rec.Note("SIGSTOP follower %d", follower)
+						s.etcd.Pause(t, follower)
+						freezes++
+						time.Sleep(frozenFor) // the store is whole again when the fault returns
+						s.etcd.Resume(t, follower)
+						r.rec.Note("SIGCONT member %d", follower)
+					})
+				},
+				extra: func(t *testing.T, r *runState) {
+					t.Logf("%d freezes of %v; %d leases lost", freezes, frozenFor, r.report.Losses)
+					if freezes == 0 {
+						t.Error("the run ended before any follower was frozen")
+					}
+					if r.report.Losses > 0 {
+						t.Errorf("%d leases lost while the leader and a majority were healthy", r.report.Losses)
+					}
+				},
+			}
+			if mode == "fair" {
+				sc.lockOpts = []dlock.Option{dlock.Fair()}
+			}
+			runScenario(t, sc)
+		}
+	})
+}
