@@ -3,7 +3,9 @@
 //
 // Each scenario is a test (TestBaseline, TestCancel, TestLatency,
 // TestPartition, TestFair, the store faults, the faults at the direct
-// handoff (TestFairNotifyDrop, TestHeadCrash), and the child-process
+// handoff (TestFairNotifyDrop, TestHeadCrash), the gray faults
+// (TestLateRequest, TestClientPause, TestHalfOpenPubSub, TestManyWaiters,
+// TestLeaderChangeUnderLoad, TestFrozenFollower), and the child-process
 // scenarios pause and crash) with one subtest per backend it applies to: memlock, redis
 // (one node), redlock (three nodes, each behind a proxy), sqlite, mariadb
 // and postgres, each on a real server started for the subtest. Several
@@ -15,7 +17,10 @@
 // servers, connection kills, clock skew, paused and crashed processes.
 // Every call is recorded with the host's monotonic clock, and the history
 // is checked afterwards: exclusion, fencing, lost updates, linearizability
-// (porcupine), losses reported in time, and nothing left on the store.
+// (porcupine), losses reported in time, nothing left on the store, and, for
+// the gray faults, no wait that ended with an error while it had time left
+// and no name left free after a release, while somebody waited for it,
+// longer than the fault's bound.
 //
 // Every run logs its counts in plain words, and the package prints a
 // summary table at the end (shown with -v). A failed run writes its history,

@@ -54,9 +54,9 @@ const (
 	// followed by the next grant within a waiter's round trip (at most
 	// ~400ms of delay) and a retry; room for a loaded machine.
 	lateIdleBound = 2 * time.Second
-	// lateRun is the length of a short run: well past lateIdleBound, so
-	// that a name stranded in its first second shows.
-	lateRun = 3500 * time.Millisecond
+	// lateRun is the length of a short run: past lateIdleBound, so that a
+	// name stranded in its first second shows.
+	lateRun = 3 * time.Second
 )
 
 // TestLateRequest delays the requests (not the answers) of every client on
@@ -216,51 +216,48 @@ const halfOpenIdleBound = 4 * time.Second
 const halfOpenFor = 2500 * time.Millisecond
 
 // TestHalfOpenPubSub makes one client's pub/sub connection half-open
-// (writes vanish, nothing comes back; its command connections are fine)
-// again and again on Redis, with plain Mutexes and then Fair ones: the
-// releases announced on it never reach it, and a Fair waiter of that client
-// may be handed the lock without hearing of it. The lock must not sit free
-// after a release for longer than halfOpenIdleBound while a waiter waits,
-// no wait may end early, and nothing may break.
+// (writes vanish, nothing comes back; its command connections are fine) on
+// Redis, with Fair Mutexes, in two runs. In the first, the connection the
+// client has goes half-open, again and again, and so do those it subscribes
+// on for a while after: the releases announced on it never reach it, and a
+// waiter of that client may be handed the lock without hearing of it. In
+// the second (runHalfOpenFresh), every subscription it makes is never
+// confirmed. The lock must not sit free after a release, while a waiter
+// waits, for longer than the run's bound, no wait may end early, and
+// nothing may break.
 func TestHalfOpenPubSub(t *testing.T) {
 	t.Run(kindRedis, func(t *testing.T) {
 		s := startStore(t, kindRedis, storeOptions{})
-		for _, mode := range []string{"plain", "fair"} {
-			h := &halfOpen{}
-			spec := s.spec
-			spec.dial = h.dial
-			cut := 0
-			sc := scenario{
-				store: s, label: "halfopenpubsub-" + mode, workload: chaos.Stock, fenced: true,
-				names: prefixed(mode+"-", nil), specs: []storeSpec{spec}, duration: 3 * time.Second,
-				waitsHold: true, idleBound: halfOpenIdleBound,
-				faults: func(ctx context.Context, r *runState) {
-					defer h.armed.Store(false)
-					faultLoop(ctx, r, 300*time.Millisecond, time.Second, func(int) {
-						// Every pub/sub connection c1 has, and every one
-						// it subscribes on for the next halfOpenFor.
-						h.armed.Store(true)
-						n := h.cut()
-						cut += n
-						r.rec.Note("c1's pub/sub connections half-open: %d cut, and those it subscribes on for %v", n, halfOpenFor)
-						r.sleep(ctx, halfOpenFor)
-						h.armed.Store(false)
-						r.rec.Note("c1's new pub/sub connections healthy again")
-					})
-				},
-				extra: func(t *testing.T, r *runState) {
-					n := h.cutAll()
-					t.Logf("%d pub/sub connections of c1 made half-open (%d cut as the rounds began); c1 dialled %d connections in all", n, cut, h.dialled())
-					if n == 0 {
-						t.Error("no pub/sub connection of c1 was made half-open: the run proves nothing")
-					}
-				},
-			}
-			if mode == "fair" {
-				sc.lockOpts = []dlock.Option{dlock.Fair()}
-			}
-			runScenario(t, sc)
-		}
+		h := &halfOpen{}
+		spec := s.spec
+		spec.dial = h.dial
+		cut := 0
+		runScenario(t, scenario{
+			store: s, label: "halfopenpubsub", workload: chaos.Stock, fenced: true,
+			names: prefixed("cut-", nil), specs: []storeSpec{spec}, duration: 3 * time.Second,
+			lockOpts: []dlock.Option{dlock.Fair()}, waitsHold: true, idleBound: halfOpenIdleBound,
+			faults: func(ctx context.Context, r *runState) {
+				defer h.armed.Store(false)
+				faultLoop(ctx, r, 300*time.Millisecond, time.Second, func(int) {
+					// Every pub/sub connection c1 has, and every one it
+					// subscribes on for the next halfOpenFor.
+					h.armed.Store(true)
+					n := h.cut()
+					cut += n
+					r.rec.Note("c1's pub/sub connections half-open: %d cut, and those it subscribes on for %v", n, halfOpenFor)
+					r.sleep(ctx, halfOpenFor)
+					h.armed.Store(false)
+					r.rec.Note("c1's new pub/sub connections healthy again")
+				})
+			},
+			extra: func(t *testing.T, r *runState) {
+				n := h.cutAll()
+				t.Logf("%d pub/sub connections of c1 made half-open (%d cut as the rounds began); c1 dialled %d connections in all", n, cut, h.dialled())
+				if n == 0 {
+					t.Error("no pub/sub connection of c1 was made half-open: the run proves nothing")
+				}
+			},
+		})
 		runHalfOpenFresh(t, s)
 	})
 }
@@ -302,7 +299,7 @@ func runHalfOpenFresh(t *testing.T, s *store) {
 	names := prefixed("fresh-", nil)
 	runScenario(t, scenario{
 		store: s, label: "halfopenpubsub-fresh", workload: chaos.Stock, fenced: true,
-		names: names, specs: []storeSpec{spec}, ttl: freshTTL, wait: freshWait, duration: 5 * time.Second,
+		names: names, specs: []storeSpec{spec}, ttl: freshTTL, wait: freshWait, duration: 4500 * time.Millisecond,
 		lockOpts: []dlock.Option{dlock.Fair()}, waitsHold: true, idleBound: freshIdleBound,
 		setup: func(r *runState) {
 			deaf, r.workers = r.workers[0], r.workers[1:]
@@ -438,10 +435,12 @@ const (
 )
 
 // TestManyWaiters makes manyShort waiters (manySoak in a soak), spread over
-// manyClients clients, wait for one name, with plain Mutexes and then Fair
-// ones: every wait lasts until it is granted or the run ends, none may end
-// early, the lock must never sit free for longer than manyIdleBound after a
-// release, and nothing may break.
+// manyClients clients, wait for one name; the clients with an even number
+// wait with Fair Mutexes, the others with plain ones, as a service whose
+// callers mix the two would. Every wait lasts until it is granted or the
+// run ends: none may end early, the lock must never sit free for longer
+// than manyIdleBound after a release while somebody waits, and nothing may
+// break.
 func TestManyWaiters(t *testing.T) {
 	waiters := manyShort
 	if *soak {
@@ -450,26 +449,26 @@ func TestManyWaiters(t *testing.T) {
 	for _, kind := range []string{kindMemlock, kindRedis, kindSQLite, kindPostgres, kindMariaDB, kindEtcd} {
 		t.Run(kind, func(t *testing.T) {
 			s := startStore(t, kind, storeOptions{})
-			for _, mode := range []string{"plain", "fair"} {
-				// One goroutine per client and target: waiters/manyClients
-				// targets of the one name.
-				targets := make([]chaos.Target, waiters/manyClients)
-				for i := range targets {
-					targets[i] = chaos.Target{Name: "many-" + mode, Mode: chaos.Exclusive}
-				}
-				sc := scenario{
-					store: s, label: "manywaiters-" + mode, workload: chaos.Stock, fenced: true,
-					clients: manyClients, targets: targets, think: 2 * time.Millisecond, duration: manyRun,
-					waitsHold: true, idleBound: manyIdleBound,
-					extra: func(t *testing.T, r *runState) {
-						t.Logf("%d waiters on %q over %d clients: %d grants", waiters, "many-"+mode, manyClients, r.report.Grants)
-					},
-				}
-				if mode == "fair" {
-					sc.lockOpts = []dlock.Option{dlock.Fair()}
-				}
-				runScenario(t, sc)
+			// One goroutine per client and target: waiters/manyClients
+			// targets of the one name.
+			targets := make([]chaos.Target, waiters/manyClients)
+			for i := range targets {
+				targets[i] = chaos.Target{Name: "many", Mode: chaos.Exclusive}
 			}
+			runScenario(t, scenario{
+				store: s, label: "manywaiters", workload: chaos.Stock, fenced: true,
+				clients: manyClients, targets: targets, think: 2 * time.Millisecond, duration: manyRun,
+				clientOpts: func(i int) []dlock.Option {
+					if i%2 == 1 { // c2, c4, ...
+						return []dlock.Option{dlock.Fair()}
+					}
+					return nil
+				},
+				waitsHold: true, idleBound: manyIdleBound,
+				extra: func(t *testing.T, r *runState) {
+					t.Logf("%d waiters on %q over %d clients, half of them Fair: %d grants", waiters, "many", manyClients, r.report.Grants)
+				},
+			})
 		})
 	}
 }
@@ -485,6 +484,10 @@ const (
 	leaderChangeIdleBound = 4 * time.Second
 	// frozenFor is how long TestFrozenFollower keeps a follower stopped.
 	frozenFor = 2 * time.Second
+	// frozenTTL is TestFrozenFollower's TTL: a renewal whose attempt hangs
+	// on the frozen member (500ms) is tried again on another well before
+	// the lease's safe deadline.
+	frozenTTL = 3 * time.Second
 	// frozenIdleBound: a release whose announcement went through the
 	// frozen member is heard when it resumes (or its connection is closed
 	// by the keep-alive); the waiters' own retries may find it sooner.
@@ -505,7 +508,7 @@ func TestLeaderChangeUnderLoad(t *testing.T) {
 			kills := 0
 			sc := scenario{
 				store: s, label: "leaderchange-" + mode, workload: chaos.Stock, fenced: true,
-				names: prefixed(mode+"-", nil), clients: leaderChangeClients, ttl: time.Second, duration: 5 * time.Second,
+				names: prefixed(mode+"-", nil), clients: leaderChangeClients, ttl: time.Second, duration: 4 * time.Second,
 				waitsHold: true, idleBound: leaderChangeIdleBound,
 				faults: func(ctx context.Context, r *runState) {
 					faultLoop(ctx, r, 300*time.Millisecond, time.Second, func(int) {
@@ -547,7 +550,7 @@ func TestFrozenFollower(t *testing.T) {
 			freezes := 0
 			sc := scenario{
 				store: s, label: "frozenfollower-" + mode, workload: chaos.Stock, fenced: true,
-				names: prefixed(mode+"-", nil), ttl: time.Second, duration: 5 * time.Second,
+				names: prefixed(mode+"-", nil), ttl: frozenTTL, duration: 4 * time.Second,
 				waitsHold: true, idleBound: frozenIdleBound,
 				faults: func(ctx context.Context, r *runState) {
 					faultLoop(ctx, r, 300*time.Millisecond, time.Second, func(i int) {

@@ -88,10 +88,13 @@ type scenario struct {
 	cancelWithin time.Duration
 	observe      []chaos.ObserveOption
 	lockOpts     []dlock.Option // options of every client (WithTTL(ttl) comes first)
-	fair         bool           // process scenarios: every lock, the children's too, is a Fair Mutex
-	ops          int            // critical sections to run; 0: until duration ends (a soak makes at least soakOps)
-	duration     time.Duration  // length of a short run; default 2s
-	backoff      time.Duration  // pause after a failed acquire; default chaos.Run's
+	// clientOpts, when set, gives client i (from 0) options of its own,
+	// after lockOpts.
+	clientOpts func(i int) []dlock.Option
+	fair       bool          // process scenarios: every lock, the children's too, is a Fair Mutex
+	ops        int           // critical sections to run; 0: until duration ends (a soak makes at least soakOps)
+	duration   time.Duration // length of a short run; default 2s
+	backoff    time.Duration // pause after a failed acquire; default chaos.Run's
 	// wait is every lock's WithWait (after lockOpts); 0: a Lock waits
 	// until the run ends.
 	wait time.Duration
@@ -215,6 +218,9 @@ func runScenario(t *testing.T, sc scenario) *chaos.Report {
 		}
 		name := fmt.Sprintf("c%d", i+1)
 		opts := append([]dlock.Option{dlock.WithTTL(sc.ttl)}, sc.lockOpts...)
+		if sc.clientOpts != nil {
+			opts = append(opts, sc.clientOpts(i)...)
+		}
 		if sc.wait > 0 {
 			opts = append(opts, dlock.WithWait(sc.wait))
 		}
