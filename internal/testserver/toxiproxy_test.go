@@ -195,6 +195,38 @@ func TestProxyLatencyDelaysAnswers(t *testing.T) {
 	}
 }
 
+func TestProxyRequestLatencyHoldsRequests(t *testing.T) {
+	srv, px, rdb := proxied(t)
+	direct := srv.Client(t)
+	ctx := t.Context()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A request held on its way has not reached the server; removing the
+	// latency delivers it, and its answer comes back.
+	px.RequestLatency(t, time.Minute, 0)
+	answered := make(chan error, 1)
+	go func() { answered <- rdb.Set(context.Background(), "k", "v", 0).Err() }()
+	time.Sleep(200 * time.Millisecond) // the SET is on its way
+	if n, err := direct.Exists(ctx, "k").Result(); err != nil || n != 0 {
+		t.Fatalf("the server saw the held SET: EXISTS k = %d, %v", n, err)
+	}
+	px.RequestLatency(t, 0, 0)
+	px.RequestLatency(t, 0, 0) // idempotent
+	select {
+	case err := <-answered:
+		if err != nil {
+			t.Fatalf("SET held back by the latency: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("removing the latency did not deliver the request held back")
+	}
+	if v, err := direct.Get(ctx, "k").Result(); err != nil || v != "v" {
+		t.Fatalf("GET k = %q, %v after the held SET was delivered", v, err)
+	}
+}
+
 func TestProxyDownWhilePartitioned(t *testing.T) {
 	_, px, rdb := proxied(t)
 	ctx := t.Context()
