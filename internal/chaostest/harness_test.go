@@ -288,7 +288,7 @@ func runScenario(t *testing.T, sc scenario) *chaos.Report {
 	r.report = report
 
 	t.Logf("%s on %s, %s, %d clients, %d names, TTL %v, think ≤ %v: ran %v",
-		scenarioName(t, sc), s.name, workloadName(sc), sc.clients, len(sc.targets), sc.ttl, sc.think, elapsed.Round(time.Millisecond))
+		scenarioName(t, sc), s.name, workloadName(sc), sc.clients, len(distinct(names)), sc.ttl, sc.think, elapsed.Round(time.Millisecond))
 	t.Logf("report:\n%s", report.String())
 	verdict, ok := assess(t, sc, report, ops)
 	waits := checkWaits(t, sc, events, runEnd.Load())
