@@ -7,6 +7,7 @@ package redislock_test
 
 import (
 	"bytes"
+	"errors"
 	"context"
 	"fmt"
 	"net"
@@ -344,4 +345,38 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 	}
 	t.Fatal("condition not met within 10s")
+}
+
+// A reentrant handle keeps its token for life: the untied release with
+// which its last Unlock drains an uncertain grant the store lost (force
+// release, failover) must not record that token as cleaned up, or the
+// handle's own next Lock of the free lock is refused for lateTTL.
+func TestReentrantLockAfterDrainOfLostGrantIsNotRefused(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	b := &drainRaceBackend{Backend: redislock.New(srv.Client(t))}
+	c := dlock.New(b, dlock.WithTTL(10*time.Second))
+	defer c.Close()
+	ctx := t.Context()
+	const name = "late/reentrant-drain"
+	m := c.Mutex(name, dlock.Reentrant())
+	first, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.loseNext.Store(true)
+	if _, err := m.Lock(ctx); err == nil {
+		t.Fatal("the re-entry whose answer was lost succeeded")
+	}
+	// The grant is uncertain: its last Unlock drains. The store loses it.
+	if _, _, err := b.ForceRelease(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Unlock of the lost grant: %v, want ErrNotHeld", err)
+	}
+	l, err := m.TryLock(ctx)
+	if err != nil {
+		t.Fatalf("the handle's TryLock of the free lock: %v", err)
+	}
+	_ = l.Unlock(ctx)
 }
