@@ -7,8 +7,8 @@ package redislock_test
 
 import (
 	"bytes"
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
