@@ -57,6 +57,10 @@ func transient(ctx context.Context, err error) bool {
 		errors.As(err, &cve) {
 		return false
 	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) && dns.IsNotFound {
+		return false // no such host: a wrong address, not an outage
+	}
 	var rae *ReplicaAckError
 	if errors.As(err, &rae) {
 		return true // the replicas lag: they may catch up
