@@ -21,7 +21,7 @@ var (
 
 	// ErrNotHeld is returned by Unlock and Refresh when the store no longer
 	// holds the lease for this owner: it expired, was deleted or was taken over.
-	ErrNotHeld = errors.New("dlock: lock not held")
+	ErrNotHeld = driver.ErrNotHeld
 
 	// ErrReleased is the Err of a lease that was unlocked, and the error of
 	// operations on it afterwards.

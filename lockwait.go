@@ -189,6 +189,9 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 		default:
 			d = w.plainDelay(attempt, res)
 		}
+		if pending {
+			d = max(d, w.pendingGrace(ctx))
+		}
 		if !sleep(ctx, timer, d, w.wake()) {
 			// Clean up whenever this token ever had a place: an intent or
 			// entry that lapsed between two attempts (the last answer then
@@ -205,6 +208,23 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 		}
 	}
 }
+
+// pendingGrace is how long more a waiter whose subscription is pending
+// sleeps before it polls: a store that confirms at once wakes it first (the
+// confirmation wakes the group), so that a healthy store sees no polls
+// from a crowd of new waiters; one that does not confirm costs the waiter
+// at most pendingPoll, or an eighth of its wait, from the wait's start.
+func (w *waiter) pendingGrace(ctx context.Context) time.Duration {
+	grace := pendingPoll
+	if dl, ok := ctx.Deadline(); ok {
+		grace = min(grace, dl.Sub(w.start)/8)
+	}
+	return time.Until(w.start.Add(grace))
+}
+
+// pendingPoll bounds how long a waiter waits for its subscription's
+// confirmation before it polls (see pendingGrace).
+const pendingPoll = 200 * time.Millisecond
 
 // failed records a transient store error of an attempt, whose outcome is
 // unknown: the attempt cleaned up after itself (handle.unknownOutcome),

@@ -222,17 +222,18 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		err error
 	)
 	pause := 25 * time.Millisecond
+	retried := false // an earlier attempt of this call failed: it may have landed
 	for range maxAttempts {
 		var retry bool
 		switch req.Mode {
 		case driver.Exclusive:
 			if req.Fair {
-				res, retry, err = b.acquireFair(ctx, req)
+				res, retry, err = b.acquireFair(ctx, req, retried)
 			} else {
-				res, retry, err = b.acquireExclusive(ctx, req)
+				res, retry, err = b.acquireExclusive(ctx, req, retried)
 			}
 		case driver.Shared:
-			res, retry, err = b.acquireShared(ctx, req)
+			res, retry, err = b.acquireShared(ctx, req, retried)
 		default:
 			return driver.AcquireResult{}, wrap("acquire", req.Key, fmt.Errorf("%w: unknown mode %v", driver.ErrInvalid, req.Mode))
 		}
@@ -246,6 +247,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 				return driver.AcquireResult{}, wrapCtx(caller, "acquire", req.Key, err)
 			}
 			pause = min(2*pause, 250*time.Millisecond)
+			retried = true
 			continue
 		}
 		if !retry {
@@ -303,7 +305,7 @@ func rangeKVs(resp *clientv3.TxnResponse, i int) []*mvccpb.KeyValue {
 	return resp.Responses[i].GetResponseRange().GetKvs()
 }
 
-func (b *Backend) acquireExclusive(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, bool, error) {
+func (b *Backend) acquireExclusive(ctx context.Context, req driver.AcquireRequest, retried bool) (driver.AcquireResult, bool, error) {
 	sent := time.Now()
 	l, err := b.leases.forTTL(ctx, req.TTL)
 	if err != nil {
@@ -349,10 +351,10 @@ func (b *Backend) acquireExclusive(ctx context.Context, req driver.AcquireReques
 	if len(excl) == 1 {
 		kv := excl[0]
 		e := decodeExclusive(kv.Value)
-		if e.token == req.Token {
-			if req.Reentrant {
-				return b.reenter(ctx, req, kv, e, sent)
-			}
+		if e.token == req.Token && req.Reentrant {
+			return b.reenter(ctx, req, kv, e, sent)
+		}
+		if e.token == req.Token && ownAttempt(retried, req, e.owner) {
 			return b.claimGrant(ctx, req, kv, e, sent) // an earlier attempt's
 		}
 		res.Holder = e.owner
@@ -506,7 +508,7 @@ func (b *Backend) reenter(ctx context.Context, req driver.AcquireRequest, kv *mv
 	return driver.AcquireResult{Acquired: true, Fence: uint64(fence), Holds: e.holds}, false, nil
 }
 
-func (b *Backend) acquireShared(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, bool, error) {
+func (b *Backend) acquireShared(ctx context.Context, req driver.AcquireRequest, retried bool) (driver.AcquireResult, bool, error) {
 	sent := time.Now()
 	ek, sp, ip := b.exclKey(req.Key), b.sharedPrefix(req.Key), b.intentPrefix(req.Key)
 	sk := b.sharedKey(req.Key, req.Token)
@@ -526,10 +528,14 @@ func (b *Backend) acquireShared(ctx context.Context, req driver.AcquireRequest) 
 	res := driver.AcquireResult{Shared: len(shared)}
 	for _, kv := range shared {
 		if string(kv.Key) == sk {
-			// A token is drawn per shared request: its hold is this
-			// request's, granted to an earlier attempt whose answer was
-			// lost.
-			return b.claimShared(ctx, req, kv, sent)
+			_, _, owner := decodeShared(kv.Value)
+			if ownAttempt(retried, req, owner) {
+				// The hold is this request's, granted to an earlier
+				// attempt whose answer was lost.
+				return b.claimShared(ctx, req, kv, sent)
+			}
+			res.Holder = owner
+			return res, false, nil
 		}
 	}
 	for _, kv := range shared {
@@ -679,4 +685,13 @@ func (b *Backend) claimShared(ctx context.Context, req driver.AcquireRequest, kv
 	}
 	b.leases.track(l, sk, req.Token, kv.CreateRevision, resp.Header.Revision, 1, req.TTL, sent.Add(req.TTL))
 	return driver.AcquireResult{Acquired: true, Fence: uint64(kv.CreateRevision), Holds: 1}, false, nil
+}
+
+// ownAttempt reports whether a grant of req's token, written for owner,
+// may be one that an earlier attempt of the same Acquire call made
+// (retried) when its answer was lost. A token is not always drawn per
+// call: another process with the same owner ID (not reentrant) holds its
+// own grant of the token, which is not this call's to take.
+func ownAttempt(retried bool, req driver.AcquireRequest, owner string) bool {
+	return retried && owner == req.Owner
 }

@@ -33,3 +33,39 @@ func TestNamespaceMustEndWithSlash(t *testing.T) {
 		c.Close()
 	}
 }
+
+// A handle with an owner ID but not Reentrant holds at most once: a second
+// Lock of the same ID, in another process, waits like any other owner (as
+// on Redis). Were it handed the first one's grant, the first one's Unlock
+// would free the lock under it, and a third owner would hold it too.
+func TestOwnerIDWithoutReentrantIsRefusedWhileHeld(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	x := dlock.New(etcdlock.New(srv.Client(t)))
+	defer x.Close()
+	y := dlock.New(etcdlock.New(srv.Client(t)))
+	defer y.Close()
+	z := dlock.New(etcdlock.New(srv.Client(t)))
+	defer z.Close()
+	ctx := t.Context()
+	const name = "ownerid/not-reentrant"
+	lx, err := x.Mutex(name, dlock.WithOwnerID("job-9")).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ly, err := y.Mutex(name, dlock.WithOwnerID("job-9")).TryLock(ctx)
+	if err == nil {
+		defer ly.Unlock(ctx)
+		if err := lx.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if lz, err := z.Mutex(name).TryLock(ctx); err == nil {
+			defer lz.Unlock(ctx)
+			t.Fatalf("two holders: the second TryLock of the owner ID was granted (fence %d, lease %v), and after the first one's Unlock another owner too (fence %d)", ly.Fence(), ly.Err(), lz.Fence())
+		}
+		t.Fatalf("the second TryLock of the owner ID was granted (fence %d) while the first held the lock (fence %d)", ly.Fence(), lx.Fence())
+	}
+	if !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("the second TryLock: %v, want ErrNotObtained", err)
+	}
+	_ = lx.Unlock(ctx)
+}

@@ -23,7 +23,7 @@ import (
 // transaction that also checks that nobody is queued, and reads the lock
 // and its queue when refused: an uncontended fair lock costs one round
 // trip, as a plain one does.
-func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, bool, error) {
+func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest, retried bool) (driver.AcquireResult, bool, error) {
 	sent := time.Now()
 	ek, sp, qp := b.exclKey(req.Key), b.sharedPrefix(req.Key), b.queuePrefix(req.Key)
 	readOps := []clientv3.Op{
@@ -138,7 +138,7 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest) (d
 		if e.token == req.Token && req.Reentrant {
 			return b.reenter(ctx, req, kv, e, sent) // a re-entry is no new grant: the queue does not hold it back
 		}
-		if e.token == req.Token {
+		if e.token == req.Token && (req.Handoff || ownAttempt(retried, req, e.owner)) {
 			// A release handed it over, or an earlier attempt of this
 			// call got it and its answer was lost.
 			return b.claimGrant(ctx, req, kv, e, sent)

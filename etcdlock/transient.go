@@ -133,6 +133,12 @@ func isTransient(err error) bool {
 		switch s.Code() {
 		case codes.Unavailable, codes.DeadlineExceeded:
 			return true
+		case codes.Unknown:
+			// The member gave up when the deadline the request carried
+			// (one attempt's bound) passed, while it waited for a leader
+			// or for its proposal to be applied: etcd answers with
+			// the context's error as an unknown one.
+			return s.Message() == context.DeadlineExceeded.Error()
 		}
 	}
 	return false

@@ -24,6 +24,9 @@ type probe struct {
 	dead     bool
 	deaf     bool // hears no announcement of a direct handoff (driver.Handoff)
 	attempts []attempt
+	// confirmed is when a Subscribe of the process first returned
+	// confirmed (zero before): until then, the process's waiters poll.
+	confirmed time.Time
 	// stalled counts the acquires held back because their context carries
 	// stallKey: they wait for their context to end and never reach the
 	// store, like a call waiting for a pooled connection.
@@ -262,7 +265,23 @@ func (l probeListener) Subscribe(ctx context.Context, key string) error {
 		return err
 	}
 	defer exit()
-	return l.Listener.Subscribe(ctx, key)
+	err = l.Listener.Subscribe(ctx, key)
+	if err == nil {
+		l.p.mu.Lock()
+		if l.p.confirmed.IsZero() {
+			l.p.confirmed = time.Now()
+		}
+		l.p.mu.Unlock()
+	}
+	return err
+}
+
+// subscribedAt returns when a Subscribe of the process was first
+// confirmed, or the zero time.
+func (p *probe) subscribedAt() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.confirmed
 }
 
 func (p *probe) Withdraw(ctx context.Context, key, token string) error {

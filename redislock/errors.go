@@ -24,7 +24,11 @@ import (
 // answered WRONGTYPE, and marked transient, outermost, when it may heal
 // (see transient).
 func storeError(ctx context.Context, op, key string, err error) error {
-	werr := fmt.Errorf("redislock: %s %q: %w", op, key, foreign(key, err))
+	ferr := foreign(key, err)
+	if fv, ok := ferr.(*ForeignValueError); ok && (strings.HasPrefix(op, "release") || strings.HasPrefix(op, "renew")) {
+		fv.NotHeld = true
+	}
+	werr := fmt.Errorf("redislock: %s %q: %w", op, key, ferr)
 	if transient(ctx, err) {
 		return driver.Transient(werr)
 	}
@@ -52,6 +56,10 @@ func transient(ctx context.Context, err error) bool {
 	if errors.Is(err, ErrForeignValue) || errors.Is(err, driver.ErrInvalid) || errors.Is(err, redis.ErrClosed) ||
 		errors.As(err, &cve) {
 		return false
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) && dns.IsNotFound {
+		return false // no such host: a wrong address, not an outage
 	}
 	var rae *ReplicaAckError
 	if errors.As(err, &rae) {

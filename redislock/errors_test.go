@@ -161,3 +161,12 @@ func TestStoreErrorsThatWillNotHealAreNotTransient(t *testing.T) {
 	defer admin.ConfigSet(context.Background(), "maxmemory", "0")
 	checkTransient(t, "OOM", acquireErr(t, t.Context(), admin, "oom"), false)
 }
+
+// A host name that does not exist (the resolver's "no such host") will not
+// heal while a wait lasts: a misspelled address is reported at once, not
+// retried until the wait ends.
+func TestUnknownHostIsNotTransient(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "no-such-host.invalid:6379", MaxRetries: -1})
+	defer rdb.Close()
+	checkTransient(t, "unknown host", acquireErr(t, t.Context(), rdb, "unknown-host"), false)
+}

@@ -43,3 +43,6 @@ func ReleaseWithScripts(ctx context.Context, b *Backend, key, token, releaseLua,
 	}
 	return redis.NewScript(src).Run(ctx, b.rdb, keys, token, names[nk], b.publishArg, b.requestID(), "").Int64()
 }
+
+// LateTTL is how long the late-request record refuses a request (lateTTL).
+const LateTTL = lateTTL

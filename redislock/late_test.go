@@ -8,6 +8,7 @@ package redislock_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -344,4 +345,43 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 	}
 	t.Fatal("condition not met within 10s")
+}
+
+// A reentrant handle keeps its token for life. When its last Unlock drains
+// an uncertain grant that the store lost (force release, failover), the
+// untied release finds nothing and records the token as cleaned up, as a
+// clean-up would (the store cannot tell them apart): the handle's next
+// TryLock of the free lock may then be refused for up to lateTTL (5 s, as
+// docs/SAFETY.md says), but a Lock that waits longer gets it: the handle is
+// never locked out past the record's life.
+func TestReentrantHandleRelocksAfterDrainOfLostGrant(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	b := &drainRaceBackend{Backend: redislock.New(srv.Client(t))}
+	c := dlock.New(b, dlock.WithTTL(10*time.Second))
+	defer c.Close()
+	ctx := t.Context()
+	const name = "late/reentrant-drain"
+	m := c.Mutex(name, dlock.Reentrant())
+	first, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.loseNext.Store(true)
+	if _, err := m.Lock(ctx); err == nil {
+		t.Fatal("the re-entry whose answer was lost succeeded")
+	}
+	// The grant is uncertain: its last Unlock drains. The store loses it.
+	if _, _, err := b.ForceRelease(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Unlock of the lost grant: %v, want ErrNotHeld", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 3*redislock.LateTTL)
+	defer cancel()
+	l, err := m.Lock(wctx)
+	if err != nil {
+		t.Fatalf("the handle's Lock of the free lock, with %v to wait: %v", 3*redislock.LateTTL, err)
+	}
+	_ = l.Unlock(ctx)
 }

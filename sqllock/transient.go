@@ -118,6 +118,10 @@ func transientMySQL(n int) bool {
 // brokenConn reports whether err says that a connection failed: it was
 // refused, reset, closed under the call, or one call on it timed out.
 func brokenConn(err error) bool {
+	var dns *net.DNSError
+	if errors.As(err, &dns) && dns.IsNotFound {
+		return false // a host name that does not resolve: a configuration error
+	}
 	if errors.Is(err, sqldriver.ErrBadConn) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, net.ErrClosed) {
 		return true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -305,5 +308,36 @@ func TestTransientErrorsSQLite(t *testing.T) {
 	cancel()
 	if err := acquireErr(cctx, b, "k"); err == nil || driver.IsTransient(err) || !errors.Is(err, context.Canceled) {
 		t.Errorf("acquire with a cancelled context: %v, want an unmarked error with context.Canceled", err)
+	}
+}
+
+// A host name that does not resolve is a configuration error, not one that
+// heals: a waiting Lock reports it at once instead of retrying it until its
+// wait ends. The resolver's answer is injected (a test machine's DNS may
+// not answer at all), through each driver's own dial hook.
+func TestUnknownHostIsNotTransient(t *testing.T) {
+	notFound := &net.DNSError{Err: "no such host", Name: "db.example", IsNotFound: true}
+	mysql.RegisterDialContext("nodns", func(ctx context.Context, addr string) (net.Conn, error) {
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: notFound}
+	})
+	my, err := sql.Open("mysql", "u:p@nodns(db.example:3306)/db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgx.ParseConfig("postgres://u:p@db.example:5432/db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.LookupFunc = func(context.Context, string) ([]string, error) { return nil, notFound }
+	pg := stdlib.OpenDB(*cfg)
+	for name, db := range map[string]*sql.DB{"mysql": my, "pgx": pg} {
+		err := db.PingContext(t.Context())
+		db.Close()
+		if err == nil {
+			t.Fatalf("%s: ping of an unknown host succeeded", name)
+		}
+		if sqllock.IsTransientError(err) {
+			t.Errorf("%s: an unknown host (%v) is transient", name, err)
+		}
 	}
 }
