@@ -201,7 +201,11 @@ func TestFrozenFollowerKeepsLocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	c := dlock.New(etcdlock.New(cli), dlock.WithTTL(5*time.Second))
+	// TTL 10 s, frozen for 1.5 TTL: before the attempt bounds, such locks
+	// were lost at 12 s. (The property does not depend on the TTL; a
+	// longer one leaves a loaded machine's slow calls room for retries.)
+	const ttl = 10 * time.Second
+	c := dlock.New(etcdlock.New(cli), dlock.WithTTL(ttl))
 	defer c.Close()
 	var held []*dlock.Lease
 	for i := range 4 {
@@ -221,7 +225,7 @@ func TestFrozenFollowerKeepsLocks(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			time.Sleep(time.Duration(i) * 2 * time.Second)
+			time.Sleep(time.Duration(i) * 3 * time.Second)
 			l, err := c.Mutex(fmt.Sprintf("new-%d", i), dlock.WithWait(time.Minute)).Lock(t.Context())
 			if err != nil {
 				errs <- fmt.Errorf("Lock %d, %v after the freeze: %w", i, time.Since(start).Round(time.Millisecond), err)
@@ -234,10 +238,10 @@ func TestFrozenFollowerKeepsLocks(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(15*time.Second - time.Since(start))
+	time.Sleep(3*ttl/2 - time.Since(start))
 	for _, l := range held {
 		if err := l.Err(); err != nil {
-			t.Errorf("lock %q lost within 15s of the freeze: %v", l.Name(), err)
+			t.Errorf("lock %q lost within %v of the freeze: %v", l.Name(), 3*ttl/2, err)
 		}
 	}
 	wg.Wait()
