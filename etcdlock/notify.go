@@ -93,52 +93,43 @@ func (l *listener) drop(key string, s *subscription) {
 	<-s.done
 }
 
-// watch runs the watch of key until ctx ends, and watches again (after
-// telling the client that it may have missed releases) when etcd ends it.
-// The first creation's outcome goes to created.
+// watch runs the watches of key until ctx ends. The first creation's
+// outcome goes to created.
 //
-// It reads the lock's directory first and watches from the revision after
-// that read, keeping the lock's state (whether it has an exclusive holder,
-// and its fair queue) up to date with the events, so that a release can
-// name the queue's head as next: only that waiter is woken.
+// While this Backend has a token queued for key behind another entry, it
+// watches only the entry ahead of the oldest such token (etcd's own
+// recipe, as concurrency.Mutex waits): the entry's delete is all that can
+// make that token the head, and the queue's other writes, a new waiter's
+// entry among them, wake nobody. Otherwise (no token queued, or the
+// token heads the queue) it watches the lock's directory: a release, a
+// handoff, an expiry, a forced release, a shared hold or writer intent
+// gone. A watch that etcd ends (no leader, compaction) is made again,
+// after telling the client that it may have missed releases.
 func (l *listener) watch(ctx context.Context, key string, s *subscription, created chan<- error) {
 	defer l.wg.Done()
 	defer close(s.done)
-	dir := l.b.dir(key)
 	backoff := 10 * time.Millisecond
 	for ctx.Err() == nil {
-		st, rev, err := l.read(ctx, dir)
-		ok := false
-		if err == nil {
-			wch := l.b.c.Watch(ctx, dir, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithRev(rev+1))
-			for resp := range wch {
-				if resp.Created {
-					if created != nil {
-						created <- nil
-						created = nil
-					}
-					ok = true
-					continue
-				}
-				if err := resp.Err(); err != nil || resp.Canceled {
-					break
-				}
-				for _, ev := range resp.Events {
-					if next, wake := st.apply(l.b, ev); wake {
-						l.fn(key, next)
-					}
-				}
-				l.b.setHint(key, st.headHint())
+		token, at, changed := l.b.oldestQueued(key)
+		var err error
+		if token != "" {
+			var head bool
+			head, err = l.followAhead(ctx, key, token, at, changed, &created)
+			if err == nil && !head {
+				continue // the entry ahead went, or the token's place changed
 			}
+		}
+		if err == nil {
+			err = l.watchDir(ctx, key, token, changed, &created)
 		}
 		if ctx.Err() != nil {
 			break
 		}
-		if created != nil && !ok {
+		if err == nil {
+			continue // the token's place changed: watch anew
+		}
+		if created != nil {
 			// Not created: let Subscribe fail rather than wait.
-			if err == nil {
-				err = errors.New("watch not created")
-			}
 			created <- err
 			return
 		}
@@ -158,53 +149,113 @@ func (l *listener) watch(ctx context.Context, key string, s *subscription, creat
 	}
 }
 
-// read returns the state of the lock whose directory is dir, and the
-// revision it was read at.
-func (l *listener) read(ctx context.Context, dir string) (*lockState, int64, error) {
-	resp, err := l.b.c.Get(ctx, dir, clientv3.WithPrefix())
+// confirm tells Subscribe that its key is watched, once the read that a
+// watch starts after is done: the watch delivers every event after that
+// read's revision, whenever etcd creates it, and a watch that fails is
+// reported as missed releases (fn("", "")).
+func confirm(created *chan<- error) {
+	if *created != nil {
+		*created <- nil
+		*created = nil
+	}
+}
+
+// errWatchEnded reports a watch that etcd ended or never created.
+var errWatchEnded = errors.New("watch ended")
+
+// followAhead waits while token's entry of create revision at has an entry
+// ahead of it, watching that entry alone, until it goes (false), changed
+// is closed (false), or the token heads the queue (true). A head that
+// finds the lock free is woken: nobody may release it to it.
+func (l *listener) followAhead(ctx context.Context, key, token string, at int64, changed <-chan struct{}, created *chan<- error) (head bool, err error) {
+	resp, err := l.b.c.Txn(ctx).Then(
+		clientv3.OpGet(l.b.queuePrefix(key), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+			clientv3.WithMaxCreateRev(at-1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1)),
+		clientv3.OpGet(l.b.queueKey(key, token), clientv3.WithKeysOnly()),
+	).Commit()
 	if err != nil {
-		return nil, 0, err
+		return false, err
 	}
-	st := &lockState{queue: make(map[string]*mvccpb.KeyValue)}
-	for _, kv := range resp.Kvs {
-		st.apply(l.b, &clientv3.Event{Type: mvccpb.PUT, Kv: kv})
+	if mine := rangeKVs(resp, 1); len(mine) == 0 || mine[0].CreateRevision != at {
+		// The token left that place (its entry lapsed): its next request
+		// queues it again, or finds its grant.
+		l.b.dropQueued(key, token, at)
+		return false, nil
 	}
-	return st, resp.Header.Revision, nil
+	ahead := rangeKVs(resp, 0)
+	if len(ahead) == 0 {
+		return true, nil
+	}
+	confirm(created)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wch := l.b.c.Watch(wctx, string(ahead[0].Key), clientv3.WithFilterPut(), clientv3.WithCreatedNotify(), clientv3.WithRev(resp.Header.Revision+1))
+	for {
+		select {
+		case <-changed:
+			return false, nil
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil || wr.Canceled {
+				return false, errWatchEnded
+			}
+			if wr.Created {
+				continue
+			}
+			if len(wr.Events) > 0 {
+				return false, nil // the entry ahead is gone: look again
+			}
+		}
+	}
+}
+
+// watchDir watches the lock's directory until changed is closed (nil) or
+// the watch ends (an error). token, when set, is this Backend's token at
+// the head of the queue: a release that leaves the lock free names it.
+func (l *listener) watchDir(ctx context.Context, key, token string, changed <-chan struct{}, created *chan<- error) error {
+	resp, err := l.b.c.Get(ctx, l.b.exclKey(key), clientv3.WithKeysOnly())
+	if err != nil {
+		return err
+	}
+	st := &lockState{excl: len(resp.Kvs) == 1, head: token}
+	if token != "" && !st.excl {
+		l.fn(key, token) // the head, and the lock free: nobody will release it
+	}
+	confirm(created)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wch := l.b.c.Watch(wctx, l.b.dir(key), clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithRev(resp.Header.Revision+1))
+	for {
+		select {
+		case <-changed:
+			return nil
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil || wr.Canceled {
+				return errWatchEnded
+			}
+			if wr.Created {
+				continue
+			}
+			for _, ev := range wr.Events {
+				if next, wake := st.apply(l.b, key, ev); wake {
+					l.fn(key, next)
+				}
+			}
+		}
+	}
 }
 
 // lockState is what a Listener knows of one lock: whether it has an
-// exclusive holder, and its fair queue (token → the entry's latest write).
+// exclusive holder, and this Backend's token at the head of its queue, if
+// any.
 type lockState struct {
-	excl  bool
-	queue map[string]*mvccpb.KeyValue
-}
-
-// head returns the token at the head of the queue, or "".
-func (st *lockState) head() string {
-	head, at := "", int64(0)
-	for token, kv := range st.queue {
-		if head == "" || kv.CreateRevision < at {
-			head, at = token, kv.CreateRevision
-		}
-	}
-	return head
-}
-
-// headHint returns the head of the queue for a release to hand the lock
-// to (see lastHold), or nil.
-func (st *lockState) headHint() *headHint {
-	token := st.head()
-	if token == "" {
-		return nil
-	}
-	kv := st.queue[token]
-	return &headHint{token: token, createRev: kv.CreateRevision, lease: kv.Lease, value: kv.Value}
+	excl bool
+	head string
 }
 
 // apply updates st with ev and says whether it wakes the lock's waiters,
-// and whom: next is the queue's head when the lock is left free to it, ""
-// for everyone.
-func (st *lockState) apply(b *Backend, ev *clientv3.Event) (next string, wake bool) {
+// and whom: next is this Backend's head when the lock is left free to it,
+// a handoff, or "" for everyone.
+func (st *lockState) apply(b *Backend, key string, ev *clientv3.Event) (next string, wake bool) {
 	_, kind, token, ok := b.parseKey(string(ev.Kv.Key))
 	if !ok {
 		return "", false
@@ -214,23 +265,21 @@ func (st *lockState) apply(b *Backend, ev *clientv3.Event) (next string, wake bo
 	case exclSuffix:
 		st.excl = put
 		if !put {
-			return st.head(), true
+			return st.head, true
 		}
 		// A grant that a release handed to the queue's head (see
 		// lastHold): its fence is this write's revision.
 		if e := decodeExclusive(ev.Kv.Value); e.fence == fencePending {
+			if b.isQueued(key, e.token) {
+				b.setQueued(key, e.token, 0)
+				b.setHint(key, unknownHead)
+			}
 			return driver.Handoff{Token: e.token, Fence: uint64(ev.Kv.ModRevision)}.Next(), true
 		}
 	case queueInfix[:1]:
-		if put {
-			st.queue[token] = ev.Kv
-			return "", false
-		}
-		wasHead := st.head() == token
-		delete(st.queue, token)
-		if wasHead && !st.excl {
-			return st.head(), true
-		}
+		// A waiter's entry gone while the lock is free: the head may have
+		// changed. Entries written (new waiters) wake nobody.
+		return st.head, !put && !st.excl
 	case releasedInfix[:1]:
 		// A forced release (see forcedMark): everyone.
 		return "", put && token == forcedToken
