@@ -21,7 +21,7 @@ var (
 
 	// ErrNotHeld is returned by Unlock and Refresh when the store no longer
 	// holds the lease for this owner: it expired, was deleted or was taken over.
-	ErrNotHeld = errors.New("dlock: lock not held")
+	ErrNotHeld = driver.ErrNotHeld
 
 	// ErrReleased is the Err of a lease that was unlocked, and the error of
 	// operations on it afterwards.
@@ -139,7 +139,6 @@ type NotObtainedError struct {
 // string was written by another program: it is shown escaped when it holds
 // anything a terminal could take for a command.
 func (e *NotObtainedError) Error() string {
-	ttl := e.HolderTTL.Round(time.Millisecond)
 	holder := safetext.Escape(e.Holder)
 	var msg string
 	switch {
@@ -149,27 +148,39 @@ func (e *NotObtainedError) Error() string {
 	case e.WriterWaiting:
 		msg = fmt.Sprintf("dlock: lock %q not obtained: a writer is waiting", e.Name)
 		if e.Holder != "" {
-			msg += fmt.Sprintf(" (%s, for up to %s more)", holder, ttl)
+			msg += fmt.Sprintf(" (%s%s)", holder, e.until(" for up to %s more"))
 		}
 	case e.Permits > 0 && e.Shared > 0:
 		msg = fmt.Sprintf("dlock: semaphore %q not obtained: %d of %d permits in use", e.Name, e.Shared, e.Permits)
 		if e.Holder != "" {
-			msg += fmt.Sprintf(" (the first to expire, held by %s, in %s)", holder, ttl)
+			msg += fmt.Sprintf(" (the first to expire, held by %s%s)", holder, e.until(" in %s"))
 		}
 	case e.Shared > 0:
 		msg = fmt.Sprintf("dlock: lock %q not obtained: held by %d shared holders", e.Name, e.Shared)
 		if e.Holder != "" {
-			msg += fmt.Sprintf(" (the last to expire, %s, in %s)", holder, ttl)
+			msg += fmt.Sprintf(" (the last to expire, %s%s)", holder, e.until(" in %s"))
 		}
 	case e.Holder == "":
 		msg = fmt.Sprintf("dlock: lock %q not obtained", e.Name)
 	default:
-		msg = fmt.Sprintf("dlock: lock %q not obtained: held by %s (expires in %s)", e.Name, holder, ttl)
+		msg = fmt.Sprintf("dlock: lock %q not obtained: held by %s", e.Name, holder)
+		if e.HolderTTL > 0 {
+			msg += fmt.Sprintf(" (expires in %s)", e.HolderTTL.Round(time.Millisecond))
+		}
 	}
 	if e.Position > 0 {
 		msg += fmt.Sprintf("; place %d in the queue", e.Position)
 	}
 	return msg
+}
+
+// until formats the holder's remaining time with format, led by a comma,
+// or returns "" when the store did not say (HolderTTL 0).
+func (e *NotObtainedError) until(format string) string {
+	if e.HolderTTL <= 0 {
+		return ""
+	}
+	return "," + fmt.Sprintf(format, e.HolderTTL.Round(time.Millisecond))
 }
 
 // Is reports whether target is ErrNotObtained.

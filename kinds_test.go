@@ -147,6 +147,15 @@ func TestNotObtainedWording(t *testing.T) {
 			`dlock: lock "a" not obtained: held by 2 shared holders (the last to expire, r|pid 4, in 1s)`},
 		{dlock.NotObtainedError{Name: "a", Holder: "h|pid 1", HolderTTL: time.Second, Position: 3},
 			`dlock: lock "a" not obtained: held by h|pid 1 (expires in 1s); place 3 in the queue`},
+		// A store that does not say how long the holder has left (etcd's
+		// refusals of a waiting request) leaves the expiry out, rather
+		// than saying it is 0.
+		{dlock.NotObtainedError{Name: "a", Holder: "h|pid 1"},
+			`dlock: lock "a" not obtained: held by h|pid 1`},
+		{dlock.NotObtainedError{Name: "a", Holder: "w|pid 2", WriterWaiting: true},
+			`dlock: lock "a" not obtained: a writer is waiting (w|pid 2)`},
+		{dlock.NotObtainedError{Name: "s", Holder: "p|pid 3", Shared: 5, Permits: 5},
+			`dlock: semaphore "s" not obtained: 5 of 5 permits in use (the first to expire, held by p|pid 3)`},
 	}
 	for _, c := range cases {
 		if got := c.err.Error(); got != c.want {

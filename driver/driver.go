@@ -432,6 +432,12 @@ func (e transientError) Error() string        { return e.err.Error() }
 func (e transientError) Unwrap() error        { return e.err }
 func (e transientError) Is(target error) bool { return target == ErrTransient }
 
+// ErrNotHeld is matched by a backend's error for a release or renewal that
+// finds the lock in a state that proves the token does not hold it (for
+// example a key that holds another program's value). dlock.ErrNotHeld is
+// this error.
+var ErrNotHeld = errors.New("dlock: lock not held")
+
 // ErrNotifyRefused is wrapped by Listener.Subscribe when the store refuses
 // the subscription for lack of rights (a Redis user whose ACL does not allow
 // the release channels): no release of that store will be heard, so the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,6 +41,11 @@ func (f optionFunc) apply(b *Backend) { f(b) }
 // WithNamespace sets the prefix of every etcd key the backend writes, so
 // that several applications can share a cluster. Backends must agree on it
 // to see each other's locks. The default is DefaultNamespace, "dlock/".
+//
+// A namespace other than "" must end with '/': the lock's name follows it directly, so
+// that namespace "app/x" and name "y" would share their keys with
+// namespace "app/" and name "xy". Acquire refuses to work, with
+// dlock.ErrInvalid, under a namespace that does not end with '/'.
 func WithNamespace(ns string) Option { return optionFunc(func(b *Backend) { b.ns = ns }) }
 
 // WithTimeout bounds every call to the store whose context has no earlier
@@ -73,6 +79,7 @@ func WithHandoff(on bool) Option { return optionFunc(func(b *Backend) { b.noHand
 type Backend struct {
 	c       *clientv3.Client
 	ns      string
+	nsErr   error // a namespace that does not end with '/' (see WithNamespace)
 	timeout time.Duration
 	// attempt bounds one call to the store (see attemptFor).
 	attempt time.Duration
@@ -185,6 +192,9 @@ func New(c *clientv3.Client, opts ...Option) *Backend {
 	for _, o := range opts {
 		o.apply(b)
 	}
+	if b.ns != "" && !strings.HasSuffix(b.ns, "/") {
+		b.nsErr = fmt.Errorf("%w: etcd namespace %q must end with '/' (names follow it directly: %q with name \"y\" would be the keys of another namespace's names)", driver.ErrInvalid, b.ns, b.ns)
+	}
 	b.attempt = attemptFor(b.timeout)
 	b.leases = newLeaseTable(c.Lease, b.term)
 	b.leases.attempt = b.attempt
@@ -244,6 +254,9 @@ func wrapCtx(ctx context.Context, op, key string, err error) error {
 // puts the holder's key on a lease of the backend's; its fence is that
 // transaction's revision, the create revision of the key.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	if b.nsErr != nil {
+		return driver.AcquireResult{}, wrap("acquire", req.Key, b.nsErr)
+	}
 	if req.LockDelay > 0 || req.Claim || (req.Handoff && (b.noHandoff || !req.Fair || !req.Wait || req.Reentrant || req.Mode != driver.Exclusive)) {
 		return driver.AcquireResult{}, wrap("acquire", req.Key, fmt.Errorf("%w: lock-delay and claims are not supported by etcdlock, handoff only with a fair exclusive wait and WithHandoff on", driver.ErrInvalid))
 	}

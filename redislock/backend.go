@@ -121,23 +121,23 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	}
 	if !b.allowEviction && !b.eviction.ok.Load() {
 		if err := b.checkEviction(ctx, req.Key); err != nil {
-			return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, foreign(req.Key, err))
+			return driver.AcquireResult{}, storeError(ctx, "acquire", req.Key, err)
 		}
 	}
 	args, err := b.acquireCall(req)
 	if err != nil {
-		return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, foreign(req.Key, err))
+		return driver.AcquireResult{}, storeError(ctx, "acquire", req.Key, err)
 	}
 	if b.acking() {
 		return b.acquireAcked(ctx, req, splitEvalSha(args))
 	}
 	reply, err := runEvalSha(ctx, b.rdb, acquireScript, args).Slice()
 	if err != nil {
-		return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, foreign(req.Key, err))
+		return driver.AcquireResult{}, storeError(ctx, "acquire", req.Key, err)
 	}
 	res, err := parseAcquire(reply)
 	if err != nil {
-		return driver.AcquireResult{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, foreign(req.Key, err))
+		return driver.AcquireResult{}, storeError(ctx, "acquire", req.Key, err)
 	}
 	return res, nil
 }
@@ -307,7 +307,7 @@ func (b *Backend) renew(ctx context.Context, key, token string, fence uint64, tt
 	args[3+nk], args[4+nk], args[5+nk] = token, millis(ttl), fenceArg(fence)
 	n, err := runEvalSha(ctx, b.rdb, renewScript, args).Int64()
 	if err != nil {
-		return false, fmt.Errorf("redislock: renew %q: %w", key, foreign(key, err))
+		return false, storeError(ctx, "renew", key, err)
 	}
 	return n == 1, nil
 }
@@ -351,7 +351,7 @@ func (b *Backend) release(ctx context.Context, key, token string, publish any, f
 	args[3+nk], args[4+nk], args[5+nk], args[6+nk], args[7+nk] = token, names[nk], publish, b.requestID(), fence
 	n, err := runEvalSha(ctx, b.rdb, releaseScript, args).Int64()
 	if err != nil {
-		return driver.ReleaseResult{}, fmt.Errorf("redislock: release %q: %w", key, foreign(key, err))
+		return driver.ReleaseResult{}, storeError(ctx, "release", key, err)
 	}
 	if n < 0 {
 		return driver.ReleaseResult{}, nil
@@ -369,7 +369,7 @@ func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
 	names := b.keysOf(key, releaseSuffixes[:])
 	nk := len(names) - 1
 	if err := withdrawScript.Run(ctx, b.rdb, names[:nk], token, names[nk], b.publishArg).Err(); err != nil {
-		return fmt.Errorf("redislock: withdraw %q: %w", key, foreign(key, err))
+		return storeError(ctx, "withdraw", key, err)
 	}
 	return nil
 }
@@ -396,7 +396,7 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 	for i, cmd := range cmds {
 		n, err := cmd.Int64()
 		if err != nil {
-			results[i].Err = fmt.Errorf("redislock: renew %q: %w", reqs[i].Key, foreign(reqs[i].Key, err))
+			results[i].Err = storeError(ctx, "renew", reqs[i].Key, err)
 			continue
 		}
 		results[i].Held = n == 1

@@ -591,3 +591,18 @@ func TestClusterHungMasterDoesNotStallOtherShards(t *testing.T) {
 	lockAndRelease(t, other, keys[0][0])
 	n.expect(t, keys[0][0])
 }
+
+// TestClusterHalfOpenShardConnectionIsReplaced checks the health check of
+// the Cluster listener: an SSUBSCRIBE connection that goes half-open while
+// the command connections work is found by its PING and replaced, the
+// waiters are told that releases may have been missed, and the key is
+// heard again on a new connection.
+func TestClusterHalfOpenShardConnectionIsReplaced(t *testing.T) {
+	t.Parallel()
+	c := testserver.StartCluster(t, clusterSize)
+	h := &halfOpen{}
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), Dialer: h.dial})
+	t.Cleanup(func() { _ = rdb.Close() })
+	l, n := listen(t, redislock.New(rdb))
+	checkHalfOpenReplaced(t, l, n, h, redislock.New(c.Client(t)), "k")
+}

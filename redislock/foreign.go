@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // ErrForeignValue is matched (errors.Is) by the error of an operation on a
@@ -21,9 +23,14 @@ var ErrForeignValue = errors.New("redislock: a lock key holds a value of another
 // example SET dlock:{name} ...), or under a key next to it. dlock neither
 // reads nor overwrites such a value; remove it, or give the other program
 // or dlock another namespace (WithNamespace).
+//
+// The error of a release or a renewal also matches dlock.ErrNotHeld
+// (driver.ErrNotHeld): whatever the value is, the lock is not held.
 type ForeignValueError struct {
 	Key string // the lock's key, without namespace
 	Err error  // Redis's answer
+	// NotHeld: the error of a release or renewal (see Is).
+	NotHeld bool
 }
 
 func (e *ForeignValueError) Error() string {
@@ -34,8 +41,11 @@ func (e *ForeignValueError) Error() string {
 // Unwrap returns Redis's answer.
 func (e *ForeignValueError) Unwrap() error { return e.Err }
 
-// Is reports whether target is ErrForeignValue.
-func (e *ForeignValueError) Is(target error) bool { return target == ErrForeignValue }
+// Is reports whether target is ErrForeignValue, or, for a release or
+// renewal, driver.ErrNotHeld.
+func (e *ForeignValueError) Is(target error) bool {
+	return target == ErrForeignValue || (e.NotHeld && target == driver.ErrNotHeld)
+}
 
 // foreign returns err as a *ForeignValueError when Redis answered
 // WRONGTYPE for a script or command on key's lock, else err.

@@ -3,10 +3,12 @@ package redislock_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
@@ -62,8 +64,13 @@ func TestForeignValueExplained(t *testing.T) {
 	if err := admin.Set(t.Context(), "dlock:{held}", "overwritten", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Unlock(t.Context()); !errors.Is(err, redislock.ErrForeignValue) {
-		t.Errorf("Unlock of a lock overwritten by another program = %v, want ErrForeignValue", err)
+	// Whatever the value is, the lock is not held: ErrNotHeld matches too,
+	// and ErrForeignValue says why.
+	if err := l.Unlock(t.Context()); !errors.Is(err, redislock.ErrForeignValue) || !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Unlock of a lock overwritten by another program = %v, want ErrForeignValue and ErrNotHeld", err)
+	}
+	if _, err := b.Acquire(t.Context(), driver.AcquireRequest{Key: "taken", Token: "t", Owner: "o", TTL: time.Second}); errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("an acquire over a foreign value matches ErrNotHeld: %v", err)
 	}
 
 	// Redlock: the quorum error lets the cause through.

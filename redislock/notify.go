@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +15,19 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/driver"
+)
+
+// The health check of a pub/sub connection, which may go half-open (a
+// peer or a middlebox gone without a word: writes vanish and nothing comes
+// back) while the command connections are fine: a connection that has
+// delivered nothing for pingIdle is sent a PING, and one that then delivers
+// nothing, PONG included, for pongWait more is taken for dead and replaced.
+// A release announced on a half-open connection is thus noticed missed
+// (fn("", "")) at most pingIdle+pongWait after the connection last
+// delivered anything, plus the time to reconnect.
+const (
+	pingIdle = time.Second
+	pongWait = 2 * time.Second
 )
 
 // Backoff between attempts to reach Redis while the notification connection
@@ -77,7 +91,7 @@ type listener struct {
 	subscriptions[struct{}]
 	b  *Backend
 	fn func(key, next string)
-	ps *redis.PubSub
+	ps *redis.PubSub  // replaced by receive (see replace); guarded by mu
 	wg sync.WaitGroup // the receive goroutine
 }
 
@@ -160,8 +174,9 @@ func (l *listener) confirmed(ch string) error {
 	return nil // a resubscription after a reconnect
 }
 
-// receive reads the pub/sub connection until Close. It uses Receive rather
-// than PubSub.Channel, which hides the subscription confirmations.
+// receive reads the pub/sub connection until Close. It uses ReceiveTimeout
+// rather than PubSub.Channel, which hides the subscription confirmations,
+// and health-checks the connection (see pingIdle).
 func (l *listener) receive() {
 	defer l.wg.Done()
 	failures := 0
@@ -175,8 +190,16 @@ func (l *listener) receive() {
 		failures++
 		return l.sleep(reconnectDelay(failures))
 	}
+	pinged := false // a PING is out and nothing came back since
 	for {
-		msg, err := l.ps.Receive(l.ctx)
+		l.mu.Lock()
+		ps := l.ps
+		l.mu.Unlock()
+		wait := pingIdle
+		if pinged {
+			wait = pongWait
+		}
+		msg, err := ps.ReceiveTimeout(l.ctx, wait)
 		if err != nil {
 			if l.ctx.Err() != nil {
 				return // closed
@@ -186,11 +209,25 @@ func (l *listener) receive() {
 				l.refuse(err)
 				continue
 			}
+			if isTimeout(err) && !pinged {
+				pinged = true
+				pingPubSub(l.ctx, ps)
+				continue
+			}
+			if isTimeout(err) {
+				// Nothing since the PING: half-open. go-redis keeps a
+				// connection that only timed out, so replace it.
+				if !l.replace(ps) {
+					return
+				}
+			}
+			pinged = false
 			if !failed() {
 				return
 			}
 			continue
 		}
+		pinged = false
 		if failures > 0 {
 			// Back and resubscribed (Redis answers the resubscription
 			// before anything else): retry every key once more, since a
@@ -214,6 +251,48 @@ func (l *listener) receive() {
 			}
 		}
 	}
+}
+
+// replace puts a new pub/sub connection in the place of old, which did not
+// answer a PING, subscribes every channel of the table on it, and closes
+// old. It reports false, replacing nothing, once the listener is closed.
+func (l *listener) replace(old *redis.PubSub) bool {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return false
+	}
+	ps := l.b.rdb.Subscribe(l.ctx)
+	chs := make([]string, 0, len(l.subs))
+	for ch := range l.subs {
+		chs = append(chs, ch)
+	}
+	if len(chs) > 0 {
+		// When the write fails, go-redis subscribes them on its next
+		// connection, as for start.
+		ctx, cancel := context.WithTimeout(l.ctx, pongWait)
+		_ = ps.Subscribe(ctx, chs...)
+		cancel()
+	}
+	l.ps = ps
+	l.mu.Unlock()
+	_ = old.Close()
+	return true
+}
+
+// pingPubSub sends PING on ps, the health check of a pub/sub connection
+// that has been idle for pingIdle. Its answer, or the lack of one, is
+// read by the receive loop; a failed write has go-redis reconnect.
+func pingPubSub(ctx context.Context, ps *redis.PubSub) {
+	ctx, cancel := context.WithTimeout(ctx, pongWait)
+	defer cancel()
+	_ = ps.Ping(ctx)
+}
+
+// isTimeout reports whether err is a read or write that timed out.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // nextPrefix begins every release announcement; the rest is the token of
@@ -243,11 +322,12 @@ func reconnectDelay(n int) time.Duration {
 // fn is not called after Close returns. Subscribe calls still waiting return
 // an error wrapping redis.ErrClosed. Closing twice is a no-op.
 func (l *listener) Close() error {
-	if !l.shut(nil) {
+	var ps *redis.PubSub
+	if !l.shut(func() { ps = l.ps }) {
 		return nil
 	}
 	l.cancel()
-	err := l.ps.Close()
+	err := ps.Close()
 	l.wg.Wait()
 	if err != nil {
 		return fmt.Errorf("redislock: close listener: %w", err)

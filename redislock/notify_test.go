@@ -1,8 +1,11 @@
 package redislock_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock"
 )
 
@@ -300,4 +304,149 @@ func TestListenRefusesDoneContext(t *testing.T) {
 	if _, err := b.Listen(ctx, func(string, string) {}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Listen with a cancelled context: %v, want context.Canceled", err)
 	}
+}
+
+// halfOpen is a go-redis Dialer whose pub/sub connections can be made
+// half-open: once cut, a connection that has written SUBSCRIBE or
+// SSUBSCRIBE sends nothing and receives nothing, while its deadlines still
+// run, as a TCP connection whose peer or middlebox vanished. Connections
+// dialed later are healthy; command connections are never cut.
+type halfOpen struct {
+	mu    sync.Mutex
+	conns []*halfOpenConn
+}
+
+func (h *halfOpen) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	hc := &halfOpenConn{Conn: c}
+	h.mu.Lock()
+	h.conns = append(h.conns, hc)
+	h.mu.Unlock()
+	return hc, nil
+}
+
+// cut makes every pub/sub connection dialed so far half-open and returns
+// how many it cut.
+func (h *halfOpen) cut() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, c := range h.conns {
+		if c.pubsub.Load() {
+			c.cut.Store(true)
+			n++
+		}
+	}
+	return n
+}
+
+type halfOpenConn struct {
+	net.Conn
+	pubsub atomic.Bool // it has written a subscribe command
+	cut    atomic.Bool
+}
+
+func (c *halfOpenConn) Write(b []byte) (int, error) {
+	if c.cut.Load() {
+		return len(b), nil // lost on the way
+	}
+	if bytes.Contains(bytes.ToLower(b), []byte("subscribe")) {
+		c.pubsub.Store(true)
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *halfOpenConn) Read(b []byte) (int, error) {
+	for {
+		n, err := c.Conn.Read(b)
+		if err != nil || !c.cut.Load() {
+			return n, err
+		}
+		// Lost on the way: read on until the deadline.
+	}
+}
+
+// heardWithin waits up to d for a notification of key or of "" (releases
+// may have been missed), and reports whether one came.
+func (n *notifications) heardWithin(key string, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case got := <-n.keys:
+			if got == key || got == "" {
+				return true
+			}
+		case <-timer.C:
+			return false
+		}
+	}
+}
+
+// keyWithin waits up to d for a notification of key, skipping others, and
+// reports whether one came.
+func (n *notifications) keyWithin(key string, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case got := <-n.keys:
+			if got == key {
+				return true
+			}
+		case <-timer.C:
+			return false
+		}
+	}
+}
+
+// halfOpenBound is the longest a release may go unnoticed on a half-open
+// pub/sub connection: pingIdle + pongWait (3s), with room for a loaded
+// machine.
+const halfOpenBound = 10 * time.Second
+
+// checkHalfOpenReplaced subscribes key on l, makes its pub/sub connection
+// half-open (h), and checks that a release by other is noticed within
+// halfOpenBound (fn(key) or fn("")), and that the release after it is
+// heard as key's release: the connection was replaced and key subscribed
+// on it again.
+func checkHalfOpenReplaced(t *testing.T, l driver.Listener, n *notifications, h *halfOpen, other *redislock.Backend, key string) {
+	t.Helper()
+	subscribe(t, l, key)
+	if h.cut() == 0 {
+		t.Fatal("no pub/sub connection to cut")
+	}
+	released := time.Now()
+	lockAndRelease(t, other, key)
+	if !n.heardWithin(key, halfOpenBound) {
+		t.Fatalf("a release on a half-open pub/sub connection went unnoticed for %v", halfOpenBound)
+	}
+	t.Logf("release noticed after %v", time.Since(released).Round(time.Millisecond))
+	deadline := time.Now().Add(halfOpenBound)
+	for {
+		lockAndRelease(t, other, key)
+		if n.keyWithin(key, 500*time.Millisecond) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no release of %q heard within %v of the half-open connection's replacement", key, halfOpenBound)
+		}
+	}
+}
+
+// TestHalfOpenPubSubConnectionIsReplaced checks the health check of the
+// single-node listener: a pub/sub connection that goes half-open while the
+// command connections work is found by its PING and replaced, the waiters
+// are told that releases may have been missed, and key is heard again.
+func TestHalfOpenPubSubConnectionIsReplaced(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	h := &halfOpen{}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Dialer: h.dial})
+	t.Cleanup(func() { _ = rdb.Close() })
+	l, n := listen(t, redislock.New(rdb))
+	checkHalfOpenReplaced(t, l, n, h, redislock.New(srv.Client(t)), "k")
 }

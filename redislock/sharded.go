@@ -84,6 +84,9 @@ type shardState struct {
 	rehomed bool   // confirmed before, lost since: report key when confirmed again
 }
 
+// errNoPong is the failure of a shard's connection that answered no PING.
+var errNoPong = errors.New("no answer to PING on the pub/sub connection")
+
 // errShardFailed answers the writes still queued on a shard that failed.
 var errShardFailed = errors.New("connection to the master failed")
 
@@ -316,11 +319,26 @@ func (l *shardedListener) fail(sh *shard) {
 	l.wake()
 }
 
-// receive reads sh's connection until it fails or the listener is closed.
+// receive reads sh's connection until it fails or the listener is closed,
+// and health-checks it as the single-node listener does.
 func (l *shardedListener) receive(sh *shard) {
 	defer l.wg.Done()
+	pinged := false // a PING is out and nothing came back since (see pingIdle)
 	for {
-		msg, err := sh.ps.Receive(l.ctx)
+		wait := pingIdle
+		if pinged {
+			wait = pongWait
+		}
+		msg, err := sh.ps.ReceiveTimeout(l.ctx, wait)
+		if err != nil && isTimeout(err) && l.ctx.Err() == nil {
+			if !pinged {
+				pinged = true
+				pingPubSub(l.ctx, sh.ps)
+				continue
+			}
+			err = errNoPong // half-open: fail sh, as for a broken connection
+		}
+		pinged = false
 		if err != nil && isNoPerm(err) && l.ctx.Err() == nil {
 			// The connection is fine; the master refused an SSUBSCRIBE.
 			l.refuse(err)

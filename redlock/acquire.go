@@ -162,6 +162,7 @@ func (a *attempt) run(n *node) {
 	if err == nil {
 		ctx, cancel := context.WithTimeout(a.bg, a.timeout)
 		res, err = n.b.Acquire(ctx, a.req)
+		err = timedOut(ctx, err)
 		cancel()
 	}
 	a.answers <- answer[driver.AcquireResult]{node: n, val: res, err: err}
@@ -170,6 +171,7 @@ func (a *attempt) run(n *node) {
 	case f := <-a.raiseReq[n.index]:
 		ctx, cancel := context.WithTimeout(a.bg, a.timeout)
 		ok, err := redisnode.RaiseFence(n.b, ctx, a.req.Key, a.req.Token, f)
+		err = timedOut(ctx, err)
 		cancel()
 		a.raised <- answer[bool]{node: n, val: ok, err: err}
 		<-a.decided
@@ -301,7 +303,7 @@ func (a *attempt) decide(ctx context.Context, start time.Time) (driver.AcquireRe
 			a.quiet = true
 			return a.busyResult(busy, t.yes), nil
 		}
-		return driver.AcquireResult{}, b.quorumError("acquire", key, t.yes, errs)
+		return driver.AcquireResult{}, b.quorumError(ctx, "acquire", key, t.yes, errs)
 	}
 
 	fence, reentry, holds, err := chooseFence(wins, a.req.Joining, b.Quorum())
@@ -314,12 +316,13 @@ func (a *attempt) decide(ctx context.Context, start time.Time) (driver.AcquireRe
 		return driver.AcquireResult{}, fmt.Errorf("redlock: acquire %q: %w", key, err)
 	}
 	if carry < b.Quorum() {
-		return driver.AcquireResult{}, b.quorumError("acquire", key, carry, append(errs, raiseErrs...))
+		return driver.AcquireResult{}, b.quorumError(ctx, "acquire", key, carry, append(errs, raiseErrs...))
 	}
 	elapsed := time.Since(start)
 	if drift := b.Drift(a.req.TTL); a.req.TTL-elapsed-drift <= 0 {
-		return driver.AcquireResult{}, fmt.Errorf("redlock: acquire %q: quorum won after %v, TTL %v, drift %v: %w",
-			key, elapsed.Round(time.Microsecond), a.req.TTL, drift, ErrValidityElapsed)
+		// Transient: a quorum answered; the next attempt may be quicker.
+		return driver.AcquireResult{}, driver.Transient(fmt.Errorf("redlock: acquire %q: quorum won after %v, TTL %v, drift %v: %w",
+			key, elapsed.Round(time.Microsecond), a.req.TTL, drift, ErrValidityElapsed))
 	}
 	a.granted = true
 	b.noSplit(key)

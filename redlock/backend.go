@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/ctxend"
 	"github.com/dlock-go/dlock/redislock"
 )
 
@@ -213,18 +215,42 @@ func (b *Backend) noSplit(key string) {
 // listTimeout bounds one node's walk in List, which may take many pages.
 const listTimeout = 10 * time.Second
 
-// nodeError wraps err as the failure of n.
+// nodeError wraps err as the failure of n. A node's error that may heal
+// (driver.IsTransient, the node's own timeout, a grant that expired before
+// its fence was raised) is recorded as such, without its mark: the
+// QuorumError says whether the whole miss is transient.
 func (n *node) nodeError(err error) *NodeError {
-	return &NodeError{Node: n.index, Addr: n.addr, Err: err}
+	transient := driver.IsTransient(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errNotRaised)
+	if u := errors.Unwrap(err); u != nil && driver.IsTransient(err) && !driver.IsTransient(u) {
+		err = u // the mark is outermost (redislock puts it there)
+	}
+	return &NodeError{Node: n.index, Addr: n.addr, Err: err, transient: transient}
 }
 
-// quorumError builds the QuorumError of op on key from the failed nodes.
-func (b *Backend) quorumError(op, key string, ok int, errs []*NodeError) *QuorumError {
+// timedOut marks err, the failure of a node call made with nctx, as
+// transient when nctx had ended: the node did not answer within its own
+// timeout (a caller's context that ended is told apart by quorumError).
+func timedOut(nctx context.Context, err error) error {
+	if err != nil && ctxend.Err(nctx) != nil {
+		return driver.Transient(err)
+	}
+	return err
+}
+
+// quorumError builds the QuorumError of op on key, called with ctx, from
+// the failed nodes. It is transient when ctx is live and the nodes whose
+// failure will not heal leave a quorum that could still agree.
+func (b *Backend) quorumError(ctx context.Context, op, key string, ok int, errs []*NodeError) *QuorumError {
 	slices.SortFunc(errs, func(x, y *NodeError) int { return x.Node - y.Node })
 	e := &QuorumError{Op: op, Key: key, Nodes: len(b.nodes), Quorum: b.Quorum(), OK: ok}
+	lasting := 0
 	for _, err := range errs {
 		e.Errs = append(e.Errs, err)
+		if !err.transient {
+			lasting++
+		}
 	}
+	e.transient = len(errs) > 0 && ctxend.Err(ctx) == nil && len(b.nodes)-lasting >= b.Quorum()
 	return e
 }
 
@@ -272,6 +298,7 @@ func fanOut[T any](b *Backend, ctx context.Context, timeout time.Duration, call 
 		b.goBackground(func() {
 			nctx, cancel := context.WithTimeout(ctx, timeout)
 			v, err := call(nctx, n)
+			err = timedOut(nctx, err)
 			cancel()
 			ch <- answer[T]{node: n, val: v, err: err}
 		})

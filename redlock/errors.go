@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // ErrValidityElapsed is returned (wrapped) by Acquire when a quorum of nodes
@@ -26,6 +28,10 @@ type QuorumError struct {
 	OK     int    // how many did
 	// Errs has one *NodeError for each node that failed, in node order.
 	Errs []error
+
+	// transient: the caller's context was live and the nodes whose failure
+	// will not heal leave enough nodes for a quorum (see Is).
+	transient bool
 }
 
 // Error says which operation on which key failed, how many nodes agreed
@@ -53,11 +59,20 @@ func (e *QuorumError) Error() string {
 // each of them (for example errors.Is(err, context.DeadlineExceeded)).
 func (e *QuorumError) Unwrap() []error { return e.Errs }
 
+// Is reports whether target is driver.ErrTransient and the quorum was
+// missed for failures that may heal: every node whose failure will not
+// heal (credentials refused, a foreign value, an eviction policy) still
+// leaves a quorum of nodes, and the caller's context was live. A waiting
+// Lock then tries again.
+func (e *QuorumError) Is(target error) bool { return target == driver.ErrTransient && e.transient }
+
 // NodeError is the failure of one node in a QuorumError.
 type NodeError struct {
 	Node int    // the node's index in the slice given to New
 	Addr string // the node's address from its client's options, or ""
-	Err  error  // what went wrong
+	Err  error  // what went wrong, without a transient mark (see QuorumError.Is)
+
+	transient bool // the failure may heal
 }
 
 // Error names the node and its error.

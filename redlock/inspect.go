@@ -81,7 +81,7 @@ func (b *Backend) lookupAll(ctx context.Context, op, key string, call func(ctx c
 		}
 	})
 	if answered < b.Quorum() {
-		return nil, b.quorumError(op, key, answered, errs)
+		return nil, b.quorumError(ctx, op, key, answered, errs)
 	}
 	return found, nil
 }
@@ -105,7 +105,7 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.LockInfo, e
 		}
 	})
 	if answered < b.Quorum() {
-		return nil, b.quorumError("list", prefix, answered, errs)
+		return nil, b.quorumError(ctx, "list", prefix, answered, errs)
 	}
 	var infos []driver.LockInfo
 	for _, found := range byKey {

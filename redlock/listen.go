@@ -124,7 +124,7 @@ func (l *listener) Subscribe(ctx context.Context, key string) error {
 	}
 	if ok < q {
 		_ = l.undo(s)
-		return l.b.quorumError("subscribe", key, ok, errs)
+		return l.b.quorumError(ctx, "subscribe", key, ok, errs)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

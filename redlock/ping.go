@@ -18,7 +18,7 @@ func (b *Backend) Ping(ctx context.Context) error {
 	defer g.stop()
 	answered, errs := g.collect(ctx, b, nil)
 	if answered < b.Quorum() {
-		return b.quorumError("ping", "", answered, errs)
+		return b.quorumError(ctx, "ping", "", answered, errs)
 	}
 	return nil
 }

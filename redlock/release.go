@@ -55,7 +55,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) (driver.Releas
 		}
 	})
 	if answered < b.Quorum() {
-		return driver.ReleaseResult{}, b.quorumError("release", key, answered, errs)
+		return driver.ReleaseResult{}, b.quorumError(ctx, "release", key, answered, errs)
 	}
 	return res, nil
 }

@@ -50,7 +50,7 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 	case refused:
 		return false, nil
 	}
-	return false, b.quorumError("renew", key, t.yes, errs)
+	return false, b.quorumError(ctx, "renew", key, t.yes, errs)
 }
 
 // RenewBatch renews every lease of reqs with one pipeline per node (see
@@ -74,7 +74,11 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 	}
 	timeout := b.callTimeout(shortest)
 	ch := fanOut(b, ctx, timeout, func(ctx context.Context, n *node) ([]driver.RenewResult, error) {
-		return n.b.RenewBatch(ctx, untied), nil
+		res := n.b.RenewBatch(ctx, untied)
+		for i := range res {
+			res[i].Err = timedOut(ctx, res[i].Err)
+		}
+		return res, nil
 	})
 	g := newGather(b, ch, timeout)
 	defer g.stop()
@@ -136,7 +140,7 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 			results[i].Held = true
 		case refused:
 		default:
-			results[i].Err = b.quorumError("renew", reqs[i].Key, tallies[i].yes, errs[i])
+			results[i].Err = b.quorumError(ctx, "renew", reqs[i].Key, tallies[i].yes, errs[i])
 		}
 	}
 	return results

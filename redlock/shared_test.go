@@ -386,8 +386,11 @@ func TestWriterIntentBlocksNewReaders(t *testing.T) {
 	// The writer gives up: its intent goes, and readers come in again.
 	mustRelease(t, b, "k", w.Token)
 	mustAcquire(t, b, r2)
-	// It waits again; once the readers leave, it is granted and its intent
-	// is gone.
+	// It waits again, with a new token as every Lock call draws (the token
+	// that gave up is refused for a while: a request of it may still be on
+	// its way); once the readers leave, it is granted and its intent is
+	// gone.
+	w = writer(t, "k", "writer", time.Minute)
 	mustRefuse(t, b, w)
 	mustRelease(t, b, "k", r1.Token)
 	mustRelease(t, b, "k", r2.Token)

@@ -108,6 +108,9 @@ func parseEtcd(raw string) (*backendURL, error) {
 		case "key":
 			e.key = v
 		case "namespace":
+			if v != "" && !strings.HasSuffix(v, "/") {
+				return nil, fmt.Errorf("namespace=%q must end with '/' (lock names follow it directly)", printable(v, 40))
+			}
 			e.namespace = v
 		case "handoff":
 			on, err := boolParam(k, v)

@@ -11,23 +11,36 @@ import (
 // An '@' in the query of an etcd:// URL belongs to the query, as net/url
 // reads it: it changes neither the hosts nor the credentials.
 func TestParseEtcdAtInQueryKeepsHostsAndCredentials(t *testing.T) {
-	b, err := parseBackendURL("etcd://app:pw@h1?namespace=a@evil")
+	b, err := parseBackendURL("etcd://app:pw@h1?namespace=a@evil/")
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := b.etcd
-	if len(e.endpoints) != 1 || e.endpoints[0] != "h1:2379" || e.user != "app" || e.password != "pw" || e.namespace != "a@evil" {
-		t.Errorf("endpoints %v, user %q, password %q, namespace %q; want [h1:2379], app, pw, a@evil", e.endpoints, e.user, e.password, e.namespace)
+	if len(e.endpoints) != 1 || e.endpoints[0] != "h1:2379" || e.user != "app" || e.password != "pw" || e.namespace != "a@evil/" {
+		t.Errorf("endpoints %v, user %q, password %q, namespace %q; want [h1:2379], app, pw, a@evil/", e.endpoints, e.user, e.password, e.namespace)
 	}
-	b, err = parseBackendURL("etcd://h1,h2?namespace=x@y")
+	b, err = parseBackendURL("etcd://h1,h2?namespace=x@y/")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := b.etcd; len(e.endpoints) != 2 || e.user != "" || e.password != "" || e.namespace != "x@y" {
+	if e := b.etcd; len(e.endpoints) != 2 || e.user != "" || e.password != "" || e.namespace != "x@y/" {
 		t.Errorf("endpoints %v, user %q, namespace %q", e.endpoints, e.user, e.namespace)
 	}
 	if _, err := parseBackendURL("etcd://app:p/w@h1"); err == nil || !strings.Contains(err.Error(), "percent-encode") {
 		t.Errorf("a '/' in the password: %v, want a hint to percent-encode it", err)
+	}
+}
+
+// A namespace is a directory: the lock's name follows it directly, so one
+// that does not end with '/' would share keys with another namespace's
+// names ("app/x" + "y" is "app/" + "xy").
+func TestParseEtcdNamespaceMustEndWithSlash(t *testing.T) {
+	_, err := parseBackendURL("etcd://h1?namespace=app/x")
+	if err == nil || !strings.Contains(err.Error(), "must end with '/'") {
+		t.Errorf("namespace=app/x: %v, want an error saying it must end with '/'", err)
+	}
+	if _, err := parseBackendURL("etcd://h1?namespace=app/x/"); err != nil {
+		t.Errorf("namespace=app/x/: %v", err)
 	}
 }
 
