@@ -375,6 +375,8 @@ func (b *Backend) acquireExclusive(ctx context.Context, req driver.AcquireReques
 			clientv3.OpGet(sp, clientv3.WithPrefix()),
 			clientv3.OpGet(ip, clientv3.WithPrefix()),
 			clientv3.OpGet(b.releasedKey(req.Key, req.Token), clientv3.WithCountOnly()),
+			// QueueLive: is anyone queued?
+			clientv3.OpGet(b.queuePrefix(req.Key), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1)),
 		})
 	if err != nil || retry {
 		return driver.AcquireResult{}, retry, err
@@ -393,6 +395,10 @@ func (b *Backend) acquireExclusive(ctx context.Context, req driver.AcquireReques
 	excl, shared, intents := rangeKVs(resp, 0), rangeKVs(resp, 1), rangeKVs(resp, 2)
 	var res driver.AcquireResult
 	res.Shared = len(shared)
+	// A waiter refused while others are queued joins the queue (see
+	// driver.AcquireResult.QueueLive): a Client with no queued token does
+	// not hear the handoffs between them (see watchFree).
+	res.QueueLive = req.Wait && len(rangeKVs(resp, 4)) > 0
 	if len(excl) == 1 {
 		kv := excl[0]
 		e := decodeExclusive(kv.Value)

@@ -44,6 +44,13 @@ type subscription struct {
 	n      int
 	cancel context.CancelFunc
 	done   chan struct{}
+	// watched counts the Watch calls (driver.HandoffWatcher) not undone:
+	// while it is above 0 a Client with no queued token hears handoffs.
+	watched int
+	// kick is closed when watched changes: the watches are made again.
+	kick chan struct{}
+	// pending are the Watch calls waiting for their watch to be created.
+	pending []chan<- error
 }
 
 // Subscribe implements driver.Listener: it returns once etcd has created
@@ -62,7 +69,7 @@ func (l *listener) Subscribe(ctx context.Context, key string) error {
 		return nil
 	}
 	wctx, cancel := context.WithCancel(l.ctx)
-	s := &subscription{n: 1, cancel: cancel, done: make(chan struct{})}
+	s := &subscription{n: 1, cancel: cancel, done: make(chan struct{}), kick: make(chan struct{})}
 	l.subs[key] = s
 	l.wg.Add(1)
 	l.mu.Unlock()
@@ -100,39 +107,63 @@ func (l *listener) drop(key string, s *subscription) {
 // watches only the entry ahead of the oldest such token (etcd's own
 // recipe, as concurrency.Mutex waits): the entry's delete is all that can
 // make that token the head, and the queue's other writes, a new waiter's
-// entry among them, wake nobody. Otherwise (no token queued, or the
-// token heads the queue) it watches the lock's directory: a release, a
-// handoff, an expiry, a forced release, a shared hold or writer intent
-// gone. A watch that etcd ends (no leader, compaction) is made again,
-// after telling the client that it may have missed releases.
+// entry among them, wake nobody. When the token heads the queue it
+// watches the lock's directory: a release, a handoff, an expiry, a forced
+// release, a shared hold or writer intent gone. With no token queued (a
+// plain waiter, or a Client whose subscription outlives its grant) it
+// watches only the deletes of the holder's key, shared holds and writer
+// intents, and the forced-release record: a handoff, a refresh or a new
+// waiter wakes none of these, so that the cost of a grant does not grow
+// with the Clients that subscribed to the name. A watch that etcd ends (no
+// leader, compaction) is made again, after telling the client that it may
+// have missed releases.
 func (l *listener) watch(ctx context.Context, key string, s *subscription, created chan<- error) {
 	defer l.wg.Done()
 	defer close(s.done)
 	backoff := 10 * time.Millisecond
+	// from is the revision through which this subscription has seen the
+	// lock's events (0: none yet): a watch made again, as the token's
+	// place changed, resumes after it, so that nothing between two
+	// watches is missed.
+	var from int64
+	c := &confirmer{first: created}
 	for ctx.Err() == nil {
+		l.mu.Lock()
+		kick, watched := s.kick, s.watched > 0
+		c.chs = append(c.chs, s.pending...)
+		s.pending = nil
+		l.mu.Unlock()
 		token, at, changed := l.b.oldestQueued(key)
 		var err error
-		if token != "" {
+		switch {
+		case token == "":
+			from, err = l.watchFree(ctx, key, from, watched, changed, kick, c)
+		default:
+			// Confirmed at once: what the token waits for, its entry
+			// coming to the head and the lock then left or handed to it,
+			// is read by followAhead and watchDir before they watch, so
+			// that nothing after now is missed.
+			c.ok()
 			var head bool
-			head, err = l.followAhead(ctx, key, token, at, changed, &created)
-			if err == nil && !head {
-				continue // the entry ahead went, or the token's place changed
+			head, err = l.followAhead(ctx, key, token, at, watched, changed, kick, c)
+			if err == nil && head {
+				from, err = l.watchDir(ctx, key, token, from, changed, kick, c)
 			}
-		}
-		if err == nil {
-			err = l.watchDir(ctx, key, token, changed, &created)
 		}
 		if ctx.Err() != nil {
 			break
 		}
 		if err == nil {
+			backoff = 10 * time.Millisecond
 			continue // the token's place changed: watch anew
 		}
-		if created != nil {
+		from = 0
+		if c.first != nil {
 			// Not created: let Subscribe fail rather than wait.
-			created <- err
+			c.fail(err)
 			return
 		}
+		c.fail(err)
 		// The watch ended (no leader, compaction): releases may have been
 		// missed. Read and watch again.
 		l.fn("", "")
@@ -144,20 +175,29 @@ func (l *listener) watch(ctx context.Context, key string, s *subscription, creat
 		t.Stop()
 		backoff = min(2*backoff, time.Second)
 	}
-	if created != nil {
-		created <- ctx.Err()
-	}
+	c.fail(ctx.Err())
 }
 
-// confirm tells Subscribe that its key is watched, once the read that a
-// watch starts after is done: the watch delivers every event after that
-// read's revision, whenever etcd creates it, and a watch that fails is
-// reported as missed releases (fn("", "")).
-func confirm(created *chan<- error) {
-	if *created != nil {
-		*created <- nil
-		*created = nil
+// confirmer tells Subscribe (first) and Watch calls (chs) that their key
+// is watched, once the read that a watch starts after is done: the watch
+// delivers every event after that read's revision, whenever etcd creates
+// it, and a watch that fails is reported as missed releases (fn("", "")).
+type confirmer struct {
+	first chan<- error
+	chs   []chan<- error
+}
+
+func (c *confirmer) ok() { c.fail(nil) }
+
+func (c *confirmer) fail(err error) {
+	if c.first != nil {
+		c.first <- err
+		c.first = nil
 	}
+	for _, ch := range c.chs {
+		ch <- err
+	}
+	c.chs = nil
 }
 
 // errWatchEnded reports a watch that etcd ended or never created.
@@ -165,9 +205,10 @@ var errWatchEnded = errors.New("watch ended")
 
 // followAhead waits while token's entry of create revision at has an entry
 // ahead of it, watching that entry alone, until it goes (false), changed
-// is closed (false), or the token heads the queue (true). A head that
-// finds the lock free is woken: nobody may release it to it.
-func (l *listener) followAhead(ctx context.Context, key, token string, at int64, changed <-chan struct{}, created *chan<- error) (head bool, err error) {
+// or kick is closed (false), or the token heads the queue (true). When
+// watched (driver.HandoffWatcher) it watches the holder's key's writes
+// too, to report handoffs.
+func (l *listener) followAhead(ctx context.Context, key, token string, at int64, watched bool, changed, kick <-chan struct{}, c *confirmer) (head bool, err error) {
 	resp, err := l.b.c.Txn(ctx).Then(
 		clientv3.OpGet(l.b.queuePrefix(key), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 			clientv3.WithMaxCreateRev(at-1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1)),
@@ -186,59 +227,158 @@ func (l *listener) followAhead(ctx context.Context, key, token string, at int64,
 	if len(ahead) == 0 {
 		return true, nil
 	}
-	confirm(created)
+	c.ok()
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	wch := l.b.c.Watch(wctx, string(ahead[0].Key), clientv3.WithFilterPut(), clientv3.WithCreatedNotify(), clientv3.WithRev(resp.Header.Revision+1))
+	rev := clientv3.WithRev(resp.Header.Revision + 1)
+	wch := l.b.c.Watch(wctx, string(ahead[0].Key), clientv3.WithFilterPut(), rev)
+	var hch clientv3.WatchChan // nil unless watched: never ready
+	if watched {
+		hch = l.b.c.Watch(wctx, l.b.exclKey(key), clientv3.WithFilterDelete(), rev)
+	}
+	st := &lockState{}
 	for {
 		select {
 		case <-changed:
+			return false, nil
+		case <-kick:
 			return false, nil
 		case wr, ok := <-wch:
 			if !ok || wr.Err() != nil || wr.Canceled {
 				return false, errWatchEnded
 			}
-			if wr.Created {
-				continue
-			}
 			if len(wr.Events) > 0 {
 				return false, nil // the entry ahead is gone: look again
+			}
+		case wr, ok := <-hch:
+			if !ok || wr.Err() != nil || wr.Canceled {
+				return false, errWatchEnded
+			}
+			for _, ev := range wr.Events {
+				if next, wake := st.apply(l.b, key, ev); wake && next != "" {
+					l.fn(key, next) // a handoff
+				}
 			}
 		}
 	}
 }
 
-// watchDir watches the lock's directory until changed is closed (nil) or
-// the watch ends (an error). token, when set, is this Backend's token at
-// the head of the queue: a release that leaves the lock free names it.
-func (l *listener) watchDir(ctx context.Context, key, token string, changed <-chan struct{}, created *chan<- error) error {
-	resp, err := l.b.c.Get(ctx, l.b.exclKey(key), clientv3.WithKeysOnly())
-	if err != nil {
-		return err
+// watchFree watches, for a Listener whose Backend has no token queued for
+// key, the deletes of the holder's key, of shared holds and of writer
+// intents, and the forced-release record, from revision from+1 (from 0: a
+// read's revision), until changed or kick is closed (nil) or a watch ends
+// (an error). When watched (driver.HandoffWatcher) it watches every write
+// of the holder's key, to report handoffs. It returns the revision through
+// which it has seen every event.
+func (l *listener) watchFree(ctx context.Context, key string, from int64, watched bool, changed, kick <-chan struct{}, c *confirmer) (int64, error) {
+	if from == 0 {
+		resp, err := l.b.c.Get(ctx, l.b.exclKey(key), clientv3.WithCountOnly())
+		if err != nil {
+			return 0, err
+		}
+		from = resp.Header.Revision
 	}
-	st := &lockState{excl: len(resp.Kvs) == 1, head: token}
-	if token != "" && !st.excl {
-		l.fn(key, token) // the head, and the lock free: nobody will release it
-	}
-	confirm(created)
+	c.ok()
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	wch := l.b.c.Watch(wctx, l.b.dir(key), clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithRev(resp.Header.Revision+1))
+	rev := clientv3.WithRev(from + 1)
+	exclOpts := []clientv3.OpOption{rev}
+	if !watched {
+		exclOpts = append(exclOpts, clientv3.WithFilterPut())
+	}
+	chans := []clientv3.WatchChan{
+		l.b.c.Watch(wctx, l.b.exclKey(key), exclOpts...),
+		l.b.c.Watch(wctx, l.b.sharedPrefix(key), clientv3.WithPrefix(), clientv3.WithFilterPut(), rev),
+		l.b.c.Watch(wctx, l.b.intentPrefix(key), clientv3.WithPrefix(), clientv3.WithFilterPut(), rev),
+		l.b.c.Watch(wctx, l.b.releasedKey(key, forcedToken), clientv3.WithFilterDelete(), rev),
+	}
+	// seen[i]: the revision through which chans[i] has delivered.
+	seen := []int64{from, from, from, from}
+	through := func() int64 { return min(seen[0], seen[1], seen[2], seen[3]) }
+	st := &lockState{}
+	handle := func(i int, wr clientv3.WatchResponse, ok bool) error {
+		if !ok || wr.Err() != nil || wr.Canceled {
+			return errWatchEnded
+		}
+		for _, ev := range wr.Events {
+			if next, wake := st.apply(l.b, key, ev); wake {
+				l.fn(key, next)
+			}
+		}
+		if len(wr.Events) > 0 {
+			seen[i] = max(seen[i], wr.Events[len(wr.Events)-1].Kv.ModRevision)
+		}
+		return nil
+	}
+	for {
+		var (
+			i  int
+			wr clientv3.WatchResponse
+			ok bool
+		)
+		select {
+		case <-changed:
+			return through(), nil
+		case <-kick:
+			return through(), nil
+		case wr, ok = <-chans[0]:
+		case wr, ok = <-chans[1]:
+			i = 1
+		case wr, ok = <-chans[2]:
+			i = 2
+		case wr, ok = <-chans[3]:
+			i = 3
+		}
+		if err := handle(i, wr, ok); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// watchDir watches the lock's directory from revision from+1 (from 0: a
+// read's) until changed or kick is closed (nil) or the watch ends (an
+// error). token is this Backend's token at the head of the queue: a
+// release that leaves the lock free names it. It returns the revision
+// through which it has seen every event.
+func (l *listener) watchDir(ctx context.Context, key, token string, from int64, changed, kick <-chan struct{}, c *confirmer) (int64, error) {
+	resp, err := l.b.c.Get(ctx, l.b.exclKey(key))
+	if err != nil {
+		return 0, err
+	}
+	st := &lockState{head: token}
+	if len(resp.Kvs) == 1 {
+		// Held, or handed to the token before the watch: then announced
+		// as the watch would have.
+		if next, wake := st.apply(l.b, key, &clientv3.Event{Type: mvccpb.PUT, Kv: resp.Kvs[0]}); wake {
+			l.fn(key, next)
+		}
+	} else {
+		l.fn(key, token) // the head, and the lock free: nobody will release it
+	}
+	if from == 0 {
+		from = resp.Header.Revision
+	}
+	// Events from before the read replayed on its state may wake for
+	// nothing, never miss a wake-up.
+	c.ok()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wch := l.b.c.Watch(wctx, l.b.dir(key), clientv3.WithPrefix(), clientv3.WithRev(from+1))
 	for {
 		select {
 		case <-changed:
-			return nil
+			return from, nil
+		case <-kick:
+			return from, nil
 		case wr, ok := <-wch:
 			if !ok || wr.Err() != nil || wr.Canceled {
-				return errWatchEnded
-			}
-			if wr.Created {
-				continue
+				return 0, errWatchEnded
 			}
 			for _, ev := range wr.Events {
 				if next, wake := st.apply(l.b, key, ev); wake {
 					l.fn(key, next)
 				}
+				from = max(from, ev.Kv.ModRevision)
 			}
 		}
 	}
@@ -288,6 +428,67 @@ func (st *lockState) apply(b *Backend, key string, ev *clientv3.Event) (next str
 		return "", !put
 	}
 	return "", false
+}
+
+var _ driver.HandoffWatcher = (*listener)(nil)
+
+// Watch implements driver.HandoffWatcher: while this Backend has no token
+// queued for key, a subscription hears only what leaves the lock free (see
+// watch), not the handoffs between other Clients; Watch makes it watch
+// every write of the holder's key until Unwatch. It returns once the new
+// watch is made. The key must be subscribed.
+func (l *listener) Watch(ctx context.Context, key string) error {
+	ctx, cancel := l.b.bound(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	l.mu.Lock()
+	s := l.subs[key]
+	if l.closed || s == nil {
+		l.mu.Unlock()
+		return errors.New("etcdlock: watch of a key not subscribed")
+	}
+	s.watched++
+	s.pending = append(s.pending, done)
+	close(s.kick)
+	s.kick = make(chan struct{})
+	l.mu.Unlock()
+	var err error
+	select {
+	case err = <-done:
+	case <-s.done:
+		err = errors.New("etcdlock: subscription ended")
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
+		l.unwatch(s)
+		return wrap("watch", key, err)
+	}
+	return nil
+}
+
+// Unwatch implements driver.HandoffWatcher.
+func (l *listener) Unwatch(ctx context.Context, key string) error {
+	l.mu.Lock()
+	s := l.subs[key]
+	l.mu.Unlock()
+	if s != nil {
+		l.unwatch(s)
+	}
+	return nil
+}
+
+// unwatch undoes one Watch of s.
+func (l *listener) unwatch(s *subscription) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s.watched > 0 {
+		s.watched--
+		if s.watched == 0 {
+			close(s.kick)
+			s.kick = make(chan struct{})
+		}
+	}
 }
 
 // Unsubscribe implements driver.Listener.
