@@ -125,6 +125,8 @@ func (l *listener) watch(ctx context.Context, key string, s *subscription, creat
 	// lock's events (0: none yet): a watch made again, as the token's
 	// place changed, resumes after it, so that nothing between two
 	// watches is missed.
+	// from is the revision since which the last watch of key without a
+	// queued token saw every event (see watchDir), 0 when none did.
 	var from int64
 	c := &confirmer{first: created}
 	for ctx.Err() == nil {
@@ -137,17 +139,17 @@ func (l *listener) watch(ctx context.Context, key string, s *subscription, creat
 		var err error
 		switch {
 		case token == "":
-			from, err = l.watchFree(ctx, key, from, watched, changed, kick, c)
+			from, err = l.watchFree(ctx, key, watched, changed, kick, c)
 		default:
 			// Confirmed at once: what the token waits for, its entry
 			// coming to the head and the lock then left or handed to it,
-			// is read by followAhead and watchDir before they watch, so
+			// is read by followAhead and watchDir once they watch, so
 			// that nothing after now is missed.
 			c.ok()
 			var head bool
-			head, err = l.followAhead(ctx, key, token, at, watched, changed, kick, c)
+			head, err = l.followAhead(ctx, key, token, at, watched, changed, kick)
 			if err == nil && head {
-				from, err = l.watchDir(ctx, key, token, from, changed, kick, c)
+				err = l.watchDir(ctx, key, token, from, changed, kick)
 			}
 		}
 		if ctx.Err() != nil {
@@ -203,12 +205,33 @@ func (c *confirmer) fail(err error) {
 // errWatchEnded reports a watch that etcd ended or never created.
 var errWatchEnded = errors.New("watch ended")
 
+// awaitCreated waits for the creation of the watch wch, made with
+// clientv3.WithCreatedNotify, and returns the revision it was made at:
+// every event after it is delivered. The watches start at the current
+// revision, never an earlier one: etcd catches a watch that starts in the
+// past up with the store in a loop that runs every 100 ms, which would
+// delay every wake-up that much on a busy lock.
+func awaitCreated(ctx context.Context, wch clientv3.WatchChan) (int64, error) {
+	select {
+	case wr, ok := <-wch:
+		if !ok || wr.Err() != nil || wr.Canceled || !wr.Created {
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			return 0, errWatchEnded
+		}
+		return wr.Header.Revision, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
 // followAhead waits while token's entry of create revision at has an entry
 // ahead of it, watching that entry alone, until it goes (false), changed
 // or kick is closed (false), or the token heads the queue (true). When
 // watched (driver.HandoffWatcher) it watches the holder's key's writes
 // too, to report handoffs.
-func (l *listener) followAhead(ctx context.Context, key, token string, at int64, watched bool, changed, kick <-chan struct{}, c *confirmer) (head bool, err error) {
+func (l *listener) followAhead(ctx context.Context, key, token string, at int64, watched bool, changed, kick <-chan struct{}) (head bool, err error) {
 	resp, err := l.b.c.Txn(ctx).Then(
 		clientv3.OpGet(l.b.queuePrefix(key), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 			clientv3.WithMaxCreateRev(at-1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1)),
@@ -227,14 +250,22 @@ func (l *listener) followAhead(ctx context.Context, key, token string, at int64,
 	if len(ahead) == 0 {
 		return true, nil
 	}
-	c.ok()
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	rev := clientv3.WithRev(resp.Header.Revision + 1)
-	wch := l.b.c.Watch(wctx, string(ahead[0].Key), clientv3.WithFilterPut(), rev)
+	ak := string(ahead[0].Key)
+	wch := l.b.c.Watch(wctx, ak, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
 	var hch clientv3.WatchChan // nil unless watched: never ready
 	if watched {
-		hch = l.b.c.Watch(wctx, l.b.exclKey(key), clientv3.WithFilterDelete(), rev)
+		hch = l.b.c.Watch(wctx, l.b.exclKey(key), clientv3.WithFilterDelete())
+	}
+	if _, err := awaitCreated(ctx, wch); err != nil {
+		return false, err
+	}
+	// Still there once watched: its delete is delivered.
+	if n, err := l.b.c.Get(ctx, ak, clientv3.WithCountOnly()); err != nil {
+		return false, err
+	} else if n.Count == 0 {
+		return false, nil
 	}
 	st := &lockState{}
 	for {
@@ -265,120 +296,109 @@ func (l *listener) followAhead(ctx context.Context, key, token string, at int64,
 
 // watchFree watches, for a Listener whose Backend has no token queued for
 // key, the deletes of the holder's key, of shared holds and of writer
-// intents, and the forced-release record, from revision from+1 (from 0: a
-// read's revision), until changed or kick is closed (nil) or a watch ends
-// (an error). When watched (driver.HandoffWatcher) it watches every write
-// of the holder's key, to report handoffs. It returns the revision through
-// which it has seen every event.
-func (l *listener) watchFree(ctx context.Context, key string, from int64, watched bool, changed, kick <-chan struct{}, c *confirmer) (int64, error) {
-	if from == 0 {
-		resp, err := l.b.c.Get(ctx, l.b.exclKey(key), clientv3.WithCountOnly())
-		if err != nil {
-			return 0, err
-		}
-		from = resp.Header.Revision
-	}
-	c.ok()
+// intents, and the forced-release record, until changed or kick is closed
+// (nil) or a watch ends (an error). When watched (driver.HandoffWatcher)
+// it watches every write of the holder's key, to report handoffs. It
+// confirms c once the watches are made, and returns the revision from
+// which it saw every event.
+func (l *listener) watchFree(ctx context.Context, key string, watched bool, changed, kick <-chan struct{}, c *confirmer) (int64, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	rev := clientv3.WithRev(from + 1)
-	exclOpts := []clientv3.OpOption{rev}
+	exclOpts := []clientv3.OpOption{clientv3.WithCreatedNotify()}
 	if !watched {
 		exclOpts = append(exclOpts, clientv3.WithFilterPut())
 	}
 	chans := []clientv3.WatchChan{
 		l.b.c.Watch(wctx, l.b.exclKey(key), exclOpts...),
-		l.b.c.Watch(wctx, l.b.sharedPrefix(key), clientv3.WithPrefix(), clientv3.WithFilterPut(), rev),
-		l.b.c.Watch(wctx, l.b.intentPrefix(key), clientv3.WithPrefix(), clientv3.WithFilterPut(), rev),
-		l.b.c.Watch(wctx, l.b.releasedKey(key, forcedToken), clientv3.WithFilterDelete(), rev),
+		l.b.c.Watch(wctx, l.b.sharedPrefix(key), clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify()),
+		l.b.c.Watch(wctx, l.b.intentPrefix(key), clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify()),
+		l.b.c.Watch(wctx, l.b.releasedKey(key, forcedToken), clientv3.WithFilterDelete(), clientv3.WithCreatedNotify()),
 	}
-	// seen[i]: the revision through which chans[i] has delivered.
-	seen := []int64{from, from, from, from}
-	through := func() int64 { return min(seen[0], seen[1], seen[2], seen[3]) }
+	var from int64
+	for _, ch := range chans {
+		rev, err := awaitCreated(ctx, ch)
+		if err != nil {
+			return 0, err
+		}
+		from = max(from, rev)
+	}
+	c.ok()
 	st := &lockState{}
-	handle := func(i int, wr clientv3.WatchResponse, ok bool) error {
+	for {
+		var (
+			wr clientv3.WatchResponse
+			ok bool
+		)
+		select {
+		case <-changed:
+			return from, nil
+		case <-kick:
+			return from, nil
+		case wr, ok = <-chans[0]:
+		case wr, ok = <-chans[1]:
+		case wr, ok = <-chans[2]:
+		case wr, ok = <-chans[3]:
+		}
 		if !ok || wr.Err() != nil || wr.Canceled {
-			return errWatchEnded
+			return 0, errWatchEnded
 		}
 		for _, ev := range wr.Events {
 			if next, wake := st.apply(l.b, key, ev); wake {
 				l.fn(key, next)
 			}
 		}
-		if len(wr.Events) > 0 {
-			seen[i] = max(seen[i], wr.Events[len(wr.Events)-1].Kv.ModRevision)
-		}
-		return nil
-	}
-	for {
-		var (
-			i  int
-			wr clientv3.WatchResponse
-			ok bool
-		)
-		select {
-		case <-changed:
-			return through(), nil
-		case <-kick:
-			return through(), nil
-		case wr, ok = <-chans[0]:
-		case wr, ok = <-chans[1]:
-			i = 1
-		case wr, ok = <-chans[2]:
-			i = 2
-		case wr, ok = <-chans[3]:
-			i = 3
-		}
-		if err := handle(i, wr, ok); err != nil {
-			return 0, err
-		}
 	}
 }
 
-// watchDir watches the lock's directory from revision from+1 (from 0: a
-// read's) until changed or kick is closed (nil) or the watch ends (an
-// error). token is this Backend's token at the head of the queue: a
-// release that leaves the lock free names it. It returns the revision
-// through which it has seen every event.
-func (l *listener) watchDir(ctx context.Context, key, token string, from int64, changed, kick <-chan struct{}, c *confirmer) (int64, error) {
-	resp, err := l.b.c.Get(ctx, l.b.exclKey(key))
+// watchDir watches the lock's directory, for a Listener whose Backend's
+// token heads the queue, until changed or kick is closed (nil) or the
+// watch ends (an error). A release that leaves the lock free names the
+// token. A forced release recorded after from (the revision since which
+// an earlier watch of this subscription saw every event, or 0) wakes
+// everyone: it may have come between the two watches.
+func (l *listener) watchDir(ctx context.Context, key, token string, from int64, changed, kick <-chan struct{}) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wch := l.b.c.Watch(wctx, l.b.dir(key), clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	if _, err := awaitCreated(ctx, wch); err != nil {
+		return err
+	}
+	// Read once watched: the events after the read replayed on its state
+	// may wake for nothing, never miss a wake-up.
+	resp, err := l.b.c.Txn(ctx).Then(
+		clientv3.OpGet(l.b.exclKey(key)),
+		clientv3.OpGet(l.b.releasedKey(key, forcedToken), clientv3.WithKeysOnly()),
+	).Commit()
 	if err != nil {
-		return 0, err
+		return err
 	}
 	st := &lockState{head: token}
-	if len(resp.Kvs) == 1 {
+	if excl := rangeKVs(resp, 0); len(excl) == 1 {
 		// Held, or handed to the token before the watch: then announced
 		// as the watch would have.
-		if next, wake := st.apply(l.b, key, &clientv3.Event{Type: mvccpb.PUT, Kv: resp.Kvs[0]}); wake {
+		if next, wake := st.apply(l.b, key, &clientv3.Event{Type: mvccpb.PUT, Kv: excl[0]}); wake {
 			l.fn(key, next)
 		}
 	} else {
 		l.fn(key, token) // the head, and the lock free: nobody will release it
 	}
-	if from == 0 {
-		from = resp.Header.Revision
+	if forced := rangeKVs(resp, 1); from > 0 && len(forced) == 1 && forced[0].ModRevision > from {
+		l.fn(key, "")
 	}
-	// Events from before the read replayed on its state may wake for
-	// nothing, never miss a wake-up.
-	c.ok()
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	wch := l.b.c.Watch(wctx, l.b.dir(key), clientv3.WithPrefix(), clientv3.WithRev(from+1))
 	for {
 		select {
 		case <-changed:
-			return from, nil
+			return nil
 		case <-kick:
-			return from, nil
+			return nil
 		case wr, ok := <-wch:
 			if !ok || wr.Err() != nil || wr.Canceled {
-				return 0, errWatchEnded
+				return errWatchEnded
 			}
 			for _, ev := range wr.Events {
 				if next, wake := st.apply(l.b, key, ev); wake {
 					l.fn(key, next)
 				}
-				from = max(from, ev.Kv.ModRevision)
 			}
 		}
 	}
