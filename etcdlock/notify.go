@@ -236,13 +236,23 @@ func (l *listener) followAhead(ctx context.Context, key, token string, at int64,
 		clientv3.OpGet(l.b.queuePrefix(key), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 			clientv3.WithMaxCreateRev(at-1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1)),
 		clientv3.OpGet(l.b.queueKey(key, token), clientv3.WithKeysOnly()),
+		clientv3.OpGet(l.b.exclKey(key)),
 	).Commit()
 	if err != nil {
 		return false, err
 	}
 	if mine := rangeKVs(resp, 1); len(mine) == 0 || mine[0].CreateRevision != at {
-		// The token left that place (its entry lapsed): its next request
-		// queues it again, or finds its grant.
+		// The token left that place: a release handed it the lock (and
+		// deleted the entry) since the entry ahead went, which is
+		// announced here, as no watch of this Listener saw it; or its
+		// entry lapsed, and its next request queues it again, or finds
+		// its grant.
+		if excl := rangeKVs(resp, 2); len(excl) == 1 && decodeExclusive(excl[0].Value).token == token {
+			st := &lockState{}
+			if next, wake := st.apply(l.b, key, &clientv3.Event{Type: mvccpb.PUT, Kv: excl[0]}); wake {
+				l.fn(key, next)
+			}
+		}
 		l.b.dropQueued(key, token, at)
 		return false, nil
 	}
