@@ -88,10 +88,14 @@ type Backend struct {
 	noHandoff bool
 
 	// queued holds the (key, token) pairs this Backend queued in a fair
-	// queue and has not seen leave it: their next fair acquire reads
-	// first, the others try a grant at once (see acquireFair).
+	// queue and has not seen leave it, with their entries' create
+	// revisions (their places): their next fair acquire reads first, the
+	// others try a grant at once (see acquireFair). A Listener watches the
+	// entry ahead of the oldest of them (see notify.go), and is told of
+	// changes on queuedCh.
 	queuedMu sync.Mutex
-	queued   map[holdID]struct{}
+	queued   map[holdID]int64
+	queuedCh chan struct{}
 	// hints holds, per lock, the head of its fair queue as this Backend
 	// last saw it, for a release to hand the lock to (see lastHold).
 	hints map[string]headHint
@@ -101,25 +105,68 @@ type Backend struct {
 // waiter's next attempt costs one more round trip).
 const maxQueued = 4096
 
-func (b *Backend) setQueued(key, token string, on bool) {
+// setQueued records that token is queued for key with an entry of create
+// revision at, or (at 0) that it left the queue; leaving also forgets the
+// entry's hold on its lease (see leaseTable.forEntries).
+func (b *Backend) setQueued(key, token string, at int64) {
 	b.queuedMu.Lock()
-	defer b.queuedMu.Unlock()
 	id := holdID{key, token}
-	if !on {
+	old, had := b.queued[id]
+	switch {
+	case at == 0:
 		delete(b.queued, id)
-		return
-	}
-	if len(b.queued) >= maxQueued {
+	case len(b.queued) >= maxQueued && !had:
 		clear(b.queued)
+		fallthrough
+	default:
+		b.queued[id] = at
 	}
-	b.queued[id] = struct{}{}
+	changed := old != at
+	ch := b.queuedCh
+	if changed {
+		b.queuedCh = make(chan struct{})
+	}
+	b.queuedMu.Unlock()
+	if changed {
+		close(ch)
+	}
+	if at == 0 && had {
+		b.leases.untrack(b.queueKey(key, token), token)
+	}
 }
 
-func (b *Backend) isQueued(key, token string) bool {
+// dropQueued is setQueued(key, token, 0) when token's place is still at.
+func (b *Backend) dropQueued(key, token string, at int64) {
+	b.queuedMu.Lock()
+	same := b.queued[holdID{key, token}] == at
+	b.queuedMu.Unlock()
+	if same {
+		b.setQueued(key, token, 0)
+	}
+}
+
+// queuedAt returns the create revision of token's entry in key's queue as
+// this Backend last saw it, or 0 when it has not queued it.
+func (b *Backend) queuedAt(key, token string) int64 {
 	b.queuedMu.Lock()
 	defer b.queuedMu.Unlock()
-	_, ok := b.queued[holdID{key, token}]
-	return ok
+	return b.queued[holdID{key, token}]
+}
+
+func (b *Backend) isQueued(key, token string) bool { return b.queuedAt(key, token) > 0 }
+
+// oldestQueued returns the token of this Backend's that is queued for key
+// with the oldest entry, with its place, and a channel closed at the next
+// change of the queued set.
+func (b *Backend) oldestQueued(key string) (token string, at int64, changed <-chan struct{}) {
+	b.queuedMu.Lock()
+	defer b.queuedMu.Unlock()
+	for id, rev := range b.queued {
+		if id.key == key && (at == 0 || rev < at) {
+			token, at = id.token, rev
+		}
+	}
+	return token, at, b.queuedCh
 }
 
 // bound limits ctx to the backend's call timeout.
@@ -141,7 +188,7 @@ func (b *Backend) bound(ctx context.Context) (context.Context, context.CancelFun
 // frozen or half-open member's connection is closed (see docs/ETCD.md,
 // "Gray failures").
 func New(c *clientv3.Client, opts ...Option) *Backend {
-	b := &Backend{c: c, ns: DefaultNamespace, timeout: defaultTimeout, queued: make(map[holdID]struct{}), hints: make(map[string]headHint)}
+	b := &Backend{c: c, ns: DefaultNamespace, timeout: defaultTimeout, queued: make(map[holdID]int64), queuedCh: make(chan struct{}), hints: make(map[string]headHint)}
 	for _, o := range opts {
 		o.apply(b)
 	}
@@ -330,6 +377,8 @@ func (b *Backend) acquireExclusive(ctx context.Context, req driver.AcquireReques
 			clientv3.OpGet(sp, clientv3.WithPrefix()),
 			clientv3.OpGet(ip, clientv3.WithPrefix()),
 			clientv3.OpGet(b.releasedKey(req.Key, req.Token), clientv3.WithCountOnly()),
+			// QueueLive: is anyone queued?
+			clientv3.OpGet(b.queuePrefix(req.Key), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1)),
 		})
 	if err != nil || retry {
 		return driver.AcquireResult{}, retry, err
@@ -348,6 +397,10 @@ func (b *Backend) acquireExclusive(ctx context.Context, req driver.AcquireReques
 	excl, shared, intents := rangeKVs(resp, 0), rangeKVs(resp, 1), rangeKVs(resp, 2)
 	var res driver.AcquireResult
 	res.Shared = len(shared)
+	// A waiter refused while others are queued joins the queue (see
+	// driver.AcquireResult.QueueLive): a Client with no queued token does
+	// not hear the handoffs between them (see watchFree).
+	res.QueueLive = req.Wait && len(rangeKVs(resp, 4)) > 0
 	if len(excl) == 1 {
 		kv := excl[0]
 		e := decodeExclusive(kv.Value)

@@ -65,13 +65,15 @@
 //
 // # Waiting
 //
-// Waiters are woken by watches: a Listener reads, then watches, the
-// directory of every lock it waits on, on one gRPC stream, and keeps the
-// lock's state from the events. A release (or an expiry, a forced release)
-// wakes the fair queue's head alone when the lock has a queue, and every
-// waiter otherwise; a released shared hold or a writer intent gone wakes
-// everyone. The watches require a leader, so a member cut off from the
-// majority ends them and waiters retry.
+// Waiters are woken by watches: a Listener watches, for a token of its
+// Backend's queued behind another entry, that entry alone (etcd's own
+// recipe), and otherwise the directory of the lock, on one gRPC stream. A
+// release (or an expiry, a forced release) wakes the fair queue's head
+// alone when the lock has a queue, and every waiter otherwise; a released
+// shared hold or a writer intent gone wakes everyone. A queued waiter
+// keeps its entry by keeping its lease alive, not by writing it, so that
+// its refreshes wake nobody. The watches require a leader, so a member cut
+// off from the majority ends them and waiters retry.
 //
 // # Not supported
 //

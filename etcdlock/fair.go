@@ -11,29 +11,42 @@ import (
 
 // acquireFair is an exclusive acquire in arrival order. The queue is the
 // lock's q\x00TOKEN keys, in the order of their create revisions; an entry
-// lives on a queue lease of its request's QueueTTL and is written again by
-// each later request of its waiter (which keeps its create revision, and so
-// its place). A fair acquire reads the lock and its queue, then, when the
-// lock is free and the caller heads the queue (or the queue is empty),
-// grants in one transaction that checks the lock is still free and, for an
-// empty queue, that nobody queued since the read; nobody can queue ahead of
-// a head, whose entry is older than any new one.
+// lives on an entries lease of this Backend's (see leaseTable.forEntries),
+// which each later request of its waiter keeps alive rather than writing
+// the entry again, so that a waiter's refresh wakes nobody (see notify.go:
+// a waiter watches the entry ahead of its own). A grant is one transaction
+// that checks the lock is free and that nobody is ahead of the caller in
+// the queue; nobody can queue ahead of a head, whose entry is older than
+// any new one.
 //
 // A caller that this Backend has not queued tries the grant at once, in a
-// transaction that also checks that nobody is queued, and reads the lock
-// and its queue when refused: an uncontended fair lock costs one round
-// trip, as a plain one does.
+// transaction that also checks that nobody is queued, and queues when
+// refused, in the same transaction: an uncontended fair lock costs one
+// round trip, as a plain one does, and a new waiter one Raft commit. A
+// queued caller reads its entry and the lock's holder; only when the lock
+// is free does it read the queue's head. Every read is of a fixed number
+// of keys, whatever the length of the queue.
 func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest, retried bool) (driver.AcquireResult, bool, error) {
 	sent := time.Now()
 	ek, sp, qp := b.exclKey(req.Key), b.sharedPrefix(req.Key), b.queuePrefix(req.Key)
+	qk := b.queueKey(req.Key, req.Token)
+	// The reads answer, in order: the holder, the number of shared holds,
+	// the token's entry, the number of entries; and, when the lock is
+	// free, the queue's two oldest entries (a nested transaction, whose
+	// range reads the whole queue on the server only then).
 	readOps := []clientv3.Op{
 		clientv3.OpGet(ek),
 		clientv3.OpGet(sp, clientv3.WithPrefix(), clientv3.WithCountOnly()),
-		clientv3.OpGet(qp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
+		clientv3.OpGet(qk),
+		clientv3.OpGet(qp, clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(ek), "=", 0)},
+			[]clientv3.Op{clientv3.OpGet(qp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(2))}, nil),
 	}
+	const nReads = 5
 	var (
 		read *clientv3.TxnResponse
 		err  error
+		ql   *lease // the entries lease of the first transaction's entry
 	)
 	// enqueued: the first transaction wrote the token's queue entry (see
 	// below).
@@ -54,9 +67,8 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest, re
 		// handoff to the token cannot come between the read and the
 		// entry, which are one transaction.
 		els := readOps
-		var qid clientv3.LeaseID
 		if req.Wait && req.QueueTTL > 0 && !req.Reentrant {
-			if qid, err = b.leases.forQueue(ctx, req.QueueTTL); err != nil {
+			if ql, err = b.leases.forEntries(ctx, req.QueueTTL); err != nil {
 				return driver.AcquireResult{}, false, err
 			}
 			els = append(append([]clientv3.Op(nil), readOps...), clientv3.OpTxn(
@@ -64,20 +76,25 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest, re
 					clientv3.Compare(clientv3.CreateRevision(b.releasedKey(req.Key, req.Token)), "=", 0),
 					clientv3.Compare(clientv3.CreateRevision(b.withdrawnKey(req.Key, req.Token)), "=", 0),
 				},
-				[]clientv3.Op{clientv3.OpPut(b.queueKey(req.Key, req.Token), queueValue(req), clientv3.WithLease(qid))}, nil))
+				[]clientv3.Op{clientv3.OpPut(qk, queueValue(req), clientv3.WithLease(ql.id), clientv3.WithPrevKV())}, nil))
 		}
+		// The holder's compare first: etcd stops at the first that
+		// fails, and the queue's reads its whole range.
 		cmps := []clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(ek), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(b.releasedKey(req.Key, req.Token)), "=", 0),
 			clientv3.Compare(clientv3.CreateRevision(sp), "=", 0).WithPrefix(),
 			clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix(),
-			clientv3.Compare(clientv3.CreateRevision(b.releasedKey(req.Key, req.Token)), "=", 0),
 		}
 		then := []clientv3.Op{
 			clientv3.OpPut(ek, exclusive{token: req.Token, holds: 1, ttl: req.TTL, owner: req.Owner}.encode(), clientv3.WithLease(l.id)),
 			clientv3.OpDelete(b.intentKey(req.Key, req.Token)),
 		}
-		if qid != 0 {
+		if ql != nil {
 			p := b.leases.pend(l, ek, req.Token, sent.Add(req.TTL))
+			// An entry of unknown outcome is abandoned on ql at its
+			// deadline unless a later request finds it: see pend.
+			pq := b.leases.pend(ql, qk, req.Token, sent.Add(req.QueueTTL))
 			read, err = b.txn(ctx, cmps, then, els)
 			if err != nil {
 				if isLeaseNotFound(err) {
@@ -85,16 +102,19 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest, re
 					if ttl, terr := b.c.TimeToLive(ctx, l.id); terr == nil && ttl.TTL <= 0 {
 						b.leases.forget(l)
 					} else {
-						b.leases.forgetQueue(qid)
+						b.leases.forget(ql)
 					}
 					return driver.AcquireResult{}, true, nil
 				}
-				return driver.AcquireResult{}, false, err // outcome unknown: p stays (see pend)
+				return driver.AcquireResult{}, false, err // outcome unknown: p and pq stay (see pend)
 			}
 			b.leases.resolve(p)
 			if !read.Succeeded {
-				enqueued = read.Responses[len(readOps)].GetResponseTxn().GetSucceeded()
+				enqueued = read.Responses[nReads].GetResponseTxn().GetSucceeded()
 				left = !enqueued
+			}
+			if !enqueued {
+				b.leases.resolve(pq)
 			}
 		} else {
 			var retry bool
@@ -115,20 +135,29 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest, re
 		}
 	}
 	rev := read.Header.Revision
-	excl, queue := rangeKVs(read, 0), rangeKVs(read, 2)
-	for _, kv := range queue {
-		if _, _, token, _ := b.parseKey(string(kv.Key)); token != req.Token {
-			b.setHint(req.Key, &headHint{token: token, createRev: kv.CreateRevision, lease: kv.Lease, value: kv.Value})
-			break
+	excl, mineKVs := rangeKVs(read, 0), rangeKVs(read, 2)
+	shared := read.Responses[1].GetResponseRange().GetCount()
+	entries := read.Responses[3].GetResponseRange().GetCount()
+	var mine, head, second *mvccpb.KeyValue
+	if len(mineKVs) == 1 {
+		mine = mineKVs[0]
+	}
+	if t := read.Responses[4].GetResponseTxn(); t.GetSucceeded() {
+		if kvs := t.GetResponses()[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			head = kvs[0]
+			if len(kvs) > 1 {
+				second = kvs[1]
+			}
 		}
 	}
-	shared := read.Responses[1].GetResponseRange().GetCount()
-	mine := -1
-	for i, kv := range queue {
-		if _, _, token, _ := b.parseKey(string(kv.Key)); token == req.Token {
-			mine = i
-			break
-		}
+	isMine := func(kv *mvccpb.KeyValue) bool { return kv != nil && string(kv.Key) == qk }
+	// The head for a release of this Backend's to hand the lock to: the
+	// oldest entry but the caller's.
+	switch {
+	case head != nil && !isMine(head):
+		b.setHint(req.Key, &headHint{token: tokenOf(b, head), createRev: head.CreateRevision, lease: head.Lease, value: head.Value})
+	case second != nil:
+		b.setHint(req.Key, &headHint{token: tokenOf(b, second), createRev: second.CreateRevision, lease: second.Lease, value: second.Value})
 	}
 	res := driver.AcquireResult{Shared: int(shared)}
 	switch {
@@ -146,22 +175,22 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest, re
 		res.Holder = e.owner
 		res.HolderTTL = min(b.remaining(ctx, req.Wait, kv.Lease), e.ttl)
 	case shared > 0:
-	case mine == 0 || len(queue) == 0:
+	case head == nil || isMine(head):
 		l, err := b.leases.forTTL(ctx, req.TTL)
 		if err != nil {
 			return driver.AcquireResult{}, false, err
 		}
 		cmps := []clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(ek), "=", 0),
-			clientv3.Compare(clientv3.CreateRevision(sp), "=", 0).WithPrefix(),
 			clientv3.Compare(clientv3.CreateRevision(b.releasedKey(req.Key, req.Token)), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(sp), "=", 0).WithPrefix(),
 		}
-		if len(queue) == 0 {
+		if head == nil {
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(qp), "<", rev+1).WithPrefix())
 		}
 		resp, retry, err := b.grantTxn(ctx, l, ek, req, sent, cmps, []clientv3.Op{
 			clientv3.OpPut(ek, exclusive{token: req.Token, holds: 1, ttl: req.TTL, owner: req.Owner}.encode(), clientv3.WithLease(l.id)),
-			clientv3.OpDelete(b.queueKey(req.Key, req.Token)),
+			clientv3.OpDelete(qk),
 			clientv3.OpDelete(b.intentKey(req.Key, req.Token)),
 		}, nil)
 		if err != nil || retry {
@@ -174,7 +203,7 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest, re
 			return res, true, nil // changed since the read: read again
 		}
 		r := resp.Header.Revision
-		b.setQueued(req.Key, req.Token, false)
+		b.setQueued(req.Key, req.Token, 0)
 		b.leases.track(l, ek, req.Token, r, r, 1, req.TTL, sent.Add(req.TTL))
 		return driver.AcquireResult{Acquired: true, Fence: uint64(r), Holds: 1}, false, nil
 	default:
@@ -183,21 +212,21 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest, re
 	if !req.Wait || req.QueueTTL <= 0 {
 		return res, false, nil
 	}
+	if req.Handoff {
+		// The answer's revision: a handoff at or below it is over (see
+		// driver.AcquireResult.Counter), as this answer would have been
+		// that grant.
+		res.Counter = uint64(rev)
+	}
 	if enqueued {
-		b.setQueued(req.Key, req.Token, true)
-		if req.Handoff {
-			res.Counter = uint64(rev) // see below
-		}
+		// Entries older than this one: all that the count saw.
 		at := rev
-		if mine >= 0 {
-			at = queue[mine].CreateRevision
+		if prev := read.Responses[nReads].GetResponseTxn().GetResponses()[0].GetResponsePut().GetPrevKv(); prev != nil {
+			at = prev.CreateRevision // an entry of an earlier request, whose answer was lost
 		}
-		res.Position, res.Queued = 1, true
-		for i, kv := range queue {
-			if i != mine && kv.CreateRevision < at {
-				res.Position++
-			}
-		}
+		b.leases.track(ql, qk, req.Token, at, rev, 1, req.QueueTTL, sent.Add(req.QueueTTL))
+		b.setQueued(req.Key, req.Token, at)
+		res.Position, res.Queued = int(entries)+1, true
 		return res, false, nil
 	}
 	if left {
@@ -206,50 +235,71 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest, re
 		// the compare below would let through.
 		return res, false, nil
 	}
-	qid, err := b.leases.forQueue(ctx, req.QueueTTL)
+	// The place: known while the lock is free (the head read), unknown
+	// otherwise (counting the entries ahead would read the whole queue).
+	position := 0
+	if head != nil && isMine(head) {
+		position = 1
+	} else if second != nil && isMine(second) {
+		position = 2
+	}
+	ql, err = b.leases.forEntries(ctx, req.QueueTTL)
 	if err != nil {
 		return driver.AcquireResult{}, false, err
 	}
-	// The entry is written unless the token released or withdrew since
-	// the read (see notLeftSince): then this request's caller has given up.
-	// It is not written either when the lock changed since the read: a
-	// release may have handed it to the token meanwhile, and an entry
-	// written after that would stand behind the token's own grant.
+	if mine != nil && mine.Lease == int64(ql.id) {
+		// Kept: its lease lives QueueTTL from now (forEntries), and a
+		// grant handed to the token since the read lives on it.
+		b.leases.track(ql, qk, req.Token, mine.CreateRevision, mine.ModRevision, 1, req.QueueTTL, sent.Add(req.QueueTTL))
+		b.setQueued(req.Key, req.Token, mine.CreateRevision)
+		res.Position, res.Queued = position, true
+		return res, false, nil
+	}
+	// The entry is gone (lapsed) or on a lease that retired: written
+	// again, on ql (a put keeps its place). It is written unless the token
+	// released or withdrew since the read (see notLeftSince): then this
+	// request's caller has given up. It is not written either when the
+	// lock changed since the read: a release may have handed it to the
+	// token meanwhile, and an entry written after that would stand behind
+	// the token's own grant.
+	pq := b.leases.pend(ql, qk, req.Token, sent.Add(req.QueueTTL))
 	put, err := b.txn(ctx,
 		append(b.notLeftSince(req.Key, req.Token, rev), clientv3.Compare(clientv3.ModRevision(ek), "<", rev+1)),
-		[]clientv3.Op{clientv3.OpPut(b.queueKey(req.Key, req.Token), queueValue(req), clientv3.WithLease(qid), clientv3.WithPrevKV())},
+		[]clientv3.Op{clientv3.OpPut(qk, queueValue(req), clientv3.WithLease(ql.id), clientv3.WithPrevKV())},
 		[]clientv3.Op{clientv3.OpGet(ek, clientv3.WithKeysOnly())})
 	if err != nil {
 		if isLeaseNotFound(err) {
-			b.leases.forgetQueue(qid)
+			b.leases.forget(ql)
 			return driver.AcquireResult{}, true, nil
 		}
-		return driver.AcquireResult{}, false, err
+		return driver.AcquireResult{}, false, err // outcome unknown: pq stays (see pend)
 	}
 	if req.Handoff {
-		// The answer's revision: a handoff at or below it is over (see
-		// driver.AcquireResult.Counter), as this answer would have been
-		// that grant.
 		res.Counter = uint64(put.Header.Revision)
 	}
 	if !put.Succeeded {
+		b.leases.resolve(pq)
 		if kvs := rangeKVs(put, 0); (len(kvs) == 1 && kvs[0].ModRevision > rev) || (len(kvs) == 0 && len(excl) == 1) {
 			return res, true, nil // the lock changed: read again
 		}
 		return res, false, nil
 	}
-	b.setQueued(req.Key, req.Token, true)
 	at := put.Header.Revision
 	if prev := put.Responses[0].GetResponsePut().GetPrevKv(); prev != nil {
 		at = prev.CreateRevision
+	} else if mine == nil && head == nil && len(excl) == 0 {
+		position = 1
 	}
-	res.Position, res.Queued = 1, true
-	for i, kv := range queue {
-		if i != mine && kv.CreateRevision < at {
-			res.Position++
-		}
-	}
+	b.leases.track(ql, qk, req.Token, at, put.Header.Revision, 1, req.QueueTTL, sent.Add(req.QueueTTL))
+	b.setQueued(req.Key, req.Token, at)
+	res.Position, res.Queued = position, true
 	return res, false, nil
+}
+
+// tokenOf returns the token of queue entry kv.
+func tokenOf(b *Backend, kv *mvccpb.KeyValue) string {
+	_, _, token, _ := b.parseKey(string(kv.Key))
+	return token
 }
 
 // claimGrant answers a request of token, which is not reentrant, with the
@@ -282,7 +332,8 @@ func (b *Backend) claimGrant(ctx context.Context, req driver.AcquireRequest, kv 
 	if !resp.Succeeded {
 		return driver.AcquireResult{}, true, nil // changed since the read: read again
 	}
-	b.setQueued(req.Key, req.Token, false)
+	b.setQueued(req.Key, req.Token, 0)
+	b.setHint(req.Key, unknownHead)
 	b.leases.track(l, ek, req.Token, fence, resp.Header.Revision, e.holds, req.TTL, sent.Add(req.TTL))
 	return driver.AcquireResult{Acquired: true, Fence: uint64(fence), Holds: e.holds}, false, nil
 }

@@ -199,3 +199,17 @@ func TestFairCrowdAgainstConcurrencyMutex(t *testing.T) {
 		t.Errorf("failed waits: fair %d, plain %d; most grants of one fair waiter %d", fair.failed, plain.failed, fair.maxHolds)
 	}
 }
+
+// Fair() waiters on one name, each on a Client of its own, all get the
+// lock, each exactly once, with none of their waits failing: the queue's
+// cost per waiter does not grow with the number of waiters.
+func TestFairCrowdEachGetsTheLockOnce(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	conns := []*clientv3.Client{srv.Client(t), srv.Client(t)}
+	const n = 300
+	r := lockCrowd(t, conns, n, true, 2*time.Minute)
+	t.Logf("%d waiters: %d granted in %v", n-1, r.grants, r.elapsed.Round(time.Millisecond))
+	if r.failed > 0 || r.grants != n-1 || r.maxHolds != 1 {
+		t.Fatalf("%d of %d waits failed, %d granted, most grants of one waiter %d; want every waiter granted once", r.failed, n-1, r.grants, r.maxHolds)
+	}
+}

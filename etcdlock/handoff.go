@@ -23,7 +23,7 @@ import (
 //
 // An etcd transaction cannot read the queue and write what it read, so
 // the release names its head from what the Backend last saw of the queue
-// (a headHint, kept by its Listener's watch and by its fair reads) and
+// (a headHint, kept by its fair reads of a free lock; see guess) and
 // checks it in the same transaction: the hint's entry is there, with the
 // same create revision (its place), lease and value, and no entry is older
 // (with no hint: nobody is queued). When the check fails, the nested
@@ -32,8 +32,8 @@ import (
 // released to as before: the delete wakes it.
 //
 // The grant lives on the head's entry lease, which lives at least QueueTTL
-// past the send time of the request that last wrote the entry (see
-// leaseTable.forQueue): the deadline the client gives a handed grant
+// past the send time of the request that last wrote or kept the entry (see
+// leaseTable.forEntries): the deadline the client gives a handed grant
 // before its first renewal, which moves the key to a lease of the head's
 // TTL (see migrate). A head whose Lock ended meanwhile releases its token
 // in its clean-up, which deletes the grant (or hands it on) and records
@@ -164,13 +164,27 @@ func (b *Backend) headRead(resp *clientv3.TxnResponse, i int) (head *headHint, o
 }
 
 // guess returns the head of key's queue as the Backend last saw it, or
-// nil.
-func (b *Backend) guess(key string) *headHint {
-	if h, ok := b.hint(key); ok {
+// nil (nobody queued, as far as the Backend knows). A hint of unknownHead
+// (a grant handed to this Backend, whose head it never read) is looked up
+// with one read: a wrong guess costs a transaction, a Raft commit.
+func (b *Backend) guess(ctx context.Context, key string) *headHint {
+	h, ok := b.hint(key)
+	if !ok {
+		return nil
+	}
+	if h.token != "" {
 		return &h
 	}
-	return nil
+	resp, err := b.get(ctx, b.queuePrefix(key), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
+	if err != nil {
+		return nil // the transaction reads it
+	}
+	return b.headOf(resp.Kvs)
 }
+
+// unknownHead is the hint of a lock whose queue's head the Backend does
+// not know (see guess).
+var unknownHead = &headHint{}
 
 // dropLast drops token's last hold of key's exclusive grant, whose key's
 // mod revision is modRev, with extra (see lastHold): one transaction when
@@ -180,7 +194,7 @@ func (b *Backend) guess(key string) *headHint {
 // failed (els answered) when Succeeded is false.
 func (b *Backend) dropLast(ctx context.Context, key, token string, modRev int64, extra, els []clientv3.Op) (*clientv3.TxnResponse, error) {
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(b.exclKey(key)), "=", modRev)}
-	head, force := b.guess(key), false
+	head, force := b.guess(ctx, key), false
 	for i := 0; ; i++ {
 		resp, err := b.txn(ctx, cmps, []clientv3.Op{b.lastHold(key, token, head, force, extra...)}, els)
 		if err != nil {

@@ -65,7 +65,10 @@ type lease struct {
 	ttl     time.Duration // as granted by the server
 	expires time.Time     // lower bound of the server's expiry: send time of the last grant or keep-alive + ttl
 	retired bool          // takes no new grants and gets no keep-alives
-	dead    bool          // the server no longer has it
+	// entries: a lease of fair queue entries (see forEntries), keyed by
+	// the negated bucket in the table's current and granting.
+	entries bool
+	dead    bool // the server no longer has it
 	holds   map[*hold]struct{}
 	ka      *call // keep-alive in flight
 	// revoking: a revocation is in flight (see revokeIdle); a failed one
@@ -150,6 +153,29 @@ func isLeaseNotFound(err error) bool {
 // now + ttl.
 func (t *leaseTable) forTTL(ctx context.Context, ttl time.Duration) (*lease, error) {
 	b := bucketOf(ttl)
+	return t.leaseFor(ctx, b, leaseSeconds(b), ttl, false)
+}
+
+// forEntries returns the lease for fair queue entries of queueTTL, which
+// lives at least until now + queueTTL. Unlike writer intents and records,
+// entries are kept alive with their lease: a queued waiter's request keeps
+// its entry by a keep-alive of the lease (one per lease, shared by every
+// entry on it), not by writing the entry again, so that it wakes nobody.
+// Each entry is tracked on the lease as a hold wanted until its last
+// request's send time + queueTTL; an entry past that (a waiter gone whose
+// clean-up failed) retires the lease, as an abandoned grant does, and the
+// live entries move to a fresh lease at their next request (a put that
+// keeps their place). The lease lives a second longer than queueTTL: a
+// grant handed over on it (see handoff.go) lives as long, so a longer one
+// would hold the lock up longer for a head that died.
+func (t *leaseTable) forEntries(ctx context.Context, queueTTL time.Duration) (*lease, error) {
+	b := bucketOf(queueTTL)
+	return t.leaseFor(ctx, -b, b+1, queueTTL, true)
+}
+
+// leaseFor returns the current lease of table key b, granted for secs
+// seconds, that lives at least until now + ttl.
+func (t *leaseTable) leaseFor(ctx context.Context, b, secs int64, ttl time.Duration, entries bool) (*lease, error) {
 	for {
 		now := time.Now()
 		t.mu.Lock()
@@ -189,7 +215,7 @@ func (t *leaseTable) forTTL(ctx context.Context, ttl time.Duration) (*lease, err
 		// uses: it expires by itself.
 		err := repeatCall(ctx, t.attempt, func(ctx context.Context) (err error) {
 			sent = time.Now()
-			resp, err = t.kv.Grant(ctx, leaseSeconds(b))
+			resp, err = t.kv.Grant(ctx, secs)
 			return err
 		})
 		t.mu.Lock()
@@ -197,7 +223,7 @@ func (t *leaseTable) forTTL(ctx context.Context, ttl time.Duration) (*lease, err
 		t.sweep(time.Now())
 		if err == nil {
 			ttl := time.Duration(resp.TTL) * time.Second
-			l = &lease{id: resp.ID, bucket: b, ttl: ttl, expires: sent.Add(ttl), holds: make(map[*hold]struct{})}
+			l = &lease{id: resp.ID, bucket: b, ttl: ttl, expires: sent.Add(ttl), entries: entries, holds: make(map[*hold]struct{})}
 			t.current[b] = l
 			t.byID[l.id] = l
 		}
@@ -365,13 +391,19 @@ func (t *leaseTable) retireIfAbandoned(l *lease, now time.Time) bool {
 		}
 	}
 	if abandoned {
-		l.retired = true
-		t.idle[l] = struct{}{}
-		if t.current[l.bucket] == l {
-			delete(t.current, l.bucket)
-		}
+		t.retire(l)
 	}
 	return abandoned
+}
+
+// retire makes l take no new grants and get no keep-alives, and revoked
+// once nobody counts on it (see revokeIdle). t.mu is held.
+func (t *leaseTable) retire(l *lease) {
+	l.retired = true
+	t.idle[l] = struct{}{}
+	if t.current[l.bucket] == l {
+		delete(t.current, l.bucket)
+	}
 }
 
 // dropLease forgets l and its holds. t.mu is held.
@@ -554,9 +586,15 @@ func (t *leaseTable) revokeIdle() {
 				t.retireIfAbandoned(l, now)
 			}
 		}
+		// An entries lease past its expiry was kept alive by nobody:
+		// retire it, as a grant handed on it would otherwise outlive it.
+		for _, l := range t.byID {
+			if l.entries && !l.retired && !l.dead && l.ka == nil && !now.Before(l.expires) {
+				t.retire(l)
+			}
+		}
 		// A queue lease past its expiry is never handed out again (see
-		// forQueue): revoke it even when nothing superseded it, as a
-		// grant handed on it would otherwise outlive it.
+		// forQueue): revoke it even when nothing superseded it.
 		for b, l := range t.queue {
 			if !now.Before(l.expires) {
 				delete(t.queue, b)

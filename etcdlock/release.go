@@ -40,7 +40,7 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 	caller := ctx
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
-	b.setQueued(key, token, false)
+	b.setQueued(key, token, 0)
 	again := false
 	pause := 25 * time.Millisecond
 	for {
@@ -227,7 +227,7 @@ func (b *Backend) markReleased(ctx context.Context, key, token string) error {
 // (see notLeftSince): a request still on its way when its caller gave up.
 // The token's holds and grants are untouched.
 func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
-	b.setQueued(key, token, false)
+	b.setQueued(key, token, 0)
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	id, err := b.leases.forQueue(ctx, b.releasedFor())

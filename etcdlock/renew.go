@@ -121,6 +121,8 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 				// process): never keep it alive, as its TTL is not ours
 				// and it may carry grants its Backend abandoned. Move.
 				err = errRetired
+			case g.l.entries:
+				err = errRetired // a grant handed on a queue entry's lease: move
 			case g.l.ttl < g.need.Sub(sent):
 				err = errRetired // a longer TTL than the lease's: move
 			default:
