@@ -96,6 +96,7 @@ func (o slowAcquireObserver) Observe(e dlock.Event) {
 // counts the observer's time; a lease handed back after an observer that
 // took longer than the TTL must not look valid.
 func TestSlowObserverLeaseValidity(t *testing.T) {
+	t.Parallel()
 	store := memlock.New()
 	c := dlock.New(store, dlock.WithObserver(slowAcquireObserver{1200 * time.Millisecond}))
 	defer c.Close()

@@ -27,6 +27,7 @@ func (s *inspectSpy) Inspect(ctx context.Context, key string) (driver.LockInfo, 
 // leader sleeps until the store announces a release, instead of polling,
 // and sees the resignation of a leader of another Client at once.
 func TestElectionObserveNotified(t *testing.T) {
+	t.Parallel()
 	store := memlock.New()
 	spy := &inspectSpy{Backend: store}
 	watcher := dlock.New(spy)

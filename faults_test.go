@@ -297,6 +297,7 @@ func (s *slowAcquire) count(token string) func(driver.ReleaseResult, error) (dri
 // the safe validity (TTL 1s − margin 500ms) but inside the TTL, so the hold
 // is still on the store when the answer comes.
 func TestGrantAnsweredTooLateIsGivenBack(t *testing.T) {
+	t.Parallel()
 	store := newSlowAcquire(600 * time.Millisecond)
 	c := dlock.New(store, dlock.WithTTL(time.Second), dlock.WithSafetyMargin(500*time.Millisecond))
 	defer c.Close()

@@ -134,6 +134,7 @@ func (r *handoffRecorder) Acquire(ctx context.Context, req driver.AcquireRequest
 // long at most), unless the margin leaves a handed lease too little time; a
 // reentrant handle's do not.
 func TestHandoffForFairAndQueuedPlain(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	for _, tc := range []struct {
 		name     string

@@ -218,6 +218,7 @@ func TestFairCancelledWaiterLeavesQueue(t *testing.T) {
 // give up, the one still waiting must still be woken by a release that
 // names the token (not only by its refresh timer, seconds later).
 func TestReentrantFairWaitersShareWakeUps(t *testing.T) {
+	t.Parallel()
 	store := memlock.New()
 	ctx := t.Context()
 	holder := dlock.New(store)

@@ -86,6 +86,7 @@ func TestUnlockRetriesTransientStoreErrors(t *testing.T) {
 // unconfirmed, and goes on in the background: once the store heals, the
 // lock is free long before its TTL.
 func TestUnlockUnconfirmedGoesOnInBackground(t *testing.T) {
+	t.Parallel()
 	f := &releaseFlaky{Backend: memlock.New()}
 	c := dlock.New(f, dlock.WithTTL(10*time.Second))
 	defer c.Close()

@@ -125,6 +125,7 @@ func TestMultiNil(t *testing.T) {
 // its deadline: the names it took are given back in the background, not
 // while the caller waits for a TTL.
 func TestMultiLockReturnsByDeadlineWhenStoreUnreachable(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	px := testserver.StartProxy(t, srv.Addr())
 	holder := dlock.New(redislock.New(srv.Client(t)))
@@ -192,6 +193,7 @@ func (s *hangingRelease) ReleaseGrant(ctx context.Context, key, token string, fe
 // took when the store does not answer it: the release goes on in the
 // background, and Close waits for it.
 func TestMultiTryLockReturnsWhileGiveBackHangs(t *testing.T) {
+	t.Parallel()
 	store := &hangingRelease{Backend: memlock.New()}
 	holder := dlock.New(store.Backend)
 	defer holder.Close()

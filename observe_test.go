@@ -61,6 +61,7 @@ func one(t *testing.T, es []dlock.Event, k dlock.EventKind) dlock.Event {
 }
 
 func TestObserverEvents(t *testing.T) {
+	t.Parallel()
 	store := memlock.New()
 	rec := &recorder{}
 	c := dlock.New(store, dlock.WithObserver(rec), dlock.WithKeyPrefix("app/"), dlock.WithTTL(300*time.Millisecond))

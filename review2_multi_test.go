@@ -43,6 +43,7 @@ func TestReview2MultiErrAfterOneUnlock(t *testing.T) {
 // on reporting every name held: its Err is documented as "nil while every
 // name is held".
 func TestReview2MultiErrAfterLoss(t *testing.T) {
+	t.Parallel()
 	store := memlock.New()
 	c := dlock.New(store, dlock.WithTTL(60*time.Millisecond))
 	defer c.Close()

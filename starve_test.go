@@ -18,6 +18,7 @@ import (
 // waiters that starve join the store's queue, and then every owner queues,
 // so each gets a fair share. It asserts shares, not speed.
 func TestPlainMutexDoesNotStarveWaiters(t *testing.T) {
+	t.Parallel()
 	const owners = 4
 	store := memlock.New()
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
@@ -74,6 +75,7 @@ func TestPlainMutexDoesNotStarveWaiters(t *testing.T) {
 // queues behind it, but takes the free lock without the queue after a short
 // grace instead of waiting the entry out; its TryLock ignores the queue.
 func TestPlainMutexDoesNotWaitOnDeadHead(t *testing.T) {
+	t.Parallel()
 	store := memlock.New()
 	ctx := context.Background()
 	holder := dlock.New(store)

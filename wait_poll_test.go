@@ -24,6 +24,7 @@ func (deafStore) Listen(context.Context, func(key, next string)) (driver.Listene
 // not on the slow safety-net schedule of notified waiters (a fair head
 // would otherwise sleep a third of its queue TTL, 1.7s, after a release).
 func TestWaitPollsWhenNotificationsFail(t *testing.T) {
+	t.Parallel()
 	for _, fair := range []bool{false, true} {
 		store := memlock.New()
 		holder, waiter := dlock.New(store), dlock.New(deafStore{store})

@@ -111,6 +111,7 @@ func TestWaitPollsWhenSubscribeHangs(t *testing.T) {
 // first request and handed the lock by the release, claims the grant with
 // its next request); and a second short wait of the name does the same.
 func TestShortWaitPollsWhileSubscribePending(t *testing.T) {
+	t.Parallel()
 	for _, fair := range []bool{false, true} {
 		store := memlock.New()
 		holder, waiter := dlock.New(store), dlock.New(stuckStore(store))
@@ -150,6 +151,7 @@ func TestShortWaitPollsWhileSubscribePending(t *testing.T) {
 // subscribes (what it writes vanishes, nothing comes back), while its
 // command connections work.
 func TestShortWaitPollsWhilePubSubHalfOpen(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	for _, fair := range []bool{false, true} {
 		holder := dlock.New(redislock.New(srv.Client(t)))

@@ -129,6 +129,7 @@ func unlockOf(l *dlock.Lease) func(context.Context) error {
 // keeps failing with errors that may heal ends when its wait does, with a
 // not-obtained error that carries the cause and the last store error.
 func TestLockTransientErrorsUntilWaitEnds(t *testing.T) {
+	t.Parallel()
 	f := newFlaky(-1)
 	c := dlock.New(f)
 	defer c.Close()
@@ -182,6 +183,7 @@ func TestLockReturnsPermanentStoreErrorAtOnce(t *testing.T) {
 // under way (the lock is held) goes on through transient errors and gets
 // the lock at its release.
 func TestLockRetriesTransientErrorsWhileWaiting(t *testing.T) {
+	t.Parallel()
 	for _, fair := range []bool{false, true} {
 		f := newFlaky(0)
 		holder, c := dlock.New(f.Backend), dlock.New(f)

@@ -13,6 +13,7 @@ import (
 // bash, registers itself for dlock, and completes commands, flags and the
 // arguments of help and completion by asking the dlock binary.
 func TestCompletionBash(t *testing.T) {
+	t.Parallel()
 	bash, err := exec.LookPath("bash")
 	if err != nil {
 		if os.Getenv("CI") == "true" {
@@ -99,6 +100,7 @@ printf '%s\n' "${COMPREPLY[@]}"
 // TestCompletionOtherShells: zsh and fish get scripts of their own, and an
 // unknown shell is a usage error.
 func TestCompletionOtherShells(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, sqliteURL(t))
 	r := e.run("completion", "zsh")
 	expect(t, r, 0)
@@ -117,6 +119,7 @@ func TestCompletionOtherShells(t *testing.T) {
 // TestVersionFromBuildInfo: dlock version prints the module version the Go
 // toolchain recorded in the binary, as go version -m reads it.
 func TestVersionFromBuildInfo(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command("go", "version", "-m", dlockBin).Output()
 	if err != nil {
 		t.Fatal(err)

@@ -150,6 +150,7 @@ func TestUsage(t *testing.T) {
 // TestHelpRunListsExitCodes: the exit codes are documented where the user
 // looks for them.
 func TestHelpRunListsExitCodes(t *testing.T) {
+	t.Parallel()
 	r := newEnv(t, "").run("help", "run")
 	expect(t, r, 0)
 	for _, code := range []string{"128+N", "64", "69", "75", "76", "126", "127"} {
@@ -165,6 +166,7 @@ func TestHelpRunListsExitCodes(t *testing.T) {
 // in the store's own words without the driver's other attempts (pgx's TLS
 // try); no HOME for the default store is a configuration error too.
 func TestConnectCauses(t *testing.T) {
+	t.Parallel()
 	rdb := testserver.StartRedis(t)
 	pwRedis := testserver.StartRedis(t)
 	if err := pwRedis.Client(t).ConfigSet(t.Context(), "requirepass", "right").Err(); err != nil {

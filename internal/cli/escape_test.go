@@ -15,6 +15,7 @@ import (
 // terminal raw: no escape sequence (title, clear screen, OSC 52 to the
 // clipboard), no C1 control, no bidi override.
 func TestStoredTextIsEscaped(t *testing.T) {
+	t.Parallel()
 	u, srv := redisURL(t)
 	rdb := srv.Client(t)
 	const hostile = "host\x1b]0;pwned\x07|pid 1|\x1b[2J\u009b31m\u202eexe.txt|\x1b]52;c;cm0gLXJmIH4=\x07"

@@ -366,6 +366,7 @@ func TestRunFair(t *testing.T) {
 // TestRunKindEnv: DLOCK_KIND names the kind, and every kind draws its fence
 // from the name's one counter.
 func TestRunKindEnv(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, sqliteURL(t), "DLOCK_KIND=stale")
 	var last uint64
 	for _, c := range []struct {
@@ -392,6 +393,7 @@ func TestRunKindEnv(t *testing.T) {
 // TestRunKindsNeedCapability: Redlock has no semaphores and no fair locks:
 // dlock says so as a usage error before it takes anything.
 func TestRunKindsNeedCapability(t *testing.T) {
+	t.Parallel()
 	var nodes []*testserver.Redis
 	var addrs []string
 	for range 3 {

@@ -11,6 +11,7 @@ import (
 // exit code and usage line, and what the command writes to its stderr
 // passes through untouched.
 func TestLogFormatJSON(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, sqliteURL(t))
 	r := e.run("--log-format", "json", "run", "-v", "job", "--", "sh", "-c", "echo from-the-command >&2")
 	if r.code != 0 {

@@ -13,6 +13,7 @@ import (
 // every user while dlock run lasts. DLOCK_PASSWORD and --password-file keep
 // it off; and the command run under the lock is handed no credential.
 func TestPasswordOffTheCommandLine(t *testing.T) {
+	t.Parallel()
 	const secret = "s3cret-Pw.42"
 	srv := testserver.StartRedis(t)
 	if err := srv.Client(t).ConfigSet(t.Context(), "requirepass", secret).Err(); err != nil {

@@ -20,6 +20,7 @@ import (
 // a typo), they must not add dlock's tables to it nor switch its journal to
 // WAL. Today opening the store runs the DDL and sets journal_mode=WAL.
 func TestReview4WatchersDoNotWriteAnotherDatabase(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{{"top", "--once"}, {"ls"}} {
 		t.Run(args[0], func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "app.db")
@@ -57,6 +58,7 @@ func TestReview4WatchersDoNotWriteAnotherDatabase(t *testing.T) {
 // TestReview4DashDoesNotWriteAnotherDatabase: the same for dash, whose help
 // says "dash only reads the store".
 func TestReview4DashDoesNotWriteAnotherDatabase(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "app.db")
 	db, err := sql.Open("sqlite", path)
 	if err != nil {
@@ -104,6 +106,7 @@ func TestReview4CommandFlagsBeforeCommandName(t *testing.T) {
 // TestReview4DashDashBeforeCommand: "dlock -- run" names a command dlock
 // has, yet it says: unknown command "run"; did you mean run?
 func TestReview4DashDashBeforeCommand(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "")
 	r := e.run("--", "run", "x", "--", "true")
 	if strings.Contains(r.stderr, `unknown command "run"; did you mean run?`) {
@@ -118,6 +121,7 @@ func TestReview4DashDashBeforeCommand(t *testing.T) {
 // sequence is offered with it raw (bash then lists it as it is when there
 // are several candidates). Names that are not safe text should be left out.
 func TestReview4CompletionOffersOnlyRealNames(t *testing.T) {
+	t.Parallel()
 	u, srv := redisURL(t)
 	rdb := srv.Client(t)
 	for _, k := range []string{"dlock:{a\nb}", "dlock:{c\x1b]0;pwned\x07d}", "dlock:{plain}"} {

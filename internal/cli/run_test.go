@@ -125,6 +125,7 @@ func mustUint(t *testing.T, s string) uint64 {
 }
 
 func TestRunCommandNotFound(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, sqliteURL(t))
 	expect(t, e.run("run", "x", "--", "no-such-command-dlock-test"), 127, `cannot run "no-such-command-dlock-test": command not found`)
 	expect(t, e.run("run", "x", "--", t.TempDir()), 126, "cannot run")
@@ -182,6 +183,7 @@ func TestRunSignalExitSaid(t *testing.T) {
 // TestRunInterruptedWhileWaiting: a signal during the wait ends dlock with
 // 128+N and leaves the holder alone.
 func TestRunInterruptedWhileWaiting(t *testing.T) {
+	t.Parallel()
 	backend, _ := redisURL(t)
 	ready := filepath.Join(t.TempDir(), "ready")
 	e := newEnv(t, backend, "READY="+ready)
@@ -248,6 +250,7 @@ func TestRunNotObtained(t *testing.T) {
 // whatever the code, --verbose brings it back with 0 and says when the lock
 // was obtained and released; --timeout is --wait under flock's name.
 func TestRunConflictExitCode(t *testing.T) {
+	t.Parallel()
 	ready := filepath.Join(t.TempDir(), "ready")
 	e := newEnv(t, sqliteURL(t), "READY="+ready)
 	holder := e.start("run", "busy", "--", "sh", "-c", `echo x > "$READY"; sleep 30`)
@@ -303,6 +306,7 @@ func TestRunConflictExitCode(t *testing.T) {
 // fence, keeps the lease renewed past its TTL, and on SIGTERM releases the
 // lock and exits 0; a lost lock is exit 76.
 func TestRunHoldOnly(t *testing.T) {
+	t.Parallel()
 	url, dir := sqliteURL(t), t.TempDir()
 	e := newEnv(t, url)
 	p := e.start("run", "--ttl", "1500ms", "--kill-grace", "100ms", "-v", "held")
@@ -369,6 +373,7 @@ func mustAtoi(t *testing.T, s string) int {
 // TestRunEnvDefaults: DLOCK_TTL and DLOCK_WAIT give --ttl and --wait their
 // defaults; the flags win; a bad value names its variable.
 func TestRunEnvDefaults(t *testing.T) {
+	t.Parallel()
 	ready := filepath.Join(t.TempDir(), "ready")
 	url := sqliteURL(t)
 	e := newEnv(t, url, "READY="+ready, "DLOCK_WAIT=400ms", "DLOCK_TTL=1500ms")
@@ -391,6 +396,7 @@ func TestRunEnvDefaults(t *testing.T) {
 // TestRunWaitAnnouncesNewHolder: a waiter says who holds the lock, and again
 // when the holder changes; then it gets the lock.
 func TestRunWaitAnnouncesNewHolder(t *testing.T) {
+	t.Parallel()
 	backend, _ := redisURL(t)
 	dir := t.TempDir()
 	e := newEnv(t, backend, "DIR="+dir)
@@ -415,6 +421,7 @@ func TestRunWaitAnnouncesNewHolder(t *testing.T) {
 // the lock once, and neither "now held by" for the same holder nor a place
 // in a queue it did not ask for.
 func TestRunPlainWaitSaysOnce(t *testing.T) {
+	t.Parallel()
 	backend, _ := redisURL(t)
 	ready := filepath.Join(t.TempDir(), "ready")
 	e := newEnv(t, backend, "READY="+ready)
@@ -646,6 +653,7 @@ func TestRunUsageErrors(t *testing.T) {
 // TestRunDefaultBackend: with no backend given, run works on a fresh
 // machine, in a SQLite file it creates in the state directory.
 func TestRunDefaultBackend(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "")
 	r := e.run("run", "demo", "--", "sh", "-c", `echo "holding $DLOCK_NAME, fence $DLOCK_FENCE"`)
 	expect(t, r, 0)
@@ -674,6 +682,7 @@ func TestRunDefaultBackend(t *testing.T) {
 // pseudo-terminal): the command gets the terminal's foreground, so it can
 // read from it instead of being stopped by SIGTTIN.
 func TestRunInteractiveCommand(t *testing.T) {
+	t.Parallel()
 	script := testserver.RequireBinary(t, "script") // fails under CI=true when missing
 	e := newEnv(t, sqliteURL(t))
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
@@ -725,6 +734,7 @@ func TestRunHoldsUntilBackgroundProcessesEnd(t *testing.T) {
 // TestRunLockLostStopsBackgroundProcesses: a lock lost while only the
 // command's background processes run still stops them.
 func TestRunLockLostStopsBackgroundProcesses(t *testing.T) {
+	t.Parallel()
 	ready := filepath.Join(t.TempDir(), "ready")
 	e := newEnv(t, sqliteURL(t), "READY="+ready)
 	p := e.start("run", "--ttl", "6s", "--kill-grace", "300ms", "lostbg", "--", "sh", "-c",
@@ -747,6 +757,7 @@ func TestRunLockLostStopsBackgroundProcesses(t *testing.T) {
 // TestRunContinuesStoppedCommand: a command, or a process of its group,
 // that is stopped is continued.
 func TestRunContinuesStoppedCommand(t *testing.T) {
+	t.Parallel()
 	if runtime.GOOS != "linux" {
 		t.Skip("dlock finds stopped processes in /proc")
 	}
@@ -783,6 +794,7 @@ func TestRunEndsCommandThatKeepsStopping(t *testing.T) {
 // reads from the terminal is stopped by SIGTTIN again and again. dlock must
 // end it and release the lock, not hold it forever.
 func TestRunBackgroundTerminalRead(t *testing.T) {
+	t.Parallel()
 	script := testserver.RequireBinary(t, "script") // fails under CI=true when missing
 	if runtime.GOOS != "linux" {
 		t.Skip("dlock finds stopped processes in /proc")

@@ -12,6 +12,7 @@ import (
 // existing directory) answer "nothing held" and create neither the file nor
 // its directory.
 func TestLookingCreatesNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "")
 	named := filepath.Join(t.TempDir(), "locks.db")
 	for _, backend := range []string{"", "sqlite://" + named} {
@@ -45,6 +46,7 @@ func TestLookingCreatesNothing(t *testing.T) {
 // the SQLite file and the -wal and -shm files SQLite adds are
 // group-writable, so that the group's other users can lock too.
 func TestSharedDirectoryFile(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "shared")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 // the lock over at once, as flock would (trying once, or while it waits); a
 // live holder is never taken over.
 func TestRunTakesOverDeadHolder(t *testing.T) {
+	t.Parallel()
 	backends := map[string]func(t *testing.T) string{
 		"sqlite": func(t *testing.T) string { return sqliteURL(t) },
 		"redis":  func(t *testing.T) string { u, _ := redisURL(t); return u },

@@ -166,6 +166,7 @@ func TestTopLiveInATerminal(t *testing.T) {
 // with escape sequences, C1 and bidi controls reaches the terminal escaped;
 // the only escape sequences top writes are its own.
 func TestTopEscapesInATerminal(t *testing.T) {
+	t.Parallel()
 	u, srv := redisURL(t)
 	rdb := srv.Client(t)
 	const hostile = "host\x1b]0;pwned\x07|pid 1|\x1b[2J\u009b31m\u202eexe.txt"

@@ -76,15 +76,52 @@ func (p *process) stop(sig syscall.Signal) {
 	p.signalAndWait(sig)
 }
 
-// signal sends sig to the server's process group without waiting (SIGSTOP,
-// SIGCONT); it fails when the server is not running.
+// signal sends sig to the server's process group (SIGSTOP, SIGCONT); it
+// fails when the server is not running. After SIGSTOP it returns once the
+// server has stopped (see waitStopped).
 func (p *process) signal(sig syscall.Signal) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.exited == nil {
 		return fmt.Errorf("%s is not running", p.name)
 	}
-	return syscall.Kill(-p.proc.Pid, sig)
+	if err := syscall.Kill(-p.proc.Pid, sig); err != nil {
+		return err
+	}
+	if sig == syscall.SIGSTOP {
+		waitStopped(p.proc.Pid)
+	}
+	return nil
+}
+
+// waitStopped waits, for readyTimeout at most, until every thread of
+// process pid is stopped. kill(2) returns before a busy thread has taken
+// the signal: on a loaded machine a server "paused" that way could still
+// answer the next request. Without /proc it returns at once.
+func waitStopped(pid int) {
+	deadline := time.Now().Add(readyTimeout)
+	for time.Now().Before(deadline) {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			return
+		}
+		stopped := true
+		for _, task := range tasks {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+			if err != nil {
+				continue // the thread has exited
+			}
+			i := strings.LastIndexByte(string(b), ')')
+			if fields := strings.Fields(string(b[i+1:])); i < 0 || len(fields) == 0 || !strings.Contains("TtZX", fields[0]) {
+				stopped = false
+				break
+			}
+		}
+		if stopped {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // running reports whether the server was started and has not been stopped.

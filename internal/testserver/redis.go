@@ -189,6 +189,7 @@ func (r *Redis) Pause(t testing.TB) {
 	if err := r.proc.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatalf("SIGSTOP redis-server: %v", err)
 	}
+	waitStopped(r.proc.Pid)
 	proc := r.proc
 	t.Cleanup(func() { _ = proc.Signal(syscall.SIGCONT) })
 }
