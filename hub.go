@@ -93,6 +93,9 @@ type waitGroup struct {
 	subscribed  bool       // the key's subscription is confirmed and counts this group as a user
 	subscribing bool       // a subscription for the group is under way (subscribeGroup)
 	left        bool       // the group's last waiter left: it takes no subscription any more
+	// subCancel ends the subscription under way for the group (set while
+	// subscribing): the group's last waiter left, so nobody waits for it.
+	subCancel context.CancelCauseFunc
 }
 
 // fairWaiter is one waiter in the store's fair queue.
@@ -368,6 +371,9 @@ func (h *waitHub) leave(g *waitGroup) {
 	g.smu.Lock()
 	g.left = true
 	subscribed := g.subscribed
+	if g.subCancel != nil {
+		g.subCancel(errGroupLeft)
+	}
 	g.smu.Unlock()
 	if subscribed {
 		h.unlisten(g.key)

@@ -51,6 +51,10 @@ const (
 	keyDropping                    // Unsubscribe in flight
 )
 
+// errGroupLeft ends a subscription under way whose waiter group was left
+// (see waitHub.leave): it is not a failure of the store.
+var errGroupLeft = errors.New("dlock: every waiter of the name left")
+
 // errHubClosed: the Client is closing; no subscription is made.
 var errHubClosed = errors.New("dlock: client closing")
 
@@ -118,8 +122,19 @@ func (h *waitHub) startSubscribe(key string) (live, start bool) {
 // confirmed; a group whose waiters all left meanwhile gives it up.
 func (h *waitHub) subscribeGroup(g *waitGroup) {
 	defer h.subWG.Done()
-	ok := h.listenOrPoll(h.subCtx, g.key)
+	ctx, cancel := context.WithCancelCause(h.subCtx)
+	defer cancel(nil)
 	g.smu.Lock()
+	if g.left {
+		g.subscribing = false
+		g.smu.Unlock()
+		return
+	}
+	g.subCancel = cancel
+	g.smu.Unlock()
+	ok := h.listenOrPoll(ctx, g.key)
+	g.smu.Lock()
+	g.subCancel = nil
 	g.subscribing = false
 	keep := ok && !g.left
 	g.subscribed = keep
@@ -229,9 +244,11 @@ func (h *waitHub) subscribeKey(ctx context.Context, key string) error {
 	close(ks.done)
 	if err != nil {
 		delete(h.keys, key)
-		if !h.closed {
+		if !h.closed && !errors.Is(context.Cause(ctx), errGroupLeft) {
 			// Whatever ended it, the caller's context included: the
 			// name's next users poll rather than wait for it again.
+			// (Not when the group that asked for it was left: nobody
+			// waited for it, and the store did not fail.)
 			h.subscribeFailed(key)
 		}
 		return err

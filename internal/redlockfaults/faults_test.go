@@ -222,8 +222,10 @@ func TestLatencyOnMinority(t *testing.T) {
 }
 
 // When a majority is lost, holders are told within the TTL that their
-// leases are gone, and acquires fail with a *redlock.QuorumError that names
-// the nodes that failed.
+// leases are gone; a TryLock fails with a *redlock.QuorumError that names
+// the nodes that failed, and a Lock, for which a quorum miss may heal, tries
+// again until its wait ends, then returns ErrNotObtained wrapping that
+// error.
 func TestMajorityLost(t *testing.T) {
 	for _, fault := range []string{"down", "partitioned"} {
 		t.Run(fault, func(t *testing.T) {
@@ -277,11 +279,12 @@ func TestMajorityLost(t *testing.T) {
 			tryErr := func(name string, lock bool) error {
 				var err error
 				if lock {
-					lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+					const wait = 2 * time.Second
+					lctx, cancel := context.WithTimeout(ctx, wait)
 					defer cancel()
 					_, err = c.Mutex(name).Lock(lctx)
-					if lctx.Err() != nil {
-						t.Errorf("Lock %s waited %v instead of failing", name, 10*time.Second)
+					if lctx.Err() == nil {
+						t.Errorf("Lock %s returned before its %v wait ended: %v", name, wait, err)
 					}
 				} else {
 					_, err = c.Mutex(name).TryLock(ctx)
@@ -293,7 +296,7 @@ func TestMajorityLost(t *testing.T) {
 				lock bool
 			}{{"fresh-try", false}, {"fresh-lock", true}} {
 				err := tryErr(call.name, call.lock)
-				checkQuorumError(t, ns, err, call.name, lost)
+				checkQuorumError(t, ns, err, call.name, lost, call.lock)
 			}
 
 			// Back to a majority: locks work again.
@@ -309,19 +312,20 @@ func TestMajorityLost(t *testing.T) {
 	}
 }
 
-// checkQuorumError checks that err is a store failure (not "not obtained")
-// that unwraps to a *redlock.QuorumError for name whose node errors include
-// one for each node in lost (a healthy node may have missed its deadline
-// too on a loaded machine; that is logged).
-func checkQuorumError(t *testing.T, ns *nodes, err error, name string, lost []int) {
+// checkQuorumError checks that err unwraps to a *redlock.QuorumError for
+// name whose node errors include one for each node in lost (a healthy node
+// may have missed its deadline too on a loaded machine; that is logged),
+// and matches ErrNotObtained when notObtained (a Lock whose wait ended)
+// and not otherwise (a TryLock's store failure).
+func checkQuorumError(t *testing.T, ns *nodes, err error, name string, lost []int, notObtained bool) {
 	t.Helper()
 	var qe *redlock.QuorumError
 	if !errors.As(err, &qe) {
 		t.Errorf("%s: error %v (%T), want a *redlock.QuorumError", name, err, err)
 		return
 	}
-	if errors.Is(err, dlock.ErrNotObtained) {
-		t.Errorf("%s: store failure %v matches ErrNotObtained", name, err)
+	if errors.Is(err, dlock.ErrNotObtained) != notObtained {
+		t.Errorf("%s: store failure %v: matches ErrNotObtained %v, want %v", name, err, !notObtained, notObtained)
 	}
 	n := len(ns.proxies)
 	if qe.Nodes != n || qe.Quorum != n/2+1 || qe.OK > n-len(lost) {
@@ -411,7 +415,13 @@ func TestCloseWithSilentNode(t *testing.T) {
 	}
 	took := time.Since(start)
 	t.Logf("Close took %v after waits on %d names with node 2 partitioned", took.Round(time.Millisecond), len(names))
-	if took > dlock.CloseTimeout {
-		t.Errorf("Close took %v with a silent node, more than CloseTimeout (%v); it holds no lease", took, dlock.CloseTimeout)
+	// A pub/sub connection to the silent node that go-redis is making
+	// again (the listener's health check gave the old one up) holds the
+	// PubSub's lock through its handshake, up to go-redis's read timeout
+	// (3s by default), and Close waits for it: a known limit, in
+	// docs/REDLOCK.md.
+	const pubsubHandshake = 3 * time.Second
+	if took > dlock.CloseTimeout+pubsubHandshake {
+		t.Errorf("Close took %v with a silent node, more than CloseTimeout (%v) and a pub/sub handshake (%v); it holds no lease", took, dlock.CloseTimeout, pubsubHandshake)
 	}
 }
