@@ -322,11 +322,14 @@ func reconnectDelay(n int) time.Duration {
 // fn is not called after Close returns. Subscribe calls still waiting return
 // an error wrapping redis.ErrClosed. Closing twice is a no-op.
 func (l *listener) Close() error {
+	// First: it ends a dial in progress, which holds the PubSub (a PING or
+	// a resubscription on a connection go-redis makes again), and so lets
+	// a Subscribe waiting for the PubSub give up, and shut go on.
+	l.cancel()
 	var ps *redis.PubSub
 	if !l.shut(func() { ps = l.ps }) {
 		return nil
 	}
-	l.cancel()
 	err := ps.Close()
 	l.wg.Wait()
 	if err != nil {

@@ -28,8 +28,22 @@ const (
 // mode when a write finds its read snapshot stale (SQLITE_BUSY_SNAPSHOT).
 // Such a statement has changed nothing, so running it again is safe: a
 // write that fails with SQLITE_BUSY is rolled back whole.
+//
+// On every engine, a transaction that the server chose as a deadlock's
+// victim (MySQL 1213, PostgreSQL 40P01, 40001) was rolled back whole and
+// is run again, a few times: the server asks for exactly that.
 func retryBusy[T any](ctx context.Context, d Dialect, op func() (T, error)) (T, error) {
 	res, err := op()
+	for i := 0; i < maxDeadlockRetries && err != nil && deadlocked(err) && ctx.Err() == nil; i++ {
+		t := time.NewTimer(time.Duration(1+rand.N(5)) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return res, err
+		case <-t.C:
+		}
+		res, err = op()
+	}
 	if d != SQLite {
 		return res, err
 	}
@@ -47,6 +61,22 @@ func retryBusy[T any](ctx context.Context, d Dialect, op func() (T, error)) (T, 
 		res, err = op()
 	}
 	return res, err
+}
+
+// maxDeadlockRetries bounds how often retryBusy runs a deadlock's victim
+// again.
+const maxDeadlockRetries = 5
+
+// deadlocked reports whether err says the server rolled the transaction
+// back to break a deadlock or a serialization conflict.
+func deadlocked(err error) bool {
+	if n, ok := mysqlNumber(err); ok {
+		return n == 1213
+	}
+	if code, ok := sqlState(err); ok {
+		return code == "40P01" || code == "40001"
+	}
+	return false
 }
 
 // isBusy reports whether err is SQLite's SQLITE_BUSY or SQLITE_LOCKED, with
