@@ -226,7 +226,7 @@ func TestGiveUpAnywhereLeavesNoChannel(t *testing.T) {
 	})
 }
 
-// review-46: a Subscribe whose SUBSCRIBE cannot be written before its
+// A Subscribe whose SUBSCRIBE cannot be written before its
 // deadline fails with an error wrapping the deadline, and leaves no channel
 // on the server: go-redis subscribes the channel again after reconnecting,
 // and the listener unsubscribes what nobody holds.

@@ -9,10 +9,10 @@ import (
 	"github.com/dlock-go/dlock/memlock"
 )
 
-// TestReview2MultiErrAfterOneUnlock: once one lease of a MultiLease has been
+// TestMultiErrAfterOneUnlock: once one lease of a MultiLease has been
 // unlocked on its own (Unlock returned), the MultiLease has ended: its Err
 // is ErrReleased and its Done is closed (MultiLease.Err's documentation).
-func TestReview2MultiErrAfterOneUnlock(t *testing.T) {
+func TestMultiErrAfterOneUnlock(t *testing.T) {
 	c := dlock.New(memlock.New())
 	defer c.Close()
 	bad := 0
@@ -38,11 +38,11 @@ func TestReview2MultiErrAfterOneUnlock(t *testing.T) {
 	}
 }
 
-// TestReview2MultiErrAfterLoss: once a lease of a MultiLease has been lost
+// TestMultiErrAfterLoss: once a lease of a MultiLease has been lost
 // (its Done is closed, its Err is a *LostError), the MultiLease must not go
 // on reporting every name held: its Err is documented as "nil while every
 // name is held".
-func TestReview2MultiErrAfterLoss(t *testing.T) {
+func TestMultiErrAfterLoss(t *testing.T) {
 	t.Parallel()
 	store := memlock.New()
 	c := dlock.New(store, dlock.WithTTL(60*time.Millisecond))

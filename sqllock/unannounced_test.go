@@ -9,14 +9,14 @@ import (
 	"github.com/dlock-go/dlock/sqllock"
 )
 
-// TestReview2ObserveUnannouncedRelease: a SQLite file shared with a process
+// TestObserveUnannouncedRelease: a SQLite file shared with a process
 // whose releases send no wake-up (one using sqllock.New, or one on another
 // machine: docs/LOCK-KINDS.md says Observe "reads on that schedule
 // throughout" there). A waiting Mutex.Lock on the observer's Client still
 // polls and takes the lock within a few seconds of the resignation; Observe
 // must see the resignation about as soon, not only when the leader's TTL
 // (as last read) has run out.
-func TestReview2ObserveUnannouncedRelease(t *testing.T) {
+func TestObserveUnannouncedRelease(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "locks.db")
 	observer := dlock.New(sqllock.NewSQLite(openSQLite(t, path)))
 	defer observer.Close()
@@ -50,9 +50,9 @@ func TestReview2ObserveUnannouncedRelease(t *testing.T) {
 	}
 }
 
-// TestReview2WaiterUnannouncedRelease is the control: a waiter in the same
+// TestWaiterUnannouncedRelease is the control: a waiter in the same
 // setting takes the lock within a few seconds (it polls).
-func TestReview2WaiterUnannouncedRelease(t *testing.T) {
+func TestWaiterUnannouncedRelease(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "locks.db")
 	waiter := dlock.New(sqllock.NewSQLite(openSQLite(t, path)))
 	defer waiter.Close()

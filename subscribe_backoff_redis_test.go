@@ -49,12 +49,12 @@ func (l pausingListener) Subscribe(ctx context.Context, key string) error {
 	return l.Listener.Subscribe(ctx, key)
 }
 
-// TestReview50RedisSubscribeConfirmedAfterHubGaveUp: the hub gives up on a
+// TestRedisSubscribeConfirmedAfterHubGaveUp: the hub gives up on a
 // Subscribe whose SUBSCRIBE Redis has been sent but not answered; the
 // confirmation comes later. The channel must not stay subscribed on the
 // server (nobody would unsubscribe it), and a later wait of the key must
 // subscribe again and be woken by the release.
-func TestReview50RedisSubscribeConfirmedAfterHubGaveUp(t *testing.T) {
+func TestRedisSubscribeConfirmedAfterHubGaveUp(t *testing.T) {
 	defer dlock.SetSubscribeWait(300 * time.Millisecond)()
 	defer dlock.SetSubscriptionLinger(100 * time.Millisecond)()
 	srv := testserver.StartRedis(t)

@@ -12,14 +12,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// TestReviewLockIgnoresCtxBehindHungUnlock: since bf991b4 every acquire
+// TestLockIgnoresCtxBehindHungUnlock: since bf991b4 every acquire
 // of a fixed-token handle (WithOwnerID, Reentrant) takes handle.gate for
 // reading, and the last release holds it for writing for as long as the
 // store takes to answer. A Redis that hangs (paused here) holds an Unlock
 // up; a TryLock or Lock of the same handle with a short context now waits
 // for that Unlock instead of returning at its deadline ("promptly", says
 // Mutex.Lock): gate.RLock does not watch ctx (nor Close).
-func TestReviewLockIgnoresCtxBehindHungUnlock(t *testing.T) {
+func TestLockIgnoresCtxBehindHungUnlock(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		opt  dlock.Option
@@ -64,13 +64,13 @@ func TestReviewLockIgnoresCtxBehindHungUnlock(t *testing.T) {
 	}
 }
 
-// TestReviewUnlockIgnoresCtxBehindHungReentry is the other side of the
+// TestUnlockIgnoresCtxBehindHungReentry is the other side of the
 // gate: a re-entry is sent without ctx's cancellation, bounded only by the
 // TTL, and holds gate.RLock for its round trip. An Unlock of the handle's
 // last lease meanwhile (the re-entry has not joined yet) waits for the
 // gate, for as long as the re-entry hangs on a store that does not answer,
 // whatever its own context says.
-func TestReviewUnlockIgnoresCtxBehindHungReentry(t *testing.T) {
+func TestUnlockIgnoresCtxBehindHungReentry(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })

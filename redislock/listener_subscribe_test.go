@@ -22,7 +22,7 @@ import (
 	"github.com/dlock-go/dlock/redislock"
 )
 
-// review-47: the listener's UNSUBSCRIBE of a confirmed channel that is not in
+// The listener's UNSUBSCRIBE of a confirmed channel that is not in
 // its table (13f6ac9) never takes away the server-side channel of a live
 // Subscribe or Watch. Workers Subscribe, Unsubscribe, Watch and Unwatch the
 // same few keys concurrently with deadlines of a few µs (failed writes,
@@ -31,7 +31,7 @@ import (
 // resubscribes). At each pause, every channel the listener holds must be
 // subscribed on the server once, no other channel may be, and a PUBLISH on
 // each held channel must reach the callback.
-func TestReviewFailedSubscribesKeepLiveChannels(t *testing.T) {
+func TestFailedSubscribesKeepLiveChannels(t *testing.T) {
 	b, rdb, _ := setup(t)
 	h := &heard{}
 	l, err := b.Listen(t.Context(), h.fn)
@@ -242,11 +242,11 @@ func cmdstats(t *testing.T, rdb *redis.Client) string {
 	return strings.Join(out, " ")
 }
 
-// review-47: Close while the receive goroutine unsubscribes the channels of
+// Close while the receive goroutine unsubscribes the channels of
 // failed Subscribes that go-redis subscribed again after a reconnect (l.mu
 // held, writing on the pub/sub connection) neither deadlocks nor stalls,
 // and leaves no goroutine (TestMain's goleak) and no channel behind.
-func TestReviewCloseDuringStaleUnsubscribes(t *testing.T) {
+func TestCloseDuringStaleUnsubscribes(t *testing.T) {
 	b, rdb, _ := setup(t)
 	var worst time.Duration
 	for i := range 30 {
@@ -291,10 +291,10 @@ func TestReviewCloseDuringStaleUnsubscribes(t *testing.T) {
 	noChannelLeft(t, rdb, "no channel left")
 }
 
-// review-47: a Subscribe that fails before its deadline, for another reason
+// A Subscribe that fails before its deadline, for another reason
 // than the deadline, does not claim the deadline; one whose context was
 // cancelled wraps context.Canceled and not DeadlineExceeded.
-func TestReviewSubscribeErrorNamesItsCause(t *testing.T) {
+func TestSubscribeErrorNamesItsCause(t *testing.T) {
 	b, _, srv := setup(t)
 	l, err := b.Listen(t.Context(), func(string, string) {})
 	if err != nil {
@@ -361,14 +361,14 @@ func (c *failingConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-// review-47, finding: the UNSUBSCRIBE that confirmed now writes from the
+// The UNSUBSCRIBE that confirmed now writes from the
 // receive goroutine can meet a connection that has just died. go-redis then
 // reconnects and resubscribes inside that write, and the receive goroutine
 // goes on reading the new connection without ever seeing an error: fn is
 // not called with ("", ""), so a release published while the old
 // connection was dying is neither heard nor announced as possibly missed
 // (the waiter is left to its retry timer).
-func TestReviewReconnectInsideStaleUnsubscribeIsAnnounced(t *testing.T) {
+func TestReconnectInsideStaleUnsubscribeIsAnnounced(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	admin := srv.Client(t)
 	fw := &failWrite{}

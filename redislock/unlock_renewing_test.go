@@ -10,7 +10,7 @@ import (
 	"github.com/dlock-go/dlock/redislock"
 )
 
-// TestReviewUnlockCutWhileRenewingLeavesHold: bf991b4 marks the handle
+// TestUnlockCutWhileRenewingLeavesHold: bf991b4 marks the handle
 // uncertain when the last release of a reentrant grant fails, so that its
 // next grant, which may join the hold left on the store, drains it. An
 // Unlock whose context ends while it waits for a renewal in flight returns
@@ -18,7 +18,7 @@ import (
 // stays, the next Lock joins it (same fence, one more hold), and that
 // Lock's Unlock releases one hold and returns nil while the lock stays
 // held on the store, renewed by nobody, for a TTL.
-func TestReviewUnlockCutWhileRenewingLeavesHold(t *testing.T) {
+func TestUnlockCutWhileRenewingLeavesHold(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	b := &drainRaceBackend{Backend: redislock.New(srv.Client(t)), entered: make(chan struct{}), resume: make(chan struct{})}
 	c := dlock.New(b, dlock.WithTTL(5*time.Second))

@@ -1,6 +1,6 @@
 package sqllock
 
-// Review tests of the write gate (review-49). Each failed at 68b9c4d.
+// Review tests of the write gate. Each failed at 68b9c4d.
 
 import (
 	"context"

@@ -14,10 +14,10 @@ import (
 	"github.com/dlock-go/dlock/sqllock"
 )
 
-// Regression tests for the review of shared holds, writer intents and fair
-// queues: each failed before its fix.
+// Shared holds, writer intents and fair queues: cases that each failed
+// before their fix.
 
-func reviewCases(t *testing.T, newDB newDatabase) {
+func sharedAndQueueCases(t *testing.T, newDB newDatabase) {
 	t.Run("ReaderHoldWithinSharedUntil", func(t *testing.T) { testReaderHoldWithinSharedUntil(t, newDB) })
 	t.Run("SharedRenewBesideWriter", func(t *testing.T) { testSharedRenewBesideWriter(t, newDB) })
 	t.Run("TokenHoldsOnce", func(t *testing.T) { testTokenHoldsOnce(t, newDB) })
@@ -27,22 +27,22 @@ func reviewCases(t *testing.T, newDB newDatabase) {
 	t.Run("ForceReleasePrunes", func(t *testing.T) { testForceReleasePrunes(t, newDB) })
 }
 
-func TestReviewSQLite(t *testing.T) {
-	reviewCases(t, sqliteDatabases)
+func TestSharedAndQueueCasesSQLite(t *testing.T) {
+	sharedAndQueueCases(t, sqliteDatabases)
 	t.Run("StalledReader", func(t *testing.T) { testStalledReader(t, sqliteDatabases) })
 }
 
-func TestReviewMariaDB(t *testing.T) {
+func TestSharedAndQueueCasesMariaDB(t *testing.T) {
 	srv := testserver.StartMariaDB(t)
 	newDB := mariadbDatabases(srv)
-	reviewCases(t, newDB)
+	sharedAndQueueCases(t, newDB)
 	t.Run("StalledReader", func(t *testing.T) { testStalledReader(t, newDB) })
 }
 
-func TestReviewPostgres(t *testing.T) {
+func TestSharedAndQueueCasesPostgres(t *testing.T) {
 	srv := testserver.StartPostgres(t)
 	newDB := postgresDatabases(srv)
-	reviewCases(t, newDB)
+	sharedAndQueueCases(t, newDB)
 	t.Run("SharedReleaseNext", func(t *testing.T) { testSharedReleaseNext(t, newDB) })
 }
 

@@ -42,7 +42,7 @@ func (b *heldAnswers) Acquire(ctx context.Context, req driver.AcquireRequest) (d
 	return res, err
 }
 
-// TestReviewDrainTakesConcurrentGrantOfSameFence: the gate does not make
+// TestDrainTakesConcurrentGrantOfSameFence: the gate does not make
 // the drain's count this grant's. A reentrant handle whose acquire had an
 // unknown outcome while it held nothing is marked uncertain; two Locks of
 // the handle sent at the same time both find no live grant to join, and
@@ -51,7 +51,7 @@ func (b *heldAnswers) Acquire(ctx context.Context, req driver.AcquireRequest) (d
 // and its last Unlock drains every hold the store reports left, the other
 // grant's included: that grant's caller holds a lease for a free lock. No
 // Unlock races with an acquire here, so the gate cannot help.
-func TestReviewDrainTakesConcurrentGrantOfSameFence(t *testing.T) {
+func TestDrainTakesConcurrentGrantOfSameFence(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	b := &heldAnswers{Backend: redislock.New(srv.Client(t)), reached: make(chan struct{}, 2), answers: make(chan chan struct{}, 2)}
 	c := dlock.New(b, dlock.WithTTL(5*time.Second))

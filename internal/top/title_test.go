@@ -11,11 +11,11 @@ import (
 	"github.com/dlock-go/dlock/internal/top"
 )
 
-// TestReview4TitleEscaped: the title line prints Config.Where raw, while
+// TestTitleEscaped: the title line prints Config.Where raw, while
 // dash escapes the same string (dash.New: safetext.Escape(cfg.Where)).
 // dlock top 'sqlite:///tmp/x%1b]0;pwned%07.db' sets the terminal's title
 // (checked under script(1)): the path is URL-decoded into "SQLite file PATH".
-func TestReview4TitleEscaped(t *testing.T) {
+func TestTitleEscaped(t *testing.T) {
 	v := top.New(top.Config{
 		List:     func(context.Context) ([]driver.LockInfo, error) { return nil, nil },
 		HeldFor:  func(driver.LockInfo, time.Time) (time.Duration, bool) { return 0, false },

@@ -14,12 +14,12 @@ import (
 	_ "modernc.org/sqlite"
 )
 
-// TestReview4WatchersDoNotWriteAnotherDatabase: top and dash are documented
+// TestWatchersDoNotWriteAnotherDatabase: top and dash are documented
 // to only read the store ("dash only reads the store"). Pointed at a SQLite
 // file that exists but is not a dlock store (an application's database, or
 // a typo), they must not add dlock's tables to it nor switch its journal to
 // WAL. Today opening the store runs the DDL and sets journal_mode=WAL.
-func TestReview4WatchersDoNotWriteAnotherDatabase(t *testing.T) {
+func TestWatchersDoNotWriteAnotherDatabase(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{{"top", "--once"}, {"ls"}} {
 		t.Run(args[0], func(t *testing.T) {
@@ -55,9 +55,9 @@ func TestReview4WatchersDoNotWriteAnotherDatabase(t *testing.T) {
 	}
 }
 
-// TestReview4DashDoesNotWriteAnotherDatabase: the same for dash, whose help
+// TestDashDoesNotWriteAnotherDatabase: the same for dash, whose help
 // says "dash only reads the store".
-func TestReview4DashDoesNotWriteAnotherDatabase(t *testing.T) {
+func TestDashDoesNotWriteAnotherDatabase(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "app.db")
 	db, err := sql.Open("sqlite", path)
@@ -91,21 +91,21 @@ func TestReview4DashDoesNotWriteAnotherDatabase(t *testing.T) {
 	}
 }
 
-// TestReview4CommandFlagsBeforeCommandName: a command's own flags belong
+// TestCommandFlagsBeforeCommandName: a command's own flags belong
 // after its name (usage: dlock [--backend URL] ... COMMAND [ARGS...]); only
 // the global flags may come before it. A boolean one is refused there
 // (dlock --json ls: unknown flag --json), but one that takes a value is
 // taken as the command's: dlock --ttl 7s run x runs with a 7s lease.
-func TestReview4CommandFlagsBeforeCommandName(t *testing.T) {
+func TestCommandFlagsBeforeCommandName(t *testing.T) {
 	e := newEnv(t, "")
 	expect(t, e.run("--json", "ls"), 64, "unknown flag --json")
 	expect(t, e.run("--ttl", "7s", "run", "x", "--", "true"), 64, "--ttl")
 	expect(t, e.run("--prefix", "zz", "top", "--once"), 64, "--prefix")
 }
 
-// TestReview4DashDashBeforeCommand: "dlock -- run" names a command dlock
+// TestDashDashBeforeCommand: "dlock -- run" names a command dlock
 // has, yet it says: unknown command "run"; did you mean run?
-func TestReview4DashDashBeforeCommand(t *testing.T) {
+func TestDashDashBeforeCommand(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "")
 	r := e.run("--", "run", "x", "--", "true")
@@ -114,13 +114,13 @@ func TestReview4DashDashBeforeCommand(t *testing.T) {
 	}
 }
 
-// TestReview4CompletionOffersOnlyRealNames: the NAME completion of inspect
+// TestCompletionOffersOnlyRealNames: the NAME completion of inspect
 // and release prints every listed key raw, one per line. A key holding a
 // newline (written straight into Redis) is cut by cobra at it and offered
 // as a name that is not held ("a" for "a\nb"); a key holding an escape
 // sequence is offered with it raw (bash then lists it as it is when there
 // are several candidates). Names that are not safe text should be left out.
-func TestReview4CompletionOffersOnlyRealNames(t *testing.T) {
+func TestCompletionOffersOnlyRealNames(t *testing.T) {
 	t.Parallel()
 	u, srv := redisURL(t)
 	rdb := srv.Client(t)
@@ -145,11 +145,11 @@ func TestReview4CompletionOffersOnlyRealNames(t *testing.T) {
 	}
 }
 
-// TestReview4TopOnceWriteErrorExitCode: top's help says 74 when the
+// TestTopOnceWriteErrorExitCode: top's help says 74 when the
 // terminal cannot be written, 69 when the store cannot be reached. A
 // failed write of --once's table (stdout on a full disk) exits 69, as if
 // the store were down.
-func TestReview4TopOnceWriteErrorExitCode(t *testing.T) {
+func TestTopOnceWriteErrorExitCode(t *testing.T) {
 	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
 	if err != nil {
 		if os.Getenv("CI") == "true" {

@@ -40,7 +40,7 @@ func (b *drainRaceBackend) RenewGrant(ctx context.Context, key, token string, fe
 	return b.Backend.RenewGrant(ctx, key, token, fence, ttl)
 }
 
-// TestReviewDrainTakesLockMadeBeforeGate: the gate of bf991b4 only keeps a
+// TestDrainTakesLockMadeBeforeGate: the gate of bf991b4 only keeps a
 // Lock of the same reentrant handle out while the last Unlock releases; a
 // Lock that reaches the store after the Unlock dropped its last lease (the
 // grant has ended, so the Lock does not join it) but before the Unlock
@@ -48,7 +48,7 @@ func (b *drainRaceBackend) RenewGrant(ctx context.Context, key, token string, fe
 // adds a hold to the same store grant, under the same fence, and the
 // Unlock's drain of the uncertain grant releases it. The Lock's caller holds
 // a lease for a lock that the store has freed: another owner gets it.
-func TestReviewDrainTakesLockMadeBeforeGate(t *testing.T) {
+func TestDrainTakesLockMadeBeforeGate(t *testing.T) {
 	t.Run("same-grant", func(t *testing.T) { drainRace(t, false) })
 	// The store lost the grant: the Lock makes a fresh grant (a new fence)
 	// of the handle's token, and the Unlock's untied orphan release drops it.

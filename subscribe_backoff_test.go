@@ -11,12 +11,12 @@ import (
 	"github.com/dlock-go/dlock/memlock"
 )
 
-// TestReview50SecondLockPaysSubscribeWaitAgain checks that a Client whose
+// TestSecondLockDoesNotPaySubscribeWaitAgain checks that a Client whose
 // store never confirms a subscription does not pay subscribeWait again at
 // every Lock that has to wait. The group's failedAt lives only as long as
 // the group: the next Lock on the name (a new group) subscribes again and
 // sits out subscribeWait, deaf to the release meanwhile.
-func TestReview50SecondLockPaysSubscribeWaitAgain(t *testing.T) {
+func TestSecondLockDoesNotPaySubscribeWaitAgain(t *testing.T) {
 	defer dlock.SetSubscribeWait(2 * time.Second)()
 	store := memlock.New()
 	holder, waiter := dlock.New(store), dlock.New(stuckStore(store))
@@ -57,12 +57,12 @@ func TestReview50SecondLockPaysSubscribeWaitAgain(t *testing.T) {
 	}
 }
 
-// TestReview50ObserveNotSlowedByHungSubscribe checks that an election
+// TestObserveNotSlowedByHungSubscribe checks that an election
 // observer on a store that never confirms subscriptions sees a change of
 // leader at the polled pace. observe calls listenOrPoll at every turn of
 // its loop and has no failedAt: each turn sits out subscribeWait before it
 // reads the leader.
-func TestReview50ObserveNotSlowedByHungSubscribe(t *testing.T) {
+func TestObserveNotSlowedByHungSubscribe(t *testing.T) {
 	defer dlock.SetSubscribeWait(2 * time.Second)()
 	store := memlock.New()
 	leader, watcher := dlock.New(store, dlock.WithTTL(10*time.Second)), dlock.New(stuckStore(store))
@@ -111,11 +111,11 @@ func (watchStuckListener) Watch(ctx context.Context, key string) error {
 
 func (watchStuckListener) Unwatch(ctx context.Context, key string) error { return nil }
 
-// TestReview50ObserveWatchHangs checks that an observer whose Watch is
+// TestObserveWatchHangBounded checks that an observer whose Watch is
 // never confirmed still reports the leader. watchHandoffs calls Watch with
 // Observe's ctx alone, unbounded by subscribeWait unlike Subscribe: the
 // observer never reads the leader.
-func TestReview50ObserveWatchHangs(t *testing.T) {
+func TestObserveWatchHangBounded(t *testing.T) {
 	defer dlock.SetSubscribeWait(500 * time.Millisecond)()
 	store := memlock.New()
 	leader, watcher := dlock.New(store, dlock.WithTTL(10*time.Second)), dlock.New(watchStuckStore(store))
@@ -143,12 +143,12 @@ func TestReview50ObserveWatchHangs(t *testing.T) {
 	}
 }
 
-// TestReview50SecondUserWaitsTwoSubscribeWaits: an election observer and a
+// TestSecondUserDoesNotWaitTwoSubscribeWaits: an election observer and a
 // waiter of one Client on one name, on a store that never confirms. The
 // second to listen waits, unbounded by subscribeWait, for the first's
 // Subscribe (listen's <-done), and when that fails subscribes itself:
 // deaf for up to twice subscribeWait.
-func TestReview50SecondUserWaitsTwoSubscribeWaits(t *testing.T) {
+func TestSecondUserDoesNotWaitTwoSubscribeWaits(t *testing.T) {
 	defer dlock.SetSubscribeWait(time.Second)()
 	store := memlock.New()
 	holder, waiter := dlock.New(store), dlock.New(stuckStore(store))
