@@ -434,24 +434,21 @@ func (x *txn) prune(key, token string, queue, all bool) error {
 	return err
 }
 
-// pruneGone deletes the name's expired clean-up records, but token's (see
-// goneTTL): on MySQL by primary key, a batch at a time, as prune does.
-func (x *txn) pruneGone(key, token string) error {
-	t := x.t
-	if t.d != MySQL {
-		return x.exec(t.pruneGone, key, token)
-	}
-	tokens, err := queryStrings(x.ctx, x.tx, t.expiredGone.query, t.expiredGone.args(key, token)...)
-	if err != nil || len(tokens) == 0 {
-		return err
-	}
+// deleteGone deletes the clean-up records of tokens of a name, by primary
+// key (on MySQL, so that InnoDB locks no gap).
+func (t *txs) deleteGone(ctx context.Context, q execer, key string, tokens []string) error {
 	args := make([]any, 0, 1+len(tokens))
 	args = append(args, key)
 	for _, tok := range tokens {
 		args = append(args, tok)
 	}
-	_, err = x.tx.ExecContext(x.ctx, "DELETE FROM "+t.x.g+" WHERE name = ? AND token IN ("+strings.Repeat("?, ", len(tokens)-1)+"?)", args...)
+	_, err := q.ExecContext(ctx, "DELETE FROM "+t.x.g+" WHERE name = ? AND token IN ("+strings.Repeat("?, ", len(tokens)-1)+"?)", args...)
 	return err
+}
+
+// execer is a *sql.DB or a *sql.Tx.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
 // queryStrings returns the first column of every row of a query.

@@ -5,6 +5,7 @@ package sqllock
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -28,6 +29,55 @@ import (
 // after the single statement of Release looked; not with withdraw), and
 // otherwise records the token: grants 1, or 0 with withdraw.
 func (t *txs) release(ctx context.Context, key, token string, withdraw, record bool) (driver.ReleaseResult, error) {
+	res, err := t.releaseOnce(ctx, key, token, withdraw, record, false)
+	if !errors.Is(err, errRecordFirst) {
+		return res, err
+	}
+	if err := t.recordGone(ctx, key, token, withdraw); err != nil {
+		return driver.ReleaseResult{}, err
+	}
+	return t.releaseOnce(ctx, key, token, withdraw, record, true)
+}
+
+// errRecordFirst ends a MySQL release transaction that must record its
+// token: the record is written on its own first (see recordGone).
+var errRecordFirst = errors.New("sqllock: record the clean-up first")
+
+// recordGone writes token's clean-up record (grants 1, or 0 with withdraw)
+// and deletes the name's expired ones, on MySQL, each statement on its own
+// and before the release's transaction locks the name's row.
+//
+// Under REPEATABLE READ, InnoDB runs the gone-table subqueries of the
+// single-statement acquires as locking reads, which lock the gap where the
+// token's record would go, and such a statement may take that gap lock
+// before it waits for the name's row. A release that held the row and then
+// inserted into the gap would deadlock with it, again and again while
+// waiters keep asking. Written before the row is locked, the record waits
+// for those statements to end and holds nothing they wait for.
+//
+// The record still comes first for any request of the token: a request
+// that read the gap before it waited for the insert, and granted, is found
+// and undone by the transaction that follows. If that transaction finds
+// the token's request landed after all (a live shared hold), the record
+// stays: the token is being cleaned up and is refused grants for goneTTL.
+func (t *txs) recordGone(ctx context.Context, key, token string, withdraw bool) error {
+	grants := 1
+	if withdraw {
+		grants = 0
+	}
+	if _, err := t.db.ExecContext(ctx, t.gone.query, t.gone.args(key, token, grants, t.x.units(goneTTL))...); err != nil {
+		return err
+	}
+	tokens, err := queryStrings(ctx, t.db, t.expiredGone.query, t.expiredGone.args(key, token)...)
+	if err != nil || len(tokens) == 0 {
+		return err
+	}
+	return t.deleteGone(ctx, t.db, key, tokens)
+}
+
+// releaseOnce is release; with recorded, on MySQL, the token's record is
+// written already (see recordGone).
+func (t *txs) releaseOnce(ctx context.Context, key, token string, withdraw, record, recorded bool) (driver.ReleaseResult, error) {
 	var res driver.ReleaseResult
 	err := t.run(ctx, func(x *txn) (bool, error) {
 		res = driver.ReleaseResult{}
@@ -52,15 +102,20 @@ func (t *txs) release(ctx context.Context, key, token string, withdraw, record b
 		if record && !(hadShared && st.mineLeft.Int64 > 0) {
 			// A live shared hold found is the grant the request made: it
 			// has landed. Anything else may still be on its way.
-			grants := 1
-			if withdraw {
-				grants = 0
-			}
-			if err := x.exec(t.gone, key, token, grants, t.x.units(goneTTL)); err != nil {
-				return false, err
-			}
-			if err := x.pruneGone(key, token); err != nil {
-				return false, err
+			switch {
+			case t.d == MySQL && !recorded:
+				return false, errRecordFirst
+			case t.d != MySQL:
+				grants := 1
+				if withdraw {
+					grants = 0
+				}
+				if err := x.exec(t.gone, key, token, grants, t.x.units(goneTTL)); err != nil {
+					return false, err
+				}
+				if err := x.exec(t.pruneGone, key, token); err != nil {
+					return false, err
+				}
 			}
 		} else if !hadShared && !ownIntent && !hadEntry && !ownClaim {
 			return false, nil
