@@ -324,7 +324,7 @@ type counter struct{ n atomic.Int64 }
 func (c *counter) Observe(dlock.Event) { c.n.Add(1) }
 
 // BenchmarkObserverCost is one uncontended Lock+Unlock without and with
-// an observer that counts (issue 21: within 3%), on memlock, where no
+// an observer that counts (the target: within 3%), on memlock, where no
 // network hides the cost, and on a redis-server on loopback:
 //
 //	go test -run XXX -bench ObserverCost -count 6 . | benchstat -col /observer -

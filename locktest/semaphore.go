@@ -137,7 +137,7 @@ func testSemaphorePermitExpires(t *testing.T, s *Store) {
 }
 
 // testSemaphoreLimitBinds checks that the live holds of a name bind its
-// kind and limit (issue 20): a semaphore of another size, a reader on a
+// kind and limit: a semaphore of another size, a reader on a
 // semaphore's name and a permit on a name held by readers are refused at
 // once, by TryAcquire and by a waiting Acquire alike, with a
 // *dlock.ConflictError naming both; a writer is not (it waits, as it

@@ -35,7 +35,7 @@ var Uncontended = bench.Workload{Workers: 1, Names: 1}
 // lock's own cost decides the rate.
 var HotCS0 = bench.Workload{Workers: 8, Names: 1}
 
-// WriteTargets writes the target ratios of issue 17 (direct handoff), each
+// WriteTargets writes the target ratios of the direct handoff, each
 // from rep alone (one run, one machine): the ratio, the target, and whether
 // it is met, for dlock's fair and default Mutex. Waits are compared as
 // blocked waits (those during which another worker was granted the lock):

@@ -11,9 +11,8 @@ import (
 	"github.com/dlock-go/dlock/internal/bench"
 )
 
-// TestWriteTargets checks the verdicts of issue 17's targets on a report
-// that TestCompare wrote (testdata, measured at 13f6ac9 on a 2-core
-// machine): each ratio, its target and verdict.
+// TestWriteTargets checks the verdicts of the targets on a report that
+// TestCompare wrote (testdata): each ratio, its target and verdict.
 func TestWriteTargets(t *testing.T) {
 	data, err := os.ReadFile("testdata/compare-13f6ac9.json")
 	if err != nil {

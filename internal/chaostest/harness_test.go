@@ -35,7 +35,7 @@ const (
 	leftoverSlack = 2 * time.Second
 )
 
-// violation is a set of pass criteria (issue 6 §4) that a scenario may, or
+// violation is a set of pass criteria (docs/SAFETY.md, "Scenarios and pass criteria") that a scenario may, or
 // must, be seen to break.
 type violation uint
 
@@ -151,7 +151,7 @@ func (r *runState) sleep(ctx context.Context, d time.Duration) bool {
 // runScenario runs sc and checks it: the workers run until the run's
 // duration (or, in a soak, soakOps critical sections) while sc.faults
 // injects faults; then every client is closed, the history is checked
-// against issue 6's pass criteria as sc.expect allows, and the store must
+// against the pass criteria as sc.expect allows, and the store must
 // be left empty. The report is logged in plain words and added to the
 // summary; on a failure the history and the report are written to the
 // -chaos.out directory.
@@ -311,7 +311,7 @@ func runScenario(t *testing.T, sc scenario) *chaos.Report {
 	return report
 }
 
-// judge asserts the pass criteria of issue 6 §4 that sc.expect does not
+// judge asserts the pass criteria that sc.expect does not
 // waive, and returns the result column of the summary.
 func judge(t *testing.T, sc scenario, rp *chaos.Report, ops int) string {
 	t.Helper()
