@@ -613,6 +613,12 @@ func testUnlockStopsRenewal(t *testing.T, s *Store) {
 				}
 				time.Sleep(time.Duration(rand.IntN(240)) * time.Millisecond)
 				if err := l.Unlock(t.Context()); err != nil {
+					// A lease whose renewals a loaded machine delayed past
+					// its deadline is lost, and its Unlock says so: what
+					// this case checks is what comes after an Unlock.
+					if l.Err() != nil && errors.Is(err, dlock.ErrNotHeld) {
+						continue
+					}
 					t.Error(err)
 					return
 				}
