@@ -1,8 +1,8 @@
 // Package dlock provides distributed locks over the stores teams already run:
 // Redis on one node, Sentinel or Cluster (redislock), several independent
 // Redis nodes with the Redlock quorum (redlock), MySQL/MariaDB, PostgreSQL
-// and SQLite (sqllock), and, for tests and single processes, memory
-// (memlock).
+// and SQLite (sqllock), etcd (etcdlock), and, for tests and single
+// processes, memory (memlock).
 //
 // A lock is held as a lease: a hold with a time to live on the store, renewed
 // automatically while the holder works, and told to the holder the moment it
@@ -56,7 +56,7 @@
 // waiting on one name queue locally: only one of them queries the store at a
 // time, and only that one holds a place in a fair queue. A plain Mutex's wait
 // that has lasted a millisecond joins the store's fair queue where the store
-// has one (redislock, memlock), and so do the Client's other Lock calls on
+// has one (redislock, etcdlock, memlock), and so do the Client's other Lock calls on
 // that name while the queue lives, so that an owner that unlocks and locks
 // again cannot starve the others (as in Go's sync.Mutex). WithWait bounds a
 // wait independently of the TTL; a cancelled wait returns promptly with
@@ -145,8 +145,8 @@ package dlock
 //	               grant.mu → Lease.mu
 //	waitGroup.smu → waitHub.lmu → waitHub.mu
 //
-// Client.mu, renewer.mu, Lease.mu and waitHub.mu are leaves: nothing else is
-// taken while one is held (waitHub.mu only signals channels without
-// blocking). No mutex is held across a store call, except waitGroup.smu
+// Client.mu, renewer.mu, Lease.mu, waitHub.mu, handleGate.mu and
+// MultiLease.mu are leaves: nothing else is taken while one is held
+// (waitHub.mu only signals channels without blocking). No mutex is held across a store call, except waitGroup.smu
 // around a Subscribe (which serialises one group's subscribing) and
 // waitHub.lmu around Listen.

@@ -33,7 +33,8 @@ var ErrNoLeader = errors.New("dlock: election has no leader")
 // land after a new leader's first.
 //
 // An Election needs a backend that can describe its locks
-// (driver.Inspector): memlock, redislock, sqllock and redlock all can.
+// (driver.Inspector): memlock, redislock, redlock, sqllock and etcdlock all
+// can.
 // Its methods return ErrInvalid (and ErrUnsupported) on another. An
 // Election is safe for concurrent use.
 type Election struct {
@@ -160,7 +161,8 @@ func (e *Election) leader(ctx context.Context) (LeaderInfo, error) {
 // leadership that came and went unseen is skipped).
 //
 // Observe is woken by the store's release notifications where the store
-// has them (Redis pub/sub, PostgreSQL LISTEN/NOTIFY, memlock), so a
+// has them (Redis pub/sub, PostgreSQL LISTEN/NOTIFY, etcd watches,
+// memlock), so a
 // resignation or a removal is seen at once; a leader whose lease lapses
 // is seen when its TTL, as last read, runs out; and, since a notification
 // can be lost (or a releasing process may announce nothing, as a plain

@@ -2,6 +2,9 @@ package dlock_test
 
 import (
 	"bytes"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -60,5 +63,82 @@ func TestFilesSpeakOfTheProjectAlone(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestArchitectureMapIsComplete checks that docs/ARCHITECTURE.md, the map of
+// the code, names every package of the repository (its directory) and
+// every interface of package driver, and that every Go file it names
+// exists.
+func TestArchitectureMapIsComplete(t *testing.T) {
+	raw, err := os.ReadFile("docs/ARCHITECTURE.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(raw)
+	packages := map[string]bool{}
+	goFiles := map[string]bool{}
+	err = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if path != "." && (strings.HasPrefix(name, ".") || name == "testdata" || name == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(name, ".go") {
+			goFiles[name] = true
+			if !strings.HasSuffix(name, "_test.go") && filepath.Dir(path) != "." {
+				packages[filepath.ToSlash(filepath.Dir(path))] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dir := range packages {
+		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(dir) + `\s`).MatchString(doc) {
+			t.Errorf("docs/ARCHITECTURE.md's package list lacks %s", dir)
+		}
+	}
+
+	fset := token.NewFileSet()
+	files, err := filepath.Glob("driver/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, decl := range f.Decls {
+			gd, ok := decl.(*ast.GenDecl)
+			if !ok {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				ts, ok := spec.(*ast.TypeSpec)
+				if !ok || !ts.Name.IsExported() {
+					continue
+				}
+				if _, ok := ts.Type.(*ast.InterfaceType); ok && !regexp.MustCompile(`\b`+ts.Name.Name+`\b`).MatchString(doc) {
+					t.Errorf("docs/ARCHITECTURE.md does not name driver.%s", ts.Name.Name)
+				}
+			}
+		}
+	}
+
+	for _, m := range regexp.MustCompile("`([a-z0-9_]+\\.go)`").FindAllStringSubmatch(doc, -1) {
+		if !goFiles[m[1]] {
+			t.Errorf("docs/ARCHITECTURE.md names %s, which no directory has", m[1])
+		}
 	}
 }
