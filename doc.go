@@ -56,10 +56,10 @@
 // waiting on one name queue locally: only one of them queries the store at a
 // time, and only that one holds a place in a fair queue. A plain Mutex's wait
 // that has lasted a millisecond joins the store's fair queue where the store
-// has one (redislock, etcdlock, memlock), and so do the Client's other Lock calls on
-// that name while the queue lives, so that an owner that unlocks and locks
-// again cannot starve the others (as in Go's sync.Mutex). WithWait bounds a
-// wait independently of the TTL; a cancelled wait returns promptly with
+// has one (redislock, etcdlock, memlock), and so do the Client's other Lock
+// calls on that name while the queue lives, so that an owner that unlocks
+// and locks again cannot starve the others (as in Go's sync.Mutex). WithWait
+// bounds a wait independently of the TTL; a cancelled wait returns promptly with
 // errors.Join(*NotObtainedError, ctx.Err()), having removed what it left on
 // the store (a queue entry, a writer intent) unless the store took longer
 // than a quarter second to answer, when that goes on in the background.

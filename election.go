@@ -34,8 +34,7 @@ var ErrNoLeader = errors.New("dlock: election has no leader")
 //
 // An Election needs a backend that can describe its locks
 // (driver.Inspector): memlock, redislock, redlock, sqllock and etcdlock all
-// can.
-// Its methods return ErrInvalid (and ErrUnsupported) on another. An
+// can. Its methods return ErrInvalid (and ErrUnsupported) on another. An
 // Election is safe for concurrent use.
 type Election struct {
 	c    *Client
