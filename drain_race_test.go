@@ -33,7 +33,7 @@ func (p *pausingRelease) ReleaseGrant(ctx context.Context, key, token string, fe
 // left. A Lock of the same handle that reaches the store between the
 // Unlock's decision and its releases joins the same grant, under the same
 // fence, and was drained with them: its caller held a lease for a lock that
-// the store had freed (found by review). The last release now keeps the
+// the store had freed. The last release now keeps the
 // handle's acquires out until it is done.
 func TestLastUnlockDrainKeepsConcurrentLock(t *testing.T) {
 	p := &pausingRelease{faulty: newFaulty(), entered: make(chan struct{}), resume: make(chan struct{})}

@@ -12,7 +12,7 @@ import (
 // while its subscription is being dropped (the stream still delivers) is
 // not kept: the hub keeps handoffs only for subscribed keys, and forgets
 // them with the subscription, so that its memory stays bounded by the keys
-// it listens to (found by review: an entry per key ever waited on).
+// it listens to, not an entry per key ever waited on.
 func TestHandedForgottenWithTheSubscription(t *testing.T) {
 	h := newWaitHub(nil, slog.New(slog.DiscardHandler), context.Background())
 	h.subscribed("k")

@@ -1,8 +1,7 @@
 package redislock
 
-// Review 48: c47279a lets a release that deleted an exclusive grant hand the
-// lock over without looking for the lock hash or live shared holds. These
-// tests check the invariant it rests on (no live shared hold while the lock
+// A release that deleted an exclusive grant hands the lock over without
+// looking for the lock hash or live shared holds. These tests check the invariant it rests on (no live shared hold while the lock
 // hash exists) on a real redis-server, with a release script instrumented to
 // count every freed handoff that the previous check would have refused.
 
@@ -23,9 +22,9 @@ import (
 )
 
 // instrumentRelease makes the package's release script count, in
-// L..":rev48", the freed handoffs that found the lock hash or a live
-// shared hold (what handOff looked for before c47279a), and in
-// L..":rev48freed" and L..":rev48ho" the freed handoffs tried and made. It
+// L..":probe", the freed handoffs that found the lock hash or a live
+// shared hold (what handOff once looked for), and in
+// L..":probefreed" and L..":probeho" the freed handoffs tried and made. It
 // swaps package variables (restored at cleanup): the tests that call it
 // must not run in parallel with others.
 func instrumentRelease(t *testing.T) {
@@ -35,16 +34,16 @@ func instrumentRelease(t *testing.T) {
 	if !strings.Contains(src, sig) {
 		t.Fatal("handOff's signature changed")
 	}
-	src = strings.Replace(src, sig, sig+`  if freed then redis.call('INCR', L .. ':rev48freed') end
+	src = strings.Replace(src, sig, sig+`  if freed then redis.call('INCR', L .. ':probefreed') end
   if freed and (redis.call('EXISTS', L) == 1 or redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf') > 0) then
-    redis.call('INCR', L .. ':rev48')
+    redis.call('INCR', L .. ':probe')
   end
 `, 1)
 	const ret = "  return head, fence, hid\n"
 	if !strings.Contains(src, ret) {
 		t.Fatal("handOff's return changed")
 	}
-	src = strings.Replace(src, ret, "  if freed then redis.call('INCR', L .. ':rev48ho') end\n"+ret, 1)
+	src = strings.Replace(src, ret, "  if freed then redis.call('INCR', L .. ':probeho') end\n"+ret, 1)
 	oldScript, oldSHA := releaseScript, releaseSHA
 	releaseScript = redis.NewScript(src)
 	releaseSHA = releaseScript.Hash()
@@ -88,7 +87,7 @@ func TestFreedHandoffInstrumentationFires(t *testing.T) {
 	if _, err := b.Release(ctx, key, "w1"); err != nil {
 		t.Fatal(err)
 	}
-	n, _ := rdb.Get(ctx, L+":rev48").Int()
+	n, _ := rdb.Get(ctx, L+":probe").Int()
 	both, _ := bothHeld.Run(ctx, rdb, []string{L, L + ":s"}).Int()
 	t.Logf("forged state: freed handoffs with a live shared hold: %d; lock hash beside live shared holds after the release: %d (owner %q)",
 		n, both, rdb.HGet(ctx, L, "owner").Val())
@@ -250,12 +249,12 @@ func TestNoExclusiveBesideShared(t *testing.T) {
 	wg.Wait()
 	for _, k := range keys {
 		L := b.lockKey(k.name)
-		n, _ := rdb.Get(context.Background(), L+":rev48").Int()
+		n, _ := rdb.Get(context.Background(), L+":probe").Int()
 		if n > 0 {
 			t.Errorf("%s: %d freed handoffs found the lock hash or a live shared hold", k.name, n)
 		}
-		ho, _ := rdb.Get(context.Background(), L+":rev48ho").Int()
-		fr, _ := rdb.Get(context.Background(), L+":rev48freed").Int()
+		ho, _ := rdb.Get(context.Background(), L+":probeho").Int()
+		fr, _ := rdb.Get(context.Background(), L+":probefreed").Int()
 		t.Logf("%s: freed handoff calls %d, granted %d", k.name, fr, ho)
 		handed.Add(int64(ho))
 	}
@@ -267,8 +266,7 @@ func TestNoExclusiveBesideShared(t *testing.T) {
 		grants.Load(), sharedGrants.Load(), checks.Load(), violations.Load(), fences)
 }
 
-// TestFreedHandoffScenarios walks the paths named in the review brief one at a
-// time: a late release in the lock-delay (freed), a reader refused in the
+// TestFreedHandoffScenarios walks the paths one at a time: a late release in the lock-delay (freed), a reader refused in the
 // delay, a release whose grant expired and a reader came in (not freed),
 // and a handed grant that expired with its queue entry before a reader.
 func TestFreedHandoffScenarios(t *testing.T) {
@@ -380,7 +378,7 @@ func TestFreedHandoffScenarios(t *testing.T) {
 	})
 
 	for _, key := range []string{"delay", "exp", "ho", "re"} {
-		if n, _ := rdb.Get(bg, b.lockKey(key)+":rev48").Int(); n != 0 {
+		if n, _ := rdb.Get(bg, b.lockKey(key)+":probe").Int(); n != 0 {
 			t.Errorf("%s: %d freed handoffs found a live shared hold", key, n)
 		}
 	}

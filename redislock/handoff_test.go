@@ -80,7 +80,6 @@ func (s *gatedStore) Acquire(ctx context.Context, req driver.AcquireRequest) (dr
 // gives its place back. A handoff announced to the gated waiter's token
 // before its clean-up released that grant must not become a lease: the
 // gated waiter goes on with a token of its own and claims nothing stale.
-// (Found by review: two live leases, fences 2 and 3.)
 func TestHandoffGatedWaiterStaleNotice(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	holderC := dlock.New(redislock.New(srv.Client(t)))
@@ -598,7 +597,7 @@ func (s *lapseStore) Acquire(ctx context.Context, req driver.AcquireRequest) (dr
 // refresh reaches the store after the handed grant lapsed and is answered
 // "queued" behind a new holder, and only then is the notice delivered. The
 // notice is stale (the refresh's fence counter shows it) and must not make
-// a lease. (Found by review: two live leases for ~650ms.)
+// a lease (it would make two live leases).
 func TestHandoffNoticeAfterLapse(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	const ttl = 3 * time.Second
@@ -780,8 +779,8 @@ func (p *promisedPause) RenewBatch(ctx context.Context, reqs []driver.RenewReque
 // ~0.6 s+ (margin + drift − the time S1→S2 normally takes) between the
 // arrival of the last fair request and the send of the non-fair one (a
 // slow answer or a paused process; here 1.7 s with the default TTL 10 s,
-// plain entries of 3 s, margin 1 s). Before 02ca577 a plain waiter took no
-// handoff; the fix is in waiter.answered.
+// plain entries of 3 s, margin 1 s). The plain waiter takes the handoff in
+// waiter.answered.
 func TestPlainHandoffAfterNonFairQueuedAnswer(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	ctx := t.Context()

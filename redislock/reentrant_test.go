@@ -61,7 +61,7 @@ func TestDrainTakesConcurrentGrantOfSameFence(t *testing.T) {
 	other := dlock.New(redislock.New(srv.Client(t)), dlock.WithTTL(5*time.Second))
 	defer other.Close()
 	ctx := t.Context()
-	const name = "review/two-grants"
+	const name = "reentrant/two-grants"
 	m := c.Mutex(name, dlock.Reentrant())
 
 	b.loseNext = true
@@ -160,7 +160,7 @@ func drainRace(t *testing.T, broken bool) {
 	other := dlock.New(redislock.New(srv.Client(t)), dlock.WithTTL(5*time.Second))
 	defer other.Close()
 	ctx := t.Context()
-	const name = "review/drain-race"
+	const name = "reentrant/drain-race"
 	m := c.Mutex(name, dlock.Reentrant())
 	first, err := m.Lock(ctx)
 	if err != nil {
@@ -228,7 +228,7 @@ func TestLockIgnoresCtxBehindHungUnlock(t *testing.T) {
 		name string
 		opt  dlock.Option
 	}{
-		{"owner-id", dlock.WithOwnerID("review-owner")},
+		{"owner-id", dlock.WithOwnerID("shared-owner")},
 		{"reentrant", dlock.Reentrant()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -237,7 +237,7 @@ func TestLockIgnoresCtxBehindHungUnlock(t *testing.T) {
 			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
 			t.Cleanup(func() { _ = rdb.Close() })
 			c := dlock.New(redislock.New(rdb), dlock.WithTTL(5*time.Second))
-			m := c.Mutex("review/gate", tc.opt)
+			m := c.Mutex("reentrant/gate", tc.opt)
 			l, err := m.Lock(t.Context())
 			if err != nil {
 				t.Fatal(err)
@@ -279,7 +279,7 @@ func TestUnlockIgnoresCtxBehindHungReentry(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
 	c := dlock.New(redislock.New(rdb), dlock.WithTTL(5*time.Second))
-	m := c.Mutex("review/gate-unlock", dlock.Reentrant())
+	m := c.Mutex("reentrant/gate-unlock", dlock.Reentrant())
 	l, err := m.Lock(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -324,7 +324,7 @@ func TestUnlockCutWhileRenewingLeavesHold(t *testing.T) {
 	other := dlock.New(redislock.New(srv.Client(t)), dlock.WithTTL(5*time.Second))
 	defer other.Close()
 	ctx := t.Context()
-	const name = "review/unlock-cut"
+	const name = "reentrant/unlock-cut"
 	m := c.Mutex(name, dlock.Reentrant())
 	first, err := m.Lock(ctx)
 	if err != nil {

@@ -71,8 +71,7 @@ func (s *lateGiveBack) release(ctx context.Context, send func(context.Context) (
 // TestGiveBackReleaseLandsLate: a Lock whose first grant came too late
 // gives it back, but that release is stuck in flight and reaches Redis only
 // after the wait got its next grant. The wait must not have reused the
-// token: the stale release then finds nothing of its (found by review: two
-// holders).
+// token: the stale release then finds nothing of its (else: two holders).
 func TestGiveBackReleaseLandsLate(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	const ttl = time.Second
@@ -121,8 +120,7 @@ func (b *lostAnswerBackend) Acquire(ctx context.Context, req driver.AcquireReque
 // on the store (broken by an operator), and a re-entry whose answer is lost
 // makes a fresh grant of the handle's token there. The handle's last Unlock
 // reports the loss, and drops that fresh grant too: releases tied to the
-// lost grant's fence cannot, and the lock stayed held for a TTL (found by
-// review of the tied releases).
+// lost grant's fence cannot, and the lock would stay held for a TTL.
 func TestOrphanHoldOfUnknownAcquireDropped(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	b := &lostAnswerBackend{Backend: redislock.New(srv.Client(t))}

@@ -86,8 +86,7 @@ func lockWithUnknownOutcomeNode(t *testing.T, name string, ttl time.Duration) ([
 // Unlock must still drop that hold (releases find it by token): otherwise
 // the hold stays until its TTL, and with one other node down nobody can
 // take the lock meanwhile, although it was released. (A release tied to the
-// grant's fence, as on one Redis node, left it: the review of such a change
-// wrote this test.)
+// grant's fence, as on one Redis node, would leave it.)
 func TestUnknownOutcomeNodeReleasedByUnlock(t *testing.T) {
 	const name = "redlock/unknown-outcome"
 	servers, nodes, l := lockWithUnknownOutcomeNode(t, name, 3*time.Second)
