@@ -26,8 +26,6 @@ package driver
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -378,72 +376,6 @@ type ReleaseResult struct {
 	Remaining int
 }
 
-// ErrInvalid is wrapped by the errors for bad arguments (names, TTLs,
-// options, requests a backend cannot take); the message names the field.
-// dlock.ErrInvalid is this error.
-var ErrInvalid = errors.New("dlock: invalid argument")
-
-// ErrUnsupported is wrapped by the errors for a feature the backend does not
-// have (a capability, an optional method behind a wrapper). It wraps
-// errors.ErrUnsupported. dlock.ErrUnsupported is this error.
-var ErrUnsupported = fmt.Errorf("dlock: not supported by the backend: %w", errors.ErrUnsupported)
-
-// ErrTransient is matched (errors.Is) by a store error that may heal by
-// itself: one call that timed out, a dropped connection, a leader change, a
-// quorum that was not reached this time. A backend marks such errors with
-// Transient. A waiting call of the client (Lock, RLock, Acquire, Campaign,
-// Multi.Lock) tries again, with backoff, through transient errors until its
-// own wait ends; every other store error ends the wait at once, since it
-// will not heal (credentials refused, a configuration the backend cannot
-// work with, a value it did not write).
-//
-// A transient error says nothing about the outcome of the call: a request
-// that failed so may still have been carried out, now or later (see
-// Backend.Acquire).
-//
-// The client looks for the mark with errors.Is on the error that Acquire,
-// Release and ReleaseGrant return, so it may sit anywhere in the chain. After
-// a transient Acquire error it cleans up as after any failed acquire and
-// tries again with a new token (or, for a token that outlives the call,
-// the same one); after a transient release of a token used once it sends
-// the same release again, until the lease's deadline, and takes a "not
-// held" answer as released. An error that the caller's context caused needs
-// no mark: the wait ends with the context. Renewals are tried again
-// whatever the error, until the lease's safe deadline.
-var ErrTransient = errors.New("transient store error")
-
-// Transient returns err marked as transient (see ErrTransient): errors.Is
-// matches ErrTransient and everything err matches, and its message is
-// err's. It returns nil for a nil err.
-func Transient(err error) error {
-	if err == nil || errors.Is(err, ErrTransient) {
-		return err
-	}
-	return transientError{err}
-}
-
-// IsTransient reports whether err may heal by itself: it matches
-// ErrTransient.
-func IsTransient(err error) bool { return errors.Is(err, ErrTransient) }
-
-type transientError struct{ err error }
-
-func (e transientError) Error() string        { return e.err.Error() }
-func (e transientError) Unwrap() error        { return e.err }
-func (e transientError) Is(target error) bool { return target == ErrTransient }
-
-// ErrNotHeld is matched by a backend's error for a release or renewal that
-// finds the lock in a state that proves the token does not hold it (for
-// example a key that holds another program's value). dlock.ErrNotHeld is
-// this error.
-var ErrNotHeld = errors.New("dlock: lock not held")
-
-// ErrNotifyRefused is wrapped by Listener.Subscribe when the store refuses
-// the subscription for lack of rights (a Redis user whose ACL does not allow
-// the release channels): no release of that store will be heard, so the
-// client stops subscribing and its waiters poll.
-var ErrNotifyRefused = errors.New("notifications refused by the store")
-
 // Withdrawer is implemented by backends that can take a waiter out of a
 // lock's fair queue, and withdraw its writer intent, without touching any
 // hold. The client uses it when a wait ends with a token that may hold the
@@ -456,58 +388,6 @@ type Withdrawer interface {
 	// in. It never changes a hold. A wrapper whose inner backend has no
 	// Withdraw returns an error wrapping ErrUnsupported.
 	Withdraw(ctx context.Context, key, token string) error
-}
-
-// Notifier is implemented by backends that can wake waiters when a lock is
-// released (Redis pub/sub, PostgreSQL LISTEN/NOTIFY, etcd watch). The client
-// opens one Listener and multiplexes every key it waits on over it.
-type Notifier interface {
-	// Listen opens a notification stream. The backend calls fn with the key of
-	// every lock released while that key is subscribed, and with key "" when
-	// notifications may have been missed (for example after a reconnect), which
-	// tells the client to retry every key it waits on. fn must not block and is
-	// never called after Close returns. fn("", "") may come several times in a
-	// row. ctx bounds the call only: the stream lives until Close.
-	//
-	// next is "" when any waiter may try, or, when the release left the lock
-	// free with a live fair queue (AcquireRequest.Fair), the token at the
-	// head of the queue: only that waiter is woken. When the release granted
-	// the lock to the head itself (AcquireRequest.Handoff), next is
-	// Handoff{head, fence}.Next(): see ParseNext. A release of a shared
-	// hold, or the lapse or removal of a writer intent, is announced with
-	// next "".
-	Listen(ctx context.Context, fn func(key, next string)) (Listener, error)
-}
-
-// Listener is one notification stream opened by Notifier.Listen.
-type Listener interface {
-	// Subscribe starts notifications for key and returns only once the store
-	// has confirmed the subscription, so that a release that follows a failed
-	// acquire is never missed. A Subscribe that returned an error needs no
-	// Unsubscribe.
-	//
-	// The client keeps at most one subscription of a key live on a
-	// Listener: it never subscribes to a key that it has subscribed to and
-	// not unsubscribed from, and subscribes again only after that
-	// Unsubscribe has returned. A Listener therefore need not count
-	// subscriptions (the ones of this module still do, harmlessly).
-	Subscribe(ctx context.Context, key string) error
-	// Unsubscribe drops the subscription of key. After Close it does nothing.
-	Unsubscribe(ctx context.Context, key string) error
-	// Close ends the stream and waits for its goroutines.
-	Close() error
-}
-
-// HandoffWatcher is implemented by a Listener whose backend announces a
-// direct handoff (AcquireRequest.Handoff) to the head's client alone, so
-// that a plain Subscribe does not hear the handoffs to other clients. The
-// client's election observers (Election.Observe) need to hear every change
-// of holder: Watch makes the stream report those handoffs of key too (as
-// fn(key, Handoff{...}.Next())), until Unwatch. A Watch that returned an
-// error needs no Unwatch; after Close, Unwatch does nothing.
-type HandoffWatcher interface {
-	Watch(ctx context.Context, key string) error
-	Unwatch(ctx context.Context, key string) error
 }
 
 // RenewRequest is one lease in a BatchRenewer call.
@@ -542,36 +422,6 @@ type BatchRenewer interface {
 type Drifter interface {
 	// Drift returns how much shorter than ttl a grant of ttl is valid.
 	Drift(ttl time.Duration) time.Duration
-}
-
-// LockInfo describes a held lock, for listing and inspection.
-type LockInfo struct {
-	Key   string
-	Owner string
-	Fence uint64
-	Holds int
-	TTL   time.Duration // remaining store-side time to live
-	// HeldFor is how long the current grant has been held, by the store's
-	// clock, or 0 when the store does not know.
-	HeldFor time.Duration
-	// Delayed reports that the holder's lease expired without a release and
-	// the lock is kept out of reach for its lock-delay; TTL is then the time
-	// left until it is free.
-	Delayed bool
-
-	// The fields above describe the exclusive holder; Owner is "" (and
-	// Fence, Holds, TTL, HeldFor are 0) when the lock has only shared holds.
-
-	// Shared lists the live shared holds (readers, semaphore permits),
-	// oldest grant first.
-	Shared []SharedHold
-	// Limit is the Limit of the newest shared grant (a semaphore's permits),
-	// or 0 for readers or when unknown.
-	Limit int
-	// Queued is the number of live entries in the lock's fair queue.
-	Queued int
-	// WriterWaiting reports a live writer intent.
-	WriterWaiting bool
 }
 
 // GrantReleaser is implemented by backends that can tie a release to the
@@ -617,26 +467,4 @@ type Breaker interface {
 	// ForceRelease it waits for no replica: a failover that loses it
 	// brings the broken hold back until its TTL runs out.
 	BreakIf(ctx context.Context, key string, fence uint64) (broken bool, err error)
-}
-
-// SharedHold describes one live shared hold in a LockInfo.
-type SharedHold struct {
-	Owner string
-	Fence uint64
-	TTL   time.Duration // remaining store-side time to live
-}
-
-// Inspector is implemented by backends that can describe the locks they hold.
-type Inspector interface {
-	// Inspect describes the lock named key; ok is false when it has neither
-	// an exclusive holder nor a live shared hold.
-	Inspect(ctx context.Context, key string) (info LockInfo, ok bool, err error)
-	// List describes every held lock whose key starts with prefix: those
-	// with an exclusive holder or live shared holds, in key order.
-	List(ctx context.Context, prefix string) ([]LockInfo, error)
-	// ForceRelease deletes the lock named key whoever holds it (the
-	// exclusive holder and every shared hold; queue entries stay), notifies
-	// waiters with next "", and returns what it removed; ok is false when it
-	// was not held.
-	ForceRelease(ctx context.Context, key string) (info LockInfo, ok bool, err error)
 }
