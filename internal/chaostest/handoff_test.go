@@ -168,7 +168,7 @@ func runHeadCrash(t *testing.T, s *store, fair bool) {
 			t.Fatalf("round %d: the holder's Lock: %v", i+1, err)
 		}
 		c.send(t, "step")
-		r.waitFor(t, "the child's entry in the fair queue", procWait, func() bool { return inspect().Queued > 0 })
+		c.waitOrDump(t, "its entry in the fair queue", procWait, func() bool { return inspect().Queued > 0 })
 		var killed int64
 		kill := func() {
 			killed = chaos.Now()

@@ -845,6 +845,33 @@ func (r *procRun) startChild(role string) *childProc {
 
 func (c *childProc) client() string { return c.spec.client() }
 
+// waitOrDump waits, within within, until cond holds. When the child exits
+// first, or the time runs out, the test fails with the child's stderr; a
+// child still running is sent SIGQUIT first, so that its goroutines' stacks
+// show where it stands.
+func (c *childProc) waitOrDump(t *testing.T, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-c.exited:
+			t.Fatalf("%s exited (%v) before %s; stderr:\n%s", c.client(), c.cmd.ProcessState, what, c.stderr.String())
+		case <-tick.C:
+		}
+		if time.Now().After(deadline) {
+			_ = c.cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-c.exited:
+				t.Fatalf("waited %v for %s of %s; its stderr (goroutines after SIGQUIT):\n%s", within, what, c.client(), c.stderr.String())
+			case <-time.After(10 * time.Second):
+				t.Fatalf("waited %v for %s of %s, which did not exit on SIGQUIT", within, what, c.client())
+			}
+		}
+	}
+}
+
 // send writes a command line to the child.
 func (c *childProc) send(t *testing.T, line string) {
 	t.Helper()
