@@ -39,11 +39,19 @@ func StartMariaDB(t testing.TB) *MariaDB {
 	if os.Geteuid() == 0 {
 		asRoot = []string{"--user=root"} // mariadbd refuses root otherwise
 	}
+	// Temporary tables go to a directory of this server's own: in a shared
+	// /tmp, the bootstraps of servers started at once can trip over each
+	// other's files.
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	run(t, exec.Command(install, append([]string{
 		"--no-defaults",
 		"--auth-root-authentication-method=normal",
 		"--skip-test-db",
 		"--datadir=" + data,
+		"--tmpdir=" + tmp,
 	}, asRoot...)...))
 
 	m := &MariaDB{port: freePort(t), dir: dir}
@@ -54,6 +62,7 @@ func StartMariaDB(t testing.TB) *MariaDB {
 			return exec.Command(bin, append([]string{
 				"--no-defaults",
 				"--datadir=" + data,
+				"--tmpdir=" + tmp,
 				"--port=" + strconv.Itoa(m.port),
 				"--bind-address=127.0.0.1",
 				"--skip-networking=0",
