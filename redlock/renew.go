@@ -10,10 +10,10 @@ import (
 
 // Renew extends the lease of token on key to ttl on every node at once,
 // exclusive or shared (each node finds it by token), waiting for each node
-// at most min(node timeout, ttl/10). It reports true as soon as a quorum of nodes
-// renewed; false, with a nil error, when nodes that no longer hold the
-// lease for token make a quorum impossible; otherwise a *QuorumError (Op
-// "renew") listing the nodes that failed, or ctx's error wrapped.
+// at most min(node timeout, ttl/10). It reports true as soon as a quorum of
+// nodes renewed; false, with a nil error, when nodes that no longer hold
+// the lease for token make a quorum impossible; otherwise a *QuorumError
+// (Op "renew") listing the nodes that failed, or ctx's error wrapped.
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
 	// The calls outlive the wait and the caller's context (see callLimit):
 	// a late renewal only extends a hold of token, which it finds by token.
@@ -56,9 +56,9 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 
 // RenewBatch renews every lease of reqs with one pipeline per node (see
 // redislock.Backend.RenewBatch), all nodes at once, waiting for each node
-// at most min(node timeout, shortest TTL/10). Each request is decided by its own
-// quorum, as in Renew; the call returns once every request is decided. The
-// result has one entry per request, in order.
+// at most min(node timeout, shortest TTL/10). Each request is decided by
+// its own quorum, as in Renew; the call returns once every request is
+// decided. The result has one entry per request, in order.
 func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []driver.RenewResult {
 	if len(reqs) == 0 {
 		return nil
