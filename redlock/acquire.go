@@ -13,10 +13,13 @@ import (
 // How Acquire works. It grants the lock named req.Key to req.Token when a
 // quorum of nodes grant it, by the Redlock algorithm:
 //
-//  1. The request goes to every node at once, one goroutine per node, each
-//     bounded by min(node timeout, TTL/10). Acquire decides as soon as Q
-//     nodes have granted (Q = N/2+1) or enough have refused or failed that Q
-//     grants are impossible: a slow or dead node never delays a success.
+//  1. The request goes to every node at once, one goroutine per node, and
+//     Acquire waits for each answer at most min(node timeout, TTL/10). It
+//     decides as soon as Q nodes have granted (Q = N/2+1) or enough have
+//     refused or failed that Q grants are impossible: a slow or dead node
+//     never delays a success. A node's call is not cut short when the wait
+//     ends (see Backend.callLimit): its answer, read late, decides its
+//     follow-up, and its connection is kept.
 //  2. The grant's fence F is the highest fence among the Q winning nodes.
 //     Winning nodes that drew a lower fence get F by RaiseFence, concurrently
 //     (a second round trip, needed only when the nodes' counters differ);
@@ -149,9 +152,9 @@ func newAttempt(b *Backend, ctx context.Context, req driver.AcquireRequest) *att
 }
 
 // run is the goroutine of node n. Its calls do not end with the caller's
-// context, only with their timeouts, so that their outcome is known when
-// possible and the follow-up matches it; decide returns at once when the
-// caller's context ends.
+// context nor with decide's wait, only with Backend.callLimit, so that their
+// outcome is known when possible and the follow-up matches it; decide
+// returns at once when the caller's context ends.
 func (a *attempt) run(n *node) {
 	// A node whose maxmemory-policy may evict keys grants nothing, unless
 	// WithEvictionAllowed. Its policy is read in the background, beside the
@@ -160,7 +163,7 @@ func (a *attempt) run(n *node) {
 	var res driver.AcquireResult
 	err := n.evictionRefusal()
 	if err == nil {
-		ctx, cancel := context.WithTimeout(a.bg, a.timeout)
+		ctx, cancel := context.WithTimeout(a.bg, a.b.callLimit())
 		res, err = n.b.Acquire(ctx, a.req)
 		err = timedOut(ctx, err)
 		cancel()
@@ -169,7 +172,7 @@ func (a *attempt) run(n *node) {
 
 	select {
 	case f := <-a.raiseReq[n.index]:
-		ctx, cancel := context.WithTimeout(a.bg, a.timeout)
+		ctx, cancel := context.WithTimeout(a.bg, a.b.callLimit())
 		ok, err := redisnode.RaiseFence(n.b, ctx, a.req.Key, a.req.Token, f)
 		err = timedOut(ctx, err)
 		cancel()
@@ -188,7 +191,7 @@ func (a *attempt) run(n *node) {
 	if act == actNone {
 		return
 	}
-	ctx, cancel := context.WithTimeout(a.bg, a.b.slowTimeout())
+	ctx, cancel := context.WithTimeout(a.bg, a.b.callLimit())
 	defer cancel()
 	switch act {
 	case actRaise:

@@ -31,11 +31,14 @@ var (
 // safe for concurrent use. It does not own the clients: close them after the
 // dlock client that uses the Backend is closed.
 //
-// Calls to the nodes go out concurrently, one goroutine per node, each with
-// its own timeout. Goroutines of nodes that have not answered when a call
+// Calls to the nodes go out concurrently, one goroutine per node. Acquire
+// and Renew wait for a node's answer at most the node timeout, but the
+// call itself may run for a few node timeouts (callLimit): an answer that
+// comes after the decision is still read, so the connection it came on is
+// kept, and a connection that a call must first open is not cut short by
+// the node timeout. Goroutines of nodes that have not answered when a call
 // has decided, and the clean-ups that follow them, keep running in the
-// background for a few node timeouts (or the node client's ReadTimeout, for
-// a node that hangs while connecting), then end on their own.
+// background for up to a few node timeouts, then end on their own.
 type Backend struct {
 	nodes []*node
 	opts  options
@@ -171,14 +174,24 @@ func (b *Backend) Supports(c driver.Capability) bool {
 	return c == driver.CapShared || c == driver.CapLockDelay
 }
 
-// callTimeout is the per-node timeout of acquire and renew for ttl.
+// callTimeout is how long acquire and renew wait for a node's answer, for
+// ttl: the node timeout, at most ttl/10.
 func (b *Backend) callTimeout(ttl time.Duration) time.Duration {
 	return max(min(b.opts.nodeTimeout, ttl/10), time.Millisecond)
 }
 
-// slowTimeout is the per-node timeout of release, inspection and clean-ups:
-// four node timeouts, at most a second, but never less than one node timeout.
-func (b *Backend) slowTimeout() time.Duration {
+// callLimit bounds every call to a node, and how long release, inspection
+// and ping wait for its answer: four node timeouts, at most a second, but
+// never less than one node timeout.
+//
+// An acquire or renewal that has not answered within callTimeout does not
+// count, but it is not cut short there either. go-redis drops a connection
+// whose read ended with the call's context (the answer still on its way
+// would be read as the next command's), so cutting every late call at the
+// node timeout would make the next call to that node dial first, within
+// its own node timeout; on a loaded machine it misses that too, and so
+// would every later one, on nodes that are merely slow to be scheduled.
+func (b *Backend) callLimit() time.Duration {
 	return max(b.opts.nodeTimeout, min(4*b.opts.nodeTimeout, time.Second))
 }
 
@@ -289,14 +302,14 @@ type answer[T any] struct {
 }
 
 // fanOut calls call on every node concurrently, each with a context bounded
-// by timeout, and returns a channel that receives every node's answer. The
+// by limit, and returns a channel that receives every node's answer. The
 // channel is buffered, so the caller may stop reading once it has decided;
-// the goroutines end on their own within the timeout.
-func fanOut[T any](b *Backend, ctx context.Context, timeout time.Duration, call func(ctx context.Context, n *node) (T, error)) <-chan answer[T] {
+// the goroutines end on their own within limit.
+func fanOut[T any](b *Backend, ctx context.Context, limit time.Duration, call func(ctx context.Context, n *node) (T, error)) <-chan answer[T] {
 	ch := make(chan answer[T], len(b.nodes))
 	for _, n := range b.nodes {
 		b.goBackground(func() {
-			nctx, cancel := context.WithTimeout(ctx, timeout)
+			nctx, cancel := context.WithTimeout(ctx, limit)
 			v, err := call(nctx, n)
 			err = timedOut(nctx, err)
 			cancel()
@@ -307,8 +320,10 @@ func fanOut[T any](b *Backend, ctx context.Context, timeout time.Duration, call 
 }
 
 // gather reads the answers of a fanOut until the caller has decided, ctx is
-// done, or a backstop a little after the node timeout passes (a node whose
-// client ignores its deadline must not hold the caller up).
+// done, or a backstop a little after the given timeout passes: a node whose
+// client ignores its deadline, or a goroutine that is scheduled late on a
+// loaded machine, must not hold the caller up, but an answer read in time
+// is not lost to the scheduling.
 type gather[T any] struct {
 	ch       <-chan answer[T]
 	timeout  time.Duration
@@ -322,7 +337,7 @@ func newGather[T any](b *Backend, ch <-chan answer[T], timeout time.Duration) *g
 	return &gather[T]{ch: ch, timeout: timeout, timer: time.NewTimer(d), deadline: time.Now().Add(d), seen: make([]bool, len(b.nodes))}
 }
 
-// backstop is how long after the node timeout a caller stops waiting.
+// backstop is how long after timeout a caller stops waiting.
 func backstop(timeout time.Duration) time.Duration { return timeout + timeout/2 + 5*time.Millisecond }
 
 // next returns the next answer; ok is false when ctx is done (err is then

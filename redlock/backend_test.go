@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -456,5 +457,116 @@ func TestPing(t *testing.T) {
 	var qe *redlock.QuorumError
 	if !errors.As(err, &qe) || qe.Op != "ping" || qe.OK != 1 || len(qe.Errs) != 2 || !strings.HasPrefix(err.Error(), "redlock: ping: 1 of 3 nodes agreed") {
 		t.Errorf("Ping with two nodes down = %v, want a *QuorumError", err)
+	}
+}
+
+// nodeClients returns a client per address (nodeClient), with the dialers
+// and timeout hooks it gave them.
+func nodeClients(t *testing.T, addrs []string, dialDelays []time.Duration) ([]redis.UniversalClient, []*countingDialer, []*timeoutHook) {
+	t.Helper()
+	clients := make([]redis.UniversalClient, len(addrs))
+	dialers := make([]*countingDialer, len(addrs))
+	hooks := make([]*timeoutHook, len(addrs))
+	for i, addr := range addrs {
+		dialers[i], hooks[i] = &countingDialer{delay: dialDelays[i]}, &timeoutHook{}
+		clients[i] = nodeClient(t, addr, dialers[i], hooks[i])
+	}
+	return clients, dialers, hooks
+}
+
+// A node that answers after the node timeout, but within the limit of its
+// calls (four node timeouts), is left out of the decisions and keeps its
+// connection: its late answer is read, decides the follow-up (the late
+// grants are undone), and the next call reuses the connection rather than
+// dial first. Cut short at the node timeout, every call to it dropped its
+// connection, and the next one dialed again within its own node timeout.
+func TestLateAnswerKeepsItsConnection(t *testing.T) {
+	const nodeTimeout = 100 * time.Millisecond
+	servers := startNodes(t, 3)
+	nodes := admins(t, servers)
+	px := testserver.StartProxy(t, servers[0].Addr())
+	clients, dialers, _ := nodeClients(t, []string{px.Addr(), servers[1].Addr(), servers[2].Addr()}, make([]time.Duration, 3))
+	b := backendOn(t, clients, redlock.WithNodeTimeout(nodeTimeout))
+	c := dlock.New(b)
+	t.Cleanup(func() { _ = c.Close() })
+	m := c.Mutex("late", dlock.WithTTL(10*time.Second), dlock.WithWait(5*time.Second))
+	// Connections open and scripts loaded on every node.
+	if err := b.Ping(t.Context()); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+	if l, err := m.Lock(t.Context()); err != nil {
+		t.Fatalf("Lock: %v", err)
+	} else if err := l.Unlock(t.Context()); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	redlock.WaitIdle(b)
+
+	const late = 2 * nodeTimeout // past the node timeout, well within four
+	px.RequestLatency(t, late, 0)
+	dialed := dialers[0].dials.Load()
+	const rounds = 8
+	for i := range rounds {
+		l, err := m.Lock(t.Context())
+		if err != nil {
+			t.Fatalf("round %d: Lock with node 0 answering %v late: %v", i, late, err)
+		}
+		if err := l.Unlock(t.Context()); err != nil {
+			t.Fatalf("round %d: Unlock: %v", i, err)
+		}
+		redlock.WaitIdle(b) // node 0's late answers and follow-ups are in
+	}
+	if n := dialers[0].dials.Load() - dialed; n > 2 {
+		t.Errorf("node 0, answering %v late, was dialed %d times in %d rounds: its calls' connections were dropped", late, n, rounds)
+	}
+	if left := leftovers(t, nodes, "late"); len(left) > 0 {
+		t.Errorf("late grants left on the nodes: %v", left)
+	}
+}
+
+// With one node late past the node timeout, and the other two slow to
+// connect (a dial longer than the node timeout, as on a loaded machine or
+// over a long link), the two go on granting every Lock: a call may take
+// four node timeouts to connect and answer, so a slow dial costs at most
+// the first attempt, and no call to the two times out. When every call had
+// to connect within the node timeout, calls to the two were cut short
+// while dialing, and each next call had to dial again.
+func TestSlowNodeDoesNotMakeOthersMiss(t *testing.T) {
+	const nodeTimeout = 200 * time.Millisecond
+	const slowDial = 3 * nodeTimeout / 2
+	servers := startNodes(t, 3)
+	px := testserver.StartProxy(t, servers[0].Addr())
+	px.RequestLatency(t, 2*nodeTimeout, 0)
+	clients, dialers, hooks := nodeClients(t, []string{px.Addr(), servers[1].Addr(), servers[2].Addr()},
+		[]time.Duration{0, slowDial, slowDial})
+	b := backendOn(t, clients, redlock.WithNodeTimeout(nodeTimeout))
+	c := dlock.New(b)
+	t.Cleanup(func() { _ = c.Close() })
+	m := c.Mutex("slow", dlock.WithTTL(10*time.Second), dlock.WithWait(5*time.Second))
+
+	// The first Lock connects to the nodes: its first attempt may miss.
+	l, err := m.Lock(t.Context())
+	if err != nil {
+		t.Fatalf("Lock with node 0 late and dials of %v: %v", slowDial, err)
+	}
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	const rounds = 10
+	for i := range rounds {
+		l, err := m.Lock(t.Context())
+		if err != nil {
+			t.Fatalf("round %d: Lock with node 0 late: %v", i, err)
+		}
+		if err := l.Unlock(t.Context()); err != nil {
+			t.Fatalf("round %d: Unlock: %v", i, err)
+		}
+	}
+	for i := 1; i < 3; i++ {
+		if n := hooks[i].timeouts.Load(); n > 0 {
+			t.Errorf("node %d (no latency, dials of %v): %d calls timed out", i, slowDial, n)
+		}
+		if n := dialers[i].dials.Load(); n > 4 {
+			t.Errorf("node %d was dialed %d times in %d rounds: its connections were dropped", i, n, rounds+1)
+		}
 	}
 }

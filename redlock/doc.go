@@ -30,18 +30,22 @@
 //
 // # Timeouts and drift
 //
-// Every call goes to all nodes at once, one goroutine per node, each with
-// its own timeout, and Acquire and Renew decide as soon as the quorum is won
-// or lost: a slow or dead minority never delays them. An acquire or renewal
-// gives each node min(node timeout, TTL/10) (WithNodeTimeout; 50ms by
-// default), release and inspection give each node min(4 × node timeout, 1s),
-// at least one node timeout. go-redis bounds a new connection's handshake by
-// the client's ReadTimeout (5s by default) rather than by the call's
-// context: that never delays a decision, but a node that accepts connections
-// and does not answer keeps a goroutine busy that long, so set DialTimeout
-// and ReadTimeout on the nodes' clients to a few node timeouts. For the same
-// reason a client's first call, which also connects, can exceed a short node
-// timeout: Backend.Ping at startup opens the connections.
+// Every call goes to all nodes at once, one goroutine per node, and Acquire
+// and Renew decide as soon as the quorum is won or lost: a slow or dead
+// minority never delays them. An acquire or renewal waits for each node's
+// answer min(node timeout, TTL/10) (WithNodeTimeout; 50ms by default).
+// The call to a late node is not cut short there: every call to a node may
+// run min(4 × node timeout, 1s), at least one node timeout, so that a late
+// answer is still read (its connection is kept, and its outcome decides
+// the clean-up) and a call that must first connect has time to. go-redis
+// drops a connection whose read was cut short by a deadline, so cutting
+// calls at the node timeout made the next call to a late node dial first,
+// within its own node timeout. Release and inspection wait for each node as
+// long as the call may run. Give the nodes' clients ContextTimeoutEnabled,
+// so that the calls' deadlines bound their reads (without it go-redis waits
+// for ReadTimeout, 5s by default, which keeps a goroutine busy that long on
+// a node that hangs). A client's first call also connects and can miss a
+// short node timeout: Backend.Ping at startup opens the connections.
 //
 // The nodes' clocks decide when a lease expires there. A grant is valid for
 // TTL − elapsed − drift, where elapsed is how long winning the quorum took

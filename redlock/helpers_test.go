@@ -1,11 +1,14 @@
 package redlock_test
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -232,5 +235,69 @@ func holdForeign(t *testing.T, node *redis.Client, key, owner string) {
 	}
 	if err := node.PExpire(t.Context(), lockKey(key), time.Minute).Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// nodeClient returns a go-redis client for addr as the dlock CLI makes them
+// (socket deadlines from the call's context, no retries), which dials
+// through d and reports its calls' timeouts to h; closed at the end of the
+// test.
+func nodeClient(t *testing.T, addr string, d *countingDialer, h *timeoutHook) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, Dialer: d.dial})
+	c.AddHook(h)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// countingDialer counts the connections a client opens, and makes each
+// take delay first, as a node slow to connect (far away, TLS, or a loaded
+// client machine) would.
+type countingDialer struct {
+	delay time.Duration
+	dials atomic.Int64
+}
+
+func (d *countingDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	d.dials.Add(1)
+	if d.delay > 0 {
+		timer := time.NewTimer(d.delay)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	var nd net.Dialer
+	return nd.DialContext(ctx, network, addr)
+}
+
+// timeoutHook counts the commands of a client that ended with a timeout: a
+// deadline that passed while connecting or waiting for the answer.
+type timeoutHook struct{ timeouts atomic.Int64 }
+
+func (h *timeoutHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *timeoutHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.count(err)
+		return err
+	}
+}
+
+func (h *timeoutHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.count(err)
+		return err
+	}
+}
+
+func (h *timeoutHook) count(err error) {
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		h.timeouts.Add(1)
 	}
 }

@@ -71,8 +71,8 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.LockInfo
 // nodes that hold the lock said, or a QuorumError when fewer than a quorum
 // answered.
 func (b *Backend) lookupAll(ctx context.Context, op, key string, call func(ctx context.Context, n *node) (lookup, error)) ([]driver.LockInfo, error) {
-	timeout := b.slowTimeout()
-	g := newGather(b, fanOut(b, ctx, timeout, call), timeout)
+	limit := b.callLimit()
+	g := newGather(b, fanOut(b, ctx, limit, call), limit)
 	defer g.stop()
 	var found []driver.LockInfo
 	answered, errs := g.collect(ctx, b, func(ans answer[lookup], answered int) {
@@ -93,10 +93,10 @@ func (b *Backend) lookupAll(ctx context.Context, op, key string, call func(ctx c
 // by ctx and 10 seconds. The error is a *QuorumError (Op "list") when fewer
 // than a quorum of nodes answered.
 func (b *Backend) List(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
-	timeout := max(listTimeout, b.slowTimeout())
-	g := newGather(b, fanOut(b, ctx, timeout, func(ctx context.Context, n *node) ([]driver.LockInfo, error) {
+	limit := max(listTimeout, b.callLimit())
+	g := newGather(b, fanOut(b, ctx, limit, func(ctx context.Context, n *node) ([]driver.LockInfo, error) {
 		return n.b.List(ctx, prefix)
-	}), timeout)
+	}), limit)
 	defer g.stop()
 	byKey := make(map[string][]driver.LockInfo)
 	answered, errs := g.collect(ctx, b, func(ans answer[[]driver.LockInfo], answered int) {

@@ -141,7 +141,7 @@ func (l *listener) subscribeNode(s *subscription, i int) {
 	defer l.wg.Done()
 	nl, n := l.nodes[i], l.b.nodes[i]
 	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(s.ctx, l.b.slowTimeout())
+		actx, cancel := context.WithTimeout(s.ctx, l.b.callLimit())
 		err := nl.Subscribe(actx, s.key)
 		cancel()
 		s.mu.Lock()
@@ -152,7 +152,7 @@ func (l *listener) subscribeNode(s *subscription, i int) {
 		s.mu.Unlock()
 		if err == nil && undone {
 			// Confirmed after the subscription was undone: undo this node.
-			uctx, cancel := context.WithTimeout(context.Background(), l.b.slowTimeout())
+			uctx, cancel := context.WithTimeout(context.Background(), l.b.callLimit())
 			_ = nl.Unsubscribe(uctx, s.key)
 			cancel()
 		}
@@ -178,7 +178,7 @@ func (l *listener) undo(s *subscription) error {
 		if !ok {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), l.b.slowTimeout())
+		ctx, cancel := context.WithTimeout(context.Background(), l.b.callLimit())
 		if err := l.nodes[i].Unsubscribe(ctx, s.key); err != nil {
 			errs = append(errs, l.b.nodes[i].nodeError(err))
 		}

@@ -11,12 +11,12 @@ import (
 	"github.com/dlock-go/dlock/redislock"
 )
 
-// DefaultNodeTimeout is how long one call to one node may take when
-// WithNodeTimeout is not given. Acquire and renew give each node at most
-// min(node timeout, TTL/10), so that a node that does not answer costs a
-// small part of the lease's validity; release, inspection and the clean-ups
-// after a failed acquire give each node min(4 × node timeout, 1s), but never
-// less than the node timeout.
+// DefaultNodeTimeout is the node timeout when WithNodeTimeout is not given.
+// Acquire and renew wait for each node's answer min(node timeout, TTL/10),
+// so that a node that does not answer costs a small part of the lease's
+// validity; every call to a node, and release and inspection's wait for
+// it, is bounded by min(4 × node timeout, 1s), but never less than the node
+// timeout.
 const DefaultNodeTimeout = 50 * time.Millisecond
 
 // The default clock drift allowance: 1% of the TTL plus 2ms (see
@@ -73,9 +73,11 @@ func WithNamespace(ns string) Option {
 	})
 }
 
-// WithNodeTimeout sets how long one call to one node may take. Acquire and
-// renew use min(d, TTL/10) per node, since the time they take is taken from
-// the lease's validity; release, inspection and clean-ups use
+// WithNodeTimeout sets the node timeout d. Acquire and renew wait for each
+// node's answer min(d, TTL/10), since the time they take is taken from the
+// lease's validity; an answer that comes later does not count, but its call
+// goes on, so that its connection is kept and its outcome known. Every call
+// to a node, and release and inspection's wait for it, is bounded by
 // min(4d, 1s) but at least d. It must be positive. The default is
 // DefaultNodeTimeout (50ms).
 func WithNodeTimeout(d time.Duration) Option {

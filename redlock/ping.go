@@ -11,10 +11,10 @@ import "context"
 // lock. The error is a *QuorumError (Op "ping") when fewer than a quorum of
 // nodes answered, listing those that did not.
 func (b *Backend) Ping(ctx context.Context) error {
-	timeout := b.slowTimeout()
-	g := newGather(b, fanOut(b, ctx, timeout, func(ctx context.Context, n *node) (struct{}, error) {
+	limit := b.callLimit()
+	g := newGather(b, fanOut(b, ctx, limit, func(ctx context.Context, n *node) (struct{}, error) {
 		return struct{}{}, n.rdb.Ping(ctx).Err()
-	}), timeout)
+	}), limit)
 	defer g.stop()
 	answered, errs := g.collect(ctx, b, nil)
 	if answered < b.Quorum() {

@@ -27,7 +27,7 @@ import (
 // by then.
 func (b *Backend) Release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
 	start := time.Now()
-	timeout := b.slowTimeout()
+	timeout := b.callLimit()
 	ch := make(chan answer[driver.ReleaseResult], len(b.nodes))
 	for _, n := range b.nodes {
 		ahead, done := b.enqueue(key, token, n.index)

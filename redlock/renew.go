@@ -9,17 +9,18 @@ import (
 )
 
 // Renew extends the lease of token on key to ttl on every node at once,
-// exclusive or shared (each node finds it by token), each bounded by
-// min(node timeout, ttl/10). It reports true as soon as a quorum of nodes
-// renewed; false, with a nil error, when nodes that no longer hold the
-// lease for token make a quorum impossible; otherwise a *QuorumError (Op
-// "renew") listing the nodes that failed, or ctx's error wrapped.
+// exclusive or shared (each node finds it by token), waiting for each node
+// at most min(node timeout, ttl/10). It reports true as soon as a quorum of
+// nodes renewed; false, with a nil error, when nodes that no longer hold
+// the lease for token make a quorum impossible; otherwise a *QuorumError
+// (Op "renew") listing the nodes that failed, or ctx's error wrapped.
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
-	timeout := b.callTimeout(ttl)
-	ch := fanOut(b, ctx, timeout, func(ctx context.Context, n *node) (bool, error) {
+	// The calls outlive the wait and the caller's context (see callLimit):
+	// a late renewal only extends a hold of token, which it finds by token.
+	ch := fanOut(b, context.WithoutCancel(ctx), b.callLimit(), func(ctx context.Context, n *node) (bool, error) {
 		return n.b.Renew(ctx, key, token, ttl)
 	})
-	g := newGather(b, ch, timeout)
+	g := newGather(b, ch, b.callTimeout(ttl))
 	defer g.stop()
 	t := tally{n: len(b.nodes), q: b.Quorum()}
 	var errs []*NodeError
@@ -54,10 +55,10 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 }
 
 // RenewBatch renews every lease of reqs with one pipeline per node (see
-// redislock.Backend.RenewBatch), all nodes at once, each bounded by
-// min(node timeout, shortest TTL/10). Each request is decided by its own
-// quorum, as in Renew; the call returns once every request is decided. The
-// result has one entry per request, in order.
+// redislock.Backend.RenewBatch), all nodes at once, waiting for each node
+// at most min(node timeout, shortest TTL/10). Each request is decided by
+// its own quorum, as in Renew; the call returns once every request is
+// decided. The result has one entry per request, in order.
 func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []driver.RenewResult {
 	if len(reqs) == 0 {
 		return nil
@@ -72,15 +73,14 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 	for i := range untied {
 		untied[i].Fence = 0
 	}
-	timeout := b.callTimeout(shortest)
-	ch := fanOut(b, ctx, timeout, func(ctx context.Context, n *node) ([]driver.RenewResult, error) {
+	ch := fanOut(b, context.WithoutCancel(ctx), b.callLimit(), func(ctx context.Context, n *node) ([]driver.RenewResult, error) {
 		res := n.b.RenewBatch(ctx, untied)
 		for i := range res {
 			res[i].Err = timedOut(ctx, res[i].Err)
 		}
 		return res, nil
 	})
-	g := newGather(b, ch, timeout)
+	g := newGather(b, ch, b.callTimeout(shortest))
 	defer g.stop()
 
 	tallies := make([]tally, len(reqs))
