@@ -186,7 +186,7 @@ func (r *waitReporter) describe(e *dlock.NotObtainedError, holderChanged, placeC
 // the lock's name. When afterIs, it reads after "NAME is": "held by OWNER
 // (held for 3.0s, expires in 7.0s)" for an exclusive holder (or none
 // known), "free, but ..." for a fair lock with waiters queued; else after
-// "NAME:": "a writer is waiting (owner OWNER), ...", "5 of 5 permits in use
+// "NAME:": "a writer is waiting (owner OWNER), ..." for a reader, "5 of 5 permits in use
 // (...)" or "2 readers hold it (...)". now marks a change since the last
 // message. A reporter that waits says when the holder's expiry is unknown;
 // the final message (wait 0) leaves that out.
@@ -196,6 +196,11 @@ func (r *waitReporter) obstacle(e *dlock.NotObtainedError, now bool) (what strin
 		b.WriteString("now ")
 	}
 	switch {
+	case e.WriterWaiting && (r.kind == lockExclusive || r.kind == lockFair):
+		// An exclusive request is kept out of a free lock by an earlier
+		// waiter's claim or intent on its next grant.
+		fmt.Fprintf(&b, "free, but kept for a waiter ahead of this one (owner %s)", holderText(e.Holder))
+		return b.String(), true
 	case e.WriterWaiting:
 		who := "readers"
 		if r.kind == lockSemaphore {
