@@ -98,18 +98,24 @@ func (t *takeoverWatch) Stop() {
 func (t *takeoverWatch) loop() {
 	defer close(t.done)
 	tried := make(map[string]bool)
+	// A holder still alive may end later, with no new answer from the
+	// store: the latest one's holder is checked again each
+	// liveCheckInterval. Only a dead one is tried, and once.
+	liveCheck := time.NewTicker(liveCheckInterval)
+	defer liveCheck.Stop()
+	var latest *dlock.NotObtainedError
 	for {
 		select {
-		case e := <-t.answers:
-			// A holder still alive may end later: only a dead one is
-			// tried, and once.
-			if e.Shared > 0 || e.WriterWaiting || tried[e.Holder] || !deadHolder(e.Holder) {
-				continue
-			}
-			tried[e.Holder] = true
-			takeOver(t.st, t.name, e.Holder, t.w)
+		case latest = <-t.answers:
+		case <-liveCheck.C:
 		case <-t.stop:
 			return
 		}
+		e := latest
+		if e == nil || e.Shared > 0 || e.WriterWaiting || tried[e.Holder] || !deadHolder(e.Holder) {
+			continue
+		}
+		tried[e.Holder] = true
+		takeOver(t.st, t.name, e.Holder, t.w)
 	}
 }
