@@ -207,7 +207,8 @@ Flags:
   --ttl DURATION             the lease's time to live on the store (default 10s)
   --wait DURATION            longest wait for the lock; 0 tries once, "forever"
                              waits without limit (default 0); --timeout is
-                             the same flag, under flock's name
+                             the same flag, under flock's name, and also
+                             takes flock's bare seconds (--timeout 5)
   -E, --conflict-exit-code N exit status when the lock is not obtained
                              (default 75); with 0 a busy lock is a success, and
                              dlock says nothing of it unless --verbose (as
