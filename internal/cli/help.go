@@ -251,7 +251,8 @@ Exit status:
   77      the store refused the credentials (user, password) or the rights
           (a Redis ACL, a SQLite file dlock cannot write)
   78      bad configuration: the store lacks what the URL names (a database),
-          or neither HOME nor XDG_STATE_HOME is set for the default store
+          a Redis may evict lock keys (maxmemory-policy), or neither HOME
+          nor XDG_STATE_HOME is set for the default store
   74      without a COMMAND: the fence could not be written on stdout (its
           reader is gone); the lock was released
   75      the lock was not obtained within --wait (the message names the
