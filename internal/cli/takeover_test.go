@@ -94,3 +94,23 @@ func TestRunWaiterHearsHolderDied(t *testing.T) {
 		}
 	})
 }
+
+// TestRunTakeOverSaysNewFence: the message of a takeover gives the fence
+// of the lock taken, the one the command gets in DLOCK_FENCE, not the dead
+// holder's.
+func TestRunTakeOverSaysNewFence(t *testing.T) {
+	t.Parallel()
+	ready := filepath.Join(t.TempDir(), "ready")
+	e := newEnv(t, sqliteURL(t), "READY="+ready)
+	for _, wait := range []string{"0", "20s"} {
+		_ = os.Remove(ready)
+		holder := e.start("run", "--ttl", "1m", "crash", "--", "sh", "-c", `echo x > "$READY"; exec sleep 120`)
+		waitFile(t, ready, holder)
+		if err := holder.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		holder.wait()
+		r := e.run("run", "--take-over-dead", "--wait", wait, "crash", "--", "sh", "-c", `echo "$DLOCK_FENCE"`)
+		expect(t, r, 0, fmt.Sprintf("took its lock over (fence %s)\n", strings.TrimSpace(r.stdout)))
+	}
+}
