@@ -227,7 +227,7 @@ func (a *app) rootCommand() *cobra.Command {
 		return flagError(usageName(cmd), cmd.Flags(), err)
 	})
 	root.SetHelpFunc(func(cmd *cobra.Command, _ []string) {
-		printHelp(a.stdout, usageName(cmd))
+		printShortHelp(a.stdout, cmd)
 	})
 	for _, c := range commandList() {
 		cmd := &cobra.Command{
