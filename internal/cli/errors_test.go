@@ -83,6 +83,16 @@ func TestBadBackend(t *testing.T) {
 				}
 				r := e.run(args...)
 				expect(t, r, c.code, c.want)
+				if how == "flag" && strings.Contains(c.backend, ":hunter2@") && c.code != 64 {
+					// A password in --backend is warned of, on a line
+					// of its own before the error.
+					const warning = "dlock: warning: the password in --backend is visible to other users of this host (ps)"
+					first, rest, _ := strings.Cut(r.stderr, "\n")
+					if !strings.HasPrefix(first, warning) {
+						t.Errorf("no warning of the password in --backend:\n%s", r.stderr)
+					}
+					r.stderr = rest
+				}
 				oneLine(t, r)
 				if strings.Contains(r.stderr, "hunter2") {
 					t.Errorf("stderr shows the password:\n%s", r.stderr)
