@@ -31,7 +31,7 @@ type EvictionError struct {
 }
 
 func (e *EvictionError) Error() string {
-	return fmt.Sprintf("redislock: Redis at %s has maxmemory-policy %s, which may evict lock keys and fence counters "+
+	return fmt.Sprintf("Redis at %s has maxmemory-policy %s, which may evict lock keys and fence counters "+
 		"(two holders, fences going back); set maxmemory-policy noeviction (CONFIG SET and redis.conf), "+
 		"or accept the risk with redislock.WithEvictionAllowed (CLI: allow_eviction=1)", e.Addr, e.Policy)
 }

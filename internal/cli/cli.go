@@ -29,6 +29,7 @@ type app struct {
 
 	backend        string // --backend; "" means DLOCK_BACKEND, then the default
 	passwordFile   string // --password-file; "" means DLOCK_PASSWORD, if set
+	warned         bool   // the password warnings were given (once a process)
 	connectTimeout time.Duration
 	// readOnly: the command only reads the store (ls, inspect) or finds
 	// nothing to do on an empty one (release), and must not create a
@@ -227,7 +228,7 @@ func (a *app) rootCommand() *cobra.Command {
 		return flagError(usageName(cmd), cmd.Flags(), err)
 	})
 	root.SetHelpFunc(func(cmd *cobra.Command, _ []string) {
-		printHelp(a.stdout, usageName(cmd))
+		printShortHelp(a.stdout, cmd)
 	})
 	for _, c := range commandList() {
 		cmd := &cobra.Command{
@@ -364,6 +365,10 @@ func (a *app) backendURL() (*backendURL, error) {
 	if err != nil {
 		return nil, fail(exitUsage, "%s %q: %s", source, redact(raw), err)
 	}
+	if source == "--backend" && len(b.secrets) > 0 && !a.warned {
+		fmt.Fprintln(a.msgs(), "dlock: warning: the password in --backend is visible to other users of this host (ps); give it in DLOCK_PASSWORD or a --password-file")
+	}
+	a.warned = true
 	if pw != "" {
 		if b.kind == kindSQLite && pwSource == envPassword {
 			return b, nil // DLOCK_PASSWORD is for the servers it is set for

@@ -92,8 +92,11 @@ func (s *store) storeErr(op string, err error) *exitError {
 			msg, code = msg+"; "+hint, exitNoPerm
 		}
 	}
-	if _, c := classifyConnect(err); c != exitUnavailable {
-		code = c // refused rights (an ACL without a command), a missing database
+	if cause, c := classifyConnect(err); c != exitUnavailable {
+		// Refused rights (an ACL without a command), a missing database,
+		// an eviction policy: said in the store's own words, without the
+		// library's layers, which repeat the lock's name.
+		code, msg = c, oneLine(scrub(cause, s.secrets))
 	}
 	return fail(code, "%s: %s: %s", op, s.where, msg)
 }

@@ -1,6 +1,7 @@
 // Why a store could not be used, told apart: unreachable (69), refused
-// credentials (77) or a configuration the store does not have (78), from the
-// errors of go-redis, pgx and the MySQL driver.
+// credentials (77) or a configuration the store does not have or refuses
+// (78), from the errors of go-redis, pgx, the MySQL driver and redislock's
+// eviction check.
 
 package cli
 
@@ -10,6 +11,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/dlock-go/dlock/redislock"
 )
 
 // connectErr is the error of a store that answered the first request with
@@ -37,6 +40,11 @@ func (s *store) connectErr(err error) *exitError {
 // words for it (without the driver's other attempts, such as pgx's TLS try
 // before a plain connection) with its exit code; exitUnavailable otherwise.
 func classifyConnect(err error) (cause string, code int) {
+	var evict *redislock.EvictionError
+	if errors.As(err, &evict) {
+		return "maxmemory-policy " + evict.Policy + " on " + evict.Addr + " may evict lock keys and fence counters " +
+			"(two holders, fences going back); set maxmemory-policy noeviction, or accept the risk with allow_eviction=1 in the URL", exitConfig
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		msg := pgErr.Message + " (SQLSTATE " + pgErr.Code + ")"

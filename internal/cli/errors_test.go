@@ -83,6 +83,16 @@ func TestBadBackend(t *testing.T) {
 				}
 				r := e.run(args...)
 				expect(t, r, c.code, c.want)
+				if how == "flag" && strings.Contains(c.backend, ":hunter2@") && c.code != 64 {
+					// A password in --backend is warned of, on a line
+					// of its own before the error.
+					const warning = "dlock: warning: the password in --backend is visible to other users of this host (ps)"
+					first, rest, _ := strings.Cut(r.stderr, "\n")
+					if !strings.HasPrefix(first, warning) {
+						t.Errorf("no warning of the password in --backend:\n%s", r.stderr)
+					}
+					r.stderr = rest
+				}
 				oneLine(t, r)
 				if strings.Contains(r.stderr, "hunter2") {
 					t.Errorf("stderr shows the password:\n%s", r.stderr)
@@ -221,4 +231,24 @@ func TestConnectCauses(t *testing.T) {
 	}
 	e.vars = vars
 	expect(t, e.run("ls"), 78, "neither XDG_STATE_HOME nor HOME is set")
+}
+
+// TestRunEvictingRedisIsConfigError: a Redis that may evict lock keys is a
+// configuration to change (78), not a store out of reach (69), and the
+// message says so once, in one line: the lock's name and the store once,
+// without the library's layers repeating them.
+func TestRunEvictingRedisIsConfigError(t *testing.T) {
+	t.Parallel()
+	rdb := testserver.StartRedis(t, "--maxmemory-policy", "allkeys-lru")
+	r := newEnv(t, "redis://"+rdb.Addr()+"/0").run("run", "x", "--", "true")
+	expect(t, r, 78, `dlock: lock "x": redis at `+rdb.Addr()+` (db 0): maxmemory-policy allkeys-lru on `, "allow_eviction=1")
+	oneLine(t, r)
+	for _, repeated := range []string{`"x"`, "maxmemory-policy allkeys-lru"} {
+		if n := strings.Count(r.stderr, repeated); n != 1 {
+			t.Errorf("stderr has %q %d times, want once:\n%s", repeated, n, r.stderr)
+		}
+	}
+	if strings.Contains(r.stderr, "redislock") {
+		t.Errorf("stderr names the library's layers:\n%s", r.stderr)
+	}
 }

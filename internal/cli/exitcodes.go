@@ -34,8 +34,9 @@ const (
 	// exitNoPerm (EX_NOPERM): the store refused the credentials (a wrong
 	// password, an unknown user, a user without access to the database).
 	exitNoPerm = 77
-	// exitConfig (EX_CONFIG): the configuration names what does not exist:
-	// a database the store does not have, no HOME for the default store.
+	// exitConfig (EX_CONFIG): the configuration names what does not exist
+	// or is unsafe: a database the store does not have, a Redis that may
+	// evict lock keys, no HOME for the default store.
 	exitConfig = 78
 	// exitCannotExecute and exitNotFound follow the shell: the command exists
 	// but cannot be run, or does not exist.

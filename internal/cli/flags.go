@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -113,6 +114,9 @@ func unknownFlag(fs *pflag.FlagSet, e *pflag.NotExistError) string {
 		return out
 	}
 	out := "unknown flag --" + safetext.Escape(shorten(name, 40))
+	if hint, ok := flockLongHints[name]; ok {
+		return out + ": " + hint
+	}
 	var names []string
 	fs.VisitAll(func(f *pflag.Flag) {
 		if !f.Hidden {
@@ -151,12 +155,71 @@ func closest(s string, names []string) (string, bool) {
 	return best, best != ""
 }
 
-// flockHints answer the flags of flock that dlock spells otherwise.
+// flockHints answer the one-letter flags of flock that dlock spells
+// otherwise or has no need of.
 var flockHints = map[string]string{
-	"n": "dlock tries once by default (--wait 0)",
-	"w": "dlock's is --wait DURATION (or --timeout)",
-	"x": "a plain dlock run is exclusive",
+	"n": hintNonblock,
+	"w": "dlock's is --wait DURATION (or --timeout SECONDS)",
+	"x": hintExclusive,
+	"e": hintExclusive,
 	"s": "dlock's is --shared",
+	"c": hintCommand,
+	"o": hintClose,
+	"u": hintUnlock,
+	"F": hintNoFork,
+}
+
+// flockLongHints answer flock's long flags that dlock has not.
+var flockLongHints = map[string]string{
+	"nonblock":  hintNonblock,
+	"nb":        hintNonblock,
+	"exclusive": hintExclusive,
+	"command":   hintCommand,
+	"close":     hintClose,
+	"unlock":    hintUnlock,
+	"no-fork":   hintNoFork,
+}
+
+const (
+	hintNonblock  = "dlock tries once by default (--wait 0)"
+	hintExclusive = "a plain dlock run is exclusive"
+	hintCommand   = "dlock runs the command after --: dlock run NAME -- sh -c 'COMMAND'"
+	hintClose     = "dlock holds no file descriptor for the command to close"
+	hintUnlock    = "the lock is released when dlock run ends (dlock release --force breaks another's)"
+	hintNoFork    = "dlock runs the command as its child, to renew the lock while it runs"
+)
+
+// flockCommand returns the usage error for flock's "-c COMMAND" (or
+// --command) given to run before any "--" and the command's name (a
+// second positional argument, whose -c is its own): the command dlock
+// would run is "sh -c COMMAND". It returns nil when raw has none.
+func flockCommand(fs *pflag.FlagSet, raw []string) error {
+	for i, arg := range raw {
+		if arg == "--" || len(splitArgs(fs, raw[:i]).positional) > 1 {
+			return nil
+		}
+		var cmd string
+		var rest []string
+		switch {
+		case (arg == "-c" || arg == "--command") && i+1 < len(raw):
+			cmd, rest = raw[i+1], append(slices.Clone(raw[:i]), raw[i+2:]...)
+		case strings.HasPrefix(arg, "--command="):
+			cmd, rest = strings.TrimPrefix(arg, "--command="), append(slices.Clone(raw[:i]), raw[i+1:]...)
+		default:
+			continue
+		}
+		if slices.Contains(rest, "--") {
+			return nil
+		}
+		return usageErr("run", "dlock has no %s; flock's -c runs its command with sh -c: dlock run %s -- sh -c %s",
+			strings.SplitN(arg, "=", 2)[0], safetext.Escape(strings.Join(rest, " ")), safetext.Escape(shellQuote(cmd)))
+	}
+	return nil
+}
+
+// shellQuote quotes s for sh, in single quotes.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // editDistance is the Levenshtein distance between a and b, in runes.

@@ -207,7 +207,8 @@ Flags:
   --ttl DURATION             the lease's time to live on the store (default 10s)
   --wait DURATION            longest wait for the lock; 0 tries once, "forever"
                              waits without limit (default 0); --timeout is
-                             the same flag, under flock's name
+                             the same flag, under flock's name, and also
+                             takes flock's bare seconds (--timeout 5)
   -E, --conflict-exit-code N exit status when the lock is not obtained
                              (default 75); with 0 a busy lock is a success, and
                              dlock says nothing of it unless --verbose (as
@@ -250,7 +251,8 @@ Exit status:
   77      the store refused the credentials (user, password) or the rights
           (a Redis ACL, a SQLite file dlock cannot write)
   78      bad configuration: the store lacks what the URL names (a database),
-          or neither HOME nor XDG_STATE_HOME is set for the default store
+          a Redis may evict lock keys (maxmemory-policy), or neither HOME
+          nor XDG_STATE_HOME is set for the default store
   74      without a COMMAND: the fence could not be written on stdout (its
           reader is gone); the lock was released
   75      the lock was not obtained within --wait (the message names the

@@ -5,6 +5,7 @@ package cli
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 )
@@ -21,6 +22,10 @@ func (a *app) password() (pw, source string, err error) {
 		data, err := os.ReadFile(a.passwordFile)
 		if err != nil {
 			return "", "", fail(exitUsage, "--password-file: %v", err)
+		}
+		if fi, err := os.Stat(a.passwordFile); err == nil && fi.Mode().Perm()&0o004 != 0 && !a.warned {
+			fmt.Fprintf(a.msgs(), "dlock: warning: --password-file %q is readable by every user of this host (mode %04o); chmod o-r it\n",
+				a.passwordFile, fi.Mode().Perm())
 		}
 		pw = strings.TrimRight(string(data), "\r\n")
 		if pw == "" {

@@ -83,3 +83,33 @@ func emptyFile(t *testing.T) string {
 	}
 	return p
 }
+
+// TestPasswordExposureWarned: a --password-file every user can read, and a
+// password in --backend (visible in ps), are warned of once on stderr, and
+// the command still runs.
+func TestPasswordExposureWarned(t *testing.T) {
+	t.Parallel()
+	backend, _ := redisURL(t)
+	file := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(file, []byte("secret\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(file, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, backend)
+	r := e.run("--password-file", file, "ls")
+	expect(t, r, 0, "is readable by every user of this host (mode 0644)")
+	if err := os.Chmod(file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.run("--password-file", file, "ls"); r.code != 0 || strings.Contains(r.stderr, "warning") {
+		t.Errorf("a private --password-file: exit %d:\n%s", r.code, r.stderr)
+	}
+	withPW := strings.Replace(backend, "redis://", "redis://:secret@", 1)
+	r = newEnv(t, "").run("--backend", withPW, "ls")
+	expect(t, r, 0, "the password in --backend is visible to other users of this host (ps); give it in DLOCK_PASSWORD or a --password-file")
+	if n := strings.Count(r.stderr, "warning"); n != 1 || strings.Contains(r.stderr, "secret") {
+		t.Errorf("want one warning, without the password:\n%s", r.stderr)
+	}
+}

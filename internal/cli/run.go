@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -54,6 +56,23 @@ func (w *waitFlag) String() string {
 
 // Type names the flag's value in generated docs and completion.
 func (w *waitFlag) Type() string { return "duration" }
+
+// timeoutFlag is --timeout: --wait under flock's name, which also takes
+// flock's bare seconds ("5", "0.5").
+type timeoutFlag struct{ *waitFlag }
+
+// Set reads a number of seconds, a duration or "forever".
+func (t timeoutFlag) Set(s string) error {
+	if plainNumber.MatchString(s) {
+		secs, err := strconv.ParseFloat(s, 64)
+		if err != nil || secs > (math.MaxInt64/time.Second).Seconds() {
+			return errors.New(`want a number of seconds, a duration such as 30s or 5m, or "forever"`)
+		}
+		t.d = time.Duration(secs * float64(time.Second))
+		return nil
+	}
+	return t.waitFlag.Set(s)
+}
 
 // Set reads a duration or "forever".
 func (w *waitFlag) Set(s string) error {
@@ -155,7 +174,7 @@ type runOptions struct {
 func runFlags(fs *pflag.FlagSet, o *runOptions, wait *waitFlag) {
 	durationVar(fs, &o.ttl, "ttl", dlock.DefaultTTL, "the lease's time to live on the store (default $DLOCK_TTL, else 10s)")
 	fs.Var(wait, "wait", `longest wait for the lock; 0 tries once, "forever" waits without limit (default $DLOCK_WAIT, else 0)`)
-	fs.Var(wait, "timeout", "the same as --wait, under flock's name")
+	fs.Var(timeoutFlag{wait}, "timeout", "the same as --wait, under flock's name; a bare number is seconds, as flock's")
 	fs.IntVarP(&o.conflictCode, "conflict-exit-code", "E", exitNotObtained, "exit status when the lock is not obtained")
 	fs.BoolVarP(&o.quiet, "quiet", "q", false, "no messages about waiting, a lock not obtained or a command ended by a signal")
 	fs.BoolVarP(&o.verbose, "verbose", "v", false, "also say when the lock was obtained and released")
@@ -203,6 +222,9 @@ func parseRunArgs(a *app, args []string) (*runOptions, error) {
 // "dlock run NAME cmd -x": the command's flags are not dlock's. It returns
 // nil for arguments with a "--", or with one positional argument at most.
 func putDashBetween(fs *pflag.FlagSet, raw []string) error {
+	if err := flockCommand(fs, raw); err != nil {
+		return err
+	}
 	s := splitArgs(fs, raw)
 	if s.dash || len(s.positional) < 2 {
 		return nil

@@ -650,6 +650,36 @@ func TestRunUsageErrors(t *testing.T) {
 	}
 }
 
+// TestRunFlockHabits: flock's bare seconds work with --timeout, flock's -c
+// is answered with the sh -c that means the same, and flock's flags that
+// dlock has no need of say why.
+func TestRunFlockHabits(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sqliteURL(t))
+	for _, secs := range []string{"5", "0.5", "0"} {
+		if r := e.run("run", "-v", "--timeout", secs, "x", "--", "true"); r.code != 0 || !strings.Contains(r.stderr, `got "x"`) {
+			t.Errorf("--timeout %s: exit %d:\n%s", secs, r.code, r.stderr)
+		}
+	}
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "x", "-c", "echo 'hi'"}, `dlock run x -- sh -c 'echo '\''hi'\'''`},
+		{[]string{"run", "--command", "make all", "x"}, "dlock run x -- sh -c 'make all'"},
+		{[]string{"run", "--nonblock", "x", "--", "true"}, "unknown flag --nonblock: dlock tries once by default (--wait 0)"},
+		{[]string{"run", "--nb", "x", "--", "true"}, "unknown flag --nb: dlock tries once by default (--wait 0)"},
+		{[]string{"run", "--exclusive", "x", "--", "true"}, "unknown flag --exclusive: a plain dlock run is exclusive"},
+		{[]string{"run", "-e", "x", "--", "true"}, "unknown flag -e: a plain dlock run is exclusive"},
+		{[]string{"run", "--unlock", "x", "--", "true"}, "unknown flag --unlock: the lock is released when dlock run ends"},
+		{[]string{"run", "--no-fork", "x", "--", "true"}, "unknown flag --no-fork: dlock runs the command as its child"},
+		{[]string{"run", "--timeout", "-5", "x", "--", "true"}, `--timeout "-5": want a duration`},
+	}
+	for _, c := range cases {
+		expect(t, e.run(c.args...), 64, c.want)
+	}
+}
+
 // TestRunDefaultBackend: with no backend given, run works on a fresh
 // machine, in a SQLite file it creates in the state directory.
 func TestRunDefaultBackend(t *testing.T) {

@@ -95,10 +95,12 @@ func acquire(ctx context.Context, a *app, o *runOptions, sigs <-chan os.Signal) 
 		say = nil
 	}
 	started := time.Now()
+	var tookFrom string // the dead holder taken over
 	if o.wait == 0 {
 		lease, err = o.take(c, opts, false)(ctx)
 		var no *dlock.NotObtainedError
-		if o.takeOver && errors.As(err, &no) && no.Shared == 0 && !no.WriterWaiting && takeOver(st, o.name, no.Holder, say) {
+		if o.takeOver && errors.As(err, &no) && no.Shared == 0 && !no.WriterWaiting && takeOver(st, o.name, no.Holder) {
+			tookFrom = no.Holder
 			lease, err = o.take(c, opts, false)(ctx)
 		}
 	} else {
@@ -109,7 +111,7 @@ func acquire(ctx context.Context, a *app, o *runOptions, sigs <-chan os.Signal) 
 		}
 		var tk *takeoverWatch
 		if o.takeOver {
-			tk = startTakeoverWatch(st, o.name, say)
+			tk = startTakeoverWatch(st, o.name)
 		}
 		opts = append(opts, dlock.WithOnBusy(func(e *dlock.NotObtainedError) {
 			if rep != nil {
@@ -125,12 +127,14 @@ func acquire(ctx context.Context, a *app, o *runOptions, sigs <-chan os.Signal) 
 		lease, err = o.take(c, opts, true)(ctx)
 		if tk != nil {
 			tk.Stop()
+			tookFrom = tk.took
 		}
 		if rep != nil {
 			rep.Stop()
 		}
 	}
 	sig := stopWatch()
+	sayTakenOver(say, o.name, tookFrom, lease)
 	switch {
 	case err == nil && sig != nil:
 		// Obtained just as the signal came: give it back unused.

@@ -39,11 +39,10 @@ func deadHolder(owner string) bool {
 }
 
 // takeOver breaks the lock name when its exclusive holder is holder, a
-// process of this host that has ended; it reports whether it did, and says
-// so on w (nil: silently). The fence read by Inspect names the grant: if
-// the lock changed hands since, BreakIf finds another fence and does
-// nothing.
-func takeOver(st *store, name, holder string, w io.Writer) bool {
+// process of this host that has ended; it reports whether it did. The
+// fence read by Inspect names the grant: if the lock changed hands since,
+// BreakIf finds another fence and does nothing.
+func takeOver(st *store, name, holder string) bool {
 	br, ok := st.backend.(driver.Breaker)
 	if !ok || st.inspector == nil || holder == "" || !deadHolder(holder) {
 		return false
@@ -57,14 +56,21 @@ func takeOver(st *store, name, holder string, w io.Writer) bool {
 		return false
 	}
 	broken, err := br.BreakIf(ctx, name, info.Fence)
-	if err != nil || !broken {
-		return false
-	}
-	if w != nil {
+	return err == nil && broken
+}
+
+// sayTakenOver says on w (nil: silently) that the lock name of holder, a
+// dead process, was broken; lease is the lock then obtained, or nil.
+func sayTakenOver(w io.Writer, name, holder string, lease *dlock.Lease) {
+	switch {
+	case w == nil || holder == "":
+	case lease != nil:
 		fmt.Fprintf(w, "dlock: %q was held by %s, whose process has ended on this host; took its lock over (fence %d)\n",
-			name, holderText(holder), info.Fence)
+			name, holderText(holder), lease.Fence())
+	default:
+		fmt.Fprintf(w, "dlock: %q was held by %s, whose process has ended on this host; broke its lock\n",
+			name, holderText(holder))
 	}
-	return true
 }
 
 // takeoverWatch takes over, in a goroutine of its own, from the dead
@@ -72,14 +78,14 @@ func takeOver(st *store, name, holder string, w io.Writer) bool {
 type takeoverWatch struct {
 	st      *store
 	name    string
-	w       io.Writer
+	took    string                       // the holder taken over, read after Stop
 	answers chan *dlock.NotObtainedError // capacity 1: the latest answer
 	stop    chan struct{}
 	done    chan struct{}
 }
 
-func startTakeoverWatch(st *store, name string, w io.Writer) *takeoverWatch {
-	t := &takeoverWatch{st: st, name: name, w: w, answers: make(chan *dlock.NotObtainedError, 1),
+func startTakeoverWatch(st *store, name string) *takeoverWatch {
+	t := &takeoverWatch{st: st, name: name, answers: make(chan *dlock.NotObtainedError, 1),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go t.loop()
 	return t
@@ -98,18 +104,26 @@ func (t *takeoverWatch) Stop() {
 func (t *takeoverWatch) loop() {
 	defer close(t.done)
 	tried := make(map[string]bool)
+	// A holder still alive may end later, with no new answer from the
+	// store: the latest one's holder is checked again each
+	// liveCheckInterval. Only a dead one is tried, and once.
+	liveCheck := time.NewTicker(liveCheckInterval)
+	defer liveCheck.Stop()
+	var latest *dlock.NotObtainedError
 	for {
 		select {
-		case e := <-t.answers:
-			// A holder still alive may end later: only a dead one is
-			// tried, and once.
-			if e.Shared > 0 || e.WriterWaiting || tried[e.Holder] || !deadHolder(e.Holder) {
-				continue
-			}
-			tried[e.Holder] = true
-			takeOver(t.st, t.name, e.Holder, t.w)
+		case latest = <-t.answers:
+		case <-liveCheck.C:
 		case <-t.stop:
 			return
+		}
+		e := latest
+		if e == nil || e.Shared > 0 || e.WriterWaiting || tried[e.Holder] || !deadHolder(e.Holder) {
+			continue
+		}
+		tried[e.Holder] = true
+		if takeOver(t.st, t.name, e.Holder) {
+			t.took = e.Holder
 		}
 	}
 }

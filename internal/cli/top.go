@@ -94,8 +94,9 @@ permits); holds (the exclusive holder's hold count, the number of readers,
 or permits in use of the semaphore's N); holder (the owner string, or the
 oldest reader's or permit holder's with "+N more"); how long it has been
 held; when it expires unless renewed; and its waiters ("2 queued" in the
-name's queue, "writer" when a writer waits for the readers, with how long top
-has seen them waiting). Names and owner strings are shown escaped when they
+name's queue, "writer" when a writer waits for the readers, with "seen 12s":
+how long top has seen them waiting, as the store does not say when a wait
+began). Names and owner strings are shown escaped when they
 hold control or bidi characters.
 
 When stdout is a terminal, dlock top redraws the view in place every

@@ -162,6 +162,25 @@ func TestTopLiveInATerminal(t *testing.T) {
 	}
 }
 
+// TestTopWaitTimeSaysWhatItCounts: the store does not say when a wait
+// began, so top's time for a lock's waiters is the time it has seen them,
+// and the cell says "seen", not "queued for", which read as the wait's
+// whole length for a waiter that waited long before top started.
+func TestTopWaitTimeSaysWhatItCounts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sqliteURL(t))
+	holder := e.start("run", "top-wait")
+	waitStdout(t, holder)
+	e.start("run", "--fair", "--wait", "1m", "top-wait", "--", "true")
+	term := e.startInTerminal("top", "--interval", "100ms")
+	f := term.waitFrame("a waiting time", 20*time.Second, func(f string) bool {
+		return strings.Contains(f, "1 queued") && strings.Contains(f, "s\n") && !strings.HasSuffix(strings.TrimSpace(f), "1 queued")
+	})
+	if !strings.Contains(f, "1 queued, seen ") || strings.Contains(f, "queued for") {
+		t.Errorf("the waiters' time does not say it is the time top has seen them:\n%s", f)
+	}
+}
+
 // TestTopEscapesInATerminal: an owner string written straight into Redis
 // with escape sequences, C1 and bidi controls reaches the terminal escaped;
 // the only escape sequences top writes are its own.

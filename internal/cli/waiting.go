@@ -20,6 +20,11 @@ import (
 // liveInterval is how often the live line on a terminal is redrawn.
 const liveInterval = 200 * time.Millisecond
 
+// liveCheckInterval is how often a waiter checks again whether the holder
+// it waits for, a process of this host, has ended: a dead holder's lock
+// brings no new answer from the store until its lease expires.
+const liveCheckInterval = 500 * time.Millisecond
+
 // inspectTimeout bounds the store call that finds how long the holder has
 // held the lock, for a message.
 const inspectTimeout = time.Second
@@ -30,14 +35,15 @@ const inspectTimeout = time.Second
 // live line with the time waited, redrawn in place with '\r'. It runs in a
 // goroutine of its own, so that the lock's WithOnBusy hook never blocks.
 type waitReporter struct {
-	w       io.Writer
-	tty     bool
-	name    string
-	kind    lockKind
-	permits int           // --semaphore N
-	wait    time.Duration // --wait; waitForever for no limit
-	store   *store
-	start   time.Time
+	w           io.Writer
+	tty         bool
+	name        string
+	kind        lockKind
+	permits     int           // --semaphore N
+	wait        time.Duration // --wait; waitForever for no limit
+	quietOnDead bool          // --take-over-dead: the takeover says it
+	store       *store
+	start       time.Time
 
 	updates chan *dlock.NotObtainedError // capacity 1: the latest answer
 	stop    chan struct{}
@@ -48,17 +54,18 @@ type waitReporter struct {
 
 func startWaitReporter(w io.Writer, o *runOptions, st *store) *waitReporter {
 	r := &waitReporter{
-		w:       w,
-		tty:     isTerminal(w),
-		name:    o.name,
-		kind:    o.kind,
-		permits: o.permits,
-		wait:    o.wait,
-		store:   st,
-		start:   time.Now(),
-		updates: make(chan *dlock.NotObtainedError, 1),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
+		w:           w,
+		tty:         isTerminal(w),
+		name:        o.name,
+		kind:        o.kind,
+		permits:     o.permits,
+		wait:        o.wait,
+		quietOnDead: o.takeOver,
+		store:       st,
+		start:       time.Now(),
+		updates:     make(chan *dlock.NotObtainedError, 1),
+		stop:        make(chan struct{}),
+		done:        make(chan struct{}),
 	}
 	go r.loop()
 	return r
@@ -101,14 +108,21 @@ func (r *waitReporter) loop() {
 		defer t.Stop()
 		tick = t.C
 	}
+	liveCheck := time.NewTicker(liveCheckInterval)
+	defer liveCheck.Stop()
 	var (
-		last    string // waitState of the last message
-		lastPos int    // the place in the queue it gave
-		seen    bool
+		last     string // waitState of the last message
+		lastPos  int    // the place in the queue it gave
+		seen     bool
+		latest   *dlock.NotObtainedError
+		saidDead string // the dead holder already announced
 	)
 	for {
 		select {
+		case <-liveCheck.C:
+			saidDead = r.sayDead(latest, saidDead)
 		case e := <-r.updates:
+			latest = e
 			state, pos := waitState(e), r.place(e)
 			if seen && state == last && pos == lastPos {
 				continue
@@ -118,6 +132,7 @@ func (r *waitReporter) loop() {
 			r.clearLive()
 			fmt.Fprintf(r.w, "dlock: %s\n", line)
 			r.drawLive()
+			saidDead = r.sayDead(e, saidDead)
 		case <-tick:
 			r.drawLive()
 		case <-r.stop:
@@ -125,6 +140,20 @@ func (r *waitReporter) loop() {
 			return
 		}
 	}
+}
+
+// sayDead says once that e's exclusive holder, a process of this host,
+// has ended (its lock stays on the store until its lease expires), unless
+// it was said already or --take-over-dead will say it; it returns the
+// holder announced so far.
+func (r *waitReporter) sayDead(e *dlock.NotObtainedError, said string) string {
+	if r.quietOnDead || e == nil || e.Shared > 0 || e.WriterWaiting || e.Holder == "" || e.Holder == said || !deadHolder(e.Holder) {
+		return said
+	}
+	r.clearLive()
+	fmt.Fprintf(r.w, "dlock: %q: its holder's process has ended on this host; its lock stays until its lease expires (--take-over-dead takes such a lock over at once)\n", r.name)
+	r.drawLive()
+	return e.Holder
 }
 
 // waitState is what keeps the lock from the waiter, for a new message when
@@ -186,7 +215,7 @@ func (r *waitReporter) describe(e *dlock.NotObtainedError, holderChanged, placeC
 // the lock's name. When afterIs, it reads after "NAME is": "held by OWNER
 // (held for 3.0s, expires in 7.0s)" for an exclusive holder (or none
 // known), "free, but ..." for a fair lock with waiters queued; else after
-// "NAME:": "a writer is waiting (owner OWNER), ...", "5 of 5 permits in use
+// "NAME:": "a writer is waiting (owner OWNER), ..." for a reader, "5 of 5 permits in use
 // (...)" or "2 readers hold it (...)". now marks a change since the last
 // message. A reporter that waits says when the holder's expiry is unknown;
 // the final message (wait 0) leaves that out.
@@ -196,6 +225,11 @@ func (r *waitReporter) obstacle(e *dlock.NotObtainedError, now bool) (what strin
 		b.WriteString("now ")
 	}
 	switch {
+	case e.WriterWaiting && (r.kind == lockExclusive || r.kind == lockFair):
+		// An exclusive request is kept out of a free lock by an earlier
+		// waiter's claim or intent on its next grant.
+		fmt.Fprintf(&b, "free, but kept for a waiter ahead of this one (owner %s)", holderText(e.Holder))
+		return b.String(), true
 	case e.WriterWaiting:
 		who := "readers"
 		if r.kind == lockSemaphore {

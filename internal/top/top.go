@@ -213,7 +213,9 @@ func (v *View) WriteTable(w io.Writer, rows []Row) error {
 }
 
 // waiters is the WAITERS cell: "-", "2 queued", "writer", "2 queued,
-// writer", with "for 12s" once top has seen them that long.
+// writer", with "seen 12s" once top has seen them that long: the store
+// does not say when a wait began, so the time counts from top's first
+// sample with waiters.
 func (v *View) waiters(r Row) string {
 	var parts []string
 	if r.Queued > 0 {
@@ -227,7 +229,7 @@ func (v *View) waiters(r Row) string {
 	}
 	s := strings.Join(parts, ", ")
 	if r.WaitingFor >= time.Second {
-		s += " for " + v.cfg.Duration(r.WaitingFor)
+		s += ", seen " + v.cfg.Duration(r.WaitingFor)
 	}
 	return s
 }
