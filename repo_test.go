@@ -34,10 +34,13 @@ func TestFilesSpeakOfTheProjectAlone(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() {
-			if name := d.Name(); path != "." && (strings.HasPrefix(name, ".") || name == "node_modules") {
+		if name := d.Name(); name == ".git" || name == "node_modules" {
+			if d.IsDir() {
 				return filepath.SkipDir
 			}
+			return nil // a worktree's .git file names where its repository is
+		}
+		if d.IsDir() {
 			return nil
 		}
 		info, err := d.Info()
