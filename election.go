@@ -339,7 +339,9 @@ func (ld *Leadership) Context() context.Context { return ld.lease().Context() }
 func (ld *Leadership) Done() <-chan struct{} { return ld.lease().Done() }
 
 // Err returns nil while the leadership is held, ErrReleased after Resign,
-// and a *LostError (errors.Is(err, ErrLost)) when it was lost.
+// and a *LostError (errors.Is(err, ErrLost)) when it was lost. It reads the
+// safe deadline when called, as Lease.Err does: a leader resumed after a
+// pause finds itself deposed before it writes.
 func (ld *Leadership) Err() error { return ld.lease().Err() }
 
 // Lease returns the lease behind the leadership (Deadline, Refresh,

@@ -185,6 +185,7 @@ type MultiLease struct {
 	stops  []func() bool
 	done   chan struct{}
 	ctx    context.Context
+	held   *heldContext // ctx as Context returns it
 	cancel context.CancelCauseFunc
 
 	mu        sync.Mutex
@@ -195,6 +196,7 @@ type MultiLease struct {
 func newMultiLease(c *Client, leases []*Lease) *MultiLease {
 	ml := &MultiLease{c: c, leases: leases, done: make(chan struct{})}
 	ml.ctx, ml.cancel = context.WithCancelCause(context.WithValue(context.Background(), multiKey{}, ml))
+	ml.held = &heldContext{Context: ml.ctx, sync: ml.sync}
 	for _, l := range leases {
 		lctx := l.Context()
 		ml.stops = append(ml.stops, context.AfterFunc(lctx, func() { ml.ended(l) }))
@@ -291,13 +293,14 @@ func (ml *MultiLease) Fence(name string) uint64 {
 }
 
 // Context returns a context that is cancelled when the MultiLease ends;
-// its context.Cause is Err. Run the work the locks protect under it.
+// its context.Cause is Err. Run the work the locks protect under it. Its
+// Err and Done read the leases' safe deadlines when called, as Err does.
 func (ml *MultiLease) Context() context.Context {
 	if ml == nil || ml.ctx == nil {
 		return (*Lease)(nil).Context()
 	}
 	ml.sync()
-	return ml.ctx
+	return ml.held
 }
 
 // Done returns a channel that is closed when the MultiLease ends.
@@ -311,7 +314,8 @@ func (ml *MultiLease) Done() <-chan struct{} {
 
 // Err returns nil while every name is held, ErrReleased after Unlock (or
 // when one of the leases was unlocked on its own), and the *LostError of
-// the first name lost (errors.Is(err, ErrLost)).
+// the first name lost (errors.Is(err, ErrLost)). Like Lease.Err, it reads
+// the safe deadlines when called.
 func (ml *MultiLease) Err() error {
 	if ml == nil || ml.ctx == nil {
 		return invalid("multi lease: nil or not made by a Multi")

@@ -115,8 +115,15 @@ func (c *Client) do(ctx context.Context, name string, fn func(ctx context.Contex
 		return err
 	}
 	*fence = lease.Fence()
-	fnCtx, cancel := context.WithCancelCause(context.WithValue(granted.from(ctx), leaseKey{}, lease))
+	vctx, cancel := context.WithCancelCause(context.WithValue(granted.from(ctx), leaseKey{}, lease))
 	stop := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
+	// fn's context reads the lease's safe deadline when asked, as the
+	// lease's own Context does.
+	fnCtx := &heldContext{Context: vctx, sync: func() {
+		if err := lease.Err(); err != nil {
+			cancel(err)
+		}
+	}}
 	// Release even when the caller's context is done, within one TTL.
 	unlock := func() error {
 		uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), lease.g.ttl)
