@@ -131,7 +131,7 @@ func (l *Lease) Context() context.Context {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ctx == nil {
-		l.ctx, l.cancel = context.WithCancelCause(context.WithValue(context.Background(), leaseKey{}, l))
+		l.ctx, l.cancel = context.WithCancelCause(withHold(context.Background(), &heldLeases{l: l}, false))
 		if l.err != nil {
 			l.cancel(l.err)
 		}
@@ -150,7 +150,7 @@ func (l *Lease) observedContext(octx context.Context) {
 	if l.ctx != nil {
 		return
 	}
-	l.ctx, l.cancel = context.WithCancelCause(context.WithValue(context.WithoutCancel(octx), leaseKey{}, l))
+	l.ctx, l.cancel = context.WithCancelCause(withHold(context.WithoutCancel(octx), &heldLeases{l: l}, false))
 	if l.err != nil {
 		l.cancel(l.err)
 	}
@@ -182,14 +182,14 @@ func (l *Lease) Deadline() time.Time {
 // to someone else. Lease.Context has no deadline, since renewals move it.
 // A call already on the wire can still land late: the fence is what makes
 // the resource refuse it (see docs/FENCING.md). The context carries the
-// lease (LeaseFromContext). Call cancel when the call is done.
+// lease, on top of those parent carries (LeaseFromContextByName). Call cancel when the call is done.
 func (l *Lease) CallContext(parent context.Context) (ctx context.Context, cancel context.CancelFunc) {
 	if l == nil || l.g == nil {
 		ctx, cancel := context.WithCancelCause(parent)
 		cancel(invalid("lease: nil or not made by a Client"))
 		return ctx, func() {}
 	}
-	ctx, cancelCause := context.WithCancelCause(context.WithValue(parent, leaseKey{}, l))
+	ctx, cancelCause := context.WithCancelCause(withHold(parent, &heldLeases{l: l}, true))
 	ctx, cancelDeadline := context.WithDeadline(ctx, l.g.safeDeadline())
 	stop := context.AfterFunc(l.Context(), func() { cancelCause(l.Err()) })
 	return ctx, func() {

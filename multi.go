@@ -195,7 +195,7 @@ type MultiLease struct {
 
 func newMultiLease(c *Client, leases []*Lease) *MultiLease {
 	ml := &MultiLease{c: c, leases: leases, done: make(chan struct{})}
-	ml.ctx, ml.cancel = context.WithCancelCause(context.WithValue(context.Background(), multiKey{}, ml))
+	ml.ctx, ml.cancel = context.WithCancelCause(withHold(context.WithValue(context.Background(), multiKey{}, ml), &heldLeases{ml: ml}, false))
 	ml.held = &heldContext{Context: ml.ctx, sync: ml.sync}
 	for _, l := range leases {
 		lctx := l.Context()
@@ -245,7 +245,8 @@ type multiKey struct{}
 
 // MultiLeaseFromContext returns the MultiLease that ctx carries: a
 // MultiLease's own Context and the contexts made from it. ok is false for
-// a context that carries none.
+// a context that carries none. LeaseFromContextByName gives the lease of
+// each of its names.
 func MultiLeaseFromContext(ctx context.Context) (ml *MultiLease, ok bool) {
 	ml, ok = ctx.Value(multiKey{}).(*MultiLease)
 	return ml, ok && ml != nil

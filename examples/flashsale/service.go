@@ -128,8 +128,9 @@ func (s *service) buy(ctx context.Context, o order, retry bool) (answer string, 
 // after it read cannot write what it computed from a value a newer holder
 // has since changed.
 func (s *service) buyLocked(ctx context.Context, o order) (answer string, err error) {
-	err = s.locks.Do(ctx, s.k.lock(o.Item), func(ctx context.Context) error {
-		lease, _ := dlock.LeaseFromContext(ctx)
+	name := s.k.lock(o.Item)
+	err = s.locks.Do(ctx, name, func(ctx context.Context) error {
+		lease, _ := dlock.LeaseFromContextByName(ctx, name)
 		stock, done, err := claim(ctx, s.rdb, s.k, o, lease.Fence())
 		switch {
 		case err != nil:
