@@ -286,11 +286,16 @@ func (ml *MultiLease) Lease(name string) *Lease {
 	return nil
 }
 
-// Fence returns the fencing token of name's lease, or 0 when the
-// MultiLease does not hold that name. Each name has a fence of its own:
-// give each resource the fence of the name that guards it.
-func (ml *MultiLease) Fence(name string) uint64 {
-	return ml.Lease(name).Fence()
+// Fence returns the fencing token of name's lease; ok is false when the
+// MultiLease does not hold that name (a misspelt name), so that no fence 0
+// reaches a resource unnoticed. Each name has a fence of its own: give
+// each resource the fence of the name that guards it.
+func (ml *MultiLease) Fence(name string) (fence uint64, ok bool) {
+	l := ml.Lease(name)
+	if l == nil {
+		return 0, false
+	}
+	return l.Fence(), true
 }
 
 // Context returns a context that is cancelled when the MultiLease ends;
