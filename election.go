@@ -107,8 +107,32 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 	if e.err != nil {
 		return nil, e.err
 	}
+	return e.campaign(ctx, value, true)
+}
+
+// TryCampaign makes one attempt to lead the election, with value as the
+// leader's value, as Mutex.TryLock does. When another campaigner leads,
+// it returns a *NotObtainedError (errors.Is(err, ErrNotObtained)) naming
+// the leader; its other errors are Campaign's.
+func (e *Election) TryCampaign(ctx context.Context, value string) (*Leadership, error) {
+	if e == nil {
+		return nil, invalid("election: nil")
+	}
+	if e.err != nil {
+		return nil, e.err
+	}
+	return e.campaign(ctx, value, false)
+}
+
+// campaign is Campaign (wait) or TryCampaign.
+func (e *Election) campaign(ctx context.Context, value string, wait bool) (*Leadership, error) {
 	opts := append(e.opts[:len(e.opts):len(e.opts)], WithMetadata(value))
-	l, err := e.c.Mutex(e.name, opts...).Lock(ctx)
+	m := e.c.Mutex(e.name, opts...)
+	take := m.TryLock
+	if wait {
+		take = m.Lock
+	}
+	l, err := take(ctx)
 	if err != nil {
 		return nil, err
 	}
