@@ -173,6 +173,9 @@ func (r *run) start(p *proc) error {
 	if c.fair {
 		args = append(args, "-fair")
 	}
+	if c.unfenced {
+		args = append(args, "-unfenced")
+	}
 	cmd := r.cfg.spawn(args)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
