@@ -113,7 +113,8 @@ func runMain(args []string, out io.Writer) int {
 
 // ok reports whether the run kept its invariants.
 func (rep *report) ok() bool {
-	return rep.Oversold == 0 && rep.Lost == 0 && rep.Duplicated == 0 && rep.Failed == 0
+	return rep.Oversold == 0 && rep.Leaked == 0 && rep.Lost == 0 && rep.Phantom == 0 &&
+		rep.Duplicated == 0 && rep.Failed == 0
 }
 
 // printReports prints one row per run, with throughput relative to the
