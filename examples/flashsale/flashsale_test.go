@@ -187,7 +187,7 @@ func TestStrategies(t *testing.T) {
 	if len(reps) == 3 {
 		var b strings.Builder
 		printReports(&b, reps)
-		t.Logf("all strategies, throughput relative to the first:\n%s", b.String())
+		t.Logf("all strategies:\n%s", b.String())
 	}
 
 	// The documented command, on a small workload: every strategy, one
