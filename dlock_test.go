@@ -241,3 +241,56 @@ func TestLeaseFromContext(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A Do inside a Do of another name: each name's lease is found by its
+// name, and the one-name lookup refuses to guess between them, so that a
+// fence never guards a resource of another name.
+func TestLeaseFromContextInNestedDoOfAnotherName(t *testing.T) {
+	c := dlock.New(memlock.New())
+	defer c.Close()
+	for range 3 { // audit's fence runs ahead of stock's
+		if err := c.Do(t.Context(), "audit", func(context.Context) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := c.Do(t.Context(), "stock", func(ctx context.Context) error {
+		stock, _ := dlock.LeaseFromContext(ctx)
+		return c.Do(ctx, "audit", func(ctx context.Context) error {
+			if l, ok := dlock.LeaseFromContext(ctx); ok {
+				t.Errorf("LeaseFromContext under stock and audit = %s fence %d; want none (ambiguous)", l.Name(), l.Fence())
+			}
+			if l, ok := dlock.LeaseFromContextByName(ctx, "stock"); !ok || l != stock {
+				t.Errorf("LeaseFromContextByName(stock) = %v, %v; want stock's lease", l, ok)
+			}
+			if l, ok := dlock.LeaseFromContextByName(ctx, "audit"); !ok || l.Name() != "audit" || l.Fence() != 4 {
+				t.Errorf("LeaseFromContextByName(audit) = %v, %v; want audit's lease, fence 4", l, ok)
+			}
+			if _, ok := dlock.LeaseFromContextByName(ctx, "other"); ok {
+				t.Error("LeaseFromContextByName(other) found a lease")
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A MultiLease's Context gives the lease of each of its names by name.
+func TestLeaseFromContextOfMultiLease(t *testing.T) {
+	c := dlock.New(memlock.New())
+	defer c.Close()
+	ml, err := c.Multi([]string{"m/a", "m/b"}).Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ml.Unlock(t.Context())
+	for _, name := range []string{"m/a", "m/b"} {
+		if l, ok := dlock.LeaseFromContextByName(ml.Context(), name); !ok || l != ml.Lease(name) {
+			t.Errorf("LeaseFromContextByName(ml.Context(), %q) = %v, %v; want its lease", name, l, ok)
+		}
+	}
+	if l, ok := dlock.LeaseFromContext(ml.Context()); ok {
+		t.Errorf("LeaseFromContext(ml.Context()) = %s; want none (two names)", l.Name())
+	}
+}

@@ -124,7 +124,7 @@
 // Branch with errors.Is: ErrNotObtained (with *NotObtainedError naming the
 // holder), ErrNotHeld, ErrReleased, ErrLost (with *LostError and its
 // LostReason), ErrNoLeader (Election.Leader), ErrConflict (with
-// *ConflictError, also an ErrInvalid) for a reader or permit of another kind
+// *ConflictError) for a reader or permit of another kind
 // than the name's holds, ErrInvalid for bad arguments and ErrClosed. Store failures are
 // wrapped with the operation and the lock's name.
 package dlock

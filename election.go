@@ -107,8 +107,32 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 	if e.err != nil {
 		return nil, e.err
 	}
+	return e.campaign(ctx, value, true)
+}
+
+// TryCampaign makes one attempt to lead the election, with value as the
+// leader's value, as Mutex.TryLock does. When another campaigner leads,
+// it returns a *NotObtainedError (errors.Is(err, ErrNotObtained)) naming
+// the leader; its other errors are Campaign's.
+func (e *Election) TryCampaign(ctx context.Context, value string) (*Leadership, error) {
+	if e == nil {
+		return nil, invalid("election: nil")
+	}
+	if e.err != nil {
+		return nil, e.err
+	}
+	return e.campaign(ctx, value, false)
+}
+
+// campaign is Campaign (wait) or TryCampaign.
+func (e *Election) campaign(ctx context.Context, value string, wait bool) (*Leadership, error) {
 	opts := append(e.opts[:len(e.opts):len(e.opts)], WithMetadata(value))
-	l, err := e.c.Mutex(e.name, opts...).Lock(ctx)
+	m := e.c.Mutex(e.name, opts...)
+	take := m.TryLock
+	if wait {
+		take = m.Lock
+	}
+	l, err := take(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -151,9 +175,12 @@ func (e *Election) leader(ctx context.Context) (LeaderInfo, error) {
 }
 
 // Observe returns a channel that receives the election's leader now and
-// each time the leadership changes hands (a new Fence), and a LeaderInfo
-// whose Fence is 0 each time the election is found without a leader after
-// it had one (or at once, when it has none). The channel is closed when
+// each time the leadership changes hands (a new Fence or a new Owner), a
+// LeaderInfo whose Fence is 0 each time the election is found without a
+// leader after it had one (or at once, when it has none), and a LeaderInfo
+// whose Err is set (and Fence 0) when a read of the election failed or
+// took longer than 2 seconds: the leader sent before may be stale, and the
+// next good read is sent whatever it finds. The channel is closed when
 // ctx is done or the Client is closed. Values are not buffered: a change
 // that comes while the receiver is busy replaces the one not yet taken, so
 // the receiver always gets the latest state (as with etcd's Observe, a
@@ -174,7 +201,7 @@ func (e *Election) leader(ctx context.Context) (LeaderInfo, error) {
 //
 // It returns ErrInvalid for a bad name or option or a backend without
 // driver.Inspector, and ErrClosed after Client.Close. Store errors while
-// observing are logged and retried on the WithRetry schedule.
+// observing are sent (Err), logged, and retried on the WithRetry schedule.
 func (e *Election) Observe(ctx context.Context) (<-chan LeaderInfo, error) {
 	if e == nil {
 		return nil, invalid("election: nil")
@@ -232,14 +259,23 @@ func (e *Election) observe(ctx context.Context, ch chan<- LeaderInfo) {
 				unwatchHandoffs = hub.watchHandoffs(ctx, e.key)
 			}
 		}
-		info, err := e.leader(ctx)
+		rctx, rcancel := context.WithTimeout(ctx, observeSafetyNet)
+		info, err := e.leader(rctx)
+		rcancel()
 		switch {
 		case ctx.Err() != nil:
 			return
 		case err != nil && !errors.Is(err, ErrNoLeader):
 			e.c.log.Warn("dlock: observing an election", "lock", e.name, "err", err)
 			attempt++
-		case first || info.Fence != sent.Fence:
+			if first || sent.Err == nil {
+				// The leader last sent may be stale by now: say so.
+				sent, first = LeaderInfo{Err: err}, false
+				pending = &sent
+			}
+		case first || sent.Err != nil || info.Fence != sent.Fence || info.Owner != sent.Owner:
+			// A new owner with the fence of the last is a new leader too
+			// (a store that lost its fence counter).
 			sent, pending, first, attempt = info, &info, false, 1
 		default:
 			attempt++
@@ -300,6 +336,10 @@ type LeaderInfo struct {
 	// TTL is the leadership's remaining time to live on the store when it
 	// was read; the leader renews it.
 	TTL time.Duration
+	// Err is set, in a LeaderInfo from Observe, when the election could
+	// not be read (the store's error, or a read cut short): the other
+	// fields are zero, and the leader sent before may no longer lead.
+	Err error
 }
 
 // Leadership is one campaign's hold of an election: a lease of the
@@ -339,7 +379,9 @@ func (ld *Leadership) Context() context.Context { return ld.lease().Context() }
 func (ld *Leadership) Done() <-chan struct{} { return ld.lease().Done() }
 
 // Err returns nil while the leadership is held, ErrReleased after Resign,
-// and a *LostError (errors.Is(err, ErrLost)) when it was lost.
+// and a *LostError (errors.Is(err, ErrLost)) when it was lost. It reads the
+// safe deadline when called, as Lease.Err does: a leader resumed after a
+// pause finds itself deposed before it writes.
 func (ld *Leadership) Err() error { return ld.lease().Err() }
 
 // Lease returns the lease behind the leadership (Deadline, Refresh,

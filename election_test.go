@@ -147,3 +147,38 @@ func recvLeader(t *testing.T, seen <-chan dlock.LeaderInfo) dlock.LeaderInfo {
 		return dlock.LeaderInfo{}
 	}
 }
+
+// TryCampaign makes one attempt: refused at once, naming the leader, while
+// another leads; granted, with its value, when the election is free.
+func TestElectionTryCampaign(t *testing.T) {
+	store := memlock.New()
+	a := dlock.New(store, dlock.WithTTL(10*time.Second))
+	defer a.Close()
+	b := dlock.New(store)
+	defer b.Close()
+
+	la, err := a.Election("e").Campaign(t.Context(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = b.Election("e").TryCampaign(t.Context(), "b")
+	var no *dlock.NotObtainedError
+	if !errors.As(err, &no) || no.Holder != la.Lease().Owner() {
+		t.Fatalf("TryCampaign while a leads = %v; want a *NotObtainedError naming a", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("TryCampaign took %v; want one attempt", took)
+	}
+	if err := la.Resign(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.Election("e").TryCampaign(t.Context(), "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lb.Resign(t.Context())
+	if got, err := a.Election("e").Leader(t.Context()); err != nil || got.Value != "b" || got.Fence != lb.Fence() {
+		t.Errorf("Leader after TryCampaign = %+v, %v; want b", got, err)
+	}
+}

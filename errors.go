@@ -45,8 +45,9 @@ var (
 
 	// ErrConflict matches every *ConflictError: a reader or a semaphore
 	// permit asked for a name whose live shared holds are of another kind
-	// or limit. It is an ErrInvalid too: a name's holds bind its kind and
-	// limit while any lasts, and waiting would not help.
+	// or limit. A name's holds bind its kind and limit while any lasts, so
+	// waiting would not help; the holds are another process's, so it is
+	// not an ErrInvalid (the caller's arguments may be right).
 	ErrConflict = errors.New("dlock: lock kind conflicts with the name's holds")
 )
 
@@ -191,9 +192,9 @@ func (e *NotObtainedError) Is(target error) bool { return target == ErrNotObtain
 // kind or limit: a Semaphore of 2 on a name whose permits were taken with
 // 3, a reader on a semaphore's name, a permit on a name held by readers.
 // The first holds bind the name while any of them lasts; once they are
-// gone, any kind may take it. errors.Is(err, ErrConflict) and
-// errors.Is(err, ErrInvalid) are true for every ConflictError. Lock and
-// Acquire return it at once rather than wait.
+// gone, any kind may take it. errors.Is(err, ErrConflict) is true for
+// every ConflictError, errors.Is(err, ErrInvalid) is not. Lock and Acquire
+// return it at once rather than wait.
 //
 // A writer (Mutex, RWMutex.Lock) never conflicts: the write side of a name
 // excludes its readers and its permits alike, by design.
@@ -237,9 +238,6 @@ func (e *ConflictError) Error() string {
 
 // Is reports whether target is ErrConflict.
 func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
-
-// Unwrap returns ErrInvalid.
-func (e *ConflictError) Unwrap() error { return ErrInvalid }
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)

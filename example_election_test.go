@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -74,4 +75,32 @@ func ExampleElection() {
 	// a's work context ended: true
 	// b writes: true
 	// late write of a: false
+}
+
+// A replica that has other work to do tries once to lead, and stands by
+// when another leads.
+func ExampleElection_TryCampaign() {
+	ctx := context.Background()
+	store := memlock.New()
+	replicaA, replicaB := dlock.New(store), dlock.New(store)
+	defer replicaA.Close()
+	defer replicaB.Close()
+
+	a, err := replicaA.Election("compactor").TryCampaign(ctx, "replica-a")
+	fmt.Println("a leads:", err == nil)
+
+	e := replicaB.Election("compactor")
+	if _, err := e.TryCampaign(ctx, "replica-b"); errors.Is(err, dlock.ErrNotObtained) {
+		leader, _ := e.Leader(ctx)
+		fmt.Println("b stands by; leader:", leader.Value)
+	}
+
+	_ = a.Resign(ctx)
+	b, err := e.TryCampaign(ctx, "replica-b")
+	fmt.Println("after a resigned, b leads:", err == nil, b.Value())
+	_ = b.Resign(ctx)
+	// Output:
+	// a leads: true
+	// b stands by; leader: replica-a
+	// after a resigned, b leads: true replica-b
 }

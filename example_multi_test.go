@@ -23,8 +23,13 @@ func ExampleMulti() {
 		return
 	}
 	fmt.Println("holding", both.Names())
-	fmt.Println("write amsterdam with fence", both.Fence("stock:amsterdam"))
-	fmt.Println("write berlin with fence", both.Fence("stock:berlin"))
+	for _, name := range []string{"stock:amsterdam", "stock:berlin"} {
+		fence, ok := both.Fence(name) // ok is false for a name not held
+		fmt.Println("write", name, "with fence", fence, ok)
+	}
+	if _, ok := both.Fence("stock:berln"); !ok {
+		fmt.Println("stock:berln is not held")
+	}
 
 	// Someone else asking for an overlapping set waits, or with TryLock is
 	// refused: it took athens, found berlin held, and gave athens back.
@@ -43,8 +48,9 @@ func ExampleMulti() {
 	fmt.Println(both.Err())
 	// Output:
 	// holding [stock:amsterdam stock:berlin]
-	// write amsterdam with fence 1
-	// write berlin with fence 1
+	// write stock:amsterdam with fence 1 true
+	// write stock:berlin with fence 1 true
+	// stock:berln is not held
 	// not obtained: stock:berlin
 	// athens free: true
 	// dlock: lease released

@@ -54,13 +54,13 @@ func ExampleClient_Do() {
 // The fenced write inside Do: fn's context carries the lease, and its fence
 // goes with every write, so that the resource can refuse a holder whose
 // lease ran out.
-func ExampleLeaseFromContext() {
+func ExampleLeaseFromContextByName() {
 	c := dlock.New(memlock.New())
 	defer c.Close()
 
 	for range 2 {
 		err := c.Do(context.Background(), "stock:42", func(ctx context.Context) error {
-			lease, _ := dlock.LeaseFromContext(ctx)
+			lease, _ := dlock.LeaseFromContextByName(ctx, "stock:42")
 			fmt.Println("write stock with fence", lease.Fence())
 			return nil
 		})

@@ -18,3 +18,13 @@ func SetSubscribeWait(d time.Duration) (restore func()) {
 	subscribeWait = d
 	return func() { subscribeWait = old }
 }
+
+// PassSafeDeadline moves l's deadline into the past without telling the
+// renewal goroutine, as when the process was paused past the deadline and
+// has resumed before that goroutine runs again.
+func PassSafeDeadline(l *Lease) {
+	g := l.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.deadline = time.Now().Add(-time.Second)
+}

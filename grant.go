@@ -185,6 +185,21 @@ func (g *grant) safeDeadline() time.Time {
 	return g.safeUntil()
 }
 
+// expireDue loses g when its safe deadline has passed and the renewer has
+// not got to it yet (the process was paused, the scheduler is busy), so that
+// every read of a lease's state agrees with the monotonic clock.
+func (g *grant) expireDue() {
+	g.mu.Lock()
+	var lost *LostError
+	if !g.ended && !time.Now().Before(g.safeUntil()) {
+		lost = g.lose(g.lossReason(), g.lastErr)
+	}
+	g.mu.Unlock()
+	if lost != nil {
+		g.c.logLoss(g, lost, nil)
+	}
+}
+
 // renewSlack is how early a renewal may go out to join a batch.
 func (g *grant) renewSlack() time.Duration { return g.ttl / 30 }
 

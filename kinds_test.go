@@ -289,3 +289,31 @@ func TestClientDefaultOverridden(t *testing.T) {
 	}
 	_ = l.Unlock(t.Context())
 }
+
+// A semaphore limit that disagrees with the holders' is another process's
+// doing, not a bad argument of the caller's: ErrConflict, not ErrInvalid,
+// whether the refused limit is smaller or larger than the held one.
+func TestSemaphoreLimitConflictIsNotInvalid(t *testing.T) {
+	ctx := t.Context()
+	store := memlock.New()
+	holder := dlock.New(store)
+	defer holder.Close()
+	other := dlock.New(store)
+	defer other.Close()
+
+	l, err := holder.Semaphore("pool", 3).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(ctx)
+	for _, permits := range []int{2, 4} {
+		_, err := other.Semaphore("pool", permits).TryAcquire(ctx)
+		var ce *dlock.ConflictError
+		if !errors.As(err, &ce) || !errors.Is(err, dlock.ErrConflict) || ce.HeldPermits != 3 {
+			t.Errorf("Semaphore of %d beside permits of 3 = %v; want a *ConflictError", permits, err)
+		}
+		if errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("Semaphore of %d beside permits of 3 matches ErrInvalid; want ErrConflict alone", permits)
+		}
+	}
+}

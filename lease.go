@@ -36,6 +36,7 @@ type Lease struct {
 	err       error // nil while held
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
+	held      *heldContext // ctx as Context returns it
 	unlocking bool
 }
 
@@ -75,11 +76,12 @@ func (l *Lease) Owner() string {
 }
 
 // Done returns a channel that is closed when the lease ends: at Unlock, or
-// when it is lost.
+// when it is lost. Like Err, it reads the safe deadline when called.
 func (l *Lease) Done() <-chan struct{} {
 	if l == nil || l.g == nil {
 		return closedChan
 	}
+	l.g.expireDue()
 	if d, ok := l.done.Load().(chan struct{}); ok {
 		return d
 	}
@@ -102,10 +104,15 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // *LostError (errors.Is(err, ErrLost)) when it was lost: its Reason tells
 // whether it expired, went missing on the store, could not be renewed because
 // the store was unreachable, or the Client was closed.
+//
+// Err reads the monotonic clock when called: past the safe deadline
+// (Deadline minus the safety margin) it reports the lease lost even when
+// the renewal goroutine has not run yet, as after the process was paused.
 func (l *Lease) Err() error {
 	if l == nil || l.g == nil {
 		return invalid("lease: nil or not made by a Client")
 	}
+	l.g.expireDue()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.err
@@ -113,21 +120,26 @@ func (l *Lease) Err() error {
 
 // Context returns a context that is cancelled when the lease ends; its
 // context.Cause is the lease's Err. Run the work the lock protects under it.
+// Its Err and Done read the safe deadline when called, as Lease.Err does.
 func (l *Lease) Context() context.Context {
 	if l == nil || l.g == nil {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		cancel(invalid("lease: nil or not made by a Client"))
 		return ctx
 	}
+	l.g.expireDue()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ctx == nil {
-		l.ctx, l.cancel = context.WithCancelCause(context.WithValue(context.Background(), leaseKey{}, l))
+		l.ctx, l.cancel = context.WithCancelCause(withHold(context.Background(), &heldLeases{l: l}, false))
 		if l.err != nil {
 			l.cancel(l.err)
 		}
 	}
-	return l.ctx
+	if l.held == nil {
+		l.held = &heldContext{Context: l.ctx, sync: l.g.expireDue}
+	}
+	return l.held
 }
 
 // observedContext makes the lease's Context now, with the values of octx
@@ -138,23 +150,11 @@ func (l *Lease) observedContext(octx context.Context) {
 	if l.ctx != nil {
 		return
 	}
-	l.ctx, l.cancel = context.WithCancelCause(context.WithValue(context.WithoutCancel(octx), leaseKey{}, l))
+	l.ctx, l.cancel = context.WithCancelCause(withHold(context.WithoutCancel(octx), &heldLeases{l: l}, false))
 	if l.err != nil {
 		l.cancel(l.err)
 	}
-}
-
-// leaseKey is the context key under which Do's fn and Lease.Context find
-// their lease.
-type leaseKey struct{}
-
-// LeaseFromContext returns the lease that ctx carries: fn's context in
-// Client.Do, a lease's own Context, and the contexts made from them. Code
-// under the lock reads its fence there for a fenced write. ok is false for
-// a context that carries none.
-func LeaseFromContext(ctx context.Context) (l *Lease, ok bool) {
-	l, ok = ctx.Value(leaseKey{}).(*Lease)
-	return l, ok && l != nil
+	l.held = &heldContext{Context: l.ctx, sync: l.g.expireDue}
 }
 
 // Deadline returns the local validity deadline: the moment the last
@@ -182,14 +182,14 @@ func (l *Lease) Deadline() time.Time {
 // to someone else. Lease.Context has no deadline, since renewals move it.
 // A call already on the wire can still land late: the fence is what makes
 // the resource refuse it (see docs/FENCING.md). The context carries the
-// lease (LeaseFromContext). Call cancel when the call is done.
+// lease, on top of those parent carries (LeaseFromContextByName). Call cancel when the call is done.
 func (l *Lease) CallContext(parent context.Context) (ctx context.Context, cancel context.CancelFunc) {
 	if l == nil || l.g == nil {
 		ctx, cancel := context.WithCancelCause(parent)
 		cancel(invalid("lease: nil or not made by a Client"))
 		return ctx, func() {}
 	}
-	ctx, cancelCause := context.WithCancelCause(context.WithValue(parent, leaseKey{}, l))
+	ctx, cancelCause := context.WithCancelCause(withHold(parent, &heldLeases{l: l}, true))
 	ctx, cancelDeadline := context.WithDeadline(ctx, l.g.safeDeadline())
 	stop := context.AfterFunc(l.Context(), func() { cancelCause(l.Err()) })
 	return ctx, func() {

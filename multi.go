@@ -185,6 +185,7 @@ type MultiLease struct {
 	stops  []func() bool
 	done   chan struct{}
 	ctx    context.Context
+	held   *heldContext // ctx as Context returns it
 	cancel context.CancelCauseFunc
 
 	mu        sync.Mutex
@@ -194,7 +195,8 @@ type MultiLease struct {
 
 func newMultiLease(c *Client, leases []*Lease) *MultiLease {
 	ml := &MultiLease{c: c, leases: leases, done: make(chan struct{})}
-	ml.ctx, ml.cancel = context.WithCancelCause(context.WithValue(context.Background(), multiKey{}, ml))
+	ml.ctx, ml.cancel = context.WithCancelCause(withHold(context.WithValue(context.Background(), multiKey{}, ml), &heldLeases{ml: ml}, false))
+	ml.held = &heldContext{Context: ml.ctx, sync: ml.sync}
 	for _, l := range leases {
 		lctx := l.Context()
 		ml.stops = append(ml.stops, context.AfterFunc(lctx, func() { ml.ended(l) }))
@@ -243,7 +245,8 @@ type multiKey struct{}
 
 // MultiLeaseFromContext returns the MultiLease that ctx carries: a
 // MultiLease's own Context and the contexts made from it. ok is false for
-// a context that carries none.
+// a context that carries none. LeaseFromContextByName gives the lease of
+// each of its names.
 func MultiLeaseFromContext(ctx context.Context) (ml *MultiLease, ok bool) {
 	ml, ok = ctx.Value(multiKey{}).(*MultiLease)
 	return ml, ok && ml != nil
@@ -283,21 +286,27 @@ func (ml *MultiLease) Lease(name string) *Lease {
 	return nil
 }
 
-// Fence returns the fencing token of name's lease, or 0 when the
-// MultiLease does not hold that name. Each name has a fence of its own:
-// give each resource the fence of the name that guards it.
-func (ml *MultiLease) Fence(name string) uint64 {
-	return ml.Lease(name).Fence()
+// Fence returns the fencing token of name's lease; ok is false when the
+// MultiLease does not hold that name (a misspelt name), so that no fence 0
+// reaches a resource unnoticed. Each name has a fence of its own: give
+// each resource the fence of the name that guards it.
+func (ml *MultiLease) Fence(name string) (fence uint64, ok bool) {
+	l := ml.Lease(name)
+	if l == nil {
+		return 0, false
+	}
+	return l.Fence(), true
 }
 
 // Context returns a context that is cancelled when the MultiLease ends;
-// its context.Cause is Err. Run the work the locks protect under it.
+// its context.Cause is Err. Run the work the locks protect under it. Its
+// Err and Done read the leases' safe deadlines when called, as Err does.
 func (ml *MultiLease) Context() context.Context {
 	if ml == nil || ml.ctx == nil {
 		return (*Lease)(nil).Context()
 	}
 	ml.sync()
-	return ml.ctx
+	return ml.held
 }
 
 // Done returns a channel that is closed when the MultiLease ends.
@@ -311,7 +320,8 @@ func (ml *MultiLease) Done() <-chan struct{} {
 
 // Err returns nil while every name is held, ErrReleased after Unlock (or
 // when one of the leases was unlocked on its own), and the *LostError of
-// the first name lost (errors.Is(err, ErrLost)).
+// the first name lost (errors.Is(err, ErrLost)). Like Lease.Err, it reads
+// the safe deadlines when called.
 func (ml *MultiLease) Err() error {
 	if ml == nil || ml.ctx == nil {
 		return invalid("multi lease: nil or not made by a Multi")

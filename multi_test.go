@@ -106,7 +106,7 @@ func TestMultiNil(t *testing.T) {
 	}
 	<-ml.Done()
 	<-ml.Context().Done()
-	if ml.Fence("a") != 0 || ml.Names() != nil {
+	if f, ok := ml.Fence("a"); f != 0 || ok || ml.Names() != nil {
 		t.Error("nil MultiLease holds something")
 	}
 	var ld *dlock.Leadership

@@ -67,8 +67,9 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 }
 
 // Do locks name, runs fn with a context that is cancelled when the lease is
-// lost (or ctx is done), and unlocks. fn's context carries the lease:
-// LeaseFromContext gives it to fn, for its fence (the fenced write); with
+// lost (or ctx is done), and unlocks. fn's context carries the lease, on
+// top of those ctx carries: LeaseFromContextByName(ctx, name) gives it to
+// fn, for its fence (the fenced write); with
 // a ContextObserver it has the values of the context the observer returned
 // for the grant (see ContextObserver), so that a span there is fn's parent.
 // When fn panics, the lock is released before the panic goes on. It
@@ -115,8 +116,15 @@ func (c *Client) do(ctx context.Context, name string, fn func(ctx context.Contex
 		return err
 	}
 	*fence = lease.Fence()
-	fnCtx, cancel := context.WithCancelCause(context.WithValue(granted.from(ctx), leaseKey{}, lease))
+	vctx, cancel := context.WithCancelCause(withHold(granted.from(ctx), &heldLeases{l: lease}, true))
 	stop := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
+	// fn's context reads the lease's safe deadline when asked, as the
+	// lease's own Context does.
+	fnCtx := &heldContext{Context: vctx, sync: func() {
+		if err := lease.Err(); err != nil {
+			cancel(err)
+		}
+	}}
 	// Release even when the caller's context is done, within one TTL.
 	unlock := func() error {
 		uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), lease.g.ttl)

@@ -30,8 +30,13 @@ func testMulti(t *testing.T, s *Store) {
 	if got := ml.Names(); len(got) != 3 || got[0] != x || got[1] != y || got[2] != z {
 		t.Errorf("Names = %q, want them in key order", got)
 	}
-	if ml.Fence(x) == 0 || ml.Fence(y) == 0 || ml.Fence(z) == 0 || ml.Fence("other") != 0 {
-		t.Errorf("fences %d %d %d, other %d; want one per name held", ml.Fence(x), ml.Fence(y), ml.Fence(z), ml.Fence("other"))
+	for _, name := range []string{x, y, z} {
+		if f, ok := ml.Fence(name); !ok || f == 0 || f != ml.Lease(name).Fence() {
+			t.Errorf("Fence(%q) = %d, %v; want its lease's fence", name, f, ok)
+		}
+	}
+	if f, ok := ml.Fence("other"); ok || f != 0 {
+		t.Errorf("Fence of a name not held = %d, %v; want 0, false", f, ok)
 	}
 	for _, name := range []string{x, y, z} {
 		mustBeHeldByOther(t, b.Mutex(name))

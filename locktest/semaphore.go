@@ -216,8 +216,8 @@ func mustConflict(t *testing.T, what string, call func(context.Context) (*dlock.
 		t.Fatalf("%s: granted, want a *dlock.ConflictError", what)
 	}
 	var ce *dlock.ConflictError
-	if !errors.As(err, &ce) || !errors.Is(err, dlock.ErrConflict) || !errors.Is(err, dlock.ErrInvalid) {
-		t.Fatalf("%s = %v, want a *dlock.ConflictError matching ErrConflict and ErrInvalid", what, err)
+	if !errors.As(err, &ce) || !errors.Is(err, dlock.ErrConflict) || errors.Is(err, dlock.ErrInvalid) {
+		t.Fatalf("%s = %v, want a *dlock.ConflictError matching ErrConflict and not ErrInvalid", what, err)
 	}
 	if ce.Permits != permits || ce.HeldPermits != held {
 		t.Errorf("%s: %+v, want Permits %d, HeldPermits %d", what, ce, permits, held)

@@ -31,10 +31,15 @@ var ErrStaleFence = errors.New("redislock: stale fence")
 //	}
 //
 // Equal fences are accepted, so one grant may write several times; a lower
-// fence returns an error wrapping ErrStaleFence and changes nothing. key is
+// fence returns an error wrapping ErrStaleFence and changes nothing, and so
+// does fence 0, which no lease has (it is the fence of a nil lease, or of a
+// name a MultiLease does not hold), even on a key never written. key is
 // stored as a hash with the fields "value" and "fence", so both live in one
 // Cluster slot; read it with FencedGet. Other errors come from Redis.
 func FencedSet(ctx context.Context, rdb redis.Scripter, key string, fence uint64, value string) error {
+	if fence == 0 {
+		return noFence("fenced set", key)
+	}
 	reply, err := fencedSetScript.Run(ctx, rdb, []string{key}, strconv.FormatUint(fence, 10), value).Slice()
 	if err != nil {
 		return fmt.Errorf("redislock: fenced set %q: %w", key, err)
@@ -66,9 +71,13 @@ func FencedSet(ctx context.Context, rdb redis.Scripter, key string, fence uint64
 //
 // ok is false when no value is stored yet (the claim is made all the
 // same). A fence older than the accepted one returns an error wrapping
-// ErrStaleFence and changes nothing. Claiming again with the same fence
-// changes nothing, so a resent claim is harmless.
+// ErrStaleFence and changes nothing, and so does fence 0 (see FencedSet).
+// Claiming again with the same fence changes nothing, so a resent claim is
+// harmless.
 func FencedClaim(ctx context.Context, rdb redis.Scripter, key string, fence uint64) (value string, ok bool, err error) {
+	if fence == 0 {
+		return "", false, noFence("fenced claim", key)
+	}
 	reply, err := fencedClaimScript.Run(ctx, rdb, []string{key}, strconv.FormatUint(fence, 10)).Slice()
 	if err != nil {
 		return "", false, fmt.Errorf("redislock: fenced claim %q: %w", key, err)
@@ -100,4 +109,10 @@ func FencedGet(ctx context.Context, rdb redis.Scripter, key string) (value strin
 		}
 	}
 	return value, fence, nil
+}
+
+// noFence is the error of a fenced write with fence 0: no lease has it,
+// so the write cannot be one a lock guards.
+func noFence(op, key string) error {
+	return fmt.Errorf("redislock: %s %q: fence 0 is no lease's fence (a nil lease, or a name not held): %w", op, key, ErrStaleFence)
 }

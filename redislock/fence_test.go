@@ -45,6 +45,25 @@ func TestFencedSet(t *testing.T) {
 	}
 }
 
+// Fence 0 is no lease's fence: refused even on a key never written, and
+// by a claim, so a lookup that found no lease cannot write.
+func TestFencedSetRefusesFenceZero(t *testing.T) {
+	_, rdb, _ := setup(t)
+	ctx := t.Context()
+	if err := redislock.FencedSet(ctx, rdb, "fresh", 0, "x"); !errors.Is(err, redislock.ErrStaleFence) {
+		t.Errorf("FencedSet(fence 0) on a fresh key = %v, want ErrStaleFence", err)
+	}
+	if _, _, err := redislock.FencedGet(ctx, rdb, "fresh"); !errors.Is(err, redis.Nil) {
+		t.Errorf("after a refused FencedSet: FencedGet = %v, want redis.Nil", err)
+	}
+	if _, _, err := redislock.FencedClaim(ctx, rdb, "fresh", 0); !errors.Is(err, redislock.ErrStaleFence) {
+		t.Errorf("FencedClaim(fence 0) on a fresh key = %v, want ErrStaleFence", err)
+	}
+	if n, err := rdb.Exists(ctx, "fresh").Result(); err != nil || n != 0 {
+		t.Errorf("after refused writes the key exists: %d, %v", n, err)
+	}
+}
+
 func TestFencedGetMissing(t *testing.T) {
 	_, rdb, _ := setup(t)
 	_, _, err := redislock.FencedGet(t.Context(), rdb, "missing")

@@ -107,8 +107,10 @@ func (r *run) load(ctx context.Context, rep *report) error {
 			r.confirmedIDs = append(r.confirmedIDs, r.orderID(i))
 		case answerSoldOut:
 			rep.SoldOut++
+			r.refusedIDs = append(r.refusedIDs, r.orderID(i))
 		case outcomeLimited:
 			rep.Limited++
+			r.refusedIDs = append(r.refusedIDs, r.orderID(i))
 		default:
 			rep.Failed++
 			continue

@@ -104,33 +104,84 @@ func runMain(args []string, out io.Writer) int {
 			failed = failed || !rep.ok()
 		}
 	}
-	printReports(out, reps)
+	if len(reps) > 0 {
+		printReports(out, reps)
+	}
 	if failed {
+		if len(reps) == 0 || allOK(reps) {
+			fmt.Fprintln(out, "verdict: FAIL: a run could not be made (see the error above)")
+		}
 		return 1
 	}
 	return 0
 }
 
-// ok reports whether the run kept its invariants.
-func (rep *report) ok() bool {
-	return rep.Oversold == 0 && rep.Lost == 0 && rep.Duplicated == 0 && rep.Failed == 0
+// allOK reports whether every run kept its invariants.
+func allOK(reps []*report) bool {
+	for _, r := range reps {
+		if !r.ok() {
+			return false
+		}
+	}
+	return true
 }
 
-// printReports prints one row per run, with throughput relative to the
-// first.
+// ok reports whether the run kept its invariants.
+func (rep *report) ok() bool {
+	return rep.Oversold == 0 && rep.Leaked == 0 && rep.Lost == 0 && rep.Phantom == 0 &&
+		rep.Duplicated == 0 && rep.Failed == 0
+}
+
+// printReports prints the runs as two narrow tables, throughput and
+// answers, then the invariants, with a legend and a one-line verdict.
+// Throughput is given relative to the lua strategy when it ran (the
+// reference the docs use), else to the first run.
 func printReports(w io.Writer, reps []*report) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\trequests\tanswered/s\tratio\tp50\tp99\tsold\tconfirmed\tsold out\tlimited\tfailed\tretries\trows\toversold\tlost\tduplicated\tredelivered\t")
+	if len(reps) == 0 {
+		fmt.Fprintln(w, "verdict: FAIL: no run completed")
+		return
+	}
+	ref := reps[0]
 	for _, r := range reps {
-		ratio := r.Throughput / reps[0].Throughput
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.2f\t%v\t%v\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n",
-			r.Strategy, r.Requests, r.Throughput, ratio, r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond),
-			r.Sold, r.Confirmed, r.SoldOut, r.Limited, r.Failed, r.Retries, r.Rows, r.Oversold, r.Lost, r.Duplicated, r.Redelivered)
+		if r.Strategy == strategyLua {
+			ref = r
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "strategy\tanswered/s\tvs %s\tp50\tp99\tsold\tok\tsold out\tlimited\tretried\tfailed\t\n", ref.Strategy)
+	for _, r := range reps {
+		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%v\t%v\t%d\t%d\t%d\t%d\t%d\t%d\t\n",
+			r.Strategy, r.Throughput, r.Throughput/ref.Throughput, r.P50.Round(100*time.Microsecond), r.P99.Round(100*time.Microsecond),
+			r.Sold, r.Confirmed, r.SoldOut, r.Limited, r.Retries, r.Failed)
 	}
 	_ = tw.Flush()
+	fmt.Fprintln(w, "  sold: units taken from the stock; ok, sold out, limited: final answers;")
+	fmt.Fprintln(w, "  retried: requests sent again; failed: no final answer")
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "strategy\trows\toversold\tleaked\tlost\tphantom\tduplicated\trefused\tredelivered\t")
+	for _, r := range reps {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n",
+			r.Strategy, r.Rows, r.Oversold, r.Leaked, r.Lost, r.Phantom, r.Duplicated, r.Refused, r.Redelivered)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w, "  must be 0: oversold (rows beyond units taken), leaked (units taken without a row), lost (ok without a row),")
+	fmt.Fprintln(w, "  phantom (row for a refused request), duplicated (order queued twice); not faults: refused (late writes")
+	fmt.Fprintln(w, "  the fence turned away), redelivered (rows written again after a crash, no change)")
 	for _, r := range reps {
 		for _, f := range r.Faults {
 			fmt.Fprintf(w, "%s: %s\n", r.Strategy, f)
 		}
 	}
+	var bad []string
+	for _, r := range reps {
+		if !r.ok() {
+			bad = append(bad, r.Strategy)
+		}
+	}
+	if len(bad) > 0 {
+		fmt.Fprintf(w, "verdict: FAIL: %s broke an invariant\n", strings.Join(bad, ", "))
+		return
+	}
+	fmt.Fprintf(w, "verdict: PASS: %d runs, every invariant held\n", len(reps))
 }

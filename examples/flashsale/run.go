@@ -66,10 +66,14 @@ type report struct {
 	Failed     int // requests that got no answer after all retries
 	Retries    int // requests sent again (after a 503 or a broken connection)
 
+	// The invariants: each counts one kind of fault, and must be 0.
 	Rows        int64 // order rows in MariaDB
-	Oversold    int64 // units sold beyond an item's stock
-	Lost        int64 // sold units without a row, plus confirmed orders without a row
-	Duplicated  int64 // rows beyond the units sold, plus stream entries beyond them
+	Oversold    int64 // per item, order rows beyond the units taken from its stock
+	Leaked      int64 // per item, units taken from its stock without an order row
+	Lost        int64 // requests answered "ok" without an order row
+	Phantom     int64 // order rows for requests answered "soldout" or rate-limited
+	Duplicated  int64 // stream entries beyond the distinct orders in the stream
+	Refused     int64 // late writes the fence refused (mutex): not a fault
 	Redelivered int64 // orders written again after a redelivery (changed nothing)
 	Faults      []string
 }
@@ -83,6 +87,7 @@ type run struct {
 	procs []*proc
 
 	confirmedIDs []string // orders the clients were told were sold
+	refusedIDs   []string // requests the clients were told were not (sold out, rate-limited)
 }
 
 // proc is one service process.
@@ -172,6 +177,9 @@ func (r *run) start(p *proc) error {
 	}
 	if c.fair {
 		args = append(args, "-fair")
+	}
+	if c.unfenced {
+		args = append(args, "-unfenced")
 	}
 	cmd := r.cfg.spawn(args)
 	out, err := cmd.StdoutPipe()
@@ -304,87 +312,94 @@ func (r *run) progress(ctx context.Context) (sold, queued int64, err error) {
 	return sold, queued, err
 }
 
-// check fills in the invariants of the report.
+// check fills in the invariants of the report (see report: each count
+// means one thing, and Sold is the units taken from the stock).
 func (r *run) check(ctx context.Context, rep *report) error {
-	var initial int64
-	perItem := map[string]int64{}
+	taken := map[string]int64{}
 	for i := range r.cfg.items {
 		item := itemName(i)
 		left, err := stockOf(ctx, r.rdb, r.k, item)
 		if err != nil {
 			return err
 		}
-		if left < 0 {
-			rep.Oversold += -left
-		}
-		perItem[item] = r.cfg.stock
-		initial += r.cfg.stock
+		taken[item] = r.cfg.stock - left
 		rep.Sold += r.cfg.stock - left
 	}
-	entries, err := r.rdb.XLen(ctx, r.k.orders()).Result()
+	rows := map[string]string{} // order id -> item
+	perItem := map[string]int64{}
+	q, err := r.db.QueryContext(ctx, "SELECT order_id, item FROM orders")
 	if err != nil {
 		return err
 	}
-	if err := r.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM orders").Scan(&rep.Rows); err != nil {
-		return err
-	}
-	rows, err := r.db.QueryContext(ctx, "SELECT item, COUNT(*) FROM orders GROUP BY item")
-	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		var item string
-		var n int64
-		if err := rows.Scan(&item, &n); err != nil {
+	for q.Next() {
+		var id, item string
+		if err := q.Scan(&id, &item); err != nil {
+			_ = q.Close()
 			return err
 		}
-		if over := n - perItem[item]; over > 0 {
-			rep.Oversold += over
-		}
+		rows[id] = item
+		perItem[item]++
 	}
-	if err := rows.Close(); err != nil {
+	if err := q.Close(); err != nil {
 		return err
 	}
-	if d := rep.Rows - rep.Sold; d > 0 {
-		rep.Duplicated += d
-	} else {
-		rep.Lost += -d
+	rep.Rows = int64(len(rows))
+	for item := range merged(taken, perItem) {
+		if d := perItem[item] - taken[item]; d > 0 {
+			rep.Oversold += d
+		} else {
+			rep.Leaked += -d
+		}
 	}
-	if d := entries - rep.Sold; d > 0 {
-		rep.Duplicated += d
+	for _, id := range r.confirmedIDs {
+		if _, ok := rows[id]; !ok {
+			rep.Lost++
+		}
 	}
-	missing, err := r.missingConfirmed(ctx)
+	for _, id := range r.refusedIDs {
+		if _, ok := rows[id]; ok {
+			rep.Phantom++
+		}
+	}
+	entries, distinct, err := r.streamOrders(ctx)
 	if err != nil {
 		return err
 	}
-	rep.Lost += missing
+	rep.Duplicated = entries - distinct
+	rep.Refused, _ = r.rdb.Get(ctx, r.k.refused()).Int64()
 	rep.Redelivered, _ = r.rdb.Get(ctx, "flashsale:"+r.k.sale+":redelivered").Int64()
 	return nil
 }
 
-// missingConfirmed counts confirmed orders without a row.
-func (r *run) missingConfirmed(ctx context.Context) (int64, error) {
+// merged returns the keys of a and b.
+func merged(a, b map[string]int64) map[string]bool {
+	out := map[string]bool{}
+	for k := range a {
+		out[k] = true
+	}
+	for k := range b {
+		out[k] = true
+	}
+	return out
+}
+
+// streamOrders counts the orders stream's entries and the distinct order
+// ids among them.
+func (r *run) streamOrders(ctx context.Context) (entries, distinct int64, err error) {
 	ids := map[string]bool{}
-	rows, err := r.db.QueryContext(ctx, "SELECT order_id FROM orders")
-	if err != nil {
-		return 0, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return 0, err
+	for after := "-"; ; {
+		msgs, err := r.rdb.XRangeN(ctx, r.k.orders(), after, "+", 1000).Result()
+		if err != nil {
+			return 0, 0, err
 		}
-		ids[id] = true
-	}
-	if err := rows.Err(); err != nil {
-		return 0, err
-	}
-	var n int64
-	for _, id := range r.confirmedIDs {
-		if !ids[id] {
-			n++
+		for _, m := range msgs {
+			id, _ := m.Values["order"].(string)
+			ids[id] = true
 		}
+		entries += int64(len(msgs))
+		if len(msgs) < 1000 {
+			return entries, int64(len(ids)), nil
+		}
+		after = "(" + msgs[len(msgs)-1].ID
 	}
-	return n, nil
 }

@@ -43,6 +43,7 @@ func serveMain(args []string) int {
 	fs.IntVar(&cfg.permits, "permits", 16, "checkout permits (semaphore)")
 	fs.DurationVar(&cfg.checkoutDelay, "checkout-delay", 5*time.Millisecond, "the slower checkout's extra work (semaphore)")
 	fs.BoolVar(&cfg.fair, "fair", false, "item locks serve waiters in arrival order (mutex)")
+	fs.BoolVar(&cfg.unfenced, "unfenced", false, "drop the mutex strategy's fence check, to show what it prevents (never for a real sale)")
 	verbose := fs.Bool("v", false, "log each failed purchase")
 	if err := fs.Parse(args); err != nil {
 		return 2

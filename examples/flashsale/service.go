@@ -34,6 +34,9 @@ type serviceConfig struct {
 	permits       int           // checkout permits (semaphore)
 	checkoutDelay time.Duration // the slower checkout's extra work (semaphore)
 	fair          bool          // item locks serve waiters in arrival order (mutex)
+	// unfenced drops the mutex strategy's fence check, to show what it
+	// prevents: never for a real sale.
+	unfenced bool
 }
 
 // service answers purchases.
@@ -44,6 +47,10 @@ type service struct {
 	locks   *dlock.Client
 	limiter *redis_rate.Limiter
 	log     *slog.Logger
+
+	// beforeWrite, when set, runs between the mutex strategy's read and
+	// its write: the tests pause a holder there.
+	beforeWrite func()
 }
 
 // buyReply is the body of a /buy answer.
@@ -128,9 +135,14 @@ func (s *service) buy(ctx context.Context, o order, retry bool) (answer string, 
 // after it read cannot write what it computed from a value a newer holder
 // has since changed.
 func (s *service) buyLocked(ctx context.Context, o order) (answer string, err error) {
-	err = s.locks.Do(ctx, s.k.lock(o.Item), func(ctx context.Context) error {
-		lease, _ := dlock.LeaseFromContext(ctx)
-		stock, done, err := claim(ctx, s.rdb, s.k, o, lease.Fence())
+	name := s.k.lock(o.Item)
+	err = s.locks.Do(ctx, name, func(ctx context.Context) error {
+		lease, _ := dlock.LeaseFromContextByName(ctx, name)
+		fence, err := fenceArg(lease.Fence(), s.cfg.unfenced)
+		if err != nil {
+			return err
+		}
+		stock, done, err := claimWith(ctx, s.rdb, s.k, o, fence)
 		switch {
 		case err != nil:
 			return err
@@ -141,7 +153,10 @@ func (s *service) buyLocked(ctx context.Context, o order) (answer string, err er
 			answer = answerSoldOut
 			return nil
 		}
-		answer, err = fencedSell(ctx, s.rdb, s.k, o, lease.Fence(), stock-1)
+		if s.beforeWrite != nil {
+			s.beforeWrite()
+		}
+		answer, err = sellWith(ctx, s.rdb, s.k, o, fence, stock-1)
 		return err
 	}, s.itemLockOptions()...)
 	if answer == answerOK {

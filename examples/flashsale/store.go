@@ -48,6 +48,7 @@ func (k keys) request(id string) string     { return "flashsale:" + k.sale + ":r
 func (k keys) orders() string               { return "flashsale:" + k.sale + ":orders" }
 func (k keys) lock(item string) string      { return "flashsale:" + k.sale + ":item:" + item }
 func (k keys) checkout() string             { return "flashsale:" + k.sale + ":checkout" }
+func (k keys) refused() string              { return "flashsale:" + k.sale + ":refused" }
 func (k keys) rateLimit(user string) string { return k.sale + ":user:" + user }
 
 // order is one purchase: its id is the request's idempotency key.
@@ -65,12 +66,32 @@ func sell(ctx context.Context, rdb redis.Scripter, k keys, o order) (string, err
 	return ans, nil
 }
 
+// fenceArg is a fence as the scripts take it: "" for no fence (the
+// unfenced variant), which fence 0 is never taken for by mistake.
+func fenceArg(fence uint64, unfenced bool) (string, error) {
+	switch {
+	case unfenced:
+		return "", nil
+	case fence == 0:
+		return "", errors.New("no fence: the lease was not found")
+	}
+	return strconv.FormatUint(fence, 10), nil
+}
+
 // claim is the fenced read under the item's lock: it raises the item's
 // fence to fence and returns the stock, or the request's earlier answer
 // (done), or answerStale when a newer fence has claimed the item.
 func claim(ctx context.Context, rdb redis.Scripter, k keys, o order, fence uint64) (stock int64, done string, err error) {
-	reply, err := claimScript.Run(ctx, rdb, []string{k.stock(o.Item), k.request(o.ID)},
-		strconv.FormatUint(fence, 10)).StringSlice()
+	arg, err := fenceArg(fence, false)
+	if err != nil {
+		return 0, "", err
+	}
+	return claimWith(ctx, rdb, k, o, arg)
+}
+
+// claimWith is claim with the fence as the script takes it.
+func claimWith(ctx context.Context, rdb redis.Scripter, k keys, o order, fence string) (stock int64, done string, err error) {
+	reply, err := claimScript.Run(ctx, rdb, []string{k.stock(o.Item), k.request(o.ID)}, fence).StringSlice()
 	if err != nil {
 		return 0, "", fmt.Errorf("claim %s: %w", o.Item, err)
 	}
@@ -87,10 +108,20 @@ func claim(ctx context.Context, rdb redis.Scripter, k keys, o order, fence uint6
 }
 
 // fencedSell stores stock as the item's stock and queues the order, in one
-// script, unless a newer fence has claimed the item (answerStale).
+// script, unless a newer fence has claimed the item (answerStale, counted
+// in the sale's refused key).
 func fencedSell(ctx context.Context, rdb redis.Scripter, k keys, o order, fence uint64, stock int64) (string, error) {
-	ans, err := fencedSaleScript.Run(ctx, rdb, []string{k.stock(o.Item), k.request(o.ID), k.orders()},
-		strconv.FormatUint(fence, 10), stock, o.ID, o.User, o.Item, recordTTL.Milliseconds()).Text()
+	arg, err := fenceArg(fence, false)
+	if err != nil {
+		return "", err
+	}
+	return sellWith(ctx, rdb, k, o, arg, stock)
+}
+
+// sellWith is fencedSell with the fence as the script takes it.
+func sellWith(ctx context.Context, rdb redis.Scripter, k keys, o order, fence string, stock int64) (string, error) {
+	ans, err := fencedSaleScript.Run(ctx, rdb, []string{k.stock(o.Item), k.request(o.ID), k.orders(), k.refused()},
+		fence, stock, o.ID, o.User, o.Item, recordTTL.Milliseconds()).Text()
 	if err != nil {
 		return "", fmt.Errorf("fenced sell %s: %w", o.Item, err)
 	}

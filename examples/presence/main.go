@@ -1,7 +1,7 @@
 // Command presence is a device-presence service on Redis: devices send
 // heartbeats, each heartbeat sets a key with a time to live, the online
 // list is the keys still alive, and one sweeper, elected among the service
-// instances with a dlock Mutex, publishes each "went offline" event once.
+// instances with a dlock Election, publishes each "went offline" event once.
 //
 //	go run ./examples/presence -redis 127.0.0.1:6379 -simulate 20
 //

@@ -55,11 +55,13 @@ func (s *store) fenceKey() string           { return s.prefix() + "sweeper-fence
 
 // heartbeat marks device online for the store's TTL. It reports whether the
 // device was not online before, in which case it also appended an "online"
-// event. No lock: the write is one idempotent script, and the expiry is
-// decided by Redis's clock.
+// event, after the "offline" event of an absence no sweep had announced
+// yet (its key expired and came back between two sweeps). No lock: the
+// write is one idempotent script, and the expiry is decided by Redis's
+// clock.
 func (s *store) heartbeat(ctx context.Context, device string) (cameOnline bool, err error) {
 	n, err := heartbeatScript.Run(ctx, s.rdb,
-		[]string{s.deviceKey(device), s.knownKey(), s.eventsKey()},
+		[]string{s.deviceKey(device), s.knownKey(), s.eventsKey(), s.fenceKey()},
 		device, s.ttl.Milliseconds(), streamMaxLen).Int()
 	if err != nil {
 		return false, fmt.Errorf("presence: heartbeat %q: %w", device, err)

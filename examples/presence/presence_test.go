@@ -441,6 +441,53 @@ func TestStaleSweeperRefused(t *testing.T) {
 	}
 }
 
+// An absence shorter than the time to the next sweep (the key expired and
+// came back with no sweep between) is announced all the same: one
+// "offline" and one "online" event, in that order, and no second "offline"
+// from a sweep that comes later.
+func TestShortAbsenceAnnounced(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	st := &store{rdb: srv.Client(t), fleet: "short", ttl: 50 * time.Millisecond}
+	ctx := t.Context()
+	if _, err := st.heartbeat(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := st.markOffline(ctx, 3, "b"); err != nil || ok { // a sweep with fence 3, before the absence
+		t.Fatalf("markOffline(3, b) = %v, %v; want false, nil", ok, err)
+	}
+	for { // absent: wait until its key has expired
+		n, err := st.rdb.Exists(ctx, st.deviceKey("a")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	back, err := st.heartbeat(ctx, "a")
+	if err != nil || !back {
+		t.Fatalf("heartbeat after the absence = %v, %v; want came online", back, err)
+	}
+	if again, err := st.heartbeat(ctx, "a"); err != nil || again {
+		t.Fatalf("heartbeat while online = %v, %v; want not came online", again, err)
+	}
+	if ok, err := st.markOffline(ctx, 3, "a"); err != nil || ok {
+		t.Fatalf("a sweep after the absence ended = %v, %v; want nothing published", ok, err)
+	}
+	evs, err := st.events(ctx, "0", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, e := range evs {
+		kinds = append(kinds, fmt.Sprintf("%s:%s:%d", e.Device, e.Kind, e.Fence))
+	}
+	if want := []string{"a:online:0", "a:offline:3", "a:online:0"}; !slices.Equal(kinds, want) {
+		t.Errorf("events = %v, want %v", kinds, want)
+	}
+}
+
 func sorted(s []string) []string {
 	s = slices.Clone(s)
 	slices.Sort(s)

@@ -1,5 +1,5 @@
 // The sweeper: the one place where a lock is the right tool. Every service
-// instance runs one, and a dlock Mutex elects the one that sweeps.
+// instance runs one, and a dlock Election elects the one that sweeps.
 
 package main
 
@@ -16,9 +16,9 @@ import (
 )
 
 // sweeper publishes the "offline" event of every device whose heartbeat key
-// has expired. Every service instance runs one; only the holder of the lock
+// has expired. Every service instance runs one; only the leader
 // sweeps, so the fleet is scanned once per interval rather than once per
-// instance, and each of its writes carries the lease's fence, so that a
+// instance, and each of its writes carries the leadership's fence, so that a
 // sweeper that was paused past its lease cannot write after its successor.
 type sweeper struct {
 	store    *store
@@ -43,19 +43,20 @@ type term struct {
 // lockName is the name of the election lock of the store's fleet.
 func (sw *sweeper) lockName() string { return "presence:" + sw.store.fleet + ":sweeper" }
 
-// run campaigns for the sweeper lock and sweeps while it holds it, until ctx
-// is done. A lost lease (the store restarted, the network cut this process
-// off for longer than the lock's TTL) sends it back to campaigning. It
-// returns nil when ctx ends.
+// run campaigns in the sweeper election and sweeps while it leads, until
+// ctx is done. A lost leadership (the store restarted, the network cut this
+// process off for longer than the lease's TTL) sends it back to
+// campaigning. It returns nil when ctx ends.
 func (sw *sweeper) run(ctx context.Context) error {
+	election := sw.locks.Election(sw.lockName(), dlock.WithTTL(sw.lockTTL))
 	backoff := time.NewTimer(0)
 	defer backoff.Stop()
 	<-backoff.C
 	for {
-		// Do waits for the lock (woken by the holder's release or its
-		// expiry), runs lead with a context that ends when the lease is
-		// lost, and unlocks.
-		err := sw.locks.Do(ctx, sw.lockName(), sw.lead, dlock.WithTTL(sw.lockTTL))
+		// Campaign waits until this sweeper leads (woken by the leader's
+		// resignation or its expiry); lead runs under a context that ends
+		// when the leadership is lost or ctx ends.
+		err := sw.term(ctx, election)
 		sw.leading.Store(0)
 		if ctx.Err() != nil {
 			return nil
@@ -73,10 +74,31 @@ func (sw *sweeper) run(ctx context.Context) error {
 	}
 }
 
-// lead sweeps every interval while ctx, which carries the election lease,
-// lasts.
+// term campaigns once, leads until the leadership or ctx ends, and
+// resigns. It returns the campaign's error, or lead's joined with the
+// loss of the leadership.
+func (sw *sweeper) term(ctx context.Context, election *dlock.Election) error {
+	ld, err := election.Campaign(ctx, sw.store.fleet)
+	if err != nil {
+		return err
+	}
+	lctx, cancel := context.WithCancelCause(ld.Context())
+	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	err = sw.lead(lctx)
+	stop()
+	cancel(nil)
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), sw.lockTTL)
+	defer rcancel()
+	if rerr := ld.Resign(rctx); errors.Is(rerr, dlock.ErrLost) {
+		return errors.Join(err, rerr)
+	}
+	return err
+}
+
+// lead sweeps every interval while ctx, which carries the leadership's
+// lease, lasts.
 func (sw *sweeper) lead(ctx context.Context) error {
-	lease, ok := dlock.LeaseFromContext(ctx)
+	lease, ok := dlock.LeaseFromContextByName(ctx, sw.lockName())
 	if !ok {
 		return errors.New("presence: sweeper: no lease in the context")
 	}

@@ -170,7 +170,7 @@ func Command() *cobra.Command {
 
 // classify gives an unexpected error its exit code.
 func classify(err error) *exitError {
-	if errors.Is(err, dlock.ErrInvalid) {
+	if errors.Is(err, dlock.ErrInvalid) || errors.Is(err, dlock.ErrConflict) {
 		return fail(exitUsage, "%s", strings.TrimPrefix(err.Error(), "dlock: "))
 	}
 	return fail(exitUnavailable, "%s", strings.TrimPrefix(err.Error(), "dlock: "))
