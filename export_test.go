@@ -18,3 +18,14 @@ func SetSubscribeWait(d time.Duration) (restore func()) {
 	subscribeWait = d
 	return func() { subscribeWait = old }
 }
+
+// WaitersOn returns how many Locks of c wait on key (its waiter group's
+// members), for tests.
+func WaitersOn(c *Client, key string) int {
+	c.hub.mu.Lock()
+	defer c.hub.mu.Unlock()
+	if g := c.hub.groups[key]; g != nil {
+		return g.refs
+	}
+	return 0
+}

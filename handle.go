@@ -166,7 +166,10 @@ func (h *handle) lock(ctx context.Context) (*Lease, error) {
 	l, w, sent, err := h.lockWait(ctx)
 	attempts, handoff := 1, false
 	if w != nil {
-		attempts, handoff = 1+w.attempts, w.handoff
+		attempts, handoff = w.attempts, w.handoff
+		if !sent.IsZero() { // the first attempt, before the wait
+			attempts++
+		}
 	}
 	h.c.obs.lockEnded(octx, h, false, h.c.obs.startOf(start, sent), l, attempts, handoff, err)
 	return l, err
@@ -188,12 +191,25 @@ func (h *handle) lockWait(ctx context.Context) (*Lease, *waiter, time.Time, erro
 		return nil, nil, time.Time{}, errors.Join(&NotObtainedError{Name: h.name}, err)
 	}
 	token := h.tokenFor()
+	// The goroutines of a Client that wait for one name take turns at
+	// its group's gate (see handle.wait), and a Lock of its own token
+	// makes its first attempt only when the Client has no other request
+	// for the name under way: else it joins the group without one, and
+	// tries when its turn comes.
+	own := h.token == ""
+	if own {
+		if g, last := h.hub.joinOrTry(h.key); g != nil {
+			h.busy(last) // what the Client last heard stands for a first attempt
+			l, w, err := h.wait(ctx, turn{g: g, token: token})
+			return l, w, time.Time{}, err
+		}
+	}
 	fair := h.fairNow()
 	mk := h.hub.mark(h.key)
 	// A Client keeps one place per name in the store's queue, for the
 	// waiter at the gate of its group (see handle.wait): a fair first try
 	// joins the queue only when the Client has no waiter on the name yet.
-	queue := !fair || !h.hub.waiting(h.key)
+	queue := !fair || own || !h.hub.waiting(h.key)
 	l, res, sent, err := h.try(ctx, token, queue, fair, false)
 	var slow *NotObtainedError
 	if errors.As(err, &slow) && slow.Slow > 0 && ctx.Err() == nil {
@@ -209,11 +225,19 @@ func (h *handle) lockWait(ctx context.Context) (*Lease, *waiter, time.Time, erro
 		// tries again after a pause (see waiter.failed).
 		failed, res = err, driver.AcquireResult{}
 	case err != nil || l != nil:
+		if own {
+			h.hub.tried(h.key, res, false)
+		}
 		return l, nil, sent, h.tryErr(ctx, err)
 	default:
 		h.busy(res)
 	}
-	l, w, err := h.wait(ctx, token, res, sent, mk, fair && queue, failed)
+	t := turn{token: token, last: res, sent: sent, mk: mk, queuing: fair && queue, failed: failed}
+	if own {
+		t.g = h.hub.tried(h.key, res, true)
+		t.holding = t.g != nil
+	}
+	l, w, err := h.wait(ctx, t)
 	return l, w, sent, err
 }
 

@@ -28,6 +28,9 @@ type waitHub struct {
 	mu      sync.Mutex
 	groups  map[string]*waitGroup
 	groupsN atomic.Int32 // len(groups), read without mu by waiting
+	// trying holds the keys on which a Lock makes its first attempt
+	// outside a group (see joinOrTry).
+	trying map[string]struct{}
 	// subs counts, per key, the subscriptions the listener has confirmed
 	// and not yet been asked to drop, and the releases heard for the key
 	// meanwhile; epoch counts the moments releases may have been missed.
@@ -84,6 +87,11 @@ type waitGroup struct {
 	refs int           // waiters in the group, guarded by waitHub.mu
 	gate chan struct{} // capacity 1: held by the active waiter
 	wake chan struct{} // capacity 1: a release of key was seen
+	// reserved: the gate is held for the Lock making its first attempt
+	// on key (see joinOrTry); last, the store's last answer to a waiter
+	// of the group (see heard). Guarded by waitHub.mu.
+	reserved bool
+	last     driver.AcquireResult
 	// fair waiters by token, guarded by waitHub.mu. They do not queue at the
 	// gate: the store's queue orders them, and a release wakes only the
 	// waiter it names.
@@ -344,14 +352,75 @@ func (h *waitHub) waiting(key string) bool {
 func (h *waitHub) join(key string) *waitGroup {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.joinLocked(key)
+}
+
+func (h *waitHub) joinLocked(key string) *waitGroup {
 	g := h.groups[key]
 	if g == nil {
 		g = &waitGroup{key: key, gate: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+		if _, ok := h.trying[key]; ok {
+			// A Lock's first attempt is under way: the gate is its turn.
+			g.gate <- struct{}{}
+			g.reserved = true
+		}
 		h.groups[key] = g
 		h.groupsN.Store(int32(len(h.groups)))
 	}
 	g.refs++
 	return g
+}
+
+// joinOrTry is the start of a Lock whose token is its own: when the Client
+// waits on key, or another Lock makes its first attempt on it, the Lock
+// joins key's group (returned, with the store's last answer to the group,
+// zero when none came yet), to wait for the gate without a request of its
+// own; otherwise it returns nil, and the Lock makes its first attempt, and
+// then calls tried. A group made meanwhile holds its gate for that Lock,
+// so that one request of the Client is under way at a time.
+func (h *waitHub) joinOrTry(key string) (*waitGroup, driver.AcquireResult) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, busy := h.trying[key]
+	if h.groups[key] != nil || busy {
+		g := h.joinLocked(key)
+		return g, g.last
+	}
+	if h.trying == nil {
+		h.trying = make(map[string]struct{})
+	}
+	h.trying[key] = struct{}{}
+	return nil, driver.AcquireResult{}
+}
+
+// tried ends the first attempt that joinOrTry let a Lock make on key. When
+// a group came meanwhile, a Lock that goes on waiting (wait, after the
+// answer res) joins it and takes the gate it holds (returned), and one that
+// does not lets the gate go; otherwise it returns nil.
+func (h *waitHub) tried(key string, res driver.AcquireResult, wait bool) *waitGroup {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.trying, key)
+	g := h.groups[key]
+	if g == nil || !g.reserved {
+		return nil
+	}
+	g.reserved = false
+	if !wait {
+		<-g.gate
+		return nil
+	}
+	g.last = res
+	g.refs++
+	return g
+}
+
+// heard records the store's answer res to a waiter of g, which the Locks
+// that join g are told (see joinOrTry).
+func (h *waitHub) heard(g *waitGroup, res driver.AcquireResult) {
+	h.mu.Lock()
+	g.last = res
+	h.mu.Unlock()
 }
 
 // leave takes a waiter out of g; the last to leave gives up the group's

@@ -17,9 +17,26 @@ var (
 	defaultPolledRetry   = ExponentialBackoff(5*time.Millisecond, 500*time.Millisecond)
 )
 
-// wait is Lock after a failed first attempt, whose answer is last; mk is
-// what the Client knew of the key's releases before that attempt: when no
-// release came since, the wait sleeps before it tries again.
+// turn is how a Lock comes to wait: after its first attempt (last, its
+// answer, sent at sent; mk, what the Client knew of the key's releases
+// before it; queuing, a fair request that may have queued; failed, its
+// transient store error), or without one (zero sent: its Client had a
+// request for the name under way). g is the group it joined already, if
+// any, and holding says that it holds g's gate.
+type turn struct {
+	g       *waitGroup
+	holding bool
+	token   string
+	last    driver.AcquireResult
+	sent    time.Time
+	mk      releaseMark
+	queuing bool
+	failed  error
+}
+
+// wait is Lock after its first attempt, or instead of it (see turn): when
+// no release came since mk, the wait sleeps before it tries again; a Lock
+// that made no attempt tries as soon as it holds the gate.
 //
 // The waiters of one Client on one key queue at the group's gate, in
 // arrival order, and only the one at the gate deals with the store: it
@@ -29,21 +46,27 @@ var (
 // costs the store one entry per name and one attempt per release, and each
 // waiter costs its own goroutine only.
 //
-// failed, when not nil, is the transient store error of the first attempt,
-// whose outcome is unknown: the wait tries again after a pause, with a
-// token of its own.
+// A transient store error of the first attempt (failed), whose outcome is
+// unknown, makes the wait try again after a pause, with a token of its own.
 //
 // It returns the waiter too, for the attempts it made (see observeLock).
-func (h *handle) wait(ctx context.Context, token string, last driver.AcquireResult, sent time.Time, mk releaseMark, queuing bool, failed error) (*Lease, *waiter, error) {
+func (h *handle) wait(ctx context.Context, t turn) (*Lease, *waiter, error) {
 	// Close ends the wait, even in the middle of a store call.
 	ctx, stop := h.c.closeAware(ctx)
 	defer stop()
-	g := h.hub.join(h.key)
+	g := t.g
+	if g == nil {
+		g = h.hub.join(h.key)
+	}
 	defer h.hub.leave(g)
-	w := &waiter{h: h, g: g, token: token, last: last, mk: mk, queuing: queuing}
-	w.answered(last, sent, queuing)
-	if failed != nil {
-		w.failed(failed)
+	token, last := t.token, t.last
+	if !t.sent.IsZero() {
+		h.hub.heard(g, last)
+	}
+	w := &waiter{h: h, g: g, token: token, last: last, mk: t.mk, queuing: t.queuing, gated: t.sent.IsZero()}
+	w.answered(last, t.sent, t.queuing)
+	if t.failed != nil {
+		w.failed(t.failed)
 	}
 	if last.Fence > 0 && h.token == "" {
 		// The first try's grant came too late and was given back: that
@@ -55,29 +78,31 @@ func (h *handle) wait(ctx context.Context, token string, last driver.AcquireResu
 	// A waiter that queued behind another at the gate tries at once when
 	// its turn comes: what its first try saw (the holder's TTL) is old by
 	// then.
-	select {
-	case g.gate <- struct{}{}:
-	default:
-		w.gated = true
-		if last.Queued {
-			// The waiter at the gate keeps the Client's place; a queue
-			// entry or writer intent of this one would stand for nobody
-			// (and a queue entry that came to the head would hold the lock
-			// up for everyone until it lapsed).
-			h.abandon(token, last, h.hub.entryUsers(g, token) > 0)
-			w.last.Queued = false
-			w.queued = time.Time{}
-			if h.token == "" {
-				// The clean-up releases what the token may hold, perhaps
-				// later, in the background: go on with a token of its own,
-				// which that release cannot touch.
-				w.token = newToken()
-			}
-		}
+	if !t.holding {
 		select {
 		case g.gate <- struct{}{}:
-		case <-ctx.Done():
-			return nil, w, w.notObtained(ctx)
+		default:
+			w.gated = true
+			if last.Queued {
+				// The waiter at the gate keeps the Client's place; a queue
+				// entry or writer intent of this one would stand for nobody
+				// (and a queue entry that came to the head would hold the lock
+				// up for everyone until it lapsed).
+				h.abandon(token, last, h.hub.entryUsers(g, token) > 0)
+				w.last.Queued = false
+				w.queued = time.Time{}
+				if h.token == "" {
+					// The clean-up releases what the token may hold, perhaps
+					// later, in the background: go on with a token of its own,
+					// which that release cannot touch.
+					w.token = newToken()
+				}
+			}
+			select {
+			case g.gate <- struct{}{}:
+			case <-ctx.Done():
+				return nil, w, w.notObtained(ctx)
+			}
 		}
 	}
 	defer func() { <-g.gate }()
@@ -173,6 +198,7 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 				if w.queue != nil {
 					h.hub.moved(w.queue, r.Position)
 				}
+				h.hub.heard(w.g, r)
 				h.busy(r)
 			}
 		}
