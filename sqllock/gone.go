@@ -17,10 +17,10 @@ import "time"
 // exclusive hold of its token therefore records the token (grants 1), and
 // Withdraw records its token too (grants 0), on MySQL and PostgreSQL. The
 // record is written on its own, before the release locks the name's row
-// (see txs.recordGone), and stands even if the request is found to have
-// landed: a request of the token either runs after the record is
-// committed, or has run when the release locks the row and is seen and
-// undone. While the record lives, a request of the token is refused a
+// (see txs.recordGone): a request of the token either runs after the
+// record is committed, or has run when the release locks the row and is
+// seen and undone (a live shared hold found, the request's grant, takes
+// the record with it). While the record lives, a request of the token is refused a
 // grant (grants 1: the plain, fair and shared acquires) and records no
 // queue entry, writer intent or claim (either kind), and the token's queue
 // entry is passed over: a waiter that gave up holds the queue up only until

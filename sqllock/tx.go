@@ -56,7 +56,7 @@ type txs struct {
 	hasMore, holder, intent, claim, unclaim, inspect, list                  stmt
 	reader, insertReader                                                    stmt // MySQL and SQLite
 	dropHolder                                                              stmt // BreakIf
-	gone, dropHold, expiredGone                                             stmt // clean-up records (see goneTTL)
+	gone, ungone, dropHold, expiredGone                                     stmt // clean-up records (see goneTTL)
 	// committed, when set (SQLiteBackend), is told of each committed
 	// change that notify announced.
 	committed func(key, next string)
@@ -116,6 +116,7 @@ func newTxs(db *sql.DB, d Dialect, names tableNames) *txs {
 		// The name's expired records go in the same statement.
 		t.gone = x.stmt(`WITH pruned AS (DELETE FROM {g} WHERE name = $1 AND token <> $2 AND expires_at <= {now}) ` + tplGone)
 	}
+	t.ungone = x.stmt(`DELETE FROM {g} WHERE name = $1 AND token = $2`)
 	t.dropHold = x.stmt(tplDropHold)
 	t.expiredGone = x.stmt(`SELECT token FROM {g} WHERE name = $1 AND token <> $2 AND expires_at <= {now}` + limit)
 	t.hasMore = x.stmt(tplHasMore)

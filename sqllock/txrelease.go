@@ -59,8 +59,8 @@ func (t *txs) release(ctx context.Context, key, token string, withdraw, record b
 // record, and granted or queued, is found and undone by the transaction
 // that follows (on PostgreSQL a single statement that waited for that
 // transaction's row lock is refused: {fresh}). If that transaction finds
-// the token's request landed after all (a live shared hold), the record
-// stays: the token is being cleaned up and is refused grants for goneTTL.
+// that the token's request landed (a live shared hold), it deletes the
+// record with the hold.
 func (t *txs) recordGone(ctx context.Context, key, token string, withdraw bool) error {
 	grants := 1
 	if withdraw {
@@ -107,6 +107,13 @@ func (t *txs) releaseRecorded(ctx context.Context, key, token string, withdraw, 
 			// statement of the token that waited for the row it made or
 			// locked then finds the row changed, and is refused ({fresh}).
 			return record && t.d == PostgreSQL, nil
+		}
+		if record && hadShared && st.mineLeft.Int64 > 0 {
+			// A live shared hold is the grant the request made: it has
+			// landed, and the token's record goes.
+			if err := x.exec(t.ungone, key, token); err != nil {
+				return false, err
+			}
 		}
 		if ownClaim {
 			// A starving waiter's claim: the lock is left to everyone.
