@@ -371,58 +371,6 @@ func (h *waitHub) joinLocked(key string) *waitGroup {
 	return g
 }
 
-// joinOrTry is the start of a Lock whose token is its own: when the Client
-// waits on key, or another Lock makes its first attempt on it, the Lock
-// joins key's group (returned, with the store's last answer to the group,
-// zero when none came yet), to wait for the gate without a request of its
-// own; otherwise it returns nil, and the Lock makes its first attempt, and
-// then calls tried. A group made meanwhile holds its gate for that Lock,
-// so that one request of the Client is under way at a time.
-func (h *waitHub) joinOrTry(key string) (*waitGroup, driver.AcquireResult) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	_, busy := h.trying[key]
-	if h.groups[key] != nil || busy {
-		g := h.joinLocked(key)
-		return g, g.last
-	}
-	if h.trying == nil {
-		h.trying = make(map[string]struct{})
-	}
-	h.trying[key] = struct{}{}
-	return nil, driver.AcquireResult{}
-}
-
-// tried ends the first attempt that joinOrTry let a Lock make on key. When
-// a group came meanwhile, a Lock that goes on waiting (wait, after the
-// answer res) joins it and takes the gate it holds (returned), and one that
-// does not lets the gate go; otherwise it returns nil.
-func (h *waitHub) tried(key string, res driver.AcquireResult, wait bool) *waitGroup {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	delete(h.trying, key)
-	g := h.groups[key]
-	if g == nil || !g.reserved {
-		return nil
-	}
-	g.reserved = false
-	if !wait {
-		<-g.gate
-		return nil
-	}
-	g.last = res
-	g.refs++
-	return g
-}
-
-// heard records the store's answer res to a waiter of g, which the Locks
-// that join g are told (see joinOrTry).
-func (h *waitHub) heard(g *waitGroup, res driver.AcquireResult) {
-	h.mu.Lock()
-	g.last = res
-	h.mu.Unlock()
-}
-
 // leave takes a waiter out of g; the last to leave gives up the group's
 // use of the key's subscription, which lingers a while (see unlisten).
 func (h *waitHub) leave(g *waitGroup) {
