@@ -133,10 +133,10 @@ package dlock
 // (renew.go: one goroutine, a heap of grants), the wait hub (hub.go,
 // listener.go, starve.go: waiter groups, the notification stream, the
 // starvation policy) and its lifecycle (client.go). A handle (handle.go)
-// backs Mutex, RWMutex and Semaphore; its Lock waits in lockwait.go. A
-// grant (grant.go) is one hold on the store, and only grant.go changes its
-// state; a Lease (lease.go) is one holder's view of a grant. See
-// docs/ARCHITECTURE.md.
+// backs Mutex, RWMutex and Semaphore; its Lock starts in lockturn.go and
+// waits in lockwait.go. A grant (grant.go) is one hold on the store, and
+// only grant.go changes its state; a Lease (lease.go) is one holder's view
+// of a grant. See docs/ARCHITECTURE.md.
 //
 // Mutex order: a goroutine that holds several of the package's mutexes took
 // them in this order, and takes none of them while it holds a later one:

@@ -28,3 +28,14 @@ func PassSafeDeadline(l *Lease) {
 	defer g.mu.Unlock()
 	g.deadline = time.Now().Add(-time.Second)
 }
+
+// WaitersOn returns how many Locks of c wait on key (its waiter group's
+// members), for tests.
+func WaitersOn(c *Client, key string) int {
+	c.hub.mu.Lock()
+	defer c.hub.mu.Unlock()
+	if g := c.hub.groups[key]; g != nil {
+		return g.refs
+	}
+	return 0
+}

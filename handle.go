@@ -1,6 +1,6 @@
-// The handle behind Mutex, RWMutex and Semaphore: its set-up, TryLock and
-// the first attempt of Lock, one attempt on the store, and what a failed or
-// abandoned attempt leaves to clean up.
+// The handle behind Mutex, RWMutex and Semaphore: its set-up, TryLock, one
+// attempt on the store, and what a failed or abandoned attempt leaves to
+// clean up. Lock's first attempt is in lockturn.go.
 
 package dlock
 
@@ -154,67 +154,6 @@ func (h *handle) tryOnce(ctx context.Context) (*Lease, time.Time, error) {
 		return l, sent, h.tryErr(ctx, err)
 	}
 	return nil, sent, h.notObtained(res)
-}
-
-// lock is Lock of every kind: a first attempt, then the wait (lockwait.go).
-func (h *handle) lock(ctx context.Context) (*Lease, error) {
-	if h.c == nil || h.c.obs == nil {
-		l, _, _, err := h.lockWait(ctx)
-		return l, err
-	}
-	start, octx := h.c.obs.started(ctx, h, false)
-	l, w, sent, err := h.lockWait(ctx)
-	attempts, handoff := 1, false
-	if w != nil {
-		attempts, handoff = 1+w.attempts, w.handoff
-	}
-	h.c.obs.lockEnded(octx, h, false, h.c.obs.startOf(start, sent), l, attempts, handoff, err)
-	return l, err
-}
-
-// lockWait is lock, unobserved; it returns the wait's waiter, if it
-// waited, and when its first request was sent (zero when none was).
-func (h *handle) lockWait(ctx context.Context) (*Lease, *waiter, time.Time, error) {
-	if err := h.enter(); err != nil {
-		return nil, nil, time.Time{}, err
-	}
-	defer h.c.exit()
-	if h.opts.wait > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, h.opts.wait)
-		defer cancel()
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, nil, time.Time{}, errors.Join(&NotObtainedError{Name: h.name}, err)
-	}
-	token := h.tokenFor()
-	fair := h.fairNow()
-	mk := h.hub.mark(h.key)
-	// A Client keeps one place per name in the store's queue, for the
-	// waiter at the gate of its group (see handle.wait): a fair first try
-	// joins the queue only when the Client has no waiter on the name yet.
-	queue := !fair || !h.hub.waiting(h.key)
-	l, res, sent, err := h.try(ctx, token, queue, fair, false)
-	var slow *NotObtainedError
-	if errors.As(err, &slow) && slow.Slow > 0 && ctx.Err() == nil {
-		// A first try that did not queue (the Client has a waiter on the
-		// name already) was granted too late and gave the grant back: Lock
-		// goes on waiting, as after any refusal.
-		l, err, res = nil, nil, driver.AcquireResult{Fence: res.Fence}
-	}
-	var failed error
-	switch {
-	case err != nil && ctx.Err() == nil && transient(err):
-		// The store failed in a way that may heal: the wait goes on, and
-		// tries again after a pause (see waiter.failed).
-		failed, res = err, driver.AcquireResult{}
-	case err != nil || l != nil:
-		return l, nil, sent, h.tryErr(ctx, err)
-	default:
-		h.busy(res)
-	}
-	l, w, err := h.wait(ctx, token, res, sent, mk, fair && queue, failed)
-	return l, w, sent, err
 }
 
 func (h *handle) enter() error {

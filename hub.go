@@ -28,6 +28,9 @@ type waitHub struct {
 	mu      sync.Mutex
 	groups  map[string]*waitGroup
 	groupsN atomic.Int32 // len(groups), read without mu by waiting
+	// trying holds the keys on which a Lock makes its first attempt
+	// outside a group (see joinOrTry).
+	trying map[string]struct{}
 	// subs counts, per key, the subscriptions the listener has confirmed
 	// and not yet been asked to drop, and the releases heard for the key
 	// meanwhile; epoch counts the moments releases may have been missed.
@@ -84,6 +87,11 @@ type waitGroup struct {
 	refs int           // waiters in the group, guarded by waitHub.mu
 	gate chan struct{} // capacity 1: held by the active waiter
 	wake chan struct{} // capacity 1: a release of key was seen
+	// reserved: the gate is held for the Lock making its first attempt
+	// on key (see joinOrTry); last, the store's last answer to a waiter
+	// of the group (see heard). Guarded by waitHub.mu.
+	reserved bool
+	last     driver.AcquireResult
 	// fair waiters by token, guarded by waitHub.mu. They do not queue at the
 	// gate: the store's queue orders them, and a release wakes only the
 	// waiter it names.
@@ -344,9 +352,18 @@ func (h *waitHub) waiting(key string) bool {
 func (h *waitHub) join(key string) *waitGroup {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.joinLocked(key)
+}
+
+func (h *waitHub) joinLocked(key string) *waitGroup {
 	g := h.groups[key]
 	if g == nil {
 		g = &waitGroup{key: key, gate: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+		if _, ok := h.trying[key]; ok {
+			// A Lock's first attempt is under way: the gate is its turn.
+			g.gate <- struct{}{}
+			g.reserved = true
+		}
 		h.groups[key] = g
 		h.groupsN.Store(int32(len(h.groups)))
 	}

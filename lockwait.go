@@ -1,5 +1,5 @@
-// Lock's wait: the loop a handle runs after its first attempt failed, until
-// it is granted or its context ends.
+// Lock's wait: the loop a handle runs at the gate of its Client's waiter
+// group (see lockturn.go), until it is granted or its context ends.
 
 package dlock
 
@@ -16,74 +16,6 @@ var (
 	defaultNotifiedRetry = ExponentialBackoff(100*time.Millisecond, 2*time.Second)
 	defaultPolledRetry   = ExponentialBackoff(5*time.Millisecond, 500*time.Millisecond)
 )
-
-// wait is Lock after a failed first attempt, whose answer is last; mk is
-// what the Client knew of the key's releases before that attempt: when no
-// release came since, the wait sleeps before it tries again.
-//
-// The waiters of one Client on one key queue at the group's gate, in
-// arrival order, and only the one at the gate deals with the store: it
-// alone tries, is woken by releases, and, when it waits in the store's fair
-// queue (a Fair Mutex, or a plain one whose wait starved), holds the
-// Client's one place in that queue. However many goroutines wait, a Client
-// costs the store one entry per name and one attempt per release, and each
-// waiter costs its own goroutine only.
-//
-// failed, when not nil, is the transient store error of the first attempt,
-// whose outcome is unknown: the wait tries again after a pause, with a
-// token of its own.
-//
-// It returns the waiter too, for the attempts it made (see observeLock).
-func (h *handle) wait(ctx context.Context, token string, last driver.AcquireResult, sent time.Time, mk releaseMark, queuing bool, failed error) (*Lease, *waiter, error) {
-	// Close ends the wait, even in the middle of a store call.
-	ctx, stop := h.c.closeAware(ctx)
-	defer stop()
-	g := h.hub.join(h.key)
-	defer h.hub.leave(g)
-	w := &waiter{h: h, g: g, token: token, last: last, mk: mk, queuing: queuing}
-	w.answered(last, sent, queuing)
-	if failed != nil {
-		w.failed(failed)
-	}
-	if last.Fence > 0 && h.token == "" {
-		// The first try's grant came too late and was given back: that
-		// release may still land later and must not cut a grant of the
-		// wait, which goes on with a token of its own.
-		w.token = newToken()
-	}
-
-	// A waiter that queued behind another at the gate tries at once when
-	// its turn comes: what its first try saw (the holder's TTL) is old by
-	// then.
-	select {
-	case g.gate <- struct{}{}:
-	default:
-		w.gated = true
-		if last.Queued {
-			// The waiter at the gate keeps the Client's place; a queue
-			// entry or writer intent of this one would stand for nobody
-			// (and a queue entry that came to the head would hold the lock
-			// up for everyone until it lapsed).
-			h.abandon(token, last, h.hub.entryUsers(g, token) > 0)
-			w.last.Queued = false
-			w.queued = time.Time{}
-			if h.token == "" {
-				// The clean-up releases what the token may hold, perhaps
-				// later, in the background: go on with a token of its own,
-				// which that release cannot touch.
-				w.token = newToken()
-			}
-		}
-		select {
-		case g.gate <- struct{}{}:
-		case <-ctx.Done():
-			return nil, w, w.notObtained(ctx)
-		}
-	}
-	defer func() { <-g.gate }()
-	l, err := w.run(ctx)
-	return l, w, err
-}
 
 // waiter is one wait at the gate of its group: plain (woken by any release
 // of the key) until it joins the store's fair queue, fair (woken by a
@@ -173,6 +105,7 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 				if w.queue != nil {
 					h.hub.moved(w.queue, r.Position)
 				}
+				h.hub.heard(w.g, r)
 				h.busy(r)
 			}
 		}

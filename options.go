@@ -132,7 +132,10 @@ func WithSafetyMargin(d time.Duration) Option {
 // the lock held, with the store's answer (holder and remaining TTL), for
 // progress reports such as "waiting for host-a|pid 42": once for the first
 // attempt, then for each retry (only the goroutine that retries for its
-// Client and name makes them). fn must not block. The default is none.
+// Client and name makes them). A Lock that joins its Client's waiters on
+// the name without a first attempt is called once as it joins, with the
+// last answer its Client had (none yet while the Client's first attempt
+// is under way). fn must not block. The default is none.
 func WithOnBusy(fn func(*NotObtainedError)) Option {
 	return optionFunc(func(o *options) { o.onBusy = fn })
 }

@@ -189,7 +189,7 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	try := func() (driver.AcquireResult, error) { return b.acquireInFlight(ctx, req) }
 	run := func() (driver.AcquireResult, error) {
 		if req.Fair {
-			return retryGated(ctx, b, try)
+			return retryGated(ctx, b, false, try)
 		}
 		// Plain requests, claims included, are paced by SQLite's busy
 		// handler: woken at once, they cost more statements than they
@@ -264,7 +264,7 @@ func (b *Backend) renew(ctx context.Context, key, token string, fence uint64, tt
 	if err := b.check(ctx, key, token); err != nil {
 		return false, opError(ctx, "renew", key, err)
 	}
-	held, err := retryGated(ctx, b, func() (bool, error) {
+	held, err := retryGated(ctx, b, true, func() (bool, error) {
 		held, more, err := b.eng.renew(ctx, key, token, fence, ttl)
 		if err != nil || held || !more {
 			return held, err
@@ -303,7 +303,7 @@ func (b *Backend) release(ctx context.Context, key, token string, fence uint64) 
 		return driver.ReleaseResult{}, opError(ctx, "release", key, err)
 	}
 	var head *string
-	res, err := retryGated(ctx, b, func() (driver.ReleaseResult, error) {
+	res, err := retryGated(ctx, b, fence > 0, func() (driver.ReleaseResult, error) {
 		var res driver.ReleaseResult
 		var more bool
 		var err error
@@ -351,7 +351,7 @@ func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
 	if err := b.check(ctx, key, token); err != nil {
 		return opError(ctx, "withdraw", key, err)
 	}
-	_, err := retryGated(ctx, b, func() (driver.ReleaseResult, error) {
+	_, err := retryGated(ctx, b, false, func() (driver.ReleaseResult, error) {
 		return b.tx.release(ctx, key, token, true, b.recordsGone())
 	})
 	if err != nil {

@@ -50,7 +50,7 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 	errs := make([]error, len(unique))
 	for start := 0; start < len(unique); start += batchSize {
 		chunk := unique[start:min(start+batchSize, len(unique))]
-		ok, err := retryGated(ctx, b, func() ([]bool, error) { return b.renewChunk(ctx, chunk) })
+		ok, err := retryGated(ctx, b, true, func() ([]bool, error) { return b.renewChunk(ctx, chunk) })
 		for k := range chunk {
 			if err != nil {
 				errs[start+k] = opError(ctx, "renew", chunk[k].Key, err)

@@ -102,14 +102,15 @@ func isBusy(err error) bool {
 }
 
 // retryGated is retryBusy for a lock operation of b: on a SQLiteBackend,
-// each run of op holds the write gate (see writeGate), and the backoff
-// after SQLITE_BUSY is spent out of it.
-func retryGated[T any](ctx context.Context, b *Backend, op func() (T, error)) (T, error) {
+// each run of op holds the write gate (see writeGate), a holder's
+// operation (urgent) before waiters', and the backoff after SQLITE_BUSY is
+// spent out of it.
+func retryGated[T any](ctx context.Context, b *Backend, urgent bool, op func() (T, error)) (T, error) {
 	if b.gate == nil {
 		return retryBusy(ctx, b.dialect, op)
 	}
 	return retryBusy(ctx, b.dialect, func() (T, error) {
-		leave := b.gate.enter(ctx)
+		leave := b.gate.enter(ctx, urgent)
 		defer leave()
 		return op()
 	})

@@ -7,6 +7,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,14 +50,18 @@ const gateFile = "write.gate"
 //
 // One operation of a Backend at a time waits in flock, the others of the
 // same Backend wait for it in turn (sem): a blocked flock holds a thread.
+// A holder's operations (renewals, the release of a grant, BreakIf) go
+// before waiters' (fair requests, withdrawals, clean-ups) in that turn: a
+// Client whose goroutines wait for a lock must not make its own holders
+// lose their leases.
 // A wait that gave up stays blocked in flock until the holder lets go: while
 // a process holding the gate is stopped (SIGSTOP), each Backend that waited
 // for it keeps one goroutine, and its thread, there until the process is
 // continued or dies.
 type writeGate struct {
 	wake    *localWake
-	sem     chan struct{} // held from the wait for the flock to its release
-	stalled atomic.Bool   // a wait gave up and still waits: skip the gate
+	sem     turnstile   // held from the wait for the flock to its release
+	stalled atomic.Bool // a wait gave up and still waits: skip the gate
 
 	mu  sync.Mutex
 	f   *os.File // the gate's file, once opened
@@ -69,13 +74,14 @@ func newWriteGate(w *localWake) *writeGate {
 	if !gateWorks {
 		return nil
 	}
-	return &writeGate{wake: w, sem: make(chan struct{}, 1)}
+	return &writeGate{wake: w}
 }
 
 // enter waits for the gate, within ctx and maxGateWait, and returns the
-// function that leaves it. When the wait fails or gives up, the returned
+// function that leaves it; a holder's operation (urgent) goes before the
+// Backend's other ones. When the wait fails or gives up, the returned
 // function does nothing and the operation runs without the gate.
-func (g *writeGate) enter(ctx context.Context) (leave func()) {
+func (g *writeGate) enter(ctx context.Context, urgent bool) (leave func()) {
 	if g == nil || g.stalled.Load() {
 		return noLeave
 	}
@@ -85,21 +91,17 @@ func (g *writeGate) enter(ctx context.Context) (leave func()) {
 	}
 	giveUp := time.NewTimer(budget)
 	defer giveUp.Stop()
-	select {
-	case g.sem <- struct{}{}:
-	case <-ctx.Done():
-		return noLeave
-	case <-giveUp.C:
+	if !g.sem.enter(ctx, urgent, giveUp.C) {
 		return noLeave
 	}
 	f := g.file(ctx)
 	if f == nil {
-		<-g.sem
+		g.sem.leave()
 		return noLeave
 	}
 	release := func() {
 		_ = unlockFile(f)
-		<-g.sem
+		g.sem.leave()
 	}
 	if lockFileNow(f) {
 		return release
@@ -122,7 +124,7 @@ func (g *writeGate) enter(ctx context.Context) (leave func()) {
 				_ = unlockFile(f)
 			}
 			g.stalled.Store(false)
-			<-g.sem
+			g.sem.leave()
 			return
 		}
 		got = err == nil
@@ -140,7 +142,7 @@ func (g *writeGate) enter(ctx context.Context) (leave func()) {
 		if got {
 			return release
 		}
-		<-g.sem
+		g.sem.leave()
 		return noLeave
 	default:
 		gaveUp = true // the goroutine lets go of sem
@@ -150,6 +152,71 @@ func (g *writeGate) enter(ctx context.Context) (leave func()) {
 }
 
 func noLeave() {}
+
+// turnstile lets one holder in at a time; urgent waiters go before the
+// others, each kind in the order it came. The zero value is open.
+type turnstile struct {
+	mu             sync.Mutex
+	held           bool
+	urgent, normal []chan struct{} // waiters, closed when it is their turn
+}
+
+// enter waits for the turnstile until ctx ends or giveUp fires, and
+// reports whether it holds it.
+func (s *turnstile) enter(ctx context.Context, urgent bool, giveUp <-chan time.Time) bool {
+	s.mu.Lock()
+	if !s.held {
+		s.held = true
+		s.mu.Unlock()
+		return true
+	}
+	turn := make(chan struct{})
+	if urgent {
+		s.urgent = append(s.urgent, turn)
+	} else {
+		s.normal = append(s.normal, turn)
+	}
+	s.mu.Unlock()
+	select {
+	case <-turn:
+		return true
+	case <-ctx.Done():
+	case <-giveUp:
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-turn: // its turn came meanwhile: passed on
+		s.pass()
+	default:
+		s.urgent = slices.DeleteFunc(s.urgent, func(c chan struct{}) bool { return c == turn })
+		s.normal = slices.DeleteFunc(s.normal, func(c chan struct{}) bool { return c == turn })
+	}
+	return false
+}
+
+// leave lets the next waiter in.
+func (s *turnstile) leave() {
+	s.mu.Lock()
+	s.pass()
+	s.mu.Unlock()
+}
+
+// pass hands the turnstile to the next waiter, urgent ones first, or
+// opens it; the caller holds mu.
+func (s *turnstile) pass() {
+	var next chan struct{}
+	switch {
+	case len(s.urgent) > 0:
+		next, s.urgent = s.urgent[0], s.urgent[1:]
+	case len(s.normal) > 0:
+		next, s.normal = s.normal[0], s.normal[1:]
+	default:
+		s.held = false
+		return
+	}
+	close(next)
+}
 
 // file returns the gate's file, opened (and its directory made) the first
 // time, or nil when the gate cannot work here. It opens the file again when

@@ -29,7 +29,7 @@ func gateOn(t *testing.T, path string) *writeGate {
 // entered enters g on a goroutine and reports on the channel when it has.
 func entered(ctx context.Context, g *writeGate) <-chan func() {
 	c := make(chan func(), 1)
-	go func() { c <- g.enter(ctx) }()
+	go func() { c <- g.enter(ctx, false) }()
 	return c
 }
 
@@ -41,7 +41,7 @@ func TestWriteGateWaitsAcrossBackends(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "locks.db")
 	a, b := gateOn(t, path), gateOn(t, path)
 
-	leaveA := a.enter(t.Context())
+	leaveA := a.enter(t.Context(), false)
 	if a.f == nil {
 		t.Fatal("the gate opened no file")
 	}
@@ -84,12 +84,12 @@ func TestWriteGateGivesUp(t *testing.T) {
 	noLeaks(t)
 	path := filepath.Join(t.TempDir(), "locks.db")
 	a, b := gateOn(t, path), gateOn(t, path)
-	leaveA := a.enter(t.Context())
+	leaveA := a.enter(t.Context(), false)
 
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	b.enter(ctx)() // without the gate: leaving does nothing
+	b.enter(ctx, false)() // without the gate: leaving does nothing
 	if waited := time.Since(start); waited > 2*time.Second {
 		t.Fatalf("a wait with a 50ms context returned after %v", waited)
 	}
@@ -97,7 +97,7 @@ func TestWriteGateGivesUp(t *testing.T) {
 		t.Fatal("an abandoned wait left the gate in use")
 	}
 	start = time.Now()
-	b.enter(t.Context())() // skips the gate at once
+	b.enter(t.Context(), false)() // skips the gate at once
 	if waited := time.Since(start); waited > maxGateWait/2 {
 		t.Errorf("an operation behind an abandoned wait waited %v", waited)
 	}
@@ -113,7 +113,7 @@ func TestWriteGateGivesUp(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	leaveB := b.enter(t.Context())
+	leaveB := b.enter(t.Context(), false)
 	if lockFileNow(a.f) {
 		t.Fatal("a took the flock while b held the gate")
 	}
@@ -130,10 +130,10 @@ func TestWriteGateBudget(t *testing.T) {
 	noLeaks(t)
 	path := filepath.Join(t.TempDir(), "locks.db")
 	a, b := gateOn(t, path), gateOn(t, path)
-	leaveA := a.enter(t.Context())
+	leaveA := a.enter(t.Context(), false)
 	ctx, cancel := context.WithTimeout(t.Context(), maxGateWait)
 	defer cancel()
-	b.enter(ctx)()
+	b.enter(ctx, false)()
 	if ctx.Err() != nil {
 		t.Error("the wait ran until its context ended, not half of it")
 	}
@@ -152,7 +152,7 @@ func TestWriteGateOff(t *testing.T) {
 	}
 	defer db.Close()
 	g := NewSQLite(db).gate
-	g.enter(t.Context())()
+	g.enter(t.Context(), false)()
 	if !g.off || g.f != nil {
 		t.Errorf("in memory: off=%v file=%v, want the gate off", g.off, g.f)
 	}
@@ -165,7 +165,7 @@ func TestWriteGateOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	g = gateOn(t, path)
-	g.enter(t.Context())()
+	g.enter(t.Context(), false)()
 	if !g.off || g.f != nil {
 		t.Errorf("directory writable by others: off=%v file=%v, want the gate off", g.off, g.f)
 	}
@@ -176,4 +176,62 @@ func TestWriteGateOff(t *testing.T) {
 func noLeaks(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+}
+
+// TestWriteGateLetsHoldersGoFirst checks the turn of a Backend's
+// operations at its write gate: a holder's operation (urgent) that comes
+// while others wait goes before them, and one that gives up leaves the
+// turn to the next.
+func TestWriteGateLetsHoldersGoFirst(t *testing.T) {
+	noLeaks(t)
+	var s turnstile
+	ctx := t.Context()
+	waiting := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			s.mu.Lock()
+			k := len(s.urgent) + len(s.normal)
+			s.mu.Unlock()
+			if k == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d waiting, want %d", k, n)
+			}
+		}
+	}
+	if !s.enter(ctx, false, nil) {
+		t.Fatal("an open turnstile kept a caller out")
+	}
+	order := make(chan string, 3)
+	goEnter := func(ctx context.Context, what string, urgent bool) {
+		go func() {
+			if s.enter(ctx, urgent, nil) {
+				order <- what
+				s.leave()
+				return
+			}
+			order <- what + " gave up"
+		}()
+	}
+	goEnter(ctx, "waiter", false)
+	waiting(1)
+	cut, cancel := context.WithCancel(ctx)
+	goEnter(cut, "cut holder", true)
+	waiting(2)
+	goEnter(ctx, "holder", true)
+	waiting(3)
+	cancel()
+	if got := <-order; got != "cut holder gave up" {
+		t.Fatalf("first out: %q, want the cancelled one giving up", got)
+	}
+	s.leave()
+	if a, b := <-order, <-order; a != "holder" || b != "waiter" {
+		t.Fatalf("turns: %q, %q; want the holder's operation, then the waiter's", a, b)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held || len(s.urgent)+len(s.normal) > 0 {
+		t.Fatalf("after everyone left: held %v, %d waiting", s.held, len(s.urgent)+len(s.normal))
+	}
 }

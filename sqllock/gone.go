@@ -15,14 +15,16 @@ import "time"
 // pooled connection. A Release without a fence (the clean-up of an
 // acquire of unknown outcome, or of a fair waiter's place) that finds no
 // exclusive hold of its token therefore records the token (grants 1), and
-// Withdraw records its token too (grants 0), on MySQL and PostgreSQL. A
-// request of the token either runs after the record is committed, or has
-// run when the release locks the name's row and is seen and undone: on
-// PostgreSQL the record is written under that lock, on MySQL just before it
-// (see txs.recordGone), where it then stands even if the request is found
-// to have landed. While the record lives, a request of the token is refused a
+// Withdraw records its token too (grants 0), on MySQL and PostgreSQL. The
+// record is written on its own, before the release locks the name's row
+// (see txs.recordGone): a request of the token either runs after the
+// record is committed, or has run when the release locks the row and is
+// seen and undone (a live shared hold found, the request's grant, takes
+// the record with it). While the record lives, a request of the token is refused a
 // grant (grants 1: the plain, fair and shared acquires) and records no
-// queue entry, writer intent or claim (either kind). On PostgreSQL, whose
+// queue entry, writer intent or claim (either kind), and the token's queue
+// entry is passed over: a waiter that gave up holds the queue up only until
+// its record is written. On PostgreSQL, whose
 // single statements read what was committed when they began, a plain
 // acquire or an intent that waited for the row's lock and finds it changed
 // since (its xmin) is refused too ({fresh}); Backend.acquire then runs it

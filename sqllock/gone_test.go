@@ -38,7 +38,19 @@ type holder struct {
 }
 
 func newHolder(match string) *holder {
-	return &holder{match: []byte(match), held: make(chan struct{}), let: make(chan struct{}), ran: make(chan struct{})}
+	h := &holder{held: make(chan struct{}), let: make(chan struct{}), ran: make(chan struct{})}
+	if match != "" {
+		h.match = []byte(match)
+	}
+	return h
+}
+
+// arm makes the holder hold the next write that contains match (a holder
+// made with "" holds nothing until then).
+func (h *holder) arm(match string) {
+	h.mu.Lock()
+	h.match = []byte(match)
+	h.mu.Unlock()
 }
 
 func (h *holder) dial(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -87,12 +99,20 @@ func (c *holdConn) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// later sends the held bytes once let, and reads the answer.
+// later sends the held bytes once let, and reads the answer; when the
+// driver still waits for it, the driver reads it and the connection goes
+// on as usual.
 func (c *holdConn) later() {
 	defer close(c.h.ran)
 	<-c.h.let
 	c.mu.Lock()
 	pending := c.pending
+	if !c.closed {
+		defer c.mu.Unlock()
+		c.holding = false
+		_, _ = c.Conn.Write(pending)
+		return
+	}
 	c.mu.Unlock()
 	if _, err := c.Conn.Write(pending); err == nil {
 		_ = c.Conn.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -293,4 +313,107 @@ func TestLateFairEntryAfterCleanupQueuesNothing(t *testing.T) {
 		t.Fatalf("fair TryLock after the release: %v; want the lock free (nobody waits)", err)
 	}
 	_ = l.Unlock(t.Context())
+}
+
+// TestQueuePassesOverEntryOfWaiterThatGaveUp: a fair waiter that gave up
+// holds the queue up only until its clean-up has recorded it, however long
+// the rest of that clean-up takes. The clean-up (a Release without a fence,
+// as the Client sends it) has its transaction held, the record written
+// before it through: once the holder releases, a fair TryLock is granted,
+// and a live waiter still comes before later comers.
+func TestQueuePassesOverEntryOfWaiterThatGaveUp(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		start func(t *testing.T) lateEngine
+		begin string // the text of the driver's BEGIN
+	}{
+		{"mariadb", mariadbLate, "START TRANSACTION"},
+		{"postgres", postgresLate, "begin isolation level read committed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := tc.start(t)
+			h := newHolder("")
+			var letOnce sync.Once
+			let := func() { letOnce.Do(func() { close(h.let) }) }
+			late := sqllock.New(e.open(t, h), e.dialect)
+			t.Cleanup(let) // run first: the pool's Close waits for the held connection
+			other := newLateClient(t, e, e.open(t, nil))
+			third := newLateClient(t, e, e.open(t, nil))
+			ctx := t.Context()
+			fair := func(opts ...dlock.Option) []dlock.Option {
+				return append([]dlock.Option{dlock.Fair(), dlock.WithTTL(30 * time.Second)}, opts...)
+			}
+
+			held, err := other.Mutex("f", fair()...).TryLock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The waiter's entry lives longer than the test: only its
+			// clean-up can take it out of the way.
+			res, err := late.Acquire(ctx, dldriver.AcquireRequest{
+				Key: "f", Token: "gave-up", Owner: "gave-up", TTL: time.Minute,
+				Fair: true, Wait: true, QueueTTL: time.Minute,
+			})
+			if err != nil || !res.Queued || res.Position != 1 {
+				t.Fatalf("fair request behind a holder = %+v, %v; want queued first", res, err)
+			}
+			h.arm(tc.begin)
+			cleaned := make(chan error, 1)
+			go func() {
+				_, err := late.Release(context.WithoutCancel(ctx), "f", "gave-up")
+				cleaned <- err
+			}()
+			select {
+			case <-h.held:
+			case err := <-cleaned:
+				t.Fatalf("the clean-up ended (%v) without beginning a transaction", err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the clean-up's transaction never began")
+			}
+			if err := held.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			next, err := other.Mutex("f", fair()...).TryLock(ctx)
+			if err != nil {
+				t.Fatalf("fair TryLock after the release, the entry of a waiter that gave up still queued: %v; want granted", err)
+			}
+
+			// A live waiter behind that entry comes first.
+			queued := make(chan struct{})
+			var once sync.Once
+			got := make(chan error, 1)
+			go func() {
+				l, err := third.Mutex("f", fair(dlock.WithWait(30*time.Second),
+					dlock.WithOnBusy(func(*dlock.NotObtainedError) { once.Do(func() { close(queued) }) }))...).Lock(ctx)
+				if err == nil {
+					err = l.Unlock(context.Background())
+				}
+				got <- err
+			}()
+			select {
+			case <-queued:
+			case err := <-got:
+				t.Fatalf("Lock behind a holder: %v before it queued", err)
+			}
+			if err := next.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if l, err := other.Mutex("f", fair()...).TryLock(ctx); err == nil {
+				_ = l.Unlock(ctx)
+				t.Fatal("fair TryLock with a live waiter queued: granted, want refused")
+			}
+			if err := <-got; err != nil {
+				t.Fatalf("the queued waiter: %v, want granted", err)
+			}
+			let()
+			select {
+			case err := <-cleaned:
+				if err != nil {
+					t.Errorf("the clean-up, let through: %v", err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the held clean-up never returned")
+			}
+		})
+	}
 }

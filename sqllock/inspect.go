@@ -65,7 +65,7 @@ func (b *Backend) BreakIf(ctx context.Context, key string, fence uint64) (bool, 
 	if err := b.checkName(ctx, key); err != nil {
 		return false, opError(ctx, "break", key, err)
 	}
-	broken, err := retryGated(ctx, b, func() (bool, error) { return b.tx.breakIf(ctx, key, fence) })
+	broken, err := retryGated(ctx, b, true, func() (bool, error) { return b.tx.breakIf(ctx, key, fence) })
 	if err != nil {
 		return false, opError(ctx, "break", key, err)
 	}

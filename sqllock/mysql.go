@@ -232,6 +232,11 @@ func (m *mysql) release(ctx context.Context, key, token string, fence uint64) (d
 	if before >= 1 {
 		return driver.ReleaseResult{Held: true, Remaining: int(before - 1)}, false, nil
 	}
+	if fence == 0 {
+		// A clean-up: Backend.release records the token and runs the
+		// transaction whatever the hint says (see goneTTL).
+		return driver.ReleaseResult{}, true, nil
+	}
 	more, err := m.tx.more(ctx, key, token)
 	return driver.ReleaseResult{}, more, err
 }

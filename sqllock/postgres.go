@@ -241,7 +241,8 @@ SELECT name, token FROM hold`
 	// lease that expired during the wait is still released (no one else
 	// took the row meanwhile: the token check runs on its latest version).
 	// The head is read after the wait, from the statement's snapshot, with
-	// entries that lapsed during it left out (clock_timestamp()); an entry
+	// entries that lapsed during it left out (clock_timestamp()), and those
+	// of waiters whose clean-up is recorded (see goneTTL); an entry
 	// that came or left during the wait may be missed or named, which costs
 	// the waiters only a retry at their refresh (QueueTTL/3), as does a
 	// notification lost.
@@ -255,7 +256,9 @@ LEFT JOIN LATERAL (
   SELECT pg_notify('` + releaseChannel + `',
     CASE WHEN h.token IS NULL AND left(r.name, 1) <> chr(31) THEN r.name
     ELSE chr(31) || octet_length(r.name) || ':' || r.name || coalesce(h.token, '') END)
-  FROM (SELECT (SELECT q.token FROM {q} q WHERE q.name = r.name AND q.expires_at > clock_timestamp() ORDER BY q.seq LIMIT 1) AS token) h
+  FROM (SELECT (SELECT q.token FROM {q} q WHERE q.name = r.name AND q.expires_at > clock_timestamp()
+    AND NOT EXISTS (SELECT FROM {g} g WHERE g.name = q.name AND g.token = q.token AND g.expires_at > clock_timestamp())
+    ORDER BY q.seq LIMIT 1) AS token) h
   WHERE r.holds = 0
 ) n ON true
 UNION ALL

@@ -35,6 +35,12 @@ ON DUPLICATE KEY UPDATE fence = fence`
 	tplLock       = tplMain + `{forupdate}`
 	tplLockSQLite = `UPDATE {t} SET name = name WHERE name = $1 RETURNING ` + mainCols
 
+	// notGoneEntry passes over a queue entry q of a token whose clean-up
+	// is recorded (see goneTTL): its waiter gave up, and the entry only
+	// waits for the rest of that clean-up to delete it.
+	notGoneEntry = `
+     AND NOT EXISTS (SELECT 1 FROM {g} g WHERE g.name = q.name AND g.token = q.token AND g.expires_at > {now})`
+
 	// stateCols read, in a transaction, what the name's shared holds and
 	// queue say to the request of token $2 ($3 is larger than every seq):
 	// nameState's fields, in order. tplState reads them alone; on MySQL,
@@ -51,14 +57,15 @@ ON DUPLICATE KEY UPDATE fence = fence`
   (SELECT {time:MAX(expires_at)} FROM {s} WHERE name = $1 AND token <> $2 AND expires_at > {now}),
   (SELECT seq FROM {q} WHERE name = $1 AND token = $2),
   (SELECT {left:expires_at} FROM {q} WHERE name = $1 AND token = $2),
-  (SELECT COUNT(*) FROM {q} WHERE name = $1 AND token <> $2 AND expires_at > {now}),
-  (SELECT COUNT(*) FROM {q} WHERE name = $1 AND token <> $2 AND expires_at > {now}
+  (SELECT COUNT(*) FROM {q} q WHERE name = $1 AND token <> $2 AND expires_at > {now}` + notGoneEntry + `),
+  (SELECT COUNT(*) FROM {q} q WHERE name = $1 AND token <> $2 AND expires_at > {now}` + notGoneEntry + `
      AND seq < COALESCE((SELECT seq FROM {q} WHERE name = $1 AND token = $2 AND expires_at > {now}), $3)),
-  (SELECT token FROM {q} WHERE name = $1 AND token <> $2 AND expires_at > {now} ORDER BY seq LIMIT 1),
+  (SELECT token FROM {q} q WHERE name = $1 AND token <> $2 AND expires_at > {now}` + notGoneEntry + ` ORDER BY seq LIMIT 1),
   (SELECT COALESCE(MAX(seq), 0) FROM {q} WHERE name = $1),
   (SELECT COUNT(*) FROM {q} WHERE name = $1 AND expires_at <= {now}),
   (SELECT MAX(grants) FROM {g} WHERE name = $1 AND token = $2 AND expires_at > {now})`
-	tplState     = `SELECT` + stateCols
+	tplState = `SELECT` + stateCols
+
 	tplMainState = `SELECT ` + mainCols + `,` + stateCols + ` FROM {t} WHERE name = $1`
 
 	// A reader (Limit 0) in a transaction of three statements on MySQL and

@@ -56,7 +56,7 @@ type txs struct {
 	hasMore, holder, intent, claim, unclaim, inspect, list                  stmt
 	reader, insertReader                                                    stmt // MySQL and SQLite
 	dropHolder                                                              stmt // BreakIf
-	gone, dropHold, pruneGone, expiredGone                                  stmt // clean-up records (see goneTTL)
+	gone, ungone, dropHold, expiredGone                                     stmt // clean-up records (see goneTTL)
 	// committed, when set (SQLiteBackend), is told of each committed
 	// change that notify announced.
 	committed func(key, next string)
@@ -112,8 +112,12 @@ func newTxs(db *sql.DB, d Dialect, names tableNames) *txs {
 	t.expiredQueue = x.stmt(`SELECT token FROM {q} WHERE name = $1 AND token <> $2 AND expires_at <= {now}` + limit)
 	t.allShared = x.stmt(`SELECT token FROM {s} WHERE name = $1`)
 	t.gone = x.stmt(tplGone)
+	if d == PostgreSQL {
+		// The name's expired records go in the same statement.
+		t.gone = x.stmt(`WITH pruned AS (DELETE FROM {g} WHERE name = $1 AND token <> $2 AND expires_at <= {now}) ` + tplGone)
+	}
+	t.ungone = x.stmt(`DELETE FROM {g} WHERE name = $1 AND token = $2`)
 	t.dropHold = x.stmt(tplDropHold)
-	t.pruneGone = x.stmt(`DELETE FROM {g} WHERE name = $1 AND token <> $2 AND expires_at <= {now}`)
 	t.expiredGone = x.stmt(`SELECT token FROM {g} WHERE name = $1 AND token <> $2 AND expires_at <= {now}` + limit)
 	t.hasMore = x.stmt(tplHasMore)
 	t.holder = x.stmt(tplHolder)

@@ -5,7 +5,6 @@ package sqllock
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -24,42 +23,44 @@ import (
 // only its queue entry and writer intent go.
 //
 // With record, the clean-up of a request that may still be on its way (see
-// goneTTL), it makes the name's row if it is missing, drops an exclusive
-// hold of token that it finds under the row's lock (a grant that committed
-// after the single statement of Release looked; not with withdraw), and
-// otherwise records the token: grants 1, or 0 with withdraw.
+// goneTTL), it first records the token (grants 1, or 0 with withdraw; see
+// recordGone), then makes the name's row if it is missing and drops an
+// exclusive hold of token that it finds under the row's lock (a grant that
+// committed after the single statement of Release looked; not with
+// withdraw).
 func (t *txs) release(ctx context.Context, key, token string, withdraw, record bool) (driver.ReleaseResult, error) {
-	res, err := t.releaseOnce(ctx, key, token, withdraw, record, false)
-	if !errors.Is(err, errRecordFirst) {
-		return res, err
+	if record {
+		if err := t.recordGone(ctx, key, token, withdraw); err != nil {
+			return driver.ReleaseResult{}, err
+		}
 	}
-	if err := t.recordGone(ctx, key, token, withdraw); err != nil {
-		return driver.ReleaseResult{}, err
-	}
-	return t.releaseOnce(ctx, key, token, withdraw, record, true)
+	return t.releaseRecorded(ctx, key, token, withdraw, record)
 }
 
-// errRecordFirst ends a MySQL release transaction that must record its
-// token: the record is written on its own first (see recordGone).
-var errRecordFirst = errors.New("sqllock: record the clean-up first")
-
 // recordGone writes token's clean-up record (grants 1, or 0 with withdraw)
-// and deletes the name's expired ones, on MySQL, each statement on its own
-// and before the release's transaction locks the name's row.
+// and deletes the name's expired ones, on its own and before the release's
+// transaction locks the name's row.
 //
-// Under REPEATABLE READ, InnoDB runs the gone-table subqueries of the
-// single-statement acquires as locking reads, which lock the gap where the
-// token's record would go, and such a statement may take that gap lock
+// From the moment the record commits, the token's queue entry is passed
+// over (stateCols, the head that a release names): a waiter that gave up
+// holds the queue up no longer than its clean-up's first statement, however
+// slow the rest of the clean-up is.
+//
+// On MySQL, under REPEATABLE READ, InnoDB runs the gone-table subqueries of
+// the single-statement acquires as locking reads, which lock the gap where
+// the token's record would go, and such a statement may take that gap lock
 // before it waits for the name's row. A release that held the row and then
 // inserted into the gap would deadlock with it, again and again while
 // waiters keep asking. Written before the row is locked, the record waits
 // for those statements to end and holds nothing they wait for.
 //
 // The record still comes first for any request of the token: a request
-// that read the gap before it waited for the insert, and granted, is found
-// and undone by the transaction that follows. If that transaction finds
-// the token's request landed after all (a live shared hold), the record
-// stays: the token is being cleaned up and is refused grants for goneTTL.
+// that read the gap (MySQL) or took its snapshot (PostgreSQL) before the
+// record, and granted or queued, is found and undone by the transaction
+// that follows (on PostgreSQL a single statement that waited for that
+// transaction's row lock is refused: {fresh}). If that transaction finds
+// that the token's request landed (a live shared hold), it deletes the
+// record with the hold.
 func (t *txs) recordGone(ctx context.Context, key, token string, withdraw bool) error {
 	grants := 1
 	if withdraw {
@@ -68,6 +69,9 @@ func (t *txs) recordGone(ctx context.Context, key, token string, withdraw bool) 
 	if _, err := t.db.ExecContext(ctx, t.gone.query, t.gone.args(key, token, grants, t.x.units(goneTTL))...); err != nil {
 		return err
 	}
+	if t.d != MySQL {
+		return nil // t.gone deleted the expired records in the same statement
+	}
 	tokens, err := queryStrings(ctx, t.db, t.expiredGone.query, t.expiredGone.args(key, token)...)
 	if err != nil || len(tokens) == 0 {
 		return err
@@ -75,9 +79,8 @@ func (t *txs) recordGone(ctx context.Context, key, token string, withdraw bool) 
 	return t.deleteGone(ctx, t.db, key, tokens)
 }
 
-// releaseOnce is release; with recorded, on MySQL, the token's record is
-// written already (see recordGone).
-func (t *txs) releaseOnce(ctx context.Context, key, token string, withdraw, record, recorded bool) (driver.ReleaseResult, error) {
+// releaseRecorded is release once the token's record, if any, is written.
+func (t *txs) releaseRecorded(ctx context.Context, key, token string, withdraw, record bool) (driver.ReleaseResult, error) {
 	var res driver.ReleaseResult
 	err := t.run(ctx, func(x *txn) (bool, error) {
 		res = driver.ReleaseResult{}
@@ -99,26 +102,18 @@ func (t *txs) releaseOnce(ctx context.Context, key, token string, withdraw, reco
 		ownIntent := m.intentToken.Valid && m.intentToken.String == token
 		ownClaim := m.claimToken.Valid && m.claimToken.String == token
 		hadEntry := st.myLeft.Valid
-		if record && !(hadShared && st.mineLeft.Int64 > 0) {
-			// A live shared hold found is the grant the request made: it
-			// has landed. Anything else may still be on its way.
-			switch {
-			case t.d == MySQL && !recorded:
-				return false, errRecordFirst
-			case t.d != MySQL:
-				grants := 1
-				if withdraw {
-					grants = 0
-				}
-				if err := x.exec(t.gone, key, token, grants, t.x.units(goneTTL)); err != nil {
-					return false, err
-				}
-				if err := x.exec(t.pruneGone, key, token); err != nil {
-					return false, err
-				}
+		if !hadShared && !ownIntent && !hadEntry && !ownClaim {
+			// On PostgreSQL a clean-up commits all the same: a late
+			// statement of the token that waited for the row it made or
+			// locked then finds the row changed, and is refused ({fresh}).
+			return record && t.d == PostgreSQL, nil
+		}
+		if record && hadShared && st.mineLeft.Int64 > 0 {
+			// A live shared hold is the grant the request made: it has
+			// landed, and the token's record goes.
+			if err := x.exec(t.ungone, key, token); err != nil {
+				return false, err
 			}
-		} else if !hadShared && !ownIntent && !hadEntry && !ownClaim {
-			return false, nil
 		}
 		if ownClaim {
 			// A starving waiter's claim: the lock is left to everyone.

@@ -38,15 +38,15 @@ func TestWriteGateFollowsARemovedDirectory(t *testing.T) {
 	noLeaks(t)
 	path := filepath.Join(t.TempDir(), "locks.db")
 	a, b := gateOn(t, path), gateOn(t, path)
-	a.enter(t.Context())() // opens a's file
+	a.enter(t.Context(), false)() // opens a's file
 	if err := os.RemoveAll(path + wakeDirSuffix); err != nil {
 		t.Fatal(err)
 	}
-	leaveA := a.enter(t.Context())
+	leaveA := a.enter(t.Context(), false)
 	defer func() { leaveA() }()
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
-	b.enter(ctx)()
+	b.enter(ctx, false)()
 	if !b.stalled.Load() {
 		t.Error("the second Backend went through the gate while the first held it: they lock two different files now")
 	}

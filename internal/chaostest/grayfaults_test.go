@@ -72,13 +72,7 @@ const (
 // release while a waiter waits (a late grant to nobody would keep it for
 // lateTTL). Plain Mutexes, then Fair ones (not on Redlock).
 func TestLateRequest(t *testing.T) {
-	kinds := []string{kindRedis, kindRedlock}
-	if *openFindings {
-		// Open findings (docs/SAFETY.md): on MariaDB and PostgreSQL, a
-		// fair waiter's entry of a late request can stand at the head of
-		// the queue past the bound.
-		kinds = append(kinds, kindMariaDB, kindPostgres)
-	}
+	kinds := []string{kindRedis, kindRedlock, kindMariaDB, kindPostgres}
 	for _, kind := range kinds {
 		t.Run(kind, func(t *testing.T) {
 			s := startStore(t, kind, storeOptions{Proxy: true})
@@ -435,9 +429,9 @@ const (
 	manySoak  = 1000
 	// manyIdleBound: with that many waiters, a release is followed by
 	// the next grant within a wake-up and a round trip (a poll, at most
-	// 500ms, on a store without notifications); the first attempts of
-	// every waiter arrive at once at the start (on PostgreSQL, Fair, they
-	// held the lock up for up to 1.8s); room for a loaded machine.
+	// 500ms, on a store without notifications); each client has one
+	// request for the name under way at a time, its first attempts
+	// included; room for a loaded machine.
 	manyIdleBound = 2500 * time.Millisecond
 	// manyRun is the length of a short run: longer than manyIdleBound,
 	// so that a name stranded early in the run shows.
@@ -456,13 +450,7 @@ func TestManyWaiters(t *testing.T) {
 	if *soak {
 		waiters = manySoak
 	}
-	kinds := []string{kindMemlock, kindRedis, kindSQLite, kindMariaDB, kindEtcd}
-	if *openFindings {
-		// Open finding (docs/SAFETY.md): every Lock of a Client sends its
-		// first attempt before it joins the Client's waiters, so a crowd
-		// of them exhausts PostgreSQL's connections.
-		kinds = append(kinds, kindPostgres)
-	}
+	kinds := []string{kindMemlock, kindRedis, kindSQLite, kindMariaDB, kindPostgres, kindEtcd}
 	for _, kind := range kinds {
 		t.Run(kind, func(t *testing.T) {
 			s := startStore(t, kind, storeOptions{})
