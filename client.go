@@ -7,7 +7,6 @@ package dlock
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -174,95 +173,6 @@ func (c *Client) exit() {
 		c.cond.Broadcast()
 	}
 	c.mu.Unlock()
-}
-
-// cleanup removes what an acquire with an unknown outcome, or a wait that
-// ended, may have left on the store, before the call returns when the store
-// answers within settleWait (see settle).
-func (c *Client) cleanup(key, token string, ttl time.Duration) {
-	c.settle(ttl, func(ctx context.Context) {
-		c.releaseUnused(ctx, key, token, "clean-up after an interrupted acquire")
-	})
-}
-
-// settleWait bounds how long a call that ends waits for its clean-up on the
-// store (see settle).
-const settleWait = 250 * time.Millisecond
-
-// settle runs fn, with a context that ends after timeout, and waits for it
-// up to settleWait: a wait that gives up withdraws its place before Lock
-// returns, so that the next TryLock finds the lock as free as it is, while
-// a store that does not answer delays the caller no more than settleWait;
-// fn then goes on in the background (Close waits for it).
-func (c *Client) settle(timeout time.Duration, fn func(ctx context.Context)) {
-	done := make(chan struct{})
-	c.background(timeout, func(ctx context.Context) {
-		defer close(done)
-		fn(ctx)
-	})
-	t := time.NewTimer(settleWait)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
-}
-
-// releaseUnused releases what token may hold on key without a lease to show
-// for it (an acquire of unknown outcome, a grant that came too late), and
-// wakes local waiters when that freed the lock. what names the occasion in
-// the warning logged when the release fails.
-func (c *Client) releaseUnused(ctx context.Context, key, token, what string) {
-	if _, err := c.release(ctx, key, token); err != nil {
-		c.log.Warn("dlock: "+what+" failed; the lock expires after its TTL", "lock", strings.TrimPrefix(key, c.opts.keyPrefix), "err", err)
-	}
-}
-
-// release sends one release of token on key, and wakes this Client's
-// waiters on key at once when it left the lock free.
-func (c *Client) release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
-	return c.releaseFrom(ctx, key, token, 0)
-}
-
-// releaseFrom is release with the observer's clock read at start, as
-// releaseGrantFrom.
-func (c *Client) releaseFrom(ctx context.Context, key, token string, start time.Duration) (driver.ReleaseResult, error) {
-	if start == 0 {
-		start = c.obs.now()
-	}
-	res, err := c.backend.Release(ctx, key, token)
-	c.obs.storeCall("release", key, start, err)
-	if err == nil && res.Held && res.Remaining == 0 {
-		c.hub.wakeKey(key)
-	}
-	return res, err
-}
-
-// releaseGrant is release tied to the grant of fence where the backend can
-// do it (driver.GrantReleaser): a token that a later Lock may hold again
-// (a reentrant handle's, an owner ID's) must not see a late copy of this
-// release drop that later grant.
-func (c *Client) releaseGrant(ctx context.Context, key, token string, fence uint64) (driver.ReleaseResult, error) {
-	return c.releaseGrantFrom(ctx, key, token, fence, 0)
-}
-
-// releaseGrantFrom is releaseGrant with the observer's clock read at start
-// (observer.now) when the caller has one from just before (Unlock's own
-// start): one clock read fewer; 0 to read it here.
-func (c *Client) releaseGrantFrom(ctx context.Context, key, token string, fence uint64, start time.Duration) (driver.ReleaseResult, error) {
-	gr, ok := c.backend.(driver.GrantReleaser)
-	if !ok {
-		return c.releaseFrom(ctx, key, token, start)
-	}
-	if start == 0 {
-		start = c.obs.now()
-	}
-	res, err := gr.ReleaseGrant(ctx, key, token, fence)
-	c.obs.storeCall("release", key, start, err)
-	if err == nil && res.Held && res.Remaining == 0 {
-		c.hub.wakeKey(key)
-	}
-	return res, err
 }
 
 // owner returns the owner string of an acquire sent at sent.

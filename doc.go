@@ -131,7 +131,7 @@ package dlock
 
 // Inside the package. A Client owns three components: the renewer
 // (renew.go: one goroutine, a heap of grants), the wait hub (hub.go,
-// listener.go, starve.go: waiter groups, the notification stream, the
+// stream.go, starve.go: waiter groups, the notification stream, the
 // starvation policy) and its lifecycle (client.go). A handle (handle.go)
 // backs Mutex, RWMutex and Semaphore; its Lock starts in lockturn.go and
 // waits in lockwait.go. A grant (grant.go) is one hold on the store, and
@@ -145,7 +145,7 @@ package dlock
 //	               grant.mu → Lease.mu
 //	waitGroup.smu → waitHub.lmu → waitHub.mu
 //
-// Client.mu, renewer.mu, Lease.mu, waitHub.mu, handleGate.mu and
+// Client.mu, renewer.mu, Lease.mu, waitHub.mu, reentryLock.mu and
 // MultiLease.mu are leaves: nothing else is taken while one is held
 // (waitHub.mu only signals channels without blocking). No mutex is held across a store call, except waitGroup.smu
 // around a Subscribe (which serialises one group's subscribing) and

@@ -38,7 +38,7 @@ type grant struct {
 	sharedToken bool
 	// hd is the handle whose fixed token the grant holds with (reentrant
 	// handle, WithOwnerID), or nil: its last release is serialised with
-	// the handle's acquires (see handle.gate).
+	// the handle's acquires (see handle.reentry).
 	hd *handle
 
 	mu       sync.Mutex
@@ -364,11 +364,11 @@ func (g *grant) drop(l *Lease) (ended, last bool, inflight <-chan struct{}) {
 // release with an unknown outcome), drains the handle's extra holds. It
 // reports whether the token held the lock.
 //
-// Unlock calls it, for a reentrant handle's grant, with the handle's gate
-// held (see handleGate), so that the holds it counts and drains are this
+// Unlock calls it, for a reentrant handle's grant, with the handle's reentry lock
+// held (see reentryLock), so that the holds it counts and drains are this
 // grant's own.
 func (g *grant) release(ctx context.Context, last bool, start time.Duration) (held bool, err error) {
-	res, err := g.c.releaseGrantFrom(ctx, g.key, g.token, g.fence, start)
+	res, err := g.c.storeRelease(ctx, g.key, g.token, g.fence, start)
 	if err != nil {
 		g.mu.Lock()
 		g.uncertain = true // the hold may or may not be gone
@@ -384,7 +384,7 @@ func (g *grant) release(ctx context.Context, last bool, start time.Duration) (he
 	drain := last && g.uncertain && !g.sharedToken
 	g.mu.Unlock()
 	for extra := res.Remaining; drain && res.Held && res.Remaining > 0 && extra > 0; extra-- {
-		res, err = g.c.releaseGrant(ctx, g.key, g.token, g.fence)
+		res, err = g.c.storeRelease(ctx, g.key, g.token, g.fence, 0)
 		if err != nil {
 			return true, err
 		}
@@ -396,7 +396,7 @@ func (g *grant) release(ctx context.Context, last bool, start time.Duration) (he
 		// ID), so that hold is its own to drop, untied, as many times as
 		// it has holds. g is still reported not held.
 		for range maxOrphanHolds {
-			r, err := g.c.release(ctx, g.key, g.token)
+			r, err := g.c.storeRelease(ctx, g.key, g.token, 0, 0)
 			if err != nil || !r.Held || r.Remaining == 0 {
 				break
 			}

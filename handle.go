@@ -57,12 +57,12 @@ type handle struct {
 	// a hold that no lease stands for. The handle's next grant inherits it
 	// and drains such holds at its last Unlock. Guarded by mu.
 	uncertain bool
-	// gated: a reentrant handle without an owner ID, whose last Unlock
+	// drains: a reentrant handle without an owner ID, whose last Unlock
 	// may drain holds of its token (see grant.release): its acquires and
-	// its Unlocks pass gate.
-	gated bool
-	gate  handleGate
-	typ   string // the lock type, for observers (Event.Type)
+	// its Unlocks pass reentry.
+	drains  bool
+	reentry reentryLock
+	typ     string // the lock type, for observers (Event.Type)
 }
 
 // init sets h up as kind's handle on name: the Client's defaults, then
@@ -111,7 +111,7 @@ func (h *handle) init(c *Client, kind, name string, mode driver.Mode, limit int,
 	h.starve = h.err == nil && kind == "Mutex" && c.backend != nil && !h.opts.fair && h.token == "" &&
 		c.need(driver.CapFair) == nil && c.need(driver.CapOvertook) == nil && h.hub.notifier != nil
 	h.typ = typeOf(kind, mode == driver.Shared)
-	h.gated = h.opts.reentrant && h.opts.ownerID == ""
+	h.drains = h.opts.reentrant && h.opts.ownerID == ""
 	h.handoff = h.err == nil && kind == "Mutex" && c.backend != nil && (h.opts.fair || h.starve) && h.token == "" &&
 		h.opts.lockDelay == 0 && c.need(driver.CapHandoff) == nil
 	h.qttl = h.opts.queueTTL()
@@ -212,13 +212,13 @@ func (h *handle) notObtained(res driver.AcquireResult) *NotObtainedError {
 // too late to be used is given back and, for a waiting caller, answered as
 // a refusal that carries the grant's Fence (refusals carry none).
 func (h *handle) try(ctx context.Context, token string, wait, fair, claim bool) (_ *Lease, _ driver.AcquireResult, sent time.Time, _ error) {
-	if h.gated {
+	if h.drains {
 		// From the look for a grant to join to the lease made: see
-		// handleGate.
-		if err := h.gate.enter(ctx, h.c.closingCtx.Done(), false); err != nil {
+		// reentryLock.
+		if err := h.reentry.enter(ctx, h.c.closingCtx.Done(), false); err != nil {
 			return nil, driver.AcquireResult{}, time.Now(), err
 		}
-		defer h.gate.exit(false)
+		defer h.reentry.exit(false)
 	}
 	var joined *grant
 	if h.opts.reentrant {
@@ -388,43 +388,6 @@ func (h *handle) grantLease(joined *grant, token, owner string, res driver.Acqui
 	return l
 }
 
-// unknownOutcome deals with an acquire of token whose outcome is unknown
-// (the store failed, or ctx ended, perhaps after the store acted): it may
-// have added a hold. A token drawn for this one call holds nothing anyone
-// else relies on, so what it may hold is released in the background. A
-// handle's fixed token (Reentrant, WithOwnerID) is another matter: another
-// goroutine of the handle may hold the lock with it, or be about to, and a
-// release would take its hold away — two holders. Such a hold is counted as
-// uncertain instead: the last Unlock of the handle's grant drains it, and
-// when the handle holds nothing it lapses after its TTL. A queue entry or
-// writer intent the acquire may have made (wait) is withdrawn all the same.
-func (h *handle) unknownOutcome(token string, joined *grant, wait bool) {
-	if h.token == "" {
-		h.c.cleanup(h.key, token, h.opts.ttl)
-		return
-	}
-	if wait && joined == nil {
-		h.withdraw(token)
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	g := joined
-	if g == nil {
-		g = h.held
-	}
-	if g == nil || !g.markUncertain() {
-		h.uncertain = true
-	}
-}
-
-// markUncertain records that the store may count a hold of the handle's
-// token that no lease stands for (see uncertain).
-func (h *handle) markUncertain() {
-	h.mu.Lock()
-	h.uncertain = true
-	h.mu.Unlock()
-}
-
 // holdsOther reports whether the handle holds a live grant other than g
 // (a nil handle holds none).
 func (h *handle) holdsOther(g *grant) bool {
@@ -435,51 +398,4 @@ func (h *handle) holdsOther(g *grant) bool {
 	other := h.held
 	h.mu.Unlock()
 	return other != nil && other != g && other.live()
-}
-
-// giveBack releases a grant of fence that came too late to be used, within
-// a TTL, tied to that grant where the backend can (driver.GrantReleaser).
-func (h *handle) giveBack(ctx context.Context, token string, fence uint64) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.opts.ttl)
-	defer cancel()
-	if _, err := h.c.releaseGrant(ctx, h.key, token, fence); err != nil {
-		h.c.log.Warn("dlock: giving back a grant that came too late failed; the lock expires after its TTL", "lock", h.name, "fence", fence, "err", err)
-	}
-}
-
-// abandon removes what a wait that ended may have left on the store: a
-// queue entry or a writer intent of token (last is the wait's last answer),
-// before Lock returns unless the store is slow to answer (see settle). A
-// token that outlives the wait (reentrant handle, WithOwnerID) may hold the
-// lock meanwhile, which a release would end, so its entry is withdrawn
-// without touching holds (driver.Withdrawer); where the backend cannot, or
-// shared says that other waiters of this Client use the same entry, it is
-// left to lapse after its QueueTTL.
-func (h *handle) abandon(token string, last driver.AcquireResult, shared bool) {
-	switch {
-	case !last.Queued:
-	case h.token == "":
-		h.c.cleanup(h.key, token, h.opts.ttl)
-	case shared:
-	default:
-		h.withdraw(token)
-	}
-}
-
-// withdraw takes token's queue entry and writer intent off the store
-// without touching its holds, where the backend can (driver.Withdrawer),
-// before the call returns unless the store is slow to answer (see settle).
-func (h *handle) withdraw(token string) {
-	w, ok := h.backend.(driver.Withdrawer)
-	if !ok {
-		return
-	}
-	h.c.settle(h.opts.ttl, func(ctx context.Context) {
-		start := h.c.obs.now()
-		err := w.Withdraw(ctx, h.key, token)
-		h.c.obs.storeCall("withdraw", h.key, start, err)
-		if err != nil && !errors.Is(err, errors.ErrUnsupported) {
-			h.hub.log.Warn("dlock: leaving the queue failed; the entry lapses after its time to live", "lock", h.name, "err", err)
-		}
-	})
 }

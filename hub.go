@@ -1,4 +1,4 @@
-// The wait hub: a Client's waiter groups, their gates and wake-ups, and what
+// The wait hub: a Client's waiter groups, their turns and wake-ups, and what
 // the Client knows of each key's releases.
 
 package dlock
@@ -15,9 +15,9 @@ import (
 )
 
 // waitHub coordinates a Client's waiters. Waiters on one key form a group;
-// only the group's active waiter (the one that holds its gate) queries the
+// only the group's active waiter (the one that holds its turn) queries the
 // store, so a release costs one attempt per Client and key, not one per
-// goroutine. The hub owns the Client's one notification stream (listener.go)
+// goroutine. The hub owns the Client's one notification stream (stream.go)
 // and routes each release to the group of its key. The wait loop itself is
 // the handle's (lockwait.go); the hub gives it primitives only.
 type waitHub struct {
@@ -62,7 +62,7 @@ type waitHub struct {
 	lmu      sync.Mutex // guards the stream and the fields below
 	listener driver.Listener
 	closed   bool
-	keys     map[string]*keyListen // the key subscriptions on the stream (listener.go)
+	keys     map[string]*keyListen // the key subscriptions on the stream (stream.go)
 	lingerWG sync.WaitGroup        // lingering subscriptions' timers set or running
 	subWG    sync.WaitGroup        // subscriptions under way for waiter groups (subscribeGroup)
 	failedAt time.Time             // last failed Listen, to retry at most once a second
@@ -85,9 +85,9 @@ func newWaitHub(notifier driver.Notifier, log *slog.Logger, ctx context.Context)
 type waitGroup struct {
 	key  string
 	refs int           // waiters in the group, guarded by waitHub.mu
-	gate chan struct{} // capacity 1: held by the active waiter
+	turn chan struct{} // capacity 1: held by the active waiter
 	wake chan struct{} // capacity 1: a release of key was seen
-	// reserved: the gate is held for the Lock making its first attempt
+	// reserved: the turn is held for the Lock making its first attempt
 	// on key (see joinOrTry); last, the store's last answer to a waiter
 	// of the group (see heard). Guarded by waitHub.mu.
 	reserved bool
@@ -131,17 +131,17 @@ type releaseMark struct {
 // mark returns what the Client knows of key's releases now. Taken before
 // an attempt, it tells a wait that follows whether a release may have come
 // after the attempt (see released).
-func (h *waitHub) mark(key string) releaseMark {
-	if h.notifier == nil || h.subsN.Load() == 0 {
+func (hub *waitHub) mark(key string) releaseMark {
+	if hub.notifier == nil || hub.subsN.Load() == 0 {
 		return releaseMark{}
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	s := h.subs[key]
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	s := hub.subs[key]
 	if s == nil {
 		return releaseMark{}
 	}
-	return releaseMark{sub: s, seq: s.seq, plain: s.plain, epoch: h.epoch}
+	return releaseMark{sub: s, seq: s.seq, plain: s.plain, epoch: hub.epoch}
 }
 
 // released reports whether key may have been released since mk was taken:
@@ -149,53 +149,53 @@ func (h *waitHub) mark(key string) releaseMark {
 // since, or a release or a gap in the stream was heard since. When it
 // reports false, the key was subscribed all along and no release came, so
 // the next release will be heard: a wait may sleep before trying again.
-func (h *waitHub) released(key string, mk releaseMark) bool {
+func (hub *waitHub) released(key string, mk releaseMark) bool {
 	if mk.sub == nil {
 		return true
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.subs[key] != mk.sub || mk.sub.seq != mk.seq || h.epoch != mk.epoch
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	return hub.subs[key] != mk.sub || mk.sub.seq != mk.seq || hub.epoch != mk.epoch
 }
 
 // onlyHandoffsSince reports whether key has been subscribed without a
 // break (and the stream without a gap) since mk was taken, and every
 // release heard since was a direct handoff.
-func (h *waitHub) onlyHandoffsSince(key string, mk releaseMark) bool {
+func (hub *waitHub) onlyHandoffsSince(key string, mk releaseMark) bool {
 	if mk.sub == nil {
 		return false
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.subs[key] == mk.sub && h.epoch == mk.epoch && mk.sub.plain == mk.plain
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	return hub.subs[key] == mk.sub && hub.epoch == mk.epoch && mk.sub.plain == mk.plain
 }
 
 // subscribed counts a confirmed subscription of key; dropping undoes it.
-func (h *waitHub) subscribed(key string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.subs == nil {
-		h.subs = make(map[string]*keySub)
+func (hub *waitHub) subscribed(key string) {
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	if hub.subs == nil {
+		hub.subs = make(map[string]*keySub)
 	}
-	s := h.subs[key]
+	s := hub.subs[key]
 	if s == nil {
 		s = &keySub{}
-		h.subs[key] = s
-		h.subsN.Store(int32(len(h.subs)))
+		hub.subs[key] = s
+		hub.subsN.Store(int32(len(hub.subs)))
 	}
 	s.refs++
 }
 
 // dropping uncounts a subscription of key before the listener drops it, so
 // that the hub never counts one that the store no longer has.
-func (h *waitHub) dropping(key string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	delete(h.handed, key)
-	if s := h.subs[key]; s != nil {
+func (hub *waitHub) dropping(key string) {
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	delete(hub.handed, key)
+	if s := hub.subs[key]; s != nil {
 		if s.refs--; s.refs <= 0 {
-			delete(h.subs, key)
-			h.subsN.Store(int32(len(h.subs)))
+			delete(hub.subs, key)
+			hub.subsN.Store(int32(len(hub.subs)))
 		}
 	}
 }
@@ -204,40 +204,40 @@ func (h *waitHub) dropping(key string) {
 // every key when key is "". next, when set, is the fair waiter the store
 // lets in: only that one is woken, and given the grant when the release
 // handed it the lock (driver.ParseNext).
-func (h *waitHub) notify(key, next string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+func (hub *waitHub) notify(key, next string) {
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
 	if key == "" {
-		h.epoch++
-		for _, g := range h.groups {
+		hub.epoch++
+		for _, g := range hub.groups {
 			g.wakeAll()
 		}
-		for _, ws := range h.watchers {
+		for _, ws := range hub.watchers {
 			signalAll(ws)
 		}
 		return
 	}
-	signalAll(h.watchers[key])
+	signalAll(hub.watchers[key])
 	token, fence := driver.ParseNext(next)
-	if ks := h.subs[key]; ks != nil {
+	if ks := hub.subs[key]; ks != nil {
 		ks.seq++
 		if fence == 0 {
 			ks.plain++
 		}
 	}
 	if next != "" {
-		h.sawQueue(key)
+		hub.sawQueue(key)
 	}
-	g := h.groups[key]
-	if fence > 0 && h.subs[key] != nil && (g == nil || len(g.fair[token]) == 0) {
+	g := hub.groups[key]
+	if fence > 0 && hub.subs[key] != nil && (g == nil || len(g.fair[token]) == 0) {
 		// Handed to a token no waiter of this Client waits with now: it
 		// may be this Client's, between its first attempt and its wait.
 		// Kept until the next handoff of the key (there is none before
 		// this grant is released) or until the key is unsubscribed.
-		if h.handed == nil {
-			h.handed = make(map[string]driver.Handoff)
+		if hub.handed == nil {
+			hub.handed = make(map[string]driver.Handoff)
 		}
-		h.handed[key] = driver.Handoff{Token: token, Fence: fence}
+		hub.handed[key] = driver.Handoff{Token: token, Fence: fence}
 	}
 	switch {
 	case g == nil:
@@ -269,15 +269,15 @@ func (g *waitGroup) wakeAll() {
 // wakeKey wakes local waiters of key at once when this Client released it,
 // without waiting for the store's notification: the active waiter, and of
 // fair waiters only the one that was at the head of the queue.
-func (h *waitHub) wakeKey(key string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if ks := h.subs[key]; ks != nil {
+func (hub *waitHub) wakeKey(key string) {
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	if ks := hub.subs[key]; ks != nil {
 		ks.seq++ // a release by this Client counts as heard (see released)
 		ks.plain++
 	}
-	signalAll(h.watchers[key])
-	g := h.groups[key]
+	signalAll(hub.watchers[key])
+	g := hub.groups[key]
 	if g == nil {
 		return
 	}
@@ -307,65 +307,65 @@ func signalAll(cs []chan struct{}) {
 // watch registers an election observer of key: the channel returned
 // (capacity 1) is signalled as described at waitHub.watchers. unwatch
 // takes it out again.
-func (h *waitHub) watch(key string) chan struct{} {
+func (hub *waitHub) watch(key string) chan struct{} {
 	w := make(chan struct{}, 1)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.watchers == nil {
-		h.watchers = make(map[string][]chan struct{})
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	if hub.watchers == nil {
+		hub.watchers = make(map[string][]chan struct{})
 	}
-	h.watchers[key] = append(h.watchers[key], w)
+	hub.watchers[key] = append(hub.watchers[key], w)
 	return w
 }
 
 // unwatch takes the observer channel w of key out.
-func (h *waitHub) unwatch(key string, w chan struct{}) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	ws := slices.DeleteFunc(h.watchers[key], func(x chan struct{}) bool { return x == w })
+func (hub *waitHub) unwatch(key string, w chan struct{}) {
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	ws := slices.DeleteFunc(hub.watchers[key], func(x chan struct{}) bool { return x == w })
 	if len(ws) == 0 {
-		delete(h.watchers, key)
+		delete(hub.watchers, key)
 	} else {
-		h.watchers[key] = ws
+		hub.watchers[key] = ws
 	}
 }
 
 // wakeWatchers signals the election observers of key: this Client made a
 // grant of it (which the store does not announce).
-func (h *waitHub) wakeWatchers(key string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	signalAll(h.watchers[key])
+func (hub *waitHub) wakeWatchers(key string) {
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	signalAll(hub.watchers[key])
 }
 
 // waiting reports whether the Client has waiters on key.
-func (h *waitHub) waiting(key string) bool {
-	if h.groupsN.Load() == 0 {
+func (hub *waitHub) waiting(key string) bool {
+	if hub.groupsN.Load() == 0 {
 		return false
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.groups[key] != nil
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	return hub.groups[key] != nil
 }
 
 // join adds a waiter to key's group; leave takes it out again.
-func (h *waitHub) join(key string) *waitGroup {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.joinLocked(key)
+func (hub *waitHub) join(key string) *waitGroup {
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	return hub.joinLocked(key)
 }
 
-func (h *waitHub) joinLocked(key string) *waitGroup {
-	g := h.groups[key]
+func (hub *waitHub) joinLocked(key string) *waitGroup {
+	g := hub.groups[key]
 	if g == nil {
-		g = &waitGroup{key: key, gate: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
-		if _, ok := h.trying[key]; ok {
-			// A Lock's first attempt is under way: the gate is its turn.
-			g.gate <- struct{}{}
+		g = &waitGroup{key: key, turn: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+		if _, ok := hub.trying[key]; ok {
+			// A Lock's first attempt is under way: the turn is its.
+			g.turn <- struct{}{}
 			g.reserved = true
 		}
-		h.groups[key] = g
-		h.groupsN.Store(int32(len(h.groups)))
+		hub.groups[key] = g
+		hub.groupsN.Store(int32(len(hub.groups)))
 	}
 	g.refs++
 	return g
@@ -373,15 +373,15 @@ func (h *waitHub) joinLocked(key string) *waitGroup {
 
 // leave takes a waiter out of g; the last to leave gives up the group's
 // use of the key's subscription, which lingers a while (see unlisten).
-func (h *waitHub) leave(g *waitGroup) {
-	h.mu.Lock()
+func (hub *waitHub) leave(g *waitGroup) {
+	hub.mu.Lock()
 	g.refs--
 	last := g.refs == 0
 	if last {
-		delete(h.groups, g.key)
-		h.groupsN.Store(int32(len(h.groups)))
+		delete(hub.groups, g.key)
+		hub.groupsN.Store(int32(len(hub.groups)))
 	}
-	h.mu.Unlock()
+	hub.mu.Unlock()
 	if !last {
 		return
 	}
@@ -393,16 +393,16 @@ func (h *waitHub) leave(g *waitGroup) {
 	}
 	g.smu.Unlock()
 	if subscribed {
-		h.unlisten(g.key)
+		hub.unlisten(g.key)
 	}
 }
 
 // enqueue registers a waiter of g in the store's fair queue with token, at
 // position; dequeue takes it out.
-func (h *waitHub) enqueue(g *waitGroup, token string, position int) *fairWaiter {
+func (hub *waitHub) enqueue(g *waitGroup, token string, position int) *fairWaiter {
 	w := &fairWaiter{wake: make(chan struct{}, 1), position: position}
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
 	if g.fair == nil {
 		g.fair = make(map[string][]*fairWaiter)
 	}
@@ -413,9 +413,9 @@ func (h *waitHub) enqueue(g *waitGroup, token string, position int) *fairWaiter 
 }
 
 // dequeue takes w, of token, out of g's fair waiters.
-func (h *waitHub) dequeue(g *waitGroup, token string, w *fairWaiter) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+func (hub *waitHub) dequeue(g *waitGroup, token string, w *fairWaiter) {
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
 	ws := slices.DeleteFunc(g.fair[token], func(x *fairWaiter) bool { return x == w })
 	if len(ws) == 0 {
 		delete(g.fair, token)
@@ -427,13 +427,13 @@ func (h *waitHub) dequeue(g *waitGroup, token string, w *fairWaiter) {
 // handedOff returns the fence of a grant a release handed to w, which
 // waits on g's key with token, once, or 0. The announcement may have come
 // before w was registered (see notify).
-func (h *waitHub) handedOff(g *waitGroup, token string, w *fairWaiter) uint64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+func (hub *waitHub) handedOff(g *waitGroup, token string, w *fairWaiter) uint64 {
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
 	f := w.handoff
 	w.handoff = 0
-	if ho, ok := h.handed[g.key]; ok && ho.Token == token {
-		delete(h.handed, g.key)
+	if ho, ok := hub.handed[g.key]; ok && ho.Token == token {
+		delete(hub.handed, g.key)
 		if f == 0 {
 			f = ho.Fence
 		}
@@ -442,16 +442,16 @@ func (h *waitHub) handedOff(g *waitGroup, token string, w *fairWaiter) uint64 {
 }
 
 // moved records w's place in the queue after an attempt.
-func (h *waitHub) moved(w *fairWaiter, position int) {
-	h.mu.Lock()
+func (hub *waitHub) moved(w *fairWaiter, position int) {
+	hub.mu.Lock()
 	w.position = position
-	h.mu.Unlock()
+	hub.mu.Unlock()
 }
 
 // entryUsers returns how many waiters of g wait in the queue with token,
 // and so on one queue entry (goroutines of one reentrant handle).
-func (h *waitHub) entryUsers(g *waitGroup, token string) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+func (hub *waitHub) entryUsers(g *waitGroup, token string) int {
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
 	return len(g.fair[token])
 }

@@ -330,10 +330,10 @@ func (l *Lease) unlock(ctx context.Context, start time.Duration) error {
 		defer c.exit()
 	}
 
-	if hd := g.hd; hd != nil && hd.gated {
+	if hd := g.hd; hd != nil && hd.drains {
 		// Keep the handle's acquires out from here through the release
-		// and its drain (see handleGate).
-		if err := hd.gate.enter(ctx, nil, true); err != nil {
+		// and its drain (see reentryLock).
+		if err := hd.reentry.enter(ctx, nil, true); err != nil {
 			// Given up: this hold stays on the store, for the grant's last
 			// Unlock or the handle's next grant to drain, or to lapse.
 			ended, last, _ := g.drop(l)
@@ -348,8 +348,8 @@ func (l *Lease) unlock(ctx context.Context, start time.Duration) error {
 			l.finish(ErrReleased)
 			return fmt.Errorf("dlock: unlock %q: %w", g.name, err)
 		}
-		defer hd.gate.exit(true)
-		start = 0 // it may have waited at the gate
+		defer hd.reentry.exit(true)
+		start = 0 // it may have waited for the reentry lock
 	}
 
 	ended, last, inflight := g.drop(l)
@@ -439,7 +439,7 @@ func (l *Lease) afterEnd(ctx context.Context, err error) error {
 	var lost *LostError
 	if errors.As(err, &lost) && !g.reusedToken &&
 		(lost.Reason == LostUnreachable || lost.Reason == LostExpired) {
-		_, _ = g.c.releaseGrant(ctx, g.key, g.token, g.fence)
+		_, _ = g.c.storeRelease(ctx, g.key, g.token, g.fence, 0)
 	}
 	return heldErr("unlock", g.name, err)
 }

@@ -47,7 +47,7 @@ func (h *handle) lockWait(ctx context.Context) (*Lease, *waiter, time.Time, erro
 	}
 	token := h.tokenFor()
 	// The goroutines of a Client that wait for one name take turns at
-	// its group's gate (see handle.wait), and a Lock of its own token
+	// its group's turn (see handle.wait), and a Lock of its own token
 	// makes its first attempt only when the Client has no other request
 	// for the name under way: else it joins the group without one, and
 	// tries when its turn comes.
@@ -62,7 +62,7 @@ func (h *handle) lockWait(ctx context.Context) (*Lease, *waiter, time.Time, erro
 	fair := h.fairNow()
 	mk := h.hub.mark(h.key)
 	// A Client keeps one place per name in the store's queue, for the
-	// waiter at the gate of its group (see handle.wait): a fair first try
+	// waiter whose turn it is in its group (see handle.wait): a fair first try
 	// joins the queue only when the Client has no waiter on the name yet.
 	queue := !fair || own || !h.hub.waiting(h.key)
 	l, res, sent, err := h.try(ctx, token, queue, fair, false)
@@ -101,7 +101,7 @@ func (h *handle) lockWait(ctx context.Context) (*Lease, *waiter, time.Time, erro
 // before it; queuing, a fair request that may have queued; failed, its
 // transient store error), or without one (zero sent: its Client had a
 // request for the name under way). g is the group it joined already, if
-// any, and holding says that it holds g's gate.
+// any, and holding says that it holds g's turn.
 type turn struct {
 	g       *waitGroup
 	holding bool
@@ -115,10 +115,10 @@ type turn struct {
 
 // wait is Lock after its first attempt, or instead of it (see turn): when
 // no release came since mk, the wait sleeps before it tries again; a Lock
-// that made no attempt tries as soon as it holds the gate.
+// that made no attempt tries as soon as it holds the turn.
 //
-// The waiters of one Client on one key queue at the group's gate, in
-// arrival order, and only the one at the gate deals with the store: it
+// The waiters of one Client on one key wait for the group's turn, in
+// arrival order, and only the one whose turn it is deals with the store: it
 // alone tries, is woken by releases, and, when it waits in the store's fair
 // queue (a Fair Mutex, or a plain one whose wait starved), holds the
 // Client's one place in that queue. However many goroutines wait, a Client
@@ -142,7 +142,7 @@ func (h *handle) wait(ctx context.Context, t turn) (*Lease, *waiter, error) {
 	if !t.sent.IsZero() {
 		h.hub.heard(g, last)
 	}
-	w := &waiter{h: h, g: g, token: token, last: last, mk: t.mk, queuing: t.queuing, gated: t.sent.IsZero()}
+	w := &waiter{h: h, g: g, token: token, last: last, mk: t.mk, queuing: t.queuing, atOnce: t.sent.IsZero()}
 	w.answered(last, t.sent, t.queuing)
 	if t.failed != nil {
 		w.failed(t.failed)
@@ -154,16 +154,16 @@ func (h *handle) wait(ctx context.Context, t turn) (*Lease, *waiter, error) {
 		w.token = newToken()
 	}
 
-	// A waiter that queued behind another at the gate tries at once when
+	// A waiter that queued behind another for the turn tries at once when
 	// its turn comes: what its first try saw (the holder's TTL) is old by
 	// then.
 	if !t.holding {
 		select {
-		case g.gate <- struct{}{}:
+		case g.turn <- struct{}{}:
 		default:
-			w.gated = true
+			w.atOnce = true
 			if last.Queued {
-				// The waiter at the gate keeps the Client's place; a queue
+				// The waiter whose turn it is keeps the Client's place; a queue
 				// entry or writer intent of this one would stand for nobody
 				// (and a queue entry that came to the head would hold the lock
 				// up for everyone until it lapsed).
@@ -178,13 +178,13 @@ func (h *handle) wait(ctx context.Context, t turn) (*Lease, *waiter, error) {
 				}
 			}
 			select {
-			case g.gate <- struct{}{}:
+			case g.turn <- struct{}{}:
 			case <-ctx.Done():
 				return nil, w, w.notObtained(ctx)
 			}
 		}
 	}
-	defer func() { <-g.gate }()
+	defer func() { <-g.turn }()
 	l, err := w.run(ctx)
 	return l, w, err
 }
@@ -192,40 +192,40 @@ func (h *handle) wait(ctx context.Context, t turn) (*Lease, *waiter, error) {
 // joinOrTry is the start of a Lock whose token is its own: when the Client
 // waits on key, or another Lock makes its first attempt on it, the Lock
 // joins key's group (returned, with the store's last answer to the group,
-// zero when none came yet), to wait for the gate without a request of its
+// zero when none came yet), to wait for the turn without a request of its
 // own; otherwise it returns nil, and the Lock makes its first attempt, and
-// then calls tried. A group made meanwhile holds its gate for that Lock,
+// then calls tried. A group made meanwhile holds its turn for that Lock,
 // so that one request of the Client is under way at a time.
-func (h *waitHub) joinOrTry(key string) (*waitGroup, driver.AcquireResult) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	_, busy := h.trying[key]
-	if h.groups[key] != nil || busy {
-		g := h.joinLocked(key)
+func (hub *waitHub) joinOrTry(key string) (*waitGroup, driver.AcquireResult) {
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	_, busy := hub.trying[key]
+	if hub.groups[key] != nil || busy {
+		g := hub.joinLocked(key)
 		return g, g.last
 	}
-	if h.trying == nil {
-		h.trying = make(map[string]struct{})
+	if hub.trying == nil {
+		hub.trying = make(map[string]struct{})
 	}
-	h.trying[key] = struct{}{}
+	hub.trying[key] = struct{}{}
 	return nil, driver.AcquireResult{}
 }
 
 // tried ends the first attempt that joinOrTry let a Lock make on key. When
 // a group came meanwhile, a Lock that goes on waiting (wait, after the
-// answer res) joins it and takes the gate it holds (returned), and one that
-// does not lets the gate go; otherwise it returns nil.
-func (h *waitHub) tried(key string, res driver.AcquireResult, wait bool) *waitGroup {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	delete(h.trying, key)
-	g := h.groups[key]
+// answer res) joins it and takes the turn it holds (returned), and one that
+// does not lets the turn go; otherwise it returns nil.
+func (hub *waitHub) tried(key string, res driver.AcquireResult, wait bool) *waitGroup {
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	delete(hub.trying, key)
+	g := hub.groups[key]
 	if g == nil || !g.reserved {
 		return nil
 	}
 	g.reserved = false
 	if !wait {
-		<-g.gate
+		<-g.turn
 		return nil
 	}
 	g.last = res
@@ -235,8 +235,8 @@ func (h *waitHub) tried(key string, res driver.AcquireResult, wait bool) *waitGr
 
 // heard records the store's answer res to a waiter of g, which the Locks
 // that join g are told (see joinOrTry).
-func (h *waitHub) heard(g *waitGroup, res driver.AcquireResult) {
-	h.mu.Lock()
+func (hub *waitHub) heard(g *waitGroup, res driver.AcquireResult) {
+	hub.mu.Lock()
 	g.last = res
-	h.mu.Unlock()
+	hub.mu.Unlock()
 }

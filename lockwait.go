@@ -1,4 +1,4 @@
-// Lock's wait: the loop a handle runs at the gate of its Client's waiter
+// Lock's wait: the loop a handle runs in its turn in its Client's waiter
 // group (see lockturn.go), until it is granted or its context ends.
 
 package dlock
@@ -17,16 +17,16 @@ var (
 	defaultPolledRetry   = ExponentialBackoff(5*time.Millisecond, 500*time.Millisecond)
 )
 
-// waiter is one wait at the gate of its group: plain (woken by any release
+// waiter is one wait for the turn of its group: plain (woken by any release
 // of the key) until it joins the store's fair queue, fair (woken by a
 // release that names its token) from then on.
 type waiter struct {
-	h     *handle
-	g     *waitGroup
-	token string
-	last  driver.AcquireResult // the store's last answer
-	mk    releaseMark          // what the Client knew of releases before the last attempt
-	gated bool                 // the next attempt goes out at once, whatever mk says
+	h      *handle
+	g      *waitGroup
+	token  string
+	last   driver.AcquireResult // the store's last answer
+	mk     releaseMark          // what the Client knew of releases before the last attempt
+	atOnce bool                 // the next attempt goes out at once, whatever mk says
 	// queuing: the first attempt was a fair request that may have queued
 	// (a Fair Mutex, or a plain one while its name has a live queue).
 	queuing bool
@@ -215,21 +215,21 @@ func (w *waiter) handedOver() *Lease {
 			return l
 		}
 	}
-	w.gated = true
+	w.atOnce = true
 	return nil
 }
 
 // tryNow reports whether attempt goes to the store at once: a first attempt
 // only when a release may have come since the last one, or the waiter
-// queued at the gate, or (in the queue) its last answer left it out. While
+// queued for the turn, or (in the queue) its last answer left it out. While
 // the key's subscription is pending, a first attempt waits for its
 // confirmation or the polled schedule, whichever comes first: an attempt
 // before the confirmation would not cover the releases until it.
 func (w *waiter) tryNow(attempt int, pending bool) bool {
-	if attempt == 1 && w.errs > 0 && !w.gated {
+	if attempt == 1 && w.errs > 0 && !w.atOnce {
 		return false // the first try failed: pause first
 	}
-	return attempt > 1 || w.gated || (w.queue != nil && !w.last.Queued) ||
+	return attempt > 1 || w.atOnce || (w.queue != nil && !w.last.Queued) ||
 		(!pending && w.h.hub.released(w.h.key, w.mk) && !w.handsOffHeard())
 }
 
@@ -290,7 +290,7 @@ func (w *waiter) retoken() {
 // starved moves a plain waiter into the queue: its next attempt is a fair
 // one, at once, that queues it.
 func (w *waiter) starved() {
-	w.mk, w.gated = releaseMark{}, true
+	w.mk, w.atOnce = releaseMark{}, true
 	w.enqueue()
 }
 

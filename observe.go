@@ -279,7 +279,7 @@ func (ob *observer) started(ctx context.Context, h *handle, try bool) (start tim
 		ob.o.Observe(e)
 		ctx = nil
 	}
-	if h.gated {
+	if h.drains {
 		start = ob.now()
 	}
 	return start, ctx

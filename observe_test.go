@@ -193,7 +193,7 @@ func TestObserverEvents(t *testing.T) {
 	}
 }
 
-// TestObserverReentrant: a reentrant handle (which may wait at its gate
+// TestObserverReentrant: a reentrant handle (which may wait at its reentry lock
 // before it sends, so its calls read their own start, as its Unlocks do
 // for their releases) reports a Wait and a Held for each of its leases.
 func TestObserverReentrant(t *testing.T) {

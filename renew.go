@@ -339,7 +339,7 @@ func (r *renewer) close() error {
 		go func() {
 			defer func() { <-slots; wg.Done() }()
 			for range holds {
-				res, err := g.c.releaseGrant(ctx, g.key, g.token, g.fence)
+				res, err := g.c.storeRelease(ctx, g.key, g.token, g.fence, 0)
 				if err != nil {
 					mu.Lock()
 					if first == nil {

@@ -68,43 +68,43 @@ const (
 
 // sawQueue records that a release of key named a queue's head. The caller
 // holds h.mu.
-func (h *waitHub) sawQueue(key string) {
+func (hub *waitHub) sawQueue(key string) {
 	now := time.Now()
-	if h.queueSeen == nil {
-		h.queueSeen = make(map[string]time.Time)
+	if hub.queueSeen == nil {
+		hub.queueSeen = make(map[string]time.Time)
 	}
-	if len(h.queueSeen) >= 1024 && now.Sub(h.queueSwept) > queueLiveFor {
-		h.queueSwept = now
-		for k, t := range h.queueSeen {
+	if len(hub.queueSeen) >= 1024 && now.Sub(hub.queueSwept) > queueLiveFor {
+		hub.queueSwept = now
+		for k, t := range hub.queueSeen {
 			if now.Sub(t) > queueLiveFor {
-				delete(h.queueSeen, k)
+				delete(hub.queueSeen, k)
 			}
 		}
 	}
-	h.queueSeen[key] = now
-	h.queueSeenN.Store(int32(len(h.queueSeen)))
+	hub.queueSeen[key] = now
+	hub.queueSeenN.Store(int32(len(hub.queueSeen)))
 }
 
 // noteQueue records that key has a live queue, as an acquire that
 // overtook it reported.
-func (h *waitHub) noteQueue(key string) {
-	h.mu.Lock()
-	h.sawQueue(key)
-	h.mu.Unlock()
+func (hub *waitHub) noteQueue(key string) {
+	hub.mu.Lock()
+	hub.sawQueue(key)
+	hub.mu.Unlock()
 }
 
 // queueLive reports whether a release of key named a queue's head, or an
 // acquire of key overtook one, within queueLiveFor.
-func (h *waitHub) queueLive(key string) bool {
-	if h.queueSeenN.Load() == 0 {
+func (hub *waitHub) queueLive(key string) bool {
+	if hub.queueSeenN.Load() == 0 {
 		return false
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	t, ok := h.queueSeen[key]
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	t, ok := hub.queueSeen[key]
 	if ok && time.Since(t) > queueLiveFor {
-		delete(h.queueSeen, key)
-		h.queueSeenN.Store(int32(len(h.queueSeen)))
+		delete(hub.queueSeen, key)
+		hub.queueSeenN.Store(int32(len(hub.queueSeen)))
 		ok = false
 	}
 	return ok

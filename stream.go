@@ -65,8 +65,8 @@ var errHubClosed = errors.New("dlock: client closing")
 // so that an attempt covers any release before it, and from then on by
 // releases. It reports whether a subscription is under way (not confirmed
 // yet, not failed).
-func (h *waitHub) subscribe(g *waitGroup) (pending bool) {
-	if h.notifier == nil || h.refused.Load() {
+func (hub *waitHub) subscribe(g *waitGroup) (pending bool) {
+	if hub.notifier == nil || hub.refused.Load() {
 		return false
 	}
 	g.smu.Lock()
@@ -77,7 +77,7 @@ func (h *waitHub) subscribe(g *waitGroup) (pending bool) {
 	case g.subscribing:
 		return true
 	}
-	live, start := h.startSubscribe(g.key)
+	live, start := hub.startSubscribe(g.key)
 	switch {
 	case live:
 		g.subscribed = true
@@ -86,7 +86,7 @@ func (h *waitHub) subscribe(g *waitGroup) (pending bool) {
 		return false
 	}
 	g.subscribing = true
-	go h.subscribeGroup(g)
+	go hub.subscribeGroup(g)
 	return true
 }
 
@@ -96,33 +96,33 @@ func (h *waitHub) subscribe(g *waitGroup) (pending bool) {
 // closing, and neither key's Subscribe nor the stream's Listen failed too
 // recently (see listen, openListener). With start, the caller's goroutine
 // is counted in subWG.
-func (h *waitHub) startSubscribe(key string) (live, start bool) {
-	h.lmu.Lock()
-	defer h.lmu.Unlock()
-	if h.closed {
+func (hub *waitHub) startSubscribe(key string) (live, start bool) {
+	hub.lmu.Lock()
+	defer hub.lmu.Unlock()
+	if hub.closed {
 		return false, false
 	}
-	if ks := h.keys[key]; ks != nil && (ks.state == keyLive || ks.state == keyLingering) {
+	if ks := hub.keys[key]; ks != nil && (ks.state == keyLive || ks.state == keyLingering) {
 		ks.state = keyLive
 		ks.users++
 		return true, false
 	}
-	if at, ok := h.subFailed[key]; ok && time.Since(at) < subscribeWait {
+	if at, ok := hub.subFailed[key]; ok && time.Since(at) < subscribeWait {
 		return false, false
 	}
-	if h.listener == nil && !h.failedAt.IsZero() && time.Since(h.failedAt) < time.Second {
+	if hub.listener == nil && !hub.failedAt.IsZero() && time.Since(hub.failedAt) < time.Second {
 		return false, false
 	}
-	h.subWG.Add(1)
+	hub.subWG.Add(1)
 	return false, true
 }
 
 // subscribeGroup makes key's subscription live for g, bounded by
 // subscribeWait and the Client's life, and wakes g's waiters when it is
 // confirmed; a group whose waiters all left meanwhile gives it up.
-func (h *waitHub) subscribeGroup(g *waitGroup) {
-	defer h.subWG.Done()
-	ctx, cancel := context.WithCancelCause(h.subCtx)
+func (hub *waitHub) subscribeGroup(g *waitGroup) {
+	defer hub.subWG.Done()
+	ctx, cancel := context.WithCancelCause(hub.subCtx)
 	defer cancel(nil)
 	g.smu.Lock()
 	if g.left {
@@ -132,7 +132,7 @@ func (h *waitHub) subscribeGroup(g *waitGroup) {
 	}
 	g.subCancel = cancel
 	g.smu.Unlock()
-	ok := h.listenOrPoll(ctx, g.key)
+	ok := hub.listenOrPoll(ctx, g.key)
 	g.smu.Lock()
 	g.subCancel = nil
 	g.subscribing = false
@@ -141,40 +141,40 @@ func (h *waitHub) subscribeGroup(g *waitGroup) {
 	g.smu.Unlock()
 	switch {
 	case keep:
-		h.mu.Lock()
+		hub.mu.Lock()
 		g.wakeAll()
-		h.mu.Unlock()
+		hub.mu.Unlock()
 	case ok:
-		h.unlisten(g.key)
+		hub.unlisten(g.key)
 	}
 }
 
 // listenOrPoll makes key's subscription live for one more user (listen),
 // and reports whether it did; when it did not, the caller polls, and the
 // reason is logged.
-func (h *waitHub) listenOrPoll(ctx context.Context, key string) bool {
-	if h.notifier == nil || h.refused.Load() {
+func (hub *waitHub) listenOrPoll(ctx context.Context, key string) bool {
+	if hub.notifier == nil || hub.refused.Load() {
 		return false
 	}
-	err := h.listen(ctx, key)
+	err := hub.listen(ctx, key)
 	switch {
 	case err == nil || errors.Is(err, errListenBackoff) || errors.Is(err, errSubscribeBackoff) || errors.Is(err, errHubClosed):
 	case errors.Is(err, driver.ErrNotifyRefused):
 		// The store will refuse every key alike (an ACL): stop asking, and
 		// say so once.
-		if h.refused.CompareAndSwap(false, true) {
-			h.log.Warn("dlock: the store refuses release notifications; every wait polls from now on, which hands the lock over later", "err", err)
+		if hub.refused.CompareAndSwap(false, true) {
+			hub.log.Warn("dlock: the store refuses release notifications; every wait polls from now on, which hands the lock over later", "err", err)
 		}
 	case ctx.Err() == nil:
-		h.log.Warn("dlock: release notifications unavailable; polling", "key", key, "err", err)
+		hub.log.Warn("dlock: release notifications unavailable; polling", "key", key, "err", err)
 	}
 	return err == nil
 }
 
 // notified reports whether releases of g's key wake its waiters: the
 // Client's notification stream took the subscription.
-func (h *waitHub) notified(g *waitGroup) bool {
-	if h.notifier == nil {
+func (hub *waitHub) notified(g *waitGroup) bool {
+	if hub.notifier == nil {
 		return false
 	}
 	g.smu.Lock()
@@ -188,32 +188,32 @@ func (h *waitHub) notified(g *waitGroup) bool {
 // it returns errSubscribeBackoff, and the user polls: a store that lets a
 // subscription wait out subscribeWait would otherwise cost that much to
 // every wait, and to every pass of an election's observer.
-func (h *waitHub) listen(ctx context.Context, key string) error {
+func (hub *waitHub) listen(ctx context.Context, key string) error {
 	for {
-		h.lmu.Lock()
-		if h.closed {
-			h.lmu.Unlock()
+		hub.lmu.Lock()
+		if hub.closed {
+			hub.lmu.Unlock()
 			return errHubClosed
 		}
-		if at, ok := h.subFailed[key]; ok {
+		if at, ok := hub.subFailed[key]; ok {
 			if time.Since(at) < subscribeWait {
-				h.lmu.Unlock()
+				hub.lmu.Unlock()
 				return errSubscribeBackoff
 			}
-			delete(h.subFailed, key)
+			delete(hub.subFailed, key)
 		}
-		ks := h.keys[key]
+		ks := hub.keys[key]
 		switch {
 		case ks == nil:
-			return h.subscribeKey(ctx, key) // unlocks h.lmu
+			return hub.subscribeKey(ctx, key) // unlocks h.lmu
 		case ks.state == keyLive || ks.state == keyLingering:
 			ks.state = keyLive
 			ks.users++
-			h.lmu.Unlock()
+			hub.lmu.Unlock()
 			return nil
 		}
 		done := ks.done
-		h.lmu.Unlock()
+		hub.lmu.Unlock()
 		select {
 		case <-done:
 		case <-ctx.Done():
@@ -224,55 +224,55 @@ func (h *waitHub) listen(ctx context.Context, key string) error {
 
 // subscribeKey subscribes to key, which has no subscription. The caller
 // holds h.lmu, which it releases.
-func (h *waitHub) subscribeKey(ctx context.Context, key string) error {
-	l, err := h.openListener()
+func (hub *waitHub) subscribeKey(ctx context.Context, key string) error {
+	l, err := hub.openListener()
 	if err != nil {
-		h.lmu.Unlock()
+		hub.lmu.Unlock()
 		return err
 	}
 	ks := &keyListen{state: keySubscribing, done: make(chan struct{})}
-	if h.keys == nil {
-		h.keys = make(map[string]*keyListen)
+	if hub.keys == nil {
+		hub.keys = make(map[string]*keyListen)
 	}
-	h.keys[key] = ks
-	h.lmu.Unlock()
+	hub.keys[key] = ks
+	hub.lmu.Unlock()
 	sctx, cancel := context.WithTimeout(ctx, subscribeWait)
 	err = l.Subscribe(sctx, key)
 	cancel()
-	h.lmu.Lock()
-	defer h.lmu.Unlock()
+	hub.lmu.Lock()
+	defer hub.lmu.Unlock()
 	close(ks.done)
 	if err != nil {
-		delete(h.keys, key)
-		if !h.closed && !errors.Is(context.Cause(ctx), errGroupLeft) {
+		delete(hub.keys, key)
+		if !hub.closed && !errors.Is(context.Cause(ctx), errGroupLeft) {
 			// Whatever ended it, the caller's context included: the
 			// name's next users poll rather than wait for it again.
 			// (Not when the group that asked for it was left: nobody
 			// waited for it, and the store did not fail.)
-			h.subscribeFailed(key)
+			hub.subscribeFailed(key)
 		}
 		return err
 	}
 	ks.state, ks.users = keyLive, 1
-	h.subscribed(key)
+	hub.subscribed(key)
 	return nil
 }
 
 // openListener opens the Client's notification stream on first use. The
 // caller holds h.lmu.
-func (h *waitHub) openListener() (driver.Listener, error) {
-	if h.listener != nil {
-		return h.listener, nil
+func (hub *waitHub) openListener() (driver.Listener, error) {
+	if hub.listener != nil {
+		return hub.listener, nil
 	}
-	if !h.failedAt.IsZero() && time.Since(h.failedAt) < time.Second {
+	if !hub.failedAt.IsZero() && time.Since(hub.failedAt) < time.Second {
 		return nil, errListenBackoff
 	}
-	l, err := h.notifier.Listen(h.ctx, h.notify)
+	l, err := hub.notifier.Listen(hub.ctx, hub.notify)
 	if err != nil {
-		h.failedAt = time.Now()
+		hub.failedAt = time.Now()
 		return nil, err
 	}
-	h.listener = l
+	hub.listener = l
 	return l, nil
 }
 
@@ -280,10 +280,10 @@ func (h *waitHub) openListener() (driver.Listener, error) {
 // caller holds, report the handoffs of key to other clients too, when its
 // backend announces them to the head's client alone (driver.HandoffWatcher).
 // It returns the undo, or nil when there is nothing to undo.
-func (h *waitHub) watchHandoffs(ctx context.Context, key string) func() {
-	h.lmu.Lock()
-	l, closed := h.listener, h.closed
-	h.lmu.Unlock()
+func (hub *waitHub) watchHandoffs(ctx context.Context, key string) func() {
+	hub.lmu.Lock()
+	l, closed := hub.listener, hub.closed
+	hub.lmu.Unlock()
 	w, ok := l.(driver.HandoffWatcher)
 	if closed || !ok {
 		return nil
@@ -292,17 +292,17 @@ func (h *waitHub) watchHandoffs(ctx context.Context, key string) func() {
 	err := w.Watch(wctx, key)
 	cancel()
 	if err != nil {
-		h.lmu.Lock()
-		closed = h.closed
-		h.lmu.Unlock()
+		hub.lmu.Lock()
+		closed = hub.closed
+		hub.lmu.Unlock()
 		// A refusal is the store's for every channel: the next Subscribe
 		// reports it, and the Client polls.
 		if ctx.Err() == nil && !closed && !errors.Is(err, driver.ErrNotifyRefused) {
-			h.log.Warn("dlock: handoffs to other clients unheard; the observer sees them at its next read", "key", key, "err", err)
+			hub.log.Warn("dlock: handoffs to other clients unheard; the observer sees them at its next read", "key", key, "err", err)
 		}
 		return nil
 	}
-	return func() { _ = w.Unwatch(context.WithoutCancel(h.ctx), key) }
+	return func() { _ = w.Unwatch(context.WithoutCancel(hub.ctx), key) }
 }
 
 // errListenBackoff marks a Listen not retried yet after a recent failure.
@@ -314,28 +314,28 @@ var errSubscribeBackoff = errors.New("dlock: the name's notifications unavailabl
 
 // subscribeFailed records that a Subscribe of key failed now. The records
 // of other keys whose pause is over go once they are many. h.lmu is held.
-func (h *waitHub) subscribeFailed(key string) {
-	if h.subFailed == nil {
-		h.subFailed = make(map[string]time.Time)
+func (hub *waitHub) subscribeFailed(key string) {
+	if hub.subFailed == nil {
+		hub.subFailed = make(map[string]time.Time)
 	}
-	if len(h.subFailed) >= 64 {
-		for k, at := range h.subFailed {
+	if len(hub.subFailed) >= 64 {
+		for k, at := range hub.subFailed {
 			if time.Since(at) >= subscribeWait {
-				delete(h.subFailed, k)
+				delete(hub.subFailed, k)
 			}
 		}
 	}
-	h.subFailed[key] = time.Now()
+	hub.subFailed[key] = time.Now()
 }
 
 // unlisten gives up one user of key's subscription. The last lets it
 // linger for subscriptionLinger, so that a wait that comes soon finds it in
 // place; a hot key keeps one timer, which each wait's end pushes on.
-func (h *waitHub) unlisten(key string) {
-	h.lmu.Lock()
-	defer h.lmu.Unlock()
-	ks := h.keys[key]
-	if ks == nil || h.closed || ks.state != keyLive {
+func (hub *waitHub) unlisten(key string) {
+	hub.lmu.Lock()
+	defer hub.lmu.Unlock()
+	ks := hub.keys[key]
+	if ks == nil || hub.closed || ks.state != keyLive {
 		return
 	}
 	if ks.users--; ks.users > 0 {
@@ -347,9 +347,9 @@ func (h *waitHub) unlisten(key string) {
 		return // lingerDue sees the new until
 	}
 	ks.armed = true
-	h.lingerWG.Add(1)
+	hub.lingerWG.Add(1)
 	if ks.timer == nil {
-		ks.timer = time.AfterFunc(subscriptionLinger, func() { h.lingerDue(key, ks) })
+		ks.timer = time.AfterFunc(subscriptionLinger, func() { hub.lingerDue(key, ks) })
 	} else {
 		ks.timer.Reset(subscriptionLinger)
 	}
@@ -357,57 +357,57 @@ func (h *waitHub) unlisten(key string) {
 
 // lingerDue drops key's lingering subscription ks when its time has come,
 // and otherwise sets its timer again.
-func (h *waitHub) lingerDue(key string, ks *keyListen) {
-	h.lmu.Lock()
-	if h.closed || h.keys[key] != ks || ks.state != keyLingering {
+func (hub *waitHub) lingerDue(key string, ks *keyListen) {
+	hub.lmu.Lock()
+	if hub.closed || hub.keys[key] != ks || ks.state != keyLingering {
 		ks.armed = false // in use again: the next unlisten sets it
-		h.lmu.Unlock()
-		h.lingerWG.Done()
+		hub.lmu.Unlock()
+		hub.lingerWG.Done()
 		return
 	}
 	if d := time.Until(ks.until); d > 0 {
 		ks.timer.Reset(d) // still armed and counted in lingerWG
-		h.lmu.Unlock()
+		hub.lmu.Unlock()
 		return
 	}
 	ks.armed = false
 	ks.state = keyDropping
 	ks.done = make(chan struct{})
-	l := h.listener
-	h.lmu.Unlock()
-	defer h.lingerWG.Done()
+	l := hub.listener
+	hub.lmu.Unlock()
+	defer hub.lingerWG.Done()
 
-	h.dropping(key)
-	ctx, cancel := context.WithTimeout(h.ctx, time.Second)
+	hub.dropping(key)
+	ctx, cancel := context.WithTimeout(hub.ctx, time.Second)
 	defer cancel()
 	if err := l.Unsubscribe(ctx, key); err != nil {
-		h.log.Debug("dlock: unsubscribe failed", "key", key, "err", err)
+		hub.log.Debug("dlock: unsubscribe failed", "key", key, "err", err)
 	}
-	h.lmu.Lock()
-	delete(h.keys, key)
+	hub.lmu.Lock()
+	delete(hub.keys, key)
 	close(ks.done)
-	h.lmu.Unlock()
+	hub.lmu.Unlock()
 }
 
 // close ends the notification stream. Waiters have left by now.
-func (h *waitHub) close() {
-	h.lmu.Lock()
-	h.closed = true
-	h.subCancel()
-	l := h.listener
-	h.listener = nil
-	for _, ks := range h.keys {
+func (hub *waitHub) close() {
+	hub.lmu.Lock()
+	hub.closed = true
+	hub.subCancel()
+	l := hub.listener
+	hub.listener = nil
+	for _, ks := range hub.keys {
 		if ks.armed && ks.timer.Stop() {
 			ks.armed = false
-			h.lingerWG.Done()
+			hub.lingerWG.Done()
 		}
 	}
-	h.lmu.Unlock()
-	h.subWG.Wait()    // subscriptions under way end before the stream closes
-	h.lingerWG.Wait() // an unsubscription under way finishes before the stream closes
+	hub.lmu.Unlock()
+	hub.subWG.Wait()    // subscriptions under way end before the stream closes
+	hub.lingerWG.Wait() // an unsubscription under way finishes before the stream closes
 	if l != nil {
 		if err := l.Close(); err != nil {
-			h.log.Debug("dlock: closing the notification stream", "err", err)
+			hub.log.Debug("dlock: closing the notification stream", "err", err)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-// The gate of a reentrant handle: its acquires against its last release.
+// The reentry lock of a reentrant handle: its acquires against its last release.
 
 package dlock
 
@@ -7,7 +7,7 @@ import (
 	"sync"
 )
 
-// handleGate is a reader-writer lock whose waits end with a context or
+// reentryLock is a reader-writer lock whose waits end with a context or
 // with the Client's Close. A reentrant handle's acquires hold it shared,
 // from the moment they look for the grant to join until they have made
 // their lease; each Unlock holds it exclusively, from taking its lease off
@@ -15,17 +15,17 @@ import (
 // release counts and drains are its grant's own: a Lock of the handle
 // cannot add one under the same fence meanwhile. A waiting Unlock keeps
 // new acquires out, so that a stream of re-entries cannot starve it.
-type handleGate struct {
+type reentryLock struct {
 	mu      sync.Mutex
 	readers int
 	writer  bool
-	waiting int           // Unlocks waiting for the gate
-	changed chan struct{} // closed (and dropped) when the gate opens; nil when no one waits
+	waiting int           // Unlocks waiting for the lock
+	changed chan struct{} // closed (and dropped) when the lock opens; nil when no one waits
 }
 
-// enter takes the gate, shared or exclusive, or gives up when ctx ends
+// enter takes the lock, shared or exclusive, or gives up when ctx ends
 // (its error) or the Client closes (ErrClosed).
-func (g *handleGate) enter(ctx context.Context, closing <-chan struct{}, exclusive bool) error {
+func (g *reentryLock) enter(ctx context.Context, closing <-chan struct{}, exclusive bool) error {
 	counted := false
 	defer func() {
 		if counted {
@@ -68,8 +68,8 @@ func (g *handleGate) enter(ctx context.Context, closing <-chan struct{}, exclusi
 	}
 }
 
-// exit gives the gate back.
-func (g *handleGate) exit(exclusive bool) {
+// exit gives the lock back.
+func (g *reentryLock) exit(exclusive bool) {
 	g.mu.Lock()
 	if exclusive {
 		g.writer = false

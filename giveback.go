@@ -1,0 +1,173 @@
+// Giving back what a Client may hold on the store without a lease to show
+// for it, in one place.
+//
+// Every release of a hold goes through Client.storeRelease: Unlock's, a
+// lost lease's, a grant that came too late (handle.giveBack), and the
+// clean-ups below. A Lock that ends without a lease leaves through one of
+// two doors of its handle:
+//
+//   - unknownOutcome, after an acquire whose answer never came: a per-call
+//     token is released in the background (Client.cleanup); a token that
+//     outlives the call (a reentrant handle's, an owner ID's) may hold the
+//     lock for another Lock, so its possible extra hold is counted instead
+//     (handle.uncertain, drained by the handle's last Unlock), and its queue
+//     place withdrawn;
+//   - abandon, after a wait that ended: the queue entry or writer intent of
+//     its last answer is released or withdrawn.
+//
+// Both wait for the store up to settleWait, so that the next TryLock finds
+// the lock as free as it is, and go on in the background after that.
+
+package dlock
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// cleanup releases, in the background, what an acquire of token with an
+// unknown outcome, or a wait that ended, may have left on key, before the
+// call returns when the store answers within settleWait (see settle).
+func (c *Client) cleanup(key, token string, ttl time.Duration) {
+	c.settle(ttl, func(ctx context.Context) {
+		if _, err := c.storeRelease(ctx, key, token, 0, 0); err != nil {
+			c.log.Warn("dlock: clean-up after an interrupted acquire failed; the lock expires after its TTL", "lock", strings.TrimPrefix(key, c.opts.keyPrefix), "err", err)
+		}
+	})
+}
+
+// settleWait bounds how long a call that ends waits for its clean-up on the
+// store (see settle).
+const settleWait = 250 * time.Millisecond
+
+// settle runs fn, with a context that ends after timeout, and waits for it
+// up to settleWait: a wait that gives up withdraws its place before Lock
+// returns, so that the next TryLock finds the lock as free as it is, while
+// a store that does not answer delays the caller no more than settleWait;
+// fn then goes on in the background (Close waits for it).
+func (c *Client) settle(timeout time.Duration, fn func(ctx context.Context)) {
+	done := make(chan struct{})
+	c.background(timeout, func(ctx context.Context) {
+		defer close(done)
+		fn(ctx)
+	})
+	t := time.NewTimer(settleWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// storeRelease sends one release of token on key, and wakes this Client's
+// waiters on key at once when it left the lock free. With a fence it is
+// tied to the grant of that fence where the backend can do it
+// (driver.GrantReleaser): a token that a later Lock may hold again (a
+// reentrant handle's, an owner ID's) must not see a late copy of this
+// release drop that later grant. start is the observer's clock read just
+// before (observer.now), or 0 to read it here.
+func (c *Client) storeRelease(ctx context.Context, key, token string, fence uint64, start time.Duration) (driver.ReleaseResult, error) {
+	if start == 0 {
+		start = c.obs.now()
+	}
+	var res driver.ReleaseResult
+	var err error
+	if gr, ok := c.backend.(driver.GrantReleaser); ok && fence > 0 {
+		res, err = gr.ReleaseGrant(ctx, key, token, fence)
+	} else {
+		res, err = c.backend.Release(ctx, key, token)
+	}
+	c.obs.storeCall("release", key, start, err)
+	if err == nil && res.Held && res.Remaining == 0 {
+		c.hub.wakeKey(key)
+	}
+	return res, err
+}
+
+// giveBack releases a grant of fence that came too late to be used, within
+// a TTL, tied to that grant where the backend can (driver.GrantReleaser).
+func (h *handle) giveBack(ctx context.Context, token string, fence uint64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.opts.ttl)
+	defer cancel()
+	if _, err := h.c.storeRelease(ctx, h.key, token, fence, 0); err != nil {
+		h.c.log.Warn("dlock: giving back a grant that came too late failed; the lock expires after its TTL", "lock", h.name, "fence", fence, "err", err)
+	}
+}
+
+// unknownOutcome deals with an acquire of token whose outcome is unknown
+// (the store failed, or ctx ended, perhaps after the store acted): it may
+// have added a hold. A token drawn for this one call holds nothing anyone
+// else relies on, so what it may hold is released in the background. A
+// handle's fixed token (Reentrant, WithOwnerID) is another matter: another
+// goroutine of the handle may hold the lock with it, or be about to, and a
+// release would take its hold away — two holders. Such a hold is counted as
+// uncertain instead: the last Unlock of the handle's grant drains it, and
+// when the handle holds nothing it lapses after its TTL. A queue entry or
+// writer intent the acquire may have made (wait) is withdrawn all the same.
+func (h *handle) unknownOutcome(token string, joined *grant, wait bool) {
+	if h.token == "" {
+		h.c.cleanup(h.key, token, h.opts.ttl)
+		return
+	}
+	if wait && joined == nil {
+		h.withdraw(token)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g := joined
+	if g == nil {
+		g = h.held
+	}
+	if g == nil || !g.markUncertain() {
+		h.uncertain = true
+	}
+}
+
+// markUncertain records that the store may count a hold of the handle's
+// token that no lease stands for (see uncertain).
+func (h *handle) markUncertain() {
+	h.mu.Lock()
+	h.uncertain = true
+	h.mu.Unlock()
+}
+
+// abandon removes what a wait that ended may have left on the store: a
+// queue entry or a writer intent of token (last is the wait's last answer),
+// before Lock returns unless the store is slow to answer (see settle). A
+// token that outlives the wait (reentrant handle, WithOwnerID) may hold the
+// lock meanwhile, which a release would end, so its entry is withdrawn
+// without touching holds (driver.Withdrawer); where the backend cannot, or
+// shared says that other waiters of this Client use the same entry, it is
+// left to lapse after its QueueTTL.
+func (h *handle) abandon(token string, last driver.AcquireResult, shared bool) {
+	switch {
+	case !last.Queued:
+	case h.token == "":
+		h.c.cleanup(h.key, token, h.opts.ttl)
+	case shared:
+	default:
+		h.withdraw(token)
+	}
+}
+
+// withdraw takes token's queue entry and writer intent off the store
+// without touching its holds, where the backend can (driver.Withdrawer),
+// before the call returns unless the store is slow to answer (see settle).
+func (h *handle) withdraw(token string) {
+	w, ok := h.backend.(driver.Withdrawer)
+	if !ok {
+		return
+	}
+	h.c.settle(h.opts.ttl, func(ctx context.Context) {
+		start := h.c.obs.now()
+		err := w.Withdraw(ctx, h.key, token)
+		h.c.obs.storeCall("withdraw", h.key, start, err)
+		if err != nil && !errors.Is(err, errors.ErrUnsupported) {
+			h.hub.log.Warn("dlock: leaving the queue failed; the entry lapses after its time to live", "lock", h.name, "err", err)
+		}
+	})
+}
