@@ -95,3 +95,59 @@ func TestLastUnlockDrainKeepsConcurrentLock(t *testing.T) {
 		t.Errorf("another owner's TryLock = %v, want ErrNotObtained", err)
 	}
 }
+
+// A re-entry whose answer is lost may have added a hold; the last Unlock
+// must still free the lock.
+func TestUncertainReentryIsDrained(t *testing.T) {
+	f := newFaulty()
+	c := dlock.New(f)
+	defer c.Close()
+	m := c.Mutex("k", dlock.Reentrant())
+	l, err := m.Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.loseAcquireAnswer.Store(true)
+	if _, err := m.Lock(t.Context()); !errors.Is(err, errLostAnswer) {
+		t.Fatalf("re-entry = %v, want the store error", err)
+	}
+	f.loseAcquireAnswer.Store(false)
+	if info := held(t, f.Backend, "k"); info.Holds != 2 {
+		t.Fatalf("store holds %d, want 2 (the lost answer's hold)", info.Holds)
+	}
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if info := held(t, f.Backend, "k"); info.Holds != 0 {
+		t.Errorf("after the last Unlock the store still holds: %+v", info)
+	}
+}
+
+// A reentrant handle's acquire whose answer is lost may have added a hold
+// that no lease stands for. Releasing it in the background could take
+// another goroutine's hold away (the handle's token is shared), so the
+// handle's next grant drains it at its last Unlock instead.
+func TestReentrantLostAnswerDrainedByNextGrant(t *testing.T) {
+	f := newFaulty()
+	c := dlock.New(f)
+	defer c.Close()
+	m := c.Mutex("k", dlock.Reentrant())
+	f.loseAcquireAnswer.Store(true)
+	if _, err := m.TryLock(t.Context()); !errors.Is(err, errLostAnswer) {
+		t.Fatalf("TryLock = %v, want the store error", err)
+	}
+	f.loseAcquireAnswer.Store(false)
+	if info := held(t, f.Backend, "k"); info.Holds != 1 {
+		t.Fatalf("after the lost answer the store has %+v, want the hold the acquire made", info)
+	}
+	l, err := m.Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if info := held(t, f.Backend, "k"); info.Holds != 0 {
+		t.Errorf("after the last Unlock the lock is still held: %+v", info)
+	}
+}

@@ -1,0 +1,129 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/memlock"
+)
+
+// faulty is a memlock store with faults a real store shows only by chance:
+// answers lost after the store acted, and calls that hang.
+type faulty struct {
+	*memlock.Backend
+	loseAcquireAnswer atomic.Bool   // Acquire acts, then reports an error
+	hangAcquire       atomic.Bool   // Acquire waits for its context to end
+	renewGate         chan struct{} // when non-nil, Renew waits for it
+	acquires          atomic.Int64
+}
+
+var errLostAnswer = errors.New("faulty: connection reset after the command ran")
+
+func newFaulty() *faulty { return &faulty{Backend: memlock.New()} }
+
+func (f *faulty) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	f.acquires.Add(1)
+	if f.hangAcquire.Load() {
+		<-ctx.Done()
+		return driver.AcquireResult{}, ctx.Err()
+	}
+	res, err := f.Backend.Acquire(ctx, req)
+	if err == nil && f.loseAcquireAnswer.Load() {
+		return driver.AcquireResult{}, errLostAnswer
+	}
+	return res, err
+}
+
+func (f *faulty) Renew(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	if f.renewGate != nil {
+		select {
+		case <-f.renewGate:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+	return f.Backend.Renew(ctx, key, token, ttl)
+}
+
+// RenewGrant is the renewal the client sends (memlock ties renewals to
+// their grant); it waits for renewGate as Renew does.
+func (f *faulty) RenewGrant(ctx context.Context, key, token string, fence uint64, ttl time.Duration) (bool, error) {
+	if f.renewGate != nil {
+		select {
+		case <-f.renewGate:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+	return f.Backend.RenewGrant(ctx, key, token, fence, ttl)
+}
+
+func held(t *testing.T, b *memlock.Backend, key string) driver.LockInfo {
+	t.Helper()
+	info, ok, err := b.Inspect(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		return driver.LockInfo{}
+	}
+	return info
+}
+
+type zeroDelay struct{}
+
+func (zeroDelay) Delay(int) time.Duration { return 0 }
+
+// slowAcquire is a memlock store whose acquires answer after a delay, as a
+// store far away or overloaded would, and that counts releases per token.
+type slowAcquire struct {
+	*memlock.Backend
+	delay    atomic.Int64 // time.Duration
+	mu       sync.Mutex
+	released map[string]int
+	granted  []string // tokens granted, in order
+}
+
+func newSlowAcquire(d time.Duration) *slowAcquire {
+	s := &slowAcquire{Backend: memlock.New(), released: make(map[string]int)}
+	s.delay.Store(int64(d))
+	return s
+}
+
+func (s *slowAcquire) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	res, err := s.Backend.Acquire(ctx, req)
+	if err == nil && res.Acquired {
+		s.mu.Lock()
+		s.granted = append(s.granted, req.Token)
+		s.mu.Unlock()
+	}
+	time.Sleep(time.Duration(s.delay.Load()))
+	return res, err
+}
+
+func (s *slowAcquire) Release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
+	return s.count(token)(s.Backend.Release(ctx, key, token))
+}
+
+// ReleaseGrant is the release the client sends for a grant (memlock ties
+// releases to their grant), counted as Release is.
+func (s *slowAcquire) ReleaseGrant(ctx context.Context, key, token string, fence uint64) (driver.ReleaseResult, error) {
+	return s.count(token)(s.Backend.ReleaseGrant(ctx, key, token, fence))
+}
+
+// count returns what counts a release of token that held.
+func (s *slowAcquire) count(token string) func(driver.ReleaseResult, error) (driver.ReleaseResult, error) {
+	return func(res driver.ReleaseResult, err error) (driver.ReleaseResult, error) {
+		if res.Held {
+			s.mu.Lock()
+			s.released[token]++
+			s.mu.Unlock()
+		}
+		return res, err
+	}
+}

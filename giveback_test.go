@@ -1,0 +1,104 @@
+package dlock_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/memlock"
+)
+
+// noWithdraw is a wrapper whose inner store cannot withdraw: it returns
+// errors.ErrUnsupported itself, not driver.ErrUnsupported.
+type noWithdraw struct{ *memlock.Backend }
+
+func (noWithdraw) Withdraw(context.Context, string, string) error { return errors.ErrUnsupported }
+
+// TestWithdrawUnsupportedIsQuiet: a wait of a reentrant fair handle that
+// ends on a backend without Withdraw leaves its entry to lapse, as the
+// contract allows, without a warning, whether the backend says so with
+// errors.ErrUnsupported or driver.ErrUnsupported.
+func TestWithdrawUnsupportedIsQuiet(t *testing.T) {
+	store := memlock.New()
+	ctx := t.Context()
+	holder := dlock.New(store)
+	defer holder.Close()
+	h, err := holder.Mutex("q", dlock.Fair()).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = h.Unlock(ctx) }()
+	var buf bytes.Buffer
+	c := dlock.New(noWithdraw{store}, dlock.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	_, err = c.Mutex("q", dlock.Fair(), dlock.Reentrant(), dlock.WithWait(50*time.Millisecond)).Lock(ctx)
+	if !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("Lock: %v, want ErrNotObtained", err)
+	}
+	if err := c.Close(); err != nil { // waits for the withdrawal
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), "leaving the queue failed") {
+		t.Errorf("warned for a backend without Withdraw: %s", buf.String())
+	}
+}
+
+// A grant whose answer arrives after the lease's safe validity is of no use:
+// Lock and TryLock must not return it (found by the chaos latency scenario
+// on MariaDB: a lease was handed out already past its deadline), and the
+// grant must be given back at once, not left to expire. The delay is past
+// the safe validity (TTL 1s − margin 500ms) but inside the TTL, so the hold
+// is still on the store when the answer comes.
+func TestGrantAnsweredTooLateIsGivenBack(t *testing.T) {
+	t.Parallel()
+	store := newSlowAcquire(600 * time.Millisecond)
+	c := dlock.New(store, dlock.WithTTL(time.Second), dlock.WithSafetyMargin(500*time.Millisecond))
+	defer c.Close()
+	for i, lock := range []func(context.Context) (*dlock.Lease, error){c.Mutex("x").TryLock, c.RWMutex("y").TryRLock} {
+		l, err := lock(t.Context())
+		if err == nil {
+			t.Fatalf("got a lease with %v left before its deadline; want an error", time.Until(l.Deadline()))
+		}
+		var no *dlock.NotObtainedError
+		if !errors.As(err, &no) || no.Slow < 600*time.Millisecond || !strings.Contains(err.Error(), "given back") {
+			t.Fatalf("err = %v; want a *NotObtainedError with Slow >= 600ms saying the grant was given back", err)
+		}
+		store.mu.Lock()
+		token := store.granted[i]
+		released := store.released[token]
+		store.mu.Unlock()
+		if released != 1 {
+			t.Fatalf("the late grant was released %d times before TryLock returned, want 1", released)
+		}
+	}
+	// Lock gives the late grant back and goes on waiting: once the store
+	// is fast again, it gets the lock.
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		store.delay.Store(0)
+	}()
+	l, err := c.Mutex("x").Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := time.Until(l.Deadline()); left < 300*time.Millisecond {
+		t.Errorf("Lock returned a lease with %v left; want a fresh one", left)
+	}
+	store.mu.Lock()
+	late := len(store.granted) - 3 // the two TryLocks' and the last, good grant
+	var givenBack int
+	for _, tok := range store.granted[2 : len(store.granted)-1] {
+		givenBack += store.released[tok]
+	}
+	store.mu.Unlock()
+	if late < 1 || givenBack != late {
+		t.Errorf("Lock saw %d late grants and gave back %d", late, givenBack)
+	}
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
