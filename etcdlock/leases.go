@@ -430,6 +430,10 @@ func (t *leaseTable) mine(id clientv3.LeaseID) *lease {
 func (t *leaseTable) track(l *lease, key, token string, fence, modRev int64, count int, ttl time.Duration, deadline time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.trackLocked(l, key, token, fence, modRev, count, ttl, deadline)
+}
+
+func (t *leaseTable) trackLocked(l *lease, key, token string, fence, modRev int64, count int, ttl time.Duration, deadline time.Time) {
 	id := holdID{key, token}
 	if p := t.pending[id]; p != nil && p.lease == l {
 		t.untrackLocked(p) // found on l: tracked from now on
@@ -447,6 +451,16 @@ func (t *leaseTable) track(l *lease, key, token string, fence, modRev int64, cou
 	h.modRev, h.count = modRev, count
 	h.ttl = max(h.ttl, ttl)
 	h.deadline = later(h.deadline, deadline)
+}
+
+// adopt tracks a single hold of key by token on l, made by the write at
+// revision fence (a handoff), unless the table tracks a hold of it already.
+func (t *leaseTable) adopt(l *lease, key, token string, fence int64, ttl time.Duration, deadline time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, had := t.holds[holdID{key, token}]; !had && !l.dead {
+		t.trackLocked(l, key, token, fence, fence, 1, ttl, deadline)
+	}
 }
 
 // tracked returns a copy of the hold of key by token, if the table has one.

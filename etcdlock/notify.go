@@ -453,6 +453,7 @@ func (st *lockState) apply(b *Backend, key string, ev *clientv3.Event) (next str
 		// lastHold): its fence is this write's revision.
 		if e := decodeExclusive(ev.Kv.Value); e.fence == fencePending {
 			if b.isQueued(key, e.token) {
+				b.trackHanded(key, e.token, ev.Kv)
 				b.setQueued(key, e.token, 0)
 				next := unknownHead
 				if e.token == st.head {
