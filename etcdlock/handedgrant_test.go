@@ -87,22 +87,51 @@ func TestBreakIfFirstFenceOfHandoffChain(t *testing.T) {
 // entry: a write whose read came before the handoff is refused by its
 // compare of the lock's key, which the handoff changed; one whose read came
 // after the clean-up belongs to a request sent after it.)
+//
+// With heard, the head's Backend listens to the lock and hears of the
+// handoff (its Client's Lock had ended all the same).
 func TestHandedCleanupRefusesLateRequest(t *testing.T) {
-	for _, withNext := range []bool{false, true} {
-		t.Run(fmt.Sprintf("next_waiter_%v", withNext), func(t *testing.T) {
+	for _, c := range []struct{ withNext, heard bool }{{false, false}, {true, false}, {false, true}} {
+		t.Run(fmt.Sprintf("next_waiter_%v/heard_%v", c.withNext, c.heard), func(t *testing.T) {
 			srv := testserver.StartEtcd(t)
 			hb, _ := hoHolder(t, srv, "k")
 			b := etcdlock.New(srv.Client(t))
 			b2 := etcdlock.New(srv.Client(t))
+			handed := make(chan string, 4)
+			if c.heard {
+				l, err := b.Listen(t.Context(), func(key, next string) {
+					if key == "k" {
+						handed <- next
+					}
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Close()
+				if err := l.Subscribe(t.Context(), "k"); err != nil {
+					t.Fatal(err)
+				}
+			}
 			req := hoHead(t, b, "k", "head", 5*time.Second)
-			if withNext {
+			if c.withNext {
 				hoHead(t, b, "k", "next", 5*time.Second)
 			}
 			if _, err := hb.Release(t.Context(), "k", "holder"); err != nil {
 				t.Fatal(err)
 			}
-			if info, ok := hoInspect(t, b, "k"); !ok || info.Owner != "head head" {
+			info, ok := hoInspect(t, b, "k")
+			if !ok || info.Owner != "head head" {
 				t.Fatalf("not handed: %+v", info)
+			}
+			if c.heard {
+				select {
+				case next := <-handed:
+					if want := (driver.Handoff{Token: "head", Fence: info.Fence}).Next(); next != want {
+						t.Fatalf("announced %q, want %q", next, want)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("no announcement of the handoff")
+				}
 			}
 			// The head's Lock ended: its clean-up releases the token.
 			if res, err := b.Release(t.Context(), "k", "head"); err != nil || !res.Held {

@@ -88,6 +88,9 @@ type hold struct {
 	count    int   // hold count of an exclusive hold as of our last write
 	ttl      time.Duration
 	deadline time.Time // until when its holder asked to keep it
+	// handed: a grant a release handed to token, as its Listener saw it
+	// (see adopt), not yet claimed or moved.
+	handed bool
 }
 
 type holdID struct{ key, token string }
@@ -460,6 +463,7 @@ func (t *leaseTable) adopt(l *lease, key, token string, fence int64, ttl time.Du
 	defer t.mu.Unlock()
 	if _, had := t.holds[holdID{key, token}]; !had && !l.dead {
 		t.trackLocked(l, key, token, fence, fence, 1, ttl, deadline)
+		t.holds[holdID{key, token}].handed = true
 	}
 }
 

@@ -202,8 +202,12 @@ func (b *Backend) releaseOnce(ctx context.Context, key, token string, fence int6
 // its value is what that write left, the token's single hold. A release
 // that drops it compares that alone: one transaction, as for a tracked
 // hold.
+//
+// A clean-up (no fence) of a handed grant reads it first: it records the
+// release (see releaseOnce).
 func lastWrite(h hold, tracked bool, fence int64) int64 {
 	switch {
+	case tracked && h.handed && fence == 0:
 	case tracked && h.count == 1 && (fence == 0 || h.fence == fence):
 		return h.modRev
 	case !tracked && fence > 0:
