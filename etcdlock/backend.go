@@ -81,8 +81,8 @@ type Backend struct {
 	ns      string
 	nsErr   error // a namespace that does not end with '/' (see WithNamespace)
 	timeout time.Duration
-	// attempt bounds one call to the store (see pacer).
-	attempt *pacer
+	// attempt bounds one call to the store (see attemptFor).
+	attempt time.Duration
 	leases  *leaseTable
 	// noHandoff: WithHandoff(false).
 	noHandoff bool
@@ -195,7 +195,7 @@ func New(c *clientv3.Client, opts ...Option) *Backend {
 	if b.ns != "" && !strings.HasSuffix(b.ns, "/") {
 		b.nsErr = fmt.Errorf("%w: etcd namespace %q must end with '/' (names follow it directly: %q with name \"y\" would be the keys of another namespace's names)", driver.ErrInvalid, b.ns, b.ns)
 	}
-	b.attempt = newPacer(b.timeout)
+	b.attempt = attemptFor(b.timeout)
 	b.leases = newLeaseTable(c.Lease, b.term)
 	b.leases.attempt = b.attempt
 	b.leases.revokeTimeout = b.timeout
@@ -304,7 +304,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	return res, nil // changed under us every time: refused, try again later
 }
 
-// txn runs one transaction, as one attempt (see pacer): a write that
+// txn runs one transaction, as one attempt (see attemptFor): a write that
 // its caller starts over, or repeats, after a transient error.
 func (b *Backend) txn(ctx context.Context, cmps []clientv3.Cmp, then, els []clientv3.Op) (resp *clientv3.TxnResponse, err error) {
 	err = attempt(ctx, b.attempt, func(ctx context.Context) error {

@@ -107,8 +107,8 @@ type call struct {
 
 type leaseTable struct {
 	kv clientv3.Lease
-	// attempt bounds one call (see pacer).
-	attempt *pacer
+	// attempt bounds one call (see attemptFor).
+	attempt time.Duration
 	// term returns the cluster's Raft term by a linearizable read, which
 	// only a leader that a majority follows can answer (see keepAlive).
 	term func(ctx context.Context) (uint64, error)
@@ -362,7 +362,7 @@ var errUnconfirmed = errors.New("lease keep-alive answered by a former leader: n
 // linearizable read made after it, which a former leader cannot serve: the
 // same term means the member that renewed still led after the renewal.
 //
-// Each of its two calls is one attempt (see pacer); extend repeats the
+// Each of its two calls is one attempt (see attemptFor); extend repeats the
 // pair after a transient error.
 func (t *leaseTable) keepAlive(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
 	var resp *clientv3.LeaseKeepAliveResponse

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -19,7 +18,7 @@ import (
 // Calls to the store, and which of their errors may heal.
 //
 // Every call is one attempt bounded by attemptFor (a share of the call
-// timeout; more while the store answers slowly, see pacer), so that a call that hangs on one member (a frozen process, a
+// timeout), so that a call that hangs on one member (a frozen process, a
 // half-open connection) ends while there is time for another attempt, which
 // etcd's client sends to the next member. A call that is safe to repeat (a
 // read, a lease grant or keep-alive, a write whose compares make a repeat do
@@ -38,84 +37,14 @@ func attemptFor(timeout time.Duration) time.Duration {
 	return min(max(timeout/6, 250*time.Millisecond), time.Second, timeout)
 }
 
-// pacer bounds each attempt of a call to the store: by its base
-// (attemptFor), or, while the store answers slowly (a crowd of waiters, a
-// loaded machine), by slowFactor times the average time of its recent
-// answers, up to limit (the call timeout). A call that hangs on one member
-// (frozen, half-open) still ends at the base while the others answer in
-// time; but a store that is merely slow is not sent every call again, by
-// attempts cut short before their answers could come, which would only
-// add to its load (and a repeated write's clean-up to that).
-type pacer struct {
-	base, limit time.Duration
-	// avg is the answered calls' recent time in ns: it takes the first at
-	// once, rises halfway to a slower one and falls an eighth of the way
-	// to a faster one, so that a burst of slow answers lengthens the
-	// attempts at once.
-	avg atomic.Int64
-}
-
-// slowFactor is how many times the average answer an attempt may take.
-const slowFactor = 4
-
-func newPacer(timeout time.Duration) *pacer {
-	if timeout <= 0 {
-		timeout = defaultTimeout
-	}
-	base := attemptFor(timeout)
-	return &pacer{base: base, limit: max(base, timeout)}
-}
-
-// bound is how long the next attempt may take, scale times the pace (an
-// attempt after one that ran out of time takes twice as long: see
-// repeatCall), up to limit.
-func (p *pacer) bound(scale int) time.Duration {
-	d := max(p.base, slowFactor*time.Duration(p.avg.Load()))
-	for range scale - 1 {
-		d *= 2
-	}
-	return min(d, p.limit)
-}
-
-// observe counts an answer that took d.
-func (p *pacer) observe(d time.Duration) {
-	for {
-		old := p.avg.Load()
-		next := int64(d)
-		switch {
-		case old == 0:
-		case next > old:
-			next = old + (next-old)/2
-		default:
-			next = old + (next-old)/8
-		}
-		if p.avg.CompareAndSwap(old, next) {
-			return
-		}
-	}
-}
-
-// attempt runs one call f with ctx bounded by p (by ctx alone when p is
-// nil).
-func attempt(ctx context.Context, p *pacer, f func(context.Context) error) error {
-	return attemptScaled(ctx, p, 1, f)
-}
-
-// attemptScaled is attempt with p's bound times scale (see bound). A call
-// that came back with an answer, a success or an error the store gave
-// (not transient), counts for p.
-func attemptScaled(ctx context.Context, p *pacer, scale int, f func(context.Context) error) error {
-	if p == nil {
+// attempt runs one call f with ctx bounded by d (by ctx alone when d is 0).
+func attempt(ctx context.Context, d time.Duration, f func(context.Context) error) error {
+	if d <= 0 {
 		return f(ctx)
 	}
-	actx, cancel := context.WithTimeout(ctx, p.bound(scale))
+	actx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	start := time.Now()
-	err := f(actx)
-	if err == nil || !isTransient(err) {
-		p.observe(time.Since(start))
-	}
-	return err
+	return f(actx)
 }
 
 // repeat runs f until it succeeds, fails with an error that is not
@@ -135,19 +64,9 @@ func repeat(ctx context.Context, f func(context.Context) error) error {
 	}
 }
 
-// repeatCall is repeat of one call f, each try bounded by p; a try after
-// one that ran out of time may take twice as long as that one (a store
-// that is slow, not hung, answers it; a hung member's call goes to another
-// member either way).
-func repeatCall(ctx context.Context, p *pacer, f func(context.Context) error) error {
-	scale := 1
-	return repeat(ctx, func(ctx context.Context) error {
-		err := attemptScaled(ctx, p, scale, f)
-		if errors.Is(err, context.DeadlineExceeded) {
-			scale = min(scale+1, 8)
-		}
-		return err
-	})
+// repeatCall is repeat of one call f, each try bounded by d.
+func repeatCall(ctx context.Context, d time.Duration, f func(context.Context) error) error {
+	return repeat(ctx, func(ctx context.Context) error { return attempt(ctx, d, f) })
 }
 
 // mayRepeat reports whether an operation whose last try failed with err
