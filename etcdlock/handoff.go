@@ -237,3 +237,14 @@ func (b *Backend) trackHanded(key, token string, kv *mvccpb.KeyValue) {
 	}
 	b.leases.adopt(entry.lease, string(kv.Key), token, kv.ModRevision, entry.ttl, entry.deadline)
 }
+
+// adopt tracks a single hold of key by token on l, made by the write at
+// revision fence (a handoff), unless the table tracks a hold of it already.
+func (t *leaseTable) adopt(l *lease, key, token string, fence int64, ttl time.Duration, deadline time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, had := t.holds[holdID{key, token}]; !had && !l.dead {
+		t.trackLocked(l, key, token, fence, fence, 1, ttl, deadline)
+		t.holds[holdID{key, token}].handed = true
+	}
+}

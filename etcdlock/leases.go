@@ -456,17 +456,6 @@ func (t *leaseTable) trackLocked(l *lease, key, token string, fence, modRev int6
 	h.deadline = later(h.deadline, deadline)
 }
 
-// adopt tracks a single hold of key by token on l, made by the write at
-// revision fence (a handoff), unless the table tracks a hold of it already.
-func (t *leaseTable) adopt(l *lease, key, token string, fence int64, ttl time.Duration, deadline time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if _, had := t.holds[holdID{key, token}]; !had && !l.dead {
-		t.trackLocked(l, key, token, fence, fence, 1, ttl, deadline)
-		t.holds[holdID{key, token}].handed = true
-	}
-}
-
 // tracked returns a copy of the hold of key by token, if the table has one.
 func (t *leaseTable) tracked(key, token string) (hold, bool) {
 	t.mu.Lock()
