@@ -128,11 +128,27 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest, re
 			b.leases.track(l, ek, req.Token, r, r, 1, req.TTL, sent.Add(req.TTL))
 			return driver.AcquireResult{Acquired: true, Fence: uint64(r), Holds: 1}, false, nil
 		}
-	} else {
-		read, err = b.read(ctx, nil, readOps, nil)
-		if err != nil {
+	}
+	var heads []*mvccpb.KeyValue // the queue's two oldest entries, read while the lock is free
+	if read == nil {
+		// A queued caller's read writes nothing: no nested transaction,
+		// which etcd would put through Raft as a write, but a second read
+		// of the head at the same revision when the lock is free (rarely:
+		// a release hands the lock to a head that takes handoffs, or wakes
+		// it).
+		if read, err = b.read(ctx, nil, readOps[:nReads-1], nil); err != nil {
 			return driver.AcquireResult{}, false, err
 		}
+		if len(rangeKVs(read, 0)) == 0 && read.Responses[1].GetResponseRange().GetCount() == 0 {
+			hr, err := b.get(ctx, qp, clientv3.WithPrefix(), clientv3.WithRev(read.Header.Revision),
+				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(2))
+			if err != nil {
+				return driver.AcquireResult{}, false, err
+			}
+			heads = hr.Kvs
+		}
+	} else if t := read.Responses[4].GetResponseTxn(); t.GetSucceeded() {
+		heads = t.GetResponses()[0].GetResponseRange().GetKvs()
 	}
 	rev := read.Header.Revision
 	excl, mineKVs := rangeKVs(read, 0), rangeKVs(read, 2)
@@ -142,12 +158,10 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest, re
 	if len(mineKVs) == 1 {
 		mine = mineKVs[0]
 	}
-	if t := read.Responses[4].GetResponseTxn(); t.GetSucceeded() {
-		if kvs := t.GetResponses()[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
-			head = kvs[0]
-			if len(kvs) > 1 {
-				second = kvs[1]
-			}
+	if len(heads) > 0 {
+		head = heads[0]
+		if len(heads) > 1 {
+			second = heads[1]
 		}
 	}
 	isMine := func(kv *mvccpb.KeyValue) bool { return kv != nil && string(kv.Key) == qk }

@@ -1,8 +1,10 @@
 package etcdlock_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -85,22 +87,51 @@ func TestBreakIfFirstFenceOfHandoffChain(t *testing.T) {
 // entry: a write whose read came before the handoff is refused by its
 // compare of the lock's key, which the handoff changed; one whose read came
 // after the clean-up belongs to a request sent after it.)
+//
+// With heard, the head's Backend listens to the lock and hears of the
+// handoff (its Client's Lock had ended all the same).
 func TestHandedCleanupRefusesLateRequest(t *testing.T) {
-	for _, withNext := range []bool{false, true} {
-		t.Run(fmt.Sprintf("next_waiter_%v", withNext), func(t *testing.T) {
+	for _, c := range []struct{ withNext, heard bool }{{false, false}, {true, false}, {false, true}} {
+		t.Run(fmt.Sprintf("next_waiter_%v/heard_%v", c.withNext, c.heard), func(t *testing.T) {
 			srv := testserver.StartEtcd(t)
 			hb, _ := hoHolder(t, srv, "k")
 			b := etcdlock.New(srv.Client(t))
 			b2 := etcdlock.New(srv.Client(t))
+			handed := make(chan string, 4)
+			if c.heard {
+				l, err := b.Listen(t.Context(), func(key, next string) {
+					if key == "k" {
+						handed <- next
+					}
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Close()
+				if err := l.Subscribe(t.Context(), "k"); err != nil {
+					t.Fatal(err)
+				}
+			}
 			req := hoHead(t, b, "k", "head", 5*time.Second)
-			if withNext {
+			if c.withNext {
 				hoHead(t, b, "k", "next", 5*time.Second)
 			}
 			if _, err := hb.Release(t.Context(), "k", "holder"); err != nil {
 				t.Fatal(err)
 			}
-			if info, ok := hoInspect(t, b, "k"); !ok || info.Owner != "head head" {
+			info, ok := hoInspect(t, b, "k")
+			if !ok || info.Owner != "head head" {
 				t.Fatalf("not handed: %+v", info)
+			}
+			if c.heard {
+				select {
+				case next := <-handed:
+					if want := (driver.Handoff{Token: "head", Fence: info.Fence}).Next(); next != want {
+						t.Fatalf("announced %q, want %q", next, want)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("no announcement of the handoff")
+				}
 			}
 			// The head's Lock ended: its clean-up releases the token.
 			if res, err := b.Release(t.Context(), "k", "head"); err != nil || !res.Held {
@@ -214,5 +245,93 @@ func TestForceReleaseOfFreeLockWritesNothing(t *testing.T) {
 	n, err := srv.Client(t).Get(t.Context(), "dlock/free\x00", clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil || n.Count != 0 {
 		t.Fatalf("keys written by ForceRelease of a free lock: %v, %v; want none", n, err)
+	}
+}
+
+// answerLosingKV commits every transaction, but while lose is set it
+// loses the answer of the next one (once): the caller sees its attempt's
+// deadline pass, as when the member it went through froze as it answered.
+type answerLosingKV struct {
+	clientv3.KV
+	lose *atomic.Bool
+}
+
+func (k answerLosingKV) Txn(ctx context.Context) clientv3.Txn {
+	return &answerLosingTxn{Txn: k.KV.Txn(ctx), lose: k.lose}
+}
+
+type answerLosingTxn struct {
+	clientv3.Txn
+	lose *atomic.Bool
+}
+
+func (t *answerLosingTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.Txn = t.Txn.If(cs...); return t }
+func (t *answerLosingTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Then(ops...); return t }
+func (t *answerLosingTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
+
+func (t *answerLosingTxn) Commit() (*clientv3.TxnResponse, error) {
+	resp, err := t.Txn.Commit()
+	if err == nil && t.lose.CompareAndSwap(true, false) {
+		return nil, context.DeadlineExceeded
+	}
+	return resp, err
+}
+
+// The release of a handed grant whose first try landed but whose answer
+// was lost (the member it went through froze as it answered) is tried
+// again, finds the grant gone, and reports it released, as it does for a
+// grant the Backend made: the grant's queue lease still lives, so only
+// that release can have taken it. A head that heard of its grant from its
+// Listener must not be told its lease was lost.
+func TestHandedGrantReleaseWithLostAnswerReportsReleased(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	hb, _ := hoHolder(t, srv, "k")
+	cli := srv.Client(t)
+	var lose atomic.Bool
+	cli.KV = answerLosingKV{cli.KV, &lose}
+	b := etcdlock.New(cli)
+	handed := make(chan string, 4)
+	l, err := b.Listen(t.Context(), func(key, next string) {
+		if key == "k" {
+			handed <- next
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Subscribe(t.Context(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	hoHead(t, b, "k", "head", 5*time.Second)
+	if _, err := hb.Release(t.Context(), "k", "holder"); err != nil {
+		t.Fatal(err)
+	}
+	info, ok := hoInspect(t, hb, "k")
+	if !ok || info.Owner != "head head" {
+		t.Fatalf("not handed: %+v", info)
+	}
+	want := driver.Handoff{Token: "head", Fence: info.Fence}.Next()
+	select {
+	case next := <-handed:
+		if next != want {
+			t.Fatalf("announced %q, want %q", next, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no announcement of the handoff")
+	}
+	lose.Store(true)
+	res, err := b.ReleaseGrant(t.Context(), "k", "head", info.Fence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lose.Load() {
+		t.Fatal("the release sent no transaction")
+	}
+	if _, held := hoInspect(t, hb, "k"); held {
+		t.Fatal("still held after the release")
+	}
+	if !res.Held {
+		t.Fatalf("ReleaseGrant after its first try landed unanswered: %+v; want Held (the token's grant was released, not lost)", res)
 	}
 }

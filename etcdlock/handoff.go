@@ -222,3 +222,29 @@ func (b *Backend) dropLast(ctx context.Context, key, token string, modRev int64,
 		force = i >= maxAttempts
 	}
 }
+
+// trackHanded tracks the grant kv that a release handed to token, which
+// this Backend queued (its Listener saw the handoff), as a hold on the
+// lease of token's entry, wanted as long as the entry was: as for a grant
+// the Backend made, a release whose earlier try landed unanswered then
+// finds the grant gone from a lease that still lives, and counts it as
+// released (see liveAndGone), not as lost. A hold already tracked (a
+// request of token claimed the grant first) stays.
+func (b *Backend) trackHanded(key, token string, kv *mvccpb.KeyValue) {
+	entry, ok := b.leases.tracked(b.queueKey(key, token), token)
+	if !ok || entry.lease == nil || int64(entry.lease.id) != kv.Lease {
+		return
+	}
+	b.leases.adopt(entry.lease, string(kv.Key), token, kv.ModRevision, entry.ttl, entry.deadline)
+}
+
+// adopt tracks a single hold of key by token on l, made by the write at
+// revision fence (a handoff), unless the table tracks a hold of it already.
+func (t *leaseTable) adopt(l *lease, key, token string, fence int64, ttl time.Duration, deadline time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, had := t.holds[holdID{key, token}]; !had && !l.dead {
+		t.trackLocked(l, key, token, fence, fence, 1, ttl, deadline)
+		t.holds[holdID{key, token}].handed = true
+	}
+}

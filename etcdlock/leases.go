@@ -88,6 +88,9 @@ type hold struct {
 	count    int   // hold count of an exclusive hold as of our last write
 	ttl      time.Duration
 	deadline time.Time // until when its holder asked to keep it
+	// handed: a grant a release handed to token, as its Listener saw it
+	// (see adopt), not yet claimed or moved.
+	handed bool
 }
 
 type holdID struct{ key, token string }
@@ -430,6 +433,10 @@ func (t *leaseTable) mine(id clientv3.LeaseID) *lease {
 func (t *leaseTable) track(l *lease, key, token string, fence, modRev int64, count int, ttl time.Duration, deadline time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.trackLocked(l, key, token, fence, modRev, count, ttl, deadline)
+}
+
+func (t *leaseTable) trackLocked(l *lease, key, token string, fence, modRev int64, count int, ttl time.Duration, deadline time.Time) {
 	id := holdID{key, token}
 	if p := t.pending[id]; p != nil && p.lease == l {
 		t.untrackLocked(p) // found on l: tracked from now on

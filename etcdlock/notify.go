@@ -375,14 +375,22 @@ func (l *listener) watchDir(ctx context.Context, key, token string, from int64, 
 	}
 	// Read once watched: the events after the read replayed on its state
 	// may wake for nothing, never miss a wake-up.
+	// It reads the queue's two oldest entries too: the oldest but the
+	// token's is the head that the token's grant, once handed to it,
+	// hands the lock to next (see lockState.next).
 	resp, err := l.b.c.Txn(ctx).Then(
 		clientv3.OpGet(l.b.exclKey(key)),
 		clientv3.OpGet(l.b.releasedKey(key, forcedToken), clientv3.WithKeysOnly()),
+		clientv3.OpGet(l.b.queuePrefix(key), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(2)),
 	).Commit()
 	if err != nil {
 		return err
 	}
-	st := &lockState{head: token}
+	q := rangeKVs(resp, 2)
+	if len(q) > 0 && string(q[0].Key) == l.b.queueKey(key, token) {
+		q = q[1:]
+	}
+	st := &lockState{head: token, next: l.b.headOf(q[:min(len(q), 1)])} // nil: nobody else queued
 	if excl := rangeKVs(resp, 0); len(excl) == 1 {
 		// Held, or handed to the token before the watch: then announced
 		// as the watch would have.
@@ -420,6 +428,10 @@ func (l *listener) watchDir(ctx context.Context, key, token string, from int64, 
 type lockState struct {
 	excl bool
 	head string
+	// next is the entry behind head in the queue, as last read (nil for
+	// none, unknownHead when not read): when a release hands head the
+	// lock, it is the Backend's guess of the new head (see guess).
+	next *headHint
 }
 
 // apply updates st with ev and says whether it wakes the lock's waiters,
@@ -441,8 +453,13 @@ func (st *lockState) apply(b *Backend, key string, ev *clientv3.Event) (next str
 		// lastHold): its fence is this write's revision.
 		if e := decodeExclusive(ev.Kv.Value); e.fence == fencePending {
 			if b.isQueued(key, e.token) {
+				b.trackHanded(key, e.token, ev.Kv)
 				b.setQueued(key, e.token, 0)
-				b.setHint(key, unknownHead)
+				next := unknownHead
+				if e.token == st.head {
+					next = st.next
+				}
+				b.setHint(key, next)
 			}
 			return driver.Handoff{Token: e.token, Fence: uint64(ev.Kv.ModRevision)}.Next(), true
 		}

@@ -71,8 +71,9 @@ func (b *Backend) releaseOnce(ctx context.Context, key, token string, fence int6
 		resp *clientv3.TxnResponse
 		err  error
 	)
-	if h, ok := b.leases.tracked(ek, token); ok && h.count == 1 && (fence == 0 || h.fence == fence) {
-		resp, err = b.dropLast(ctx, key, token, h.modRev, []clientv3.Op{clientv3.OpDelete(wk), clientv3.OpDelete(qk)}, readOps)
+	h, tracked := b.leases.tracked(ek, token)
+	if modRev := lastWrite(h, tracked, fence); modRev > 0 {
+		resp, err = b.dropLast(ctx, key, token, modRev, []clientv3.Op{clientv3.OpDelete(wk), clientv3.OpDelete(qk)}, readOps)
 		if err != nil {
 			return driver.ReleaseResult{}, err
 		}
@@ -188,6 +189,31 @@ func (b *Backend) releaseOnce(ctx context.Context, key, token string, fence int6
 		}
 	}
 	return driver.ReleaseResult{}, nil
+}
+
+// lastWrite returns the mod revision that the holder's key has while it
+// is still the single hold of the grant that release drops (a tracked
+// hold h, or the grant of the given fence), or 0 when unknown (the hold is
+// read first).
+//
+// An untracked grant with a fence (ReleaseGrant of a grant that a release
+// handed to the token: see handoff.go) is the write at revision fence,
+// which is that grant's fence: while the key's last write is that one,
+// its value is what that write left, the token's single hold. A release
+// that drops it compares that alone: one transaction, as for a tracked
+// hold.
+//
+// A clean-up (no fence) of a handed grant reads it first: it records the
+// release (see releaseOnce).
+func lastWrite(h hold, tracked bool, fence int64) int64 {
+	switch {
+	case tracked && h.handed && fence == 0:
+	case tracked && h.count == 1 && (fence == 0 || h.fence == fence):
+		return h.modRev
+	case !tracked && fence > 0:
+		return fence
+	}
+	return 0
 }
 
 // releasedTTL is how long, at least, a release that found nothing keeps

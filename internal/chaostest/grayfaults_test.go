@@ -549,13 +549,6 @@ func TestLeaderChangeUnderLoad(t *testing.T) {
 // sit free after a release for longer than frozenIdleBound while a waiter
 // waits, and nothing may break. Plain Mutexes, then Fair ones.
 func TestFrozenFollower(t *testing.T) {
-	if !*openFindings {
-		// Open finding (docs/SAFETY.md): an Unlock as a follower freezes
-		// may find its lease gone. etcdlock's TestFrozenFollowerKeepsLocks
-		// checks the held locks in the default run.
-		t.Log("etcd frozen follower: an open finding, run with -chaos.open")
-		return
-	}
 	t.Run(kindEtcd, func(t *testing.T) {
 		s := startStore(t, kindEtcd, storeOptions{})
 		for _, mode := range []string{"plain", "fair"} {

@@ -16,8 +16,6 @@ import (
 var (
 	soak = flag.Bool("chaos.soak", false,
 		"run every scenario long: at least 10,000 critical sections each (default: a few seconds each)")
-	openFindings = flag.Bool("chaos.open", false,
-		"also run the gray-fault cases that fail today, the open findings of docs/SAFETY.md (an etcd follower frozen)")
 	outDir = flag.String("chaos.out", "",
 		"directory for the history and report of failed runs (default: a new directory under the system's temporary directory, kept)")
 )
