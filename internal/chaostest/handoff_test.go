@@ -8,6 +8,7 @@ package chaostest
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"syscall"
 	"testing"
@@ -189,7 +190,14 @@ func runHeadCrash(t *testing.T, s *store, fair bool) {
 			kill()
 		}
 		if err := l.Unlock(t.Context()); err != nil {
-			t.Fatalf("round %d: the holder's Unlock: %v", i+1, err)
+			// A loaded machine can starve the holder's renewals (TTL
+			// 500 ms) until its lease is lost; the lock is then free
+			// as it would be after the release, which is what the
+			// round checks from here.
+			if l.Err() == nil || !errors.Is(err, dlock.ErrNotHeld) {
+				t.Fatalf("round %d: the holder's Unlock: %v", i+1, err)
+			}
+			t.Logf("round %d: the holder's lease was lost before its Unlock: %v", i+1, err)
 		}
 		info := inspect()
 		handed := info.Owner != ""

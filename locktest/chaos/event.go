@@ -28,8 +28,10 @@ const (
 	KindRelease
 	// KindLoss: the lease ended without Unlock. End is when its holder was
 	// told (its context ended; Text "told"), or, when it had not been, when
-	// Unlock found the lease gone (Text "found by Unlock"); Deadline is the
-	// lease's local deadline then, Err the cause.
+	// Unlock found the lease gone (Text "found by Unlock"), but no later
+	// than the local deadline unless a read of the lease (Err) after that
+	// deadline still said it was held; Deadline is the lease's local
+	// deadline then, Err the cause.
 	KindLoss
 	// KindRenew: a manual Refresh.
 	KindRenew
