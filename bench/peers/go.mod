@@ -4,7 +4,7 @@ go 1.24.0
 
 require (
 	github.com/bsm/redislock v0.9.4
-	github.com/dlock-go/dlock v0.0.0
+	github.com/dlock-go/dlock v0.0.0-20261129052048-42937fd45170
 	github.com/go-redsync/redsync/v4 v4.15.0
 	github.com/redis/go-redis/v9 v9.22.0
 	go.etcd.io/etcd/client/v3 v3.6.8
@@ -45,4 +45,3 @@ require (
 	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
 )
 
-replace github.com/dlock-go/dlock => ../..

@@ -36,6 +36,8 @@ func genMan(dir string) error {
 	}
 	root := cli.Command()
 	root.DisableAutoGenTag = true // no date: the same tree gives the same pages
-	header := &doc.GenManHeader{Title: "DLOCK", Section: "1", Source: "dlock", Manual: "dlock manual"}
+	// No Title: cobra/doc then heads each page with its command's path
+	// (DLOCK, DLOCK-RUN, ...).
+	header := &doc.GenManHeader{Section: "1", Source: "dlock", Manual: "dlock manual"}
 	return doc.GenManTree(root, header, dir)
 }

@@ -12,8 +12,8 @@ import (
 )
 
 // TestGenMan: dlock-gen-man writes a page for dlock and one for each of its
-// commands (help aside: dlock.1 covers it), and each page names the
-// command's flags.
+// commands (help aside: dlock.1 covers it), each headed with its command
+// (DLOCK-RUN(1)), and each page names the command's flags.
 func TestGenMan(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "man")
 	if err := genMan(dir); err != nil {
@@ -48,8 +48,9 @@ func TestGenMan(t *testing.T) {
 			continue
 		}
 		page := string(raw)
-		if !strings.Contains(page, ".TH \"DLOCK\" \"1\"") {
-			t.Errorf("%s: no man page header", name)
+		title := strings.ToUpper(strings.TrimSuffix(name, ".1"))
+		if !strings.Contains(page, ".TH \""+title+"\" \"1\"") {
+			t.Errorf("%s: no man page header naming %s(1): %.80q", name, title, page)
 		}
 		flags.VisitAll(func(f *pflag.Flag) {
 			// The OPTIONS section sets each flag in bold: \fB--ttl\fP.
@@ -61,5 +62,28 @@ func TestGenMan(t *testing.T) {
 	run, err := os.ReadFile(filepath.Join(dir, "dlock-run.1"))
 	if err == nil && !strings.Contains(string(run), "Exit status") {
 		t.Error("dlock-run.1 lacks the help's exit statuses")
+	}
+}
+
+// TestGenManSynopsis: dlock.1's SYNOPSIS is dlock's usage line, with the
+// global flags and COMMAND, as dlock help prints it.
+func TestGenManSynopsis(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "man")
+	if err := genMan(dir); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "dlock.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, synopsis, ok := strings.Cut(string(raw), ".SH SYNOPSIS\n")
+	if !ok {
+		t.Fatalf("dlock.1 has no SYNOPSIS:\n%s", raw)
+	}
+	synopsis, _, _ = strings.Cut(synopsis, ".SH ")
+	for _, want := range []string{"dlock [--backend URL]", "[--log-format text|json]", "COMMAND [ARGS...]"} {
+		if !strings.Contains(synopsis, want) {
+			t.Errorf("dlock.1's SYNOPSIS %q lacks %q", strings.TrimSpace(synopsis), want)
+		}
 	}
 }

@@ -3,7 +3,7 @@ module github.com/dlock-go/dlock/examples/flashsale
 go 1.24.0
 
 require (
-	github.com/dlock-go/dlock v0.0.0
+	github.com/dlock-go/dlock v0.0.0-20261129052048-42937fd45170
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/redis/go-redis/v9 v9.22.0
@@ -42,4 +42,3 @@ require (
 	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
 )
 
-replace github.com/dlock-go/dlock => ../..

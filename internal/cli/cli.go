@@ -182,7 +182,7 @@ func classify(err error) *exitError {
 func (a *app) rootCommand() *cobra.Command {
 	var version bool
 	root := &cobra.Command{
-		Use:                   "dlock",
+		Use:                   synopses["dlock"], // the man page's SYNOPSIS
 		Short:                 "run commands under distributed locks",
 		Long:                  docText(""),
 		Args:                  cobra.ArbitraryArgs,
@@ -247,7 +247,7 @@ func (a *app) rootCommand() *cobra.Command {
 				return commandNames(), cobra.ShellCompDirectiveNoFileComp
 			}
 			root.SetHelpCommand(cmd)
-		case "inspect", "release":
+		case "inspect", "release", "run":
 			cmd.ValidArgsFunction = a.completeLockName
 			root.AddCommand(cmd)
 		case "completion":
@@ -261,6 +261,7 @@ func (a *app) rootCommand() *cobra.Command {
 		}
 	}
 	root.InitDefaultHelpCmd()
+	completeFlagValues(root)
 	return root
 }
 

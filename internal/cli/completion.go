@@ -23,9 +23,10 @@ const completionHelp = `usage: dlock completion bash|zsh|fish
 Prints a script that completes dlock's commands, flags and their values in
 the shell named. The script asks dlock itself (a hidden __complete command)
 what to complete, so it stays right when dlock is updated. The NAME of
-'dlock inspect' and 'dlock release' is completed from the locks held on the
-store (of --backend, DLOCK_BACKEND or the default file), as 'dlock ls' lists
-them, when the store answers within a second.
+'dlock run', 'dlock inspect' and 'dlock release' is completed from the
+locks held on the store (of --backend, DLOCK_BACKEND or the default file),
+as 'dlock ls' lists them, when the store answers within a second; the
+values of --log-format and 'dlock top --sort' from the words they take.
 
   bash   source <(dlock completion bash), for example in ~/.bashrc; needs
          the bash-completion package
@@ -60,13 +61,37 @@ func completionCommand(a *app, _ *pflag.FlagSet) runner {
 // shell waits for it, with the user's cursor.
 const completionWait = time.Second
 
-// completeLockName offers, as the NAME of inspect and release, the held
+// flagValues are the values completed for the flags that take one of a few
+// words, by command ("" for the global flags).
+var flagValues = map[string]map[string][]string{
+	"":    {"log-format": {logText, logJSON}},
+	"top": {"sort": {"hold", "wait"}},
+}
+
+// completeFlagValues registers the completion of flagValues on the tree
+// under root.
+func completeFlagValues(root *cobra.Command) {
+	for _, cmd := range append([]*cobra.Command{root}, root.Commands()...) {
+		for flag, values := range flagValues[usageName(cmd)] {
+			_ = cmd.RegisterFlagCompletionFunc(flag, func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+				return values, cobra.ShellCompDirectiveNoFileComp
+			})
+		}
+	}
+}
+
+// completeLockName offers, as the NAME of run, inspect and release, the held
 // locks whose names start with what is typed, read from the store as ls
 // reads it (never creating a SQLite file). It offers nothing when the store
-// does not answer within completionWait, or when a NAME is already given.
+// does not answer within completionWait. Once a NAME is given, run's command
+// follows: the shell completes it as it would anywhere (files, commands);
+// inspect and release take nothing more.
 func (a *app) completeLockName(cmd *cobra.Command, args []string, typed string) ([]string, cobra.ShellCompDirective) {
 	const none = cobra.ShellCompDirectiveNoFileComp
 	if len(args) > 0 {
+		if cmd.Name() == "run" {
+			return nil, cobra.ShellCompDirectiveDefault
+		}
 		return nil, none
 	}
 	ctx := cmd.Context()

@@ -10,8 +10,9 @@ import (
 )
 
 // TestCompletionBash: the script of dlock completion bash loads in a real
-// bash, registers itself for dlock, and completes commands, flags and the
-// arguments of help and completion by asking the dlock binary.
+// bash, registers itself for dlock, and completes commands, flags, the
+// values of --log-format and top --sort, the arguments of help and
+// completion, and held lock names, by asking the dlock binary.
 func TestCompletionBash(t *testing.T) {
 	t.Parallel()
 	bash, err := exec.LookPath("bash")
@@ -82,6 +83,14 @@ printf '%s\n' "${COMPREPLY[@]}"
 		{"dlock inspect ord", []string{"orders-42"}, nil},
 		{"dlock release --force ", []string{"orders-42"}, nil},
 		{"dlock inspect x", nil, []string{"orders-42"}},
+		{"dlock run ord", []string{"orders-42"}, nil},
+		{"dlock run --wait 1m ", []string{"orders-42"}, nil},
+		{"dlock run orders-42 -- ", nil, []string{"orders-42"}},
+		// Flags that take one of a few words.
+		{"dlock top --sort ", []string{"hold", "wait"}, nil},
+		{"dlock top --sort w", []string{"wait"}, []string{"hold"}},
+		{"dlock --log-format ", []string{"text", "json"}, nil},
+		{"dlock run --log-format j", []string{"json"}, []string{"text"}},
 	} {
 		got := complete(c.line)
 		for _, w := range c.want {

@@ -2,12 +2,10 @@ module github.com/dlock-go/dlock/internal/dash/browsertest
 
 go 1.24.0
 
-replace github.com/dlock-go/dlock => ../../..
-
 require (
 	github.com/chromedp/cdproto v0.0.0-20250724212937-08a3db8b4327
 	github.com/chromedp/chromedp v0.14.2
-	github.com/dlock-go/dlock v0.0.0-00010101000000-000000000000
+	github.com/dlock-go/dlock v0.0.0-20261129052048-42937fd45170
 	go.uber.org/goleak v1.3.0
 )
 
