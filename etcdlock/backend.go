@@ -227,7 +227,7 @@ const maxAttempts = 32
 // wrap names the operation and the lock in err, marked transient when it
 // may heal (see markTransient).
 func wrap(op, key string, err error) error {
-	return fmt.Errorf("etcdlock: %s %q: %w", op, key, markTransient(nil, err))
+	return fmt.Errorf("etcdlock: %s %q: %w", op, key, markTransient(context.Background(), err))
 }
 
 // wrapCtx is wrap, saying also that the caller's ctx ended when it did: a

@@ -148,7 +148,7 @@ func isTransient(err error) bool {
 // (see isTransient) and caller, the ctx of the call's caller, is alive:
 // an error that came with the end of the caller's own ctx is the caller's.
 func markTransient(caller context.Context, err error) error {
-	if err == nil || !isTransient(err) || (caller != nil && ctxend.Err(caller) != nil) {
+	if err == nil || !isTransient(err) || ctxend.Err(caller) != nil {
 		return err
 	}
 	return driver.Transient(err)

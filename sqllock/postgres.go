@@ -7,7 +7,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -41,12 +40,6 @@ func newPostgres(db *sql.DB, tx *txs) *postgres {
 		renewBatchSQL:    t(pgRenewBatch),
 		releaseSQL:       t(pgRelease),
 	}
-}
-
-// withTable returns a function that fills the quoted table name into a
-// statement.
-func withTable(table string) func(string) string {
-	return func(q string) string { return strings.ReplaceAll(q, "{t}", table) }
 }
 
 const (
