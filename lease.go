@@ -121,6 +121,9 @@ func (l *Lease) Err() error {
 // Context returns a context that is cancelled when the lease ends; its
 // context.Cause is the lease's Err. Run the work the lock protects under it.
 // Its Err and Done read the safe deadline when called, as Lease.Err does.
+// A context made from it (context.WithTimeout, say) learns of the end only
+// once this one is cancelled, by the renewal goroutine or by such a read,
+// so check this context or the lease itself right before a write.
 func (l *Lease) Context() context.Context {
 	if l == nil || l.g == nil {
 		ctx, cancel := context.WithCancelCause(context.Background())

@@ -105,3 +105,38 @@ func TestMultiAndLeadershipEndWhenReadPastSafeDeadline(t *testing.T) {
 	dlock.PassSafeDeadline(ld.Lease())
 	wantExpired(t, "Leadership.Err", ld.Err())
 }
+
+// context.Cause of a context taken while held gives the loss past the safe
+// deadline, as its Err does, even when nothing has read Err or Done since:
+// Lease.Context, fn's context in Do, MultiLease.Context. (Before Go 1.25
+// context.Cause asks the context for its canceller without calling Err.)
+func TestContextCauseWhenReadPastSafeDeadline(t *testing.T) {
+	c := dlock.New(memlock.New(), dlock.WithTTL(time.Minute))
+	defer c.Close()
+
+	l, err := c.Mutex("paused/cause").Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := l.Context()
+	dlock.PassSafeDeadline(l)
+	wantExpired(t, "context.Cause(Lease.Context())", context.Cause(ctx))
+
+	err = c.Do(t.Context(), "paused/cause-do", func(ctx context.Context) error {
+		l, _ := dlock.LeaseFromContext(ctx)
+		dlock.PassSafeDeadline(l)
+		wantExpired(t, "context.Cause(fn's ctx)", context.Cause(ctx))
+		return nil
+	})
+	if !errors.Is(err, dlock.ErrLost) {
+		t.Errorf("Do = %v; want ErrLost", err)
+	}
+
+	ml, err := c.Multi([]string{"paused/cause-a", "paused/cause-b"}).Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mctx := ml.Context()
+	dlock.PassSafeDeadline(ml.Lease("paused/cause-a"))
+	wantExpired(t, "context.Cause(MultiLease.Context())", context.Cause(mctx))
+}
