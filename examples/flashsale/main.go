@@ -165,7 +165,7 @@ func printReports(w io.Writer, reps []*report) {
 			r.Strategy, r.Rows, r.Oversold, r.Leaked, r.Lost, r.Phantom, r.Duplicated, r.Refused, r.Redelivered)
 	}
 	_ = tw.Flush()
-	fmt.Fprintln(w, "  must be 0: oversold (rows beyond units taken), leaked (units taken without a row), lost (ok without a row),")
+	fmt.Fprintln(w, "  must be 0: oversold (rows beyond units taken, or stock below 0), leaked (units taken without a row), lost (ok without a row),")
 	fmt.Fprintln(w, "  phantom (row for a refused request), duplicated (order queued twice); not faults: refused (late writes")
 	fmt.Fprintln(w, "  the fence turned away), redelivered (rows written again after a crash, no change)")
 	for _, r := range reps {
