@@ -17,7 +17,14 @@ import (
 	"github.com/dlock-go/dlock/memlock"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// toxiproxy's links (the tests' proxies) end a moment after their
+		// proxy is removed; they are the test rig's, not dlock's.
+		goleak.IgnoreAnyFunction("github.com/Shopify/toxiproxy/v2/toxics.(*ToxicStub).Run"),
+		goleak.IgnoreAnyFunction("github.com/Shopify/toxiproxy/v2.(*ToxicLink).Start.func1"),
+	)
+}
 
 // batchSpy counts the renewal calls that reach the backend.
 type batchSpy struct {

@@ -328,7 +328,9 @@ type LeaderInfo struct {
 	Value string
 	// Fence is the leadership's fence, the same as the leader's
 	// Leadership.Fence; 0 in a LeaderInfo from Observe that says the
-	// election has no leader.
+	// election has no leader, and in one that says the election could not
+	// be read (Err set): check Err first, since then a leader may well
+	// exist.
 	Fence uint64
 	// Owner is the owner string stored with the lock:
 	// "host|pid N|acquired-at|value".

@@ -121,6 +121,9 @@ func (l *Lease) Err() error {
 // Context returns a context that is cancelled when the lease ends; its
 // context.Cause is the lease's Err. Run the work the lock protects under it.
 // Its Err and Done read the safe deadline when called, as Lease.Err does.
+// A context made from it (context.WithTimeout, say) learns of the end only
+// once this one is cancelled, by the renewal goroutine or by such a read,
+// so check this context or the lease itself right before a write.
 func (l *Lease) Context() context.Context {
 	if l == nil || l.g == nil {
 		ctx, cancel := context.WithCancelCause(context.Background())
@@ -216,9 +219,10 @@ func (l *Lease) finish(err error) {
 }
 
 // Refresh renews the lease now, for leases without automatic renewal or to
-// renew early. It returns ErrNotHeld (and the lease is lost) when the store no
-// longer has it, ErrReleased after or during Unlock, and the store's error,
-// wrapped, when the store fails.
+// renew early. It returns ErrNotHeld (and the lease is lost) when the store
+// no longer has it or the lease was lost while the renewal was on its way,
+// ErrReleased after or during Unlock, and the store's error, wrapped, when
+// the store fails.
 func (l *Lease) Refresh(ctx context.Context) error {
 	if l == nil || l.g == nil {
 		return invalid("lease: nil or not made by a Client")
@@ -257,6 +261,11 @@ func (l *Lease) Refresh(ctx context.Context) error {
 		return wrapStore("refresh", g.name, err)
 	case !held:
 		return heldErr("refresh", g.name, l.Err())
+	}
+	if lerr := l.Err(); lerr != nil {
+		// Ended while the renewal was on the wire (lost at the safe
+		// deadline, or unlocked): the renewal did not keep it.
+		return heldErr("refresh", g.name, lerr)
 	}
 	return nil
 }

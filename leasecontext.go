@@ -92,8 +92,8 @@ func LeaseFromContextByName(ctx context.Context, name string) (l *Lease, ok bool
 // heldContext is a context that ends with a hold. Its Err and Done first
 // run sync, which ends the hold when its safe deadline has passed, so that
 // a caller who reads them after a pause sees the hold ended even before
-// the renewal goroutine has run. Contexts made from it learn of the end
-// when it is cancelled.
+// the renewal goroutine has run; so does context.Cause (see Value).
+// Contexts made from it learn of the end when it is cancelled.
 type heldContext struct {
 	context.Context
 	sync func()
@@ -109,4 +109,14 @@ func (c *heldContext) Done() <-chan struct{} {
 func (c *heldContext) Err() error {
 	c.sync()
 	return c.Context.Err()
+}
+
+// Value returns the context's value for key, after running sync when key
+// is the context package's own (see cancelKey): context.Cause asks for
+// it, and before Go 1.25 without calling Err first.
+func (c *heldContext) Value(key any) any {
+	if key == cancelKey {
+		c.sync()
+	}
+	return c.Context.Value(key)
 }

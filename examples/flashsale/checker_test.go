@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -31,24 +32,29 @@ func TestCheckerCounts(t *testing.T) {
 		confirmed: []string{"o1", "o2"}, refused: []string{"o3"}}
 	cases := []struct {
 		name  string
+		count string // the count the fault must raise; name when ""
 		state state
 	}{
-		{"clean", clean},
-		{"oversold", state{left: 1, stream: []string{"o1", "o2", "o4"}, rows: []string{"o1", "o2", "o4"},
+		{"clean", "", clean},
+		{"oversold", "", state{left: 1, stream: []string{"o1", "o2", "o4"}, rows: []string{"o1", "o2", "o4"},
 			confirmed: []string{"o1", "o2", "o4"}, refused: []string{"o3"}}},
-		{"leaked", state{left: 0, stream: []string{"o1", "o2"}, rows: []string{"o1", "o2"},
+		// Four units sold of three, each with its row: the stock went
+		// below zero (a sale that decremented without checking).
+		{"oversold-below-zero", "oversold", state{left: -1, stream: []string{"o1", "o2", "o4", "o5"},
+			rows: []string{"o1", "o2", "o4", "o5"}, confirmed: []string{"o1", "o2", "o4", "o5"}, refused: []string{"o3"}}},
+		{"leaked", "", state{left: 0, stream: []string{"o1", "o2"}, rows: []string{"o1", "o2"},
 			confirmed: []string{"o1", "o2"}, refused: []string{"o3"}}},
-		{"lost", state{left: 1, stream: []string{"o1", "o2"}, rows: []string{"o1", "o2"},
+		{"lost", "", state{left: 1, stream: []string{"o1", "o2"}, rows: []string{"o1", "o2"},
 			confirmed: []string{"o1", "o2", "o5"}, refused: []string{"o3"}}},
-		{"phantom", state{left: 0, stream: []string{"o1", "o2", "o3"}, rows: []string{"o1", "o2", "o3"},
+		{"phantom", "", state{left: 0, stream: []string{"o1", "o2", "o3"}, rows: []string{"o1", "o2", "o3"},
 			confirmed: []string{"o1", "o2"}, refused: []string{"o3"}}},
-		{"duplicated", state{left: 1, stream: []string{"o1", "o2", "o2"}, rows: []string{"o1", "o2"},
+		{"duplicated", "", state{left: 1, stream: []string{"o1", "o2", "o2"}, rows: []string{"o1", "o2"},
 			confirmed: []string{"o1", "o2"}, refused: []string{"o3"}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
-			db := "check_" + c.name
+			db := "check_" + strings.ReplaceAll(c.name, "-", "_")
 			maria.CreateDatabase(t, db)
 			cfg := runConfig{items: 1, stock: 3, service: serviceConfig{sale: "check-" + c.name}}
 			r := &run{cfg: cfg, k: keys{sale: cfg.service.sale}, rdb: rdb,
@@ -84,7 +90,7 @@ func TestCheckerCounts(t *testing.T) {
 				"phantom": rep.Phantom, "duplicated": rep.Duplicated}
 			for name, n := range all {
 				want := int64(0)
-				if name == c.name {
+				if name == c.name || name == c.count {
 					want = 1
 				}
 				if n != want {

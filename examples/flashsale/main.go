@@ -165,9 +165,10 @@ func printReports(w io.Writer, reps []*report) {
 			r.Strategy, r.Rows, r.Oversold, r.Leaked, r.Lost, r.Phantom, r.Duplicated, r.Refused, r.Redelivered)
 	}
 	_ = tw.Flush()
-	fmt.Fprintln(w, "  must be 0: oversold (rows beyond units taken), leaked (units taken without a row), lost (ok without a row),")
-	fmt.Fprintln(w, "  phantom (row for a refused request), duplicated (order queued twice); not faults: refused (late writes")
-	fmt.Fprintln(w, "  the fence turned away), redelivered (rows written again after a crash, no change)")
+	fmt.Fprintln(w, "  must be 0: oversold (rows beyond units taken, or stock below 0), leaked (units taken without a row),")
+	fmt.Fprintln(w, "  lost (ok without a row), phantom (row for a refused request), duplicated (order queued twice);")
+	fmt.Fprintln(w, "  not faults: refused (late writes the fence turned away), redelivered (rows written again after a crash,")
+	fmt.Fprintln(w, "  no change)")
 	for _, r := range reps {
 		for _, f := range r.Faults {
 			fmt.Fprintf(w, "%s: %s\n", r.Strategy, f)

@@ -68,7 +68,7 @@ type report struct {
 
 	// The invariants: each counts one kind of fault, and must be 0.
 	Rows        int64 // order rows in MariaDB
-	Oversold    int64 // per item, order rows beyond the units taken from its stock
+	Oversold    int64 // per item, order rows beyond the units taken from its stock, and units taken beyond the stock (it went below 0)
 	Leaked      int64 // per item, units taken from its stock without an order row
 	Lost        int64 // requests answered "ok" without an order row
 	Phantom     int64 // order rows for requests answered "soldout" or rate-limited
@@ -324,6 +324,9 @@ func (r *run) check(ctx context.Context, rep *report) error {
 		}
 		taken[item] = r.cfg.stock - left
 		rep.Sold += r.cfg.stock - left
+		// Units taken beyond the stock: sold, each with its row perhaps,
+		// but never there to sell.
+		rep.Oversold += max(-left, 0)
 	}
 	rows := map[string]string{} // order id -> item
 	perItem := map[string]int64{}

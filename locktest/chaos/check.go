@@ -57,7 +57,7 @@ type NameSummary struct {
 type Report struct {
 	Events         int
 	Grants         int // acquires that returned a lease
-	AcquireFailed  int // acquires that returned ErrNotObtained (a cancelled or timed-out wait included) or ErrInvalid
+	AcquireFailed  int // acquires that returned ErrNotObtained (a cancelled or timed-out wait included), ErrConflict or ErrInvalid
 	AcquireUnknown int // acquires that ended in another error: the store failed or could not be reached
 	Releases       int // Unlock calls that returned nil
 	ReleaseFailed  int // Unlock calls answered ErrNotHeld or ErrLost

@@ -120,7 +120,8 @@ func lockOutcome(err error) Outcome {
 	switch {
 	case err == nil:
 		return OK
-	case errors.Is(err, dlock.ErrNotObtained), errors.Is(err, dlock.ErrNotHeld), errors.Is(err, dlock.ErrLost), errors.Is(err, dlock.ErrInvalid):
+	case errors.Is(err, dlock.ErrNotObtained), errors.Is(err, dlock.ErrNotHeld), errors.Is(err, dlock.ErrLost), errors.Is(err, dlock.ErrInvalid),
+		errors.Is(err, dlock.ErrConflict):
 		return Failed
 	}
 	return Unknown
