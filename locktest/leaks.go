@@ -27,7 +27,7 @@ func ownGoroutines() map[string]string {
 	for _, g := range strings.Split(string(buf), "\n\n") {
 		if !strings.Contains(g, "github.com/dlock-go/dlock") ||
 			strings.Contains(g, "_test.go") ||
-			strings.Contains(g, "/internal/testserver") ||
+			strings.Contains(g, "/internal/test/testserver") ||
 			strings.Contains(g, "github.com/dlock-go/dlock/locktest.") {
 			continue
 		}

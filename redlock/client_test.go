@@ -7,7 +7,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/test/testserver"
 )
 
 // newClient returns a dlock Client on a Backend of its own on servers.

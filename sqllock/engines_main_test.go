@@ -3,7 +3,7 @@ package sqllock_test
 import (
 	"testing"
 
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/test/testserver"
 )
 
 // Each engine's tests run under one top-level test that starts the engine

@@ -16,7 +16,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	dldriver "github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/test/testserver"
 	"github.com/dlock-go/dlock/sqllock"
 )
 

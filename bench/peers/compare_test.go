@@ -16,7 +16,7 @@ import (
 	"github.com/dlock-go/dlock/bench/peers"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/bench"
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/test/testserver"
 	dlockredis "github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
 )

@@ -33,7 +33,7 @@
 // Faults are the caller's: stop a process, kill a store, cut the network,
 // cancel contexts (Worker.CancelRate), skew a store's clock
 // (WithStoreClockRate). The dlock repository runs named fault scenarios
-// against every backend in internal/chaostest; docs/SAFETY.md lists them
+// against every backend in internal/test/chaostest; docs/SAFETY.md lists them
 // and their figures. Use this package the same way against your own store
 // and faults: see the example.
 package chaos

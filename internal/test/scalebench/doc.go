@@ -2,9 +2,9 @@
 // many auto-renewed leases at once, on a real redis-server through
 // redislock. It has only tests:
 //
-//	go test -race -count=1 ./internal/scalebench/                      # N=5000, CI
-//	go test -count=1 -run TestHeldLeases ./internal/scalebench/ -scale.leases 100000 -v
-//	go test -run XXX -bench HeldLeases -benchtime 1x ./internal/scalebench/ -scale.leases 100000
+//	go test -race -count=1 ./internal/test/scalebench/                      # N=5000, CI
+//	go test -count=1 -run TestHeldLeases ./internal/test/scalebench/ -scale.leases 100000 -v
+//	go test -run XXX -bench HeldLeases -benchtime 1x ./internal/test/scalebench/ -scale.leases 100000
 //
 // One Client (TTL 3s, auto-renew on, so a renewal every 1s) over one go-redis
 // client takes N leases on distinct names with 64 goroutines and keeps every
@@ -33,7 +33,7 @@
 // (<= 1 entry), its goroutines (N + 8) and heap (<= 4 KiB a waiter) do not
 // grow with N:
 //
-//	go test -count=1 -run TestWaiters -v ./internal/scalebench/ -scale.waiters 10000
+//	go test -count=1 -run TestWaiters -v ./internal/test/scalebench/ -scale.waiters 10000
 //
 // BenchmarkHeldLeases reports the same figures with b.ReportMetric:
 // rt-per-100-leases-per-interval, bytes-per-lease, goroutines,

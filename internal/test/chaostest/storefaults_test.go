@@ -329,7 +329,7 @@ func TestRedlockNodeLoss(t *testing.T) {
 		// appendfsync always: a node killed and restarted at once keeps
 		// its holds and fence counters (without persistence it must stay
 		// down for a TTL, and fences may still go back; see
-		// internal/redlockfaults).
+		// internal/test/redlockfaults).
 		s := startStore(t, kindRedlock, storeOptions{AOF: true})
 		var outages []outage
 		sc := scenario{

@@ -5,7 +5,7 @@ package redlockfaults_test
 // single one included, sits behind a proxy, so that the comparison is fair
 // (the -direct variants, without proxies, show what the proxies cost):
 //
-//	go test -run XXX -bench . -benchtime 2s ./internal/redlockfaults/
+//	go test -run XXX -bench . -benchtime 2s ./internal/test/redlockfaults/
 //
 // Besides ns/op, each reports lock-ns/op and unlock-ns/op, the mean time of
 // the two halves of the cycle. The -slow variants delay every answer of one
@@ -28,7 +28,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/test/testserver"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
 )

@@ -5,7 +5,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/test/testserver"
 )
 
 func TestPostgresKeepsDataAcrossRestarts(t *testing.T) {

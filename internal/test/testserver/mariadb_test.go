@@ -4,7 +4,7 @@ import (
 	"database/sql"
 	"testing"
 
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/test/testserver"
 )
 
 func TestMariaDBKeepsDataAcrossRestarts(t *testing.T) {

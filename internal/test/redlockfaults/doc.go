@@ -11,6 +11,6 @@
 // deadline passed), and the tests check that no two grants of one name
 // overlap and that fences grow in grant order.
 //
-//	go test -race -count=1 ./internal/redlockfaults/
-//	go test -run XXX -bench . -benchtime 2s ./internal/redlockfaults/
+//	go test -race -count=1 ./internal/test/redlockfaults/
+//	go test -run XXX -bench . -benchtime 2s ./internal/test/redlockfaults/
 package redlockfaults

@@ -2,7 +2,7 @@
 // hands, for Fair() and for the default lock, on a real redis-server and a
 // real PostgreSQL (both wake waiters by notification):
 //
-//	go test -run XXX -bench Fairness -benchtime 1x ./internal/fairbench/
+//	go test -run XXX -bench Fairness -benchtime 1x ./internal/test/fairbench/
 //
 // Sixteen owners, each with a Client and a Redis connection of its own (as
 // sixteen processes would), lock one name for a fixed time, hold it for a
@@ -27,7 +27,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/test/testserver"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/sqllock"
 )

@@ -26,8 +26,8 @@
 // summary table at the end (shown with -v). A failed run writes its history,
 // its report and porcupine's view to a directory it names.
 //
-//	go test -race -count=1 ./internal/chaostest/                     # every scenario, briefly
-//	go test -race -count=1 -v ./internal/chaostest/ -run TestPartition
-//	go test -count=1 -timeout 0 ./internal/chaostest/ -chaos.soak    # >= 10,000 critical sections each
-//	go test -count=1 ./internal/chaostest/ -chaos.out /tmp/chaos     # where failure files go
+//	go test -race -count=1 ./internal/test/chaostest/                     # every scenario, briefly
+//	go test -race -count=1 -v ./internal/test/chaostest/ -run TestPartition
+//	go test -count=1 -timeout 0 ./internal/test/chaostest/ -chaos.soak    # >= 10,000 critical sections each
+//	go test -count=1 ./internal/test/chaostest/ -chaos.out /tmp/chaos     # where failure files go
 package chaostest
