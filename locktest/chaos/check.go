@@ -66,7 +66,8 @@ type Report struct {
 	StoreCalls     int // store calls recorded by Observe (background renewals included)
 	Losses         int // leases lost before Unlock, as reported to their holders
 	// LateLossReports counts losses reported to the holder after the
-	// lease's local deadline: a holder told too late.
+	// lease's local deadline, unless a read of the lease after the deadline
+	// said it was lost (Event.ReadTold): a holder told too late.
 	LateLossReports int
 
 	// Overlaps are the exclusion violations: leases of one name valid at
@@ -171,7 +172,7 @@ func Check(events []Event, opts CheckOptions) *Report {
 			}
 		case KindLoss:
 			r.Losses++
-			if e.Deadline != 0 && e.End > e.Deadline {
+			if e.Deadline != 0 && e.End > e.Deadline && !e.ReadTold {
 				r.LateLossReports++
 			}
 			if lr := leases[e.Lease]; lr != nil {

@@ -28,10 +28,8 @@ const (
 	KindRelease
 	// KindLoss: the lease ended without Unlock. End is when its holder was
 	// told (its context ended; Text "told"), or, when it had not been, when
-	// Unlock found the lease gone (Text "found by Unlock"), but no later
-	// than the local deadline unless a read of the lease (Err) after that
-	// deadline still said it was held; Deadline is the lease's local
-	// deadline then, Err the cause.
+	// Unlock found the lease gone (Text "found by Unlock"); Deadline is the
+	// lease's local deadline then, Err the cause; see ReadTold.
 	KindLoss
 	// KindRenew: a manual Refresh.
 	KindRenew
@@ -128,6 +126,11 @@ type Event struct {
 	Value    int64   `json:"value,omitempty"`   // resource: stock read or written
 	Members  []int64 `json:"members,omitempty"` // resource: set read or written
 	Text     string  `json:"text,omitempty"`    // KindNote
+	// ReadTold (KindLoss): a read of the lease (Err) after its local
+	// deadline said that it was lost, so its holder was told in time
+	// however late its context ended (the goroutine that ends it may run
+	// late on a loaded machine).
+	ReadTold bool `json:"read_told,omitempty"`
 }
 
 // Sink takes events. *Recorder is one; RemoteRecorder sends them to one in

@@ -162,7 +162,7 @@ func (w *Worker) Step(ctx context.Context, tg Target) (Result, error) {
 	checked := Now()
 	saysHeld := l.Err() == nil
 	dl := At(l.Deadline())
-	heldPast := saysHeld && checked > dl
+	readTold := !saysHeld && checked > dl
 	uctx, ucancel := w.cancellable(context.WithoutCancel(ctx))
 	ustart := Now()
 	uerr := l.Unlock(uctx)
@@ -181,13 +181,7 @@ func (w *Worker) Step(ctx context.Context, tg Target) (Result, error) {
 		if !errors.Is(cause, dlock.ErrLost) {
 			cause = uerr
 		}
-		// A late report is a read that said "held" past the deadline; a
-		// context that ended late while no read asked is not one.
-		told := at
-		if !heldPast {
-			told = min(at, dl)
-		}
-		w.Sink.Add(Event{Kind: KindLoss, Client: w.client(), Name: tg.Name, Lease: lease, Mode: tg.Mode, Fence: res.Fence, Start: told, End: told, Deadline: dl, Outcome: OK, Err: errText(cause), Text: how})
+		w.Sink.Add(Event{Kind: KindLoss, Client: w.client(), Name: tg.Name, Lease: lease, Mode: tg.Mode, Fence: res.Fence, Start: at, End: at, Deadline: dl, Outcome: OK, Err: errText(cause), Text: how, ReadTold: readTold})
 	}
 	w.Sink.Add(Event{Kind: KindRelease, Client: w.client(), Name: tg.Name, Lease: lease, Mode: tg.Mode, Fence: res.Fence, Start: ustart, End: uend, Deadline: dl, Outcome: lockOutcome(uerr), Err: errText(uerr)})
 	return res, nil
