@@ -49,18 +49,28 @@ func (s *gatedStore) Acquire(ctx context.Context, req driver.AcquireRequest) (dr
 		}
 	}
 	s.mu.Unlock()
+	// Each wait ends with the call's context, or after a while: a Lock of
+	// the Client may join its waiters without a request of its own, and
+	// then the second try never comes (see TestHandoffGatedWaiterStaleNotice).
+	await := func(ch <-chan struct{}) {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		case <-time.After(2 * time.Second):
+		}
+	}
 	switch {
 	case first && idx == 0: // B
-		<-s.arrived
+		await(s.arrived)
 		res, err := s.Backend.Acquire(ctx, req)
 		close(s.bForwarded)
-		<-s.aSecond
+		await(s.aSecond)
 		s.release()
 		time.Sleep(300 * time.Millisecond) // the notice "next:B\0f" is heard
 		return res, err
 	case first && idx == 1: // A
-		<-s.arrived
-		<-s.bForwarded
+		await(s.arrived)
+		await(s.bForwarded)
 		return s.Backend.Acquire(ctx, req)
 	case idx == 1: // A again, after subscribing
 		res, err := s.Backend.Acquire(ctx, req)
@@ -76,10 +86,14 @@ func (s *gatedStore) Acquire(ctx context.Context, req driver.AcquireRequest) (dr
 }
 
 // TestHandoffGatedWaiterStaleNotice: two Lock calls of one Client both
-// queue; the second to answer takes the Client's gate, and the other, gated,
-// gives its place back. A handoff announced to the gated waiter's token
-// before its clean-up released that grant must not become a lease: the
-// gated waiter goes on with a token of its own and claims nothing stale.
+// queue; the second to answer takes the Client's turn, and the other gives
+// its place back. A handoff announced to that waiter's token before its
+// clean-up released that grant must not become a lease: the waiter goes on
+// with a token of its own and claims nothing stale. (A Lock that finds its
+// Client's first attempt under way joins it without a request of its own,
+// so both queue only when the second comes after that attempt's answer;
+// whichever way it goes, the two leases must not overlap and the fences
+// must rise.)
 func TestHandoffGatedWaiterStaleNotice(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	holderC := dlock.New(redislock.New(srv.Client(t)))
