@@ -147,7 +147,11 @@ func testSharedOwnerShorterTTL(t *testing.T, s *Store) {
 	const name = "locktest/ownerttl"
 	long := lock(t, a.Mutex(name, dlock.WithOwnerID("job-8"), dlock.Reentrant(), dlock.WithTTL(3*time.Second)))
 	short := lock(t, b.Mutex(name, dlock.WithOwnerID("job-8"), dlock.Reentrant(), dlock.WithTTL(dlock.MinTTL)))
-	unlock(t, short)
+	// A 50 ms lease may run out before its Unlock on a loaded machine;
+	// what is checked is that its end does not end the long one.
+	if err := short.Unlock(t.Context()); err != nil && (short.Err() == nil || !errors.Is(err, dlock.ErrNotHeld)) {
+		t.Fatalf("Unlock of the short lease: %v", err)
+	}
 	time.Sleep(4 * dlock.MinTTL)
 	mustBeHeldByOther(t, other.Mutex(name))
 	if err := long.Err(); err != nil {
