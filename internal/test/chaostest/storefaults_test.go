@@ -403,6 +403,10 @@ func TestRedlockNodeLoss(t *testing.T) {
 		// once a second: recovery takes up to that long.
 		const recovery = 1500 * time.Millisecond
 		var outages []outage
+		// A stall that has just begun holds its lease past the outage's
+		// start; each outage waits (a while) for one, so that a lease is
+		// held through it and its loss is checked.
+		stalled := make(chan struct{}, 1)
 		sc := scenario{
 			store:    s,
 			label:    "redlock-majority",
@@ -415,7 +419,7 @@ func TestRedlockNodeLoss(t *testing.T) {
 				// (renewed), so that leases are held when the majority
 				// goes and must be reported lost.
 				for _, w := range r.workers {
-					w.BeforeWrite = stallSometimes(2*r.sc.ttl, 6)
+					w.BeforeWrite = stallSometimesSaying(2*r.sc.ttl, 6, stalled)
 				}
 			},
 			faults: func(ctx context.Context, r *runState) {
@@ -426,6 +430,16 @@ func TestRedlockNodeLoss(t *testing.T) {
 				// Two outages in a short run (down, then partitioned),
 				// as many as fit in a soak.
 				for i := 0; r.soak || i < 2; i++ {
+					select {
+					case <-stalled: // drop a stall that began before
+					default:
+					}
+					select {
+					case <-stalled:
+					case <-time.After(time.Second):
+					case <-ctx.Done():
+						return
+					}
 					var o outage
 					if i%2 == 0 {
 						r.rec.Note("nodes 1 and 2 off the network")
@@ -636,6 +650,26 @@ func TestRedlockClockSkew(t *testing.T) {
 			}
 			runScenario(t, sc)
 		})
+	}
+}
+
+// stallSometimesSaying is stallSometimes, telling started (without
+// blocking) when a stall begins.
+func stallSometimesSaying(d time.Duration, oneIn int, started chan<- struct{}) func(ctx context.Context, l *dlock.Lease) {
+	return func(ctx context.Context, l *dlock.Lease) {
+		if rand.N(oneIn) != 0 {
+			return
+		}
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		timer := time.NewTimer(d/2 + rand.N(d*7/10))
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+		}
 	}
 }
 
