@@ -654,7 +654,7 @@ func TestRedlockClockSkew(t *testing.T) {
 }
 
 // stallSometimesSaying is stallSometimes, telling started (without
-// blocking) when a stall begins.
+// blocking; nil: nobody) when a stall begins.
 func stallSometimesSaying(d time.Duration, oneIn int, started chan<- struct{}) func(ctx context.Context, l *dlock.Lease) {
 	return func(ctx context.Context, l *dlock.Lease) {
 		if rand.N(oneIn) != 0 {
@@ -677,17 +677,7 @@ func stallSometimesSaying(d time.Duration, oneIn int, started chan<- struct{}) f
 // the critical section for between half of d and 1.2 d (less when the run
 // ends first).
 func stallSometimes(d time.Duration, oneIn int) func(ctx context.Context, l *dlock.Lease) {
-	return func(ctx context.Context, l *dlock.Lease) {
-		if rand.N(oneIn) != 0 {
-			return
-		}
-		timer := time.NewTimer(d/2 + rand.N(d*7/10))
-		defer timer.Stop()
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
-		}
-	}
+	return stallSometimesSaying(d, oneIn, nil)
 }
 
 // sqlKinds are the SQL servers whose sessions and processes the SQL
