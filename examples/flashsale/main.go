@@ -4,7 +4,8 @@
 // purchase requests over them; the orders go from Redis to MariaDB through
 // a stream with a consumer group. Three strategies sell: a dlock Mutex per
 // item (fenced read and write), one atomic Lua script with no lock, and a
-// dlock Semaphore admitting N buyers into a slower checkout.
+// dlock Semaphore admitting N buyers into a slower checkout. A per-user rate
+// limit comes first: GCRA (go-redis/redis_rate) or a fixed window (-limiter).
 //
 //	go run . -redis 127.0.0.1:6379 -mysql 'root@tcp(127.0.0.1:3306)/flashsale' -strategy all
 //
