@@ -10,7 +10,6 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/test/testserver"
 	"github.com/dlock-go/dlock/redislock"
-	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -24,8 +23,12 @@ func newTestService(t *testing.T, addr string, cfg serviceConfig) *service {
 	t.Cleanup(func() { _ = rdb.Close() })
 	locks := dlock.New(redislock.New(rdb), dlock.WithLogger(slog.New(slog.DiscardHandler)))
 	t.Cleanup(func() { _ = locks.Close() })
-	return &service{cfg: cfg, k: keys{sale: cfg.sale}, rdb: rdb, locks: locks,
-		limiter: redis_rate.NewLimiter(rdb), log: slog.New(slog.DiscardHandler)}
+	k := keys{sale: cfg.sale}
+	lim, err := newLimiter(limiterGCRA, rdb, k, cfg.ratePerMinute, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &service{cfg: cfg, k: k, rdb: rdb, locks: locks, limiter: lim, log: slog.New(slog.DiscardHandler)}
 }
 
 // A holder of an item's lock is paused between its read and its write, and

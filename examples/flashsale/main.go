@@ -4,7 +4,8 @@
 // purchase requests over them; the orders go from Redis to MariaDB through
 // a stream with a consumer group. Three strategies sell: a dlock Mutex per
 // item (fenced read and write), one atomic Lua script with no lock, and a
-// dlock Semaphore admitting N buyers into a slower checkout.
+// dlock Semaphore admitting N buyers into a slower checkout. A per-user rate
+// limit comes first: GCRA (go-redis/redis_rate) or a fixed window (-limiter).
 //
 //	go run . -redis 127.0.0.1:6379 -mysql 'root@tcp(127.0.0.1:3306)/flashsale' -strategy all
 //
@@ -51,6 +52,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.requests, "requests", 6000, "purchase requests")
 	fs.IntVar(&c.concurrency, "concurrency", 64, "requests in flight at once")
 	fs.IntVar(&c.service.ratePerMinute, "rate", 5, "purchases a user may attempt per minute")
+	fs.StringVar(&c.service.limiter, "limiter", limiterGCRA, "the rate limiter: gcra (go-redis/redis_rate) or window (fixed window, one script)")
 	fs.DurationVar(&c.service.lockTTL, "lock-ttl", 2*time.Second, "TTL of item locks and checkout permits")
 	fs.DurationVar(&c.service.lockWait, "lock-wait", 3*time.Second, "longest wait for a lock or a permit")
 	fs.IntVar(&c.service.permits, "permits", 16, "checkout permits (semaphore)")
@@ -73,6 +75,10 @@ func runMain(args []string, out io.Writer) int {
 	var f runFlags
 	f.register(fs)
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := knownLimiter(f.cfg.service.limiter); err != nil {
+		fmt.Fprintln(os.Stderr, "flashsale:", err)
 		return 2
 	}
 	self, err := os.Executable()

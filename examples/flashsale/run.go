@@ -175,6 +175,9 @@ func (r *run) start(p *proc) error {
 		"-permits", strconv.Itoa(c.permits), "-checkout-delay", c.checkoutDelay.String(),
 		"-claim-idle", r.cfg.claimIdle.String(),
 	}
+	if c.limiter != "" {
+		args = append(args, "-limiter", c.limiter)
+	}
 	if c.fair {
 		args = append(args, "-fair")
 	}

@@ -19,7 +19,6 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/redislock"
-	"github.com/go-redis/redis_rate/v10"
 	_ "github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 )
@@ -38,6 +37,7 @@ func serveMain(args []string) int {
 	fs.StringVar(&cfg.sale, "sale", "demo", "the sale's name (prefix of its keys)")
 	fs.StringVar(&cfg.strategy, "strategy", strategyLua, "mutex, lua or semaphore")
 	fs.IntVar(&cfg.ratePerMinute, "rate", 10, "purchases a user may attempt per minute")
+	fs.StringVar(&cfg.limiter, "limiter", limiterGCRA, "the rate limiter: gcra (go-redis/redis_rate) or window (fixed window, one script)")
 	fs.DurationVar(&cfg.lockTTL, "lock-ttl", 2*time.Second, "TTL of item locks and checkout permits")
 	fs.DurationVar(&cfg.lockWait, "lock-wait", 3*time.Second, "longest wait for a lock or a permit")
 	fs.IntVar(&cfg.permits, "permits", 16, "checkout permits (semaphore)")
@@ -75,10 +75,14 @@ func serve(ctx context.Context, log *slog.Logger, cfg serviceConfig, addr, redis
 	defer db.Close()
 	db.SetMaxOpenConns(8)
 
+	k := keys{sale: cfg.sale}
+	lim, err := newLimiter(cfg.limiter, rdb, k, cfg.ratePerMinute, time.Minute)
+	if err != nil {
+		return err
+	}
 	locks := dlock.New(redislock.New(rdb), dlock.WithLogger(log))
 	defer locks.Close()
-	s := &service{cfg: cfg, k: keys{sale: cfg.sale}, rdb: rdb, locks: locks,
-		limiter: redis_rate.NewLimiter(rdb), log: log}
+	s := &service{cfg: cfg, k: k, rdb: rdb, locks: locks, limiter: lim, log: log}
 	w := &writer{rdb: rdb, db: db, k: s.k, consumer: name, claimIdle: claimIdle, log: log}
 
 	ln, err := net.Listen("tcp", addr)

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -29,6 +28,7 @@ type serviceConfig struct {
 	sale          string
 	strategy      string
 	ratePerMinute int           // purchases a user may attempt per minute
+	limiter       string        // limiterGCRA or limiterWindow
 	lockTTL       time.Duration // TTL of the item locks and checkout permits
 	lockWait      time.Duration // longest wait for a lock or a permit
 	permits       int           // checkout permits (semaphore)
@@ -45,7 +45,7 @@ type service struct {
 	k       keys
 	rdb     *redis.Client
 	locks   *dlock.Client
-	limiter *redis_rate.Limiter
+	limiter limiter
 	log     *slog.Logger
 
 	// beforeWrite, when set, runs between the mutex strategy's read and
@@ -103,11 +103,11 @@ func (s *service) buy(ctx context.Context, o order, retry bool) (answer string, 
 			return ans, http.StatusOK, nil
 		}
 	}
-	res, err := s.limiter.Allow(ctx, s.k.rateLimit(o.User), redis_rate.PerMinute(s.cfg.ratePerMinute))
+	allowed, err := s.limiter.allow(ctx, o.User)
 	if err != nil {
 		return "", http.StatusServiceUnavailable, fmt.Errorf("rate limit: %w", err)
 	}
-	if res.Allowed == 0 {
+	if !allowed {
 		return "", http.StatusTooManyRequests, errRateLimited
 	}
 	switch s.cfg.strategy {

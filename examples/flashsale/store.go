@@ -43,13 +43,14 @@ const recordTTL = 24 * time.Hour
 // name prefixes every key.
 type keys struct{ sale string }
 
-func (k keys) stock(item string) string     { return "flashsale:" + k.sale + ":stock:" + item }
-func (k keys) request(id string) string     { return "flashsale:" + k.sale + ":req:" + id }
-func (k keys) orders() string               { return "flashsale:" + k.sale + ":orders" }
-func (k keys) lock(item string) string      { return "flashsale:" + k.sale + ":item:" + item }
-func (k keys) checkout() string             { return "flashsale:" + k.sale + ":checkout" }
-func (k keys) refused() string              { return "flashsale:" + k.sale + ":refused" }
-func (k keys) rateLimit(user string) string { return k.sale + ":user:" + user }
+func (k keys) stock(item string) string      { return "flashsale:" + k.sale + ":stock:" + item }
+func (k keys) request(id string) string      { return "flashsale:" + k.sale + ":req:" + id }
+func (k keys) orders() string                { return "flashsale:" + k.sale + ":orders" }
+func (k keys) lock(item string) string       { return "flashsale:" + k.sale + ":item:" + item }
+func (k keys) checkout() string              { return "flashsale:" + k.sale + ":checkout" }
+func (k keys) refused() string               { return "flashsale:" + k.sale + ":refused" }
+func (k keys) rateLimit(user string) string  { return k.sale + ":user:" + user }
+func (k keys) rateWindow(user string) string { return "flashsale:" + k.sale + ":window:" + user }
 
 // order is one purchase: its id is the request's idempotency key.
 type order struct {
