@@ -191,8 +191,15 @@ type Result struct {
 	FirstError string `json:"first_error,omitempty"`
 }
 
-// scriptKinds are the INFO commandstats names of Redis's script calls.
-var scriptKinds = []string{"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"}
+// ScriptCalls returns the script calls (EVAL, EVALSHA, FCALL and their
+// read-only forms) among ops, a Result's Ops.
+func ScriptCalls(ops map[string]float64) float64 {
+	n := 0.0
+	for _, k := range []string{"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"} {
+		n += ops[k]
+	}
+	return n
+}
 
 // Quantile is one point of a distribution: the wait at or below which a
 // fraction Q of the grants came.
@@ -392,9 +399,7 @@ wait:
 			}
 		}
 		res.OpsPerCycle = total / n
-		for _, k := range scriptKinds {
-			res.ScriptsPerCycle += res.Ops[k]
-		}
+		res.ScriptsPerCycle = ScriptCalls(res.Ops)
 	}
 	if s.Trips != nil {
 		res.TripsPerCycle = float64(s.Trips.Load()-tripsBefore) / float64(max(grants.Load(), 1))

@@ -13,7 +13,7 @@ import (
 
 // Chart geometry, in SVG user units.
 const (
-	chartW      = 960
+	chartW      = 1080
 	chartLeft   = 80  // left edge of the plots
 	chartRight  = 720 // right edge of the plots; the legend is to its right
 	curveTop    = 60
@@ -228,12 +228,12 @@ func durLabel(d time.Duration) string {
 	}
 }
 
-// niceCeil returns the least of 1, 2, 4 or 5 times a power of ten, and at
+// niceCeil returns the least of 1, 2, 4, 5 or 8 times a power of ten, and at
 // least 4, that is at least v.
 func niceCeil(v int) int {
 	v = max(v, 4)
 	for p := 1; ; p *= 10 {
-		for _, m := range []int{1, 2, 4, 5, 10} { // 4: quarters stay whole
+		for _, m := range []int{1, 2, 4, 5, 8, 10} { // quarters stay whole
 			if m*p >= v {
 				return m * p
 			}
