@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ import (
 var (
 	flagDuration  = flag.Duration("peers.duration", 300*time.Millisecond, "how long each subject runs each workload")
 	flagOut       = flag.String("peers.out", "", "write the report as JSON to this file")
+	flagPerClient = flag.Int("peers.per-client", 2, "workers to a Client in dlock-pair and dlock-fair-pair (named dlock-Nper and dlock-fair-Nper when not 2)")
 	flagCharts    = flag.String("peers.charts", "", "write one SVG chart per workload of the one-node subjects into this directory (compare-WORKLOAD.svg)")
 	flagWorkloads = flag.String("peers.workloads", "uncontended,hot,keys",
 		"comma list of workloads: uncontended, hot (8 workers on one name, CS 0/100µs/1ms/10ms), headline (hot with CS 100µs), keys (8 workers over 64 names, CS 100µs), or a workload's label")
@@ -83,6 +85,15 @@ func workloads(t *testing.T) []bench.Workload {
 	return out
 }
 
+// pairName returns the name of a -pair subject with -peers.per-client
+// workers to a Client: "dlock-pair" with 2, "dlock-8per" with 8.
+func pairName(subject string) string {
+	if *flagPerClient == 2 {
+		return subject
+	}
+	return strings.TrimSuffix(subject, "pair") + strconv.Itoa(*flagPerClient) + "per"
+}
+
 // hooked returns a new client of addr whose commands trips counts.
 func hooked(addr string, trips *bench.Trips) *redis.Client {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
@@ -128,8 +139,8 @@ func TestCompare(t *testing.T) {
 		}),
 		dlockOn(peers.SubjectDlock, 1),
 		dlockOn(peers.SubjectDlockFair, 1, dlock.Fair()),
-		dlockOn(peers.SubjectDlockPair, 2),
-		dlockOn(peers.SubjectDlockFairP, 2, dlock.Fair()),
+		dlockOn(pairName(peers.SubjectDlockPair), *flagPerClient),
+		dlockOn(pairName(peers.SubjectDlockFairP), *flagPerClient, dlock.Fair()),
 		withTrips(func(trips *bench.Trips) bench.Subject {
 			return peers.Redsync(peers.SubjectRedsync, func() []redis.UniversalClient {
 				return []redis.UniversalClient{hooked(one.Addr(), trips)}
