@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,8 @@ import (
 var (
 	flagDuration  = flag.Duration("peers.duration", 300*time.Millisecond, "how long each subject runs each workload")
 	flagOut       = flag.String("peers.out", "", "write the report as JSON to this file")
+	flagPerClient = flag.Int("peers.per-client", 2, "workers to a Client in dlock-pair and dlock-fair-pair (named dlock-Nper and dlock-fair-Nper when not 2)")
+	flagCharts    = flag.String("peers.charts", "", "write one SVG chart per workload of the one-node subjects into this directory (compare-WORKLOAD.svg)")
 	flagWorkloads = flag.String("peers.workloads", "uncontended,hot,keys",
 		"comma list of workloads: uncontended, hot (8 workers on one name, CS 0/100µs/1ms/10ms), headline (hot with CS 100µs), keys (8 workers over 64 names, CS 100µs), or a workload's label")
 )
@@ -82,6 +85,15 @@ func workloads(t *testing.T) []bench.Workload {
 	return out
 }
 
+// pairName returns the name of a -pair subject with -peers.per-client
+// workers to a Client: "dlock-pair" with 2, "dlock-8per" with 8.
+func pairName(subject string) string {
+	if *flagPerClient == 2 {
+		return subject
+	}
+	return strings.TrimSuffix(subject, "pair") + strconv.Itoa(*flagPerClient) + "per"
+}
+
 // hooked returns a new client of addr whose commands trips counts.
 func hooked(addr string, trips *bench.Trips) *redis.Client {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
@@ -89,7 +101,8 @@ func hooked(addr string, trips *bench.Trips) *redis.Client {
 	return rdb
 }
 
-// TestCompare runs dlock, the raw baseline and every peer variant over the
+// TestCompare runs dlock (each worker with a Client of its own, and two
+// workers to a Client), the raw baseline and every peer variant over the
 // same workloads on the same Redis server, then dlock's redlock and
 // redsync's Redlock on three nodes, and prints the table and the targets.
 // It asserts only that every subject completed grants without errors.
@@ -105,9 +118,9 @@ func TestCompare(t *testing.T) {
 
 	// One node.
 	oneCounter := bench.RedisCounter{one.Client(t)}
-	dlockOn := func(name string, opts ...dlock.Option) bench.Subject {
+	dlockOn := func(name string, perClient int, opts ...dlock.Option) bench.Subject {
 		trips := new(bench.Trips)
-		s := bench.Dlock(name, func(ctx context.Context, id int) (driver.Backend, func() error, error) {
+		s := bench.DlockShared(name, perClient, func(ctx context.Context, id int) (driver.Backend, func() error, error) {
 			rdb := hooked(one.Addr(), trips)
 			return dlockredis.New(rdb), rdb.Close, nil
 		}, opts...)
@@ -124,8 +137,10 @@ func TestCompare(t *testing.T) {
 		withTrips(func(trips *bench.Trips) bench.Subject {
 			return bench.RawRedis(peers.SubjectRaw, func() redis.UniversalClient { return hooked(one.Addr(), trips) }, dlock.DefaultTTL)
 		}),
-		dlockOn(peers.SubjectDlock),
-		dlockOn(peers.SubjectDlockFair, dlock.Fair()),
+		dlockOn(peers.SubjectDlock, 1),
+		dlockOn(peers.SubjectDlockFair, 1, dlock.Fair()),
+		dlockOn(pairName(peers.SubjectDlockPair), *flagPerClient),
+		dlockOn(pairName(peers.SubjectDlockFairP), *flagPerClient, dlock.Fair()),
 		withTrips(func(trips *bench.Trips) bench.Subject {
 			return peers.Redsync(peers.SubjectRedsync, func() []redis.UniversalClient {
 				return []redis.UniversalClient{hooked(one.Addr(), trips)}
@@ -231,6 +246,19 @@ func TestCompare(t *testing.T) {
 		peers.RedsyncTunedDelay/2, peers.RedsyncTunedDelay, peers.BSMDefaultBackoff, peers.BSMTunedBackoff, peers.BSMTTL)
 	fmt.Print(out.String()) // go test shows it with -v, or when the test fails
 
+	if *flagCharts != "" {
+		// The one-node subjects: Redlock's rows are another store.
+		one := *rep
+		one.Results = nil
+		for _, r := range rep.Results {
+			if r.Subject != peers.SubjectDlockRL3 && r.Subject != peers.SubjectRedsyncRL3 {
+				one.Results = append(one.Results, r)
+			}
+		}
+		if _, err := one.WriteCharts(*flagCharts, "compare-"); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if *flagOut != "" {
 		f, err := os.Create(*flagOut)
 		if err != nil {

@@ -15,6 +15,8 @@ import (
 const (
 	SubjectDlock       = "dlock"               // dlock's default Mutex over redislock
 	SubjectDlockFair   = "dlock-fair"          // dlock.Fair() over redislock
+	SubjectDlockPair   = "dlock-pair"          // dlock, two workers (goroutines) to a Client
+	SubjectDlockFairP  = "dlock-fair-pair"     // dlock-fair, two workers to a Client
 	SubjectRaw         = "raw"                 // bench.RawRedis: SET NX PX busy spin + compare-and-delete
 	SubjectRedsync     = "redsync"             // RedsyncDefault, one node
 	SubjectRedsyncTune = "redsync-tuned"       // RedsyncTuned, one node
@@ -35,9 +37,10 @@ var Uncontended = bench.Workload{Workers: 1, Names: 1}
 // lock's own cost decides the rate.
 var HotCS0 = bench.Workload{Workers: 8, Names: 1}
 
-// WriteTargets writes the target ratios of the direct handoff, each
-// from rep alone (one run, one machine): the ratio, the target, and whether
-// it is met, for dlock's fair and default Mutex. Waits are compared as
+// WriteTargets writes the hot-key targets, each from rep alone (one run,
+// one machine): the ratio, the target, and whether it is met, for dlock's
+// fair and default Mutex, each worker with a Client of its own and two
+// workers to a Client (the -pair subjects). Waits are compared as
 // blocked waits (those during which another worker was granted the lock):
 // a peer whose releasing worker takes the lock straight back serves most
 // grants with no wait at all, which hides its starved waiters from the
@@ -88,7 +91,7 @@ func WriteTargets(w io.Writer, rep *bench.Report) error {
 	wait999 := func(r *bench.Result) float64 { return float64(r.Wait.P999) }
 	// Uncontended: the time of a cycle, i.e. the inverse of grants/s.
 	row("dlock uncontended cycle / raw's", ratio(rawu, find(SubjectDlock, unc), tput), "≤", 1.3)
-	for _, d := range []string{SubjectDlockFair, SubjectDlock} {
+	for _, d := range []string{SubjectDlockFair, SubjectDlock, SubjectDlockFairP, SubjectDlockPair} {
 		dl := find(d, head)
 		row(d+" headline grants/s / raw's", ratio(dl, raw, tput), "≥", 1)
 		for _, p := range []struct {
@@ -115,10 +118,28 @@ func WriteTargets(w io.Writer, rep *bench.Report) error {
 			ho = float64(dl.Handoff.P50) / float64(ping.P50)
 		}
 		row(d+" headline handoff p50 / ping p50", ho, "≤", 2)
+		cmds, scripts := math.NaN(), math.NaN()
+		if dl != nil && dl.Ops != nil {
+			cmds, scripts = dl.OpsPerCycle, bench.ScriptCalls(dl.Ops)
+		}
+		op := "" // the target is on fair grants
+		if d == SubjectDlockFair || d == SubjectDlockFairP {
+			op = "≤"
+		}
+		row(d+" headline commands per grant", cmds, op, 20)
+		row(d+" headline script calls per grant", scripts, "", 0)
 		d0 := find(d, cs0)
-		row(d+" CS 0 grants/s / raw's", ratio(d0, find(SubjectRaw, cs0), tput), "≥", 1)
-		row(d+" CS 0 grants/s / "+SubjectRedsync+"'s", ratio(d0, find(SubjectRedsync, cs0), tput), "≥", 0.8)
-		row(d+" CS 0 grants/s / "+SubjectBSM+"'s", ratio(d0, find(SubjectBSM, cs0), tput), "≥", 0.8)
+		row(d+" CS 0 grants/s / raw's", ratio(d0, find(SubjectRaw, cs0), tput), "≥", 0.8)
+		row(d+" CS 0 grants/s / "+SubjectRedsync+"'s", ratio(d0, find(SubjectRedsync, cs0), tput), "≥", 1)
+		row(d+" CS 0 grants/s / "+SubjectBSM+"'s", ratio(d0, find(SubjectBSM, cs0), tput), "≥", 1)
+	}
+	for _, r := range []string{SubjectRaw, SubjectRedsync, SubjectBSM} {
+		cmds, scripts := math.NaN(), math.NaN()
+		if x := find(r, head); x != nil && x.Ops != nil {
+			cmds, scripts = x.OpsPerCycle, bench.ScriptCalls(x.Ops)
+		}
+		row(r+" headline commands per grant", cmds, "", 0)
+		row(r+" headline script calls per grant", scripts, "", 0)
 	}
 	row(SubjectDlockRL3+" uncontended wait p50 / dlock's (1 node)", ratio(find(SubjectDlockRL3, unc), find(SubjectDlock, unc), wait50), "", 0)
 	rl, rs := find(SubjectDlockRL3, head), find(SubjectRedsyncRL3, head)

@@ -38,8 +38,13 @@ func TestWriteTargets(t *testing.T) {
 		`dlock-fair headline Jain +1 +≥ 0.99 +ok`,
 		`dlock-fair headline handoff p50 / ping p50 +0 +≤ 2 +ok`,
 		// 5512 / 8265 and 5512 / 6569 grants/s
-		`dlock-fair CS 0 grants/s / raw's +0.667 +≥ 1 +MISSED`,
-		`dlock-fair CS 0 grants/s / redsync's +0.839 +≥ 0.8 +ok`,
+		`dlock-fair CS 0 grants/s / raw's +0.667 +≥ 0.8 +MISSED`,
+		`dlock-fair CS 0 grants/s / redsync's +0.839 +≥ 1 +MISSED`,
+		`dlock-fair headline commands per grant +45 +≤ 20 +MISSED`,
+		`dlock-fair headline script calls per grant +2 +- *$`,
+		`dlock headline commands per grant +45 +- *$`,
+		`raw headline script calls per grant +1 +- *$`,
+		`dlock-pair headline grants/s / raw's +n/a +≥ 1 *$`,
 		`dlock headline grants/s / raw's +0.936 +≥ 1 +MISSED`, // 3527 / 3766
 		// 586 / 2214 grants/s
 		`dlock-redlock3 headline grants/s / redsync-redlock3's +0.265 +≥ 1 +MISSED`,

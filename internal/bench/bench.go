@@ -178,10 +178,48 @@ type Result struct {
 	// INFO commandstats calls, which include the commands scripts run.
 	OpsPerCycle float64            `json:"store_ops_per_cycle,omitempty"`
 	Ops         map[string]float64 `json:"store_ops_per_cycle_by_kind,omitempty"`
+	// ScriptsPerCycle is the script calls (EVAL, EVALSHA, FCALL and their
+	// read-only forms) among Ops, per grant: the calls whose cost Redis's
+	// one thread pays whole.
+	ScriptsPerCycle float64 `json:"script_calls_per_cycle,omitempty"`
+	// WaitCurve is Wait's distribution: the wait at quantiles 1 − 10^(−k/8),
+	// k = 0, 1, …, as far as the grants reach, then the longest (Q 1).
+	WaitCurve []Quantile `json:"wait_curve,omitempty"`
 	// Errors counts failed Lock or Unlock calls (the run goes on), and
 	// FirstError is the first one's message.
 	Errors     int    `json:"errors"`
 	FirstError string `json:"first_error,omitempty"`
+}
+
+// ScriptCalls returns the script calls (EVAL, EVALSHA, FCALL and their
+// read-only forms) among ops, a Result's Ops.
+func ScriptCalls(ops map[string]float64) float64 {
+	n := 0.0
+	for _, k := range []string{"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"} {
+		n += ops[k]
+	}
+	return n
+}
+
+// Quantile is one point of a distribution: the wait at or below which a
+// fraction Q of the grants came.
+type Quantile struct {
+	Q    float64       `json:"q"`
+	Wait time.Duration `json:"wait_ns"`
+}
+
+// curve returns the quantiles of WaitCurve over d, sorted.
+func curve(d []time.Duration) []Quantile {
+	if len(d) == 0 {
+		return nil
+	}
+	var out []Quantile
+	for k := 0; math.Pow(10, float64(k)/8) <= float64(len(d)); k++ {
+		q := 1 - math.Pow(10, -float64(k)/8)
+		i := max(int(math.Ceil(q*float64(len(d))))-1, 0)
+		out = append(out, Quantile{Q: q, Wait: d[i]})
+	}
+	return append(out, Quantile{Q: 1, Wait: d[len(d)-1]})
 }
 
 // Jain returns Jain's fairness index of xs: (Σx)² / (n·Σx²).
@@ -361,6 +399,7 @@ wait:
 			}
 		}
 		res.OpsPerCycle = total / n
+		res.ScriptsPerCycle = ScriptCalls(res.Ops)
 	}
 	if s.Trips != nil {
 		res.TripsPerCycle = float64(s.Trips.Load()-tripsBefore) / float64(max(grants.Load(), 1))
@@ -392,6 +431,7 @@ func summarize(res *Result, cycles [][]cycle, names int) {
 	}
 	res.Jain = Jain(res.GrantsPerWorker)
 	res.Wait = Summarize(waits)
+	res.WaitCurve = curve(waits) // sorted by Summarize
 	res.Unlock = Summarize(unlocks)
 
 	// Handoffs: per name, in grant order, a grant to a different worker

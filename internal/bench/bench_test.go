@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -78,6 +79,15 @@ func TestRunRedis(t *testing.T) {
 		if r.OpsPerCycle == 0 {
 			t.Errorf("%s %s: no store commands counted", r.Subject, r.Workload)
 		}
+		// One worker: dlock's acquire and release are a script each, raw's
+		// release alone is one.
+		want := 2.0
+		if r.Subject == "raw" {
+			want = 1
+		}
+		if r.Params.Workers == 1 && math.Abs(r.ScriptsPerCycle-want) > 0.01 {
+			t.Errorf("%s %s: %.3f script calls per cycle, want %v", r.Subject, r.Workload, r.ScriptsPerCycle, want)
+		}
 	}
 }
 
@@ -92,6 +102,28 @@ func TestRunMemlock(t *testing.T) {
 	}
 	if r.Grants == 0 || r.Errors != 0 || len(r.GrantsPerWorker) != 4 || r.Wait.N != r.Grants {
 		t.Errorf("memlock run: %+v", r)
+	}
+}
+
+func TestDlockSharedGivesPerClientWorkersOneClient(t *testing.T) {
+	store := memlock.New()
+	var opened, closed []int
+	sub := DlockShared("dlock-pair", 2, func(ctx context.Context, id int) (driver.Backend, func() error, error) {
+		opened = append(opened, id)
+		return store, func() error { closed = append(closed, id); return nil }, nil
+	})
+	for range 2 { // a subject runs many workloads
+		opened, closed = nil, nil
+		r, err := Run(context.Background(), sub, Workload{Workers: 5, Names: 1, Duration: 200 * time.Millisecond}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Grants == 0 || r.Errors != 0 || len(r.GrantsPerWorker) != 5 {
+			t.Errorf("run: %+v", r)
+		}
+		if want := []int{0, 2, 4}; !slices.Equal(opened, want) || !slices.Equal(closed, want) {
+			t.Errorf("Clients of workers %v opened, of %v closed; want %v: workers 0 and 1, 2 and 3, 4 alone", opened, closed, want)
+		}
 	}
 }
 

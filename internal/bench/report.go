@@ -82,11 +82,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "subject\tworkload\tgrants/s\twait p50\tp99\tp99.9\tblocked p99\tblocked\thandoff p50\tp99\thandoffs\tjain\ttrips/cycle\tops/cycle\terrors\t")
+	fmt.Fprintln(tw, "subject\tworkload\tgrants/s\twait p50\tp99\tp99.9\tblocked p99\tblocked\thandoff p50\tp99\thandoffs\tjain\ttrips/cycle\tops/cycle\tscripts/cycle\terrors\t")
 	for _, x := range r.Results {
-		ops := "-"
+		ops, scripts := "-", "-"
 		if x.Ops != nil {
-			ops = fmt.Sprintf("%.2f", x.OpsPerCycle)
+			ops, scripts = fmt.Sprintf("%.2f", x.OpsPerCycle), fmt.Sprintf("%.2f", x.ScriptsPerCycle)
 		}
 		trips := "-"
 		if x.TripsPerCycle > 0 {
@@ -100,16 +100,17 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if x.Blocked.N > 0 {
 			bl = us(x.Blocked.P99)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%.3f\t%s\t%s\t%d\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%.3f\t%s\t%s\t%s\t%d\t\n",
 			x.Subject, x.Workload, x.Throughput, us(x.Wait.P50), us(x.Wait.P99), us(x.Wait.P999),
-			bl, x.Blocked.N, ho, ho99, x.Handoff.N, x.Jain, trips, ops, x.Errors)
+			bl, x.Blocked.N, ho, ho99, x.Handoff.N, x.Jain, trips, ops, scripts, x.Errors)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintln(w, "\nwait and handoff in µs; blocked = waits during which another worker was granted the name;")
 	fmt.Fprintln(w, "handoff = release returned → a different, already waiting worker's acquire returned;")
-	fmt.Fprintln(w, "trips = the client's round trips to the store; ops = commands or statements the store served (Redis counts those scripts run)")
+	fmt.Fprintln(w, "trips = the client's round trips to the store; ops = commands or statements the store served (Redis counts those scripts run);")
+	fmt.Fprintln(w, "scripts = the script calls among ops (EVAL, EVALSHA, FCALL)")
 	for _, x := range r.Results {
 		if x.FirstError != "" {
 			fmt.Fprintf(w, "%s %s: first error: %s\n", x.Subject, x.Workload, x.FirstError)

@@ -25,7 +25,7 @@ import (
 
 // Subjects and workloads of dlock bench, in the order they run.
 var (
-	benchSubjects  = []string{"dlock", "dlock-fair", "raw"}
+	benchSubjects  = []string{"dlock", "dlock-fair", "dlock-pair", "dlock-fair-pair", "raw"}
 	benchWorkloads = []string{"uncontended", "hot", "keys"}
 )
 
@@ -49,6 +49,7 @@ type benchOptions struct {
 	cs        []time.Duration
 	duration  time.Duration
 	json      bool
+	charts    string        // directory of the SVG charts, or ""
 	urls      []*backendURL // the stores, in the order given
 }
 
@@ -64,13 +65,14 @@ type benchLists struct{ subjects, workloads, cs string }
 
 // benchFlags adds bench's flags to fs, filling o and l.
 func benchFlags(fs *pflag.FlagSet, o *benchOptions, l *benchLists) {
-	fs.StringVar(&l.subjects, "subjects", strings.Join(benchSubjects, ","), "comma list of dlock, dlock-fair, raw")
+	fs.StringVar(&l.subjects, "subjects", strings.Join(benchSubjects, ","), "comma list of dlock, dlock-fair, dlock-pair, dlock-fair-pair, raw")
 	fs.StringVar(&l.workloads, "workloads", strings.Join(benchWorkloads, ","), "comma list of uncontended, hot, keys")
 	fs.StringVar(&l.cs, "cs", "0,100us,1ms,10ms", "critical sections of hot, a comma list of durations")
 	fs.IntVar(&o.workers, "workers", 8, "workers of hot and keys")
 	fs.IntVar(&o.names, "names", 64, "lock names of keys")
 	durationVar(fs, &o.duration, "duration", 2*time.Second, "length of each run")
 	fs.BoolVar(&o.json, "json", false, "a JSON array of reports, one per store")
+	fs.StringVar(&o.charts, "charts", "", "write one SVG chart per store and workload into this directory")
 }
 
 // benchCommand defines bench's flags on fs and returns what runs it.
@@ -114,6 +116,11 @@ func parseBenchArgs(a *app, o *benchOptions, l *benchLists, pos []string) (err e
 		return usageErr("bench", "--names must be at least 1, not %d", o.names)
 	case o.duration <= 0:
 		return usageErr("bench", "--duration must be positive, not %v", o.duration)
+	}
+	if o.charts != "" {
+		if fi, err := os.Stat(o.charts); err != nil || !fi.IsDir() {
+			return usageErr("bench", "--charts: %q is not a directory", printable(o.charts, 80))
+		}
 	}
 	for _, raw := range pos {
 		b, err := parseBackendURL(strings.TrimSpace(raw))
@@ -209,6 +216,11 @@ func (a *app) bench(ctx context.Context, o *benchOptions) error {
 		for _, r := range rep.Results {
 			if r.Errors > 0 {
 				errRuns++
+			}
+		}
+		if o.charts != "" {
+			if _, err := rep.WriteCharts(o.charts, fmt.Sprintf("bench-%d-%s-", i+1, o.urls[i].kind)); err != nil {
+				return fail(exitIOErr, "write charts: %v", err)
 			}
 		}
 		if o.json {
@@ -313,14 +325,14 @@ func (a *app) benchSubjects(o *benchOptions, b *backendURL, st *store) ([]bench.
 	)
 	for _, name := range o.subjects {
 		switch name {
-		case "dlock":
-			out = append(out, a.dlockSubject(b, st, name))
-		case "dlock-fair":
+		case "dlock", "dlock-pair":
+			out = append(out, a.dlockSubject(b, st, name, perClient(name)))
+		case "dlock-fair", "dlock-fair-pair":
 			if c, ok := st.backend.(driver.Capabler); !ok || !c.Supports(driver.CapFair) {
-				notes = append(notes, fmt.Sprintf("no dlock-fair: %s stores have no fair locks", b.kind))
+				notes = append(notes, fmt.Sprintf("no %s: %s stores have no fair locks", name, b.kind))
 				continue
 			}
-			out = append(out, a.dlockSubject(b, st, name, dlock.Fair()))
+			out = append(out, a.dlockSubject(b, st, name, perClient(name), dlock.Fair()))
 		case "raw":
 			s, ok := a.rawSubject(b, st)
 			if !ok {
@@ -332,6 +344,15 @@ func (a *app) benchSubjects(o *benchOptions, b *backendURL, st *store) ([]bench.
 		}
 	}
 	return out, notes
+}
+
+// perClient returns the workers to a Client of a dlock subject: two for
+// the -pair subjects, one otherwise.
+func perClient(subject string) int {
+	if strings.HasSuffix(subject, "-pair") {
+		return 2
+	}
+	return 1
 }
 
 // watchers returns what counts a subject's traffic on st: its round trips
@@ -348,11 +369,12 @@ func watchers(st *store) (*bench.Trips, bench.Counter, connectHooks) {
 	return t, bench.RedisCounter(st.rdbs), connectHooks{redis: t.RedisHook()}
 }
 
-// dlockSubject is dlock's Mutex, made with opts, each worker with a
-// connection and a Client of its own, as separate processes would have.
-func (a *app) dlockSubject(b *backendURL, st *store, name string, opts ...dlock.Option) bench.Subject {
+// dlockSubject is dlock's Mutex, made with opts, perClient workers to a
+// connection and a Client: with 1, each worker has its own, as separate
+// processes would; with 2, pairs of goroutines of one service share one.
+func (a *app) dlockSubject(b *backendURL, st *store, name string, perClient int, opts ...dlock.Option) bench.Subject {
 	trips, counter, hooks := watchers(st)
-	s := bench.Dlock(name, func(ctx context.Context, _ int) (driver.Backend, func() error, error) {
+	s := bench.DlockShared(name, perClient, func(ctx context.Context, _ int) (driver.Backend, func() error, error) {
 		ws, err := connectHooked(ctx, b, a.connectTimeout, hooks)
 		if err != nil {
 			return nil, nil, err

@@ -3,6 +3,8 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -79,7 +81,8 @@ func TestBenchJSON(t *testing.T) {
 	redisBackend, _ := redisURL(t)
 	sqliteBackend := sqliteURL(t)
 	e := newEnv(t, "")
-	r := e.run(append([]string{"bench", "--json", redisBackend, sqliteBackend}, benchShort...)...)
+	charts := t.TempDir()
+	r := e.run(append([]string{"bench", "--json", "--charts", charts, redisBackend, sqliteBackend}, benchShort...)...)
 	expect(t, r, 0)
 	if r.stderr != "" {
 		t.Errorf("stderr is not empty:\n%s", r.stderr)
@@ -88,7 +91,7 @@ func TestBenchJSON(t *testing.T) {
 	if len(reps) != 2 {
 		t.Fatalf("%d reports, want 2:\n%s", len(reps), r.stdout)
 	}
-	subjects := []string{"dlock", "dlock-fair", "raw"}
+	subjects := []string{"dlock", "dlock-fair", "dlock-pair", "dlock-fair-pair", "raw"}
 	workloads := []string{"uncontended", "hot-8w-cs100µs"}
 
 	rd := reps[0]
@@ -108,6 +111,19 @@ func TestBenchJSON(t *testing.T) {
 		}
 		if w := rep.Find("dlock", "hot-8w-cs100µs"); w != nil && (w.Params.Workers != 8 || w.Params.CS != 100*time.Microsecond || len(w.GrantsPerWorker) != 8) {
 			t.Errorf("%s: hot workload %+v, grants per worker %v", rep.Store, w.Params, w.GrantsPerWorker)
+		}
+	}
+	// One chart per store and workload, beside the JSON, with a series per
+	// subject.
+	for _, name := range []string{"bench-1-redis-uncontended.svg", "bench-1-redis-hot-8w-cs100us.svg",
+		"bench-2-sqlite-uncontended.svg", "bench-2-sqlite-hot-8w-cs100us.svg"} {
+		data, err := os.ReadFile(filepath.Join(charts, name))
+		if err != nil {
+			t.Errorf("chart: %v", err)
+			continue
+		}
+		if n := strings.Count(string(data), `class="series"`); n != len(subjects) {
+			t.Errorf("%s: %d series, want %d", name, n, len(subjects))
 		}
 	}
 	noLocksLeft(t, e, redisBackend)
@@ -181,13 +197,13 @@ func TestBenchRedlock(t *testing.T) {
 		t.Fatalf("%d reports, want 1:\n%s", len(reps), r.stdout)
 	}
 	rep := reps[0]
-	checkResults(t, rep, []string{"dlock"}, []string{"uncontended"}, true)
+	checkResults(t, rep, []string{"dlock", "dlock-pair"}, []string{"uncontended"}, true)
 	for i := 1; i <= 3; i++ {
 		if rep.Baselines["ping-node-"+strconv.Itoa(i)].N == 0 {
 			t.Errorf("no baseline for node %d: %+v", i, rep.Baselines)
 		}
 	}
-	if notes := strings.Join(rep.Notes, "\n"); len(rep.Notes) != 2 || !strings.Contains(notes, "no dlock-fair") || !strings.Contains(notes, "no raw baseline on Redlock") {
+	if notes := strings.Join(rep.Notes, "\n"); len(rep.Notes) != 3 || !strings.Contains(notes, "no dlock-fair:") || !strings.Contains(notes, "no dlock-fair-pair:") || !strings.Contains(notes, "no raw baseline on Redlock") {
 		t.Errorf("notes %q", rep.Notes)
 	}
 
@@ -214,7 +230,7 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"--names", "-3"}, "--names must be at least 1, not -3"},
 		{[]string{"--workloads", "hot,cold"}, `--workloads: unknown "cold"; want a comma list of uncontended, hot, keys`},
 		{[]string{"--workloads", ""}, `--workloads: unknown ""`},
-		{[]string{"--subjects", "dlock,redsync"}, `--subjects: unknown "redsync"; want a comma list of dlock, dlock-fair, raw`},
+		{[]string{"--subjects", "dlock,redsync"}, `--subjects: unknown "redsync"; want a comma list of dlock, dlock-fair, dlock-pair, dlock-fair-pair, raw`},
 		{[]string{"--cs", "0,fast"}, `--cs: "fast" is not a duration`},
 		{[]string{"--cs", "-1ms"}, "--cs: -1ms is negative"},
 		{[]string{"--json=maybe"}, `--json "maybe": want true or false`},
@@ -245,7 +261,7 @@ func TestBenchUsage(t *testing.T) {
 
 	r = e.run("help", "bench")
 	expect(t, r, 0)
-	for _, f := range []string{"--subjects ", "--workloads ", "--workers ", "--names ", "--cs ", "--duration ", "--json ", "--backend ", "--connect-timeout "} {
+	for _, f := range []string{"--subjects ", "--workloads ", "--workers ", "--names ", "--cs ", "--duration ", "--json ", "--charts ", "--backend ", "--connect-timeout "} {
 		if !strings.Contains(r.stdout, f) {
 			t.Errorf("dlock help bench does not document %s", f)
 		}
@@ -358,7 +374,7 @@ func TestBenchOtherStores(t *testing.T) {
 			if reps[0].Baselines[s.baseline].N == 0 {
 				t.Errorf("no %s baseline: %+v", s.baseline, reps[0].Baselines)
 			}
-			checkResults(t, reps[0], []string{"dlock", "dlock-fair", "raw"}, []string{"uncontended"}, s.trips)
+			checkResults(t, reps[0], []string{"dlock", "dlock-fair", "dlock-pair", "dlock-fair-pair", "raw"}, []string{"uncontended"}, s.trips)
 			noLocksLeft(t, e, backend)
 		})
 	}

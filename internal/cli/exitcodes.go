@@ -25,7 +25,8 @@ const (
 	// trying again later may work.
 	exitNotObtained = 75
 	// exitIOErr (EX_IOERR): a hold without a command could not write its
-	// fence on stdout (the reader went away); the lock was released.
+	// fence on stdout (the reader went away); the lock was released. Also
+	// bench's charts that could not be written.
 	exitIOErr = 74
 	// exitLost: the lock was lost while the command ran, and the command was
 	// stopped. sysexits.h has nothing for this; 76 is EX_PROTOCOL there,

@@ -182,12 +182,15 @@ Measures how fast locks are taken, released and handed from one holder to
 the next on each store URL names (without one, the store of --backend,
 DLOCK_BACKEND or the default SQLite file), and prints a report per store.
 Each worker has a connection and a dlock client of its own, as a separate
-process would; all run on this machine, timed by one clock.
+process would (the -pair subjects: two workers to one, as two goroutines of
+one service would); all run on this machine, timed by one clock.
 
 Subjects (--subjects):
   dlock           dlock's exclusive lock, as 'dlock run' takes it
   dlock-fair      the fair lock (--fair); not on stores without fair locks
                   (Redlock)
+  dlock-pair      dlock, two workers to a client and connection
+  dlock-fair-pair dlock-fair, two workers to a client and connection
   raw             the floor a lock on that store is measured against: SET NX
                   PX retried at once while taken, and a compare-and-delete
                   script (Redis); INSERT of the name retried at once, and a
@@ -208,15 +211,17 @@ name (blocked: p99, count); the handoff, from a release to a worker already
 waiting getting the lock (p50, p99, count); Jain's fairness index of the
 grants over the workers (1 when equal); the client's round trips per grant
 (Redis); the commands the store served per grant (Redis, from INFO
-commandstats, counting other clients' commands too) or the statements the
-workers sent (SQL); and the errors. Compare numbers of one run only: a shared
+commandstats, counting other clients' commands too, and the commands
+scripts run) and the script calls among them, or the statements the workers
+sent (SQL); and the errors. Compare numbers of one run only: a shared
 or busy machine makes them vary from one run to the next.
 
 The runs lock names under dlock-bench/ on the store. Interrupting dlock
 (Ctrl-C) ends the runs; the locks held are released.
 
 Flags:
-  --subjects LIST            comma list of dlock, dlock-fair, raw (default all)
+  --subjects LIST            comma list of dlock, dlock-fair, dlock-pair,
+                             dlock-fair-pair, raw (default all)
   --workloads LIST           comma list of uncontended, hot, keys (default all)
   --workers N                workers of hot and keys (default 8)
   --names N                  lock names of keys (default 64)
@@ -227,6 +232,10 @@ Flags:
                              store, started, baselines (percentiles in ns),
                              results (one per subject and workload, durations
                              in ns), notes (subjects the store cannot have)
+  --charts DIR               also write one SVG chart per store and workload
+                             into DIR (bench-N-KIND-WORKLOAD.svg): each
+                             subject's wait by percentile on a log axis, and
+                             its grants per worker
 ` + backendFlagsHelp + `
 On a terminal, a line on stderr shows the run under way.
 
