@@ -211,16 +211,24 @@ func (hub *waitHub) joinOrTry(key string) (*waitGroup, driver.AcquireResult) {
 	return nil, driver.AcquireResult{}
 }
 
-// tried ends the first attempt that joinOrTry let a Lock make on key. When
-// a group came meanwhile, a Lock that goes on waiting (wait, after the
-// answer res) joins it and takes the turn it holds (returned), and one that
-// does not lets the turn go; otherwise it returns nil.
+// tried ends the first attempt that joinOrTry let a Lock make on key. A
+// Lock that goes on waiting (wait, after the answer res) joins key's group
+// and takes its turn (returned): the turn held for it when a group came
+// meanwhile, else that of a group made now, so that a Lock that comes
+// before the wait joins it rather than make a first attempt of its own. A
+// Lock that does not wait lets a held turn go, and tried returns nil.
 func (hub *waitHub) tried(key string, res driver.AcquireResult, wait bool) *waitGroup {
 	hub.mu.Lock()
 	defer hub.mu.Unlock()
 	delete(hub.trying, key)
 	g := hub.groups[key]
-	if g == nil || !g.reserved {
+	switch {
+	case g == nil && wait:
+		g = hub.joinLocked(key) // trying is cleared: the turn is free
+		g.turn <- struct{}{}
+		g.last = res
+		return g
+	case g == nil || !g.reserved:
 		return nil
 	}
 	g.reserved = false

@@ -739,3 +739,105 @@ func TestZeroRetryDelayIsNotABusyLoop(t *testing.T) {
 		t.Errorf("%d attempts in 100ms with a zero retry delay, want at most 300", n)
 	}
 }
+
+// pausedAfterAcquire is a Backend whose first Acquire, sent with a
+// pauseCtx, arms that context: the next Done of it runs the context's
+// pause, as when the Lock's goroutine is descheduled after its first
+// attempt, before it waits.
+type pausedAfterAcquire struct{ *memlock.Backend }
+
+func (b pausedAfterAcquire) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	res, err := b.Backend.Acquire(ctx, req)
+	if p, ok := ctx.(*pauseCtx); ok {
+		p.armed.Store(true)
+	}
+	return res, err
+}
+
+// pauseCtx runs pause once, at the first Done after it was armed.
+type pauseCtx struct {
+	context.Context
+	armed atomic.Bool
+	once  sync.Once
+	pause func()
+}
+
+func (p *pauseCtx) Done() <-chan struct{} {
+	if p.armed.Load() {
+		p.once.Do(p.pause)
+	}
+	return p.Context.Done()
+}
+
+// TestFirstAttemptKeepsItsClientsPlaceInTheFairQueue: a fair Lock whose
+// first attempt queued it first keeps its Client's place, even when another
+// Lock of its Client comes between that attempt's answer and its wait. That
+// Lock joins it without a request, and the Client is served before a
+// Client that queued after it.
+func TestFirstAttemptKeepsItsClientsPlaceInTheFairQueue(t *testing.T) {
+	mem := memlock.New()
+	holder, other, c := dlock.New(mem), dlock.New(mem), dlock.New(pausedAfterAcquire{mem})
+	defer holder.Close()
+	defer other.Close()
+	defer c.Close()
+	ctx := ctxTimeout(t, time.Minute)
+	held, err := holder.Mutex("k", dlock.Fair()).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	type grant struct {
+		who string
+		l   *dlock.Lease
+	}
+	grants := make(chan grant, 3)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	lock := func(who string, cl *dlock.Client, ctx context.Context, busy func()) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var once sync.Once
+			l, err := cl.Mutex("k", dlock.Fair(), dlock.WithOnBusy(func(*dlock.NotObtainedError) { once.Do(busy) })).Lock(ctx)
+			if err != nil {
+				t.Errorf("%s: %v", who, err)
+				return
+			}
+			grants <- grant{who, l}
+		}()
+	}
+
+	// c's first Lock is queued first; between its first attempt's answer
+	// and its wait, another Client queues, then c's second Lock comes.
+	first := &pauseCtx{Context: ctx}
+	first.pause = func() {
+		queued := make(chan struct{})
+		lock("other", other, ctx, func() { close(queued) })
+		<-queued
+		joined := make(chan struct{})
+		lock("c second", c, ctx, func() { close(joined) })
+		<-joined
+		for dlock.WaitersOn(c, "k") == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond) // the second Lock settles in
+	}
+	lock("c first", c, first, func() {})
+	for dlock.WaitersOn(c, "k") < 2 || dlock.WaitersOn(other, "k") < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for range 3 {
+		g := <-grants
+		order = append(order, g.who)
+		if err := g.l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !strings.HasPrefix(order[0], "c ") {
+		t.Fatalf("grants in the order %q; want one of c's Locks first (c queued first)", order)
+	}
+}

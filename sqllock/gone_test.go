@@ -417,3 +417,70 @@ func TestQueuePassesOverEntryOfWaiterThatGaveUp(t *testing.T) {
 		})
 	}
 }
+
+// TestPruneOfExpiredRecordsSparesOneWrittenAgain: on MySQL a clean-up
+// prunes the name's expired records by reading their tokens, then deleting
+// them: a record that another clean-up wrote again in between is live, and
+// must stay, so that a request of its token still on its way queues
+// nothing. The delete is held until the record was written again.
+func TestPruneOfExpiredRecordsSparesOneWrittenAgain(t *testing.T) {
+	e := mariadbLate(t)
+	h := newHolder("")
+	var letOnce sync.Once
+	let := func() { letOnce.Do(func() { close(h.let) }) }
+	lateDB := e.open(t, h)
+	late := sqllock.New(lateDB, e.dialect)
+	t.Cleanup(let) // run first: the pool's Close waits for the held connection
+	db := e.open(t, nil)
+	other := sqllock.New(db, e.dialect)
+	ctx := t.Context()
+
+	// The lock is held, so that a fair request of "reused" would queue.
+	if res, err := other.Acquire(ctx, dldriver.AcquireRequest{Key: "k", Token: "holder", Owner: "holder", TTL: time.Minute}); err != nil || !res.Acquired {
+		t.Fatalf("acquire = %+v, %v", res, err)
+	}
+	// An expired record of "reused", as a clean-up long ago left it.
+	if _, err := db.ExecContext(ctx, "INSERT INTO dlock_locks_gone (name, token, grants, expires_at) VALUES ('k', 'reused', 0, UTC_TIMESTAMP(6) - INTERVAL 1 SECOND)"); err != nil {
+		t.Fatal(err)
+	}
+
+	// A clean-up of another token reads the expired records and is held
+	// before it deletes them.
+	h.arm("DELETE FROM `dlock_locks_gone`")
+	cleaned := make(chan error, 1)
+	go func() {
+		_, err := late.Release(context.WithoutCancel(ctx), "k", "gave-up")
+		cleaned <- err
+	}()
+	select {
+	case <-h.held:
+	case err := <-cleaned:
+		t.Fatalf("the clean-up ended (%v) without deleting expired records", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the clean-up never deleted expired records")
+	}
+	// Meanwhile "reused" leaves the queue again: its record is live.
+	if err := other.Withdraw(ctx, "k", "reused"); err != nil {
+		t.Fatal(err)
+	}
+	let()
+	select {
+	case err := <-cleaned:
+		if err != nil {
+			t.Fatalf("the held clean-up: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the held clean-up never returned")
+	}
+
+	res, err := other.Acquire(ctx, dldriver.AcquireRequest{
+		Key: "k", Token: "reused", Owner: "reused", TTL: time.Minute,
+		Fair: true, Wait: true, QueueTTL: time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Queued {
+		t.Fatalf("fair request of a token withdrawn just before = %+v; want not queued (its record lives)", res)
+	}
+}

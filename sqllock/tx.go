@@ -438,15 +438,17 @@ func (x *txn) prune(key, token string, queue, all bool) error {
 	return err
 }
 
-// deleteGone deletes the clean-up records of tokens of a name, by primary
-// key (on MySQL, so that InnoDB locks no gap).
+// deleteGone deletes the expired clean-up records of tokens of a name, by
+// primary key (on MySQL, so that InnoDB locks no gap). A record that
+// another clean-up wrote again since its token was read as expired lives,
+// and stays.
 func (t *txs) deleteGone(ctx context.Context, q execer, key string, tokens []string) error {
 	args := make([]any, 0, 1+len(tokens))
 	args = append(args, key)
 	for _, tok := range tokens {
 		args = append(args, tok)
 	}
-	_, err := q.ExecContext(ctx, "DELETE FROM "+t.x.g+" WHERE name = ? AND token IN ("+strings.Repeat("?, ", len(tokens)-1)+"?)", args...)
+	_, err := q.ExecContext(ctx, "DELETE FROM "+t.x.g+" WHERE name = ? AND token IN ("+strings.Repeat("?, ", len(tokens)-1)+"?) AND expires_at <= "+t.x.now(), args...)
 	return err
 }
 
