@@ -213,14 +213,23 @@ func testStoreKilled(t *testing.T, s *Store) {
 	held := lock(t, a.Mutex("locktest/killed", dlock.WithTTL(ttl)))
 	ctx := held.Context()
 	s.Kill(t)
+	// No caller may see the lease held at or past its Deadline: an Err()
+	// read after the deadline reports the loss, however late the timer
+	// that cancels the context runs on a loaded machine.
+	for end := time.Now().Add(2 * ttl); ctx.Err() == nil; time.Sleep(time.Millisecond) {
+		deadline := held.Deadline()
+		now := time.Now()
+		if err := ctx.Err(); err == nil && !now.Before(deadline) {
+			t.Fatalf("Context().Err() nil %v after Deadline()", now.Sub(deadline))
+		}
+		if now.After(end) {
+			t.Fatalf("Context() not cancelled %v after the store died", 2*ttl)
+		}
+	}
 	select {
 	case <-ctx.Done():
 	case <-time.After(2 * ttl):
-		t.Fatalf("Context() not cancelled %v after the store died", 2*ttl)
-	}
-	now := time.Now()
-	if deadline := held.Deadline(); !now.Before(deadline) {
-		t.Errorf("Context() cancelled %v after Deadline()", now.Sub(deadline))
+		t.Fatalf("Context().Done() not closed %v after its Err", 2*ttl)
 	}
 	if r := lostReason(t, held.Err()); r != dlock.LostUnreachable {
 		t.Errorf("reason = %v, want %v", r, dlock.LostUnreachable)
