@@ -20,7 +20,8 @@ import (
 // that name is released; a TryLock that finds a name held takes none; a
 // bounded wait ends holding none; Unlock releases everything.
 func testMultiAtOnce(t *testing.T, s *Store) {
-	const x, y, z = "locktest/atonce-x", "locktest/atonce-y", "locktest/atonce-z"
+	// One hash tag: on Redis Cluster the names of a MultiAtOnce share a slot.
+	const x, y, z = "{locktest/atonce}x", "{locktest/atonce}y", "{locktest/atonce}z"
 	a := client(t, s, dlock.WithTTL(ttl))
 	b := client(t, s, dlock.WithTTL(ttl))
 	if _, ok := s.NewBackend(t).(driver.MultiAcquirer); !ok {
@@ -41,7 +42,7 @@ func testMultiAtOnce(t *testing.T, s *Store) {
 		}
 		mustBeHeldByOther(t, b.Mutex(name))
 	}
-	const free = "locktest/atonce-free"
+	const free = "{locktest/atonce}free"
 	_, err = b.MultiAtOnce([]string{free, y}).TryLock(t.Context())
 	var no *dlock.NotObtainedError
 	if !errors.As(err, &no) || no.Name != y {
@@ -129,7 +130,7 @@ func testMultiAtOnce(t *testing.T, s *Store) {
 // overlapping names in opposite orders, beside a plain Mutex on one of
 // them, never deadlock and never hold a name together.
 func testMultiAtOnceCrossing(t *testing.T, s *Store) {
-	const p, q, r = "locktest/atonce-p", "locktest/atonce-q", "locktest/atonce-r"
+	const p, q, r = "{locktest/atonce}p", "{locktest/atonce}q", "{locktest/atonce}r"
 	a := client(t, s, dlock.WithTTL(ttl))
 	b := client(t, s, dlock.WithTTL(ttl))
 	if _, ok := s.NewBackend(t).(driver.MultiAcquirer); !ok {
