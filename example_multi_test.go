@@ -55,3 +55,52 @@ func ExampleMulti() {
 	// athens free: true
 	// dlock: lease released
 }
+
+// An all-at-once multi-lock holds every name or none at every instant:
+// while it waits for berlin, amsterdam stays free for others, and once
+// berlin is released it takes both in one atomic step.
+func ExampleClient_MultiAtOnce() {
+	ctx := context.Background()
+	c := dlock.New(memlock.New())
+	defer c.Close()
+
+	berlin, err := c.Mutex("stock:berlin").Lock(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	refused := make(chan string, 1)
+	got := make(chan *dlock.MultiLease, 1)
+	go func() {
+		both, err := c.MultiAtOnce([]string{"stock:amsterdam", "stock:berlin"},
+			dlock.WithOnBusy(func(e *dlock.NotObtainedError) {
+				select {
+				case refused <- e.Name:
+				default:
+				}
+			})).Lock(ctx)
+		if err != nil {
+			fmt.Println(err)
+		}
+		got <- both
+	}()
+	fmt.Println("waiting for", <-refused)
+
+	// The waiter holds nothing: amsterdam is free meanwhile.
+	amsterdam, err := c.Mutex("stock:amsterdam").TryLock(ctx)
+	fmt.Println("amsterdam free while it waits:", err == nil)
+	_ = amsterdam.Unlock(ctx)
+
+	_ = berlin.Unlock(ctx)
+	both := <-got
+	fmt.Println("holding", both.Names())
+	f, ok := both.Fence("stock:berlin")
+	fmt.Println("berlin's fence:", f, ok)
+	_ = both.Unlock(ctx)
+	// Output:
+	// waiting for stock:berlin
+	// amsterdam free while it waits: true
+	// holding [stock:amsterdam stock:berlin]
+	// berlin's fence: 2 true
+}

@@ -28,12 +28,17 @@ import (
 // Multi on one of the names excludes it. The cost is that of one Lock per
 // name, in turn; on Redis the names' renewals go in the batches of the
 // Client's renewal goroutine, one round trip for the names due together.
+// A waiting Lock holds the names before the one it waits for; a Multi made
+// by MultiAtOnce holds none while it waits.
 type Multi struct {
 	c     *Client
 	names []string // in lock order: by key
 	ms    []*Mutex // the names' handles, in lock order
 	wait  time.Duration
 	err   error
+	// atOnce: made by MultiAtOnce; every attempt takes all names in one
+	// atomic step (multiatonce.go).
+	atOnce bool
 }
 
 // Multi returns a handle on the locks of names, all or nothing. The
@@ -114,6 +119,9 @@ func (mm *Multi) lock(ctx context.Context, wait bool) (*MultiLease, error) {
 	}
 	if mm.err != nil {
 		return nil, mm.err
+	}
+	if mm.atOnce {
+		return mm.lockAtOnce(ctx, wait)
 	}
 	if wait && mm.wait > 0 {
 		var cancel context.CancelFunc

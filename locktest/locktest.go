@@ -137,4 +137,6 @@ var cases = []testCase{
 	{"KindsInvalid", testKindsInvalid},
 	{"Election", testElection},
 	{"Multi", testMulti},
+	{"MultiAtOnce", testMultiAtOnce},
+	{"MultiAtOnceCrossing", testMultiAtOnceCrossing},
 }

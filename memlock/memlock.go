@@ -20,12 +20,13 @@ import (
 )
 
 var (
-	_ driver.Backend      = (*Backend)(nil)
-	_ driver.Notifier     = (*Backend)(nil)
-	_ driver.BatchRenewer = (*Backend)(nil)
-	_ driver.Inspector    = (*Backend)(nil)
-	_ driver.Capabler     = (*Backend)(nil)
-	_ driver.Withdrawer   = (*Backend)(nil)
+	_ driver.Backend       = (*Backend)(nil)
+	_ driver.Notifier      = (*Backend)(nil)
+	_ driver.BatchRenewer  = (*Backend)(nil)
+	_ driver.Inspector     = (*Backend)(nil)
+	_ driver.Capabler      = (*Backend)(nil)
+	_ driver.Withdrawer    = (*Backend)(nil)
+	_ driver.MultiAcquirer = (*Backend)(nil)
 )
 
 // Clock tells the store's time. The store's clock decides expiry.
@@ -436,4 +437,42 @@ func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
 		fn(key, next)
 	}
 	return nil
+}
+
+// AcquireAll implements driver.MultiAcquirer: every key is granted, under
+// the store's one mutex, or none.
+func (b *Backend) AcquireAll(ctx context.Context, reqs []driver.AcquireRequest) ([]driver.AcquireResult, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	if err := b.check(ctx, "acquire", reqs[0].Key); err != nil {
+		return nil, err
+	}
+	now := b.clock.Now()
+	out := make([]driver.AcquireResult, len(reqs))
+	for i, req := range reqs {
+		if req.Mode != driver.Exclusive || req.Reentrant || req.Fair || req.Wait || req.LockDelay > 0 {
+			return nil, fmt.Errorf("memlock: acquire %q: %w: AcquireAll takes plain exclusive requests", req.Key, driver.ErrInvalid)
+		}
+		st := b.state(req.Key, now)
+		if st == nil {
+			continue
+		}
+		switch {
+		case st.excl != nil:
+			out[i] = driver.AcquireResult{Holder: st.excl.owner, HolderTTL: st.excl.ttl(now), Shared: len(st.shared)}
+			return out, nil
+		case len(st.shared) > 0:
+			hs := st.sharedByExpiry()
+			last := hs[len(hs)-1]
+			out[i] = driver.AcquireResult{Holder: last.owner, HolderTTL: last.expires.Sub(now), Shared: len(hs)}
+			return out, nil
+		}
+	}
+	for i, req := range reqs {
+		out[i] = b.acquireExclusive(req, b.state(req.Key, now), now)
+	}
+	return out, nil
 }

@@ -606,3 +606,38 @@ func TestClusterHalfOpenShardConnectionIsReplaced(t *testing.T) {
 	l, n := listen(t, redislock.New(rdb))
 	checkHalfOpenReplaced(t, l, n, h, redislock.New(c.Client(t)), "k")
 }
+
+// TestClusterMultiAtOnceNeedsOneHashTag checks that on a Cluster an
+// all-at-once multi-lock over names of several hash slots is refused with
+// ErrInvalid naming the fix, before anything is sent, and that names
+// with one hash tag are taken together, on one node.
+func TestClusterMultiAtOnceNeedsOneHashTag(t *testing.T) {
+	b, c := setupCluster(t)
+	cl := dlock.New(b)
+	t.Cleanup(func() { _ = cl.Close() })
+	// Spread over the nodes without a tag (TestClusterLocksSpreadOverNodes).
+	var names []string
+	for i := range 30 {
+		names = append(names, fmt.Sprintf("orders:%d", i))
+	}
+	_, err := cl.MultiAtOnce(names).TryLock(t.Context())
+	if !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "hash tag") {
+		t.Fatalf("MultiAtOnce over several slots = %v, want ErrInvalid naming the hash-tag fix", err)
+	}
+	for i := range names {
+		names[i] = "{order42}:" + names[i]
+	}
+	ml, err := cl.MultiAtOnce(names).TryLock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := c.NodeOf(t, lockKey(names[0]))
+	for _, name := range names {
+		if n := c.NodeOf(t, lockKey(name)); n != node {
+			t.Errorf("%q on node %d, want %d with the others", name, n, node)
+		}
+	}
+	if err := ml.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}

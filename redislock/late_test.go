@@ -385,3 +385,39 @@ func TestReentrantHandleRelocksAfterDrainOfLostGrant(t *testing.T) {
 	}
 	_ = l.Unlock(ctx)
 }
+
+// An all-at-once acquire (AcquireAll) that lands after its caller gave up
+// and released its token on every name must grant none of them.
+func TestLateAcquireAllAfterCleanupGrantsNothing(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	admin := srv.Client(t)
+	d := newLateDialer(srv.Addr())
+	rdb := lateClient(t, d, redis.Options{ContextTimeoutEnabled: true})
+	ghost := dlock.New(redislock.New(rdb), dlock.WithTTL(10*time.Second))
+	defer ghost.Close()
+	ctx := t.Context()
+	names := []string{"{late}a", "{late}b"}
+	ml, err := ghost.MultiAtOnce([]string{"{late}warm1", "{late}warm2"}).TryLock(ctx) // the script in the cache
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ml.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	d.armed.Store(true)
+	tctx, cancel := context.WithTimeout(ctx, time.Second)
+	_, err = ghost.MultiAtOnce(names).TryLock(tctx)
+	cancel()
+	if err == nil {
+		t.Fatal("the ghost's TryLock succeeded")
+	}
+	d.awaitHeld(t)
+	time.Sleep(300 * time.Millisecond) // the clean-up lands
+	d.deliver(t)
+	for _, name := range names {
+		if n, err := admin.Exists(ctx, lockKey(name)).Result(); err != nil || n != 0 {
+			t.Errorf("%q after the late AcquireAll: EXISTS = %d, %v; want 0 (nothing granted)", name, n, err)
+		}
+	}
+}
