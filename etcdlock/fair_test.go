@@ -3,6 +3,9 @@ package etcdlock_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +28,9 @@ type crowdRun struct {
 	// outOfOrder counts the grants of a fair crowd that came before the
 	// grant of a waiter queued ahead of them.
 	outOfOrder int
+	// reqs counts the member's requests by kind from the first release to
+	// the last grant (see etcdRequests), when asked for.
+	reqs map[string]float64
 }
 
 func (r crowdRun) perSecond() float64 { return float64(r.grants) / r.elapsed.Seconds() }
@@ -57,7 +63,7 @@ func waitQueued(tb testing.TB, want int, wait time.Duration, count func(context.
 // it once; the clients share conns etcd clients. For a fair crowd it
 // counts the grants that overtook a waiter queued ahead (the order of
 // their queue entries' create revisions).
-func lockCrowd(tb testing.TB, conns []*clientv3.Client, n int, fair bool, wait time.Duration) crowdRun {
+func lockCrowd(tb testing.TB, conns []*clientv3.Client, n int, fair bool, wait time.Duration, metrics string) crowdRun {
 	tb.Helper()
 	clients := make([]*dlock.Client, n)
 	for i := range clients {
@@ -135,6 +141,7 @@ func lockCrowd(tb testing.TB, conns []*clientv3.Client, n int, fair bool, wait t
 	} else {
 		time.Sleep(2 * time.Second) // every waiter has sent its first request
 	}
+	before := etcdRequests(tb, metrics)
 	start := time.Now()
 	if err := first.Unlock(tb.Context()); err != nil {
 		tb.Fatal(err)
@@ -143,7 +150,7 @@ func lockCrowd(tb testing.TB, conns []*clientv3.Client, n int, fair bool, wait t
 	if overlaps.Load() > 0 {
 		tb.Errorf("%d grants overlapped another", overlaps.Load())
 	}
-	r := crowdRun{grants: len(order), failed: int(failed.Load()), elapsed: last.Sub(start)}
+	r := crowdRun{grants: len(order), failed: int(failed.Load()), elapsed: last.Sub(start), reqs: requestsSince(tb, metrics, before)}
 	for _, h := range holds {
 		r.maxHolds = max(r.maxHolds, h)
 	}
@@ -166,6 +173,79 @@ func lockCrowd(tb testing.TB, conns []*clientv3.Client, n int, fair bool, wait t
 	return r
 }
 
+// etcdRequests reads the requests a member has served, from its metrics
+// at url ("" for none: nil): the messages it received per gRPC method
+// (a unary call is one, a watch or keep-alive stream one per message),
+// the streams it opened per method ("open " + method), the Raft proposals
+// it committed ("raft") and its CPU time in seconds ("cpu").
+func etcdRequests(tb testing.TB, url string) map[string]float64 {
+	tb.Helper()
+	if url == "" {
+		return nil
+	}
+	resp, err := http.Get(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	m := make(map[string]float64)
+	for _, line := range strings.Split(string(body), "\n") {
+		name, rest, _ := strings.Cut(line, "{")
+		labels, value, _ := strings.Cut(rest, "} ")
+		if n, v, ok := strings.Cut(line, " "); ok && (n == "process_cpu_seconds_total" || n == "etcd_server_proposals_committed_total") {
+			name, labels, value = n, "", v
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			continue
+		}
+		_, method, _ := strings.Cut(labels, `grpc_method="`)
+		method, _, _ = strings.Cut(method, `"`)
+		switch {
+		case name == "process_cpu_seconds_total":
+			m["cpu"] = v
+		case name == "etcd_server_proposals_committed_total":
+			m["raft"] = v
+		case name == "grpc_server_msg_received_total":
+			m[method] += v
+		case name == "grpc_server_started_total" && !strings.Contains(labels, `grpc_type="unary"`):
+			m["open "+method] += v
+		}
+	}
+	return m
+}
+
+// requestsSince returns what etcdRequests counts at url now less before.
+func requestsSince(tb testing.TB, url string, before map[string]float64) map[string]float64 {
+	tb.Helper()
+	now := etcdRequests(tb, url)
+	for k := range now {
+		now[k] -= before[k]
+		if now[k] == 0 {
+			delete(now, k)
+		}
+	}
+	return now
+}
+
+// perGrant formats the requests of r per grant, by kind.
+func perGrant(r crowdRun) string {
+	kinds := make([]string, 0, len(r.reqs))
+	for k := range r.reqs {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	var sb strings.Builder
+	for _, k := range kinds {
+		fmt.Fprintf(&sb, " %s %.3g", k, r.reqs[k]/float64(max(r.grants, 1)))
+	}
+	return sb.String()
+}
+
 // crowdTag is the metadata of waiter i's owner; crowdWaiter reads i back
 // from an owner (or queue entry value) that carries it.
 func crowdTag(i int) string { return "crowd-waiter-" + strconv.Itoa(i) + ";" }
@@ -185,7 +265,7 @@ func crowdWaiter(owner string) int {
 
 // mutexCrowd is lockCrowd with etcd's concurrency.Mutex: a session (a
 // lease kept alive) per waiter, as a process each would have.
-func mutexCrowd(tb testing.TB, conns []*clientv3.Client, n int, wait time.Duration) crowdRun {
+func mutexCrowd(tb testing.TB, conns []*clientv3.Client, n int, wait time.Duration, metrics string) crowdRun {
 	tb.Helper()
 	sessions := make([]*concurrency.Session, n)
 	for i := range sessions {
@@ -240,12 +320,14 @@ func mutexCrowd(tb testing.TB, conns []*clientv3.Client, n int, wait time.Durati
 		}
 		return int(resp.Count), nil
 	})
+	before := etcdRequests(tb, metrics)
 	start := time.Now()
 	if err := first.Unlock(tb.Context()); err != nil {
 		tb.Fatal(err)
 	}
 	wg.Wait()
-	return crowdRun{grants: int(granted.Load()), failed: int(failed.Load()), elapsed: last.Sub(start), maxHolds: 1}
+	return crowdRun{grants: int(granted.Load()), failed: int(failed.Load()), elapsed: last.Sub(start), maxHolds: 1,
+		reqs: requestsSince(tb, metrics, before)}
 }
 
 // BenchmarkFairCrowd measures, in one run on one etcd member, the grants/s
@@ -260,6 +342,7 @@ func BenchmarkFairCrowd(b *testing.B) {
 	for _, n := range []int{300, 1000} {
 		b.Run(fmt.Sprintf("waiters=%d", n), func(b *testing.B) {
 			srv := testserver.StartEtcd(b)
+			metrics := "http://" + srv.Endpoint(0) + "/metrics"
 			conns := make([]*clientv3.Client, 8)
 			for i := range conns {
 				conns[i] = srv.Client(b)
@@ -267,8 +350,10 @@ func BenchmarkFairCrowd(b *testing.B) {
 			const wait = 2 * time.Minute
 			var dl, cm crowdRun
 			for range b.N {
-				c := mutexCrowd(b, conns, n+1, wait)
-				d := lockCrowd(b, conns, n+1, true, wait)
+				c := mutexCrowd(b, conns, n+1, wait, metrics)
+				d := lockCrowd(b, conns, n+1, true, wait, metrics)
+				b.Logf("requests per grant, concurrency.Mutex:%s", perGrant(c))
+				b.Logf("requests per grant, dlock Fair():%s", perGrant(d))
 				cm.grants += c.grants
 				cm.failed += c.failed
 				cm.elapsed += c.elapsed
@@ -298,7 +383,7 @@ func TestFairCrowdGrantsEveryWaiterInQueueOrder(t *testing.T) {
 	srv := testserver.StartEtcd(t)
 	conns := []*clientv3.Client{srv.Client(t), srv.Client(t)}
 	const n = 150
-	r := lockCrowd(t, conns, n+1, true, 2*time.Minute)
+	r := lockCrowd(t, conns, n+1, true, 2*time.Minute, "")
 	t.Logf("%d waiters: %d granted in %v", n, r.grants, r.elapsed.Round(time.Millisecond))
 	if r.failed > 0 || r.grants != n || r.maxHolds != 1 || r.outOfOrder > 0 {
 		t.Fatalf("%d of %d waits failed, %d granted, %d out of queue order, most grants of one waiter %d; want every waiter granted once, in queue order", r.failed, n, r.grants, r.outOfOrder, r.maxHolds)
