@@ -148,12 +148,15 @@ func (b *Backend) sweep(now time.Time) {
 	}
 }
 
-func (b *Backend) check(ctx context.Context, op, key string) error {
+// check returns the error of a call made with ctx that cannot be served:
+// ctx ended, or the store was made unavailable. It names the store alone
+// ("memory: err"): the caller names the operation and the lock.
+func (b *Backend) check(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memlock: %s %q: %w", op, key, err)
+		return fmt.Errorf("memory: %w", err)
 	}
 	if b.down != nil {
-		return fmt.Errorf("memlock: %s %q: %w", op, key, b.down)
+		return fmt.Errorf("memory: %w", b.down)
 	}
 	return nil
 }
@@ -168,7 +171,7 @@ func (b *Backend) grantFence(key string) uint64 {
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.check(ctx, "acquire", req.Key); err != nil {
+	if err := b.check(ctx); err != nil {
 		return driver.AcquireResult{}, err
 	}
 	now := b.clock.Now()
@@ -177,7 +180,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		return b.acquireShared(req, st, now), nil
 	}
 	if req.Mode != driver.Exclusive {
-		return driver.AcquireResult{}, fmt.Errorf("memlock: acquire %q: unknown mode %v", req.Key, req.Mode)
+		return driver.AcquireResult{}, fmt.Errorf("memory: unknown mode %v", req.Mode)
 	}
 	return b.acquireExclusive(req, st, now), nil
 }
@@ -283,7 +286,7 @@ func (b *Backend) acquireShared(req driver.AcquireRequest, st *lockState, now ti
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.check(ctx, "renew", key); err != nil {
+	if err := b.check(ctx); err != nil {
 		return false, err
 	}
 	return b.renew(key, token, 0, ttl), nil
@@ -294,7 +297,7 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 func (b *Backend) RenewGrant(ctx context.Context, key, token string, fence uint64, ttl time.Duration) (bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.check(ctx, "renew", key); err != nil {
+	if err := b.check(ctx); err != nil {
 		return false, err
 	}
 	return b.renew(key, token, fence, ttl), nil
@@ -330,7 +333,7 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 	defer b.mu.Unlock()
 	out := make([]driver.RenewResult, len(reqs))
 	for i, r := range reqs {
-		if err := b.check(ctx, "renew", r.Key); err != nil {
+		if err := b.check(ctx); err != nil {
 			out[i].Err = err
 			continue
 		}
@@ -354,7 +357,7 @@ func (b *Backend) ReleaseGrant(ctx context.Context, key, token string, fence uin
 // exclusive grant must have.
 func (b *Backend) release(ctx context.Context, key, token string, fence uint64) (driver.ReleaseResult, error) {
 	b.mu.Lock()
-	if err := b.check(ctx, "release", key); err != nil {
+	if err := b.check(ctx); err != nil {
 		b.mu.Unlock()
 		return driver.ReleaseResult{}, err
 	}
@@ -411,7 +414,7 @@ func (b *Backend) release(ctx context.Context, key, token string, fence uint64) 
 // writer intent, and wakes waiters when that lets another in.
 func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
 	b.mu.Lock()
-	if err := b.check(ctx, "withdraw", key); err != nil {
+	if err := b.check(ctx); err != nil {
 		b.mu.Unlock()
 		return err
 	}
