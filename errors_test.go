@@ -108,7 +108,7 @@ func TestStoreErrorsSayOperationAndNameOnce(t *testing.T) {
 				msg := err.Error()
 				t.Logf("%s: %s", op, msg)
 				for _, once := range []string{op + " ", `"` + name + `"`, "dlock:", s.name + ":", "redislock:", "sqllock:"} {
-					if n := len(regexp.MustCompile(`\b` + regexp.QuoteMeta(once)).FindAllString(msg, -1)); n > 1 {
+					if n := len(regexp.MustCompile(`\b`+regexp.QuoteMeta(once)).FindAllString(msg, -1)); n > 1 {
 						t.Errorf("%s: %q appears %d times in %q", op, once, n, msg)
 					}
 				}

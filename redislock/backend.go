@@ -33,9 +33,10 @@ var (
 // the client: closing the client is the caller's job, after the dlock client
 // that uses the Backend is closed.
 type Backend struct {
-	rdb   redis.UniversalClient
-	where string // the store, as errors name it (storeWhere)
-	ns    string
+	rdb redis.UniversalClient
+	// where and addr name the store in errors (storeWhere).
+	where, addr string
+	ns          string
 	// sharded: rdb is a Cluster, where releases go out with SPUBLISH and
 	// are heard with SSUBSCRIBE, on the node that owns the lock's slot.
 	sharded bool
@@ -86,7 +87,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Backend {
 	for _, opt := range opts {
 		opt.apply(&o)
 	}
-	b := &Backend{rdb: rdb, where: storeWhere(rdb), ns: o.namespace, publish: "PUBLISH", ackReplicas: o.ackReplicas, ackTimeout: o.ackTimeout,
+	b := &Backend{rdb: rdb, ns: o.namespace, publish: "PUBLISH", ackReplicas: o.ackReplicas, ackTimeout: o.ackTimeout,
 		allowEviction: o.allowEviction, log: o.log, err: o.err}
 	if rdb == nil && b.err == nil {
 		b.err = fmt.Errorf("redislock: nil client: %w", driver.ErrInvalid)
@@ -95,6 +96,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Backend {
 		b.sharded, b.publish = true, "SPUBLISH"
 	}
 	b.publishArg = b.publish
+	b.where, b.addr = storeWhere(rdb)
 	var r [9]byte
 	_, _ = rand.Read(r[:])
 	b.ridPrefix = base64.RawURLEncoding.EncodeToString(r[:]) + "."
