@@ -61,8 +61,9 @@ type ReplicaAckError struct {
 }
 
 // Error says how many replicas acknowledged. The backend's errors wrap it
-// with the operation and the key: `redislock: acquire "k": 0 of 1 replicas
-// acknowledged the write before the timeout`.
+// with the store (`redis 127.0.0.1:6379: 0 of 1 replicas acknowledged the
+// write before the timeout`), and the dlock Client with the operation and
+// the key.
 func (e *ReplicaAckError) Error() string {
 	return fmt.Sprintf("%d of %d replicas acknowledged the write before the timeout", e.Got, e.Want)
 }
