@@ -242,3 +242,31 @@ func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
+
+// wrapStore wraps err, a store's failure of op on the lock name: the root
+// package names the operation and the lock, once, and the backend only
+// what it alone knows (its store, a node's address), so that a message
+// reads "dlock: acquire "x": redis 127.0.0.1:6379: OOM ...". See
+// docs/ARCHITECTURE.md, "Errors".
+func wrapStore(op, name string, err error) error {
+	return &storeError{op: op, name: name, err: err}
+}
+
+// storeError is the error of wrapStore.
+type storeError struct {
+	op, name string
+	err      error
+}
+
+func (e *storeError) Error() string { return fmt.Sprintf("dlock: %s %q: %v", e.op, e.name, e.err) }
+
+func (e *storeError) Unwrap() error { return e.err }
+
+// storeCause returns the store's own error inside err, a wrapStore error,
+// for a message that names the operation and the lock already.
+func storeCause(err error) error {
+	if se, ok := err.(*storeError); ok {
+		return se.err
+	}
+	return err
+}

@@ -484,7 +484,3 @@ func (e *endedError) Unwrap() []error {
 	}
 	return []error{ErrNotHeld, e.err}
 }
-
-func wrapStore(op, name string, err error) error {
-	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
-}

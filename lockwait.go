@@ -410,7 +410,7 @@ func (w *waiter) queueDelay(attempt int, res driver.AcquireResult) time.Duration
 func (w *waiter) notObtained(ctx context.Context) error {
 	if w.lastErr != nil {
 		return errors.Join(w.h.notObtained(w.last), context.Cause(ctx),
-			fmt.Errorf("the store failed at the last attempt: %w", w.lastErr))
+			fmt.Errorf("the store failed at the last attempt: %w", storeCause(w.lastErr)))
 	}
 	return errors.Join(w.h.notObtained(w.last), context.Cause(ctx))
 }

@@ -224,10 +224,11 @@ func (b *Backend) Supports(c driver.Capability) bool {
 // found the lock changed since it read it.
 const maxAttempts = 32
 
-// wrap names the operation and the lock in err, marked transient when it
-// may heal (see markTransient).
-func wrap(op, key string, err error) error {
-	return fmt.Errorf("etcdlock: %s %q: %w", op, key, markTransient(context.Background(), err))
+// wrap adds to err what the Backend alone knows, its store ("etcd: err"),
+// marked transient when it may heal (see markTransient): the caller names
+// the operation and the lock.
+func wrap(err error) error {
+	return fmt.Errorf("etcd: %w", markTransient(context.Background(), err))
 }
 
 // wrapCtx is wrap, saying also that the caller's ctx ended when it did: a
@@ -239,15 +240,15 @@ func wrap(op, key string, err error) error {
 //
 // The error is marked transient only while ctx is alive: the end of the
 // caller's own ctx is no store failure.
-func wrapCtx(ctx context.Context, op, key string, err error) error {
+func wrapCtx(ctx context.Context, err error) error {
 	cerr := ctxend.Err(ctx)
 	if cerr == nil {
-		return wrap(op, key, err)
+		return wrap(err)
 	}
 	if !errors.Is(err, cerr) {
 		err = fmt.Errorf("%w: %w", cerr, err)
 	}
-	return fmt.Errorf("etcdlock: %s %q: %w", op, key, err)
+	return fmt.Errorf("etcd: %w", err)
 }
 
 // Acquire implements driver.Backend. A new grant is one transaction that
@@ -255,10 +256,10 @@ func wrapCtx(ctx context.Context, op, key string, err error) error {
 // transaction's revision, the create revision of the key.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
 	if b.nsErr != nil {
-		return driver.AcquireResult{}, wrap("acquire", req.Key, b.nsErr)
+		return driver.AcquireResult{}, wrap(b.nsErr)
 	}
 	if req.LockDelay > 0 || req.Claim || (req.Handoff && (b.noHandoff || !req.Fair || !req.Wait || req.Reentrant || req.Mode != driver.Exclusive)) {
-		return driver.AcquireResult{}, wrap("acquire", req.Key, fmt.Errorf("%w: lock-delay and claims are not supported by etcdlock, handoff only with a fair exclusive wait and WithHandoff on", driver.ErrInvalid))
+		return driver.AcquireResult{}, wrap(fmt.Errorf("%w: lock-delay and claims are not supported by etcdlock, handoff only with a fair exclusive wait and WithHandoff on", driver.ErrInvalid))
 	}
 	b.leases.revokeIdle()
 	caller := ctx
@@ -282,7 +283,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		case driver.Shared:
 			res, retry, err = b.acquireShared(ctx, req, retried)
 		default:
-			return driver.AcquireResult{}, wrap("acquire", req.Key, fmt.Errorf("%w: unknown mode %v", driver.ErrInvalid, req.Mode))
+			return driver.AcquireResult{}, wrap(fmt.Errorf("%w: unknown mode %v", driver.ErrInvalid, req.Mode))
 		}
 		if err != nil {
 			// Start over after a transient error: a grant that the
@@ -291,7 +292,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			// may be another call's, nor after a write that must not be
 			// repeated (onceError).
 			if req.Reentrant || !mayRepeat(ctx, err) || !sleep(ctx, pause/2+rand.N(pause)) {
-				return driver.AcquireResult{}, wrapCtx(caller, "acquire", req.Key, err)
+				return driver.AcquireResult{}, wrapCtx(caller, err)
 			}
 			pause = min(2*pause, 250*time.Millisecond)
 			retried = true

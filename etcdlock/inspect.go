@@ -19,11 +19,11 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.LockInfo, boo
 	defer cancel()
 	resp, err := b.get(ctx, b.dir(key), clientv3.WithPrefix())
 	if err != nil {
-		return driver.LockInfo{}, false, wrap("inspect", key, err)
+		return driver.LockInfo{}, false, wrap(err)
 	}
 	infos, err := b.describe(ctx, resp.Kvs)
 	if err != nil {
-		return driver.LockInfo{}, false, wrap("inspect", key, err)
+		return driver.LockInfo{}, false, wrap(err)
 	}
 	for _, info := range infos {
 		if info.Key == key {
@@ -40,11 +40,11 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.LockInfo, e
 	start := b.ns + prefix
 	resp, err := b.get(ctx, start, clientv3.WithRange(prefixEnd(start)))
 	if err != nil {
-		return nil, wrap("list", prefix, err)
+		return nil, wrap(err)
 	}
 	infos, err := b.describe(ctx, resp.Kvs)
 	if err != nil {
-		return nil, wrap("list", prefix, err)
+		return nil, wrap(err)
 	}
 	return infos, nil
 }
@@ -146,7 +146,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.LockInfo
 		clientv3.Compare(clientv3.CreateRevision(sp), "=", 0).WithPrefix(),
 	}, nil, nil)
 	if err != nil {
-		return driver.LockInfo{}, false, wrap("force release", key, err)
+		return driver.LockInfo{}, false, wrap(err)
 	}
 	if free.Succeeded {
 		return driver.LockInfo{Key: key}, false, nil
@@ -155,7 +155,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.LockInfo
 	// delete, the record only wakes waiters for nothing.
 	mark, err := b.forcedMark(ctx, key)
 	if err != nil {
-		return driver.LockInfo{}, false, wrap("force release", key, err)
+		return driver.LockInfo{}, false, wrap(err)
 	}
 	resp, err := b.txn(ctx, nil, []clientv3.Op{
 		clientv3.OpDelete(ek, clientv3.WithPrevKV()),
@@ -163,7 +163,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.LockInfo
 		mark,
 	}, nil)
 	if err != nil {
-		return driver.LockInfo{}, false, wrap("force release", key, err)
+		return driver.LockInfo{}, false, wrap(err)
 	}
 	var kvs []*mvccpb.KeyValue
 	kvs = append(kvs, resp.Responses[0].GetResponseDeleteRange().GetPrevKvs()...)
@@ -188,7 +188,7 @@ func (b *Backend) BreakIf(ctx context.Context, key string, fence uint64) (bool, 
 	ek := b.exclKey(key)
 	mark, err := b.forcedMark(ctx, key)
 	if err != nil {
-		return false, wrap("break", key, err)
+		return false, wrap(err)
 	}
 	// The first try compares the key's create revision, the fence of a
 	// grant whose key was never written since it was created (version 1).
@@ -205,7 +205,7 @@ func (b *Backend) BreakIf(ctx context.Context, key string, fence uint64) (bool, 
 		[]clientv3.Op{clientv3.OpDelete(ek), mark}, []clientv3.Op{clientv3.OpGet(ek)})
 	for range maxAttempts {
 		if err != nil {
-			return false, wrap("break", key, err)
+			return false, wrap(err)
 		}
 		if resp.Succeeded {
 			return true, nil

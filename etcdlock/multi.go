@@ -24,13 +24,12 @@ func (b *Backend) AcquireAll(ctx context.Context, reqs []driver.AcquireRequest) 
 	if len(reqs) == 0 {
 		return nil, nil
 	}
-	first := reqs[0].Key
 	if b.nsErr != nil {
-		return nil, wrap("acquire", first, b.nsErr)
+		return nil, wrap(b.nsErr)
 	}
 	for _, r := range reqs {
 		if r.Mode != driver.Exclusive || r.Reentrant || r.Fair || r.Wait || r.LockDelay > 0 || r.Claim || r.Handoff || r.Token != reqs[0].Token || r.TTL != reqs[0].TTL {
-			return nil, wrap("acquire", first, fmt.Errorf("%w: AcquireAll takes plain exclusive requests of one token and TTL", driver.ErrInvalid))
+			return nil, wrap(fmt.Errorf("%w: AcquireAll takes plain exclusive requests of one token and TTL", driver.ErrInvalid))
 		}
 	}
 	b.leases.revokeIdle()
@@ -40,13 +39,13 @@ func (b *Backend) AcquireAll(ctx context.Context, reqs []driver.AcquireRequest) 
 	for range maxAttempts {
 		res, retry, err := b.acquireAll(ctx, reqs)
 		if err != nil {
-			return nil, wrapCtx(caller, "acquire", first, err)
+			return nil, wrapCtx(caller, err)
 		}
 		if !retry {
 			return res, nil
 		}
 	}
-	return nil, wrap("acquire", first, driver.Transient(fmt.Errorf("the store changed under %d attempts", maxAttempts)))
+	return nil, wrap(driver.Transient(fmt.Errorf("the store changed under %d attempts", maxAttempts)))
 }
 
 // acquireAll is one attempt of AcquireAll; retry reports that it must be

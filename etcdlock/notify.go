@@ -60,7 +60,7 @@ func (l *listener) Subscribe(ctx context.Context, key string) error {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		return errors.New("etcdlock: subscribe on a closed listener")
+		return errors.New("etcd: listener closed")
 	}
 	if s := l.subs[key]; s != nil {
 		s.n++
@@ -81,10 +81,10 @@ func (l *listener) Subscribe(ctx context.Context, key string) error {
 			return nil
 		}
 		l.drop(key, s)
-		return wrap("subscribe", key, err)
+		return wrap(err)
 	case <-ctx.Done():
 		l.drop(key, s)
-		return wrap("subscribe", key, ctx.Err())
+		return wrap(ctx.Err())
 	}
 }
 
@@ -240,7 +240,7 @@ func (l *listener) Watch(ctx context.Context, key string) error {
 	s := l.subs[key]
 	if l.closed || s == nil {
 		l.mu.Unlock()
-		return errors.New("etcdlock: watch of a key not subscribed")
+		return errors.New("etcd: watch of a key not subscribed")
 	}
 	s.watched++
 	s.pending = append(s.pending, done)
@@ -251,13 +251,13 @@ func (l *listener) Watch(ctx context.Context, key string) error {
 	select {
 	case err = <-done:
 	case <-s.done:
-		err = errors.New("etcdlock: subscription ended")
+		err = errors.New("subscription ended")
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
 	if err != nil {
 		l.unwatch(s)
-		return wrap("watch", key, err)
+		return wrap(err)
 	}
 	return nil
 }

@@ -49,7 +49,7 @@ func (b *Backend) release(ctx context.Context, key, token string, fence int64) (
 			return res, nil
 		}
 		if !mayRepeat(ctx, err) || !sleep(ctx, pause/2+rand.N(pause)) {
-			return driver.ReleaseResult{}, wrapCtx(caller, "release", key, err)
+			return driver.ReleaseResult{}, wrapCtx(caller, err)
 		}
 		again = true
 		pause = min(2*pause, 250*time.Millisecond)
@@ -258,14 +258,14 @@ func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
 	defer cancel()
 	id, err := b.leases.forQueue(ctx, b.releasedFor())
 	if err != nil {
-		return wrap("withdraw", key, err)
+		return wrap(err)
 	}
 	if _, err := b.read(ctx, nil, []clientv3.Op{
 		clientv3.OpDelete(b.intentKey(key, token)),
 		clientv3.OpDelete(b.queueKey(key, token)),
 		clientv3.OpPut(b.withdrawnKey(key, token), "", clientv3.WithLease(id)),
 	}, nil); err != nil {
-		return wrap("withdraw", key, err)
+		return wrap(err)
 	}
 	return nil
 }

@@ -52,7 +52,7 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 		resp, err := b.read(ctx, nil, ops, nil)
 		for i, r := range chunk {
 			if err != nil {
-				out[start+i].Err = wrap("renew", r.Key, err)
+				out[start+i].Err = wrap(err)
 				continue
 			}
 			var kv *mvccpb.KeyValue
@@ -137,7 +137,7 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 				case isLeaseNotFound(err):
 					// The lease and every key on it are gone.
 				default:
-					out[i].Err = wrap("renew", reqs[i].Key, err)
+					out[i].Err = wrap(err)
 				}
 			}
 		}()
@@ -165,7 +165,7 @@ func (b *Backend) migrate(ctx context.Context, kv *mvccpb.KeyValue, r driver.Ren
 	}
 	l, err := b.leases.forTTL(ctx, ttl)
 	if err != nil {
-		return false, wrap("renew", r.Key, err)
+		return false, wrap(err)
 	}
 	// The value stays, but for a fence that the move must write out (see
 	// exclusive.rewritten).
@@ -189,7 +189,7 @@ func (b *Backend) migrate(ctx context.Context, kv *mvccpb.KeyValue, r driver.Ren
 		if isLeaseNotFound(err) {
 			b.leases.forget(l)
 		}
-		return false, wrap("renew", r.Key, err)
+		return false, wrap(err)
 	}
 	b.leases.resolve(p)
 	b.leases.untrack(k, r.Token)

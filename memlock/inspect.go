@@ -12,7 +12,7 @@ import (
 func (b *Backend) Inspect(ctx context.Context, key string) (driver.LockInfo, bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.check(ctx, "inspect", key); err != nil {
+	if err := b.check(ctx); err != nil {
 		return driver.LockInfo{}, false, err
 	}
 	now := b.clock.Now()
@@ -27,7 +27,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.LockInfo, boo
 func (b *Backend) List(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.check(ctx, "list", prefix); err != nil {
+	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
 	now := b.clock.Now()
@@ -48,7 +48,7 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.LockInfo, e
 // intent stay: their waiters are alive.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.LockInfo, bool, error) {
 	b.mu.Lock()
-	if err := b.check(ctx, "force release", key); err != nil {
+	if err := b.check(ctx); err != nil {
 		b.mu.Unlock()
 		return driver.LockInfo{}, false, err
 	}
@@ -73,7 +73,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.LockInfo
 // BreakIf implements driver.Breaker.
 func (b *Backend) BreakIf(ctx context.Context, key string, fence uint64) (bool, error) {
 	b.mu.Lock()
-	if err := b.check(ctx, "break", key); err != nil {
+	if err := b.check(ctx); err != nil {
 		b.mu.Unlock()
 		return false, err
 	}

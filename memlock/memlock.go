@@ -149,12 +149,15 @@ func (b *Backend) sweep(now time.Time) {
 	}
 }
 
-func (b *Backend) check(ctx context.Context, op, key string) error {
+// check returns the error of a call made with ctx that cannot be served:
+// ctx ended, or the store was made unavailable. It names the store alone
+// ("memory: err"): the caller names the operation and the lock.
+func (b *Backend) check(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memlock: %s %q: %w", op, key, err)
+		return fmt.Errorf("memory: %w", err)
 	}
 	if b.down != nil {
-		return fmt.Errorf("memlock: %s %q: %w", op, key, b.down)
+		return fmt.Errorf("memory: %w", b.down)
 	}
 	return nil
 }
@@ -169,7 +172,7 @@ func (b *Backend) grantFence(key string) uint64 {
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.check(ctx, "acquire", req.Key); err != nil {
+	if err := b.check(ctx); err != nil {
 		return driver.AcquireResult{}, err
 	}
 	now := b.clock.Now()
@@ -178,7 +181,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		return b.acquireShared(req, st, now), nil
 	}
 	if req.Mode != driver.Exclusive {
-		return driver.AcquireResult{}, fmt.Errorf("memlock: acquire %q: unknown mode %v", req.Key, req.Mode)
+		return driver.AcquireResult{}, fmt.Errorf("memory: unknown mode %v", req.Mode)
 	}
 	return b.acquireExclusive(req, st, now), nil
 }
@@ -284,7 +287,7 @@ func (b *Backend) acquireShared(req driver.AcquireRequest, st *lockState, now ti
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.check(ctx, "renew", key); err != nil {
+	if err := b.check(ctx); err != nil {
 		return false, err
 	}
 	return b.renew(key, token, 0, ttl), nil
@@ -295,7 +298,7 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 func (b *Backend) RenewGrant(ctx context.Context, key, token string, fence uint64, ttl time.Duration) (bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.check(ctx, "renew", key); err != nil {
+	if err := b.check(ctx); err != nil {
 		return false, err
 	}
 	return b.renew(key, token, fence, ttl), nil
@@ -331,7 +334,7 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 	defer b.mu.Unlock()
 	out := make([]driver.RenewResult, len(reqs))
 	for i, r := range reqs {
-		if err := b.check(ctx, "renew", r.Key); err != nil {
+		if err := b.check(ctx); err != nil {
 			out[i].Err = err
 			continue
 		}
@@ -355,7 +358,7 @@ func (b *Backend) ReleaseGrant(ctx context.Context, key, token string, fence uin
 // exclusive grant must have.
 func (b *Backend) release(ctx context.Context, key, token string, fence uint64) (driver.ReleaseResult, error) {
 	b.mu.Lock()
-	if err := b.check(ctx, "release", key); err != nil {
+	if err := b.check(ctx); err != nil {
 		b.mu.Unlock()
 		return driver.ReleaseResult{}, err
 	}
@@ -412,7 +415,7 @@ func (b *Backend) release(ctx context.Context, key, token string, fence uint64) 
 // writer intent, and wakes waiters when that lets another in.
 func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
 	b.mu.Lock()
-	if err := b.check(ctx, "withdraw", key); err != nil {
+	if err := b.check(ctx); err != nil {
 		b.mu.Unlock()
 		return err
 	}
@@ -447,14 +450,14 @@ func (b *Backend) AcquireAll(ctx context.Context, reqs []driver.AcquireRequest) 
 	if len(reqs) == 0 {
 		return nil, nil
 	}
-	if err := b.check(ctx, "acquire", reqs[0].Key); err != nil {
+	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
 	now := b.clock.Now()
 	out := make([]driver.AcquireResult, len(reqs))
 	for i, req := range reqs {
 		if req.Mode != driver.Exclusive || req.Reentrant || req.Fair || req.Wait || req.LockDelay > 0 {
-			return nil, fmt.Errorf("memlock: acquire %q: %w: AcquireAll takes plain exclusive requests", req.Key, driver.ErrInvalid)
+			return nil, fmt.Errorf("memory: %w: AcquireAll takes plain exclusive requests (%q)", driver.ErrInvalid, req.Key)
 		}
 		st := b.state(req.Key, now)
 		if st == nil {

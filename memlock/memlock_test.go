@@ -63,6 +63,6 @@ func store(b *memlock.Backend, view func() driver.Backend) *locktest.Store {
 			}
 		},
 		Leftovers: func(_ *testing.T, key string) []string { return memlock.Leftovers(b, key) },
-		Kill:      func(*testing.T) { b.SetUnavailable(errors.New("memlock: store down (test)")) },
+		Kill:      func(*testing.T) { b.SetUnavailable(errors.New("store down (test)")) },
 	}
 }

@@ -27,7 +27,7 @@ func (b *Backend) subscribers(key string) []func(key, next string) {
 func (b *Backend) Listen(ctx context.Context, fn func(key, next string)) (driver.Listener, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.check(ctx, "listen", ""); err != nil {
+	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
 	l := &listener{b: b, fn: fn, subs: make(map[string]int)}
@@ -46,7 +46,7 @@ type listener struct {
 
 func (l *listener) Subscribe(ctx context.Context, key string) error {
 	l.b.mu.Lock()
-	err := l.b.check(ctx, "subscribe", key)
+	err := l.b.check(ctx)
 	l.b.mu.Unlock()
 	if err != nil {
 		return err
@@ -54,7 +54,7 @@ func (l *listener) Subscribe(ctx context.Context, key string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return errors.New("memlock: subscribe on a closed listener")
+		return errors.New("memory: listener closed")
 	}
 	l.subs[key]++
 	return nil

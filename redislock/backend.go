@@ -34,7 +34,9 @@ var (
 // that uses the Backend is closed.
 type Backend struct {
 	rdb redis.UniversalClient
-	ns  string
+	// where and addr name the store in errors (storeWhere).
+	where, addr string
+	ns          string
 	// sharded: rdb is a Cluster, where releases go out with SPUBLISH and
 	// are heard with SSUBSCRIBE, on the node that owns the lock's slot.
 	sharded bool
@@ -94,6 +96,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Backend {
 		b.sharded, b.publish = true, "SPUBLISH"
 	}
 	b.publishArg = b.publish
+	b.where, b.addr = storeWhere(rdb)
 	var r [9]byte
 	_, _ = rand.Read(r[:])
 	b.ridPrefix = base64.RawURLEncoding.EncodeToString(r[:]) + "."
@@ -121,23 +124,23 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	}
 	if !b.allowEviction && !b.eviction.ok.Load() {
 		if err := b.checkEviction(ctx, req.Key); err != nil {
-			return driver.AcquireResult{}, storeError(ctx, "acquire", req.Key, err)
+			return driver.AcquireResult{}, b.storeError(ctx, "acquire", req.Key, err)
 		}
 	}
 	args, err := b.acquireCall(req)
 	if err != nil {
-		return driver.AcquireResult{}, storeError(ctx, "acquire", req.Key, err)
+		return driver.AcquireResult{}, b.storeError(ctx, "acquire", req.Key, err)
 	}
 	if b.acking() {
 		return b.acquireAcked(ctx, req, splitEvalSha(args))
 	}
 	reply, err := runEvalSha(ctx, b.rdb, acquireScript, args).Slice()
 	if err != nil {
-		return driver.AcquireResult{}, storeError(ctx, "acquire", req.Key, err)
+		return driver.AcquireResult{}, b.storeError(ctx, "acquire", req.Key, err)
 	}
 	res, err := parseAcquire(reply)
 	if err != nil {
-		return driver.AcquireResult{}, storeError(ctx, "acquire", req.Key, err)
+		return driver.AcquireResult{}, b.storeError(ctx, "acquire", req.Key, err)
 	}
 	return res, nil
 }
@@ -307,7 +310,7 @@ func (b *Backend) renew(ctx context.Context, key, token string, fence uint64, tt
 	args[3+nk], args[4+nk], args[5+nk] = token, millis(ttl), fenceArg(fence)
 	n, err := runEvalSha(ctx, b.rdb, renewScript, args).Int64()
 	if err != nil {
-		return false, storeError(ctx, "renew", key, err)
+		return false, b.storeError(ctx, "renew", key, err)
 	}
 	return n == 1, nil
 }
@@ -351,7 +354,7 @@ func (b *Backend) release(ctx context.Context, key, token string, publish any, f
 	args[3+nk], args[4+nk], args[5+nk], args[6+nk], args[7+nk] = token, names[nk], publish, b.requestID(), fence
 	n, err := runEvalSha(ctx, b.rdb, releaseScript, args).Int64()
 	if err != nil {
-		return driver.ReleaseResult{}, storeError(ctx, "release", key, err)
+		return driver.ReleaseResult{}, b.storeError(ctx, "release", key, err)
 	}
 	if n < 0 {
 		return driver.ReleaseResult{}, nil
@@ -369,7 +372,7 @@ func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
 	names := b.keysOf(key, releaseSuffixes[:])
 	nk := len(names) - 1
 	if err := withdrawScript.Run(ctx, b.rdb, names[:nk], token, names[nk], b.publishArg).Err(); err != nil {
-		return storeError(ctx, "withdraw", key, err)
+		return b.storeError(ctx, "withdraw", key, err)
 	}
 	return nil
 }
@@ -396,7 +399,7 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 	for i, cmd := range cmds {
 		n, err := cmd.Int64()
 		if err != nil {
-			results[i].Err = storeError(ctx, "renew", reqs[i].Key, err)
+			results[i].Err = b.storeError(ctx, "renew", reqs[i].Key, err)
 			continue
 		}
 		results[i].Held = n == 1

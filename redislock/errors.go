@@ -20,19 +20,48 @@ import (
 )
 
 // storeError wraps err, the failure of op on the lock key in a call made
-// with ctx: "redislock: op "key": err", as a *ForeignValueError when Redis
-// answered WRONGTYPE, and marked transient, outermost, when it may heal
-// (see transient).
-func storeError(ctx context.Context, op, key string, err error) error {
+// with ctx, with what the Backend alone knows: the store it talks to
+// ("redis 127.0.0.1:6379: err", the address left out when err names it);
+// the caller names the operation and the lock. It is a *ForeignValueError
+// when Redis answered WRONGTYPE, bare when it names its node already (an
+// EvictionError), and marked transient,
+// outermost, when it may heal (see transient).
+func (b *Backend) storeError(ctx context.Context, op, key string, err error) error {
 	ferr := foreign(key, err)
 	if fv, ok := ferr.(*ForeignValueError); ok && (strings.HasPrefix(op, "release") || strings.HasPrefix(op, "renew")) {
 		fv.NotHeld = true
 	}
-	werr := fmt.Errorf("redislock: %s %q: %w", op, key, ferr)
+	werr := ferr
+	var ee *EvictionError
+	switch {
+	case errors.As(ferr, &ee):
+	case b.addr != "" && strings.Contains(ferr.Error(), b.addr): // a dial error names it
+		werr = fmt.Errorf("redis: %w", ferr)
+	default:
+		werr = fmt.Errorf("%s: %w", b.where, ferr)
+	}
 	if transient(ctx, err) {
 		return driver.Transient(werr)
 	}
 	return werr
+}
+
+// storeWhere names the store of rdb in errors: "redis" and the address of
+// one node (also returned as addr), "redis (Sentinel)", "redis cluster" or
+// "redis ring".
+func storeWhere(rdb redis.UniversalClient) (where, addr string) {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		if addr := c.Options().Addr; addr != "FailoverClient" {
+			return "redis " + addr, addr
+		}
+		return "redis (Sentinel)", ""
+	case *redis.ClusterClient:
+		return "redis cluster", ""
+	case *redis.Ring:
+		return "redis ring", ""
+	}
+	return "redis", ""
 }
 
 // transient reports whether err, the failure of a call made with ctx, may

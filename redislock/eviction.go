@@ -77,6 +77,16 @@ const evictionReadTimeout = 2 * time.Second
 // first grant there; call CheckEviction to learn of a bad policy at start
 // up. Where CONFIG GET is not allowed it logs one warning and returns nil.
 func (b *Backend) CheckEviction(ctx context.Context) error {
+	err := b.checkMasters(ctx)
+	var ee *EvictionError
+	if err == nil || errors.As(err, &ee) {
+		return err
+	}
+	return fmt.Errorf("redislock: %w", err)
+}
+
+// checkMasters is CheckEviction, its errors named by the caller.
+func (b *Backend) checkMasters(ctx context.Context) error {
 	if b.allowEviction || b.eviction.ok.Load() {
 		return nil
 	}
@@ -98,7 +108,7 @@ func (b *Backend) CheckEviction(ctx context.Context) error {
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("redislock: reading maxmemory-policy: %w", err)
+			return fmt.Errorf("reading maxmemory-policy: %w", err)
 		}
 	}
 	for _, n := range nodes {
@@ -117,11 +127,11 @@ func (b *Backend) CheckEviction(ctx context.Context) error {
 func (b *Backend) checkEviction(ctx context.Context, key string) error {
 	cc, ok := b.rdb.(*redis.ClusterClient)
 	if !ok {
-		return b.CheckEviction(ctx)
+		return b.checkMasters(ctx)
 	}
 	node, err := cc.MasterForKey(ctx, b.lockKey(key))
 	if err != nil {
-		return fmt.Errorf("redislock: reading maxmemory-policy: %w", err)
+		return fmt.Errorf("reading maxmemory-policy: %w", err)
 	}
 	if _, fine := b.eviction.fine.Load(node.Options().Addr); fine {
 		return nil
@@ -179,11 +189,11 @@ func (b *Backend) checkNode(ctx context.Context, node redis.Cmdable) error {
 	case <-ne.done:
 	case <-ctx.Done():
 		if !isDone(ne.done) {
-			return fmt.Errorf("redislock: reading maxmemory-policy: %w", ctx.Err())
+			return fmt.Errorf("reading maxmemory-policy: %w", ctx.Err())
 		}
 	}
 	if ne.failed != nil {
-		return fmt.Errorf("redislock: reading maxmemory-policy: %w", ne.failed)
+		return fmt.Errorf("reading maxmemory-policy: %w", ne.failed)
 	}
 	return ne.refused
 }

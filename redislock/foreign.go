@@ -33,9 +33,10 @@ type ForeignValueError struct {
 	NotHeld bool
 }
 
+// Error says what Redis found; the caller's wrapping names the lock.
 func (e *ForeignValueError) Error() string {
-	return fmt.Sprintf("a key of lock %q holds a value that dlock did not write (%v); "+
-		"another program uses the key: remove the value, or use another namespace", e.Key, e.Err)
+	return fmt.Sprintf("a key of the lock holds a value that dlock did not write (%v); "+
+		"another program uses the key: remove the value, or use another namespace", e.Err)
 }
 
 // Unwrap returns Redis's answer.

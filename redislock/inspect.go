@@ -34,7 +34,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.LockInfo, boo
 	}
 	info, ok, err := parseInfo(key, inspectScript.Run(ctx, b.rdb, b.stateKeys(key)))
 	if err != nil {
-		return driver.LockInfo{}, false, storeError(ctx, "inspect", key, err)
+		return driver.LockInfo{}, false, b.storeError(ctx, "inspect", key, err)
 	}
 	return info, ok, nil
 }
@@ -52,7 +52,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.LockInfo
 	cmd := forceReleaseScript.Run(ctx, b.rdb, b.stateKeys(key), b.channel(key), b.publish)
 	info, ok, err := parseInfo(key, cmd)
 	if err != nil {
-		return driver.LockInfo{}, false, storeError(ctx, "force release", key, err)
+		return driver.LockInfo{}, false, b.storeError(ctx, "force release", key, err)
 	}
 	return info, ok, nil
 }
@@ -67,7 +67,7 @@ func (b *Backend) BreakIf(ctx context.Context, key string, fence uint64) (bool, 
 	}
 	n, err := breakIfScript.Run(ctx, b.rdb, []string{b.lockKey(key)}, strconv.FormatUint(fence, 10), b.channel(key), b.publish).Int()
 	if err != nil {
-		return false, storeError(ctx, "break", key, err)
+		return false, b.storeError(ctx, "break", key, err)
 	}
 	return n == 1, nil
 }
@@ -105,7 +105,7 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.LockInfo, e
 		err = scan(ctx, b.rdb)
 	}
 	if err != nil {
-		return nil, storeError(ctx, "list", prefix, err)
+		return nil, b.storeError(ctx, "list", prefix, err)
 	}
 	slices.SortFunc(infos, func(a, b driver.LockInfo) int { return strings.Compare(a.Key, b.Key) })
 	// SCAN may return a key twice; keep the first.

@@ -39,11 +39,11 @@ func (b *Backend) AcquireAll(ctx context.Context, reqs []driver.AcquireRequest) 
 	}
 	first := reqs[0].Key
 	if err := b.checkAll(reqs); err != nil {
-		return nil, fmt.Errorf("redislock: acquire %q: %w", first, err)
+		return nil, err
 	}
 	if !b.allowEviction && !b.eviction.ok.Load() {
 		if err := b.checkEviction(ctx, first); err != nil {
-			return nil, storeError(ctx, "acquire", first, err)
+			return nil, b.storeError(ctx, "acquire", first, err)
 		}
 	}
 	const per = 5
@@ -62,11 +62,11 @@ func (b *Backend) AcquireAll(ctx context.Context, reqs []driver.AcquireRequest) 
 	}
 	if err != nil {
 		b.movedOn(ctx, err)
-		return nil, storeError(ctx, "acquire", first, err)
+		return nil, b.storeError(ctx, "acquire", first, err)
 	}
 	out, err := parseAcquireAll(reply, len(reqs))
 	if err != nil {
-		return nil, storeError(ctx, "acquire", first, err)
+		return nil, b.storeError(ctx, "acquire", first, err)
 	}
 	return out, nil
 }

@@ -40,7 +40,7 @@ func (b *Backend) releaseQuietly(ctx context.Context, key, token string) (driver
 func (b *Backend) raiseFence(ctx context.Context, key, token string, fence uint64) (bool, error) {
 	n, err := raiseFenceScript.Run(ctx, b.rdb, b.raiseKeys(key), token, strconv.FormatUint(fence, 10)).Int64()
 	if err != nil {
-		return false, storeError(ctx, "raise fence", key, err)
+		return false, b.storeError(ctx, "raise fence", key, err)
 	}
 	return n == 1, nil
 }

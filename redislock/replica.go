@@ -61,8 +61,9 @@ type ReplicaAckError struct {
 }
 
 // Error says how many replicas acknowledged. The backend's errors wrap it
-// with the operation and the key: `redislock: acquire "k": 0 of 1 replicas
-// acknowledged the write before the timeout`.
+// with the store (`redis 127.0.0.1:6379: 0 of 1 replicas acknowledged the
+// write before the timeout`), and the dlock Client with the operation and
+// the key.
 func (e *ReplicaAckError) Error() string {
 	return fmt.Sprintf("%d of %d replicas acknowledged the write before the timeout", e.Got, e.Want)
 }
@@ -237,17 +238,17 @@ func (b *Backend) acquireAcked(ctx context.Context, req driver.AcquireRequest, c
 	key := req.Key
 	conn, err := b.connFor(ctx, call.keys[0])
 	if err != nil {
-		return driver.AcquireResult{}, storeError(ctx, "acquire", key, err)
+		return driver.AcquireResult{}, b.storeError(ctx, "acquire", key, err)
 	}
 	cmds, acked, ackErr := b.runAckedAt(ctx, conn, acquireScript, []scriptCall{call})
 	reply, err := cmds[0].Slice()
 	if err != nil {
 		b.movedOn(ctx, err)
-		return driver.AcquireResult{}, storeError(ctx, "acquire", key, err)
+		return driver.AcquireResult{}, b.storeError(ctx, "acquire", key, err)
 	}
 	res, err := parseAcquire(reply)
 	if err != nil {
-		return driver.AcquireResult{}, storeError(ctx, "acquire", key, err)
+		return driver.AcquireResult{}, b.storeError(ctx, "acquire", key, err)
 	}
 	if !res.Acquired {
 		return res, nil
@@ -255,7 +256,7 @@ func (b *Backend) acquireAcked(ctx context.Context, req driver.AcquireRequest, c
 	if ackErr != nil {
 		// WAIT got no answer: the outcome is unknown, as after any store
 		// failure, and the client cleans up as it does then.
-		return driver.AcquireResult{}, storeError(ctx, "acquire", key, ackErr)
+		return driver.AcquireResult{}, b.storeError(ctx, "acquire", key, ackErr)
 	}
 	if acked >= b.ackReplicas {
 		return res, nil
@@ -270,7 +271,7 @@ func (b *Backend) acquireAcked(ctx context.Context, req driver.AcquireRequest, c
 	if _, uerr := b.Release(uctx, key, req.Token); uerr != nil {
 		err = errors.Join(err, fmt.Errorf("undo: %w", uerr))
 	}
-	return driver.AcquireResult{}, storeError(ctx, "acquire", key, err)
+	return driver.AcquireResult{}, b.storeError(ctx, "acquire", key, err)
 }
 
 // renewAcked is Renew with WithReplicaAck.
@@ -289,7 +290,7 @@ func (b *Backend) renewBatchAcked(ctx context.Context, reqs []driver.RenewReques
 	for i, r := range reqs {
 		conn, err := b.connFor(ctx, b.lockKey(r.Key))
 		if err != nil {
-			results[i].Err = storeError(ctx, "renew", r.Key, err)
+			results[i].Err = b.storeError(ctx, "renew", r.Key, err)
 			continue
 		}
 		if _, ok := groups[conn]; !ok {
@@ -310,13 +311,13 @@ func (b *Backend) renewBatchAcked(ctx context.Context, reqs []driver.RenewReques
 			switch {
 			case err != nil:
 				b.movedOn(ctx, err)
-				results[i].Err = storeError(ctx, "renew", key, err)
+				results[i].Err = b.storeError(ctx, "renew", key, err)
 			case n != 1:
 				// Not held: nothing was written, so nothing to wait for.
 			case ackErr != nil:
-				results[i].Err = storeError(ctx, "renew", key, ackErr)
+				results[i].Err = b.storeError(ctx, "renew", key, ackErr)
 			case acked < b.ackReplicas:
-				results[i].Err = storeError(ctx, "renew", key,
+				results[i].Err = b.storeError(ctx, "renew", key,
 					&ReplicaAckError{Op: "renew", Key: key, Want: b.ackReplicas, Got: acked})
 			default:
 				results[i].Held = true

@@ -161,8 +161,8 @@ func TestReplicaAckAcquireAndRenew(t *testing.T) {
 	if !errors.As(err, &ackErr) || ackErr.Op != "acquire" || ackErr.Key != "new" || ackErr.Want != 1 || ackErr.Got != 0 {
 		t.Fatalf("Acquire with the replica down = %v, want a *ReplicaAckError{acquire new 1 0}", err)
 	}
-	if !strings.HasPrefix(err.Error(), `redislock: acquire "new": `) {
-		t.Errorf("error %q lacks the usual prefix", err)
+	if !strings.HasPrefix(err.Error(), "redis (Sentinel): ") || strings.Contains(err.Error(), `"new"`) {
+		t.Errorf("error %q does not name the store alone", err)
 	}
 	t.Logf("refused after %v: %v", time.Since(start).Round(time.Millisecond), err)
 	if exists(t, primary, "dlock:{new}") {

@@ -1009,7 +1009,7 @@ func TestCapabilities(t *testing.T) {
 func TestUnknownModeIsAnError(t *testing.T) {
 	b, rdb, _ := setup(t)
 	_, err := b.Acquire(t.Context(), driver.AcquireRequest{Key: "k", Token: newToken(t), Owner: "o", TTL: time.Second, Mode: driver.Mode(7)})
-	if err == nil || !strings.HasPrefix(err.Error(), `redislock: acquire "k": `) {
+	if err == nil || !strings.HasPrefix(err.Error(), "redis "+rdb.Options().Addr+": unknown mode") {
 		t.Errorf("Acquire with Mode(7) = %v, want an error", err)
 	}
 	if exists(t, rdb, "dlock:{k}:fence") {

@@ -76,10 +76,10 @@ import (
 // locks are refused (driver.ErrInvalid).
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
 	if err := ctx.Err(); err != nil {
-		return driver.AcquireResult{}, fmt.Errorf("redlock: acquire %q: %w", req.Key, err)
+		return driver.AcquireResult{}, fmt.Errorf("redlock: %w", err)
 	}
 	if err := checkRequest(req); err != nil {
-		return driver.AcquireResult{}, fmt.Errorf("redlock: acquire %q: %w", req.Key, err)
+		return driver.AcquireResult{}, fmt.Errorf("redlock: %w", err)
 	}
 	a := newAttempt(b, ctx, req)
 	start := time.Now()
@@ -244,7 +244,7 @@ func (a *attempt) decide(ctx context.Context, start time.Time) (driver.AcquireRe
 		ans, ok, err := g.next(ctx)
 		if !ok {
 			if err != nil {
-				return false, fmt.Errorf("redlock: acquire %q: %w", key, err)
+				return false, fmt.Errorf("redlock: %w", err)
 			}
 			missing := g.unanswered(b)
 			errs = append(errs, missing...)
@@ -310,12 +310,12 @@ func (a *attempt) decide(ctx context.Context, start time.Time) (driver.AcquireRe
 
 	fence, reentry, holds, err := chooseFence(wins, a.req.Joining, b.Quorum())
 	if err != nil {
-		return driver.AcquireResult{}, fmt.Errorf("redlock: acquire %q: %w", key, err)
+		return driver.AcquireResult{}, fmt.Errorf("redlock: %w", err)
 	}
 	a.fence, a.reentry = fence, reentry
 	carry, raiseErrs, err := a.raise(ctx, wins)
 	if err != nil {
-		return driver.AcquireResult{}, fmt.Errorf("redlock: acquire %q: %w", key, err)
+		return driver.AcquireResult{}, fmt.Errorf("redlock: %w", err)
 	}
 	if carry < b.Quorum() {
 		return driver.AcquireResult{}, b.quorumError(ctx, "acquire", key, carry, append(errs, raiseErrs...))
@@ -323,8 +323,8 @@ func (a *attempt) decide(ctx context.Context, start time.Time) (driver.AcquireRe
 	elapsed := time.Since(start)
 	if drift := b.Drift(a.req.TTL); a.req.TTL-elapsed-drift <= 0 {
 		// Transient: a quorum answered; the next attempt may be quicker.
-		return driver.AcquireResult{}, driver.Transient(fmt.Errorf("redlock: acquire %q: quorum won after %v, TTL %v, drift %v: %w",
-			key, elapsed.Round(time.Microsecond), a.req.TTL, drift, ErrValidityElapsed))
+		return driver.AcquireResult{}, driver.Transient(fmt.Errorf("quorum won after %v, TTL %v, drift %v: %w",
+			elapsed.Round(time.Microsecond), a.req.TTL, drift, ErrValidityElapsed))
 	}
 	a.granted = true
 	b.noSplit(key)

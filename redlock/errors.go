@@ -34,16 +34,16 @@ type QuorumError struct {
 	transient bool
 }
 
-// Error says which operation on which key failed, how many nodes agreed
-// against the quorum, and what went wrong on each failed node.
+// Error says how many nodes agreed against the quorum and what went wrong
+// on each failed node. The operation and the key are the caller's to name
+// (Op and Key keep them), except for Ping's.
 func (e *QuorumError) Error() string {
 	var b strings.Builder
+	b.WriteString("redlock: ")
 	if e.Op == "ping" {
-		fmt.Fprintf(&b, "redlock: ping")
-	} else {
-		fmt.Fprintf(&b, "redlock: %s %q", e.Op, e.Key)
+		b.WriteString("ping: ") // a call of the user's own: it names itself
 	}
-	fmt.Fprintf(&b, ": %d of %d nodes agreed, quorum is %d", e.OK, e.Nodes, e.Quorum)
+	fmt.Fprintf(&b, "%d of %d nodes agreed, quorum is %d", e.OK, e.Nodes, e.Quorum)
 	for i, err := range e.Errs {
 		if i == 0 {
 			b.WriteString(": ")
@@ -75,12 +75,14 @@ type NodeError struct {
 	transient bool // the failure may heal
 }
 
-// Error names the node and its error.
+// Error names the node and its error, and the node's address unless the
+// error names it already (redislock's errors say "redis ADDR: ...").
 func (e *NodeError) Error() string {
-	if e.Addr == "" {
-		return fmt.Sprintf("node %d: %v", e.Node, e.Err)
+	msg := fmt.Sprint(e.Err)
+	if e.Addr == "" || strings.Contains(msg, e.Addr) {
+		return fmt.Sprintf("node %d: %s", e.Node, msg)
 	}
-	return fmt.Sprintf("node %d (%s): %v", e.Node, e.Addr, e.Err)
+	return fmt.Sprintf("node %d (%s): %s", e.Node, e.Addr, msg)
 }
 
 // Unwrap returns the node's error.

@@ -28,7 +28,7 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 		ans, ok, err := g.next(ctx)
 		if !ok {
 			if err != nil {
-				return false, fmt.Errorf("redlock: renew %q: %w", key, err)
+				return false, fmt.Errorf("redlock: %w", err)
 			}
 			missing := g.unanswered(b)
 			errs = append(errs, missing...)
@@ -99,7 +99,7 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 					continue
 				}
 				if err != nil {
-					results[i].Err = fmt.Errorf("redlock: renew %q: %w", reqs[i].Key, err)
+					results[i].Err = fmt.Errorf("redlock: %w", err)
 					tallies[i].fail = tallies[i].n // decided: failed
 					continue
 				}
@@ -117,7 +117,7 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 			switch {
 			case i >= len(ans.val):
 				t.fail++
-				errs[i] = append(errs[i], ans.node.nodeError(fmt.Errorf("redlock: renew %q: too few results", reqs[i].Key)))
+				errs[i] = append(errs[i], ans.node.nodeError(fmt.Errorf("too few results")))
 			case ans.val[i].Err != nil:
 				t.fail++
 				errs[i] = append(errs[i], ans.node.nodeError(ans.val[i].Err))

@@ -143,7 +143,7 @@ func TestSupportsReadWriteLocksOnly(t *testing.T) {
 		"semaphore": permit, "fair": fair, "reentrant reader": reentrant, "unknown mode": mode,
 	} {
 		res, err := b.Acquire(t.Context(), req)
-		if !errors.Is(err, dlock.ErrInvalid) || res.Acquired || !strings.HasPrefix(err.Error(), "redlock: acquire ") {
+		if !errors.Is(err, dlock.ErrInvalid) || res.Acquired || !strings.HasPrefix(err.Error(), "redlock: ") {
 			t.Errorf("%s: Acquire = %+v, %v; want an error wrapping dlock.ErrInvalid", what, res, err)
 		}
 	}

@@ -150,11 +150,11 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		err = ctx.Err()
 	}
 	if err != nil {
-		return driver.AcquireResult{}, opError(ctx, "acquire", req.Key, err)
+		return driver.AcquireResult{}, b.opError(ctx, err)
 	}
 	res, err := b.acquire(ctx, req)
 	if err != nil {
-		return driver.AcquireResult{}, opError(ctx, "acquire", req.Key, err)
+		return driver.AcquireResult{}, b.opError(ctx, err)
 	}
 	return res, nil
 }
@@ -262,7 +262,7 @@ func (b *Backend) RenewGrant(ctx context.Context, key, token string, fence uint6
 
 func (b *Backend) renew(ctx context.Context, key, token string, fence uint64, ttl time.Duration) (bool, error) {
 	if err := b.check(ctx, key, token); err != nil {
-		return false, opError(ctx, "renew", key, err)
+		return false, b.opError(ctx, err)
 	}
 	held, err := retryGated(ctx, b, true, func() (bool, error) {
 		held, more, err := b.eng.renew(ctx, key, token, fence, ttl)
@@ -273,7 +273,7 @@ func (b *Backend) renew(ctx context.Context, key, token string, fence uint64, tt
 		return err == nil && ok[0], err
 	})
 	if err != nil {
-		return false, opError(ctx, "renew", key, err)
+		return false, b.opError(ctx, err)
 	}
 	return held, nil
 }
@@ -300,7 +300,7 @@ func (b *Backend) ReleaseGrant(ctx context.Context, key, token string, fence uin
 
 func (b *Backend) release(ctx context.Context, key, token string, fence uint64) (driver.ReleaseResult, error) {
 	if err := b.check(ctx, key, token); err != nil {
-		return driver.ReleaseResult{}, opError(ctx, "release", key, err)
+		return driver.ReleaseResult{}, b.opError(ctx, err)
 	}
 	var head *string
 	res, err := retryGated(ctx, b, fence > 0, func() (driver.ReleaseResult, error) {
@@ -322,7 +322,7 @@ func (b *Backend) release(ctx context.Context, key, token string, fence uint64) 
 		return b.tx.release(ctx, key, token, false, record)
 	})
 	if err != nil {
-		return driver.ReleaseResult{}, opError(ctx, "release", key, err)
+		return driver.ReleaseResult{}, b.opError(ctx, err)
 	}
 	if res.Held && res.Remaining == 0 && b.wake != nil {
 		next := ""
@@ -349,29 +349,30 @@ type namingReleaser interface {
 // on its way queues nothing (see goneTTL).
 func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
 	if err := b.check(ctx, key, token); err != nil {
-		return opError(ctx, "withdraw", key, err)
+		return b.opError(ctx, err)
 	}
 	_, err := retryGated(ctx, b, false, func() (driver.ReleaseResult, error) {
 		return b.tx.release(ctx, key, token, true, b.recordsGone())
 	})
 	if err != nil {
-		return opError(ctx, "withdraw", key, err)
+		return b.opError(ctx, err)
 	}
 	return nil
 }
 
-// opError describes a failed operation on key, marked with
-// driver.Transient when it may heal (see transient). When the caller's
+// opError describes a failed operation with what the Backend alone knows,
+// its store ("sqlite: err"): the caller names the operation and the lock.
+// It is marked with driver.Transient when it may heal (see transient). When the caller's
 // deadline has passed, a driver may report only its own timeout ("i/o
 // timeout" from a dial cut short), a moment before ctx.Err() is set; the
 // error then says context.DeadlineExceeded too, so that callers can tell a
 // wait that ran out from a store that failed.
-func opError(ctx context.Context, op, key string, err error) error {
+func (b *Backend) opError(ctx context.Context, err error) error {
 	cause := ctxend.Err(ctx)
 	if cause != nil && !errors.Is(err, cause) {
-		return fmt.Errorf("sqllock: %s %q: %w (%w)", op, key, err, cause)
+		return fmt.Errorf("%s: %w (%w)", b.StoreName(), err, cause)
 	}
-	return markTransient(ctx, fmt.Errorf("sqllock: %s %q: %w", op, key, err))
+	return markTransient(ctx, fmt.Errorf("%s: %w", b.StoreName(), err))
 }
 
 // check validates a key and token and creates the table if needed.

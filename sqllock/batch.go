@@ -32,7 +32,7 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 	for i, r := range reqs {
 		slot[i] = -1
 		if err := b.check(ctx, r.Key, r.Token); err != nil {
-			results[i].Err = opError(ctx, "renew", r.Key, err)
+			results[i].Err = b.opError(ctx, err)
 			continue
 		}
 		p := pair{r.Key, r.Token}
@@ -53,7 +53,7 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 		ok, err := retryGated(ctx, b, true, func() ([]bool, error) { return b.renewChunk(ctx, chunk) })
 		for k := range chunk {
 			if err != nil {
-				errs[start+k] = opError(ctx, "renew", chunk[k].Key, err)
+				errs[start+k] = b.opError(ctx, err)
 			} else {
 				held[start+k] = ok[k]
 			}

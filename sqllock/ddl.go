@@ -283,12 +283,20 @@ func newColumns(d Dialect) []column {
 // file is locked, within ctx: several processes may make a fresh file ready
 // at once.
 func (b *Backend) CreateTable(ctx context.Context) error {
+	if err := b.createTable(ctx); err != nil {
+		return fmt.Errorf("sqllock: %w", err)
+	}
+	return nil
+}
+
+// createTable is CreateTable, its errors named by the caller.
+func (b *Backend) createTable(ctx context.Context) error {
 	if b.err != nil {
-		return fmt.Errorf("sqllock: create table: %w", b.err)
+		return fmt.Errorf("create table: %w", b.err)
 	}
 	stmts, err := ddlStatements(b.dialect, b.table)
 	if err != nil {
-		return fmt.Errorf("sqllock: create table: %w", err)
+		return fmt.Errorf("create table: %w", err)
 	}
 	exec := func(q string) error {
 		_, err := retryBusy(ctx, b.dialect, func() (sql.Result, error) { return b.db.ExecContext(ctx, q) })
@@ -296,19 +304,19 @@ func (b *Backend) CreateTable(ctx context.Context) error {
 	}
 	if b.dialect == SQLite {
 		if err := exec(sqliteWAL); err != nil {
-			return fmt.Errorf("sqllock: create table %s: set journal_mode=WAL: %w", b.table, err)
+			return fmt.Errorf("create table %s: set journal_mode=WAL: %w", b.table, err)
 		}
 	}
 	tables := []string{b.names.main, b.names.shared, b.names.queue, b.names.gone}
 	for i, ddl := range stmts {
 		if err := exec(ddl); err != nil {
 			if perr := exec("SELECT 1 FROM " + tables[i] + " WHERE 1 = 0"); perr != nil {
-				return fmt.Errorf("sqllock: create table %s: %w", tables[i], err)
+				return fmt.Errorf("create table %s: %w", tables[i], err)
 			}
 		}
 		if i == 0 {
 			if err := b.addColumns(ctx, exec); err != nil {
-				return fmt.Errorf("sqllock: create table %s: %w", b.table, err)
+				return fmt.Errorf("create table %s: %w", b.table, err)
 			}
 		}
 	}
@@ -368,7 +376,7 @@ func (b *Backend) ready(ctx context.Context) error {
 	if b.created.Load() {
 		return nil
 	}
-	return b.CreateTable(ctx)
+	return b.createTable(ctx)
 }
 
 // tableNames are the quoted names of a Backend's four tables.

@@ -17,11 +17,11 @@ import (
 // exclusive holder nor a live shared hold.
 func (b *Backend) Inspect(ctx context.Context, key string) (driver.LockInfo, bool, error) {
 	if err := b.checkName(ctx, key); err != nil {
-		return driver.LockInfo{}, false, opError(ctx, "inspect", key, err)
+		return driver.LockInfo{}, false, b.opError(ctx, err)
 	}
 	info, ok, err := retryInfo(ctx, b.dialect, func() (driver.LockInfo, bool, error) { return b.tx.describe(ctx, key) })
 	if err != nil {
-		return driver.LockInfo{}, false, opError(ctx, "inspect", key, err)
+		return driver.LockInfo{}, false, b.opError(ctx, err)
 	}
 	return info, ok, nil
 }
@@ -31,11 +31,11 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.LockInfo, boo
 // sorted by key, in one statement.
 func (b *Backend) List(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	if err := b.ready(ctx); err != nil {
-		return nil, opError(ctx, "list", prefix, err)
+		return nil, b.opError(ctx, err)
 	}
 	infos, err := retryBusy(ctx, b.dialect, func() ([]driver.LockInfo, error) { return b.tx.listInfos(ctx, prefix) })
 	if err != nil {
-		return nil, opError(ctx, "list", prefix, err)
+		return nil, b.opError(ctx, err)
 	}
 	return infos, nil
 }
@@ -48,11 +48,11 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.LockInfo, e
 // in a transaction that locks the row, and on PostgreSQL notifies waiters.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.LockInfo, bool, error) {
 	if err := b.checkName(ctx, key); err != nil {
-		return driver.LockInfo{}, false, opError(ctx, "force release", key, err)
+		return driver.LockInfo{}, false, b.opError(ctx, err)
 	}
 	info, ok, err := retryInfo(ctx, b.dialect, func() (driver.LockInfo, bool, error) { return b.tx.forceRelease(ctx, key) })
 	if err != nil {
-		return driver.LockInfo{}, false, opError(ctx, "force release", key, err)
+		return driver.LockInfo{}, false, b.opError(ctx, err)
 	}
 	return info, ok, nil
 }
@@ -63,11 +63,11 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.LockInfo
 // a writer's intent stay.
 func (b *Backend) BreakIf(ctx context.Context, key string, fence uint64) (bool, error) {
 	if err := b.checkName(ctx, key); err != nil {
-		return false, opError(ctx, "break", key, err)
+		return false, b.opError(ctx, err)
 	}
 	broken, err := retryGated(ctx, b, true, func() (bool, error) { return b.tx.breakIf(ctx, key, fence) })
 	if err != nil {
-		return false, opError(ctx, "break", key, err)
+		return false, b.opError(ctx, err)
 	}
 	return broken, nil
 }

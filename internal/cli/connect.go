@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -44,8 +45,11 @@ type store struct {
 	backend   driver.Backend
 	inspector driver.Inspector // nil when the backend cannot describe its locks
 	where     string
-	secrets   []string
-	closeFn   func() error
+	// addr is the address the backend's own errors name ("redis ADDR: "),
+	// "" when they name none.
+	addr    string
+	secrets []string
+	closeFn func() error
 	// sqlitePath is the SQLite file, for the hint of an error that says
 	// it cannot be written; "" for other stores.
 	sqlitePath string
@@ -82,9 +86,24 @@ func (s *store) Close() error {
 	return s.closeFn()
 }
 
-// storeErr turns an error of the store into dlock's one-line message with
-// exit code 69, without passwords.
+// storeErr turns an error of a call to the store's backend into dlock's
+// one-line message with exit code 69, without passwords: op names the
+// operation and the lock, which a backend's errors leave to their caller,
+// then where the store is, unless the backend's message names its address.
 func (s *store) storeErr(op string, err error) *exitError {
+	return s.errOf(op, err, false)
+}
+
+// libErr is storeErr for an error of a call through the dlock library,
+// whose message names the operation and the lock already: dlock adds only
+// where the store is (see storeErr). op is said with a classified error,
+// which is given in the store's own words.
+func (s *store) libErr(op string, err error) *exitError {
+	return s.errOf(op, err, true)
+}
+
+// errOf is storeErr, or libErr when named.
+func (s *store) errOf(op string, err error, named bool) *exitError {
 	msg := oneLine(scrub(err.Error(), s.secrets))
 	code := exitUnavailable
 	if s.sqlitePath != "" {
@@ -96,9 +115,17 @@ func (s *store) storeErr(op string, err error) *exitError {
 		// Refused rights (an ACL without a command), a missing database,
 		// an eviction policy: said in the store's own words, without the
 		// library's layers, which repeat the lock's name.
-		code, msg = c, oneLine(scrub(cause, s.secrets))
+		return fail(c, "%s: %s: %s", op, s.where, oneLine(scrub(cause, s.secrets)))
 	}
-	return fail(code, "%s: %s: %s", op, s.where, msg)
+	msg = strings.TrimPrefix(msg, "dlock: ")
+	parts := []string{op, s.where, msg}
+	if named {
+		parts[0] = ""
+	}
+	if s.addr != "" && strings.Contains(msg, s.addr) {
+		parts[1] = ""
+	}
+	return fail(code, "%s", strings.Join(slices.DeleteFunc(parts, func(p string) bool { return p == "" }), ": "))
 }
 
 // quietRedisLogger drops go-redis's own log lines (reconnects, sentinel
@@ -128,6 +155,9 @@ func connectHooked(ctx context.Context, b *backendURL, timeout time.Duration, ho
 			rdb.AddHook(hooks.redis)
 		}
 		s.closeFn, s.rdbs = rdb.Close, []redis.UniversalClient{rdb}
+		if b.kind == kindRedis && b.redis != nil {
+			s.addr = b.redis.Addr // redislock's errors name it (see storeErr)
+		}
 		ping = func(ctx context.Context) error {
 			if b.failover != nil {
 				if err := askSentinels(ctx, b.failover); err != nil {

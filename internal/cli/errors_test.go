@@ -252,3 +252,22 @@ func TestRunEvictingRedisIsConfigError(t *testing.T) {
 		t.Errorf("stderr names the library's layers:\n%s", r.stderr)
 	}
 }
+
+// TestRunStoreErrorSaysEachLayerOnce: a store error that no class covers
+// (Redis out of memory) reaches the user with the operation, the lock's
+// name, dlock's prefix and the store's address each said once.
+func TestRunStoreErrorSaysEachLayerOnce(t *testing.T) {
+	t.Parallel()
+	rdb := testserver.StartRedis(t, "--maxmemory", "1", "--maxmemory-policy", "noeviction")
+	r := newEnv(t, "redis://"+rdb.Addr()+"/0").run("run", "x", "--", "true")
+	expect(t, r, 69, `dlock: acquire "x": redis `+rdb.Addr()+`: OOM command not allowed`)
+	oneLine(t, r)
+	for _, once := range []string{`"x"`, "dlock:", "acquire", rdb.Addr()} {
+		if n := strings.Count(r.stderr, once); n != 1 {
+			t.Errorf("stderr has %q %d times, want once:\n%s", once, n, r.stderr)
+		}
+	}
+	if strings.Contains(r.stderr, "redislock") {
+		t.Errorf("stderr names the library's layers:\n%s", r.stderr)
+	}
+}

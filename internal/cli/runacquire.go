@@ -162,7 +162,7 @@ func acquire(ctx context.Context, a *app, o *runOptions, sigs <-chan os.Signal) 
 	case errors.As(err, &notObtained):
 		return nil, nil, nil, notObtainedErr(st, o, notObtained)
 	}
-	return nil, nil, nil, st.storeErr(fmt.Sprintf("lock %q", o.name), err)
+	return nil, nil, nil, st.libErr(fmt.Sprintf("lock %q", o.name), err)
 }
 
 // take returns the call that takes the lock of o's kind from c: the one

@@ -93,7 +93,7 @@ func runHolding(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-cha
 			o.name, how)
 	default:
 		fmt.Fprintf(a.msgs(), "dlock: could not release %q; it expires on the store within %v: %s\n",
-			o.name, st.expiresWithin(o.ttl), releaseErrText(st, err))
+			o.name, st.expiresWithin(o.ttl), releaseErrText(st, o.name, err))
 	}
 	if end == endStuck {
 		if code == exitOK {
@@ -139,10 +139,12 @@ func releaseLease(a *app, o *runOptions, lease *dlock.Lease, sigs <-chan os.Sign
 	return err
 }
 
-// releaseErrText is the store's error of a failed release for a message:
-// one line, without passwords or the library's own "dlock: " prefix.
-func releaseErrText(st *store, err error) string {
-	return strings.TrimPrefix(oneLine(scrub(err.Error(), st.secrets)), "dlock: ")
+// releaseErrText is the store's error of a failed release of name for a
+// message that names the lock: one line, without passwords or the
+// library's "dlock: unlock "name": ", which would say the name again.
+func releaseErrText(st *store, name string, err error) string {
+	msg := strings.TrimPrefix(oneLine(scrub(err.Error(), st.secrets)), "dlock: ")
+	return strings.TrimPrefix(msg, fmt.Sprintf("unlock %q: ", name))
 }
 
 // holdOnly holds the lock without a command ("dlock run NAME"), for a shell
@@ -186,7 +188,7 @@ func holdOnly(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-chan 
 			return fail(exitLost, "lock %q was lost before %s ended the hold: %s", o.name, why, lossReason(lease.Err()))
 		case err != nil:
 			return fail(exitUnavailable, "%s: could not release %q; it expires on the store within %v: %s",
-				why, o.name, st.expiresWithin(o.ttl), releaseErrText(st, err))
+				why, o.name, st.expiresWithin(o.ttl), releaseErrText(st, o.name, err))
 		case o.verbose:
 			fmt.Fprintf(a.msgs(), "dlock: %s: released %q after holding it %s\n", why, o.name, fmtDuration(time.Since(held)))
 		}
