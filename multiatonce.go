@@ -46,15 +46,40 @@ func (c *Client) MultiAtOnce(names []string, opts ...Option) *Multi {
 	return mm
 }
 
-// lockAtOnce is Lock (wait) and TryLock of a MultiAtOnce: an attempt on
-// every name at once, then, for Lock, a sleep until a release of any of
-// them, the holder's TTL or the retry schedule, and another attempt, until
-// granted or the wait ends. A transient store error is tried again after
-// a pause.
+// lockAtOnce is Lock (wait) and TryLock of a MultiAtOnce, observed as a
+// Multi's are: each name's Lock or TryLock starts, and ends with its
+// lease or the call's error.
 func (mm *Multi) lockAtOnce(ctx context.Context, wait bool) (*MultiLease, error) {
+	ob := mm.c.obs
+	if ob == nil {
+		ml, _, err := mm.waitAtOnce(ctx, wait)
+		return ml, err
+	}
+	octxs := make([]context.Context, len(mm.ms))
+	for i, m := range mm.ms {
+		_, octxs[i] = ob.started(ctx, &m.h, !wait)
+	}
+	start := ob.now()
+	ml, attempts, err := mm.waitAtOnce(ctx, wait)
+	for i, m := range mm.ms {
+		var l *Lease
+		if ml != nil {
+			l = ml.leases[i]
+		}
+		ob.lockEnded(octxs[i], &m.h, !wait, start, l, attempts, false, err)
+	}
+	return ml, err
+}
+
+// waitAtOnce is lockAtOnce, unobserved: an attempt on every name at once,
+// then, for Lock, a sleep until a release of any of them, the holder's TTL
+// or the retry schedule, and another attempt, until granted or the wait
+// ends. A transient store error is tried again after a pause. It returns
+// the number of attempts too.
+func (mm *Multi) waitAtOnce(ctx context.Context, wait bool) (*MultiLease, int, error) {
 	c := mm.c
 	if err := c.enter(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer c.exit()
 	if wait && mm.wait > 0 {
@@ -87,7 +112,7 @@ func (mm *Multi) lockAtOnce(ctx context.Context, wait bool) (*MultiLease, error)
 	)
 	for attempt := 1; ; attempt++ {
 		if ctx.Err() != nil {
-			return nil, mm.notObtainedAtOnce(ctx, refused, last, lastErr)
+			return nil, attempt - 1, mm.notObtainedAtOnce(ctx, refused, last, lastErr)
 		}
 		notified := wait && len(listened) == len(mm.ms)
 		if wait && !notified {
@@ -111,11 +136,11 @@ func (mm *Multi) lockAtOnce(ctx context.Context, wait bool) (*MultiLease, error)
 		ml, m, res, err := mm.tryAtOnce(ctx, wait)
 		switch {
 		case ml != nil:
-			return ml, nil
+			return ml, attempt, nil
 		case err != nil && ctx.Err() != nil:
-			return nil, mm.notObtainedAtOnce(ctx, refused, last, err)
+			return nil, attempt, mm.notObtainedAtOnce(ctx, refused, last, err)
 		case err != nil && (!wait || !transient(err)):
-			return nil, err
+			return nil, attempt, err
 		case err != nil:
 			lastErr, errs = err, errs+1
 		default:
@@ -123,7 +148,7 @@ func (mm *Multi) lockAtOnce(ctx context.Context, wait bool) (*MultiLease, error)
 			refused, last = m, res
 			m.h.busy(res)
 			if !wait {
-				return nil, m.h.notObtained(res)
+				return nil, attempt, m.h.notObtained(res)
 			}
 		}
 		var d time.Duration
@@ -143,7 +168,7 @@ func (mm *Multi) lockAtOnce(ctx context.Context, wait bool) (*MultiLease, error)
 			}
 		}
 		if !sleep(ctx, timer, d, wake) {
-			return nil, mm.notObtainedAtOnce(ctx, refused, last, lastErr)
+			return nil, attempt, mm.notObtainedAtOnce(ctx, refused, last, lastErr)
 		}
 	}
 }

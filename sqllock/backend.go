@@ -141,7 +141,7 @@ func (b *Backend) Table() string { return b.table }
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
 	err := b.check(ctx, req.Key, req.Token)
 	if err == nil && len(req.Owner) > MaxOwnerLength {
-		err = fmt.Errorf("owner is %d bytes, over %d", len(req.Owner), MaxOwnerLength)
+		err = fmt.Errorf("%w: owner is %d bytes, over %d", driver.ErrInvalid, len(req.Owner), MaxOwnerLength)
 	}
 	if err == nil {
 		err = checkRequest(req)

@@ -26,6 +26,14 @@ const abandonAfter = 200 * time.Millisecond
 // not. Only a database slower than abandonAfter has its statement cut short,
 // with an unknown outcome.
 func (b *Backend) acquireInFlight(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	return inFlight(ctx, func(sctx context.Context) (driver.AcquireResult, error) {
+		return b.acquireOnce(sctx, req) // opError adds ctx's error to a failure
+	})
+}
+
+// inFlight runs op on a context that outlives ctx by abandonAfter (see
+// acquireInFlight).
+func inFlight[T any](ctx context.Context, op func(ctx context.Context) (T, error)) (T, error) {
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() {
@@ -38,5 +46,5 @@ func (b *Backend) acquireInFlight(ctx context.Context, req driver.AcquireRequest
 		}
 	})
 	defer stop()
-	return b.acquireOnce(sctx, req) // opError adds ctx's error to a failure
+	return op(sctx)
 }

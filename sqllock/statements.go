@@ -10,7 +10,7 @@ package sqllock
 // lock.
 const (
 	// mainCols is a name's row as mainRow scans it.
-	mainCols = `token, owner, fence, holds, {left:expires_at}, {left:shared_until}, intent_token, intent_owner, {left:intent_until}, claim_token, shared_lim`
+	mainCols = `token, owner, fence, holds, {left:expires_at}, {left:shared_until}, intent_token, intent_owner, {left:intent_until}, claim_token, claim_owner, {left:claim_until}, shared_lim`
 
 	// tplEnsure makes the name's row if it has none (free, fence 0) and
 	// locks it, in one statement, and returns it (PostgreSQL and SQLite;

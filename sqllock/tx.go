@@ -212,11 +212,13 @@ type mainRow struct {
 	intentOwner sql.NullString
 	intentLeft  sql.NullInt64
 	claimToken  sql.NullString
+	claimOwner  sql.NullString
+	claimLeft   sql.NullInt64
 	sharedLim   sql.NullInt64 // the Limit of the shared holds, NULL when unknown
 }
 
 func (m *mainRow) dest() []any {
-	return []any{&m.token, &m.owner, &m.fence, &m.holds, &m.heldLeft, &m.sharedLeft, &m.intentToken, &m.intentOwner, &m.intentLeft, &m.claimToken, &m.sharedLim}
+	return []any{&m.token, &m.owner, &m.fence, &m.holds, &m.heldLeft, &m.sharedLeft, &m.intentToken, &m.intentOwner, &m.intentLeft, &m.claimToken, &m.claimOwner, &m.claimLeft, &m.sharedLim}
 }
 
 // conflicts reports whether a shared request of limit conflicts with the
