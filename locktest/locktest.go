@@ -136,5 +136,6 @@ var cases = []testCase{
 	{"KindsLeaveNothing", testKindsLeaveNothing},
 	{"KindsInvalid", testKindsInvalid},
 	{"Election", testElection},
+	{"Proclaim", testProclaim},
 	{"Multi", testMulti},
 }
