@@ -23,7 +23,7 @@ func (b *Backend) Proclaim(ctx context.Context, req driver.ProclaimRequest) (boo
 		return false, nil
 	}
 	e := st.excl
-	if _, ok := e.holds[req.Token]; !ok || e.expired(now) || e.fence != req.Fence {
+	if _, ok := e.holds[req.Token]; !ok || e.expired(now) || (req.Fence != 0 && e.fence != req.Fence) {
 		return false, nil
 	}
 	if req.Seq > e.pseq {

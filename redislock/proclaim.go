@@ -29,7 +29,7 @@ func (b *Backend) Proclaim(ctx context.Context, req driver.ProclaimRequest) (boo
 	}
 	call := scriptCall{
 		keys: []string{b.lockKey(req.Key)},
-		args: []any{req.Token, strconv.FormatUint(req.Fence, 10), req.Owner, strconv.FormatUint(req.Seq, 10)},
+		args: []any{req.Token, fenceArg(req.Fence), req.Owner, strconv.FormatUint(req.Seq, 10)},
 	}
 	if !b.acking() {
 		n, err := proclaimScript.Run(ctx, b.rdb, call.keys, call.args...).Int64()
