@@ -325,8 +325,9 @@ func (e *Election) observe(ctx context.Context, ch chan<- LeaderInfo) {
 
 // LeaderInfo describes an election's leader, as the store described it.
 type LeaderInfo struct {
-	// Value is the value the leader campaigned with ("" for a holder that
-	// gave none, such as a Mutex holder without metadata).
+	// Value is the value the leader campaigned with, or proclaimed last
+	// (Leadership.Proclaim); "" for a holder that gave none, such as a
+	// Mutex holder without metadata.
 	Value string
 	// Fence is the leadership's fence, the same as the leader's
 	// Leadership.Fence; 0 in a LeaderInfo from Observe that says the
