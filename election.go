@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -323,8 +325,9 @@ func (e *Election) observe(ctx context.Context, ch chan<- LeaderInfo) {
 
 // LeaderInfo describes an election's leader, as the store described it.
 type LeaderInfo struct {
-	// Value is the value the leader campaigned with ("" for a holder that
-	// gave none, such as a Mutex holder without metadata).
+	// Value is the value the leader campaigned with, or proclaimed last
+	// (Leadership.Proclaim); "" for a holder that gave none, such as a
+	// Mutex holder without metadata.
 	Value string
 	// Fence is the leadership's fence, the same as the leader's
 	// Leadership.Fence; 0 in a LeaderInfo from Observe that says the
@@ -349,15 +352,21 @@ type LeaderInfo struct {
 // with Fence. A Leadership is safe for concurrent use. A nil or zero
 // Leadership acts as one that has ended: Err and Resign return ErrInvalid.
 type Leadership struct {
-	l     *Lease
-	value string
+	l       *Lease
+	seq     atomic.Uint64 // the last Proclaim's sequence number
+	mu      sync.Mutex
+	value   string // guarded by mu
+	applied uint64 // the sequence number of value, guarded by mu
 }
 
-// Value returns the value the leadership campaigned with.
+// Value returns the leader's value: the one it campaigned with, or the
+// value of its last Proclaim that returned nil.
 func (ld *Leadership) Value() string {
 	if ld == nil {
 		return ""
 	}
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
 	return ld.value
 }
 

@@ -182,3 +182,135 @@ func TestElectionTryCampaign(t *testing.T) {
 		t.Errorf("Leader after TryCampaign = %+v, %v; want b", got, err)
 	}
 }
+
+// TestLeadershipProclaim checks that Proclaim changes the leader's value in
+// place: the same fence and lease, the new value in Value, the lease's
+// owner, another Client's Leader and its observer; that a bad value is
+// refused; and that a lost or resigned leadership cannot proclaim.
+func TestLeadershipProclaim(t *testing.T) {
+	store := memlock.New()
+	a := dlock.New(store, dlock.WithTTL(10*time.Second))
+	defer a.Close()
+	b := dlock.New(store)
+	defer b.Close()
+
+	ld, err := a.Election("e").Campaign(t.Context(), "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen, err := b.Election("e").Observe(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := recvLeader(t, seen); got.Value != "v1" {
+		t.Fatalf("first observed = %+v, want v1", got)
+	}
+	fence, deadline := ld.Fence(), ld.Lease().Deadline()
+	if err := ld.Proclaim(t.Context(), "v2 | zone b"); err != nil {
+		t.Fatal(err)
+	}
+	if ld.Value() != "v2 | zone b" || ld.Fence() != fence || ld.Err() != nil || ld.Lease().Deadline().Before(deadline) {
+		t.Fatalf("after Proclaim: value %q fence %d err %v; want v2, fence %d, still held", ld.Value(), ld.Fence(), ld.Err(), fence)
+	}
+	got, err := b.Election("e").Leader(t.Context())
+	if err != nil || got.Value != "v2 | zone b" || got.Fence != fence || got.Owner != ld.Lease().Owner() {
+		t.Fatalf("Leader after Proclaim = %+v, %v; want value v2, fence %d, owner %q", got, err, fence, ld.Lease().Owner())
+	}
+	if got := recvLeader(t, seen); got.Value != "v2 | zone b" || got.Fence != fence {
+		t.Fatalf("observed after Proclaim = %+v, want v2 with fence %d", got, fence)
+	}
+
+	if err := ld.Proclaim(t.Context(), "bad\nvalue"); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("Proclaim of a value with a control character = %v, want ErrInvalid", err)
+	}
+	if ld.Value() != "v2 | zone b" {
+		t.Errorf("value after a refused Proclaim = %q, want v2 kept", ld.Value())
+	}
+
+	if _, _, err := store.ForceRelease(t.Context(), "e"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ld.Proclaim(t.Context(), "v3"); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Proclaim after the leadership was removed = %v, want ErrNotHeld", err)
+	}
+	if err := ld.Err(); !errors.Is(err, dlock.ErrLost) {
+		t.Fatalf("Err after a Proclaim found the leadership gone = %v, want ErrLost", err)
+	}
+
+	ld2, err := a.Election("e").Campaign(t.Context(), "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ld2.Resign(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := ld2.Proclaim(t.Context(), "w2"); !errors.Is(err, dlock.ErrReleased) {
+		t.Fatalf("Proclaim after Resign = %v, want ErrReleased", err)
+	}
+	if err := (&dlock.Leadership{}).Proclaim(t.Context(), "x"); !errors.Is(err, dlock.ErrInvalid) {
+		t.Fatalf("Proclaim of a zero Leadership = %v, want ErrInvalid", err)
+	}
+}
+
+// TestLeadershipProclaimRetriesTransient checks that Proclaim goes through
+// a store outage that heals within the lease, as Unlock does.
+func TestLeadershipProclaimRetriesTransient(t *testing.T) {
+	store := memlock.New()
+	c := dlock.New(store, dlock.WithTTL(10*time.Second))
+	defer c.Close()
+	ld, err := c.Election("e").Campaign(t.Context(), "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.SetUnavailable(driver.Transient(errors.New("store restarting")))
+	healed := time.AfterFunc(100*time.Millisecond, func() { store.SetUnavailable(nil) })
+	defer healed.Stop()
+	if err := ld.Proclaim(t.Context(), "v2"); err != nil {
+		t.Fatalf("Proclaim through a short transient outage = %v, want nil", err)
+	}
+	if got, err := c.Election("e").Leader(t.Context()); err != nil || got.Value != "v2" {
+		t.Fatalf("Leader = %+v, %v; want v2", got, err)
+	}
+}
+
+// lateProclaims holds back the first proclaim it is given, answers it with
+// an error (its outcome unknown to the caller), and delivers it when told:
+// a request that lands after a later one.
+type lateProclaims struct {
+	*memlock.Backend
+	held []driver.ProclaimRequest
+}
+
+func (s *lateProclaims) Proclaim(ctx context.Context, req driver.ProclaimRequest) (bool, error) {
+	if len(s.held) == 0 {
+		s.held = append(s.held, req)
+		return false, errors.New("connection reset")
+	}
+	return s.Backend.Proclaim(ctx, req)
+}
+
+// TestLeadershipProclaimLateLandingHarmless checks that a proclaim whose
+// answer was lost and that reaches the store after a later proclaim leaves
+// the later value in place.
+func TestLeadershipProclaimLateLandingHarmless(t *testing.T) {
+	store := memlock.New()
+	late := &lateProclaims{Backend: store}
+	c := dlock.New(late, dlock.WithTTL(10*time.Second))
+	defer c.Close()
+	ld, err := c.Election("e").Campaign(t.Context(), "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ld.Proclaim(t.Context(), "v2"); err == nil {
+		t.Fatal("Proclaim whose request was held back = nil, want the store's error")
+	}
+	if err := ld.Proclaim(t.Context(), "v3"); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := store.Proclaim(t.Context(), late.held[0]); err != nil || !held {
+		t.Fatalf("late proclaim = %v, %v; want held, nil", held, err)
+	}
+	if got, err := c.Election("e").Leader(t.Context()); err != nil || got.Value != "v3" || ld.Value() != "v3" {
+		t.Fatalf("Leader after a late proclaim = %+v, %v (Value %q); want v3", got, err, ld.Value())
+	}
+}

@@ -104,3 +104,32 @@ func ExampleElection_TryCampaign() {
 	// b stands by; leader: replica-a
 	// after a resigned, b leads: true replica-b
 }
+
+// The leader announces a new value (here, the address it serves on after
+// a restart of its listener) without campaigning again: its fence and
+// lease stay, and every reader of the election sees the new value.
+func ExampleLeadership_Proclaim() {
+	ctx := context.Background()
+	store := memlock.New()
+	replicaA, replicaB := dlock.New(store), dlock.New(store)
+	defer replicaA.Close()
+	defer replicaB.Close()
+
+	a, err := replicaA.Election("gateway").Campaign(ctx, "10.0.0.1:8080")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fence := a.Fence()
+	if err := a.Proclaim(ctx, "10.0.0.1:9090"); err != nil {
+		fmt.Println(err)
+		return
+	}
+	leader, _ := replicaB.Election("gateway").Leader(ctx)
+	fmt.Println("leader:", leader.Value)
+	fmt.Println("same fence:", leader.Fence == fence, "value:", a.Value())
+	_ = a.Resign(ctx)
+	// Output:
+	// leader: 10.0.0.1:9090
+	// same fence: true value: 10.0.0.1:9090
+}

@@ -24,7 +24,6 @@ type grant struct {
 	typ       string // the lock type, for observers
 	key       string
 	token     string
-	owner     string
 	fence     uint64
 	ttl       time.Duration
 	valid     time.Duration // how long after its send time a grant or renewal is valid: ttl less the backend's drift
@@ -42,6 +41,7 @@ type grant struct {
 	hd *handle
 
 	mu       sync.Mutex
+	owner    string        // the owner string on the store (a Proclaim changes it)
 	leases   []*Lease      // live leases on this grant
 	first    [1]*Lease     // leases' first backing array, so that one holder costs no allocation
 	deadline time.Time     // local validity deadline: send time of the last good acquire or renewal + valid
@@ -119,6 +119,20 @@ func (g *grant) schedule() {
 	g.mu.Lock()
 	g.r.reschedule(g)
 	g.mu.Unlock()
+}
+
+// ownerNow returns the owner string the grant has on the store.
+func (g *grant) ownerNow() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.owner
+}
+
+// setOwner records the owner string a Proclaim gave the grant on the store.
+func (g *grant) setOwner(owner string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.owner = owner
 }
 
 // live reports whether the grant has not ended.

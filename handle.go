@@ -249,7 +249,7 @@ func (h *handle) try(ctx context.Context, token string, wait, fair, claim bool) 
 	}
 	sent = time.Now()
 	if joined != nil {
-		req.Owner = joined.owner
+		req.Owner = joined.ownerNow()
 		req.Joining = joined.fence
 		// Re-entry is one round trip that never waits. Its outcome must be
 		// known, or the hold count could be left wrong, so it is not cut

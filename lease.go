@@ -67,12 +67,12 @@ func (l *Lease) Fence() uint64 {
 
 // Owner returns the owner string stored with the lock:
 // "host|pid N|acquired-at", followed by "|metadata" when WithMetadata was
-// given.
+// given (or, for a leadership, by the value of its last Proclaim).
 func (l *Lease) Owner() string {
 	if l == nil || l.g == nil {
 		return ""
 	}
-	return l.g.owner
+	return l.g.ownerNow()
 }
 
 // Done returns a channel that is closed when the lease ends: at Unlock, or

@@ -70,9 +70,11 @@ func (b *Backend) parseKey(k string) (key, kind, token string, ok bool) {
 	return key, kind, token, true
 }
 
-// exclusive is the value of an exclusive holder's key: token, hold count,
-// the longest TTL its holders asked for (in ms), with the grant's fence
-// when it is not the key's create revision, owner.
+// exclusive is the value of an exclusive holder's key: token, hold count
+// (with '#' and the sequence number of the last proclaim applied to the
+// grant, when there was one; see Proclaim), the longest TTL its holders
+// asked for (in ms), with the grant's fence when it is not the key's
+// create revision, owner.
 //
 // A grant made by a direct handoff overwrites the key that its releaser
 // held (etcd refuses a transaction that deletes and puts one key), so the
@@ -90,6 +92,7 @@ type exclusive struct {
 	// fencePending when it is the key's mod revision (a handoff's write
 	// that nothing rewrote since), or the fence.
 	fence int64
+	seq   uint64 // the last proclaim applied to the grant, or 0
 }
 
 // fencePending marks a grant whose fence is its key's mod revision.
@@ -103,7 +106,11 @@ func (e exclusive) encode() string {
 	case e.fence > 0:
 		ttl += "@" + strconv.FormatInt(e.fence, 10)
 	}
-	return e.token + "\n" + strconv.Itoa(e.holds) + "\n" + ttl + "\n" + e.owner
+	holds := strconv.Itoa(e.holds)
+	if e.seq > 0 {
+		holds += "#" + strconv.FormatUint(e.seq, 10)
+	}
+	return e.token + "\n" + holds + "\n" + ttl + "\n" + e.owner
 }
 
 func decodeExclusive(v []byte) exclusive {
@@ -111,10 +118,12 @@ func decodeExclusive(v []byte) exclusive {
 	for len(f) < 4 {
 		f = append(f, "")
 	}
-	holds, err := strconv.Atoi(f[1])
+	hs, ss, _ := strings.Cut(f[1], "#")
+	holds, err := strconv.Atoi(hs)
 	if err != nil || holds < 1 {
 		holds = 1
 	}
+	seq, _ := strconv.ParseUint(ss, 10, 64)
 	msf, fs, _ := strings.Cut(f[2], "@")
 	ms, _ := strconv.ParseInt(msf, 10, 64)
 	var fence int64
@@ -123,7 +132,7 @@ func decodeExclusive(v []byte) exclusive {
 	} else if fs != "" {
 		fence, _ = strconv.ParseInt(fs, 10, 64)
 	}
-	return exclusive{token: f[0], holds: holds, ttl: time.Duration(ms) * time.Millisecond, owner: f[3], fence: fence}
+	return exclusive{token: f[0], holds: holds, ttl: time.Duration(ms) * time.Millisecond, owner: f[3], fence: fence, seq: seq}
 }
 
 // fenceOf returns the fence of the exclusive grant kv (see exclusive).

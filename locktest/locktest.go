@@ -136,6 +136,7 @@ var cases = []testCase{
 	{"KindsLeaveNothing", testKindsLeaveNothing},
 	{"KindsInvalid", testKindsInvalid},
 	{"Election", testElection},
+	{"Proclaim", testProclaim},
 	{"Multi", testMulti},
 	{"MultiAtOnce", testMultiAtOnce},
 	{"MultiAtOnceCrossing", testMultiAtOnceCrossing},

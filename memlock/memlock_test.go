@@ -25,7 +25,7 @@ func TestConformance(t *testing.T) {
 func TestConformancePolled(t *testing.T) {
 	locktest.Run(t, func(t *testing.T) *locktest.Store {
 		b := memlock.New()
-		return store(b, func() driver.Backend { return polled{b, b, b, b, b, b} })
+		return store(b, func() driver.Backend { return polled{b, b, b, b, b, b, b} })
 	})
 }
 
@@ -37,6 +37,7 @@ type polled struct {
 	driver.BatchRenewer
 	driver.Withdrawer
 	driver.MultiAcquirer
+	driver.Proclaimer
 }
 
 // TestConformanceBasic runs the suite on a memlock that shows only

@@ -23,6 +23,7 @@ type entry struct {
 	acquired time.Time
 	owner    string
 	fence    uint64
+	pseq     uint64        // the Seq of the last proclaim applied (driver.Proclaimer)
 	expires  time.Time     // when the lease expires
 	delay    time.Duration // lock-delay: the entry outlives expires by this much
 }

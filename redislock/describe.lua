@@ -24,7 +24,7 @@ local function describe()
         at = tonumber(value)
       elseif name == 'delay' then
         delay = tonumber(value)
-      elseif name ~= 'exp' and name ~= 'rid' and name ~= 'rrid' then -- 'exp': kept by grants of earlier versions
+      elseif name ~= 'exp' and name ~= 'rid' and name ~= 'rrid' and name ~= 'pseq' then -- 'exp': kept by grants of earlier versions
         holds = holds + (tonumber(value) or 0)
       end
     end

@@ -27,7 +27,7 @@ const maxIdentifier = 63
 // statement at a time. The Backend runs the same statements when it creates
 // the tables itself. A lock table made by an earlier version, without the
 // columns shared_until, intent_token, intent_owner, intent_until,
-// claim_token, claim_owner, claim_until and shared_lim, needs
+// claim_token, claim_owner, claim_until, shared_lim and proclaimed, needs
 // the statements of UpgradeDDL too. DDL returns an error for an unknown
 // dialect or a table name that WithTable would refuse.
 func DDL(d Dialect, table string) (string, error) {
@@ -41,7 +41,7 @@ func DDL(d Dialect, table string) (string, error) {
 // UpgradeDDL returns the statements that add the columns of this version
 // to a lock table made by an earlier one (shared_until, intent_token,
 // intent_owner, intent_until, claim_token, claim_owner, claim_until,
-// shared_lim; all NULL, so no row changes meaning), one ALTER TABLE per column, separated
+// shared_lim, proclaimed; all NULL, so no row changes meaning), one ALTER TABLE per column, separated
 // by ";\n\n". Run them once, then the statements of DDL for the new
 // tables. On PostgreSQL each skips a column that exists already (ADD COLUMN
 // IF NOT EXISTS); MySQL and SQLite have no such clause: run each statement
@@ -98,7 +98,10 @@ func ddlStatements(d Dialect, table string) ([]string, error) {
 // of an earlier version), set by every shared grant and binding while
 // shared_until is ahead: a shared request of another Limit is refused
 // (driver.AcquireResult.Conflict), which a reader's single upsert checks on
-// the row it locks.
+// the row it locks. proclaimed is the grant's fence and the sequence number
+// of the last proclaim applied to it (driver.Proclaimer), 20 digits each,
+// so that a later proclaim of the grant, or any proclaim of a later grant,
+// compares greater as text.
 //
 // The shared-hold table has one row per shared hold (its own token, owner,
 // fence, expiry and the limit it was granted under); the queue table one
@@ -123,7 +126,8 @@ const (
   claim_token  VARBINARY(255) NULL,
   claim_owner  VARCHAR(2048) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
   claim_until  DATETIME(6) NULL,
-  shared_lim   INT NULL
+  shared_lim   INT NULL,
+  proclaimed   VARBINARY(40) NULL
 ) ENGINE=InnoDB`
 
 	mysqlSharedDDL = `CREATE TABLE IF NOT EXISTS {s} (
@@ -168,7 +172,8 @@ const (
   claim_token  text,
   claim_owner  text,
   claim_until  timestamptz,
-  shared_lim   integer
+  shared_lim   integer,
+  proclaimed   text
 )`
 
 	postgresSharedDDL = `CREATE TABLE IF NOT EXISTS {s} (
@@ -213,7 +218,8 @@ const (
   claim_token  TEXT,
   claim_owner  TEXT,
   claim_until  INTEGER,
-  shared_lim   INTEGER
+  shared_lim   INTEGER,
+  proclaimed   TEXT
 ) WITHOUT ROWID`
 
 	sqliteSharedDDL = `CREATE TABLE IF NOT EXISTS {s} (
@@ -261,13 +267,16 @@ func newColumns(d Dialect) []column {
 			{"claim_owner", "VARCHAR(2048) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL"},
 			{"claim_until", "DATETIME(6) NULL"},
 			{"shared_lim", "INT NULL"},
+			{"proclaimed", "VARBINARY(40) NULL"},
 		}
 	case PostgreSQL:
 		return []column{{"shared_until", "timestamptz"}, {"intent_token", "text"}, {"intent_owner", "text"}, {"intent_until", "timestamptz"},
-			{"claim_token", "text"}, {"claim_owner", "text"}, {"claim_until", "timestamptz"}, {"shared_lim", "integer"}}
+			{"claim_token", "text"}, {"claim_owner", "text"}, {"claim_until", "timestamptz"}, {"shared_lim", "integer"},
+			{"proclaimed", "text"}}
 	}
 	return []column{{"shared_until", "INTEGER"}, {"intent_token", "TEXT"}, {"intent_owner", "TEXT"}, {"intent_until", "INTEGER"},
-		{"claim_token", "TEXT"}, {"claim_owner", "TEXT"}, {"claim_until", "INTEGER"}, {"shared_lim", "INTEGER"}}
+		{"claim_token", "TEXT"}, {"claim_owner", "TEXT"}, {"claim_until", "INTEGER"}, {"shared_lim", "INTEGER"},
+		{"proclaimed", "TEXT"}}
 }
 
 // CreateTable creates the lock tables if they do not exist, with the

@@ -65,7 +65,8 @@ func ExampleDDL() {
 	//   claim_token  text,
 	//   claim_owner  text,
 	//   claim_until  timestamptz,
-	//   shared_lim   integer
+	//   shared_lim   integer,
+	//   proclaimed   text
 	// );
 	//
 	// CREATE TABLE IF NOT EXISTS "locks"."dlock_shared" (

@@ -664,7 +664,7 @@ func testUpgrade(t *testing.T, newDB newDatabase) {
 	}
 	// The statements for DBAs say the same.
 	up, err := sqllock.UpgradeDDL(db.dialect, "t2")
-	if err != nil || strings.Count(up, "ALTER TABLE") != 8 {
+	if err != nil || strings.Count(up, "ALTER TABLE") != 9 {
 		t.Errorf("UpgradeDDL = %q, %v", up, err)
 	}
 }
