@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -32,7 +33,7 @@ var ErrStaleFence = errors.New("redislock: stale fence")
 //
 // Equal fences are accepted, so one grant may write several times; a lower
 // fence returns an error wrapping ErrStaleFence and changes nothing, and so
-// does fence 0, which no lease has (it is the fence of a nil lease, or of a
+// does fence 0 (wrapping dlock.ErrInvalid as well), which no lease has (it is the fence of a nil lease, or of a
 // name a MultiLease does not hold), even on a key never written. key is
 // stored as a hash with the fields "value" and "fence", so both live in one
 // Cluster slot; read it with FencedGet. Other errors come from Redis.
@@ -113,6 +114,7 @@ func FencedGet(ctx context.Context, rdb redis.Scripter, key string) (value strin
 
 // noFence is the error of a fenced write with fence 0: no lease has it,
 // so the write cannot be one a lock guards.
+// It wraps driver.ErrInvalid too: the caller passed what no lease has.
 func noFence(op, key string) error {
-	return fmt.Errorf("redislock: %s %q: fence 0 is no lease's fence (a nil lease, or a name not held): %w", op, key, ErrStaleFence)
+	return fmt.Errorf("redislock: %s %q: fence 0 is no lease's fence (a nil lease, or a name not held): %w (%w)", op, key, ErrStaleFence, driver.ErrInvalid)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/redislock"
 )
 
@@ -50,8 +51,8 @@ func TestFencedSet(t *testing.T) {
 func TestFencedSetRefusesFenceZero(t *testing.T) {
 	_, rdb, _ := setup(t)
 	ctx := t.Context()
-	if err := redislock.FencedSet(ctx, rdb, "fresh", 0, "x"); !errors.Is(err, redislock.ErrStaleFence) {
-		t.Errorf("FencedSet(fence 0) on a fresh key = %v, want ErrStaleFence", err)
+	if err := redislock.FencedSet(ctx, rdb, "fresh", 0, "x"); !errors.Is(err, redislock.ErrStaleFence) || !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("FencedSet(fence 0) on a fresh key = %v, want ErrStaleFence and ErrInvalid", err)
 	}
 	if _, _, err := redislock.FencedGet(ctx, rdb, "fresh"); !errors.Is(err, redis.Nil) {
 		t.Errorf("after a refused FencedSet: FencedGet = %v, want redis.Nil", err)
