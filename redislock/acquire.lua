@@ -86,10 +86,18 @@ local function grant(at)
 end
 
 -- The fast path: one EXISTS decides that the lock is free of everything,
--- and the grant is made as the end of this script would make it.
-if not shared and redis.call('EXISTS', L, S, W, Q) == 0 then
-  local t = redis.call('TIME')
-  return grant(string.format('%s%03d', t[1], math.floor(tonumber(t[2]) / 1000)))
+-- and the grant is made as the end of this script would make it. EXISTS
+-- counts a key named n times n times, so naming L once, S twice, W four
+-- times and Q eight times makes its answer tell which of them exist, for
+-- the rest of the script (on exclusive requests).
+local hasL, hasS, hasW, hasQ
+if not shared then
+  local n = redis.call('EXISTS', L, S, S, W, W, W, W, Q, Q, Q, Q, Q, Q, Q, Q)
+  if n == 0 then
+    local t = redis.call('TIME')
+    return grant(string.format('%s%03d', t[1], math.floor(tonumber(t[2]) / 1000)))
+  end
+  hasL, hasS, hasW, hasQ = n % 2 == 1, n % 4 >= 2, n % 8 >= 4, n >= 8
 end
 
 --#common
@@ -139,11 +147,12 @@ end
 -- refuse answers a refused exclusive request: with wait, it records a
 -- writer intent when shared holds refused it (unless another token's
 -- intent is live), renews the token's own intent whatever refused it, and,
--- with fair, records or keeps a queue entry.
-local function refuse(holder, pttl, nshared, byShared)
+-- with fair, records or keeps a queue entry. fence is the fence of the
+-- exclusive grant that refused it, when the caller read it.
+local function refuse(holder, pttl, nshared, byShared, fence)
   local position, queued = 0, 0
   if wait then
-    local writer = redis.call('HGET', W, 't')
+    local writer = hasW and redis.call('HGET', W, 't')
     if writer == token or (byShared and not writer) then
       -- A waiting writer keeps its intent whatever refuses it now (another
       -- writer may hold the lock between the readers and this one).
@@ -157,12 +166,14 @@ local function refuse(holder, pttl, nshared, byShared)
   end
   local counter = 0
   if ARGV[12] == '1' then
-    counter = tonumber(redis.call('GET', F) or '0')
+    -- While an exclusive grant lives nothing else draws a fence, so its
+    -- fence (when the caller read it) is the counter.
+    counter = tonumber(fence or redis.call('GET', F) or '0')
   end
   if hid ~= nil and ARGV[9] == '1' then
     local live = 0
-    if not fair then
-      live = redis.call('EXISTS', Q) -- the key expires with its latest entry
+    if not fair and hasQ then
+      live = 1 -- the key expires with its latest entry (and is not pruned on this path)
     end
     return {0, holder, pttl, nshared, 0, position, queued, counter, live}
   end
@@ -172,12 +183,15 @@ local function refuse(holder, pttl, nshared, byShared)
   return {0, holder, pttl, nshared, 0, position, queued}
 end
 
--- forget drops token's writer intent and queue entry, after a grant.
+-- forget drops token's writer intent and queue entry, after a grant (the
+-- keys that the fast path's EXISTS found missing are not read again).
 local function forget()
-  if redis.call('HGET', W, 't') == token then
+  if hasW ~= false and redis.call('HGET', W, 't') == token then
     redis.call('DEL', W)
   end
-  unqueue(Q, QE, QO, token)
+  if hasQ ~= false then
+    unqueue(Q, QE, QO, token)
+  end
 end
 
 if shared then
@@ -226,7 +240,7 @@ local hm = redis.call('HMGET', L, 'delay', token, 'rid', 'fence', 'owner')
 local delay, expired = leaseState(L, hm[1])
 if expired then
   local r = busy(hm[5]) -- expired, kept out of reach for its lock-delay
-  return refuse(r[2], r[3], 0, false)
+  return refuse(r[2], r[3], 0, false, hm[4])
 end
 local holds = hm[2]
 if holds then
@@ -245,7 +259,7 @@ if holds then
   end
   if ARGV[4] ~= '1' then
     local r = busy(hm[5])
-    return refuse(r[2], r[3], 0, false)
+    return refuse(r[2], r[3], 0, false, hm[4])
   end
   holds = redis.call('HINCRBY', L, token, 1)
   local keep = {rid}
@@ -261,26 +275,30 @@ if holds then
   end
   return {1, hm[4], holds}
 end
-if redis.call('EXISTS', L) == 1 then
+if hasL then
   local r = busy(hm[5])
-  return refuse(r[2], r[3], 0, false)
+  return refuse(r[2], r[3], 0, false, hm[4])
 end
-if redis.call('EXISTS', S, W, Q) > 0 then
-  prune(S, SI, 'HDEL')
-  local n = redis.call('ZCARD', S)
-  if n > 0 then
-    -- Wait for the shared hold that expires last.
-    local last = redis.call('ZRANGE', S, -1, -1, 'WITHSCORES')
-    local _, _, holder = holdDetails(redis.call('HGET', SI, last[1]))
-    return refuse(holder, tonumber(last[2]) - now(), n, true)
-  end
-  pruneQueue(Q, QE, QO)
-  local head = redis.call('ZRANGE', Q, 0, 0)[1]
-  if head and head ~= token then
-    if fair then
-      return refuse('', -2, 0, false) -- free, but promised to the head
+if hasS or hasW or hasQ then
+  if hasS then
+    prune(S, SI, 'HDEL')
+    local n = redis.call('ZCARD', S)
+    if n > 0 then
+      -- Wait for the shared hold that expires last.
+      local last = redis.call('ZRANGE', S, -1, -1, 'WITHSCORES')
+      local _, _, holder = holdDetails(redis.call('HGET', SI, last[1]))
+      return refuse(holder, tonumber(last[2]) - now(), n, true)
     end
-    overtook = 1
+  end
+  if hasQ then
+    pruneQueue(Q, QE, QO)
+    local head = redis.call('ZRANGE', Q, 0, 0)[1]
+    if head and head ~= token then
+      if fair then
+        return refuse('', -2, 0, false) -- free, but promised to the head
+      end
+      overtook = 1
+    end
   end
   forget()
 end

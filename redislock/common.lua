@@ -124,14 +124,16 @@ end
 -- leave takes token's writer intent and fair queue entry off the lock (KEYS
 -- as named in release.lua) and returns whether it had an intent (its going
 -- concerns every waiter), whether it had an entry, and whether it was the
--- head of the queue and left the lock free, so that the next may go.
-local function leave(L, S, W, Q, QE, QO, token)
+-- head of the queue and left the lock free, so that the next may go. n,
+-- when the caller has it, is the answer of EXISTS W Q Q (odd: W exists; 2
+-- or more: Q exists): a missing key is not read.
+local function leave(L, S, W, Q, QE, QO, token, n)
   local intent, entry, headLeft = false, false, false
-  if redis.call('HGET', W, 't') == token then
+  if (not n or n % 2 == 1) and redis.call('HGET', W, 't') == token then
     redis.call('DEL', W)
     intent = true
   end
-  if redis.call('ZSCORE', Q, token) then
+  if (not n or n >= 2) and redis.call('ZSCORE', Q, token) then
     pruneQueue(Q, QE, QO)
     local head = redis.call('ZRANGE', Q, 0, 0)[1]
     if unqueue(Q, QE, QO, token) then
@@ -159,15 +161,27 @@ local function handOff(L, F, S, Q, QE, QO, freed)
   if not freed and (redis.call('EXISTS', L) == 1 or redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf') > 0) then
     return nil
   end
-  pruneQueue(Q, QE, QO)
+  -- The queue is pruned only when its head's entry has expired: pruning
+  -- takes a command every time, and every enqueue prunes anyway.
   local head = redis.call('ZRANGE', Q, 0, 0)[1]
   if not head then
     return nil
   end
+  local exp = tonumber(redis.call('ZSCORE', QE, head))
+  if not exp or exp <= now() then
+    pruneQueue(Q, QE, QO)
+    head = redis.call('ZRANGE', Q, 0, 0)[1]
+    if not head then
+      return nil
+    end
+    exp = tonumber(redis.call('ZSCORE', QE, head))
+    if not exp or exp <= now() then
+      return nil
+    end
+  end
   local o = redis.call('HMGET', QO, head, '\0' .. head)
   local owner, hid = o[1], o[2]
-  local exp = tonumber(redis.call('ZSCORE', QE, head))
-  if not owner or not exp or exp <= now() then
+  if not owner then
     return nil
   end
   local fence = redis.call('INCR', F)

@@ -113,9 +113,11 @@ if seen(recent, rid) then
   -- again since: a grant to the same owner ID or reentrant handle).
   return 0 -- as the first run answered
 end
-local waiting -- EXISTS of the intent and the queue, once read
+-- EXISTS W Q Q, once read: EXISTS counts a key named twice twice, so
+-- the answer is odd when W exists and 2 or more when Q does (see leave).
+local waiting
 if holds == '1' and not h[3] then
-  waiting = redis.call('EXISTS', W, Q)
+  waiting = redis.call('EXISTS', W, Q, Q)
 end
 if waiting == 0 then
   redis.call('DEL', L)
@@ -172,9 +174,10 @@ if result == -1 and cleanup then
   remember(X, {'t' .. token}, now())
 end
 
-local waiters = (waiting or redis.call('EXISTS', W, Q)) > 0
+waiting = waiting or redis.call('EXISTS', W, Q, Q)
+local waiters = waiting > 0
 if waiters then
-  local intent, _, headLeft = leave(L, S, W, Q, QE, QO, token)
+  local intent, _, headLeft = leave(L, S, W, Q, QE, QO, token, waiting)
   if intent then
     notify, anyone = true, true
   end

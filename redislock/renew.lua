@@ -10,7 +10,7 @@
 local L, S, SI = KEYS[1], KEYS[2], KEYS[3]
 local ttl = tonumber(ARGV[2])
 --#common
-local h = redis.call('HMGET', L, ARGV[1], 'fence')
+local h = redis.call('HMGET', L, ARGV[1], 'fence', 'delay')
 if not h[1] then
   local exp = tonumber(redis.call('ZSCORE', S, ARGV[1]))
   if not exp or exp <= now() then
@@ -28,7 +28,7 @@ if ARGV[3] and ARGV[3] ~= '' and h[2] ~= ARGV[3] then
   return 0
 end
 -- PEXPIRE is all a renewal writes: Redis allows it at maxmemory.
-local delay, expired = leaseState(L)
+local delay, expired = leaseState(L, h[3])
 if expired then
   return 0
 end

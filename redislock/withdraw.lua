@@ -16,12 +16,13 @@
 local L, S, SI, W, Q, QE, QO = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8]
 local token = ARGV[1]
 remember(KEYS[10], {'w' .. token})
-if redis.call('EXISTS', W, Q) == 0 then
+local n = redis.call('EXISTS', W, Q, Q) -- see leave in common.lua
+if n == 0 then
   return 0
 end
 
 --#common
-local intent, entry, headLeft = leave(L, S, W, Q, QE, QO, token)
+local intent, entry, headLeft = leave(L, S, W, Q, QE, QO, token, n)
 if intent or headLeft then
   announce(L, Q, QE, QO, ARGV[3], ARGV[2], intent)
 end

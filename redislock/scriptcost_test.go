@@ -1,0 +1,162 @@
+package redislock_test
+
+// The server work of each script path, counted: Redis runs scripts on one
+// thread, so every command a script runs costs every client of the server.
+// A count is deterministic (unlike a timing), so each path's count is
+// asserted as an upper bound and a script that grows shows here.
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/test/testserver"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+// commandCounter reads a private server's INFO commandstats: the calls of
+// every command, those that scripts run included, INFO itself left out.
+type commandCounter struct {
+	t   *testing.T
+	rdb *redis.Client
+}
+
+func (c commandCounter) read() (map[string]uint64, uint64) {
+	c.t.Helper()
+	s, err := c.rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	m, total := map[string]uint64{}, uint64(0)
+	for _, line := range strings.Split(s, "\n") {
+		stat, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
+		if !ok {
+			continue
+		}
+		name, rest, _ := strings.Cut(stat, ":")
+		if name == "info" {
+			continue
+		}
+		for _, f := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				n, err := strconv.ParseUint(v, 10, 64)
+				if err != nil {
+					c.t.Fatal(err)
+				}
+				m[name] += n
+				total += n
+			}
+		}
+	}
+	return m, total
+}
+
+// count runs f and checks that the server served at most max commands for
+// it, script calls included, reporting the commands by name when not.
+func (c commandCounter) count(path string, max uint64, f func()) {
+	c.t.Helper()
+	before, b := c.read()
+	f()
+	after, a := c.read()
+	var got []string
+	for name, n := range after {
+		if d := n - before[name]; d > 0 {
+			got = append(got, name+"="+strconv.FormatUint(d, 10))
+		}
+	}
+	if a-b > max {
+		c.t.Errorf("%s: %d commands, want at most %d: %s", path, a-b, max, strings.Join(got, " "))
+	} else {
+		c.t.Logf("%s: %d commands: %s", path, a-b, strings.Join(got, " "))
+	}
+}
+
+// TestScriptPathsCommandCounts bounds the commands of each path of a grant:
+// the uncontended acquire and release (one script call each), a fair
+// waiter joining a queue and refreshing its entry, the release that hands
+// the lock to the queue's head, and a renewal.
+func TestScriptPathsCommandCounts(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	ctx := context.Background()
+	b := redislock.New(srv.Client(t))
+	c := commandCounter{t: t, rdb: srv.Client(t)}
+	const key = "cost"
+	plain := func(token string) driver.AcquireRequest {
+		return driver.AcquireRequest{Key: key, Token: token, Owner: token, TTL: 10 * time.Second}
+	}
+	fair := func(token string) driver.AcquireRequest {
+		r := plain(token)
+		r.Fair, r.Wait, r.QueueTTL, r.Handoff = true, true, 5*time.Second, true
+		return r
+	}
+	acquire := func(req driver.AcquireRequest, want bool) driver.AcquireResult {
+		t.Helper()
+		res, err := b.Acquire(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Acquired != want {
+			t.Fatalf("%s: acquired %v, want %v", req.Token, res.Acquired, want)
+		}
+		return res
+	}
+	release := func(token string, fence uint64) {
+		t.Helper()
+		if _, err := b.ReleaseGrant(ctx, key, token, fence); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Warm up: the scripts loaded, the eviction policy read.
+	res := acquire(plain("warm"), true)
+	if _, err := b.RenewGrant(ctx, key, "warm", res.Fence, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	release("warm", res.Fence)
+
+	c.count("uncontended acquire", 8, func() { res = acquire(plain("h1"), true) })
+	c.count("uncontended release", 12, func() { release("h1", res.Fence) })
+
+	res = acquire(plain("h2"), true)
+	acquire(fair("w1"), false)
+	acquire(fair("w2"), false)
+	c.count("fair waiter joins a queue", 19, func() { acquire(fair("w3"), false) })
+	c.count("fair waiter refreshes its entry", 17, func() { acquire(fair("w3"), false) })
+	c.count("renewal", 4, func() {
+		if ok, err := b.RenewGrant(ctx, key, "h2", res.Fence, 10*time.Second); err != nil || !ok {
+			t.Fatalf("renew: %v %v", ok, err)
+		}
+	})
+	// The grant released records its request (late.lua); a handed one has
+	// none to record, as in a queue's steady state.
+	c.count("release with a queue, handed to its head", 24, func() { release("h2", res.Fence) })
+	admin := srv.Client(t)
+	hash := "dlock:{cost}" // the lock hash of key
+	handed := handedFence(t, admin, hash, "w1")
+	c.count("release of a handed grant, handed to the queue's head", 20, func() { release("w1", handed) })
+	if handed == 0 || handedFence(t, admin, hash, "w2") != handed+1 {
+		t.Errorf("the lock was not handed from w1 to w2")
+	}
+}
+
+// handedFence returns the fence of the grant that token holds, handed to it
+// by a release (0 when it holds none).
+func handedFence(t *testing.T, rdb *redis.Client, key, token string) uint64 {
+	t.Helper()
+	h, err := rdb.HMGet(context.Background(), key, token, "fence").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h[0] == nil || h[1] == nil {
+		return 0
+	}
+	f, err := strconv.ParseUint(h[1].(string), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
