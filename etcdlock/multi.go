@@ -5,21 +5,30 @@ package etcdlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 var _ driver.MultiAcquirer = (*Backend)(nil)
+
+// opsPerName is the number of compares, and of reads when refused, that
+// AcquireAll's transaction makes per name: etcd refuses a transaction
+// with more of either than its --max-txn-ops.
+const opsPerName = 3
 
 // AcquireAll implements driver.MultiAcquirer: one transaction compares
 // every key (no exclusive grant, no shared hold, no release record of the
 // token) and puts every grant on one lease, or changes nothing. The
 // grants share the transaction's revision as their fence. A copy of the
 // request that lands after the client released the token on the keys
-// finds the release records and grants nothing, as Acquire does.
+// finds the release records and grants nothing, as Acquire does. More
+// names than a third of the server's --max-txn-ops (42 by default) are
+// refused with an error wrapping driver.ErrInvalid.
 func (b *Backend) AcquireAll(ctx context.Context, reqs []driver.AcquireRequest) ([]driver.AcquireResult, error) {
 	if len(reqs) == 0 {
 		return nil, nil
@@ -38,6 +47,11 @@ func (b *Backend) AcquireAll(ctx context.Context, reqs []driver.AcquireRequest) 
 	defer cancel()
 	for range maxAttempts {
 		res, retry, err := b.acquireAll(ctx, reqs)
+		if errors.Is(err, rpctypes.ErrTooManyOps) || errors.Is(err, rpctypes.ErrGRPCTooManyOps) {
+			// Nothing was done: etcd checks the size before the transaction.
+			return nil, wrap(fmt.Errorf("%w: %d names need %d operations in one transaction, over the server's --max-txn-ops (128 by default: %d names)",
+				driver.ErrInvalid, len(reqs), opsPerName*len(reqs), 128/opsPerName))
+		}
 		if err != nil {
 			return nil, wrapCtx(caller, err)
 		}
