@@ -113,6 +113,10 @@ func TestHeadCrash(t *testing.T) {
 	}
 }
 
+// maxCrashRestarts bounds how often runHeadCrash makes a round again
+// because the holder's lease was lost before the head queued.
+const maxCrashRestarts = 5
+
 // plainCrashSlack is what runHeadCrash allows beyond a plain head's queue
 // entry: a waiter's wake-up at the handed grant's expiry and its request.
 const plainCrashSlack = time.Second
@@ -158,6 +162,7 @@ func runHeadCrash(t *testing.T, s *store, fair bool) {
 	// As in the pause and crash scenarios, a soak goes on past its rounds
 	// until it has made soakOps critical sections (on a SQL store 25
 	// rounds make a few thousand).
+	restarts := 0
 	for i := 0; i < rounds || (*soak && r.grants.Load() < soakOps); i++ {
 		c := r.startChild(roleHead)
 		c.expectLine(t, "ready")
@@ -169,7 +174,31 @@ func runHeadCrash(t *testing.T, s *store, fair bool) {
 			t.Fatalf("round %d: the holder's Lock: %v", i+1, err)
 		}
 		c.send(t, "step")
-		c.waitOrDump(t, "its entry in the fair queue", procWait, func() bool { return inspect().Queued > 0 })
+		lost := false
+		c.waitOrDump(t, "its entry in the fair queue", procWait, func() bool {
+			if inspect().Queued > 0 {
+				return true
+			}
+			lost = l.Err() != nil
+			return lost
+		})
+		if lost {
+			// A loaded machine starved the holder's renewals (TTL 500ms)
+			// before the head queued, and the head may have been granted
+			// the lock instead of queueing: nothing of what the round
+			// checks happened. The head is killed and the round made again.
+			c.signal(t, syscall.SIGKILL)
+			c.waitExit(t, -1)
+			r.rec.Note("SIGKILL %s: the holder's lease was lost before it queued", c.client())
+			_ = l.Unlock(t.Context())
+			r.gate.open()
+			if restarts++; restarts > maxCrashRestarts {
+				t.Fatalf("round %d: the holder's lease was lost before the head queued, %d times", i+1, restarts)
+			}
+			t.Logf("round %d: the holder's lease was lost before the head queued (%v); the round starts over", i+1, l.Err())
+			i--
+			continue
+		}
 		var killed int64
 		kill := func() {
 			killed = chaos.Now()
