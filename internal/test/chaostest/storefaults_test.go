@@ -629,7 +629,13 @@ func TestRedlockClockSkew(t *testing.T) {
 				fenced:   tc.fenced,
 				ttl:      ttl,
 				think:    20 * time.Millisecond,
-				duration: 4 * time.Second,
+				// At least 4s and skewMinGrants critical sections (a
+				// loaded machine refuses many Redlock acquires, whose
+				// node calls then miss their 50ms), at most 20s.
+				duration: 20 * time.Second,
+				faults: func(ctx context.Context, r *runState) {
+					endAfterGrants(ctx, r, 4*time.Second, skewMinGrants)
+				},
 				observe:  []chaos.ObserveOption{chaos.WithStoreClockRate(tc.rate)},
 				lockOpts: []dlock.Option{dlock.WithAutoRenew(false)},
 				expect:   tc.expect,
@@ -650,6 +656,39 @@ func TestRedlockClockSkew(t *testing.T) {
 			}
 			runScenario(t, sc)
 		})
+	}
+}
+
+// skewMinGrants is how many critical sections TestRedlockClockSkew's runs
+// make at least: with one in four stalled past the nodes' skewed expiry,
+// enough to see leases run out.
+const skewMinGrants = 40
+
+// endAfterGrants ends r's run once it has run for least and made grants
+// critical sections (acquires that succeeded), or when ctx ends.
+func endAfterGrants(ctx context.Context, r *runState, least time.Duration, grants int) {
+	start := time.Now()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if time.Since(start) < least {
+			continue
+		}
+		n := 0
+		for _, e := range r.rec.Events() {
+			if e.Kind == chaos.KindAcquire && e.Outcome == chaos.OK {
+				n++
+			}
+		}
+		if n >= grants {
+			r.end()
+			return
+		}
 	}
 }
 
