@@ -108,11 +108,25 @@ func testCancelledWaitLeavesNothing(t *testing.T, s *Store) {
 		at  time.Time
 	}
 	done := make(chan result, 1)
+	refused := make(chan struct{}, 1)
+	onBusy := dlock.WithOnBusy(func(*dlock.NotObtainedError) {
+		select {
+		case refused <- struct{}{}:
+		default:
+		}
+	})
 	go func() {
-		_, err := b.Mutex(name).Lock(ctx)
+		_, err := b.Mutex(name, onBusy).Lock(ctx)
 		done <- result{err, time.Now()}
 	}()
-	time.Sleep(150 * time.Millisecond)
+	// Cancelled once the store has refused it (so that it knows the
+	// holder), however long a loaded machine took for that answer.
+	select {
+	case <-refused:
+	case r := <-done:
+		t.Fatalf("Lock returned before it was cancelled: %v", r.err)
+	}
+	time.Sleep(50 * time.Millisecond)
 	cancelled := time.Now()
 	cancel()
 	r := <-done
