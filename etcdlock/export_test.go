@@ -2,6 +2,7 @@ package etcdlock
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -55,3 +56,22 @@ func ReportRevokes(b *Backend) <-chan clientv3.LeaseID {
 
 // WaitRevokes waits for b's revocations in flight.
 func WaitRevokes(b *Backend) { b.leases.revokes.Wait() }
+
+// grantHook runs fn once, before the first lease grant sent through it.
+type grantHook struct {
+	clientv3.Lease
+	once *sync.Once
+	fn   func()
+}
+
+func (g grantHook) Grant(ctx context.Context, ttl int64) (*clientv3.LeaseGrantResponse, error) {
+	g.once.Do(g.fn)
+	return g.Lease.Grant(ctx, ttl)
+}
+
+// BeforeFirstLeaseGrant makes b run fn before the first lease grant it
+// sends from now on: a step that lands between a read and the write that
+// follows it on the store. Call it before b is used.
+func BeforeFirstLeaseGrant(b *Backend, fn func()) {
+	b.leases.kv = grantHook{b.leases.kv, new(sync.Once), fn}
+}

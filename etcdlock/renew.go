@@ -167,40 +167,48 @@ func (b *Backend) migrate(ctx context.Context, kv *mvccpb.KeyValue, r driver.Ren
 	if err != nil {
 		return false, wrap(err)
 	}
-	// The value stays, but for a fence that the move must write out (see
-	// exclusive.rewritten).
-	put := clientv3.OpPut(k, "", clientv3.WithIgnoreValue(), clientv3.WithLease(l.id))
-	fence := kv.CreateRevision
-	if k == b.exclKey(r.Key) {
-		fence = fenceOf(kv)
-		if e := decodeExclusive(kv.Value); e.fence == fencePending {
-			put = clientv3.OpPut(k, e.rewritten(kv).encode(), clientv3.WithLease(l.id))
+	var resp *clientv3.TxnResponse
+	for attempt := 0; ; attempt++ {
+		// The value stays, but for a fence that the move must write out
+		// (see exclusive.rewritten).
+		put := clientv3.OpPut(k, "", clientv3.WithIgnoreValue(), clientv3.WithLease(l.id))
+		if k == b.exclKey(r.Key) {
+			if e := decodeExclusive(kv.Value); e.fence == fencePending {
+				put = clientv3.OpPut(k, e.rewritten(kv).encode(), clientv3.WithLease(l.id))
+			}
 		}
-	}
-	// A move of unknown outcome may leave the key on l: see pend.
-	p := b.leases.pend(l, k, r.Token, sent.Add(r.TTL))
-	// The key's mod revision stands for the grant and its lease (any
-	// write changes it; a handoff keeps the create revision).
-	resp, err := b.txnFull(ctx,
-		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", kv.ModRevision)},
-		[]clientv3.Op{put},
-		nil)
-	if err != nil {
-		if isLeaseNotFound(err) {
-			b.leases.forget(l)
+		// A move of unknown outcome may leave the key on l: see pend.
+		p := b.leases.pend(l, k, r.Token, sent.Add(r.TTL))
+		// The key's mod revision stands for the grant and its lease (any
+		// write changes it; a handoff keeps the create revision).
+		resp, err = b.txnFull(ctx,
+			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", kv.ModRevision)},
+			[]clientv3.Op{put},
+			[]clientv3.Op{clientv3.OpGet(k)})
+		if err != nil {
+			if isLeaseNotFound(err) {
+				b.leases.forget(l)
+			}
+			return false, wrap(err)
 		}
-		return false, wrap(err)
+		b.leases.resolve(p)
+		b.leases.untrack(k, r.Token)
+		if resp.Succeeded {
+			break
+		}
+		// A write that kept the grant on its lease (a proclaim, which
+		// changes only the owner) is moved again; anything else (gone,
+		// or moved by another Backend that shares the owner ID, to a
+		// lease this one cannot vouch for) is not held, as far as we know.
+		now := rangeKVs(resp, 0)
+		if attempt+1 >= maxAttempts || len(now) != 1 || !sameGrant(b, r.Key, r.Token, kv, now[0]) {
+			return false, nil
+		}
+		kv = now[0]
 	}
-	b.leases.resolve(p)
-	b.leases.untrack(k, r.Token)
-	if !resp.Succeeded {
-		// Gone, or moved by another Backend that shares the owner ID, to a
-		// lease this one cannot vouch for: not held, as far as we know.
-		return false, nil
-	}
-	count := 1
+	count, fence := 1, kv.CreateRevision
 	if k == b.exclKey(r.Key) {
-		count = decodeExclusive(kv.Value).holds
+		count, fence = decodeExclusive(kv.Value).holds, fenceOf(kv)
 	}
 	deadline := sent.Add(r.TTL)
 	if foreign {
@@ -214,6 +222,19 @@ func (b *Backend) migrate(ctx context.Context, kv *mvccpb.KeyValue, r driver.Ren
 	}
 	b.leases.track(l, k, r.Token, fence, resp.Header.Revision, count, r.TTL, deadline)
 	return true, nil
+}
+
+// sameGrant reports whether now, a read of the key of kv, is still the
+// grant that kv was, on the same lease: the same token and fence, with
+// only its value rewritten since (a proclaim's new owner, a re-entry).
+func sameGrant(b *Backend, key, token string, kv, now *mvccpb.KeyValue) bool {
+	if now.Lease != kv.Lease || now.CreateRevision != kv.CreateRevision {
+		return false
+	}
+	if string(now.Key) != b.exclKey(key) {
+		return true // a shared hold: its key is the token's own
+	}
+	return decodeExclusive(now.Value).token == token && fenceOf(now) == fenceOf(kv)
 }
 
 // coverMoved tracks a grant that was just moved onto l from another

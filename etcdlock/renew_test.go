@@ -43,3 +43,34 @@ func TestRenewGrantOtherGrantOfToken(t *testing.T) {
 		t.Fatalf("release: %+v, %v", res, err)
 	}
 }
+
+// A renewal that moves its grant onto a lease of its own (here the grant
+// is on another Backend's lease: an owner ID shared by processes) keeps
+// it when a proclaim rewrote the grant's owner between the renewal's read
+// and its move: the grant, its token and fence, is the same.
+func TestRenewMoveAfterProclaimKeepsGrant(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	a, b := etcdlock.New(srv.Client(t)), etcdlock.New(srv.Client(t))
+	res, err := a.Acquire(t.Context(), driver.AcquireRequest{Key: "k", Token: "owner", Owner: "o1", TTL: hoTTL, Reentrant: true})
+	if err != nil || !res.Acquired {
+		t.Fatal(res, err)
+	}
+	etcdlock.BeforeFirstLeaseGrant(b, func() {
+		// b's renewal read the grant on a's lease, and now grants a lease
+		// to move it onto.
+		req := driver.ProclaimRequest{Key: "k", Token: "owner", Fence: res.Fence, Owner: "o2", Seq: 1}
+		if held, err := a.Proclaim(t.Context(), req); err != nil || !held {
+			t.Errorf("Proclaim = %v, %v; want held", held, err)
+		}
+	})
+	if held, err := b.RenewGrant(t.Context(), "k", "owner", res.Fence, hoTTL); err != nil || !held {
+		t.Fatalf("RenewGrant that moves the grant after a proclaim = %v, %v; want held", held, err)
+	}
+	info, ok, err := b.Inspect(t.Context(), "k")
+	if err != nil || !ok || info.Owner != "o2" || info.Fence != res.Fence {
+		t.Fatalf("Inspect after the move = %+v, %v, %v; want owner o2, fence %d", info, ok, err, res.Fence)
+	}
+	if r, err := b.ReleaseGrant(t.Context(), "k", "owner", res.Fence); err != nil || !r.Held {
+		t.Fatalf("release: %+v, %v", r, err)
+	}
+}

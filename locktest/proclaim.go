@@ -22,7 +22,9 @@ func testProclaim(t *testing.T, s *Store) {
 		return // no elections at all: testElection checks the refusal
 	}
 	p, proclaims := backend.(driver.Proclaimer)
-	a := clientOn(t, backend, dlock.WithTTL(ttl)).Election(name)
+	// What is checked is values, not expiry: a TTL that renewals held up
+	// under load (a busy etcd cluster) cannot run out between two.
+	a := clientOn(t, backend, dlock.WithTTL(proclaimTTL)).Election(name)
 	watcher := client(t, s).Election(name)
 	la, err := a.Campaign(t.Context(), "v1")
 	if err != nil {
@@ -55,7 +57,7 @@ func testProclaim(t *testing.T, s *Store) {
 	if got := nextGoodLeader(t, seen); got.Value != "v2 | zone b" || got.Fence != fence {
 		t.Fatalf("Observe after Proclaim = %+v, want v2 with fence %d", got, fence)
 	}
-	time.Sleep(2 * ttl) // renewals keep the new value
+	waitRenewals(t, la.Lease(), 2) // renewals keep the new value
 	if err := la.Proclaim(t.Context(), "v3"); err != nil {
 		t.Fatal(err)
 	}
@@ -103,6 +105,27 @@ func testProclaim(t *testing.T, s *Store) {
 		t.Fatalf("Proclaim after Release = %v, %v; want not held", held, err)
 	}
 	noLeftoversWithin(t, s, 3*time.Second, name, raw)
+}
+
+// proclaimTTL is the leadership's TTL in testProclaim.
+const proclaimTTL = 3 * time.Second
+
+// waitRenewals waits until l was renewed n times (its deadline moved on),
+// for as long as that takes, and fails if l ends first.
+func waitRenewals(t *testing.T, l *dlock.Lease, n int) {
+	t.Helper()
+	last, seen := l.Deadline(), 0
+	for limit := time.Now().Add(time.Minute); seen < n; time.Sleep(10 * time.Millisecond) {
+		if err := l.Err(); err != nil {
+			t.Fatalf("lease %q ended while renewed: %v", l.Name(), err)
+		}
+		if time.Now().After(limit) {
+			t.Fatalf("lease %q renewed %d times in a minute, want %d", l.Name(), seen, n)
+		}
+		if d := l.Deadline(); d.After(last) {
+			last, seen = d, seen+1
+		}
+	}
 }
 
 // nextGoodLeader returns the next value an Observe channel gives that is
