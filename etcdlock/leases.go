@@ -177,22 +177,37 @@ func (t *leaseTable) forEntries(ctx context.Context, queueTTL time.Duration) (*l
 
 // leaseFor returns the current lease of table key b, granted for secs
 // seconds, that lives at least until now + ttl.
+//
+// The bound is taken from the call's start, which is before the send time
+// of the request that relies on it. One answer that came late (a loaded
+// member) moves the bound to that answer + ttl once, so that the lease still
+// covers the caller's next refresh; only once: a member slower than the
+// lease's slack over ttl would otherwise be sent keep-alive after
+// keep-alive, each answer short of its own bound.
 func (t *leaseTable) leaseFor(ctx context.Context, b, secs int64, ttl time.Duration, entries bool) (*lease, error) {
+	need := time.Now().Add(ttl)
+	moved := false
+	// late moves need to now + ttl after a store call, once.
+	late := func() {
+		if now := time.Now(); !moved && need.Before(now.Add(ttl)) {
+			need, moved = now.Add(ttl), true
+		}
+	}
 	for {
-		now := time.Now()
 		t.mu.Lock()
 		l := t.current[b]
 		if l != nil && !l.retired && !l.dead {
-			fresh := !l.expires.Before(now.Add(ttl))
+			fresh := !l.expires.Before(need)
 			t.mu.Unlock()
 			if fresh {
 				return l, nil
 			}
 			// A lease retired (abandoned holds) or gone takes no grant:
 			// the next round grants a fresh one.
-			if err := t.extend(ctx, l, now.Add(ttl)); err != nil && err != errRetired && !isLeaseNotFound(err) {
+			if err := t.extend(ctx, l, need); err != nil && err != errRetired && !isLeaseNotFound(err) {
 				return nil, err
 			}
+			late()
 			t.mu.Lock()
 			if t.current[b] == l && (l.retired || l.dead) {
 				delete(t.current, b)
@@ -235,6 +250,7 @@ func (t *leaseTable) leaseFor(ctx context.Context, b, secs int64, ttl time.Durat
 		if err != nil {
 			return nil, err
 		}
+		late()
 	}
 }
 
