@@ -171,7 +171,8 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest, re
 	case head != nil && !isMine(head):
 		b.setHint(req.Key, &headHint{token: tokenOf(b, head), createRev: head.CreateRevision, lease: head.Lease, value: head.Value})
 	case second != nil:
-		b.setHint(req.Key, &headHint{token: tokenOf(b, second), createRev: second.CreateRevision, lease: second.Lease, value: second.Value})
+		b.setHint(req.Key, &headHint{token: tokenOf(b, second), createRev: second.CreateRevision, lease: second.Lease, value: second.Value,
+			skip: req.Token, skipRev: head.CreateRevision})
 	}
 	res := driver.AcquireResult{Shared: int(shared)}
 	switch {

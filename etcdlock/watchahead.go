@@ -174,10 +174,14 @@ func (l *listener) watchDir(ctx context.Context, key, token string, from int64, 
 		return err
 	}
 	q := rangeKVs(resp, 2)
+	var skipRev int64
 	if len(q) > 0 && string(q[0].Key) == l.b.queueKey(key, token) {
-		q = q[1:]
+		skipRev, q = q[0].CreateRevision, q[1:]
 	}
 	st := &lockState{head: token, next: l.b.headOf(q[:min(len(q), 1)])} // nil: nobody else queued
+	if st.next != nil && skipRev != 0 {
+		st.next.skip, st.next.skipRev = token, skipRev
+	}
 	if excl := rangeKVs(resp, 0); len(excl) == 1 {
 		// Held, or handed to the token before the watch: then announced
 		// as the watch would have.
