@@ -136,6 +136,16 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest, re
 		// of the head at the same revision when the lock is free (rarely:
 		// a release hands the lock to a head that takes handoffs, or wakes
 		// it).
+		//
+		// The entries lease is kept alive first: a loaded member answers
+		// the read late, and the keep-alive after it would come that much
+		// later than a refresh period after the last one, past the
+		// lease's end (the entry would lapse and lose its place).
+		if req.Wait && req.QueueTTL > 0 {
+			if ql, err = b.leases.forEntries(ctx, req.QueueTTL); err != nil {
+				return driver.AcquireResult{}, false, err
+			}
+		}
 		if read, err = b.read(ctx, nil, readOps[:nReads-1], nil); err != nil {
 			return driver.AcquireResult{}, false, err
 		}
@@ -258,9 +268,10 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest, re
 	} else if second != nil && isMine(second) {
 		position = 2
 	}
-	ql, err = b.leases.forEntries(ctx, req.QueueTTL)
-	if err != nil {
-		return driver.AcquireResult{}, false, err
+	if ql == nil {
+		if ql, err = b.leases.forEntries(ctx, req.QueueTTL); err != nil {
+			return driver.AcquireResult{}, false, err
+		}
 	}
 	if mine != nil && mine.Lease == int64(ql.id) {
 		// Kept: its lease lives QueueTTL from now (forEntries), and a
