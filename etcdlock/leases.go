@@ -106,8 +106,8 @@ type call struct {
 
 type leaseTable struct {
 	kv clientv3.Lease
-	// attempt bounds one call (see attemptFor).
-	attempt time.Duration
+	// attempt bounds one call (see attempts).
+	attempt *attempts
 	// term returns the cluster's Raft term by a linearizable read, which
 	// only a leader that a majority follows can answer (see keepAlive).
 	term func(ctx context.Context) (uint64, error)
@@ -230,7 +230,7 @@ func (t *leaseTable) leaseFor(ctx context.Context, b, secs int64, ttl time.Durat
 		var resp *clientv3.LeaseGrantResponse
 		// A grant whose answer was lost leaves a lease that nothing
 		// uses: it expires by itself.
-		err := repeatCall(ctx, t.attempt, func(ctx context.Context) (err error) {
+		err := t.attempt.repeat(ctx, func(ctx context.Context) (err error) {
 			sent = time.Now()
 			resp, err = t.kv.Grant(ctx, secs)
 			return err
@@ -272,7 +272,7 @@ func (t *leaseTable) forQueue(ctx context.Context, queueTTL time.Duration) (clie
 	// entry's lease (see handoff.go) lives as long as the lease, so a
 	// longer one would hold the lock up longer for a head that died.
 	var resp *clientv3.LeaseGrantResponse
-	err := repeatCall(ctx, t.attempt, func(ctx context.Context) (err error) {
+	err := t.attempt.repeat(ctx, func(ctx context.Context) (err error) {
 		sent = time.Now()
 		resp, err = t.kv.Grant(ctx, b+1)
 		return err
@@ -381,7 +381,7 @@ var errUnconfirmed = errors.New("lease keep-alive answered by a former leader: n
 // pair after a transient error.
 func (t *leaseTable) keepAlive(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
 	var resp *clientv3.LeaseKeepAliveResponse
-	err := attempt(ctx, t.attempt, func(ctx context.Context) (err error) {
+	err := t.attempt.run(ctx, func(ctx context.Context) (err error) {
 		resp, err = t.kv.KeepAliveOnce(ctx, id)
 		return err
 	})
