@@ -146,7 +146,11 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest, re
 				return driver.AcquireResult{}, false, err
 			}
 		}
-		if read, err = b.read(ctx, nil, readOps[:nReads-1], nil); err != nil {
+		// Nor does it count the queue, which only a new entry's place
+		// needs, and which the member would walk entry by entry at every
+		// refresh of every waiter: it reads its own entry there instead.
+		ops := append(append([]clientv3.Op(nil), readOps[:3]...), clientv3.OpGet(qk, clientv3.WithCountOnly()))
+		if read, err = b.read(ctx, nil, ops, nil); err != nil {
 			return driver.AcquireResult{}, false, err
 		}
 		if len(rangeKVs(read, 0)) == 0 && read.Responses[1].GetResponseRange().GetCount() == 0 {
