@@ -45,10 +45,12 @@ func attemptFor(timeout time.Duration) time.Duration {
 // rather than frozen, a crowd of callers whose every attempt times out
 // would send each call again and again and multiply the load that made it
 // slow. So a call repeated after a timeout doubles its bound for the next
-// try (up to most), and a try that succeeded after more than base raises
-// the bound of every call for the next slowFor to twice what it took (up
-// to most). A frozen member among healthy ones answers nothing, so it
-// raises no bound: the next try, on another member, is answered at once.
+// try, and a try that succeeded after more than base raises the bound of
+// every call for the next slowFor to twice what it took; both up to most,
+// twice base, so that a call that hangs on a frozen member still leaves
+// time for other tries. A frozen member among healthy ones answers
+// nothing, so it raises no bound: the next try, on another member, is
+// answered at once.
 type attempts struct {
 	base, most time.Duration
 	mu         sync.Mutex
@@ -65,7 +67,7 @@ func newAttempts(timeout time.Duration) *attempts {
 	if timeout <= 0 {
 		timeout = defaultTimeout
 	}
-	a.most = max(a.base, timeout/2)
+	a.most = max(a.base, min(2*a.base, timeout/2))
 	return a
 }
 
