@@ -160,3 +160,28 @@ func TestSlowMemberCallsNotMultiplied(t *testing.T) {
 		t.Errorf("%d grants sent for %d leases, want at most %d: each copy cut short is run by the member all the same", got, n, n+1)
 	}
 }
+
+// A member that answers every lease grant in 1.5 s, more than one call's
+// longest attempt (1 s with the default call timeout): a waiting call's
+// acquire is granted with one grant, where each grant cut short at an
+// attempt's bound and sent again was one more lease for the member to make,
+// and none was ever answered in time.
+func TestSlowMemberWaitingAcquireSendsOneGrant(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	cli := srv.Client(t)
+	var sent atomic.Int64
+	cli.Lease = delayedLease{cli.Lease, 1500 * time.Millisecond, &sent}
+	b := etcdlock.New(cli)
+	for _, fair := range []bool{false, true} {
+		before := sent.Load()
+		req := driver.AcquireRequest{Key: fmt.Sprint("k", fair), Token: fmt.Sprint("t", fair), Owner: "o", TTL: 10 * time.Second, Fair: fair, Wait: true, QueueTTL: 5 * time.Second}
+		res, err := b.Acquire(t.Context(), req)
+		if err != nil || !res.Acquired {
+			t.Fatalf("waiting acquire (fair %v) with grants answered in 1.5 s: %+v, %v (%d grants sent)", fair, res, err, sent.Load()-before)
+		}
+		// One lease each: the TTL's, then (fair) the queue entries'.
+		if got := sent.Load() - before; got != 1 {
+			t.Errorf("waiting acquire (fair %v): %d grants sent, want 1", fair, got)
+		}
+	}
+}

@@ -56,7 +56,11 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest, re
 	// it either.
 	left := false
 	if !b.isQueued(req.Key, req.Token) {
-		l, err := b.leases.forTTL(ctx, req.TTL)
+		forTTL := b.leases.forTTL
+		if req.Wait {
+			forTTL = b.leases.forWaitingTTL
+		}
+		l, err := forTTL(ctx, req.TTL)
 		if err != nil {
 			return driver.AcquireResult{}, false, err
 		}

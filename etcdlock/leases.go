@@ -155,7 +155,14 @@ func isLeaseNotFound(err error) bool {
 // now + ttl.
 func (t *leaseTable) forTTL(ctx context.Context, ttl time.Duration) (*lease, error) {
 	b := bucketOf(ttl)
-	return t.leaseFor(ctx, b, leaseSeconds(b), ttl, false)
+	return t.leaseFor(ctx, b, leaseSeconds(b), ttl, false, false)
+}
+
+// forWaitingTTL is forTTL for a request of a waiting call: a grant it
+// makes is bounded by ctx alone, not by one attempt (see leaseFor).
+func (t *leaseTable) forWaitingTTL(ctx context.Context, ttl time.Duration) (*lease, error) {
+	b := bucketOf(ttl)
+	return t.leaseFor(ctx, b, leaseSeconds(b), ttl, false, true)
 }
 
 // forEntries returns the lease for fair queue entries of queueTTL, which
@@ -172,7 +179,7 @@ func (t *leaseTable) forTTL(ctx context.Context, ttl time.Duration) (*lease, err
 // would hold the lock up longer for a head that died.
 func (t *leaseTable) forEntries(ctx context.Context, queueTTL time.Duration) (*lease, error) {
 	b := bucketOf(queueTTL)
-	return t.leaseFor(ctx, -b, b+1, queueTTL, true)
+	return t.leaseFor(ctx, -b, b+1, queueTTL, true, true)
 }
 
 // leaseFor returns the current lease of table key b, granted for secs
@@ -184,7 +191,15 @@ func (t *leaseTable) forEntries(ctx context.Context, queueTTL time.Duration) (*l
 // covers the caller's next refresh; only once: a member slower than the
 // lease's slack over ttl would otherwise be sent keep-alive after
 // keep-alive, each answer short of its own bound.
-func (t *leaseTable) leaseFor(ctx context.Context, b, secs int64, ttl time.Duration, entries bool) (*lease, error) {
+//
+// The grant of a patient call (a request of a waiting call) is bounded by
+// ctx alone: a loaded member answers a crowd of grants late, and each one
+// cut short at one attempt and sent again is one more Raft proposal, and
+// one more lease, for the member to make (1,000 fair waiters joining at
+// once sent some 1,500 grants a second, and none joined). A grant that
+// hangs on a frozen member fails the request, which its waiting call
+// tries again.
+func (t *leaseTable) leaseFor(ctx context.Context, b, secs int64, ttl time.Duration, entries, patient bool) (*lease, error) {
 	need := time.Now().Add(ttl)
 	moved := false
 	// late moves need to now + ttl after a store call, once.
@@ -230,11 +245,17 @@ func (t *leaseTable) leaseFor(ctx context.Context, b, secs int64, ttl time.Durat
 		var resp *clientv3.LeaseGrantResponse
 		// A grant whose answer was lost leaves a lease that nothing
 		// uses: it expires by itself.
-		err := t.attempt.repeat(ctx, func(ctx context.Context) (err error) {
+		grant := func(ctx context.Context) (err error) {
 			sent = time.Now()
 			resp, err = t.kv.Grant(ctx, secs)
 			return err
-		})
+		}
+		var err error
+		if patient {
+			err = repeat(ctx, grant)
+		} else {
+			err = t.attempt.repeat(ctx, grant)
+		}
 		t.mu.Lock()
 		delete(t.granting, b)
 		t.sweep(time.Now())
