@@ -14,7 +14,11 @@ import (
 
 func (b *Backend) acquireExclusive(ctx context.Context, req driver.AcquireRequest, retried bool) (driver.AcquireResult, bool, error) {
 	sent := time.Now()
-	l, err := b.leases.forTTL(ctx, req.TTL)
+	forTTL := b.leases.forTTL
+	if req.Wait {
+		forTTL = b.leases.forWaitingTTL
+	}
+	l, err := forTTL(ctx, req.TTL)
 	if err != nil {
 		return driver.AcquireResult{}, false, err
 	}

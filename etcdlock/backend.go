@@ -81,8 +81,8 @@ type Backend struct {
 	ns      string
 	nsErr   error // a namespace that does not end with '/' (see WithNamespace)
 	timeout time.Duration
-	// attempt bounds one call to the store (see attemptFor).
-	attempt time.Duration
+	// attempt bounds one call to the store (see attempts).
+	attempt *attempts
 	leases  *leaseTable
 	// noHandoff: WithHandoff(false).
 	noHandoff bool
@@ -195,7 +195,7 @@ func New(c *clientv3.Client, opts ...Option) *Backend {
 	if b.ns != "" && !strings.HasSuffix(b.ns, "/") {
 		b.nsErr = fmt.Errorf("%w: etcd namespace %q must end with '/' (names follow it directly: %q with name \"y\" would be the keys of another namespace's names)", driver.ErrInvalid, b.ns, b.ns)
 	}
-	b.attempt = attemptFor(b.timeout)
+	b.attempt = newAttempts(b.timeout)
 	b.leases = newLeaseTable(c.Lease, b.term)
 	b.leases.attempt = b.attempt
 	b.leases.revokeTimeout = b.timeout
@@ -308,7 +308,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 // txn runs one transaction, as one attempt (see attemptFor): a write that
 // its caller starts over, or repeats, after a transient error.
 func (b *Backend) txn(ctx context.Context, cmps []clientv3.Cmp, then, els []clientv3.Op) (resp *clientv3.TxnResponse, err error) {
-	err = attempt(ctx, b.attempt, func(ctx context.Context) error {
+	err = b.attempt.run(ctx, func(ctx context.Context) error {
 		resp, err = b.c.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
 		return err
 	})
@@ -333,7 +333,7 @@ func (b *Backend) txnOnce(ctx context.Context, cmps []clientv3.Cmp, then, els []
 // repeat writes again unchanged, repeated after transient errors while ctx
 // lasts.
 func (b *Backend) read(ctx context.Context, cmps []clientv3.Cmp, then, els []clientv3.Op) (resp *clientv3.TxnResponse, err error) {
-	err = repeatCall(ctx, b.attempt, func(ctx context.Context) error {
+	err = b.attempt.repeat(ctx, func(ctx context.Context) error {
 		resp, err = b.c.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
 		return err
 	})
@@ -342,7 +342,7 @@ func (b *Backend) read(ctx context.Context, cmps []clientv3.Cmp, then, els []cli
 
 // get is a Get repeated after transient errors while ctx lasts.
 func (b *Backend) get(ctx context.Context, key string, opts ...clientv3.OpOption) (resp *clientv3.GetResponse, err error) {
-	err = repeatCall(ctx, b.attempt, func(ctx context.Context) error {
+	err = b.attempt.repeat(ctx, func(ctx context.Context) error {
 		resp, err = b.c.Get(ctx, key, opts...)
 		return err
 	})
@@ -361,7 +361,7 @@ func (b *Backend) remaining(ctx context.Context, waiting bool, id int64) time.Du
 		return 0
 	}
 	var resp *clientv3.LeaseTimeToLiveResponse
-	err := repeatCall(ctx, b.attempt, func(ctx context.Context) (err error) {
+	err := b.attempt.repeat(ctx, func(ctx context.Context) (err error) {
 		resp, err = b.c.TimeToLive(ctx, clientv3.LeaseID(id))
 		return err
 	})
@@ -389,7 +389,7 @@ func (b *Backend) notLeftSince(key, token string, rev int64) []clientv3.Cmp {
 // the namespace (which a user with rights on the namespace may read).
 func (b *Backend) term(ctx context.Context) (uint64, error) {
 	var resp *clientv3.GetResponse
-	err := attempt(ctx, b.attempt, func(ctx context.Context) (err error) {
+	err := b.attempt.run(ctx, func(ctx context.Context) (err error) {
 		resp, err = b.c.Get(ctx, b.ns+sep+"term", clientv3.WithCountOnly())
 		return err
 	})

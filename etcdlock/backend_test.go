@@ -3,11 +3,14 @@ package etcdlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/internal/test/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -112,4 +115,73 @@ func TestOtherCallersCancelDoesNotFailAcquire(t *testing.T) {
 		t.Fatalf("TryLock(b) with a live ctx failed with another caller's ctx error: %v", err)
 	}
 	_ = l.Unlock(t.Context())
+}
+
+// delayedLease answers every lease grant after delay (a loaded member),
+// honouring ctx, and counts the grants sent.
+type delayedLease struct {
+	clientv3.Lease
+	delay time.Duration
+	sent  *atomic.Int64
+}
+
+func (l delayedLease) Grant(ctx context.Context, ttl int64) (*clientv3.LeaseGrantResponse, error) {
+	l.sent.Add(1)
+	select {
+	case <-time.After(l.delay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return l.Lease.Grant(ctx, ttl)
+}
+
+// A member that answers every lease grant in 700 ms, more than one call's
+// base bound (500 ms with the default call timeout), as a loaded member
+// does: the acquires that need a new lease are granted, and the grants are
+// not sent again and again, each copy adding to the load that made the
+// member slow.
+func TestSlowMemberCallsNotMultiplied(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	cli := srv.Client(t)
+	var sent atomic.Int64
+	cli.Lease = delayedLease{cli.Lease, 700 * time.Millisecond, &sent}
+	b := etcdlock.New(cli)
+	const n = 4
+	for i := range n {
+		// A TTL each: a lease each.
+		req := driver.AcquireRequest{Key: fmt.Sprint("k", i), Token: fmt.Sprint("t", i), Owner: "o", TTL: time.Duration(i+1) * time.Second}
+		res, err := b.Acquire(t.Context(), req)
+		if err != nil || !res.Acquired {
+			t.Fatalf("acquire %d with grants answered in 700 ms: %+v, %v (%d grants sent)", i, res, err, sent.Load())
+		}
+	}
+	t.Logf("%d acquires needing a lease each: %d grants sent", n, sent.Load())
+	if got := sent.Load(); got > n+1 {
+		t.Errorf("%d grants sent for %d leases, want at most %d: each copy cut short is run by the member all the same", got, n, n+1)
+	}
+}
+
+// A member that answers every lease grant in 1.5 s, more than one call's
+// longest attempt (1 s with the default call timeout): a waiting call's
+// acquire is granted with one grant, where each grant cut short at an
+// attempt's bound and sent again was one more lease for the member to make,
+// and none was ever answered in time.
+func TestSlowMemberWaitingAcquireSendsOneGrant(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	cli := srv.Client(t)
+	var sent atomic.Int64
+	cli.Lease = delayedLease{cli.Lease, 1500 * time.Millisecond, &sent}
+	b := etcdlock.New(cli)
+	for _, fair := range []bool{false, true} {
+		before := sent.Load()
+		req := driver.AcquireRequest{Key: fmt.Sprint("k", fair), Token: fmt.Sprint("t", fair), Owner: "o", TTL: 10 * time.Second, Fair: fair, Wait: true, QueueTTL: 5 * time.Second}
+		res, err := b.Acquire(t.Context(), req)
+		if err != nil || !res.Acquired {
+			t.Fatalf("waiting acquire (fair %v) with grants answered in 1.5 s: %+v, %v (%d grants sent)", fair, res, err, sent.Load()-before)
+		}
+		// One lease each: the TTL's, then (fair) the queue entries'.
+		if got := sent.Load() - before; got != 1 {
+			t.Errorf("waiting acquire (fair %v): %d grants sent, want 1", fair, got)
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -74,4 +75,41 @@ func (g grantHook) Grant(ctx context.Context, ttl int64) (*clientv3.LeaseGrantRe
 // follows it on the store. Call it before b is used.
 func BeforeFirstLeaseGrant(b *Backend, fn func()) {
 	b.leases.kv = grantHook{b.leases.kv, new(sync.Once), fn}
+}
+
+// slowKeepAlive makes every keep-alive take delay before it is sent (a
+// member that answers slowly), honouring ctx, and counts them.
+type slowKeepAlive struct {
+	clientv3.Lease
+	delay time.Duration
+	n     *atomic.Int64
+}
+
+func (s slowKeepAlive) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
+	s.n.Add(1)
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.Lease.KeepAliveOnce(ctx, id)
+}
+
+// SlowKeepAlives makes each of the two calls of b's keep-alives (the
+// keep-alive and the read of the Raft term that confirms it) take delay
+// more from now on, and returns the count of keep-alives. Call it before b
+// is used.
+func SlowKeepAlives(b *Backend, delay time.Duration) *atomic.Int64 {
+	n := new(atomic.Int64)
+	b.leases.kv = slowKeepAlive{b.leases.kv, delay, n}
+	term := b.leases.term
+	b.leases.term = func(ctx context.Context) (uint64, error) {
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		return term(ctx)
+	}
+	return n
 }

@@ -56,7 +56,11 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest, re
 	// it either.
 	left := false
 	if !b.isQueued(req.Key, req.Token) {
-		l, err := b.leases.forTTL(ctx, req.TTL)
+		forTTL := b.leases.forTTL
+		if req.Wait {
+			forTTL = b.leases.forWaitingTTL
+		}
+		l, err := forTTL(ctx, req.TTL)
 		if err != nil {
 			return driver.AcquireResult{}, false, err
 		}
@@ -136,7 +140,21 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest, re
 		// of the head at the same revision when the lock is free (rarely:
 		// a release hands the lock to a head that takes handoffs, or wakes
 		// it).
-		if read, err = b.read(ctx, nil, readOps[:nReads-1], nil); err != nil {
+		//
+		// The entries lease is kept alive first: a loaded member answers
+		// the read late, and the keep-alive after it would come that much
+		// later than a refresh period after the last one, past the
+		// lease's end (the entry would lapse and lose its place).
+		if req.Wait && req.QueueTTL > 0 {
+			if ql, err = b.leases.forEntries(ctx, req.QueueTTL); err != nil {
+				return driver.AcquireResult{}, false, err
+			}
+		}
+		// Nor does it count the queue, which only a new entry's place
+		// needs, and which the member would walk entry by entry at every
+		// refresh of every waiter: it reads its own entry there instead.
+		ops := append(append([]clientv3.Op(nil), readOps[:3]...), clientv3.OpGet(qk, clientv3.WithCountOnly()))
+		if read, err = b.read(ctx, nil, ops, nil); err != nil {
 			return driver.AcquireResult{}, false, err
 		}
 		if len(rangeKVs(read, 0)) == 0 && read.Responses[1].GetResponseRange().GetCount() == 0 {
@@ -171,7 +189,8 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest, re
 	case head != nil && !isMine(head):
 		b.setHint(req.Key, &headHint{token: tokenOf(b, head), createRev: head.CreateRevision, lease: head.Lease, value: head.Value})
 	case second != nil:
-		b.setHint(req.Key, &headHint{token: tokenOf(b, second), createRev: second.CreateRevision, lease: second.Lease, value: second.Value})
+		b.setHint(req.Key, &headHint{token: tokenOf(b, second), createRev: second.CreateRevision, lease: second.Lease, value: second.Value,
+			skip: req.Token, skipRev: head.CreateRevision})
 	}
 	res := driver.AcquireResult{Shared: int(shared)}
 	switch {
@@ -257,9 +276,10 @@ func (b *Backend) acquireFair(ctx context.Context, req driver.AcquireRequest, re
 	} else if second != nil && isMine(second) {
 		position = 2
 	}
-	ql, err = b.leases.forEntries(ctx, req.QueueTTL)
-	if err != nil {
-		return driver.AcquireResult{}, false, err
+	if ql == nil {
+		if ql, err = b.leases.forEntries(ctx, req.QueueTTL); err != nil {
+			return driver.AcquireResult{}, false, err
+		}
 	}
 	if mine != nil && mine.Lease == int64(ql.id) {
 		// Kept: its lease lives QueueTTL from now (forEntries), and a

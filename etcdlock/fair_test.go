@@ -354,6 +354,8 @@ func BenchmarkFairCrowd(b *testing.B) {
 				d := lockCrowd(b, conns, n+1, true, wait, metrics)
 				b.Logf("requests per grant, concurrency.Mutex:%s", perGrant(c))
 				b.Logf("requests per grant, dlock Fair():%s", perGrant(d))
+				b.Logf("grants/s: dlock Fair() %.1f (%d failed, %d out of queue order), concurrency.Mutex %.1f (%d failed), ratio %.2f",
+					d.perSecond(), d.failed, d.outOfOrder, c.perSecond(), c.failed, d.perSecond()/c.perSecond())
 				cm.grants += c.grants
 				cm.failed += c.failed
 				cm.elapsed += c.elapsed

@@ -71,6 +71,12 @@ type headHint struct {
 	createRev int64 // the entry's place
 	lease     int64 // the entry's lease
 	value     []byte
+	// skip is the token of the one entry older than the head's that the
+	// read passed over (the reader's own, which its grant deletes), and
+	// skipRev that entry's create revision; "" when the head was the
+	// oldest entry. See lastHold.
+	skip    string
+	skipRev int64
 }
 
 // maxHints bounds the hints kept; past it the set starts over (a release
@@ -128,10 +134,19 @@ func (b *Backend) lastHold(key, token string, head *headHint, force bool, extra 
 		return clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix()}, plain, read)
 	}
 	qk := b.queueKey(key, head.token)
-	cmps := []clientv3.Cmp{
-		clientv3.Compare(clientv3.CreateRevision(qk), "=", head.createRev),
-		// Nobody ahead of it: every entry is at its place or later.
-		clientv3.Compare(clientv3.CreateRevision(qp), ">", head.createRev-1).WithPrefix(),
+	// Nobody ahead of it, checked by one key, not by the whole queue
+	// (which etcd would read entry by entry in its apply loop): an entry
+	// older than the head's, there now, has been there since before the
+	// head was created (a create revision is the revision that wrote it,
+	// and an entry deleted and written again gets a new one, younger than
+	// every entry there), so it was there when the hint was read, at the
+	// same revision. That read saw every entry older than the head: none,
+	// or the one it skipped. So the check is that the head's entry is
+	// still at its place and the skipped one is not (gone, or written
+	// again behind it).
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qk), "=", head.createRev)}
+	if head.skip != "" {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(b.queueKey(key, head.skip)), "!=", head.skipRev))
 	}
 	handoff, ttl, owner := decodeQueue(head.value)
 	if !handoff || head.token == token || head.lease == 0 {

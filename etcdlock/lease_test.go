@@ -821,3 +821,42 @@ func TestForeignGrantMovesToLeaseOfLongestTTL(t *testing.T) {
 		}
 	}
 }
+
+// A queued waiter's request keeps its entry's lease alive even when the
+// member answers keep-alives more slowly than the lease's slack over
+// QueueTTL (1 s): the request sends a bounded number of keep-alives and the
+// entry stays on its lease. Each answer used to find the lease short of
+// "now + QueueTTL" again and send another, until the entry's own deadline
+// passed and retired the lease, whose entries were then all written again.
+func TestEntriesLeaseFromSlowMember(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	const qttl = 5 * time.Second // Fair()'s: an entries lease of 6 s
+	hoHolder(t, srv, "k")
+	// A call timeout of 6 s lets one call take up to 1 s.
+	b := etcdlock.New(srv.Client(t), etcdlock.WithTimeout(6*time.Second))
+	keepAlives := etcdlock.SlowKeepAlives(b, 600*time.Millisecond)
+	req := hoHead(t, b, "k", "head", qttl) // grants the entries lease
+	cli := srv.Client(t)
+	entryLease := func() int64 {
+		resp, err := cli.Get(t.Context(), "dlock/k\x00q\x00head")
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("queue entry: %v, %v", resp, err)
+		}
+		return resp.Kvs[0].Lease
+	}
+	first := entryLease()
+	time.Sleep(qttl / 3) // the next refresh: the lease no longer covers now + QueueTTL
+	start, before := time.Now(), keepAlives.Load()
+	res, err := b.Acquire(t.Context(), req)
+	sent := keepAlives.Load() - before
+	t.Logf("a request with keep-alives of 1.2 s: %v, %d keep-alives", time.Since(start).Round(time.Millisecond), sent)
+	if err != nil || !res.Queued {
+		t.Fatalf("a queued waiter's request with keep-alives of 1.2 s: %+v, %v (%d keep-alives sent)", res, err, sent)
+	}
+	if sent > 2 {
+		t.Errorf("%d keep-alives for one request, want at most 2", sent)
+	}
+	if now := entryLease(); now != first {
+		t.Errorf("the entry moved from lease %x to %x: its lease was retired and every entry on it written again", first, now)
+	}
+}

@@ -106,8 +106,8 @@ type call struct {
 
 type leaseTable struct {
 	kv clientv3.Lease
-	// attempt bounds one call (see attemptFor).
-	attempt time.Duration
+	// attempt bounds one call (see attempts).
+	attempt *attempts
 	// term returns the cluster's Raft term by a linearizable read, which
 	// only a leader that a majority follows can answer (see keepAlive).
 	term func(ctx context.Context) (uint64, error)
@@ -155,7 +155,14 @@ func isLeaseNotFound(err error) bool {
 // now + ttl.
 func (t *leaseTable) forTTL(ctx context.Context, ttl time.Duration) (*lease, error) {
 	b := bucketOf(ttl)
-	return t.leaseFor(ctx, b, leaseSeconds(b), ttl, false)
+	return t.leaseFor(ctx, b, leaseSeconds(b), ttl, false, false)
+}
+
+// forWaitingTTL is forTTL for a request of a waiting call: a grant it
+// makes is bounded by ctx alone, not by one attempt (see leaseFor).
+func (t *leaseTable) forWaitingTTL(ctx context.Context, ttl time.Duration) (*lease, error) {
+	b := bucketOf(ttl)
+	return t.leaseFor(ctx, b, leaseSeconds(b), ttl, false, true)
 }
 
 // forEntries returns the lease for fair queue entries of queueTTL, which
@@ -172,27 +179,50 @@ func (t *leaseTable) forTTL(ctx context.Context, ttl time.Duration) (*lease, err
 // would hold the lock up longer for a head that died.
 func (t *leaseTable) forEntries(ctx context.Context, queueTTL time.Duration) (*lease, error) {
 	b := bucketOf(queueTTL)
-	return t.leaseFor(ctx, -b, b+1, queueTTL, true)
+	return t.leaseFor(ctx, -b, b+1, queueTTL, true, true)
 }
 
 // leaseFor returns the current lease of table key b, granted for secs
 // seconds, that lives at least until now + ttl.
-func (t *leaseTable) leaseFor(ctx context.Context, b, secs int64, ttl time.Duration, entries bool) (*lease, error) {
+//
+// The bound is taken from the call's start, which is before the send time
+// of the request that relies on it. One answer that came late (a loaded
+// member) moves the bound to that answer + ttl once, so that the lease still
+// covers the caller's next refresh; only once: a member slower than the
+// lease's slack over ttl would otherwise be sent keep-alive after
+// keep-alive, each answer short of its own bound.
+//
+// The grant of a patient call (a request of a waiting call) is bounded by
+// ctx alone: a loaded member answers a crowd of grants late, and each one
+// cut short at one attempt and sent again is one more Raft proposal, and
+// one more lease, for the member to make (1,000 fair waiters joining at
+// once sent some 1,500 grants a second, and none joined). A grant that
+// hangs on a frozen member fails the request, which its waiting call
+// tries again.
+func (t *leaseTable) leaseFor(ctx context.Context, b, secs int64, ttl time.Duration, entries, patient bool) (*lease, error) {
+	need := time.Now().Add(ttl)
+	moved := false
+	// late moves need to now + ttl after a store call, once.
+	late := func() {
+		if now := time.Now(); !moved && need.Before(now.Add(ttl)) {
+			need, moved = now.Add(ttl), true
+		}
+	}
 	for {
-		now := time.Now()
 		t.mu.Lock()
 		l := t.current[b]
 		if l != nil && !l.retired && !l.dead {
-			fresh := !l.expires.Before(now.Add(ttl))
+			fresh := !l.expires.Before(need)
 			t.mu.Unlock()
 			if fresh {
 				return l, nil
 			}
 			// A lease retired (abandoned holds) or gone takes no grant:
 			// the next round grants a fresh one.
-			if err := t.extend(ctx, l, now.Add(ttl)); err != nil && err != errRetired && !isLeaseNotFound(err) {
+			if err := t.extend(ctx, l, need); err != nil && err != errRetired && !isLeaseNotFound(err) {
 				return nil, err
 			}
+			late()
 			t.mu.Lock()
 			if t.current[b] == l && (l.retired || l.dead) {
 				delete(t.current, b)
@@ -215,11 +245,17 @@ func (t *leaseTable) leaseFor(ctx context.Context, b, secs int64, ttl time.Durat
 		var resp *clientv3.LeaseGrantResponse
 		// A grant whose answer was lost leaves a lease that nothing
 		// uses: it expires by itself.
-		err := repeatCall(ctx, t.attempt, func(ctx context.Context) (err error) {
+		grant := func(ctx context.Context) (err error) {
 			sent = time.Now()
 			resp, err = t.kv.Grant(ctx, secs)
 			return err
-		})
+		}
+		var err error
+		if patient {
+			err = repeat(ctx, grant)
+		} else {
+			err = t.attempt.repeat(ctx, grant)
+		}
 		t.mu.Lock()
 		delete(t.granting, b)
 		t.sweep(time.Now())
@@ -235,6 +271,7 @@ func (t *leaseTable) leaseFor(ctx context.Context, b, secs int64, ttl time.Durat
 		if err != nil {
 			return nil, err
 		}
+		late()
 	}
 }
 
@@ -256,7 +293,7 @@ func (t *leaseTable) forQueue(ctx context.Context, queueTTL time.Duration) (clie
 	// entry's lease (see handoff.go) lives as long as the lease, so a
 	// longer one would hold the lock up longer for a head that died.
 	var resp *clientv3.LeaseGrantResponse
-	err := repeatCall(ctx, t.attempt, func(ctx context.Context) (err error) {
+	err := t.attempt.repeat(ctx, func(ctx context.Context) (err error) {
 		sent = time.Now()
 		resp, err = t.kv.Grant(ctx, b+1)
 		return err
@@ -365,7 +402,7 @@ var errUnconfirmed = errors.New("lease keep-alive answered by a former leader: n
 // pair after a transient error.
 func (t *leaseTable) keepAlive(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
 	var resp *clientv3.LeaseKeepAliveResponse
-	err := attempt(ctx, t.attempt, func(ctx context.Context) (err error) {
+	err := t.attempt.run(ctx, func(ctx context.Context) (err error) {
 		resp, err = t.kv.KeepAliveOnce(ctx, id)
 		return err
 	})

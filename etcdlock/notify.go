@@ -127,6 +127,9 @@ func (l *listener) watch(ctx context.Context, key string, s *subscription, creat
 	// from is the revision since which the last watch of key without a
 	// queued token saw every event (see watchDir), 0 when none did.
 	var from int64
+	// aheadGone: the last followAhead saw the entry ahead go (see
+	// followAhead).
+	aheadGone := false
 	c := &confirmer{first: created}
 	for ctx.Err() == nil {
 		l.mu.Lock()
@@ -145,11 +148,18 @@ func (l *listener) watch(ctx context.Context, key string, s *subscription, creat
 			// is read by followAhead and watchDir once they watch, so
 			// that nothing after now is missed.
 			c.ok()
-			var head bool
-			head, err = l.followAhead(ctx, key, token, at, watched, changed, kick)
+			var (
+				head, gone bool
+				next       **headHint
+			)
+			head, next, gone, err = l.followAhead(ctx, key, token, at, aheadGone, watched, changed, kick)
+			aheadGone = gone
 			if err == nil && head {
-				err = l.watchDir(ctx, key, token, from, changed, kick)
+				err = l.watchDir(ctx, key, token, from, next, changed, kick)
 			}
+		}
+		if token == "" {
+			aheadGone = false
 		}
 		if ctx.Err() != nil {
 			break

@@ -240,7 +240,7 @@ func (b *Backend) markReleased(ctx context.Context, key, token string) error {
 	if err != nil {
 		return err
 	}
-	return repeatCall(ctx, b.attempt, func(ctx context.Context) error {
+	return b.attempt.repeat(ctx, func(ctx context.Context) error {
 		_, err := b.c.Put(ctx, b.releasedKey(key, token), "", clientv3.WithLease(id))
 		return err
 	})

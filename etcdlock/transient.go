@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"sync"
 	"syscall"
 	"time"
 
@@ -37,6 +38,90 @@ func attemptFor(timeout time.Duration) time.Duration {
 	return min(max(timeout/6, 250*time.Millisecond), time.Second, timeout)
 }
 
+// attempts bounds the calls of one Backend to the store: each is one
+// attempt of base (see attemptFor) while the store answers within it. An
+// attempt cut short by its bound is sent again (to the next member), and
+// the member may well run the first copy too: on a member that is slow
+// rather than frozen, a crowd of callers whose every attempt times out
+// would send each call again and again and multiply the load that made it
+// slow. So a call repeated after a timeout doubles its bound for the next
+// try, and a try that succeeded after more than base raises the bound of
+// every call for the next slowFor to twice what it took; both up to most,
+// twice base, so that a call that hangs on a frozen member still leaves
+// time for other tries. A frozen member among healthy ones answers
+// nothing, so it raises no bound: the next try, on another member, is
+// answered at once.
+type attempts struct {
+	base, most time.Duration
+	mu         sync.Mutex
+	raised     time.Duration // the bound until until, when above base
+	until      time.Time
+}
+
+// slowFor is how long a slow answer raises the bound of every call.
+const slowFor = 10 * time.Second
+
+// newAttempts returns the bounds of a Backend of call timeout timeout.
+func newAttempts(timeout time.Duration) *attempts {
+	a := &attempts{base: attemptFor(timeout)}
+	if timeout <= 0 {
+		timeout = defaultTimeout
+	}
+	a.most = max(a.base, min(2*a.base, timeout/2))
+	return a
+}
+
+// bound is the bound of a call's first try (0: none).
+func (a *attempts) bound() time.Duration {
+	if a == nil {
+		return 0
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if time.Now().Before(a.until) {
+		return max(a.base, a.raised)
+	}
+	return a.base
+}
+
+// runFor is one call f, bounded by d, whose time it takes is counted (see
+// attempts).
+func (a *attempts) runFor(ctx context.Context, d time.Duration, f func(context.Context) error) error {
+	if a == nil || d <= 0 {
+		return f(ctx)
+	}
+	start := time.Now()
+	err := attempt(ctx, d, f)
+	if took := time.Since(start); err == nil && took > a.base {
+		now := time.Now()
+		a.mu.Lock()
+		if now.After(a.until) {
+			a.raised = 0
+		}
+		a.raised, a.until = min(a.most, max(a.raised, 2*took)), now.Add(slowFor)
+		a.mu.Unlock()
+	}
+	return err
+}
+
+// run is one call f, bounded by the current bound.
+func (a *attempts) run(ctx context.Context, f func(context.Context) error) error {
+	return a.runFor(ctx, a.bound(), f)
+}
+
+// repeat is repeat of one call f, each try bounded by the current bound,
+// doubled after each try that it cut short.
+func (a *attempts) repeat(ctx context.Context, f func(context.Context) error) error {
+	d := a.bound()
+	return repeat(ctx, func(ctx context.Context) error {
+		err := a.runFor(ctx, d, f)
+		if a != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			d = min(a.most, 2*d)
+		}
+		return err
+	})
+}
+
 // attempt runs one call f with ctx bounded by d (by ctx alone when d is 0).
 func attempt(ctx context.Context, d time.Duration, f func(context.Context) error) error {
 	if d <= 0 {
@@ -62,11 +147,6 @@ func repeat(ctx context.Context, f func(context.Context) error) error {
 		}
 		pause = min(2*pause, 250*time.Millisecond)
 	}
-}
-
-// repeatCall is repeat of one call f, each try bounded by d.
-func repeatCall(ctx context.Context, d time.Duration, f func(context.Context) error) error {
-	return repeat(ctx, func(ctx context.Context) error { return attempt(ctx, d, f) })
 }
 
 // mayRepeat reports whether an operation whose last try failed with err

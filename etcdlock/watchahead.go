@@ -14,19 +14,28 @@ import (
 )
 
 // followAhead waits while token's entry of create revision at has an entry
-// ahead of it, watching that entry alone, until it goes (false), changed
-// or kick is closed (false), or the token heads the queue (true). When
-// watched (driver.HandoffWatcher) it watches the holder's key's writes
-// too, to report handoffs.
-func (l *listener) followAhead(ctx context.Context, key, token string, at int64, watched bool, changed, kick <-chan struct{}) (head bool, err error) {
-	resp, err := l.b.c.Txn(ctx).Then(
-		clientv3.OpGet(l.b.queuePrefix(key), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-			clientv3.WithMaxCreateRev(at-1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1)),
-		clientv3.OpGet(l.b.queueKey(key, token), clientv3.WithKeysOnly()),
-		clientv3.OpGet(l.b.exclKey(key)),
-	).Commit()
+// ahead of it, watching that entry alone, until it goes (false, with
+// aheadGone), changed or kick is closed (false), or the token heads the
+// queue (true). When watched (driver.HandoffWatcher) it watches the
+// holder's key's writes too, to report handoffs.
+//
+// After the entry ahead went (wasHead: the last call returned aheadGone),
+// the token most likely heads the queue: it reads the queue's two oldest
+// entries instead of the one ahead of its own, and when it heads the
+// queue, next is the entry behind it (nil: none) for watchDir, which then
+// reads no queue; a new head reads the queue once, as a waiter of
+// concurrency.Mutex does. Otherwise (and on a waiter's first call: most
+// are not the head) it reads the entry ahead of its own.
+func (l *listener) followAhead(ctx context.Context, key, token string, at int64, wasHead, watched bool, changed, kick <-chan struct{}) (head bool, next **headHint, aheadGone bool, err error) {
+	qp, qk := l.b.queuePrefix(key), l.b.queueKey(key, token)
+	aheadOp := clientv3.OpGet(qp, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithMaxCreateRev(at-1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1))
+	if wasHead {
+		aheadOp = clientv3.OpGet(qp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(2))
+	}
+	resp, err := l.b.c.Txn(ctx).Then(aheadOp, clientv3.OpGet(qk, clientv3.WithKeysOnly()), clientv3.OpGet(l.b.exclKey(key))).Commit()
 	if err != nil {
-		return false, err
+		return false, nil, false, err
 	}
 	if mine := rangeKVs(resp, 1); len(mine) == 0 || mine[0].CreateRevision != at {
 		// The token left that place: a release handed it the lock (and
@@ -41,11 +50,27 @@ func (l *listener) followAhead(ctx context.Context, key, token string, at int64,
 			}
 		}
 		l.b.dropQueued(key, token, at)
-		return false, nil
+		return false, nil, false, nil
 	}
 	ahead := rangeKVs(resp, 0)
+	if wasHead {
+		// The two oldest: the token heads the queue, or is second, or
+		// neither (read the entry ahead of it).
+		switch {
+		case len(ahead) > 0 && string(ahead[0].Key) == qk:
+			n := l.b.headOf(ahead[1:])
+			if n != nil {
+				n.skip, n.skipRev = token, at
+			}
+			return true, &n, false, nil
+		case len(ahead) > 1 && string(ahead[1].Key) == qk:
+			ahead = ahead[:1]
+		default:
+			return l.followAhead(ctx, key, token, at, false, watched, changed, kick)
+		}
+	}
 	if len(ahead) == 0 {
-		return true, nil
+		return true, nil, false, nil
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -56,31 +81,31 @@ func (l *listener) followAhead(ctx context.Context, key, token string, at int64,
 		hch = l.b.c.Watch(wctx, l.b.exclKey(key), clientv3.WithFilterDelete())
 	}
 	if _, err := awaitCreated(ctx, wch); err != nil {
-		return false, err
+		return false, nil, false, err
 	}
 	// Still there once watched: its delete is delivered.
 	if n, err := l.b.c.Get(ctx, ak, clientv3.WithCountOnly()); err != nil {
-		return false, err
+		return false, nil, false, err
 	} else if n.Count == 0 {
-		return false, nil
+		return false, nil, true, nil
 	}
 	st := &lockState{}
 	for {
 		select {
 		case <-changed:
-			return false, nil
+			return false, nil, false, nil
 		case <-kick:
-			return false, nil
+			return false, nil, false, nil
 		case wr, ok := <-wch:
 			if !ok || wr.Err() != nil || wr.Canceled {
-				return false, errWatchEnded
+				return false, nil, false, errWatchEnded
 			}
 			if len(wr.Events) > 0 {
-				return false, nil // the entry ahead is gone: look again
+				return false, nil, true, nil // the entry ahead is gone: look again
 			}
 		case wr, ok := <-hch:
 			if !ok || wr.Err() != nil || wr.Canceled {
-				return false, errWatchEnded
+				return false, nil, false, errWatchEnded
 			}
 			for _, ev := range wr.Events {
 				if next, wake := st.apply(l.b, key, ev); wake && next != "" {
@@ -152,8 +177,10 @@ func (l *listener) watchFree(ctx context.Context, key string, watched bool, chan
 // watch ends (an error). A release that leaves the lock free names the
 // token. A forced release recorded after from (the revision since which
 // an earlier watch of this subscription saw every event, or 0) wakes
-// everyone: it may have come between the two watches.
-func (l *listener) watchDir(ctx context.Context, key, token string, from int64, changed, kick <-chan struct{}) error {
+// everyone: it may have come between the two watches. A non-nil next is
+// the entry behind the token's as followAhead read it (*next nil: none);
+// then watchDir reads no queue.
+func (l *listener) watchDir(ctx context.Context, key, token string, from int64, next **headHint, changed, kick <-chan struct{}) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wch := l.b.c.Watch(wctx, l.b.dir(key), clientv3.WithPrefix(), clientv3.WithCreatedNotify())
@@ -165,19 +192,33 @@ func (l *listener) watchDir(ctx context.Context, key, token string, from int64, 
 	// It reads the queue's two oldest entries too: the oldest but the
 	// token's is the head that the token's grant, once handed to it,
 	// hands the lock to next (see lockState.next).
-	resp, err := l.b.c.Txn(ctx).Then(
+	// The entry behind the token's is a hint only (a release checks
+	// it): read before the watch, by followAhead, it does as well.
+	ops := []clientv3.Op{
 		clientv3.OpGet(l.b.exclKey(key)),
 		clientv3.OpGet(l.b.releasedKey(key, forcedToken), clientv3.WithKeysOnly()),
-		clientv3.OpGet(l.b.queuePrefix(key), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(2)),
-	).Commit()
+	}
+	if next == nil {
+		ops = append(ops, clientv3.OpGet(l.b.queuePrefix(key), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(2)))
+	}
+	resp, err := l.b.c.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		return err
 	}
-	q := rangeKVs(resp, 2)
-	if len(q) > 0 && string(q[0].Key) == l.b.queueKey(key, token) {
-		q = q[1:]
+	st := &lockState{head: token}
+	if next != nil {
+		st.next = *next
+	} else {
+		q := rangeKVs(resp, 2)
+		var skipRev int64
+		if len(q) > 0 && string(q[0].Key) == l.b.queueKey(key, token) {
+			skipRev, q = q[0].CreateRevision, q[1:]
+		}
+		st.next = l.b.headOf(q[:min(len(q), 1)]) // nil: nobody else queued
+		if st.next != nil && skipRev != 0 {
+			st.next.skip, st.next.skipRev = token, skipRev
+		}
 	}
-	st := &lockState{head: token, next: l.b.headOf(q[:min(len(q), 1)])} // nil: nobody else queued
 	if excl := rangeKVs(resp, 0); len(excl) == 1 {
 		// Held, or handed to the token before the watch: then announced
 		// as the watch would have.
