@@ -860,3 +860,47 @@ func TestEntriesLeaseFromSlowMember(t *testing.T) {
 		t.Errorf("the entry moved from lease %x to %x: its lease was retired and every entry on it written again", first, now)
 	}
 }
+
+// frozenFirstGrant is a Lease whose first grant goes to a frozen member:
+// it is answered by nothing until its ctx ends. Every later grant goes to
+// a healthy one.
+type frozenFirstGrant struct {
+	clientv3.Lease
+	calls  atomic.Int64
+	frozen chan struct{} // closed once the first grant hangs
+}
+
+func (l *frozenFirstGrant) Grant(ctx context.Context, ttl int64) (*clientv3.LeaseGrantResponse, error) {
+	if l.calls.Add(1) == 1 {
+		close(l.frozen)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return l.Lease.Grant(ctx, ttl)
+}
+
+// A call that may not wait (a TryLock, a renewal that moves a grant to a
+// lease of its TTL) does not wait out a waiting call's lease grant that
+// hangs on a frozen member, which lasts the whole call timeout: after one
+// attempt it grants a lease itself, which the next member answers.
+func TestFrozenGrantOfWaitingCallDoesNotHoldUpOthers(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	cli := srv.Client(t)
+	fl := &frozenFirstGrant{Lease: cli.Lease, frozen: make(chan struct{})}
+	cli.Lease = fl
+	b := etcdlock.New(cli) // call timeout 3 s, one attempt 500 ms
+	waited := make(chan error, 1)
+	go func() {
+		_, err := b.Acquire(t.Context(), driver.AcquireRequest{Key: "w", Token: "tw", Owner: "o", TTL: 5 * time.Second, Wait: true})
+		waited <- err
+	}()
+	<-fl.frozen
+	// Well within the waiting call's 3 s, and four attempts long.
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	res, err := b.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "t", Owner: "o", TTL: 5 * time.Second})
+	if err != nil || !res.Acquired {
+		t.Errorf("try-acquire of the same TTL while a waiting call's grant hangs on a frozen member: %+v, %v", res, err)
+	}
+	<-waited
+}

@@ -94,16 +94,6 @@ type hold struct {
 
 type holdID struct{ key, token string }
 
-// call is one request in flight that others wait for.
-type call struct {
-	done chan struct{}
-	err  error
-	// callerGone says that err came with the end of the ctx of the caller
-	// that made the call: it says nothing of the store, and a waiter whose
-	// own ctx is alive makes the call again itself.
-	callerGone bool
-}
-
 type leaseTable struct {
 	kv clientv3.Lease
 	// attempt bounds one call (see attempts).
@@ -112,9 +102,11 @@ type leaseTable struct {
 	// only a leader that a majority follows can answer (see keepAlive).
 	term func(ctx context.Context) (uint64, error)
 
-	mu       sync.Mutex
-	current  map[int64]*lease // bucket → the lease that takes new grants
-	granting map[int64]*call
+	mu      sync.Mutex
+	current map[int64]*lease // bucket → the lease that takes new grants
+	// granting holds the grant in flight of each bucket, by whether it is
+	// patient (see leaseFor).
+	granting map[grantKey]*call
 	byID     map[clientv3.LeaseID]*lease
 	holds    map[holdID]*hold
 	pending  map[holdID]*hold // grants on their way to the store (see pend)
@@ -135,7 +127,7 @@ func newLeaseTable(l clientv3.Lease, term func(ctx context.Context) (uint64, err
 		kv:       l,
 		term:     term,
 		current:  make(map[int64]*lease),
-		granting: make(map[int64]*call),
+		granting: make(map[grantKey]*call),
 		byID:     make(map[clientv3.LeaseID]*lease),
 		holds:    make(map[holdID]*hold),
 		pending:  make(map[holdID]*hold),
@@ -230,15 +222,39 @@ func (t *leaseTable) leaseFor(ctx context.Context, b, secs int64, ttl time.Durat
 			t.mu.Unlock()
 			continue
 		}
-		if c := t.granting[b]; c != nil {
+		if c := t.granting[grantKey{b, false}]; c != nil {
 			t.mu.Unlock()
 			if err := wait(ctx, c); err != nil {
 				return nil, err
 			}
 			continue
 		}
+		if c := t.granting[grantKey{b, true}]; c != nil {
+			t.mu.Unlock()
+			if patient {
+				if err := wait(ctx, c); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			// A patient grant that hangs on a frozen member hangs for its
+			// caller's whole call: a call bounded by attempts waits one
+			// attempt for it, then grants a lease itself.
+			if err := waitFor(ctx, c, t.attempt.bound()); err != errWaitedEnough {
+				if err != nil {
+					return nil, err
+				}
+				continue
+			}
+			t.mu.Lock()
+			if cur := t.current[b]; t.granting[grantKey{b, false}] != nil || (cur != nil && !cur.retired && !cur.dead) {
+				t.mu.Unlock()
+				continue
+			}
+		}
+		gk := grantKey{b, patient}
 		c := &call{done: make(chan struct{})}
-		t.granting[b] = c
+		t.granting[gk] = c
 		t.mu.Unlock()
 
 		sent := time.Now()
@@ -257,9 +273,11 @@ func (t *leaseTable) leaseFor(ctx context.Context, b, secs int64, ttl time.Durat
 			err = t.attempt.repeat(ctx, grant)
 		}
 		t.mu.Lock()
-		delete(t.granting, b)
+		delete(t.granting, gk)
 		t.sweep(time.Now())
-		if err == nil {
+		if cur := t.current[b]; err == nil && (cur == nil || cur.retired || cur.dead) {
+			// (A lease granted while another grant of the bucket took
+			// its place is left to expire unused.)
 			ttl := time.Duration(resp.TTL) * time.Second
 			l = &lease{id: resp.ID, bucket: b, ttl: ttl, expires: sent.Add(ttl), entries: entries, holds: make(map[*hold]struct{})}
 			t.current[b] = l
@@ -462,26 +480,4 @@ func (t *leaseTable) mine(id clientv3.LeaseID) *lease {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.byID[id]
-}
-
-// wait waits for c or ctx. It returns nil, for the waiter to make the
-// call itself, when c failed only because the ctx of its caller ended: one
-// caller's cancellation is no store failure for the others.
-func wait(ctx context.Context, c *call) error {
-	select {
-	case <-c.done:
-		if c.callerGone && ctx.Err() == nil {
-			return nil
-		}
-		return c.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }
