@@ -233,8 +233,13 @@ func TestHandoffAnnounced(t *testing.T) {
 		got := append([]string(nil), nexts...)
 		mu.Unlock()
 		if len(got) > 0 {
-			if len(got) != 1 || got[0] != want {
-				t.Fatalf("announced %q, want [%q]", got, want)
+			// Two of the Listener's watches can both see the handoff's
+			// write and announce it: the same announcement again, which
+			// the client takes once. Anything else is wrong.
+			for _, g := range got {
+				if g != want {
+					t.Fatalf("announced %q, want only %q", got, want)
+				}
 			}
 			break
 		}
