@@ -48,18 +48,22 @@ const (
 	// calls are cut short while their requests are on their way.
 	lateWait = 300 * time.Millisecond
 	// lateTTL is long next to lateIdleBound, so that a late request that
-	// granted a lock to nobody shows as a lock free for a whole TTL.
-	lateTTL = 3 * time.Second
+	// granted a lock to nobody (or queued nobody at a fair queue's head,
+	// for QueueTTL, min(TTL, 5s)) shows as a lock free for a whole TTL
+	// after the release it came after.
+	lateTTL = 5 * time.Second
 	// lateIdleBound: with the late requests harmless, a release is
 	// followed by the next grant within a waiter's round trip (at most
 	// 300ms of delay) and a retry, but a request delayed about as long as
 	// its wait is given back, and a few in a row can be (a 10,000-grant
-	// soak on Redis, with requests up to 400ms late, saw 2.0s once); room
-	// for a loaded machine.
-	lateIdleBound = 2500 * time.Millisecond
-	// lateRun is the length of a short run: past lateIdleBound, so that a
-	// name stranded in its first 1.5s shows.
-	lateRun = 4 * time.Second
+	// soak on Redis, with requests up to 400ms late, saw 2.0s once; a
+	// short PostgreSQL run of fair waiters that came and went, 2.5s). A
+	// grant or queue entry for nobody keeps the lock from every waiter for
+	// lateTTL: a bound below it tells the two apart.
+	lateIdleBound = 4 * time.Second
+	// lateRun is the length of a short run: past lateIdleBound and a
+	// second, so that a name stranded early in the run shows.
+	lateRun = lateIdleBound + 1500*time.Millisecond
 )
 
 // TestLateRequest delays the requests (not the answers) of every client on
