@@ -359,6 +359,41 @@ func TestRunHoldOnly(t *testing.T) {
 	if f, _ := os.ReadFile(filepath.Join(dir, "fence")); strings.TrimSpace(string(f)) == "" {
 		t.Error("the orphaned hold printed no fence")
 	}
+
+	// A script that dies while dlock waits for the lock: the hold, once
+	// granted, sees that its parent has ended and ends too.
+	holder := e.start("run", "--ttl", "30s", "late")
+	for deadline := time.Now().Add(30 * time.Second); strings.TrimSpace(holder.stdout.String()) == ""; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no fence printed:\n%s", holder.stderr.String())
+		}
+	}
+	lateFence := filepath.Join(dir, "late-fence")
+	waiting := e.start("--backend", url, "run", "--ttl", "30s", "late-script", "--", "sh", "-c",
+		`"$0" run --backend "$1" --wait 60s late > "$2" 2>/dev/null & sleep 0.5; exit 0`, dlockBin, url, lateFence)
+	time.Sleep(2 * time.Second) // the script has ended; its dlock waits
+	if err := holder.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, holder.wait(), 0)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if f, _ := os.ReadFile(lateFence); strings.TrimSpace(string(f)) != "" {
+			break // granted
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the waiting hold was not granted 30s after the holder's release")
+		}
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		r := e.run("inspect", "late")
+		if r.code == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a hold granted after its script ended is still there 20s later:\n%s", r.stdout)
+		}
+	}
+	expect(t, waiting.wait(), 0)
 }
 
 func mustAtoi(t *testing.T, s string) int {

@@ -155,7 +155,7 @@ func releaseErrText(st *store, name string, err error) string {
 // the script's commands are not dlock's children, and only the script can
 // stop them.
 func holdOnly(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-chan os.Signal) error {
-	parent := os.Getppid()
+	parent := startParent
 	// A reader that went away must not kill dlock with SIGPIPE while it
 	// holds: the write fails instead, and the lock is released.
 	pipe := make(chan os.Signal, 1)
@@ -210,6 +210,12 @@ func holdOnly(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-chan 
 		}
 	}
 }
+
+// startParent is dlock's parent process as dlock started: a hold granted
+// after its parent ended (the script died while dlock waited for the lock)
+// sees the end, where a parent read at the grant would already be the
+// process that adopted dlock.
+var startParent = os.Getppid()
 
 // parentPoll is how often a hold without a command looks for the end of
 // its parent.
