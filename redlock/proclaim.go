@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/dlock-go/dlock/driver"
 )
@@ -25,36 +24,5 @@ func (b *Backend) Proclaim(ctx context.Context, req driver.ProclaimRequest) (boo
 	ch := fanOut(b, context.WithoutCancel(ctx), b.callLimit(), func(ctx context.Context, n *node) (bool, error) {
 		return n.b.Proclaim(ctx, req)
 	})
-	g := newGather(b, ch, b.callLimit())
-	defer g.stop()
-	t := tally{n: len(b.nodes), q: b.Quorum()}
-	var errs []*NodeError
-	for t.verdict() == undecided {
-		ans, ok, err := g.next(ctx)
-		if !ok {
-			if err != nil {
-				return false, fmt.Errorf("redlock: %w", err)
-			}
-			missing := g.unanswered(b)
-			errs = append(errs, missing...)
-			t.fail += len(missing)
-			break
-		}
-		switch {
-		case ans.err != nil:
-			t.fail++
-			errs = append(errs, ans.node.nodeError(ans.err))
-		case ans.val:
-			t.yes++
-		default:
-			t.no++
-		}
-	}
-	switch t.verdict() {
-	case won:
-		return true, nil
-	case refused:
-		return false, nil
-	}
-	return false, b.quorumError(ctx, "proclaim", req.Key, t.yes, errs)
+	return b.decide(ctx, ch, b.callLimit(), "proclaim", req.Key)
 }

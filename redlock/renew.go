@@ -20,38 +20,7 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 	ch := fanOut(b, context.WithoutCancel(ctx), b.callLimit(), func(ctx context.Context, n *node) (bool, error) {
 		return n.b.Renew(ctx, key, token, ttl)
 	})
-	g := newGather(b, ch, b.callTimeout(ttl))
-	defer g.stop()
-	t := tally{n: len(b.nodes), q: b.Quorum()}
-	var errs []*NodeError
-	for t.verdict() == undecided {
-		ans, ok, err := g.next(ctx)
-		if !ok {
-			if err != nil {
-				return false, fmt.Errorf("redlock: %w", err)
-			}
-			missing := g.unanswered(b)
-			errs = append(errs, missing...)
-			t.fail += len(missing)
-			break
-		}
-		switch {
-		case ans.err != nil:
-			t.fail++
-			errs = append(errs, ans.node.nodeError(ans.err))
-		case ans.val:
-			t.yes++
-		default:
-			t.no++
-		}
-	}
-	switch t.verdict() {
-	case won:
-		return true, nil
-	case refused:
-		return false, nil
-	}
-	return false, b.quorumError(ctx, "renew", key, t.yes, errs)
+	return b.decide(ctx, ch, b.callTimeout(ttl), "renew", key)
 }
 
 // RenewBatch renews every lease of reqs with one pipeline per node (see
@@ -144,4 +113,43 @@ func (b *Backend) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []
 		}
 	}
 	return results
+}
+
+// decide gathers the nodes' yes-or-no answers of op on key from ch, within
+// limit, until a quorum is won or cannot be: true when won, false when the
+// nodes refused, otherwise a *QuorumError listing the nodes that failed, or
+// ctx's error wrapped.
+func (b *Backend) decide(ctx context.Context, ch <-chan answer[bool], limit time.Duration, op, key string) (bool, error) {
+	g := newGather(b, ch, limit)
+	defer g.stop()
+	t := tally{n: len(b.nodes), q: b.Quorum()}
+	var errs []*NodeError
+	for t.verdict() == undecided {
+		ans, ok, err := g.next(ctx)
+		if !ok {
+			if err != nil {
+				return false, fmt.Errorf("redlock: %w", err)
+			}
+			missing := g.unanswered(b)
+			errs = append(errs, missing...)
+			t.fail += len(missing)
+			break
+		}
+		switch {
+		case ans.err != nil:
+			t.fail++
+			errs = append(errs, ans.node.nodeError(ans.err))
+		case ans.val:
+			t.yes++
+		default:
+			t.no++
+		}
+	}
+	switch t.verdict() {
+	case won:
+		return true, nil
+	case refused:
+		return false, nil
+	}
+	return false, b.quorumError(ctx, op, key, t.yes, errs)
 }
