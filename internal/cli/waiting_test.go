@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"database/sql"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,13 +14,15 @@ import (
 // that starved claims the lock's next grant; a later plain waiter that finds
 // the lock free but claimed is told so, not that "a writer is waiting" for
 // readers that do not exist. The earlier waiter is stopped while the holder
-// lets go, so that its claim keeps the free lock from the later one.
+// lets go, so that its claim keeps the free lock from the later one (and
+// between two of its writes: see stopBetweenWrites).
 func TestRunWaitSaysFreeLockIsKeptForEarlierWaiter(t *testing.T) {
 	t.Parallel()
 	const kept = `free, but kept for a waiter ahead of this one (owner `
 	for attempt := 1; ; attempt++ {
 		dir := t.TempDir()
-		e := newEnv(t, sqliteURL(t), "DIR="+dir)
+		url := sqliteURL(t)
+		e := newEnv(t, url, "DIR="+dir)
 		holder := e.start("run", "x", "--", "sh", "-c", `touch "$DIR/held"; while [ ! -e "$DIR/go" ]; do sleep 0.05; done`)
 		waitExists(t, filepath.Join(dir, "held"), holder)
 		first := e.start("run", "--wait", "1m", "x", "--", "true")
@@ -27,9 +30,7 @@ func TestRunWaitSaysFreeLockIsKeptForEarlierWaiter(t *testing.T) {
 		time.Sleep(300 * time.Millisecond) // it starves, and claims the next grant
 		later := e.start("run", "--wait", "1m", "x", "--", "true")
 		waitStderr(t, later, `"x" is held by`)
-		if err := first.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
+		stopBetweenWrites(t, first, strings.TrimPrefix(url, "sqlite://"))
 		if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -48,5 +49,40 @@ func TestRunWaitSaysFreeLockIsKeptForEarlierWaiter(t *testing.T) {
 		if attempt == 3 {
 			t.Fatalf("in %d attempts the later waiter never said the lock was kept for the earlier one:\n%s", attempt, r.stderr)
 		}
+	}
+}
+
+// stopBetweenWrites stops p with SIGSTOP at a moment when it holds no write
+// transaction on the SQLite file at path. A process stopped in the middle
+// of a write keeps the file's write lock, and every other process's writes
+// wait until it goes on (docs/SQL.md); so after each stop, one write
+// transaction of the test's own must get through, else p goes on for a
+// moment and is stopped again.
+func stopBetweenWrites(t *testing.T, p *proc, path string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(2000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	for i := 0; ; i++ {
+		if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		_, err := db.Exec("BEGIN IMMEDIATE")
+		if err == nil {
+			if _, err := db.Exec("COMMIT"); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		if i == 20 {
+			t.Fatalf("the file's write lock stayed taken in %d stops of %s: %v", i+1, p.cmd, err)
+		}
+		if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
