@@ -158,7 +158,7 @@ func (p *proc) wait() result {
 	case <-p.done:
 		return p.res
 	case <-time.After(time.Minute):
-		p.t.Fatalf("dlock %s still running after a minute", strings.Join(p.cmd.Args[1:], " "))
+		p.t.Fatalf("dlock %s still running after a minute; its stderr so far:\n%s", strings.Join(p.cmd.Args[1:], " "), p.stderr.String())
 	}
 	return result{}
 }
