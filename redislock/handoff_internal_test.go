@@ -319,9 +319,16 @@ func TestFreedHandoffScenarios(t *testing.T) {
 
 	t.Run("expired-then-reader", func(t *testing.T) {
 		key := "exp"
-		must(driver.AcquireRequest{Key: key, Token: "a", Owner: "a", TTL: 50 * time.Millisecond}, true, "holder")
+		must(driver.AcquireRequest{Key: key, Token: "a", Owner: "a", TTL: 10 * time.Second}, true, "holder")
 		must(waiter(key, "w"), false, "waiter")
-		time.Sleep(100 * time.Millisecond) // L gone by TTL
+		// The holder's lease runs out now (L gone by its TTL), however long
+		// the calls above took.
+		if err := rdb.PExpire(bg, b.lockKey(key), time.Millisecond).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for rdb.Exists(bg, b.lockKey(key)).Val() != 0 {
+			time.Sleep(time.Millisecond)
+		}
 		// The waiter's intent is no writer intent (fair entries are not), so a reader gets in.
 		must(reader(key, "r", 5*time.Second), true, "reader after expiry")
 		if _, err := b.Release(ctx, key, "a"); err != nil { // holds nothing: not freed
@@ -339,7 +346,6 @@ func TestFreedHandoffScenarios(t *testing.T) {
 		key := "ho"
 		must(driver.AcquireRequest{Key: key, Token: "a", Owner: "a", TTL: time.Second}, true, "holder")
 		req := waiter(key, "w")
-		req.QueueTTL = 80 * time.Millisecond // the handed grant lives to the entry's expiry
 		must(req, false, "waiter")
 		must(waiter(key, "w2"), false, "second waiter")
 		if _, err := b.Release(ctx, key, "a"); err != nil { // freed: handed to w
@@ -348,7 +354,13 @@ func TestFreedHandoffScenarios(t *testing.T) {
 		if got := rdb.HGet(bg, b.lockKey(key), "rid").Val(); got != "ho" {
 			t.Fatalf("rid %q, want ho", got)
 		}
-		time.Sleep(150 * time.Millisecond) // w never claims: the grant expires
+		// w never claims, and the grant expires with w's entry (here now).
+		if err := rdb.PExpire(bg, b.lockKey(key), time.Millisecond).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for rdb.Exists(bg, b.lockKey(key)).Val() != 0 {
+			time.Sleep(time.Millisecond)
+		}
 		must(reader(key, "r", 5*time.Second), true, "reader after the handed grant expired")
 		// w's late release and w2's retry must not put an exclusive grant beside r.
 		if _, err := b.Release(ctx, key, "w"); err != nil {
@@ -362,11 +374,15 @@ func TestFreedHandoffScenarios(t *testing.T) {
 
 	t.Run("reentrant-late", func(t *testing.T) {
 		key := "re"
-		req := driver.AcquireRequest{Key: key, Token: "a", Owner: "a", TTL: 60 * time.Millisecond, Reentrant: true, LockDelay: 300 * time.Millisecond}
+		req := driver.AcquireRequest{Key: key, Token: "a", Owner: "a", TTL: 10 * time.Second, Reentrant: true, LockDelay: 10 * time.Second}
 		must(req, true, "first")
 		must(req, true, "re-entry")
 		must(waiter(key, "w"), false, "waiter")
-		time.Sleep(100 * time.Millisecond)
+		// The lease runs out now and the lock-delay runs: the key lives
+		// delay ms past the lease.
+		if err := rdb.PExpire(bg, b.lockKey(key), 10*time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
 		must(req, false, "re-entry in the delay")
 		must(reader(key, "r", 5*time.Second), false, "reader in the delay")
 		if _, err := b.Release(ctx, key, "a"); err != nil { // expired path: DEL L, freed, holds 2

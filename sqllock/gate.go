@@ -60,8 +60,9 @@ const gateFile = "write.gate"
 // continued or dies.
 type writeGate struct {
 	wake    *localWake
-	sem     turnstile   // held from the wait for the flock to its release
-	stalled atomic.Bool // a wait gave up and still waits: skip the gate
+	maxWait time.Duration // maxGateWait; tests of the gate's turns lengthen it
+	sem     turnstile     // held from the wait for the flock to its release
+	stalled atomic.Bool   // a wait gave up and still waits: skip the gate
 
 	mu  sync.Mutex
 	f   *os.File // the gate's file, once opened
@@ -74,7 +75,7 @@ func newWriteGate(w *localWake) *writeGate {
 	if !gateWorks {
 		return nil
 	}
-	return &writeGate{wake: w}
+	return &writeGate{wake: w, maxWait: maxGateWait}
 }
 
 // enter waits for the gate, within ctx and maxGateWait, and returns the
@@ -85,7 +86,7 @@ func (g *writeGate) enter(ctx context.Context, urgent bool) (leave func()) {
 	if g == nil || g.stalled.Load() {
 		return noLeave
 	}
-	budget := maxGateWait
+	budget := g.maxWait
 	if d, ok := ctx.Deadline(); ok {
 		budget = min(budget, time.Until(d)/2)
 	}

@@ -40,6 +40,9 @@ func TestWriteGateWaitsAcrossBackends(t *testing.T) {
 	noLeaks(t)
 	path := filepath.Join(t.TempDir(), "locks.db")
 	a, b := gateOn(t, path), gateOn(t, path)
+	// A wait that gives up goes in without the gate (TestWriteGateGivesUp):
+	// here no wait may, however slow the machine.
+	a.maxWait, b.maxWait = time.Hour, time.Hour
 
 	leaveA := a.enter(t.Context(), false)
 	if a.f == nil {
@@ -96,11 +99,15 @@ func TestWriteGateGivesUp(t *testing.T) {
 	if !b.stalled.Load() {
 		t.Fatal("an abandoned wait left the gate in use")
 	}
+	// Skips the gate at once: were it to wait for the gate, it would wait
+	// until a leaves.
+	b.maxWait = time.Hour
 	start = time.Now()
-	b.enter(t.Context(), false)() // skips the gate at once
-	if waited := time.Since(start); waited > maxGateWait/2 {
+	b.enter(t.Context(), false)()
+	if waited := time.Since(start); waited > 10*time.Second {
 		t.Errorf("an operation behind an abandoned wait waited %v", waited)
 	}
+	b.maxWait = maxGateWait
 	if lockFileNow(b.f) {
 		t.Fatal("b took the flock while a held it")
 	}
@@ -125,13 +132,14 @@ func TestWriteGateGivesUp(t *testing.T) {
 }
 
 // TestWriteGateBudget checks that a wait for the gate gives up after half
-// the time left to its context when that is less than maxGateWait.
+// the time left to its context when that is less than the gate's bound.
 func TestWriteGateBudget(t *testing.T) {
 	noLeaks(t)
 	path := filepath.Join(t.TempDir(), "locks.db")
 	a, b := gateOn(t, path), gateOn(t, path)
 	leaveA := a.enter(t.Context(), false)
-	ctx, cancel := context.WithTimeout(t.Context(), maxGateWait)
+	b.maxWait = time.Hour
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
 	b.enter(ctx, false)()
 	if ctx.Err() != nil {
