@@ -290,7 +290,7 @@ func TestPartition(t *testing.T) {
 				var specs []storeSpec
 				for range defaultClients {
 					spec, px := s.ownProxy(t)
-					specs = append(specs, spec)
+					specs = append(specs, endsIdleTransactions(t, spec))
 					p.proxies = append(p.proxies, px)
 				}
 				sc := scenario{

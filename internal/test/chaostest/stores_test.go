@@ -402,6 +402,38 @@ func (s *store) ownProxy(t *testing.T) (storeSpec, *testserver.Proxy) {
 	return withAddr(t, s.spec, px.Addr()), px
 }
 
+// endsIdleTransactions returns spec with the session setting docs/SQL.md
+// recommends for clients that can be cut off from a MariaDB or PostgreSQL
+// server: a session idle inside a transaction for 2 s is ended, so that a
+// client cut off in the middle of one of dlock's transactions holds its
+// row locks for that long, not until the server notices the connection is
+// gone. Other kinds are returned as they are.
+func endsIdleTransactions(t *testing.T, spec storeSpec) storeSpec {
+	t.Helper()
+	switch spec.Kind {
+	case kindMariaDB:
+		cfg, err := mysql.ParseDSN(spec.DSN)
+		if err != nil {
+			t.Fatalf("parse MariaDB DSN: %v", err)
+		}
+		if cfg.Params == nil {
+			cfg.Params = map[string]string{}
+		}
+		cfg.Params["idle_transaction_timeout"] = "2"
+		spec.DSN = cfg.FormatDSN()
+	case kindPostgres:
+		u, err := url.Parse(spec.DSN)
+		if err != nil {
+			t.Fatalf("parse PostgreSQL URL: %v", err)
+		}
+		q := u.Query()
+		q.Set("idle_in_transaction_session_timeout", "2000")
+		u.RawQuery = q.Encode()
+		spec.DSN = u.String()
+	}
+	return spec
+}
+
 // withAddr returns spec with its server address replaced by addr.
 func withAddr(t *testing.T, spec storeSpec, addr string) storeSpec {
 	t.Helper()
