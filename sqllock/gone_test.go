@@ -382,10 +382,14 @@ func TestQueuePassesOverEntryOfWaiterThatGaveUp(t *testing.T) {
 			queued := make(chan struct{})
 			var once sync.Once
 			got := make(chan error, 1)
+			checked := make(chan struct{})
 			go func() {
 				l, err := third.Mutex("f", fair(dlock.WithWait(30*time.Second),
 					dlock.WithOnBusy(func(*dlock.NotObtainedError) { once.Do(func() { close(queued) }) }))...).Lock(ctx)
 				if err == nil {
+					// Held until the TryLock below has tried: queued or
+					// holding, this waiter must make it fail.
+					<-checked
 					err = l.Unlock(context.Background())
 				}
 				got <- err
@@ -398,7 +402,9 @@ func TestQueuePassesOverEntryOfWaiterThatGaveUp(t *testing.T) {
 			if err := next.Unlock(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if l, err := other.Mutex("f", fair()...).TryLock(ctx); err == nil {
+			l, err := other.Mutex("f", fair()...).TryLock(ctx)
+			close(checked)
+			if err == nil {
 				_ = l.Unlock(ctx)
 				t.Fatal("fair TryLock with a live waiter queued: granted, want refused")
 			}
