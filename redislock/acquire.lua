@@ -130,19 +130,22 @@ end
 
 -- stretchQueue keeps the queue's keys from expiring before their latest
 -- entry, or more than a quarter of qttl after it, once an entry that
--- expires at exp is written; k is the key of the three that the write may
--- have created (QO when it wrote one, else QE): the three always get one
--- expiry together. Keys that expire between an eighth and a quarter of
--- qttl after exp are left as they are (one PTTL, where fitQueue's writes
--- take four commands); else they get the latest entry's expiry plus a
--- quarter of qttl.
-local function stretchQueue(k, exp)
+-- expires at exp is written. k is the key whose expiry the three share
+-- (QO when the write went to it: it may have created it; else QE); fresh
+-- is true when the write created Q and QE. Keys that expire between an
+-- eighth and a quarter of qttl after exp are left as they are (one PTTL,
+-- where fitQueue's writes take four commands); else they get the latest
+-- entry's expiry plus a quarter of qttl.
+local function stretchQueue(k, exp, fresh)
   local slack = math.floor(qttl / 4)
-  local p = redis.call('PTTL', k) -- -1 for a key that was just created
-  if p > qttl + slack / 2 and p <= qttl + slack then
-    return
+  local p, last = -1, exp
+  if not fresh then
+    p = redis.call('PTTL', k) -- -1 for a key that the write created
+    if p > qttl + slack / 2 and p <= qttl + slack then
+      return
+    end
+    last = tonumber(redis.call('ZRANGE', QE, -1, -1, 'WITHSCORES')[2]) or exp
   end
-  local last = tonumber(redis.call('ZRANGE', QE, -1, -1, 'WITHSCORES')[2]) or exp
   local at = math.max(last, exp) + slack
   if p > qttl + slack and now() + p <= at then
     return -- they outlive exp by more, as an entry expires later
@@ -160,9 +163,14 @@ local function enqueue()
   local exp = now() + qttl
   -- ZADD answers 1 when token is new to QE: Q and QE hold the same
   -- tokens, so it is new to Q too, and takes the tail's number + 1.
+  -- fresh: Q was empty, so this write created Q and QE, whatever QO's
+  -- expiry says (a client before the handoff channel leaves fields of
+  -- gone entries in QO).
+  local fresh = false
   if redis.call('ZADD', QE, exp, token) == 1 then
     local last = redis.call('ZRANGE', Q, -1, -1, 'WITHSCORES')
     redis.call('ZADD', Q, 'NX', (tonumber(last[2]) or 0) + 1, token)
+    fresh = #last == 0
   end
   local k = QE
   if ARGV[12] == '1' then
@@ -173,7 +181,7 @@ local function enqueue()
     end
     k = QO
   end
-  stretchQueue(k, exp)
+  stretchQueue(k, exp, fresh)
   local rank = redis.call('ZRANK', Q, token)
   if not rank then -- QE kept token while Q did not (no script does that)
     local last = redis.call('ZRANGE', Q, -1, -1, 'WITHSCORES')

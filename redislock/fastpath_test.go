@@ -452,3 +452,29 @@ func TestQueueJoinMovesKeysExpiryOnlyWhenNeeded(t *testing.T) {
 		t.Errorf("the keys expire at %v, before the latest entry (%v ms)", after, exp)
 	}
 }
+
+// TestQueueJoinExpiresQueueBesideLeftOverOwners: a join that starts a
+// queue gives its keys an expiry even when :qo outlived the queue before
+// it with an expiry that would cover the entry (a release of a client
+// before the handoff channel leaves fields of gone entries there).
+func TestQueueJoinExpiresQueueBesideLeftOverOwners(t *testing.T) {
+	b, rdb, _ := setup(t)
+	key := "q/leftover"
+	mustAcquire(t, b, driver.AcquireRequest{Key: key, Token: newToken(t), Owner: "holder", TTL: time.Minute})
+	base := "dlock:{" + key + "}"
+	if err := rdb.HSet(t.Context(), base+":qo", "\x00gone", "id").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.PExpire(t.Context(), base+":qo", 1200*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res := acquire(t, b, driver.AcquireRequest{Key: key, Token: newToken(t), Owner: "w", TTL: time.Minute, Fair: true, Wait: true, QueueTTL: time.Second, Handoff: true})
+	if res.Acquired || res.Position != 1 {
+		t.Fatalf("join: %+v, want queued first", res)
+	}
+	for _, k := range []string{base + ":q", base + ":qe", base + ":qo"} {
+		if d := pttl(t, rdb, k); d < 500*time.Millisecond || d > 1250*time.Millisecond {
+			t.Errorf("%s expires in %v, want within the entry's 1s and a quarter", k, d)
+		}
+	}
+}
