@@ -361,7 +361,9 @@ type AcquireResult struct {
 	// client then joins the queue at once, as after an Overtook grant. A
 	// backend whose handoffs are announced to the head's client alone sets
 	// it, as the other clients no longer hear that the name has a queue;
-	// one that cannot tell cheaply may leave it false.
+	// one that cannot tell cheaply may leave it false. It may be true for a
+	// short while after the last entry expired (redislock: up to a quarter
+	// of a QueueTTL); the waiter then queues alone.
 	QueueLive bool
 }
 

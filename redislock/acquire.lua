@@ -45,29 +45,18 @@
 -- record holds (its grant was released since: this is a copy that
 -- go-redis sent first and the network delivered last) or whose token it
 -- holds (released by a clean-up while it held nothing) is refused, with
--- {0, '', ms until the record lets it in}, before anything else; one whose
--- token was withdrawn from the queue is refused a queue entry and a writer
--- intent. release.lua and withdraw.lua write the record (late.lua).
+-- {0, '', ms until the record lets it in}, before anything is written;
+-- one whose token was withdrawn from the queue is refused a queue entry
+-- and a writer intent. release.lua and withdraw.lua write the record
+-- (late.lua).
 --
 -- A lock that is free of everything (no lock hash, no shared holds, no
 -- intent, no queue) is granted at once, before the helpers of the rest are
--- even defined: the plain uncontended grant costs one EXISTS (and the two
--- ZSCOREs of the late-request record).
+-- even defined: the plain uncontended grant costs one EXISTS (and, while
+-- the late-request record exists, its two ZSCOREs).
 local L, F, S, SI, W, Q, QE, QO, X = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local token, owner, ttl, rid = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[11] or ''
 local shared = ARGV[6] == '1'
-
-do
-  local till = math.max(tonumber(redis.call('ZSCORE', X, 'r' .. rid)) or 0,
-    tonumber(redis.call('ZSCORE', X, 't' .. token)) or 0)
-  if till > 0 then
-    local t = redis.call('TIME')
-    local left = till - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-    if left > 0 then
-      return {0, '', left}
-    end
-  end
-end
 
 -- grant makes a new exclusive grant, acquired at at (ms, a decimal
 -- string), and returns its answer. Its arguments to Redis are strings where
@@ -88,16 +77,31 @@ end
 -- The fast path: one EXISTS decides that the lock is free of everything,
 -- and the grant is made as the end of this script would make it. EXISTS
 -- counts a key named n times n times, so naming L once, S twice, W four
--- times and Q eight times makes its answer tell which of them exist, for
--- the rest of the script (on exclusive requests).
-local hasL, hasS, hasW, hasQ
+-- times, Q eight times and X sixteen times makes its answer tell which of
+-- them exist, for the rest of the script (on exclusive requests): the
+-- late-request record is read only when it exists (a queue's steady state,
+-- whose handed grants record nothing, has none).
+local hasL, hasS, hasW, hasQ, hasX, n
 if not shared then
-  local n = redis.call('EXISTS', L, S, S, W, W, W, W, Q, Q, Q, Q, Q, Q, Q, Q)
-  if n == 0 then
-    local t = redis.call('TIME')
-    return grant(string.format('%s%03d', t[1], math.floor(tonumber(t[2]) / 1000)))
-  end
+  n = redis.call('EXISTS', L, S, S, W, W, W, W, Q, Q, Q, Q, Q, Q, Q, Q,
+    X, X, X, X, X, X, X, X, X, X, X, X, X, X, X, X)
+  hasX, n = n >= 16, n % 16
   hasL, hasS, hasW, hasQ = n % 2 == 1, n % 4 >= 2, n % 8 >= 4, n >= 8
+end
+if hasX ~= false then
+  local till = math.max(tonumber(redis.call('ZSCORE', X, 'r' .. rid)) or 0,
+    tonumber(redis.call('ZSCORE', X, 't' .. token)) or 0)
+  if till > 0 then
+    local t = redis.call('TIME')
+    local left = till - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+    if left > 0 then
+      return {0, '', left}
+    end
+  end
+end
+if n == 0 then
+  local t = redis.call('TIME')
+  return grant(string.format('%s%03d', t[1], math.floor(tonumber(t[2]) / 1000)))
 end
 
 --#common
@@ -106,7 +110,7 @@ local hid = ARGV[13] -- nil from clients before the handoff channel
 local overtook = 0
 local qttl = tonumber(ARGV[10] or '0') or 0
 local wait = ARGV[9] == '1' and qttl > 0
-if wait then
+if wait and hasX ~= false then
   -- Withdrawn (late.lua): a request of token still on its way when its
   -- caller left the queue; it may be granted, but it leaves nothing behind.
   local till = tonumber(redis.call('ZSCORE', X, 'w' .. token))
@@ -124,24 +128,68 @@ local function busy(owner)
   return {0, owner or '', redis.call('PTTL', L)}
 end
 
+-- stretchQueue keeps the queue's keys from expiring before their latest
+-- entry, or more than a quarter of qttl after it, once an entry that
+-- expires at exp is written. k is the key whose expiry the three share
+-- (QO when the write went to it: it may have created it; else QE); fresh
+-- is true when the write created Q and QE. Keys that expire between an
+-- eighth and a quarter of qttl after exp are left as they are (one PTTL,
+-- where fitQueue's writes take four commands); else they get the latest
+-- entry's expiry plus a quarter of qttl.
+local function stretchQueue(k, exp, fresh)
+  local slack = math.floor(qttl / 4)
+  local p, last = -1, exp
+  if not fresh then
+    p = redis.call('PTTL', k) -- -1 for a key that the write created
+    if p > qttl + slack / 2 and p <= qttl + slack then
+      return
+    end
+    last = tonumber(redis.call('ZRANGE', QE, -1, -1, 'WITHSCORES')[2]) or exp
+  end
+  local at = math.max(last, exp) + slack
+  if p > qttl + slack and now() + p <= at then
+    return -- they outlive exp by more, as an entry expires later
+  end
+  at = string.format('%d', at)
+  redis.call('PEXPIREAT', QE, at)
+  redis.call('PEXPIREAT', Q, at)
+  redis.call('PEXPIREAT', QO, at)
+end
+
 -- enqueue puts token at the tail of the fair queue, or keeps its place,
 -- with an expiry of now + qttl, and returns its place (1 is the head).
 local function enqueue()
   pruneQueue(Q, QE, QO)
-  if not redis.call('ZSCORE', Q, token) then
+  local exp = now() + qttl
+  -- ZADD answers 1 when token is new to QE: Q and QE hold the same
+  -- tokens, so it is new to Q too, and takes the tail's number + 1.
+  -- fresh: Q was empty, so this write created Q and QE, whatever QO's
+  -- expiry says (a client before the handoff channel leaves fields of
+  -- gone entries in QO).
+  local fresh = false
+  if redis.call('ZADD', QE, exp, token) == 1 then
     local last = redis.call('ZRANGE', Q, -1, -1, 'WITHSCORES')
-    redis.call('ZADD', Q, (tonumber(last[2]) or 0) + 1, token)
+    redis.call('ZADD', Q, 'NX', (tonumber(last[2]) or 0) + 1, token)
+    fresh = #last == 0
   end
-  redis.call('ZADD', QE, now() + qttl, token)
+  local k = QE
   if ARGV[12] == '1' then
     if hid and hid ~= '' then
       redis.call('HSET', QO, token, owner, '\0' .. token, hid)
     else
       redis.call('HSET', QO, token, owner)
     end
+    k = QO
   end
-  fitQueue(Q, QE, QO)
-  return redis.call('ZRANK', Q, token) + 1
+  stretchQueue(k, exp, fresh)
+  local rank = redis.call('ZRANK', Q, token)
+  if not rank then -- QE kept token while Q did not (no script does that)
+    local last = redis.call('ZRANGE', Q, -1, -1, 'WITHSCORES')
+    redis.call('ZADD', Q, (tonumber(last[2]) or 0) + 1, token)
+    fitQueue(Q, QE, QO)
+    rank = redis.call('ZRANK', Q, token)
+  end
+  return rank + 1
 end
 
 -- refuse answers a refused exclusive request: with wait, it records a
@@ -173,7 +221,9 @@ local function refuse(holder, pttl, nshared, byShared, fence)
   if hid ~= nil and ARGV[9] == '1' then
     local live = 0
     if not fair and hasQ then
-      live = 1 -- the key expires with its latest entry (and is not pruned on this path)
+      -- Q expires with its latest entry or up to a quarter of a QueueTTL
+      -- after it (see stretchQueue; it is not pruned on this path).
+      live = 1
     end
     return {0, holder, pttl, nshared, 0, position, queued, counter, live}
   end

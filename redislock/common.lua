@@ -6,7 +6,9 @@
 -- clock) and a hash of their details (token → "fence limit owner"); its
 -- fair queue is a zset of expiries (token → expiry) and one of arrival
 -- numbers (token → number). Each pair is written together and carries the
--- expiry of its latest entry, so it vanishes with it.
+-- expiry of its latest entry, so it vanishes with it (the queue's keys:
+-- that expiry or one up to a quarter of a QueueTTL later; see
+-- stretchQueue in acquire.lua).
 
 -- now returns the server's clock in ms, read once per script.
 local clock
@@ -78,9 +80,9 @@ local function fitQueue(Q, QE, QO)
 end
 
 -- unqueue takes token's entry out of the queue; it reports whether it had
--- one. The keys carry the expiry of the latest entry (every write fits
--- them; pruning takes only entries that expired before it), so they are
--- fitted again only when token's entry was that one.
+-- one. The keys expire no sooner than the latest entry (every write fits
+-- or stretches them; pruning takes only entries that expired before it),
+-- so they are fitted again only when token's entry was that one.
 local function unqueue(Q, QE, QO, token)
   if redis.call('ZREM', Q, token) == 0 then
     return false

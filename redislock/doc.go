@@ -34,8 +34,9 @@
 //
 // Expiries are the server's clock in milliseconds (TIME): the scripts drop
 // the shared holds and queue entries that have expired, and each of the
-// groups :s/:si and :q/:qe/:qo expires with its latest entry, so nothing but the
-// fence counter is left once every holder and waiter has gone.
+// groups :s/:si and :q/:qe/:qo expires with its latest entry (:q/:qe/:qo up to
+// a quarter of a QueueTTL after it), so nothing but the fence counter is left
+// once every holder and waiter has gone.
 //
 // The braces are a Cluster hash tag, so one lock's keys share a slot and a
 // single script can touch them together. Acquire, renew and release are each

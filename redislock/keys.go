@@ -41,7 +41,9 @@ import (
 //	NS:{K}:rel    release channel (a channel name, not a key)
 //
 // :s and :si, and :q, :qe and :qo, are written together and carry the expiry of
-// their latest entry (PEXPIREAT), so they vanish with it; scripts prune
+// their latest entry (PEXPIREAT), so they vanish with it (:q, :qe and :qo
+// up to a quarter of a QueueTTL later: a join does not move their expiry
+// every time; see acquire.lua's stretchQueue); scripts prune
 // expired entries by the server's clock and delete a structure that has
 // become empty. After every holder and waiter has gone, only the fence
 // counter is left, :r for 15s and :late for lateTTL.
