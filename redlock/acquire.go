@@ -243,13 +243,8 @@ func (a *attempt) decide(ctx context.Context, start time.Time) (driver.AcquireRe
 	more := func() (bool, error) {
 		ans, ok, err := g.next(ctx)
 		if !ok {
-			if err != nil {
-				return false, fmt.Errorf("redlock: %w", err)
-			}
-			missing := g.unanswered(b)
-			errs = append(errs, missing...)
-			t.fail += len(missing)
-			return false, nil
+			errs, err = g.ended(b, err, &t, errs)
+			return false, err
 		}
 		switch {
 		case ans.err != nil:

@@ -368,6 +368,18 @@ func (g *gather[T]) unanswered(b *Backend) []*NodeError {
 
 func (g *gather[T]) stop() { g.timer.Stop() }
 
+// ended handles the end of the answers of a quorum decision (next's !ok):
+// ctx's error, wrapped, or else the nodes that never answered, counted as
+// failures in t and added to errs.
+func (g *gather[T]) ended(b *Backend, err error, t *tally, errs []*NodeError) ([]*NodeError, error) {
+	if err != nil {
+		return errs, fmt.Errorf("redlock: %w", err)
+	}
+	missing := g.unanswered(b)
+	t.fail += len(missing)
+	return append(errs, missing...), nil
+}
+
 // collect reads answers until every node has answered, ctx ends or the
 // backstop passes. It calls ok, when not nil, with each successful answer
 // and the number of successes so far, and returns that number and a

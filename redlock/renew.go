@@ -127,12 +127,9 @@ func (b *Backend) decide(ctx context.Context, ch <-chan answer[bool], limit time
 	for t.verdict() == undecided {
 		ans, ok, err := g.next(ctx)
 		if !ok {
-			if err != nil {
-				return false, fmt.Errorf("redlock: %w", err)
+			if errs, err = g.ended(b, err, &t, errs); err != nil {
+				return false, err
 			}
-			missing := g.unanswered(b)
-			errs = append(errs, missing...)
-			t.fail += len(missing)
 			break
 		}
 		switch {
