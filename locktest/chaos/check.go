@@ -192,7 +192,7 @@ func Check(events []Event, opts CheckOptions) *Report {
 				lr.release = e
 				lr.deadline = max(lr.deadline, e.Deadline)
 			}
-		case KindStoreAcquire, KindStoreRenew, KindStoreRelease:
+		case KindStoreAcquire, KindStoreRenew, KindStoreRelease, KindStoreWithdraw:
 			r.StoreCalls++
 		}
 	}

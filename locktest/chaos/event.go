@@ -47,12 +47,17 @@ const (
 	// KindNote: free text from a fault injector ("paused child 1"), shown in
 	// the history.
 	KindNote
+	// KindStoreWithdraw: one backend call that took a waiter's queue
+	// entry and writer intent out (driver.Withdrawer), recorded as the
+	// other store calls are; Outcome OK or Unknown.
+	KindStoreWithdraw
 )
 
 var kindNames = [...]string{
 	KindAcquire: "acquire", KindRelease: "release", KindLoss: "loss", KindRenew: "renew",
 	KindStoreAcquire: "store-acquire", KindStoreRenew: "store-renew", KindStoreRelease: "store-release",
 	KindRead: "read", KindWrite: "write", KindInit: "init", KindNote: "note",
+	KindStoreWithdraw: "store-withdraw",
 }
 
 func (k Kind) String() string {

@@ -245,14 +245,19 @@ func (o *observed) ForceRelease(ctx context.Context, key string) (driver.LockInf
 	return driver.LockInfo{}, false, errNoInspector
 }
 
-// observedNotifier is an observed backend whose inner backend notifies.
+// Withdraw forwards driver.Withdrawer, recorded as a store withdrawal.
 func (o *observed) Withdraw(ctx context.Context, key, token string) error {
-	if w, ok := o.inner.(driver.Withdrawer); ok {
-		return w.Withdraw(ctx, key, token)
+	w, ok := o.inner.(driver.Withdrawer)
+	if !ok {
+		return driver.ErrUnsupported
 	}
-	return driver.ErrUnsupported
+	start := Now()
+	err := w.Withdraw(ctx, key, token)
+	o.sink.Add(Event{Kind: KindStoreWithdraw, Client: o.client, Name: key, Token: token, Start: start, End: Now(), Outcome: outcome(true, err), Err: errText(err)})
+	return err
 }
 
+// observedNotifier is an observed backend whose inner backend notifies.
 type observedNotifier struct{ *observed }
 
 func (o observedNotifier) Listen(ctx context.Context, fn func(key, next string)) (driver.Listener, error) {

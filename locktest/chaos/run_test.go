@@ -230,3 +230,22 @@ func TestObserveClockRate(t *testing.T) {
 		t.Error("memlock's capabilities were lost")
 	}
 }
+
+func TestObserveRecordsWithdraw(t *testing.T) {
+	rec := chaos.NewRecorder()
+	b := chaos.Observe(memlock.New(), rec, "c")
+	w, ok := b.(driver.Withdrawer)
+	if !ok {
+		t.Fatal("memlock's withdrawal was lost")
+	}
+	if err := w.Withdraw(t.Context(), "x", "tok"); err != nil {
+		t.Fatal(err)
+	}
+	ev := rec.Events()
+	if len(ev) != 1 || ev[0].Kind != chaos.KindStoreWithdraw || ev[0].Token != "tok" || ev[0].Name != "x" || ev[0].Outcome != chaos.OK {
+		t.Errorf("events after a withdrawal: %+v; want one store-withdraw of token tok on x, OK", ev)
+	}
+	if got := chaos.KindStoreWithdraw.String(); got != "store-withdraw" {
+		t.Errorf("KindStoreWithdraw.String() = %q", got)
+	}
+}

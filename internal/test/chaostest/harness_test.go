@@ -106,7 +106,12 @@ type scenario struct {
 	// release, while a waiter waited, for longer than it (see idleTimes).
 	// The longest such time is logged for every run.
 	idleBound time.Duration
-	expect    expect
+	// watchHeads reads the store's holders and queue heads while the run
+	// goes on and until the clients closed, and fails the run when one
+	// was a token whose clean-up had been answered (checkNobody); the
+	// store must have store.heads.
+	watchHeads bool
+	expect     expect
 	// setup runs after the clients and workers are made, before they
 	// start (to set a worker's BeforeWrite, say).
 	setup func(r *runState)
@@ -255,6 +260,19 @@ func runScenario(t *testing.T, sc scenario) *chaos.Report {
 		}
 	})
 	defer stopRunEnd()
+	var heads func() (int, []headSight)
+	if sc.watchHeads {
+		if s.heads == nil {
+			t.Fatalf("scenario %s watches the store's queue heads, which %s cannot show", scenarioName(t, sc), s.name)
+		}
+		wctx, wcancel := context.WithCancel(t.Context())
+		h := watchHeads(wctx, r)
+		defer func() { wcancel(); h() }()
+		heads = func() (int, []headSight) {
+			wcancel()
+			return h()
+		}
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -297,6 +315,12 @@ func runScenario(t *testing.T, sc scenario) *chaos.Report {
 	}
 	if !checkLeftovers(t, sc, events) {
 		ok = false
+	}
+	if heads != nil {
+		reads, sights := heads()
+		if !checkNobody(t, reads, sights, events) {
+			ok = false
+		}
 	}
 	if sc.extra != nil {
 		sc.extra(t, r)

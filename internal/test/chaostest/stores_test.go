@@ -241,6 +241,9 @@ type store struct {
 	leftovers func(t *testing.T) []string
 	// live is leftovers without what has expired by the store's clock.
 	live func(t *testing.T) []string
+	// heads reads every name's live holder and queue head (sqlHeads),
+	// directly from the server; nil where the test does not read them.
+	heads func(ctx context.Context) ([]headSight, error)
 	// settle is how long the store may take, after a call returned, to
 	// finish it in the background (redlock's late node answers and
 	// clean-ups); 0 for the others.
@@ -584,8 +587,8 @@ func redisLeftovers(t *testing.T, prefix string, admin *redis.Client) []string {
 	return left
 }
 
-// sqlLeftovers sets s.leftovers and s.live for a SQL store reached by
-// admin (directly, not through a proxy).
+// sqlLeftovers sets s.leftovers, s.live and s.heads for a SQL store
+// reached by admin (directly, not through a proxy).
 func (s *store) sqlLeftovers(t *testing.T, admin storeSpec, d sqllock.Dialect) {
 	var (
 		once sync.Once
@@ -608,6 +611,15 @@ func (s *store) sqlLeftovers(t *testing.T, admin storeSpec, d sqllock.Dialect) {
 	})
 	s.leftovers = func(t *testing.T) []string { return sqlHeld(t, pool(t), d, false) }
 	s.live = func(t *testing.T) []string { return sqlHeld(t, pool(t), d, true) }
+	s.heads = func(ctx context.Context) ([]headSight, error) {
+		once.Do(func() {
+			db, _, oerr = admin.openDB()
+		})
+		if oerr != nil {
+			return nil, oerr
+		}
+		return sqlHeads(ctx, db, d)
+	}
 }
 
 // sqlHeld lists what the lock tables keep beyond each name's row and its
