@@ -213,7 +213,7 @@ func waitStderr(t *testing.T, p *proc, want string) {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	t.Fatalf("stderr did not show %q within 30s", want)
+	t.Fatalf("stderr did not show %q within 30s; it showed:\n%s", want, p.stderrSoFar())
 }
 
 func TestRunNotObtained(t *testing.T) {
