@@ -25,15 +25,16 @@ const (
 	// runFor is how long each contention run lasts.
 	runFor = 2 * time.Second
 	// minGrants is how many grants each name must see in a run for the run
-	// to prove something. A run makes 10 to 40; under load, with nodes down,
-	// many attempts fail (see work), and a few is all that is certain.
+	// to prove something. A run makes 10 to 40 in runFor; under load, with
+	// nodes down, many attempts fail (see work), and it goes on past runFor
+	// until each name has had minGrants (contention.until).
 	minGrants = 3
 )
 
 // run is the contention of most scenarios: four clients, each with a
 // backend and go-redis clients of its own, on two names.
 func run() contention {
-	return contention{clients: 4, names: []string{"a", "b"}, ttl: ttl, run: runFor}
+	return contention{clients: 4, names: []string{"a", "b"}, ttl: ttl, run: runFor, until: minGrants}
 }
 
 // pause waits d in the test's goroutine, between faults; it reports false

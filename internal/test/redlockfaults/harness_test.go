@@ -20,8 +20,16 @@ type contention struct {
 	clients int           // dlock clients, each on a backend of its own
 	names   []string      // lock names; every client has one worker per name
 	ttl     time.Duration // lease TTL; leases are renewed automatically
-	run     time.Duration // how long the workers keep locking
+	run     time.Duration // how long the workers keep locking at least
+	// until: past run, the workers go on until every name has been
+	// granted this many times (a loaded machine grants fewer in run), up
+	// to runLimit.
+	until int
 }
+
+// runLimit bounds how long a contention run goes on for its grants
+// (contention.until).
+const runLimit = 30 * time.Second
 
 // grantRecord is one grant as seen from outside the library: it starts when
 // Lock returned and ends at the first of Unlock being called, Done being
@@ -96,7 +104,9 @@ func contend(t *testing.T, cfg contention, newBackend func(t *testing.T) driver.
 		warmUp(t, clients[i], cfg.ttl)
 	}
 	lg := &ledger{losses: make(map[dlock.LostReason]int), errsByName: make(map[string]int), events: make(map[string][]string)}
-	ctx, cancel := context.WithTimeout(t.Context(), cfg.run)
+	ctx, cancel := context.WithCancel(t.Context())
+	faultCtx, faultCancel := context.WithTimeout(ctx, cfg.run)
+	defer faultCancel()
 	var wg sync.WaitGroup
 	// stop ends the run; deferred too, so that the workers stop and the
 	// clients close even when faults fails the test.
@@ -121,11 +131,34 @@ func contend(t *testing.T, cfg contention, newBackend func(t *testing.T) driver.
 		}
 	}
 	if faults != nil {
-		faults(ctx)
+		faults(faultCtx)
 	}
-	<-ctx.Done()
+	<-faultCtx.Done()
+	if cfg.until > 0 && !lg.enough(cfg.names, cfg.until) {
+		for deadline := lg.t0.Add(runLimit); !lg.enough(cfg.names, cfg.until) && time.Now().Before(deadline); {
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Logf("the run went on for %v in all, until every name had %d grants or %v passed", time.Since(lg.t0).Round(time.Millisecond), cfg.until, runLimit)
+	}
 	stop()
 	return lg
+}
+
+// enough reports whether every one of names has been granted at least n
+// times.
+func (l *ledger) enough(names []string, n int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	count := make(map[string]int, len(names))
+	for _, g := range l.grants {
+		count[g.name]++
+	}
+	for _, name := range names {
+		if count[name] < n {
+			return false
+		}
+	}
+	return true
 }
 
 // work locks name again and again until ctx ends, holding each grant for a

@@ -269,17 +269,6 @@ func ping(addr string) error {
 	return nil
 }
 
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("find a free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // tail returns the last n lines of the file at path, or why it cannot.
 func tail(path string, n int) string {
 	b, err := os.ReadFile(path)

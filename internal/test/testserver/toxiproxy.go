@@ -43,18 +43,24 @@ type Proxy struct {
 }
 
 // StartProxy starts a proxy to upstream ("host:port") on a free loopback
-// port and removes it in t.Cleanup, closing every connection through it.
+// port (freePort: Up binds it again) and removes it in t.Cleanup, closing
+// every connection through it.
 func StartProxy(t testing.TB, upstream string) *Proxy {
 	t.Helper()
 	quietToxiproxy()
 	p := toxiproxy.NewProxy()
 	p.Name = t.Name() + " -> " + upstream
-	p.Listen = "127.0.0.1:0"
 	p.Upstream = upstream
-	if err := p.Start(); err != nil {
+	var err error
+	for range 3 { // the port may be taken between freePort and Start
+		p.Listen = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		if err = p.Start(); err == nil {
+			break
+		}
+	}
+	if err != nil {
 		t.Fatalf("start proxy to %s: %v", upstream, err)
 	}
-	// Start has replaced port 0 by the port it listens on, which Up reuses.
 	px := &Proxy{proxy: p, addr: p.Listen, upstream: upstream}
 	t.Cleanup(p.Stop)
 	return px
