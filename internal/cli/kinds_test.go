@@ -151,6 +151,12 @@ func TestRunShared(t *testing.T) {
 			t.Errorf("inspect --json with a writer waiting: %+v", j)
 		}
 		late := hold(t, e, dir, "late", false, "run", "--shared", "--wait", "60s", "book")
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("the store:\n%s\nthe writer's stderr:\n%s\nthe late reader's stderr:\n%s",
+					e.run("inspect", "book").stdout, w.proc.stderrSoFar(), late.proc.stderrSoFar())
+			}
+		})
 		waitStderr(t, late.proc, `"book": a writer is waiting (owner `)
 
 		r1.let(t)

@@ -211,6 +211,9 @@ func waitFile(t *testing.T, path string, p *proc) string {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	if p != nil {
+		t.Fatalf("%s did not appear within 30s; dlock's stderr so far:\n%s", path, p.stderrSoFar())
+	}
 	t.Fatalf("%s did not appear within 30s", path)
 	return ""
 }
