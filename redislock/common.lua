@@ -83,9 +83,10 @@ end
 -- The keys expire no sooner than the latest entry (every write fits or
 -- stretches them; pruning takes only entries that expired before it), so
 -- they are fitted again only when token's entry was that one: then to the
--- entry before it, read with it (what fitQueue would read after).
-local function dropEntry(Q, QE, QO, token)
-  local tail = redis.call('ZRANGE', QE, -2, -1, 'WITHSCORES')
+-- entry before it, read with it (what fitQueue would read after). tail is
+-- QE's last two entries with their expiries when the caller read them.
+local function dropEntry(Q, QE, QO, token, tail)
+  tail = tail or redis.call('ZRANGE', QE, -2, -1, 'WITHSCORES')
   redis.call('ZREM', QE, token)
   redis.call('HDEL', QO, token, '\0' .. token)
   if #tail == 0 then
@@ -102,12 +103,12 @@ local function dropEntry(Q, QE, QO, token)
 end
 
 -- unqueue takes token's entry out of the queue; it reports whether it had
--- one.
-local function unqueue(Q, QE, QO, token)
+-- one. tail is as for dropEntry.
+local function unqueue(Q, QE, QO, token, tail)
   if redis.call('ZREM', Q, token) == 0 then
     return false
   end
-  dropEntry(Q, QE, QO, token)
+  dropEntry(Q, QE, QO, token, tail)
   return true
 end
 
@@ -168,19 +169,28 @@ local function leave(L, S, W, Q, QE, QO, token, n)
   return intent, entry, headLeft
 end
 
--- headOf reads the fair queue's head, its entry's expiry (ms) and, when
--- the entry is live, the head's owner and handoff channel id (HMGET of
--- QO). The expiry and the owner are not read for a head that is token.
+-- headOf reads the fair queue's head, the head's owner and handoff
+-- channel id (HMGET of QO) and its entry's expiry (ms), and, for a head
+-- with an owner, QE's last two entries with their expiries (for dropEntry:
+-- the head's is read there when it is one of them). Nothing else is read
+-- for a head that is token.
 local function headOf(Q, QE, QO, token)
   local head = redis.call('ZRANGE', Q, 0, 0)[1]
   if not head or head == token then
     return head
   end
-  local exp = tonumber(redis.call('ZSCORE', QE, head))
-  if not exp or exp <= now() then
-    return head, exp
+  local o = redis.call('HMGET', QO, head, '\0' .. head)
+  local exp, tail
+  if o[1] then
+    tail = redis.call('ZRANGE', QE, -2, -1, 'WITHSCORES')
+    for i = 1, #tail, 2 do
+      if tail[i] == head then
+        exp = tonumber(tail[i + 1])
+      end
+    end
   end
-  return head, exp, redis.call('HMGET', QO, head, '\0' .. head)
+  exp = exp or tonumber(redis.call('ZSCORE', QE, head))
+  return head, exp, o, tail
 end
 
 -- handOff grants the lock, when it is free of exclusive and live shared
@@ -202,12 +212,12 @@ local function handOff(L, F, S, Q, QE, QO, freed, token)
   if not freed and (redis.call('EXISTS', L) == 1 or redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf') > 0) then
     return nil
   end
-  local head, exp, o = headOf(Q, QE, QO, token)
-  if token and not (o and o[1]) then
+  local head, exp, o, tail = headOf(Q, QE, QO, token)
+  if token and not (o and o[1] and exp and exp > now()) then
     -- No grant to make with what was read: token's entry goes first.
     if head and (head == token or redis.call('ZSCORE', Q, token)) then
       leaveQueue(L, S, Q, QE, QO, token)
-      head, exp, o = headOf(Q, QE, QO)
+      head, exp, o, tail = headOf(Q, QE, QO)
     end
     token = nil
   end
@@ -218,7 +228,7 @@ local function handOff(L, F, S, Q, QE, QO, freed, token)
   -- takes a command every time, and every enqueue prunes anyway.
   if not exp or exp <= now() then
     pruneQueue(Q, QE, QO)
-    head, exp, o = headOf(Q, QE, QO)
+    head, exp, o, tail = headOf(Q, QE, QO)
     if not head or not exp or exp <= now() then
       return nil
     end
@@ -231,14 +241,14 @@ local function handOff(L, F, S, Q, QE, QO, freed, token)
   redis.call('HSET', L, head, 1, 'owner', owner, 'fence', string.format('%d', fence), 'at', now(), 'rid', 'ho')
   redis.call('PEXPIREAT', L, exp)
   if not token then
-    unqueue(Q, QE, QO, head)
+    unqueue(Q, QE, QO, head, tail)
   elseif redis.call('ZREM', Q, head, token) == 1 then
-    dropEntry(Q, QE, QO, head) -- token had no entry
+    dropEntry(Q, QE, QO, head, tail) -- token had no entry
   else
     -- token had one too, which leaveQueue would have taken off first,
     -- after pruning: the same keys result. The head's entry is live, so
     -- QE's latest is, and pruning leaves it the latest.
-    local last = redis.call('ZRANGE', QE, -1, -1)[1]
+    local last = tail[#tail - 1]
     pruneQueue(Q, QE, QO)
     redis.call('ZREM', QE, head, token)
     redis.call('HDEL', QO, head, '\0' .. head, token, '\0' .. token)

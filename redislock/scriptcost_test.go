@@ -137,16 +137,26 @@ func TestScriptPathsCommandCounts(t *testing.T) {
 			t.Fatalf("renew: %v %v", ok, err)
 		}
 	})
+	acquire(fair("w4"), false)
 	// The grant released records its request (late.lua); a handed one has
-	// none to record, as in a queue's steady state.
-	c.count("release with a queue, handed to its head", 23, func() { release("h2", res.Fence) })
+	// none to record, as in a queue's steady state. The head's expiry is
+	// read with the queue's last two (which the removal of the head's entry
+	// needs) when it is one of them.
+	c.count("release with a queue of four, handed to its head", 23, func() { release("h2", res.Fence) })
 	admin := srv.Client(t)
 	hash := "dlock:{cost}" // the lock hash of key
-	handed := handedFence(t, admin, hash, "w1")
-	c.count("release of a handed grant, handed to the queue's head", 19, func() { release("w1", handed) })
-	if handed == 0 || handedFence(t, admin, hash, "w2") != handed+1 {
-		t.Errorf("the lock was not handed from w1 to w2")
+	handFrom := func(path string, want uint64, from, to string) {
+		t.Helper()
+		fence := handedFence(t, admin, hash, from)
+		c.count(path, want, func() { release(from, fence) })
+		if fence == 0 || handedFence(t, admin, hash, to) != fence+1 {
+			t.Errorf("the lock was not handed from %s to %s", from, to)
+		}
 	}
+	handFrom("release of a handed grant, handed to the head of a queue of three", 19, "w1", "w2")
+	handFrom("release of a handed grant, handed to the head of a queue of two", 18, "w2", "w3")
+	// w4 is the last entry, so the queue's keys go.
+	handFrom("release of a handed grant, handed to the queue's last entry", 19, "w3", "w4")
 
 	// The same paths on a name without a late-request record (no release
 	// recorded a request there: a queue's steady state, whose handed
@@ -159,7 +169,7 @@ func TestScriptPathsCommandCounts(t *testing.T) {
 	acquire(quiet(fair("q2")), false)
 	c.count("fair waiter joins a queue, no late-request record", 12, func() { acquire(quiet(fair("q3")), false) })
 	c.count("fair waiter refreshes its entry, no late-request record", 10, func() { acquire(quiet(fair("q3")), false) })
-	c.count("release with a queue, handed to its head, no late-request record", 21, func() {
+	c.count("release with a queue of two, handed to its head, no late-request record", 20, func() {
 		if _, err := b.ReleaseGrant(ctx, "quiet", "q1", res.Fence); err != nil {
 			t.Fatal(err)
 		}
