@@ -200,7 +200,10 @@ end
 -- the head's entry (the head's last request + its QueueTTL), so that a
 -- head that died leaves the lock no later than its entry would have. It
 -- returns the head, the grant's fence and the id of the head's client's
--- handoff channel (false when it has none), or nil. freed is true when the
+-- handoff channel (false when it has none), or nil and what announce
+-- would find as the next: the lock being free, the live head that a prune
+-- leaves the head, or '' when the queue is gone; nil when it did not
+-- look or found a head that is not live. freed is true when the
 -- caller has just deleted an exclusive grant: then the lock is free of
 -- live shared holds too, with no need to look (no shared hold is granted
 -- or renewed while an exclusive grant exists, and an exclusive grant is
@@ -222,20 +225,23 @@ local function handOff(L, F, S, Q, QE, QO, freed, token)
     token = nil
   end
   if not head then
-    return nil
+    return nil, ''
   end
   -- The queue is pruned only when its head's entry has expired: pruning
   -- takes a command every time, and every enqueue prunes anyway.
   if not exp or exp <= now() then
     pruneQueue(Q, QE, QO)
     head, exp, o, tail = headOf(Q, QE, QO)
-    if not head or not exp or exp <= now() then
+    if not head then
+      return nil, ''
+    end
+    if not exp or exp <= now() then
       return nil
     end
   end
   local owner, hid = o[1], o[2]
   if not owner then
-    return nil
+    return nil, head
   end
   local fence = redis.call('INCR', F)
   redis.call('HSET', L, head, 1, 'owner', owner, 'fence', string.format('%d', fence), 'at', now(), 'rid', 'ho')
@@ -262,10 +268,17 @@ end
 -- announce publishes "next:" on channel with publish (PUBLISH or SPUBLISH),
 -- followed by the fair queue's head when the lock is free with a live queue
 -- and the news is for the head alone (not anyone). A refused publish (an
--- ACL without the channel) does not undo what the script did.
-local function announce(L, Q, QE, QO, publish, channel, anyone)
+-- ACL without the channel) does not undo what the script did. known is
+-- handOff's second answer, when the caller has it: the head, which the
+-- prune leaves in place, or '' for no queue, with the lock free.
+local function announce(L, Q, QE, QO, publish, channel, anyone, known)
   local next = ''
-  if not anyone and redis.call('EXISTS', L) == 0 and redis.call('EXISTS', Q) == 1 then
+  if not anyone and known then
+    if known ~= '' then
+      pruneQueue(Q, QE, QO)
+      next = known
+    end
+  elseif not anyone and redis.call('EXISTS', L) == 0 and redis.call('EXISTS', Q) == 1 then
     pruneQueue(Q, QE, QO)
     next = redis.call('ZRANGE', Q, 0, 0)[1] or ''
   end

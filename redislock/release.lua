@@ -204,8 +204,10 @@ if waiters then
   end
 end
 
+local known -- handOff's word on the next, when it made no grant
 if notify and waiters and ARGV[3] ~= '' then
   local head, fence, hid = handOff(L, F, S, Q, QE, QO, freed, deferred and token)
+  known = fence
   if head then
     -- To the head's client alone when it has a handoff channel: the other
     -- waiters have nothing to do on a handoff (the lock is not free).
@@ -224,6 +226,6 @@ if notify and waiters and ARGV[3] ~= '' then
   end
 end
 if notify and ARGV[3] ~= '' then
-  announce(L, Q, QE, QO, ARGV[3], ARGV[2], anyone or not waiters)
+  announce(L, Q, QE, QO, ARGV[3], ARGV[2], anyone or not waiters, known)
 end
 return result

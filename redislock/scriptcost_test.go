@@ -174,6 +174,23 @@ func TestScriptPathsCommandCounts(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	// A queue whose head takes no handoff (driver.AcquireRequest.Handoff
+	// false): the release names the head on the release channel.
+	noHandoff := func(token string) driver.AcquireRequest {
+		req := fair(token)
+		req.Key, req.Handoff = "nohandoff", false
+		return req
+	}
+	first := plain("n0")
+	first.Key = "nohandoff"
+	res = acquire(first, true)
+	acquire(noHandoff("n1"), false)
+	acquire(noHandoff("n2"), false)
+	c.count("release with a queue whose head takes no handoff", 15, func() {
+		if _, err := b.ReleaseGrant(ctx, "nohandoff", "n0", res.Fence); err != nil {
+			t.Fatal(err)
+		}
+	})
 	lone := plain("l1")
 	lone.Key = "lone"
 	res = acquire(lone, true)
