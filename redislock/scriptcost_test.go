@@ -121,6 +121,9 @@ func TestScriptPathsCommandCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	release("warm", res.Fence)
+	if err := b.Withdraw(ctx, key, "warm"); err != nil {
+		t.Fatal(err)
+	}
 
 	c.count("uncontended acquire", 8, func() { res = acquire(plain("h1"), true) })
 	c.count("uncontended release", 12, func() { release("h1", res.Fence) })
@@ -188,6 +191,23 @@ func TestScriptPathsCommandCounts(t *testing.T) {
 	acquire(noHandoff("n2"), false)
 	c.count("release with a queue whose head takes no handoff", 15, func() {
 		if _, err := b.ReleaseGrant(ctx, "nohandoff", "n0", res.Fence); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// A waiter that gives up leaves the queue (Withdraw), on a name
+	// without a late-request record.
+	leaving := func(token string) driver.AcquireRequest {
+		req := fair(token)
+		req.Key = "leave"
+		return req
+	}
+	holder := plain("v0")
+	holder.Key = "leave"
+	acquire(holder, true)
+	acquire(leaving("v1"), false)
+	acquire(leaving("v2"), false)
+	c.count("withdraw from a queue, no late-request record", 15, func() {
+		if err := b.Withdraw(ctx, "leave", "v2"); err != nil {
 			t.Fatal(err)
 		}
 	})
