@@ -131,9 +131,15 @@ func (g *releaseStateGen) state() releaseState {
 		latest := int64(math.MinInt64)
 		arrival := 1 + g.r.IntN(7)
 		qo := false
+		// A queue whose entries all lapsed while its keys live on: a join
+		// or refresh stretches the keys up to a quarter of a QueueTTL past
+		// the latest entry (acquire.lua's stretchQueue).
+		lapsed := g.pick(0.05)
 		for i, tok := range toks[:n] {
 			exp := g.at(-2, -1, 1, 2, 3, 4)
-			if i == n-1 && latest < g.now {
+			if lapsed {
+				exp = g.at(-2, -1)
+			} else if i == n-1 && latest < g.now {
 				exp = g.at(1, 2, 3, 4) // a queue whose entries all lapsed has expired
 			}
 			e, _ := strconv.ParseInt(exp, 10, 64)
@@ -156,8 +162,15 @@ func (g *releaseStateGen) state() releaseState {
 			add("ZADD", "%K:q", arrival+n, "y") // in Q alone (no script does that)
 		}
 		at := latest + []int64{0, 1500, 3000}[g.r.IntN(3)]
-		add("PEXPIREAT", "%K:q", at)
-		add("PEXPIREAT", "%K:qe", at)
+		if lapsed {
+			at = g.now + 3000
+		}
+		// Keys without a TTL (written by hand, or by a client that
+		// failed between its writes) must be left as the reference does.
+		if g.pick(0.95) {
+			add("PEXPIREAT", "%K:q", at)
+			add("PEXPIREAT", "%K:qe", at)
+		}
 		if qo && g.pick(0.95) {
 			add("PEXPIREAT", "%K:qo", at)
 		}
