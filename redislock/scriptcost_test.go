@@ -219,6 +219,28 @@ func TestScriptPathsCommandCounts(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	// A head whose entry expires last (it refreshed after the others
+	// joined, or asked for a longer QueueTTL): the queue's keys are fitted
+	// to the entry that then expires last (three PEXPIREATs).
+	latest := func(token string, queueTTL time.Duration) driver.AcquireRequest {
+		req := fair(token)
+		req.Key, req.QueueTTL = "latest", queueTTL
+		return req
+	}
+	first = plain("e0")
+	first.Key = "latest"
+	res = acquire(first, true)
+	acquire(latest("e1", 20*time.Second), false)
+	acquire(latest("e2", 5*time.Second), false)
+	acquire(latest("e3", 5*time.Second), false)
+	c.count("release with a queue of three whose head expires last, handed to it, no late-request record", 23, func() {
+		if _, err := b.ReleaseGrant(ctx, "latest", "e0", res.Fence); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if handedFence(t, admin, "dlock:{latest}", "e1") != res.Fence+1 {
+		t.Errorf("the lock was not handed from e0 to e1")
+	}
 }
 
 // handedFence returns the fence of the grant that token holds, handed to it
