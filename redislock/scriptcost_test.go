@@ -189,8 +189,16 @@ func TestScriptPathsCommandCounts(t *testing.T) {
 	res = acquire(first, true)
 	acquire(noHandoff("n1"), false)
 	acquire(noHandoff("n2"), false)
-	c.count("release with a queue whose head takes no handoff", 15, func() {
+	c.count("release with a queue whose head takes no handoff, no late-request record", 15, func() {
 		if _, err := b.ReleaseGrant(ctx, "nohandoff", "n0", res.Fence); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// n0's release recorded its request: the next release prunes the
+	// record.
+	res = acquire(noHandoff("n1"), true)
+	c.count("release with a queue whose head takes no handoff", 17, func() {
+		if _, err := b.ReleaseGrant(ctx, "nohandoff", "n1", res.Fence); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -208,6 +216,13 @@ func TestScriptPathsCommandCounts(t *testing.T) {
 	acquire(leaving("v2"), false)
 	c.count("withdraw from a queue, no late-request record", 15, func() {
 		if err := b.Withdraw(ctx, "leave", "v2"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// v2's withdrawal is recorded: the next one prunes the record.
+	acquire(leaving("v3"), false)
+	c.count("withdraw from a queue", 17, func() {
+		if err := b.Withdraw(ctx, "leave", "v3"); err != nil {
 			t.Fatal(err)
 		}
 	})
