@@ -79,20 +79,36 @@ local function fitQueue(Q, QE, QO)
   redis.call('PEXPIREAT', QO, last[2])
 end
 
+-- dropEntry takes token's entry, which Q no longer holds, out of QE and QO.
+-- The keys expire no sooner than the latest entry (every write fits or
+-- stretches them; pruning takes only entries that expired before it), so
+-- they are fitted again only when token's entry was that one: then to the
+-- entry before it, read with it (what fitQueue would read after). tail is
+-- QE's last two entries with their expiries when the caller read them.
+local function dropEntry(Q, QE, QO, token, tail)
+  tail = tail or redis.call('ZRANGE', QE, -2, -1, 'WITHSCORES')
+  redis.call('ZREM', QE, token)
+  redis.call('HDEL', QO, token, '\0' .. token)
+  if #tail == 0 then
+    fitQueue(Q, QE, QO) -- QE lacked token (no script does that)
+  elseif tail[#tail - 1] == token then
+    if #tail == 2 then
+      redis.call('DEL', Q, QE, QO)
+    else
+      redis.call('PEXPIREAT', QE, tail[2])
+      redis.call('PEXPIREAT', Q, tail[2])
+      redis.call('PEXPIREAT', QO, tail[2])
+    end
+  end
+end
+
 -- unqueue takes token's entry out of the queue; it reports whether it had
--- one. The keys expire no sooner than the latest entry (every write fits
--- or stretches them; pruning takes only entries that expired before it),
--- so they are fitted again only when token's entry was that one.
-local function unqueue(Q, QE, QO, token)
+-- one. tail is as for dropEntry.
+local function unqueue(Q, QE, QO, token, tail)
   if redis.call('ZREM', Q, token) == 0 then
     return false
   end
-  local last = redis.call('ZRANGE', QE, -1, -1)[1]
-  redis.call('ZREM', QE, token)
-  redis.call('HDEL', QO, token, '\0' .. token)
-  if last == nil or last == token then
-    fitQueue(Q, QE, QO)
-  end
+  dropEntry(Q, QE, QO, token, tail)
   return true
 end
 
@@ -123,6 +139,18 @@ local function holdDetails(v)
   return fence or '0', tonumber(limit) or 0, owner or ''
 end
 
+-- leaveQueue takes token's entry, which Q holds, off the queue, after
+-- pruning it, and returns leave's second and third answers.
+local function leaveQueue(L, S, Q, QE, QO, token)
+  pruneQueue(Q, QE, QO)
+  local head = redis.call('ZRANGE', Q, 0, 0)[1]
+  if not unqueue(Q, QE, QO, token) then
+    return false, false
+  end
+  return true, head == token and redis.call('EXISTS', L) == 0 and
+      redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf') == 0
+end
+
 -- leave takes token's writer intent and fair queue entry off the lock (KEYS
 -- as named in release.lua) and returns whether it had an intent (its going
 -- concerns every waiter), whether it had an entry, and whether it was the
@@ -136,15 +164,33 @@ local function leave(L, S, W, Q, QE, QO, token, n)
     intent = true
   end
   if (not n or n >= 2) and redis.call('ZSCORE', Q, token) then
-    pruneQueue(Q, QE, QO)
-    local head = redis.call('ZRANGE', Q, 0, 0)[1]
-    if unqueue(Q, QE, QO, token) then
-      entry = true
-      headLeft = head == token and redis.call('EXISTS', L) == 0 and
-          redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf') == 0
-    end
+    entry, headLeft = leaveQueue(L, S, Q, QE, QO, token)
   end
   return intent, entry, headLeft
+end
+
+-- headOf reads the fair queue's head, the head's owner and handoff
+-- channel id (HMGET of QO) and its entry's expiry (ms), and, for a head
+-- with an owner, QE's last two entries with their expiries (for dropEntry:
+-- the head's is read there when it is one of them). Nothing else is read
+-- for a head that is token.
+local function headOf(Q, QE, QO, token)
+  local head = redis.call('ZRANGE', Q, 0, 0)[1]
+  if not head or head == token then
+    return head
+  end
+  local o = redis.call('HMGET', QO, head, '\0' .. head)
+  local exp, tail
+  if o[1] then
+    tail = redis.call('ZRANGE', QE, -2, -1, 'WITHSCORES')
+    for i = 1, #tail, 2 do
+      if tail[i] == head then
+        exp = tonumber(tail[i + 1])
+      end
+    end
+  end
+  exp = exp or tonumber(redis.call('ZSCORE', QE, head))
+  return head, exp, o, tail
 end
 
 -- handOff grants the lock, when it is free of exclusive and live shared
@@ -154,52 +200,85 @@ end
 -- the head's entry (the head's last request + its QueueTTL), so that a
 -- head that died leaves the lock no later than its entry would have. It
 -- returns the head, the grant's fence and the id of the head's client's
--- handoff channel (false when it has none), or nil. freed is true when the
+-- handoff channel (false when it has none), or nil and what announce
+-- would find as the next: the lock being free, the live head that a prune
+-- leaves the head, or '' when the queue is gone; nil when it did not
+-- look or found a head that is not live. freed is true when the
 -- caller has just deleted an exclusive grant: then the lock is free of
 -- live shared holds too, with no need to look (no shared hold is granted
 -- or renewed while an exclusive grant exists, and an exclusive grant is
 -- made only when no shared hold is live).
-local function handOff(L, F, S, Q, QE, QO, freed)
+-- token, when given, is a token whose queue entry the caller left for
+-- handOff to take off as leave would have first (leaveQueue): with the
+-- head's, in one ZREM, when the head is another token and gets the lock.
+local function handOff(L, F, S, Q, QE, QO, freed, token)
   if not freed and (redis.call('EXISTS', L) == 1 or redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf') > 0) then
     return nil
   end
+  local head, exp, o, tail = headOf(Q, QE, QO, token)
+  if token and not (o and o[1] and exp and exp > now()) then
+    -- No grant to make with what was read: token's entry goes first.
+    if head and (head == token or redis.call('ZSCORE', Q, token)) then
+      leaveQueue(L, S, Q, QE, QO, token)
+      head, exp, o, tail = headOf(Q, QE, QO)
+    end
+    token = nil
+  end
+  if not head then
+    return nil, ''
+  end
   -- The queue is pruned only when its head's entry has expired: pruning
   -- takes a command every time, and every enqueue prunes anyway.
-  local head = redis.call('ZRANGE', Q, 0, 0)[1]
-  if not head then
-    return nil
-  end
-  local exp = tonumber(redis.call('ZSCORE', QE, head))
   if not exp or exp <= now() then
     pruneQueue(Q, QE, QO)
-    head = redis.call('ZRANGE', Q, 0, 0)[1]
+    head, exp, o, tail = headOf(Q, QE, QO)
     if not head then
-      return nil
+      return nil, ''
     end
-    exp = tonumber(redis.call('ZSCORE', QE, head))
     if not exp or exp <= now() then
       return nil
     end
   end
-  local o = redis.call('HMGET', QO, head, '\0' .. head)
   local owner, hid = o[1], o[2]
   if not owner then
-    return nil
+    return nil, head
   end
   local fence = redis.call('INCR', F)
   redis.call('HSET', L, head, 1, 'owner', owner, 'fence', string.format('%d', fence), 'at', now(), 'rid', 'ho')
   redis.call('PEXPIREAT', L, exp)
-  unqueue(Q, QE, QO, head)
+  if not token then
+    unqueue(Q, QE, QO, head, tail)
+  elseif redis.call('ZREM', Q, head, token) == 1 then
+    dropEntry(Q, QE, QO, head, tail) -- token had no entry
+  else
+    -- token had one too, which leaveQueue would have taken off first,
+    -- after pruning: the same keys result. The head's entry is live, so
+    -- QE's latest is, and pruning leaves it the latest.
+    local last = tail[#tail - 1]
+    pruneQueue(Q, QE, QO)
+    redis.call('ZREM', QE, head, token)
+    redis.call('HDEL', QO, head, '\0' .. head, token, '\0' .. token)
+    if last == nil or last == head or last == token then
+      fitQueue(Q, QE, QO)
+    end
+  end
   return head, fence, hid
 end
 
 -- announce publishes "next:" on channel with publish (PUBLISH or SPUBLISH),
 -- followed by the fair queue's head when the lock is free with a live queue
 -- and the news is for the head alone (not anyone). A refused publish (an
--- ACL without the channel) does not undo what the script did.
-local function announce(L, Q, QE, QO, publish, channel, anyone)
+-- ACL without the channel) does not undo what the script did. known is
+-- handOff's second answer, when the caller has it: the head, which the
+-- prune leaves in place, or '' for no queue, with the lock free.
+local function announce(L, Q, QE, QO, publish, channel, anyone, known)
   local next = ''
-  if not anyone and redis.call('EXISTS', L) == 0 and redis.call('EXISTS', Q) == 1 then
+  if not anyone and known then
+    if known ~= '' then
+      pruneQueue(Q, QE, QO)
+      next = known
+    end
+  elseif not anyone and redis.call('EXISTS', L) == 0 and redis.call('EXISTS', Q) == 1 then
     pruneQueue(Q, QE, QO)
     next = redis.call('ZRANGE', Q, 0, 0)[1] or ''
   end

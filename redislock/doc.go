@@ -26,6 +26,8 @@
 //	              under NUL + token, the id of their Backend's handoff
 //	              channel).
 //	NS:{K}:r      the ids of the latest releases, for 15s (resent requests).
+//	NS:{K}:late   the requests that must not take effect if they land late
+//	              (released or withdrawn), for 5s after the last write.
 //	NS:{K}:rel    the pub/sub channel on which a release is announced.
 //	NS:{K}:ho:ID:rel  a Backend's handoff channel: a release that hands
 //	              the lock to that Backend's queue entry announces it
@@ -36,7 +38,7 @@
 // the shared holds and queue entries that have expired, and each of the
 // groups :s/:si and :q/:qe/:qo expires with its latest entry (:q/:qe/:qo up to
 // a quarter of a QueueTTL after it), so nothing but the fence counter is left
-// once every holder and waiter has gone.
+// once every holder and waiter has gone and :r and :late have expired.
 //
 // The braces are a Cluster hash tag, so one lock's keys share a slot and a
 // single script can touch them together. Acquire, renew and release are each

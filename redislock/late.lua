@@ -13,11 +13,14 @@
 -- holds more than lateMax + the entries of one call.
 local lateTTL, lateMax = 5000, 4096
 
--- remember adds members to the record x, each until now + lateTTL; ms is
--- now (the server's clock in ms) when the caller read it already.
-local function remember(x, members, ms)
+-- remember adds members to the record x, each until now + lateTTL, and
+-- reports whether it wrote; ms is now (the server's clock in ms) when the
+-- caller read it already. fresh is true when the caller knows that x does
+-- not exist: then what it writes holds nothing to prune (all its entries
+-- are live, and fewer than lateMax), so it is not pruned.
+local function remember(x, members, ms, fresh)
   if #members == 0 then
-    return
+    return false
   end
   if not ms then
     local t = redis.call('TIME')
@@ -29,9 +32,12 @@ local function remember(x, members, ms)
     args[2 * i - 1], args[2 * i] = till, m
   end
   redis.call('ZADD', x, unpack(args))
-  redis.call('ZREMRANGEBYSCORE', x, '-inf', string.format('%d', ms))
-  redis.call('ZREMRANGEBYRANK', x, 0, -lateMax - 1)
+  if not fresh then
+    redis.call('ZREMRANGEBYSCORE', x, '-inf', string.format('%d', ms))
+    redis.call('ZREMRANGEBYRANK', x, 0, -lateMax - 1)
+  end
   redis.call('PEXPIRE', x, lateTTL)
+  return true
 end
 
 -- served returns the members of the record for the ids rids (the 'rid'

@@ -113,16 +113,23 @@ if seen(recent, rid) then
   -- again since: a grant to the same owner ID or reentrant handle).
   return 0 -- as the first run answered
 end
--- EXISTS W Q Q, once read: EXISTS counts a key named twice twice, so
--- the answer is odd when W exists and 2 or more when Q does (see leave).
-local waiting
+-- EXISTS W Q Q X X X X, once read: EXISTS counts a key named n times n
+-- times, so its answer % 4 is odd when W exists and 2 or more when Q does
+-- (see leave), and it is 4 or more when the late-request record X does
+-- (whose pruning remember skips when X does not: fresh).
+local waiting, fresh
+local function exists()
+  local n = redis.call('EXISTS', W, Q, Q, X, X, X, X)
+  fresh = n < 4
+  return n % 4
+end
 if holds == '1' and not h[3] then
-  waiting = redis.call('EXISTS', W, Q, Q)
+  waiting = exists()
 end
 if waiting == 0 then
   redis.call('DEL', L)
   done(recent, h[2])
-  remember(X, served(h[5], token, cleanup))
+  remember(X, served(h[5], token, cleanup), nil, fresh)
   if ARGV[3] ~= '' then
     redis.pcall(ARGV[3], ARGV[2], 'next:') -- refused (ACL): the release stands
   end
@@ -135,13 +142,21 @@ local notify = false -- announce the release
 local anyone = false -- announce it to every waiter, not only the queue's head
 local freed = false  -- this release deleted an exclusive grant (see handOff)
 
+-- remember, once X is known to exist or not: a write makes it exist.
+waiting = waiting or exists()
+local function record(members)
+  if remember(X, members, now(), fresh) then
+    fresh = false
+  end
+end
+
 if holds then
   local _, expired = leaseState(L, h[3])
   if expired then
     -- The lease expired and the lock sits in its lock-delay: the late
     -- holder is done with it, so the delay has no more reason to run.
     redis.call('DEL', L) -- not done(): a resend, too, finds nothing held
-    remember(X, served(h[5], token, cleanup), now())
+    record(served(h[5], token, cleanup))
     notify, freed = true, true
   else
     holds = tonumber(holds) - 1
@@ -150,7 +165,7 @@ if holds then
     else
       redis.call('DEL', L)
       done(recent, h[2])
-      remember(X, served(h[5], token, cleanup), now())
+      record(served(h[5], token, cleanup))
       notify, freed = true, true
     end
     result = holds
@@ -171,13 +186,16 @@ end
 if result == -1 and cleanup then
   -- Held nothing (or a lease that had expired): the acquire this cleans up
   -- after may not have landed yet.
-  remember(X, {'t' .. token}, now())
+  record({'t' .. token})
 end
 
-waiting = waiting or redis.call('EXISTS', W, Q, Q)
 local waiters = waiting > 0
+-- A release that deleted an exclusive grant announces it whatever leave
+-- finds, and hands the lock over when it can: handOff takes token's queue
+-- entry off then (deferred), most often with the head's in one ZREM.
+local deferred = freed and waiting >= 2 and ARGV[3] ~= ''
 if waiters then
-  local intent, _, headLeft = leave(L, S, W, Q, QE, QO, token, waiting)
+  local intent, _, headLeft = leave(L, S, W, Q, QE, QO, token, deferred and waiting % 2 or waiting)
   if intent then
     notify, anyone = true, true
   end
@@ -186,8 +204,10 @@ if waiters then
   end
 end
 
+local known -- handOff's word on the next, when it made no grant
 if notify and waiters and ARGV[3] ~= '' then
-  local head, fence, hid = handOff(L, F, S, Q, QE, QO, freed)
+  local head, fence, hid = handOff(L, F, S, Q, QE, QO, freed, deferred and token)
+  known = fence
   if head then
     -- To the head's client alone when it has a handoff channel: the other
     -- waiters have nothing to do on a handoff (the lock is not free).
@@ -206,6 +226,6 @@ if notify and waiters and ARGV[3] ~= '' then
   end
 end
 if notify and ARGV[3] ~= '' then
-  announce(L, Q, QE, QO, ARGV[3], ARGV[2], anyone or not waiters)
+  announce(L, Q, QE, QO, ARGV[3], ARGV[2], anyone or not waiters, known)
 end
 return result

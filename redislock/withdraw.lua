@@ -13,15 +13,21 @@
 -- way queues nothing and records no intent when it lands, for lateTTL.
 -- Returns 1 when something of token's was removed, else 0. A refused
 -- publish (an ACL without the channel) does not undo the withdrawal.
-local L, S, SI, W, Q, QE, QO = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8]
+local L, S, SI, W, Q, QE, QO, X = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8], KEYS[10]
 local token = ARGV[1]
-remember(KEYS[10], {'w' .. token})
-local n = redis.call('EXISTS', W, Q, Q) -- see leave in common.lua
+-- EXISTS W Q Q X X X X: its answer % 4 is leave's n (see leave in
+-- common.lua), and it is 4 or more when the record X exists, which a
+-- record written afresh needs no pruning of (see remember).
+local n = redis.call('EXISTS', W, Q, Q, X, X, X, X)
+local fresh = n < 4
+n = n % 4
 if n == 0 then
+  remember(X, {'w' .. token}, nil, fresh)
   return 0
 end
 
 --#common
+remember(X, {'w' .. token}, now(), fresh) -- one TIME with the queue's prune
 local intent, entry, headLeft = leave(L, S, W, Q, QE, QO, token, n)
 if intent or headLeft then
   announce(L, Q, QE, QO, ARGV[3], ARGV[2], intent)

@@ -1,0 +1,32 @@
+-- withdraw: take a waiter out of the fair queue and withdraw its writer
+-- intent, without touching any hold; wake waiters when that lets another
+-- in, as release.lua does. scripts.go puts common.lua in place of the line
+-- "--#common".
+-- KEYS[1] lock hash   KEYS[2] shared holds   KEYS[3] shared holds' details
+-- KEYS[4] writer intent   KEYS[5] fair queue   KEYS[6] fair queue's expiries
+-- KEYS[7] recent releases (unused)   KEYS[8] fair queue's owners: release.lua's
+-- KEYS, with KEYS[10] the late-request record (see late.lua, which
+-- scripts.go puts in front of this script)   ARGV[1] token
+-- ARGV[2] release channel
+-- ARGV[3] the publish command: PUBLISH, or SPUBLISH on a Cluster
+-- The withdrawal is recorded (late.lua): a request of token still on its
+-- way queues nothing and records no intent when it lands, for lateTTL.
+-- Returns 1 when something of token's was removed, else 0. A refused
+-- publish (an ACL without the channel) does not undo the withdrawal.
+local L, S, SI, W, Q, QE, QO = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8]
+local token = ARGV[1]
+remember(KEYS[10], {'w' .. token})
+local n = redis.call('EXISTS', W, Q, Q) -- see leave in common.lua
+if n == 0 then
+  return 0
+end
+
+--#common
+local intent, entry, headLeft = leave(L, S, W, Q, QE, QO, token, n)
+if intent or headLeft then
+  announce(L, Q, QE, QO, ARGV[3], ARGV[2], intent)
+end
+if intent or entry then
+  return 1
+end
+return 0
