@@ -45,11 +45,7 @@ type headSight struct {
 // acquires of sqllock see them: a queue entry of a token whose clean-up is
 // recorded is passed over.
 func sqlHeads(ctx context.Context, db *sql.DB, d sqllock.Dialect) ([]headSight, error) {
-	now := map[sqllock.Dialect]string{
-		sqllock.SQLite:     "CAST(round(unixepoch('subsec') * 1000) AS INTEGER)",
-		sqllock.MySQL:      "UTC_TIMESTAMP(6)",
-		sqllock.PostgreSQL: "now()",
-	}[d]
+	now := sqlNow[d]
 	t := sqllock.DefaultTable
 	q := `SELECT m.name, CASE WHEN m.token IS NOT NULL AND m.expires_at > ` + now + ` THEN m.token ELSE '' END,
   COALESCE((SELECT q.token FROM ` + t + `_queue q WHERE q.name = m.name AND q.expires_at > ` + now + `

@@ -622,6 +622,14 @@ func (s *store) sqlLeftovers(t *testing.T, admin storeSpec, d sqllock.Dialect) {
 	}
 }
 
+// sqlNow is each dialect's current time, in the unit of its lock tables'
+// time columns.
+var sqlNow = map[sqllock.Dialect]string{
+	sqllock.SQLite:     "CAST(round(unixepoch('subsec') * 1000) AS INTEGER)",
+	sqllock.MySQL:      "UTC_TIMESTAMP(6)",
+	sqllock.PostgreSQL: "now()",
+}
+
 // sqlHeld lists what the lock tables keep beyond each name's row and its
 // fence: an exclusive holder's token, a writer's intent, a shared_until
 // ahead, and every row of the shared-hold and queue tables; with liveOnly,
@@ -629,11 +637,7 @@ func (s *store) sqlLeftovers(t *testing.T, admin storeSpec, d sqllock.Dialect) {
 // cannot be asked is one line, so that a caller that waits asks again.
 func sqlHeld(t *testing.T, db *sql.DB, d sqllock.Dialect, liveOnly bool) []string {
 	t.Helper()
-	now := map[sqllock.Dialect]string{
-		sqllock.SQLite:     "CAST(round(unixepoch('subsec') * 1000) AS INTEGER)",
-		sqllock.MySQL:      "UTC_TIMESTAMP(6)",
-		sqllock.PostgreSQL: "now()",
-	}[d]
+	now := sqlNow[d]
 	main := sqllock.DefaultTable
 	cond := "token IS NOT NULL OR intent_token IS NOT NULL OR shared_until > " + now
 	side := ""
