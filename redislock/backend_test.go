@@ -21,7 +21,12 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m,
+		// toxiproxy's links (the tests' proxies) end a moment after their
+		// proxy or toxic is removed; they are the test rig's, not dlock's.
+		goleak.IgnoreAnyFunction("github.com/Shopify/toxiproxy/v2/toxics.(*ToxicStub).Run"),
+		goleak.IgnoreAnyFunction("github.com/Shopify/toxiproxy/v2.(*ToxicLink).Start.func1"),
+	)
 }
 
 // setup starts a redis-server and returns a Backend on it and a plain client
