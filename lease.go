@@ -282,7 +282,9 @@ func (l *Lease) Refresh(ctx context.Context) error {
 // Lock may hold again, nor for a hold that is not the grant's last).
 //
 // Unlock returns ErrNotHeld when the lease had been lost or the store no
-// longer had it, ErrReleased when it was already unlocked, ErrInvalid for a
+// longer had it (but nil when the lease was valid as Unlock began and the
+// release, held up, came back after the store may have let it lapse: the
+// hold ended on the store either way), ErrReleased when it was already unlocked, ErrInvalid for a
 // nil lease, ctx's error when ctx has ended or ends before the store
 // answers (the release is then sent in the background, bounded by the TTL,
 // after a renewal in flight is back; not for a reentrant handle or an owner
@@ -313,6 +315,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 func (l *Lease) unlock(ctx context.Context, start time.Duration) error {
 	g := l.g
 	c := g.c
+	began := time.Now()
 	l.mu.Lock()
 	if err := l.err; err != nil {
 		l.mu.Unlock()
@@ -425,6 +428,9 @@ func (l *Lease) unlock(ctx context.Context, start time.Duration) error {
 	case err != nil:
 		l.finish(ErrReleased)
 		return wrapStore("unlock", g.name, err)
+	case !held && lapsedMeanwhile(g, began):
+		l.finish(ErrReleased)
+		return nil
 	case !held:
 		lost := &LostError{Name: g.name, Reason: LostMissing}
 		if gl := g.loseNow(LostMissing, nil); gl != nil {
@@ -436,6 +442,13 @@ func (l *Lease) unlock(ctx context.Context, start time.Duration) error {
 	}
 	l.finish(ErrReleased)
 	return nil
+}
+
+// lapsedMeanwhile reports whether g was valid when an Unlock began and its
+// release came back after the deadline, when the store may have let the hold
+// lapse (a frozen member, a slow link): the hold ended after the caller's work.
+func lapsedMeanwhile(g *grant, began time.Time) bool {
+	return began.Before(g.safeDeadline()) && !time.Now().Before(g.deadlineNow())
 }
 
 // afterEnd is Unlock of a lease that had already ended with err. A lease lost

@@ -12,7 +12,10 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/test/testserver"
 	"github.com/dlock-go/dlock/memlock"
+	"github.com/dlock-go/dlock/redislock"
+	"github.com/redis/go-redis/v9"
 )
 
 // A lease makes its Done channel on first use; it must behave as one made
@@ -406,5 +409,49 @@ func TestConcurrentUnlock(t *testing.T) {
 	}
 	if l.Err() == nil {
 		t.Error("second Unlock returned before the lease ended")
+	}
+}
+
+// A release held up on its way to the store (a frozen member, a slow link)
+// may land after the store let the hold lapse. The lease was valid when
+// Unlock began, so the caller's work ran under it: Unlock reports a
+// release, not a loss. A hold that the store dropped before Unlock began
+// (deleted under a valid lease) is still reported lost.
+func TestUnlockHeldUpPastTTLReleases(t *testing.T) {
+	ctx := t.Context()
+	srv := testserver.StartRedis(t)
+	px := testserver.StartProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: px.Addr(), ReadTimeout: 10 * time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := dlock.New(redislock.New(rdb), dlock.WithTTL(time.Second))
+	defer c.Close()
+
+	l, err := c.Mutex("unlock/late").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px.RequestLatency(t, 2500*time.Millisecond, 0)
+	err = l.Unlock(ctx)
+	px.RequestLatency(t, 0, 0)
+	if err != nil {
+		t.Fatalf("Unlock whose release reached the store after the TTL = %v, want nil", err)
+	}
+	if !errors.Is(l.Err(), dlock.ErrReleased) {
+		t.Fatalf("Err after Unlock = %v, want ErrReleased", l.Err())
+	}
+	inspect := redislock.New(srv.Client(t))
+	if info, held, err := inspect.Inspect(ctx, "unlock/late"); err != nil || held {
+		t.Fatalf("the lock is still on the store (%v, %v)", info, err)
+	}
+
+	gone, err := c.Mutex("unlock/deleted").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := inspect.ForceRelease(ctx, "unlock/deleted"); err != nil {
+		t.Fatal(err)
+	}
+	if err := gone.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) {
+		t.Fatalf("Unlock of a hold deleted before it = %v, want ErrNotHeld and ErrLost", err)
 	}
 }
