@@ -37,10 +37,19 @@ var lateSteps = map[string][]lateStep{
 	kindRedis:    {{40 * time.Millisecond, 40 * time.Millisecond}, {120 * time.Millisecond, 100 * time.Millisecond}, {200 * time.Millisecond, 100 * time.Millisecond}},
 	kindMariaDB:  {{10 * time.Millisecond, 10 * time.Millisecond}, {40 * time.Millisecond, 40 * time.Millisecond}, {80 * time.Millisecond, 70 * time.Millisecond}},
 	kindPostgres: {{10 * time.Millisecond, 10 * time.Millisecond}, {40 * time.Millisecond, 40 * time.Millisecond}, {80 * time.Millisecond, 70 * time.Millisecond}},
-	// Redlock: node 0's requests, past the 50ms node timeout half the
-	// time; node 1 gets a fifth of it, node 2 none, so that grants go on.
-	kindRedlock: {{30 * time.Millisecond, 30 * time.Millisecond}, {60 * time.Millisecond, 50 * time.Millisecond}, {100 * time.Millisecond, 90 * time.Millisecond}},
+	// Redlock: node 0's requests, past the node timeout (lateNodeTimeout)
+	// half the time; node 1 gets a fifth of it, node 2 none, so that grants
+	// go on.
+	kindRedlock: {{90 * time.Millisecond, 90 * time.Millisecond}, {180 * time.Millisecond, 150 * time.Millisecond}, {300 * time.Millisecond, 270 * time.Millisecond}},
 }
+
+// lateNodeTimeout is Redlock's node timeout in TestLateRequest. With the
+// default 50ms, a client process under -race on a loaded machine missed it
+// on nodes without any latency as often as on the late one (SAFETY.md: a
+// loaded client needs a larger WithNodeTimeout), and the lock sat free while
+// its waiters' attempts failed for that, not for the late requests; the
+// steps above are set around it.
+const lateNodeTimeout = 150 * time.Millisecond
 
 const (
 	lateStepFor = 500 * time.Millisecond
@@ -90,6 +99,9 @@ func TestLateRequest(t *testing.T) {
 	for _, kind := range kinds {
 		t.Run(kind, func(t *testing.T) {
 			s := startStore(t, kind, storeOptions{Proxy: true})
+			if kind == kindRedlock {
+				s.spec.NodeTimeout = lateNodeTimeout
+			}
 			steps := lateSteps[kind]
 			faults := func(ctx context.Context, r *runState) {
 				set := func(st lateStep) {
