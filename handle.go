@@ -243,8 +243,11 @@ func (h *handle) try(ctx context.Context, token string, wait, fair, claim bool) 
 		req.QueueTTL = h.qttl
 		req.Handoff = fair && h.handoff
 		if claim && !fair && h.claim {
+			// The claim lives claimTTL; a writer intent the request records
+			// or keeps (readers keep the lock) lives the handle's qttl, so
+			// that a slow statement does not let new readers past it.
 			req.Claim = true
-			req.QueueTTL = min(req.QueueTTL, claimTTL)
+			req.ClaimTTL = min(req.QueueTTL, claimTTL)
 		}
 	}
 	sent = time.Now()

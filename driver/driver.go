@@ -172,7 +172,7 @@ type AcquireRequest struct {
 	// when a holder refuses it, the store records Token's claim on the
 	// lock's next grant, or keeps it, unless another token's claim or
 	// writer intent is live. A claim is a writer intent (it expires
-	// QueueTTL after the last request that made or kept it, a grant to
+	// ClaimTTL after the last request that made or kept it, a grant to
 	// Token removes it, Release with Token removes it at once), and, as
 	// every live intent does on such a store, it keeps out the exclusive
 	// requests without Fair of every other token (a re-entry of the holder
@@ -183,6 +183,13 @@ type AcquireRequest struct {
 	// WriterWaiting set. Never set with a token that outlives one Lock
 	// call.
 	Claim bool
+	// ClaimTTL, with Claim, is the time to live of the claim (0 means
+	// QueueTTL). QueueTTL stays the time to live of Token's writer intent,
+	// which a claiming request records or keeps as any request with Wait
+	// does, and which the store refreshes whenever it records or refreshes
+	// the claim: a waiting writer that claims keeps new readers out for as
+	// long as one that does not.
+	ClaimTTL time.Duration
 }
 
 // Handoff is a grant that a release made to the head of the fair queue

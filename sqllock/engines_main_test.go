@@ -72,6 +72,7 @@ func runCommon(t *testing.T, newDB newDatabase) {
 		{"RoundTrips", testRoundTrips},
 		{"PlainNotStarved", testPlainNotStarved},
 		{"ClaimLeftOnCancel", testClaimLeftOnCancel},
+		{"ClaimKeepsIntent", testClaimKeepsIntent},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newDB) })
 	}

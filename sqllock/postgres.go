@@ -287,6 +287,11 @@ func (p *postgres) acquire(ctx context.Context, req driver.AcquireRequest) (driv
 	switch {
 	case req.Wait && req.Claim:
 		res.Queued, err = p.tx.recordClaim(ctx, req)
+		if err == nil && !res.Queued && ownIntent {
+			// Another's claim goes next; the token's writer intent is
+			// kept all the same, for the readers behind it.
+			res.Queued, err = p.tx.recordIntent(ctx, req)
+		}
 	case ownIntent && req.Wait:
 		// A waiting writer keeps its intent behind another writer.
 		res.Queued, err = p.tx.recordIntent(ctx, req)

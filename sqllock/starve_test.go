@@ -105,3 +105,55 @@ func testClaimLeftOnCancel(t *testing.T, newDB newDatabase) {
 		t.Fatal(err)
 	}
 }
+
+// testClaimKeepsIntent checks that a writer that waits for readers and
+// then claims the next grant behind an exclusive holder keeps its writer
+// intent, for QueueTTL, while its claim lives ClaimTTL: first while another
+// token's claim goes ahead of it, then while its own claim is live. Each
+// phase lasts longer than QueueTTL; the intent still keeps readers out at
+// its end.
+func testClaimKeepsIntent(t *testing.T, newDB newDatabase) {
+	b := newDB(t).backend(t)
+	const key, qttl = "ci", 1500 * time.Millisecond
+	claimer := func(owner string) dldriver.AcquireRequest {
+		req := waiting(writeReq(key, owner, time.Minute), qttl)
+		req.Claim, req.ClaimTTL = true, 500*time.Millisecond
+		return req
+	}
+	r := readReq(key, "r", time.Minute, 0)
+	mustAcquire(t, b, r)
+	w := claimer("w")
+	if res := refused(t, b, w); !res.Queued || res.Shared != 1 {
+		t.Fatalf("writer beside a reader = %+v, want its intent recorded", res)
+	}
+	release(t, b, key, r.Token)
+	x := writeReq(key, "x", time.Minute)
+	mustAcquire(t, b, x)
+
+	keep := func(phase string, reqs ...dldriver.AcquireRequest) {
+		t.Helper()
+		for end := time.Now().Add(qttl + 500*time.Millisecond); time.Now().Before(end); {
+			for _, req := range reqs {
+				refused(t, b, req)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if info, _ := inspect(t, b, key); !info.WriterWaiting {
+			t.Errorf("%s: the writer's intent lapsed: %+v", phase, info)
+		}
+	}
+	other := claimer("other")
+	if res := refused(t, b, other); !res.Queued {
+		t.Fatalf("another claimer behind x = %+v, want its claim recorded", res)
+	}
+	keep("behind another's claim", other, w)
+	release(t, b, key, other.Token)
+	keep("with its own claim", w)
+
+	release(t, b, key, x.Token)
+	if res := refused(t, b, readReq(key, "late", time.Minute, 0)); !res.WriterWaiting {
+		t.Errorf("a reader once x left = %+v, want refused by the writer's intent", res)
+	}
+	mustAcquire(t, b, w)
+	release(t, b, key, w.Token)
+}

@@ -189,9 +189,12 @@ WHERE name = $1`
 FROM {t} WHERE name = $1`
 
 	// tplClaim records or refreshes token $2's claim on the next grant
-	// (driver.AcquireRequest.Claim), for QueueTTL $4, unless another
-	// token's claim is live: one statement on the row alone.
-	tplClaim = `UPDATE {t} SET claim_owner = $3, claim_until = {plus:$4}, claim_token = $2{matched}
+	// (driver.AcquireRequest.Claim), for ClaimTTL $4, unless another
+	// token's claim is live, and keeps the token's own live writer intent
+	// for QueueTTL $5: one statement on the row alone.
+	tplClaim = `UPDATE {t} SET intent_until = CASE WHEN intent_token = $2 AND intent_until > {now}
+    THEN {max}(intent_until, {plus:$5}) ELSE intent_until END,
+  claim_owner = $3, claim_until = {plus:$4}, claim_token = $2{matched}
 WHERE name = $1 AND (claim_token IS NULL OR claim_until <= {now} OR claim_token = $2)` + notGone
 
 	// tplUnclaim drops token $2's claim, when its wait ends.

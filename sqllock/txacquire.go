@@ -7,6 +7,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"time"
 
 	"github.com/dlock-go/dlock/driver"
 )
@@ -269,7 +270,7 @@ func (t *txs) refused(ctx context.Context, req driver.AcquireRequest) (res drive
 	case held:
 		res.Holder, res.HolderTTL = owner, t.x.duration(ttl)
 		switch {
-		case req.Claim && req.Wait && claimLeft.Int64 > t.x.units(req.QueueTTL)/2:
+		case req.Claim && req.Wait && claimLeft.Int64 > t.x.units(claimTTL(req))/2:
 			// The token's claim has more than half its time left: it is
 			// refreshed on a later request, which spares a statement on
 			// each of a claimer's polls.
@@ -317,8 +318,12 @@ func (t *txs) claimFirst(ctx context.Context, req driver.AcquireRequest) (res dr
 	case held:
 		res.Holder, res.HolderTTL = owner, t.x.duration(ttl)
 		switch {
+		case claimer.Valid && ownIntent:
+			// Another's claim goes next; the token's writer intent is
+			// kept all the same, for the readers behind it.
+			res.Queued, err = t.recordIntent(ctx, req)
 		case claimer.Valid: // another's claim: it goes next
-		case claimLeft.Int64 > t.x.units(req.QueueTTL)/2:
+		case claimLeft.Int64 > t.x.units(claimTTL(req))/2:
 			res.Queued = true
 		default:
 			res.Queued, err = t.recordClaim(ctx, req)
@@ -332,13 +337,13 @@ func (t *txs) claimFirst(ctx context.Context, req driver.AcquireRequest) (res dr
 }
 
 // recordClaim records or refreshes req's claim on the next grant
-// (tplClaim) when it will wait, and reports whether the token's claim is
-// live.
+// (tplClaim) when it will wait, with the token's own live writer intent,
+// and reports whether the token's claim is live.
 func (t *txs) recordClaim(ctx context.Context, req driver.AcquireRequest) (bool, error) {
 	if !req.Wait {
 		return false, nil
 	}
-	r, err := t.db.ExecContext(ctx, t.claim.query, t.claim.args(req.Key, req.Token, req.Owner, t.x.units(req.QueueTTL))...)
+	r, err := t.db.ExecContext(ctx, t.claim.query, t.claim.args(req.Key, req.Token, req.Owner, t.x.units(claimTTL(req)), t.x.units(req.QueueTTL))...)
 	if err != nil {
 		return false, err
 	}
@@ -366,4 +371,12 @@ func (t *txs) recordIntent(ctx context.Context, req driver.AcquireRequest) (bool
 	}
 	n, err := r.RowsAffected()
 	return n == 1, err
+}
+
+// claimTTL is the time to live of req's claim (driver.AcquireRequest.ClaimTTL).
+func claimTTL(req driver.AcquireRequest) time.Duration {
+	if req.ClaimTTL > 0 {
+		return req.ClaimTTL
+	}
+	return req.QueueTTL
 }
