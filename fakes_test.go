@@ -127,3 +127,52 @@ func (s *slowAcquire) count(token string) func(driver.ReleaseResult, error) (dri
 		return res, err
 	}
 }
+
+// troubled is a memlock store, seen by one Client, that meets one fault on
+// demand on an exclusive acquire: an answer lost after the store acted (a
+// transient error), or a grant answered late. Every acquire after the
+// fault is slow (the store is still in trouble), which leaves others the
+// time to get in wherever the client lets them. answered sees every answer.
+type troubled struct {
+	*memlock.Backend
+	loseNext  atomic.Bool  // the next exclusive acquire fails after acting
+	lateGrant atomic.Int64 // the next exclusive grant is answered this late
+	slow      time.Duration
+	fired     chan struct{} // closed when the fault was met
+	once      sync.Once
+	after     atomic.Bool // the fault was met
+	answered  func(driver.AcquireRequest, driver.AcquireResult)
+}
+
+func newTroubled(store *memlock.Backend, slow time.Duration) *troubled {
+	return &troubled{Backend: store, slow: slow, fired: make(chan struct{})}
+}
+
+func (s *troubled) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	if s.after.Load() {
+		time.Sleep(s.slow)
+	}
+	res, err := s.Backend.Acquire(ctx, req)
+	if err == nil && s.answered != nil {
+		s.answered(req, res)
+	}
+	if err != nil || req.Mode != driver.Exclusive {
+		return res, err
+	}
+	if s.loseNext.CompareAndSwap(true, false) {
+		s.fire()
+		return driver.AcquireResult{}, driver.Transient(errLostAnswer)
+	}
+	if d := s.lateGrant.Load(); d > 0 && res.Acquired && s.lateGrant.CompareAndSwap(d, 0) {
+		time.Sleep(time.Duration(d))
+		s.fire()
+	}
+	return res, err
+}
+
+func (s *troubled) fire() {
+	s.once.Do(func() {
+		s.after.Store(true)
+		close(s.fired)
+	})
+}

@@ -15,6 +15,10 @@
 //   - abandon, after a wait that ended: the queue entry or writer intent of
 //     its last answer is released or withdrawn.
 //
+// A wait that goes on with a new token (its attempt's outcome unknown, or
+// its grant too late) gives the old one back through handOver, which first
+// moves the wait's writer intent to the new token.
+//
 // Both wait for the store up to settleWait, so that the next TryLock finds
 // the lock as free as it is, and go on in the background after that.
 
@@ -170,4 +174,30 @@ func (h *handle) withdraw(token string) {
 			h.hub.log.Warn("dlock: leaving the queue failed; the entry lapses after its time to live", "lock", h.name, "err", err)
 		}
 	})
+}
+
+// handOver gives back token old of a wait that goes on with token to: an
+// attempt of old whose outcome is unknown (fence 0), or old's grant of
+// fence that came too late. Where the backend can (driver.IntentMover),
+// old's writer intent first moves to to, or to gets one when old holds the
+// lock, so that the release of old, which would drop the intent, lets no
+// new reader in before the writer. It reports whether to has a live
+// intent. A move that meets a transient error leaves old in place, to be
+// handed over again before the wait's next attempt (waiter.settle), and is
+// returned; a late grant is given back whatever the move's outcome.
+func (h *handle) handOver(ctx context.Context, old, to string, fence uint64) (bool, error) {
+	var moved bool
+	var err error
+	if mv, ok := h.backend.(driver.IntentMover); ok {
+		moved, err = mv.MoveIntent(ctx, h.key, old, to, h.c.owner(time.Now(), h.opts.metadata), h.qttl)
+	}
+	if err != nil && fence == 0 && transient(err) && ctx.Err() == nil {
+		return false, err
+	}
+	if fence > 0 {
+		h.giveBack(ctx, old, fence)
+	} else {
+		h.c.cleanup(h.key, old, h.opts.ttl)
+	}
+	return moved && err == nil, nil
 }

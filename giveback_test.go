@@ -102,3 +102,15 @@ func TestGrantAnsweredTooLateIsGivenBack(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWaitingWriterKeepsReadersOutAcrossGivenBackGrant: a writer whose
+// grant, once the reader it waited for left, is answered too late gives it
+// back and waits on with a new token; a reader that came after it stays
+// out through the give-back. The late reader's lease comes after the
+// writer's.
+func TestWaitingWriterKeepsReadersOutAcrossGivenBackGrant(t *testing.T) {
+	// With this TTL and margin a grant answered after 2 s is given back,
+	// while the store still has it for 1.7 s.
+	lateReaderWaitsForWriter(t, true, func(w *troubled) { w.lateGrant.Store(int64(2300 * time.Millisecond)) },
+		dlock.WithTTL(4*time.Second), dlock.WithSafetyMargin(2*time.Second))
+}

@@ -149,7 +149,7 @@ func (h *handle) tryOnce(ctx context.Context) (*Lease, time.Time, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, time.Time{}, errors.Join(&NotObtainedError{Name: h.name}, err)
 	}
-	l, res, sent, err := h.try(ctx, h.tokenFor(), false, h.opts.fair, false)
+	l, res, sent, err := h.try(ctx, h.tokenFor(), false, h.opts.fair, false, false)
 	if err != nil || l != nil {
 		return l, sent, h.tryErr(ctx, err)
 	}
@@ -210,8 +210,11 @@ func (h *handle) notObtained(res driver.AcquireResult) *NotObtainedError {
 // that is a conflict of kinds (driver.AcquireResult.Conflict) is returned
 // as a *ConflictError. sent is when the request went out. A grant that came
 // too late to be used is given back and, for a waiting caller, answered as
-// a refusal that carries the grant's Fence (refusals carry none).
-func (h *handle) try(ctx context.Context, token string, wait, fair, claim bool) (_ *Lease, _ driver.AcquireResult, sent time.Time, _ error) {
+// a refusal that carries the grant's Fence (refusals carry none). With
+// keep (a waiter that passes its writer intent on, see waiter.handOver),
+// neither a transient error's clean-up nor a late grant's give-back is
+// done here: the caller does them.
+func (h *handle) try(ctx context.Context, token string, wait, fair, claim, keep bool) (_ *Lease, _ driver.AcquireResult, sent time.Time, _ error) {
 	if h.drains {
 		// From the look for a grant to join to the lease made: see
 		// reentryLock.
@@ -273,7 +276,9 @@ func (h *handle) try(ctx context.Context, token string, wait, fair, claim bool) 
 		defer h.c.obs.acquired(h.name, took, err)
 	}
 	if err != nil {
-		h.unknownOutcome(token, joined, wait)
+		if !keep {
+			h.unknownOutcome(token, joined, wait)
+		}
 		return nil, res, sent, wrapStore("acquire", h.name, err)
 	}
 	if !res.Acquired {
@@ -300,7 +305,9 @@ func (h *handle) try(ctx context.Context, token string, wait, fair, claim bool) 
 			took = time.Since(sent)
 		}
 		if took >= h.c.validFor(h.opts.ttl)-h.opts.safetyMargin() {
-			h.giveBack(ctx, token, res.Fence)
+			if !keep {
+				h.giveBack(ctx, token, res.Fence)
+			}
 			if wait {
 				// Not obtained: the wait goes on. The fence tells it that
 				// a handoff of this grant, if one is announced late, is over.

@@ -54,6 +54,9 @@ type waiter struct {
 	// an answer; errs counts such errors in a row.
 	lastErr error
 	errs    int
+	// pending is an earlier token of the wait that still waits to be
+	// handed over (see settle), or "".
+	pending string
 }
 
 // run is the wait's loop: try when a release may have come, sleep until a
@@ -70,6 +73,12 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 		w.starved() // the name has a live queue: join it at once
 	}
 	defer w.dequeue()
+	keep := w.keeps()
+	defer func() {
+		if w.pending != "" {
+			h.c.cleanup(h.key, w.pending, h.opts.ttl)
+		}
+	}()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for attempt := 1; ; attempt++ {
@@ -79,9 +88,19 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 		res := w.last
 		// Never waited for: until the store confirms it, the waiter polls.
 		pending := h.hub.subscribe(w.g)
-		if w.tryNow(attempt, pending) {
+		ready := w.tryNow(attempt, pending)
+		if ready && w.pending != "" {
+			if err := w.settle(ctx); err != nil {
+				w.lastErr, ready = err, false
+				w.errs++
+			}
+		}
+		if ready {
 			fair := w.fairNext()
-			l, r, sent, err := w.attempt(ctx, fair)
+			l, r, sent, err := w.attempt(ctx, fair, keep)
+			if err != nil && keep && (ctx.Err() != nil || !transient(err)) {
+				h.c.cleanup(h.key, w.token, h.opts.ttl) // try left it to the wait
+			}
 			switch {
 			case l != nil:
 				return l, nil
@@ -90,7 +109,12 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 			case err != nil && !transient(err):
 				return nil, err
 			case err != nil:
+				old := w.token
 				w.failed(err)
+				if keep {
+					w.pending = old
+					_ = w.settle(ctx) // else before the next attempt
+				}
 			default:
 				w.lastErr, w.errs = nil, 0
 				res, w.last = r, r
@@ -98,7 +122,12 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 				if r.Fence > 0 {
 					// A grant that came too late, given back. Its release may
 					// land later still: go on with a new token, at once.
+					old := w.token
 					w.retoken()
+					if keep {
+						ok, _ := h.handOver(ctx, old, w.token, r.Fence)
+						w.moved(ok)
+					}
 					h.busy(r)
 					continue
 				}
@@ -173,6 +202,36 @@ func (w *waiter) failed(err error) {
 	w.retoken()
 }
 
+// keeps reports whether the wait passes its writer intent on to each new
+// token it draws (handle.handOver): an exclusive wait with a token of its
+// own, on a backend that can move an intent (driver.IntentMover).
+func (w *waiter) keeps() bool {
+	_, ok := w.h.backend.(driver.IntentMover)
+	return ok && w.h.token == "" && w.h.mode == driver.Exclusive
+}
+
+// settle hands the wait's pending token over to its token (see
+// handle.handOver). It returns the transient error of a store that did not
+// take the intent over: the next attempt waits for the hand-over (the old
+// token's intent keeps readers out meanwhile, and its clean-up waits).
+func (w *waiter) settle(ctx context.Context) error {
+	moved, err := w.h.handOver(ctx, w.pending, w.token, 0)
+	if err != nil {
+		return err
+	}
+	w.pending = ""
+	w.moved(moved)
+	return nil
+}
+
+// moved records that a hand-over gave the wait's token a writer intent,
+// which its clean-up must then remove when the wait ends.
+func (w *waiter) moved(ok bool) {
+	if ok {
+		w.queuedEver = true
+	}
+}
+
 // answered records an answer r to a request sent at sent, a fair one or
 // not (see queued, seen). Only a fair request keeps the token's queue
 // entry: a "queued" answer to another (a writer intent, as for the
@@ -245,13 +304,13 @@ func (w *waiter) handsOffHeard() bool {
 // attempt makes one attempt of the wait. The key's subscription is in
 // place (see run), so no release after the attempt is missed; a wake-up
 // seen before it is dropped, since the attempt covers it.
-func (w *waiter) attempt(ctx context.Context, fair bool) (*Lease, driver.AcquireResult, time.Time, error) {
+func (w *waiter) attempt(ctx context.Context, fair, keep bool) (*Lease, driver.AcquireResult, time.Time, error) {
 	select {
 	case <-w.wake():
 	default:
 	}
 	w.attempts++
-	return w.h.try(ctx, w.token, true, fair, w.queue == nil && w.claiming())
+	return w.h.try(ctx, w.token, true, fair, w.queue == nil && w.claiming(), keep)
 }
 
 // fairNext reports whether the waiter's next request is a fair one: in the

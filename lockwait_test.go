@@ -841,3 +841,104 @@ func TestFirstAttemptKeepsItsClientsPlaceInTheFairQueue(t *testing.T) {
 		t.Fatalf("grants in the order %q; want one of c's Locks first (c queued first)", order)
 	}
 }
+
+// TestWaitingWriterKeepsReadersOutAcrossTransientError: a writer that
+// waits for a reader keeps a later reader out through an attempt whose
+// answer is lost (a transient error after the store acted): the wait goes
+// on with a new token, and the clean-up of the old one drops no intent
+// that a reader could slip past. The late reader's lease comes after the
+// writer's.
+//
+// The lost attempt is refused (the reader still holds: it refreshed the
+// writer's intent), or granted (the reader left just before it).
+func TestWaitingWriterKeepsReadersOutAcrossTransientError(t *testing.T) {
+	lose := func(w *troubled) { w.loseNext.Store(true) }
+	t.Run("refused", func(t *testing.T) { lateReaderWaitsForWriter(t, false, lose) })
+	t.Run("granted", func(t *testing.T) { lateReaderWaitsForWriter(t, true, lose) })
+}
+
+// lateReaderWaitsForWriter runs a reader's lease, a writer that waits for
+// it (an RWMutex's, on a troubled store whose acquires take 200 ms after a
+// fault) and a later reader that waits for the writer; fault arms the
+// writer's store once both wait. The first reader leaves before the fault
+// (leaveFirst) or once it was met. The late reader must get its lease
+// after the writer's. opts are the writer's.
+func lateReaderWaitsForWriter(t *testing.T, leaveFirst bool, fault func(*troubled), opts ...dlock.Option) {
+	t.Helper()
+	store := memlock.New()
+	newClient := func(b driver.Backend) *dlock.Client {
+		c := dlock.New(b)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	ctx := t.Context()
+	r1, err := newClient(store).RWMutex("book").RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		fence uint64
+		err   error
+	}
+	take := func(lock func(context.Context) (*dlock.Lease, error), out chan<- result) {
+		lctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		l, err := lock(lctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		out <- result{fence: l.Fence(), err: err}
+	}
+	signal := func() (chan struct{}, func()) {
+		ch := make(chan struct{})
+		var once sync.Once
+		return ch, func() { once.Do(func() { close(ch) }) }
+	}
+
+	wb := newTroubled(store, 200*time.Millisecond)
+	waiting, sawIntent := signal()
+	wb.answered = func(_ driver.AcquireRequest, res driver.AcquireResult) {
+		if res.Queued && res.Shared > 0 {
+			sawIntent()
+		}
+	}
+	writer, late := make(chan result, 1), make(chan result, 1)
+	go take(newClient(wb).RWMutex("book", opts...).Lock, writer)
+	awaitSignal(t, waiting, "the writer's intent")
+
+	lb := newTroubled(store, 0)
+	refused, sawRefusal := signal()
+	lb.answered = func(_ driver.AcquireRequest, res driver.AcquireResult) {
+		if res.WriterWaiting {
+			sawRefusal()
+		}
+	}
+	go take(newClient(lb).RWMutex("book").RLock, late)
+	awaitSignal(t, refused, "the late reader's refusal")
+
+	fault(wb)
+	if !leaveFirst {
+		awaitSignal(t, wb.fired, "the fault")
+	}
+	if err := r1.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	awaitSignal(t, wb.fired, "the fault")
+	w, l := <-writer, <-late
+	if w.err != nil || l.err != nil {
+		t.Fatalf("writer: %v; late reader: %v", w.err, l.err)
+	}
+	if l.fence < w.fence {
+		t.Errorf("the late reader got fence %d before the waiting writer's %d", l.fence, w.fence)
+	}
+}
+
+// awaitSignal waits for ch to close, failing t after a generous bound.
+func awaitSignal(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no sign of %s after 30s", what)
+	}
+}

@@ -128,6 +128,7 @@ var cases = []testCase{
 	{"RWWriterNotStarved", testRWWriterNotStarved},
 	{"RWReaderCrashExpires", testRWReaderCrashExpires},
 	{"RWFences", testRWFences},
+	{"IntentMoves", testIntentMoves},
 	{"SemaphoreLimit", testSemaphoreLimit},
 	{"SemaphorePermitExpires", testSemaphorePermitExpires},
 	{"SemaphoreLimitBinds", testSemaphoreLimitBinds},

@@ -74,6 +74,10 @@ var (
 	//go:embed fenced_claim.lua
 	fencedClaimLua    string
 	fencedClaimScript = redis.NewScript(fencedClaimLua)
+
+	//go:embed move_intent.lua
+	moveIntentLua    string
+	moveIntentScript = redis.NewScript(moveIntentLua)
 )
 
 // The hashes of the scripts on the hot path, boxed once as EVALSHA

@@ -213,6 +213,16 @@ WHERE name = $1 AND ((shared_until > {now} AND NOT (token IS NOT NULL AND expire
     AND (intent_token IS NULL OR intent_until <= {now} OR intent_token = $2))
   OR (intent_token = $2 AND intent_until > {now}))` + notGone
 
+	// tplMoveIntent gives token $3 a writer intent for QueueTTL $5, with
+	// owner $4, in place of token $2's live intent, or while $2 holds the
+	// name exclusively and no intent is live (driver.IntentMover); $3's own
+	// live intent is refreshed. Not while a record of $3's clean-up lives.
+	tplMoveIntent = `UPDATE {t} SET intent_token = $3, intent_owner = $4, intent_until = {plus:$5}{matched}
+WHERE name = $1 AND (
+  (intent_until > {now} AND (intent_token = $2 OR intent_token = $3))
+  OR ((intent_token IS NULL OR intent_until <= {now}) AND token = $2 AND expires_at > {now}))
+  AND NOT EXISTS (SELECT 1 FROM {g} WHERE name = $1 AND token = $3 AND expires_at > {now})`
+
 	// notGone keeps an intent or a claim of token $2 off the name's row
 	// while a record of the token's clean-up lives (see goneTTL).
 	notGone = `

@@ -54,6 +54,7 @@ type txs struct {
 	pruneShared, pruneQueue, clearShared                                    stmt // PostgreSQL and SQLite
 	expiredShared, expiredQueue, allShared                                  stmt // MySQL: the tokens to delete
 	hasMore, holder, intent, claim, unclaim, inspect, list                  stmt
+	moveIntent                                                              stmt // Backend.MoveIntent
 	reader, insertReader                                                    stmt // MySQL and SQLite
 	dropHolder                                                              stmt // BreakIf
 	gone, ungone, dropHold, expiredGone                                     stmt // clean-up records (see goneTTL)
@@ -122,6 +123,7 @@ func newTxs(db *sql.DB, d Dialect, names tableNames) *txs {
 	t.hasMore = x.stmt(tplHasMore)
 	t.holder = x.stmt(tplHolder)
 	t.intent = x.stmt(tplIntent)
+	t.moveIntent = x.stmt(tplMoveIntent)
 	t.claim = x.stmt(tplClaim)
 	t.unclaim = x.stmt(tplUnclaim)
 	switch d {
