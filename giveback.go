@@ -183,7 +183,7 @@ func (h *handle) withdraw(token string) {
 // lock, so that the release of old, which would drop the intent, lets no
 // new reader in before the writer. It reports whether to has a live
 // intent. A move that meets a transient error leaves old in place, to be
-// handed over again before the wait's next attempt (waiter.settle), and is
+// handed over again before the wait's next attempt (waiter.handPrior), and is
 // returned; a late grant is given back whatever the move's outcome.
 func (h *handle) handOver(ctx context.Context, old, to string, fence uint64) (bool, error) {
 	var moved bool

@@ -211,7 +211,7 @@ func (h *handle) notObtained(res driver.AcquireResult) *NotObtainedError {
 // as a *ConflictError. sent is when the request went out. A grant that came
 // too late to be used is given back and, for a waiting caller, answered as
 // a refusal that carries the grant's Fence (refusals carry none). With
-// keep (a waiter that passes its writer intent on, see waiter.handOver),
+// keep (a waiter that passes its writer intent on, see handle.handOver),
 // neither a transient error's clean-up nor a late grant's give-back is
 // done here: the caller does them.
 func (h *handle) try(ctx context.Context, token string, wait, fair, claim, keep bool) (_ *Lease, _ driver.AcquireResult, sent time.Time, _ error) {

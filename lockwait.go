@@ -54,9 +54,9 @@ type waiter struct {
 	// an answer; errs counts such errors in a row.
 	lastErr error
 	errs    int
-	// pending is an earlier token of the wait that still waits to be
-	// handed over (see settle), or "".
-	pending string
+	// prior is an earlier token of the wait that still waits to be handed
+	// over (see handPrior), or "".
+	prior string
 }
 
 // run is the wait's loop: try when a release may have come, sleep until a
@@ -75,8 +75,8 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 	defer w.dequeue()
 	keep := w.keeps()
 	defer func() {
-		if w.pending != "" {
-			h.c.cleanup(h.key, w.pending, h.opts.ttl)
+		if w.prior != "" {
+			h.c.cleanup(h.key, w.prior, h.opts.ttl)
 		}
 	}()
 	timer := time.NewTimer(time.Hour)
@@ -89,8 +89,8 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 		// Never waited for: until the store confirms it, the waiter polls.
 		pending := h.hub.subscribe(w.g)
 		ready := w.tryNow(attempt, pending)
-		if ready && w.pending != "" {
-			if err := w.settle(ctx); err != nil {
+		if ready && w.prior != "" {
+			if err := w.handPrior(ctx); err != nil {
 				w.lastErr, ready = err, false
 				w.errs++
 			}
@@ -112,8 +112,8 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 				old := w.token
 				w.failed(err)
 				if keep {
-					w.pending = old
-					_ = w.settle(ctx) // else before the next attempt
+					w.prior = old
+					_ = w.handPrior(ctx) // else before the next attempt
 				}
 			default:
 				w.lastErr, w.errs = nil, 0
@@ -210,16 +210,16 @@ func (w *waiter) keeps() bool {
 	return ok && w.h.token == "" && w.h.mode == driver.Exclusive
 }
 
-// settle hands the wait's pending token over to its token (see
+// handPrior hands the wait's prior token over to its token (see
 // handle.handOver). It returns the transient error of a store that did not
 // take the intent over: the next attempt waits for the hand-over (the old
 // token's intent keeps readers out meanwhile, and its clean-up waits).
-func (w *waiter) settle(ctx context.Context) error {
-	moved, err := w.h.handOver(ctx, w.pending, w.token, 0)
+func (w *waiter) handPrior(ctx context.Context) error {
+	moved, err := w.h.handOver(ctx, w.prior, w.token, 0)
 	if err != nil {
 		return err
 	}
-	w.pending = ""
+	w.prior = ""
 	w.moved(moved)
 	return nil
 }
