@@ -83,7 +83,8 @@ func (c commandCounter) count(path string, want uint64, f func()) {
 // the uncontended acquire and release (one script call each), a fair
 // waiter joining a queue and refreshing its entry, the release that hands
 // the lock to the queue's head (each with and without a late-request
-// record on the name), and a renewal.
+// record on the name), a renewal, and a waiting writer's intent passed on
+// to its next token.
 func TestScriptPathsCommandCounts(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	ctx := context.Background()
@@ -122,6 +123,9 @@ func TestScriptPathsCommandCounts(t *testing.T) {
 	}
 	release("warm", res.Fence)
 	if err := b.Withdraw(ctx, key, "warm"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.MoveIntent(ctx, key, "warm", "warm2", "warm2", time.Second); err != nil {
 		t.Fatal(err)
 	}
 
@@ -256,6 +260,29 @@ func TestScriptPathsCommandCounts(t *testing.T) {
 	if handedFence(t, admin, "dlock:{latest}", "e1") != res.Fence+1 {
 		t.Errorf("the lock was not handed from e0 to e1")
 	}
+
+	// A waiting writer's intent passed to its next token
+	// (driver.IntentMover), on names without a late-request record: from
+	// the writer's intent, and from its grant.
+	move := func(path string, want uint64, key, from, to string) {
+		t.Helper()
+		c.count(path, want, func() {
+			if ok, err := b.MoveIntent(ctx, key, from, to, to, 5*time.Second); err != nil || !ok {
+				t.Fatalf("MoveIntent(%s → %s) = %v, %v", from, to, ok, err)
+			}
+		})
+	}
+	reader := plain("m0")
+	reader.Key, reader.Mode = "move", driver.Shared
+	acquire(reader, true)
+	writer := plain("m1")
+	writer.Key, writer.Wait, writer.QueueTTL = "move", true, 5*time.Second
+	acquire(writer, false)
+	move("writer intent moved to the next token, no late-request record", 5, "move", "m1", "m2")
+	granted := plain("g1")
+	granted.Key = "granted"
+	acquire(granted, true)
+	move("writer intent given by a grant to the next token, no late-request record", 7, "granted", "g1", "g2")
 }
 
 // handedFence returns the fence of the grant that token holds, handed to it
