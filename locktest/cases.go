@@ -60,6 +60,25 @@ func testMutualExclusion(t *testing.T, s *Store) {
 	}
 }
 
+// tryLockThroughTransient is TryLock of m, tried again while it fails with a
+// transient store error (a store whose replicas lag refuses a grant it
+// could not make durable) for up to transientFor: a case about fences in
+// a thousand grants checks their order, not that every TryLock succeeds.
+func tryLockThroughTransient(t *testing.T, m *dlock.Mutex) (*dlock.Lease, error) {
+	deadline := time.Now().Add(transientFor)
+	for {
+		l, err := m.TryLock(t.Context())
+		if err == nil || !driver.IsTransient(err) || time.Now().After(deadline) {
+			return l, err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// transientFor bounds how long tryLockThroughTransient rides out transient
+// store errors.
+const transientFor = 10 * time.Second
+
 func testFencesIncrease(t *testing.T, s *Store) {
 	a, b := client(t, s), client(t, s)
 	var last uint64
@@ -68,7 +87,7 @@ func testFencesIncrease(t *testing.T, s *Store) {
 		if i%2 == 1 {
 			c = b
 		}
-		l, err := c.Mutex("locktest/fences").TryLock(t.Context())
+		l, err := tryLockThroughTransient(t, c.Mutex("locktest/fences"))
 		if err != nil {
 			t.Fatalf("grant %d: %v", i, err)
 		}
