@@ -181,17 +181,20 @@ func (h *handle) withdraw(token string) {
 // fence that came too late. Where the backend can (driver.IntentMover),
 // old's writer intent first moves to to, or to gets one when old holds the
 // lock, so that the release of old, which would drop the intent, lets no
-// new reader in before the writer. It reports whether to has a live
-// intent. A move that meets a transient error leaves old in place, to be
-// handed over again before the wait's next attempt (waiter.handPrior), and is
-// returned; a late grant is given back whatever the move's outcome.
-func (h *handle) handOver(ctx context.Context, old, to string, fence uint64) (bool, error) {
-	var moved bool
+// new reader in before the writer. It reports whether to may have a live
+// intent, so that the wait's clean-up removes it: whenever a move was sent
+// (one whose answer was lost may have landed; on Redlock, a minority of
+// nodes may have moved it). With retry, a move that meets a
+// transient error leaves old in place, to be handed over again before the
+// wait's next attempt (waiter.handPrior), and is returned; otherwise, and
+// for a late grant, old is given back whatever the move's outcome.
+func (h *handle) handOver(ctx context.Context, old, to string, fence uint64, retry bool) (bool, error) {
 	var err error
-	if mv, ok := h.backend.(driver.IntentMover); ok {
-		moved, err = mv.MoveIntent(ctx, h.key, old, to, h.c.owner(time.Now(), h.opts.metadata), h.qttl)
+	mv, ok := h.backend.(driver.IntentMover)
+	if ok {
+		_, err = mv.MoveIntent(ctx, h.key, old, to, h.c.owner(time.Now(), h.opts.metadata), h.qttl)
 	}
-	if err != nil && fence == 0 && transient(err) && ctx.Err() == nil {
+	if err != nil && retry && fence == 0 && transient(err) && ctx.Err() == nil {
 		return false, err
 	}
 	if fence > 0 {
@@ -199,5 +202,5 @@ func (h *handle) handOver(ctx context.Context, old, to string, fence uint64) (bo
 	} else {
 		h.c.cleanup(h.key, old, h.opts.ttl)
 	}
-	return moved && err == nil, nil
+	return ok && !errors.Is(err, errors.ErrUnsupported), nil
 }

@@ -942,3 +942,50 @@ func awaitSignal(t *testing.T, ch <-chan struct{}, what string) {
 		t.Fatalf("no sign of %s after 30s", what)
 	}
 }
+
+// TestWaitGoesOnWhenIntentMovesFail: a wait whose attempt's answer is lost
+// (a transient error) goes on with a new token even when every move of
+// its writer intent to that token fails too: it makes attempts again and
+// takes the lock once the holder lets go, well before its context ends.
+func TestWaitGoesOnWhenIntentMovesFail(t *testing.T) {
+	store := memlock.New()
+	ctx := t.Context()
+	holder := dlock.New(store)
+	defer holder.Close()
+	held, err := holder.Mutex("job").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb := &moving{troubled: newTroubled(store, 0)}
+	wb.move = func(context.Context, string, string, string, string, time.Duration) (bool, error) {
+		return false, driver.Transient(errors.New("moving: the store is busy"))
+	}
+	var refusals atomic.Int64
+	wb.answered = func(_ driver.AcquireRequest, res driver.AcquireResult) {
+		if !res.Acquired && refusals.Add(1) == 2 {
+			wb.loseNext.Store(true) // this attempt, a wait's, loses its answer
+		}
+	}
+	c := dlock.New(wb)
+	defer c.Close()
+	got := make(chan error, 1)
+	go func() {
+		lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		l, err := c.Mutex("job").Lock(lctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	awaitSignal(t, wb.fired, "the lost answer")
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the wait ended with %v (%d moves tried); want the lock", err, wb.moves.Load())
+	}
+	if wb.moves.Load() == 0 {
+		t.Fatal("no move of the intent was tried")
+	}
+}
