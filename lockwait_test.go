@@ -904,7 +904,7 @@ func lateReaderWaitsForWriter(t *testing.T, leaveFirst bool, fault func(*trouble
 	}
 	writer, late := make(chan result, 1), make(chan result, 1)
 	go take(newClient(wb).RWMutex("book", opts...).Lock, writer)
-	awaitSignal(t, waiting, "the writer's intent")
+	await(t, waiting, "the writer's intent")
 
 	lb := newTroubled(store, 0)
 	refused, sawRefusal := signal()
@@ -914,32 +914,22 @@ func lateReaderWaitsForWriter(t *testing.T, leaveFirst bool, fault func(*trouble
 		}
 	}
 	go take(newClient(lb).RWMutex("book").RLock, late)
-	awaitSignal(t, refused, "the late reader's refusal")
+	await(t, refused, "the late reader's refusal")
 
 	fault(wb)
 	if !leaveFirst {
-		awaitSignal(t, wb.fired, "the fault")
+		await(t, wb.fired, "the fault")
 	}
 	if err := r1.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	awaitSignal(t, wb.fired, "the fault")
+	await(t, wb.fired, "the fault")
 	w, l := <-writer, <-late
 	if w.err != nil || l.err != nil {
 		t.Fatalf("writer: %v; late reader: %v", w.err, l.err)
 	}
 	if l.fence < w.fence {
 		t.Errorf("the late reader got fence %d before the waiting writer's %d", l.fence, w.fence)
-	}
-}
-
-// awaitSignal waits for ch to close, failing t after a generous bound.
-func awaitSignal(t *testing.T, ch <-chan struct{}, what string) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no sign of %s after 30s", what)
 	}
 }
 
@@ -978,7 +968,7 @@ func TestWaitGoesOnWhenIntentMovesFail(t *testing.T) {
 		}
 		got <- err
 	}()
-	awaitSignal(t, wb.fired, "the lost answer")
+	await(t, wb.fired, "the lost answer")
 	if err := held.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
