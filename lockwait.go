@@ -215,11 +215,10 @@ func (w *waiter) keeps() bool {
 // failing costs the wait its intent, never its attempts.
 func (w *waiter) handPrior(ctx context.Context, retry bool) {
 	moved, err := w.h.handOver(ctx, w.prior, w.token, 0, retry)
-	if err != nil {
-		return
-	}
-	w.prior = ""
 	w.moved(moved)
+	if err == nil {
+		w.prior = ""
+	}
 }
 
 // moved records that a hand-over may have given the wait's token a writer
