@@ -176,3 +176,19 @@ func (s *troubled) fire() {
 		close(s.fired)
 	})
 }
+
+// moving is a troubled store whose MoveIntent is replaced by move, when
+// set, and counts its calls.
+type moving struct {
+	*troubled
+	move  func(ctx context.Context, key, from, to, owner string, ttl time.Duration) (bool, error)
+	moves atomic.Int64
+}
+
+func (s *moving) MoveIntent(ctx context.Context, key, from, to, owner string, ttl time.Duration) (bool, error) {
+	s.moves.Add(1)
+	if s.move != nil {
+		return s.move(ctx, key, from, to, owner, ttl)
+	}
+	return s.troubled.MoveIntent(ctx, key, from, to, owner, ttl)
+}

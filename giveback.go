@@ -177,27 +177,28 @@ func (h *handle) withdraw(token string) {
 }
 
 // handOver gives back token old of a wait that goes on with token to: an
-// attempt of old whose outcome is unknown (fence 0), or old's grant of
-// fence that came too late. Where the backend can (driver.IntentMover),
-// old's writer intent first moves to to, or to gets one when old holds the
-// lock, so that the release of old, which would drop the intent, lets no
-// new reader in before the writer. It reports whether to has a live
-// intent. A move that meets a transient error leaves old in place, to be
-// handed over again before the wait's next attempt (waiter.handPrior), and is
-// returned; a late grant is given back whatever the move's outcome.
-func (h *handle) handOver(ctx context.Context, old, to string, fence uint64) (bool, error) {
-	var moved bool
+// attempt of old of unknown outcome (fence 0), or old's grant of fence
+// that came too late. Where the backend can (driver.IntentMover), old's
+// writer intent first moves to to (or to gets one when old holds the
+// lock), so that old's release lets no new reader in before the writer. It
+// reports whether to may have an intent, for the wait's clean-up: whenever
+// a move was sent (a lost answer, or a Redlock minority, may have moved
+// it). With retry, a transient error of the move keeps old for another try
+// (waiter.handPrior) and is returned; otherwise old goes whatever the move
+// did.
+func (h *handle) handOver(ctx context.Context, old, to string, fence uint64, retry bool) (bool, error) {
 	var err error
-	if mv, ok := h.backend.(driver.IntentMover); ok {
-		moved, err = mv.MoveIntent(ctx, h.key, old, to, h.c.owner(time.Now(), h.opts.metadata), h.qttl)
+	mv, ok := h.backend.(driver.IntentMover)
+	if ok {
+		_, err = mv.MoveIntent(ctx, h.key, old, to, h.c.owner(time.Now(), h.opts.metadata), h.qttl)
 	}
-	if err != nil && fence == 0 && transient(err) && ctx.Err() == nil {
-		return false, err
+	if err != nil && retry && fence == 0 && transient(err) && ctx.Err() == nil {
+		return true, err
 	}
 	if fence > 0 {
 		h.giveBack(ctx, old, fence)
 	} else {
 		h.c.cleanup(h.key, old, h.opts.ttl)
 	}
-	return moved && err == nil, nil
+	return ok && !errors.Is(err, errors.ErrUnsupported), nil
 }

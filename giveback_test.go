@@ -6,10 +6,12 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/memlock"
 )
 
@@ -113,4 +115,51 @@ func TestWaitingWriterKeepsReadersOutAcrossGivenBackGrant(t *testing.T) {
 	// while the store still has it for 1.7 s.
 	lateReaderWaitsForWriter(t, true, func(w *troubled) { w.lateGrant.Store(int64(2300 * time.Millisecond)) },
 		dlock.WithTTL(4*time.Second), dlock.WithSafetyMargin(2*time.Second))
+}
+
+// TestEndedWaitWithdrawsMovedIntent: a wait that ends while the move of
+// its writer intent to its new token is under way (the store moved it,
+// the answer was lost as the caller's context ended) withdraws the new
+// token's intent as it leaves: a reader that comes next is not kept out
+// by a writer that is gone.
+func TestEndedWaitWithdrawsMovedIntent(t *testing.T) {
+	store := memlock.New()
+	ctx := t.Context()
+	readers := dlock.New(store)
+	defer readers.Close()
+	r1, err := readers.RWMutex("book").RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r1.Unlock(ctx)
+
+	lctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	wb := &moving{troubled: newTroubled(store, 0)}
+	wb.move = func(mctx context.Context, key, from, to, owner string, ttl time.Duration) (bool, error) {
+		wb.troubled.MoveIntent(mctx, key, from, to, owner, ttl)
+		cancel() // the caller gives up as the answer is lost
+		return false, driver.Transient(errLostAnswer)
+	}
+	var intents atomic.Int64
+	wb.answered = func(_ driver.AcquireRequest, res driver.AcquireResult) {
+		if res.Queued && intents.Add(1) == 2 {
+			wb.loseNext.Store(true) // this attempt, a wait's, loses its answer
+		}
+	}
+	c := dlock.New(wb)
+	defer c.Close()
+	if _, err := c.RWMutex("book").Lock(lctx); err == nil {
+		t.Fatal("the writer got the lock while a reader held it")
+	}
+	if wb.moves.Load() == 0 {
+		t.Fatal("no move of the intent was tried")
+	}
+	r2, err := readers.RWMutex("book").TryRLock(ctx)
+	if err != nil {
+		t.Fatalf("a reader after the writer left: %v; want the lock", err)
+	}
+	if err := r2.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -90,10 +90,7 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 		pending := h.hub.subscribe(w.g)
 		ready := w.tryNow(attempt, pending)
 		if ready && w.prior != "" {
-			if err := w.handPrior(ctx); err != nil {
-				w.lastErr, ready = err, false
-				w.errs++
-			}
+			w.handPrior(ctx, false) // the last try: the attempt goes out anyway
 		}
 		if ready {
 			fair := w.fairNext()
@@ -113,7 +110,7 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 				w.failed(err)
 				if keep {
 					w.prior = old
-					_ = w.handPrior(ctx) // else before the next attempt
+					w.handPrior(ctx, true) // else before the next attempt
 				}
 			default:
 				w.lastErr, w.errs = nil, 0
@@ -125,7 +122,7 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 					old := w.token
 					w.retoken()
 					if keep {
-						ok, _ := h.handOver(ctx, old, w.token, r.Fence)
+						ok, _ := h.handOver(ctx, old, w.token, r.Fence, false)
 						w.moved(ok)
 					}
 					h.busy(r)
@@ -211,21 +208,21 @@ func (w *waiter) keeps() bool {
 }
 
 // handPrior hands the wait's prior token over to its token (see
-// handle.handOver). It returns the transient error of a store that did not
-// take the intent over: the next attempt waits for the hand-over (the old
-// token's intent keeps readers out meanwhile, and its clean-up waits).
-func (w *waiter) handPrior(ctx context.Context) error {
-	moved, err := w.h.handOver(ctx, w.prior, w.token, 0)
-	if err != nil {
-		return err
-	}
-	w.prior = ""
+// handle.handOver). With retry, a move that meets a transient error keeps
+// the prior token (its intent keeps readers out meanwhile, and its
+// clean-up waits) for one more try before the next attempt; that try hands
+// it over whatever the move's outcome, so that a store whose moves keep
+// failing costs the wait its intent, never its attempts.
+func (w *waiter) handPrior(ctx context.Context, retry bool) {
+	moved, err := w.h.handOver(ctx, w.prior, w.token, 0, retry)
 	w.moved(moved)
-	return nil
+	if err == nil {
+		w.prior = ""
+	}
 }
 
-// moved records that a hand-over gave the wait's token a writer intent,
-// which its clean-up must then remove when the wait ends.
+// moved records that a hand-over may have given the wait's token a writer
+// intent, which its clean-up must then remove when the wait ends.
 func (w *waiter) moved(ok bool) {
 	if ok {
 		w.queuedEver = true

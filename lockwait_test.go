@@ -904,7 +904,7 @@ func lateReaderWaitsForWriter(t *testing.T, leaveFirst bool, fault func(*trouble
 	}
 	writer, late := make(chan result, 1), make(chan result, 1)
 	go take(newClient(wb).RWMutex("book", opts...).Lock, writer)
-	awaitSignal(t, waiting, "the writer's intent")
+	await(t, waiting, "the writer's intent")
 
 	lb := newTroubled(store, 0)
 	refused, sawRefusal := signal()
@@ -914,16 +914,16 @@ func lateReaderWaitsForWriter(t *testing.T, leaveFirst bool, fault func(*trouble
 		}
 	}
 	go take(newClient(lb).RWMutex("book").RLock, late)
-	awaitSignal(t, refused, "the late reader's refusal")
+	await(t, refused, "the late reader's refusal")
 
 	fault(wb)
 	if !leaveFirst {
-		awaitSignal(t, wb.fired, "the fault")
+		await(t, wb.fired, "the fault")
 	}
 	if err := r1.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	awaitSignal(t, wb.fired, "the fault")
+	await(t, wb.fired, "the fault")
 	w, l := <-writer, <-late
 	if w.err != nil || l.err != nil {
 		t.Fatalf("writer: %v; late reader: %v", w.err, l.err)
@@ -933,12 +933,49 @@ func lateReaderWaitsForWriter(t *testing.T, leaveFirst bool, fault func(*trouble
 	}
 }
 
-// awaitSignal waits for ch to close, failing t after a generous bound.
-func awaitSignal(t *testing.T, ch <-chan struct{}, what string) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no sign of %s after 30s", what)
+// TestWaitGoesOnWhenIntentMovesFail: a wait whose attempt's answer is lost
+// (a transient error) goes on with a new token even when every move of
+// its writer intent to that token fails too: it makes attempts again and
+// takes the lock once the holder lets go, well before its context ends.
+func TestWaitGoesOnWhenIntentMovesFail(t *testing.T) {
+	store := memlock.New()
+	ctx := t.Context()
+	holder := dlock.New(store)
+	defer holder.Close()
+	held, err := holder.Mutex("job").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb := &moving{troubled: newTroubled(store, 0)}
+	wb.move = func(context.Context, string, string, string, string, time.Duration) (bool, error) {
+		return false, driver.Transient(errors.New("moving: the store is busy"))
+	}
+	var refusals atomic.Int64
+	wb.answered = func(_ driver.AcquireRequest, res driver.AcquireResult) {
+		if !res.Acquired && refusals.Add(1) == 2 {
+			wb.loseNext.Store(true) // this attempt, a wait's, loses its answer
+		}
+	}
+	c := dlock.New(wb)
+	defer c.Close()
+	got := make(chan error, 1)
+	go func() {
+		lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		l, err := c.Mutex("job").Lock(lctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	await(t, wb.fired, "the lost answer")
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the wait ended with %v (%d moves tried); want the lock", err, wb.moves.Load())
+	}
+	if wb.moves.Load() == 0 {
+		t.Fatal("no move of the intent was tried")
 	}
 }
