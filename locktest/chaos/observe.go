@@ -257,6 +257,17 @@ func (o *observed) Withdraw(ctx context.Context, key, token string) error {
 	return err
 }
 
+// MoveIntent forwards driver.IntentMover, unrecorded (a move changes no
+// hold or queue entry that the checks read), so that the waits of a
+// recorded Client move their writer intents as they would without the
+// recorder.
+func (o *observed) MoveIntent(ctx context.Context, key, from, to, owner string, ttl time.Duration) (bool, error) {
+	if mv, ok := o.inner.(driver.IntentMover); ok {
+		return mv.MoveIntent(ctx, key, from, to, owner, ttl)
+	}
+	return false, driver.ErrUnsupported
+}
+
 // observedNotifier is an observed backend whose inner backend notifies.
 type observedNotifier struct{ *observed }
 
