@@ -109,6 +109,12 @@ func hooked(addr string, trips *bench.Trips) *redis.Client {
 func TestCompare(t *testing.T) {
 	ctx := t.Context()
 	ws := workloads(t)
+	if *flagCharts != "" {
+		// Made before the run, not found missing after it.
+		if err := os.MkdirAll(*flagCharts, 0o755); err != nil {
+			t.Fatalf("-peers.charts: %v", err)
+		}
+	}
 
 	one := testserver.StartRedis(t)
 	var nodes []*testserver.Redis
