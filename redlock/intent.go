@@ -4,7 +4,6 @@ package redlock
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -46,18 +45,8 @@ func (b *Backend) MoveIntent(ctx context.Context, key, from, to, owner string, t
 // ahead has not returned within timeout, nothing is sent (the clean-up
 // that follows removes from's intent there) and the answer is an error.
 func (b *Backend) moveNode(ctx context.Context, n *node, key, from, to, owner string, ttl time.Duration, ahead <-chan struct{}, done func(), timeout time.Duration) (bool, error) {
-	if ahead != nil {
-		wait := time.NewTimer(timeout)
-		defer wait.Stop()
-		select {
-		case <-ahead:
-		case <-wait.C:
-			b.goBackground(func() {
-				<-ahead
-				done()
-			})
-			return false, fmt.Errorf("an earlier call of this owner on this node has not returned after %v", timeout)
-		}
+	if err := b.behind(ahead, timeout, done); err != nil {
+		return false, err
 	}
 	defer done()
 	nctx, cancel := context.WithTimeout(ctx, timeout)

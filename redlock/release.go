@@ -71,18 +71,29 @@ func (b *Backend) releaseNode(ctx context.Context, n *node, key, token string, a
 		defer cancel()
 		return n.b.Release(rctx, key, token)
 	}
-	if ahead != nil {
-		wait := time.NewTimer(timeout)
-		defer wait.Stop()
-		select {
-		case <-ahead:
-		case <-wait.C:
-			b.goBackground(func() {
-				<-ahead
-				_, _ = release()
-			})
-			return driver.ReleaseResult{}, fmt.Errorf("an earlier call of this owner on this node has not returned after %v", timeout)
-		}
+	if err := b.behind(ahead, timeout, func() { _, _ = release() }); err != nil {
+		return driver.ReleaseResult{}, err
 	}
 	return release()
+}
+
+// behind waits up to timeout for the call ahead of this one on its node
+// (ahead closes when it returns; nil: none). When that call is still out,
+// late runs in the background once it has returned, and the error says so.
+func (b *Backend) behind(ahead <-chan struct{}, timeout time.Duration, late func()) error {
+	if ahead == nil {
+		return nil
+	}
+	wait := time.NewTimer(timeout)
+	defer wait.Stop()
+	select {
+	case <-ahead:
+		return nil
+	case <-wait.C:
+		b.goBackground(func() {
+			<-ahead
+			late()
+		})
+		return fmt.Errorf("an earlier call of this owner on this node has not returned after %v", timeout)
+	}
 }
