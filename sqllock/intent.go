@@ -31,15 +31,7 @@ func (b *Backend) MoveIntent(ctx context.Context, key, from, to, owner string, t
 	s := b.tx.moveIntent
 	moved, err := retryGated(ctx, b, false, func() (bool, error) {
 		r, err := b.db.ExecContext(ctx, s.query, s.args(key, from, to, owner, b.tx.x.units(ttl))...)
-		if err != nil {
-			return false, err
-		}
-		if b.dialect == MySQL {
-			id, err := r.LastInsertId()
-			return id > 0, err
-		}
-		n, err := r.RowsAffected()
-		return n == 1, err
+		return matchedRow(b.dialect, r, err)
 	})
 	if err != nil {
 		return false, b.opError(ctx, err)

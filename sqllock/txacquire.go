@@ -131,15 +131,7 @@ func (t *txs) acquireReader(ctx context.Context, req driver.AcquireRequest) (dri
 func (x *txn) insertReader(req driver.AcquireRequest, fence, ttl int64) (bool, error) {
 	s := x.t.insertReader
 	r, err := x.tx.ExecContext(x.ctx, s.query, s.args(req.Key, req.Token, req.Owner, fence, ttl)...)
-	if err != nil {
-		return false, err
-	}
-	if x.t.d == MySQL {
-		id, err := r.LastInsertId()
-		return id > 0, err
-	}
-	n, err := r.RowsAffected()
-	return n > 0, err
+	return matchedRow(x.t.d, r, err)
 }
 
 // refuseConflict describes the refusal of a shared request whose Limit is
@@ -344,15 +336,7 @@ func (t *txs) recordClaim(ctx context.Context, req driver.AcquireRequest) (bool,
 		return false, nil
 	}
 	r, err := t.db.ExecContext(ctx, t.claim.query, t.claim.args(req.Key, req.Token, req.Owner, t.x.units(claimTTL(req)), t.x.units(req.QueueTTL))...)
-	if err != nil {
-		return false, err
-	}
-	if t.d == MySQL {
-		id, err := r.LastInsertId()
-		return id > 0, err
-	}
-	n, err := r.RowsAffected()
-	return n == 1, err
+	return matchedRow(t.d, r, err)
 }
 
 // recordIntent records or refreshes req's writer intent (tplIntent) when it
@@ -362,15 +346,7 @@ func (t *txs) recordIntent(ctx context.Context, req driver.AcquireRequest) (bool
 		return false, nil
 	}
 	r, err := t.db.ExecContext(ctx, t.intent.query, t.intent.args(req.Key, req.Token, req.Owner, t.x.units(req.QueueTTL))...)
-	if err != nil {
-		return false, err
-	}
-	if t.d == MySQL {
-		id, err := r.LastInsertId()
-		return id > 0, err
-	}
-	n, err := r.RowsAffected()
-	return n == 1, err
+	return matchedRow(t.d, r, err)
 }
 
 // claimTTL is the time to live of req's claim (driver.AcquireRequest.ClaimTTL).
@@ -379,4 +355,21 @@ func claimTTL(req driver.AcquireRequest) time.Duration {
 		return req.ClaimTTL
 	}
 	return req.QueueTTL
+}
+
+// matchedRow reports whether the one-row statement that gave r (and err)
+// wrote its row: on MySQL by LAST_INSERT_ID, which the statement sets when
+// it matched ({matched}, or a fence assigned with LAST_INSERT_ID), since
+// MySQL counts an UPDATE that changes nothing as no row; elsewhere by the
+// rows affected.
+func matchedRow(d Dialect, r sql.Result, err error) (bool, error) {
+	if err != nil {
+		return false, err
+	}
+	if d == MySQL {
+		id, err := r.LastInsertId()
+		return id > 0, err
+	}
+	n, err := r.RowsAffected()
+	return n > 0, err
 }
