@@ -26,6 +26,7 @@ type Client struct {
 
 	renewer *renewer
 	hub     *waitHub
+	rides   *rides     // nil when the backend cannot carry an acquire with a release
 	obs     *observer  // nil without WithObserver
 	owners  ownerCache // the owner string of the current second
 
@@ -87,6 +88,7 @@ func New(backend driver.Backend, opts ...Option) *Client {
 	c.renewer = newRenewer(backend, c.log, c.obs)
 	notifier, _ := backend.(driver.Notifier)
 	c.hub = newWaitHub(notifier, c.log, c.ctx)
+	c.rides = newRides(backend)
 	return c
 }
 

@@ -68,7 +68,8 @@ func (c *Client) settle(timeout time.Duration, fn func(ctx context.Context)) {
 }
 
 // storeRelease sends one release of token on key, and wakes this Client's
-// waiters on key at once when it left the lock free. With a fence it is
+// waiters on key at once when it left the lock free. A waiter's attempt
+// parked on key goes out with it (see rides). With a fence it is
 // tied to the grant of that fence where the backend can do it
 // (driver.GrantReleaser): a token that a later Lock may hold again (a
 // reentrant handle's, an owner ID's) must not see a late copy of this
@@ -80,14 +81,20 @@ func (c *Client) storeRelease(ctx context.Context, key, token string, fence uint
 	}
 	var res driver.ReleaseResult
 	var err error
-	if gr, ok := c.backend.(driver.GrantReleaser); ok && fence > 0 {
+	var rd *ride
+	if c.rides != nil && ctx.Err() == nil {
+		rd = c.rides.take(key) // a waiter's attempt, parked for this release
+	}
+	if rd != nil {
+		res, err = c.releaseWith(ctx, rd, key, token, fence)
+	} else if gr, ok := c.backend.(driver.GrantReleaser); ok && fence > 0 {
 		res, err = gr.ReleaseGrant(ctx, key, token, fence)
 	} else {
 		res, err = c.backend.Release(ctx, key, token)
 	}
 	c.obs.storeCall("release", key, start, err)
 	if err == nil && res.Held && res.Remaining == 0 {
-		c.hub.wakeKey(key)
+		c.hub.wakeKey(key, rd != nil)
 	}
 	return res, err
 }

@@ -149,7 +149,7 @@ func (h *handle) tryOnce(ctx context.Context) (*Lease, time.Time, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, time.Time{}, errors.Join(&NotObtainedError{Name: h.name}, err)
 	}
-	l, res, sent, err := h.try(ctx, h.tokenFor(), false, h.opts.fair, false, false)
+	l, res, sent, err := h.try(ctx, h.tokenFor(), false, h.opts.fair, false, false, false)
 	if err != nil || l != nil {
 		return l, sent, h.tryErr(ctx, err)
 	}
@@ -213,8 +213,10 @@ func (h *handle) notObtained(res driver.AcquireResult) *NotObtainedError {
 // a refusal that carries the grant's Fence (refusals carry none). With
 // keep (a waiter that passes its writer intent on, see handle.handOver),
 // neither a transient error's clean-up nor a late grant's give-back is
-// done here: the caller does them.
-func (h *handle) try(ctx context.Context, token string, wait, fair, claim, keep bool) (_ *Lease, _ driver.AcquireResult, sent time.Time, _ error) {
+// done here: the caller does them. With ride, a waiting exclusive attempt
+// made while the Client holds the key waits for the Client's release of
+// the key to carry it (see rides).
+func (h *handle) try(ctx context.Context, token string, wait, fair, claim, keep, ride bool) (_ *Lease, _ driver.AcquireResult, sent time.Time, _ error) {
 	if h.drains {
 		// From the look for a grant to join to the lease made: see
 		// reentryLock.
@@ -266,7 +268,12 @@ func (h *handle) try(ctx context.Context, token string, wait, fair, claim, keep 
 	} else {
 		req.Owner = h.c.owner(sent, h.opts.metadata)
 	}
-	res, err := h.backend.Acquire(ctx, req)
+	// A handle that drains holds its reentry lock here, which its own
+	// Unlock needs: it never parks (see rides).
+	res, sent, rd, err := h.send(ctx, req, sent, ride && joined == nil && !h.drains)
+	if rd != nil {
+		defer close(rd.ack) // the lease, if any, is made by then
+	}
 	took := time.Duration(-1) // not measured yet
 	if h.c.obs != nil {
 		// Read before the observer runs, so that the check below of a

@@ -268,8 +268,11 @@ func (g *waitGroup) wakeAll() {
 
 // wakeKey wakes local waiters of key at once when this Client released it,
 // without waiting for the store's notification: the active waiter, and of
-// fair waiters only the one that was at the head of the queue.
-func (hub *waitHub) wakeKey(key string) {
+// fair waiters only the one that was at the head of the queue. With
+// carried (the release carried a waiter's attempt, which went out after
+// it: see rides), it wakes none: the attempt's answer is news of the
+// release, and any other waiter hears it from the store.
+func (hub *waitHub) wakeKey(key string, carried bool) {
 	hub.mu.Lock()
 	defer hub.mu.Unlock()
 	if ks := hub.subs[key]; ks != nil {
@@ -278,7 +281,7 @@ func (hub *waitHub) wakeKey(key string) {
 	}
 	signalAll(hub.watchers[key])
 	g := hub.groups[key]
-	if g == nil {
+	if g == nil || carried {
 		return
 	}
 	signal(g.wake)

@@ -205,8 +205,8 @@ func (l *Lease) CallContext(parent context.Context) (ctx context.Context, cancel
 // finish ends the lease with err, once.
 func (l *Lease) finish(err error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.err != nil {
+		l.mu.Unlock()
 		return
 	}
 	l.err = err
@@ -215,6 +215,10 @@ func (l *Lease) finish(err error) {
 	}
 	if l.cancel != nil {
 		l.cancel(err)
+	}
+	l.mu.Unlock()
+	if g := l.g; g != nil && g.c != nil && g.c.rides != nil {
+		g.c.rides.unhold(g.key, l)
 	}
 }
 

@@ -6,6 +6,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"runtime"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -65,7 +66,7 @@ func (h *handle) lockWait(ctx context.Context) (*Lease, *waiter, time.Time, erro
 	// waiter whose turn it is in its group (see handle.wait): a fair first try
 	// joins the queue only when the Client has no waiter on the name yet.
 	queue := !fair || own || !h.hub.waiting(h.key)
-	l, res, sent, err := h.try(ctx, token, queue, fair, false, false)
+	l, res, sent, err := h.try(ctx, token, queue, fair, false, false, true)
 	var slow *NotObtainedError
 	if errors.As(err, &slow) && slow.Slow > 0 && ctx.Err() == nil {
 		// A first try that did not queue (the Client has a waiter on the
@@ -82,6 +83,12 @@ func (h *handle) lockWait(ctx context.Context) (*Lease, *waiter, time.Time, erro
 	case err != nil || l != nil:
 		if own {
 			h.hub.tried(h.key, res, false)
+			if l != nil && h.c.rides != nil {
+				// Let a Lock that waited for this attempt run now, so that
+				// it parks for this lease's release (see rides) rather
+				// than when this goroutine's work lets it.
+				runtime.Gosched()
+			}
 		}
 		return l, nil, sent, h.tryErr(ctx, err)
 	default:
@@ -184,8 +191,18 @@ func (h *handle) wait(ctx context.Context, t turn) (*Lease, *waiter, error) {
 			}
 		}
 	}
-	defer func() { <-g.turn }()
+	var yield bool
+	defer func() {
+		<-g.turn
+		if yield {
+			// The next waiter has the turn: let it run now, so that it
+			// parks for this lease's release (see rides) rather than when
+			// this goroutine's work lets it.
+			runtime.Gosched()
+		}
+	}()
 	l, err := w.run(ctx)
+	yield = l != nil && h.c.rides != nil
 	return l, w, err
 }
 

@@ -307,7 +307,7 @@ func (w *waiter) attempt(ctx context.Context, fair, keep bool) (*Lease, driver.A
 	default:
 	}
 	w.attempts++
-	return w.h.try(ctx, w.token, true, fair, w.queue == nil && w.claiming(), keep)
+	return w.h.try(ctx, w.token, true, fair, w.queue == nil && w.claiming(), keep, !w.last.Queued && w.prior == "")
 }
 
 // fairNext reports whether the waiter's next request is a fair one: in the

@@ -631,8 +631,15 @@ func TestLockJoinsItsClientsWaitersWithoutARequest(t *testing.T) {
 				t.Fatal(err)
 			}
 			rWait := make(chan error, 1)
+			rBusy := make(chan struct{}, 1)
+			onBusy := dlock.WithOnBusy(func(*dlock.NotObtainedError) {
+				select {
+				case rBusy <- struct{}{}:
+				default:
+				}
+			})
 			go func() {
-				l, err := c.Mutex("r").Lock(ctx)
+				l, err := c.Mutex("r", onBusy).Lock(ctx)
 				if err == nil {
 					err = l.Unlock(ctx)
 				}
@@ -697,9 +704,7 @@ func TestLockJoinsItsClientsWaitersWithoutARequest(t *testing.T) {
 			if len(fresh) != 1 || fresh[0] != 1 {
 				t.Errorf("TryLock beside waiters: new tokens sent %v requests, want one token, one request", fresh)
 			}
-			for dlock.WaitersOn(c, "r") < 1 {
-				time.Sleep(time.Millisecond)
-			}
+			<-rBusy // the Lock of "r" waits
 			r2, err := re.Lock(ctxTimeout(t, time.Second))
 			if err != nil {
 				t.Fatalf("reentrant Lock of a held name its Client waits for: %v, want entered", err)

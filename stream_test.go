@@ -336,9 +336,12 @@ func TestOneLiveSubscriptionPerKey(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
 	var wg sync.WaitGroup
-	for i := range 6 {
+	// Two goroutines of a and one of b on each key: a's waits that b's
+	// holds keep waiting are the ones that subscribe (while a holds a key
+	// itself, its other goroutine's attempt waits for a's own release).
+	for i := range 9 {
 		c := a
-		if i%3 == 2 {
+		if i >= 6 {
 			c = b
 		}
 		name := fmt.Sprintf("churn-%d", i%3)

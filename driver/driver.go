@@ -448,6 +448,30 @@ type GrantReleaser interface {
 	ReleaseGrant(ctx context.Context, key, token string, fence uint64) (ReleaseResult, error)
 }
 
+// ReleaseAcquirer is implemented by backends that can send a release and an
+// acquire of the same key in one round trip, the release first. A Client
+// uses it when one of its goroutines releases a key that another of its
+// goroutines waits for: the waiter's next attempt goes out with the
+// release, rather than one round trip after it.
+//
+// The two requests are what Release (or ReleaseGrant, when fence is not 0)
+// and Acquire would send, with the same answers and errors, and either may
+// fail alone: the acquire runs after the release on the store, but other
+// clients' requests may run between them. A failure of the round trip
+// fails both with the same error (each outcome unknown).
+type ReleaseAcquirer interface {
+	ReleaseAcquire(ctx context.Context, key, token string, fence uint64, next AcquireRequest) (ReleaseAcquireResult, error)
+}
+
+// ReleaseAcquireResult is the answer to ReleaseAcquirer.ReleaseAcquire:
+// the release's and the acquire's answers, and the acquire's error apart
+// from the release's (returned by ReleaseAcquire itself).
+type ReleaseAcquireResult struct {
+	Release    ReleaseResult
+	Acquire    AcquireResult
+	AcquireErr error
+}
+
 // GrantRenewer is implemented by backends that can tie a renewal to the
 // grant it extends. A token that outlives one Lock call (an owner ID shared
 // by processes) can hold a newer grant on the store than the one a Client

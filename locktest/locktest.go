@@ -129,6 +129,7 @@ var cases = []testCase{
 	{"RWReaderCrashExpires", testRWReaderCrashExpires},
 	{"RWFences", testRWFences},
 	{"IntentMoves", testIntentMoves},
+	{"ReleaseAcquire", testReleaseAcquire},
 	{"SemaphoreLimit", testSemaphoreLimit},
 	{"SemaphorePermitExpires", testSemaphorePermitExpires},
 	{"SemaphoreLimitBinds", testSemaphoreLimitBinds},

@@ -354,6 +354,20 @@ func (b *Backend) ReleaseGrant(ctx context.Context, key, token string, fence uin
 	return b.release(ctx, key, token, fence)
 }
 
+// ReleaseAcquire implements driver.ReleaseAcquirer: the release (tied to
+// fence when it is not 0), then the acquire, as two calls would make them.
+func (b *Backend) ReleaseAcquire(ctx context.Context, key, token string, fence uint64, next driver.AcquireRequest) (driver.ReleaseAcquireResult, error) {
+	var out driver.ReleaseAcquireResult
+	var err error
+	out.Release, err = b.release(ctx, key, token, fence)
+	if err != nil {
+		out.AcquireErr = err
+		return out, err
+	}
+	out.Acquire, out.AcquireErr = b.Acquire(ctx, next)
+	return out, nil
+}
+
 // release drops one hold of token; fence, when not 0, is the fence the
 // exclusive grant must have.
 func (b *Backend) release(ctx context.Context, key, token string, fence uint64) (driver.ReleaseResult, error) {

@@ -134,13 +134,18 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if b.acking() {
 		return b.acquireAcked(ctx, req, splitEvalSha(args))
 	}
-	reply, err := runEvalSha(ctx, b.rdb, acquireScript, args).Slice()
+	return b.acquireAnswer(ctx, req.Key, runEvalSha(ctx, b.rdb, acquireScript, args))
+}
+
+// acquireAnswer reads the answer of an acquire's script call.
+func (b *Backend) acquireAnswer(ctx context.Context, key string, cmd *redis.Cmd) (driver.AcquireResult, error) {
+	reply, err := cmd.Slice()
 	if err != nil {
-		return driver.AcquireResult{}, b.storeError(ctx, "acquire", req.Key, err)
+		return driver.AcquireResult{}, b.storeError(ctx, "acquire", key, err)
 	}
 	res, err := parseAcquire(reply)
 	if err != nil {
-		return driver.AcquireResult{}, b.storeError(ctx, "acquire", req.Key, err)
+		return driver.AcquireResult{}, b.storeError(ctx, "acquire", key, err)
 	}
 	return res, nil
 }
@@ -343,6 +348,12 @@ func (b *Backend) ReleaseGrant(ctx context.Context, key, token string, fence uin
 // release runs the release script; publish is the command that announces
 // the release, or "" for none; fence is the grant's, or "".
 func (b *Backend) release(ctx context.Context, key, token string, publish any, fence string) (driver.ReleaseResult, error) {
+	return b.releaseAnswer(ctx, key, runEvalSha(ctx, b.rdb, releaseScript, b.releaseCall(key, token, publish, fence)))
+}
+
+// releaseCall returns the EVALSHA of release.lua, as evalShaArgs lays it
+// out.
+func (b *Backend) releaseCall(key, token string, publish any, fence string) []any {
 	// The keys and the channel are cut from one string.
 	const nk = len(releaseSuffixes) - 1
 	var names [nk + 1]string
@@ -352,7 +363,12 @@ func (b *Backend) release(ctx context.Context, key, token string, publish any, f
 		args[3+i] = k
 	}
 	args[3+nk], args[4+nk], args[5+nk], args[6+nk], args[7+nk] = token, names[nk], publish, b.requestID(), fence
-	n, err := runEvalSha(ctx, b.rdb, releaseScript, args).Int64()
+	return args
+}
+
+// releaseAnswer reads the answer of a release's script call.
+func (b *Backend) releaseAnswer(ctx context.Context, key string, cmd *redis.Cmd) (driver.ReleaseResult, error) {
+	n, err := cmd.Int64()
 	if err != nil {
 		return driver.ReleaseResult{}, b.storeError(ctx, "release", key, err)
 	}
@@ -360,6 +376,51 @@ func (b *Backend) release(ctx context.Context, key, token string, publish any, f
 		return driver.ReleaseResult{}, nil
 	}
 	return driver.ReleaseResult{Held: true, Remaining: int(n)}, nil
+}
+
+// ReleaseAcquire implements driver.ReleaseAcquirer: the release of token
+// (ReleaseGrant when fence is not 0, else Release) and the acquire next go
+// out in one pipeline, the release first, and each is answered as its own
+// call would be. A script that the server's cache lost is sent again by
+// itself, the release before the acquire. With WithReplicaAck, and until
+// the eviction policy has been read, the two are sent one after the other.
+func (b *Backend) ReleaseAcquire(ctx context.Context, key, token string, fence uint64, next driver.AcquireRequest) (driver.ReleaseAcquireResult, error) {
+	var out driver.ReleaseAcquireResult
+	if b.err != nil {
+		out.AcquireErr = b.err
+		return out, b.err
+	}
+	fenceArg := ""
+	if fence > 0 {
+		fenceArg = strconv.FormatUint(fence, 10)
+	}
+	acqArgs, err := b.acquireCall(next)
+	if err != nil || b.acking() || (!b.allowEviction && !b.eviction.ok.Load()) {
+		out.Release, err = b.release(ctx, key, token, b.publishArg, fenceArg)
+		if err != nil {
+			out.AcquireErr = err
+			return out, err
+		}
+		out.Acquire, out.AcquireErr = b.Acquire(ctx, next)
+		return out, nil
+	}
+	relArgs := b.releaseCall(key, token, b.publishArg, fenceArg)
+	rel, acq := redis.NewCmd(ctx, relArgs...), redis.NewCmd(ctx, acqArgs...)
+	rel.SetFirstKeyPos(3) // as Script.Run does, for Cluster routing
+	acq.SetFirstKeyPos(3)
+	pipe := b.rdb.Pipeline()
+	_ = pipe.Process(ctx, rel)
+	_ = pipe.Process(ctx, acq)
+	_, _ = pipe.Exec(ctx)
+	if isNoScript(rel.Err()) {
+		rel = runEvalSha(ctx, b.rdb, releaseScript, relArgs)
+	}
+	if isNoScript(acq.Err()) {
+		acq = runEvalSha(ctx, b.rdb, acquireScript, acqArgs)
+	}
+	out.Release, err = b.releaseAnswer(ctx, key, rel)
+	out.Acquire, out.AcquireErr = b.acquireAnswer(ctx, next.Key, acq)
+	return out, err
 }
 
 // Withdraw removes token's fair queue entry and writer intent, if any, in

@@ -34,8 +34,10 @@ func WithStoreClockRate(rate float64) ObserveOption {
 // renewals made in the background. The result has the inner backend's
 // notifications and batch renewal only when the inner backend has them,
 // forwards its capabilities, lock delay and drift (none, when it lacks
-// them), Inspector, and the releases and renewals tied to a grant
-// (GrantReleaser, GrantRenewer; untied when it lacks them).
+// them), Inspector, the releases and renewals tied to a grant
+// (GrantReleaser, GrantRenewer; untied when it lacks them), and the
+// release that carries an acquire (ReleaseAcquirer; the two calls one
+// after the other when it lacks it).
 func Observe(b driver.Backend, sink Sink, client string, opts ...ObserveOption) driver.Backend {
 	o := &observed{inner: b, sink: sink, client: client, rate: 1}
 	for _, opt := range opts {
@@ -66,16 +68,17 @@ type observed struct {
 }
 
 var (
-	_ driver.Backend       = (*observed)(nil)
-	_ driver.Capabler      = (*observed)(nil)
-	_ driver.Drifter       = (*observed)(nil)
-	_ driver.Inspector     = (*observed)(nil)
-	_ driver.GrantRenewer  = (*observed)(nil)
-	_ driver.GrantReleaser = (*observed)(nil)
-	_ driver.Notifier      = observedNotifier{}
-	_ driver.BatchRenewer  = observedBatch{}
-	_ driver.Notifier      = observedBoth{}
-	_ driver.BatchRenewer  = observedBoth{}
+	_ driver.Backend         = (*observed)(nil)
+	_ driver.Capabler        = (*observed)(nil)
+	_ driver.Drifter         = (*observed)(nil)
+	_ driver.Inspector       = (*observed)(nil)
+	_ driver.GrantRenewer    = (*observed)(nil)
+	_ driver.GrantReleaser   = (*observed)(nil)
+	_ driver.ReleaseAcquirer = (*observed)(nil)
+	_ driver.Notifier        = observedNotifier{}
+	_ driver.BatchRenewer    = observedBatch{}
+	_ driver.Notifier        = observedBoth{}
+	_ driver.BatchRenewer    = observedBoth{}
 )
 
 // deadline is the local deadline the client gives a grant or renewal of
@@ -110,10 +113,18 @@ func (o *observed) Acquire(ctx context.Context, req driver.AcquireRequest) (driv
 	ttl := req.TTL
 	req.TTL = o.ttl(req.TTL)
 	res, err := o.inner.Acquire(ctx, req)
+	req.TTL = ttl
+	o.acquired(req, start, Now(), res, err)
+	return res, err
+}
+
+// acquired records the acquire req (with the client's TTL), sent at start
+// and answered at end.
+func (o *observed) acquired(req driver.AcquireRequest, start, end int64, res driver.AcquireResult, err error) {
 	e := Event{Kind: KindStoreAcquire, Client: o.client, Name: req.Key, Token: req.Token, Limit: req.Limit,
-		Start: start, End: Now(), Outcome: outcome(res.Acquired, err), Err: errText(err), Fence: res.Fence}
+		Start: start, End: end, Outcome: outcome(res.Acquired, err), Err: errText(err), Fence: res.Fence}
 	if e.Outcome == OK {
-		e.Deadline = o.deadline(start, ttl)
+		e.Deadline = o.deadline(start, req.TTL)
 	}
 	if req.Mode == driver.Shared {
 		e.Mode = Shared
@@ -122,7 +133,6 @@ func (o *observed) Acquire(ctx context.Context, req driver.AcquireRequest) (driv
 		}
 	}
 	o.sink.Add(e)
-	return res, err
 }
 
 func (o *observed) Renew(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
@@ -266,6 +276,38 @@ func (o *observed) MoveIntent(ctx context.Context, key, from, to, owner string, 
 		return mv.MoveIntent(ctx, key, from, to, owner, ttl)
 	}
 	return false, driver.ErrUnsupported
+}
+
+// ReleaseAcquire forwards driver.ReleaseAcquirer, recorded as a release
+// and an acquire that end together; for an inner backend without it, it
+// is the release (tied to fence when not 0) and then the acquire, each
+// recorded as its own call, which is what the interface promises.
+func (o *observed) ReleaseAcquire(ctx context.Context, key, token string, fence uint64, next driver.AcquireRequest) (driver.ReleaseAcquireResult, error) {
+	ra, ok := o.inner.(driver.ReleaseAcquirer)
+	if !ok {
+		var out driver.ReleaseAcquireResult
+		var err error
+		if fence > 0 {
+			out.Release, err = o.ReleaseGrant(ctx, key, token, fence)
+		} else {
+			out.Release, err = o.Release(ctx, key, token)
+		}
+		if err != nil {
+			out.AcquireErr = err
+			return out, err
+		}
+		out.Acquire, out.AcquireErr = o.Acquire(ctx, next)
+		return out, nil
+	}
+	start := Now()
+	ttl := next.TTL
+	next.TTL = o.ttl(next.TTL)
+	out, err := ra.ReleaseAcquire(ctx, key, token, fence, next)
+	end := Now()
+	o.sink.Add(Event{Kind: KindStoreRelease, Client: o.client, Name: key, Token: token, Start: start, End: end, Outcome: outcome(out.Release.Held, err), Err: errText(err)})
+	next.TTL = ttl
+	o.acquired(next, start, end, out.Acquire, out.AcquireErr)
+	return out, err
 }
 
 // observedNotifier is an observed backend whose inner backend notifies.

@@ -132,7 +132,7 @@ func lockOutcome(err error) Outcome {
 // An error is the acquire's: the lock was not taken.
 func (w *Worker) Step(ctx context.Context, tg Target) (Result, error) {
 	n := w.seq.Add(1)
-	lease := fmt.Sprintf("%s/%d", w.client(), n)
+	lease := fmt.Sprintf("%s/%d.%d", w.client(), w.ID, n) // workers may share a client
 	acquire := w.lockFunc(tg)
 	actx, acancel := w.cancellable(ctx)
 	start := Now()

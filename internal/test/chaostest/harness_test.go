@@ -74,6 +74,7 @@ type scenario struct {
 	store      *store
 	label      string         // the summary's scenario column; "": the test's name
 	clients    int            // in-process clients; default 3
+	perClient  int            // workers of each client, as goroutines of one service; default 1
 	specs      []storeSpec    // client i's way to the store when set (its own proxy); default store.spec
 	names      []string       // default two names (eight in a soak)
 	workload   chaos.Workload // chaos.Stock or chaos.Set
@@ -231,11 +232,13 @@ func runScenario(t *testing.T, sc scenario) *chaos.Report {
 		}
 		c := s.clientOn(t, spec, rec, name, sc.observe, opts...)
 		r.clients = append(r.clients, c)
-		r.workers = append(r.workers, &chaos.Worker{
-			ID: i + 1, Client: name, Locks: c, Resource: res, Sink: rec,
-			Workload: sc.workload, Think: sc.think, IgnoreLoss: sc.ignoreLoss,
-			CancelRate: sc.cancelRate, CancelWithin: sc.cancelWithin,
-		})
+		for range max(sc.perClient, 1) {
+			r.workers = append(r.workers, &chaos.Worker{
+				ID: len(r.workers) + 1, Client: name, Locks: c, Resource: res, Sink: rec,
+				Workload: sc.workload, Think: sc.think, IgnoreLoss: sc.ignoreLoss,
+				CancelRate: sc.cancelRate, CancelWithin: sc.cancelWithin,
+			})
+		}
 	}
 	if sc.setup != nil {
 		sc.setup(r)

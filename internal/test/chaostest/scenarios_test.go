@@ -117,6 +117,34 @@ func TestCancel(t *testing.T) {
 	}
 }
 
+// TestSharedClients runs three workers on each of two clients, as
+// goroutines of one service, on every backend: a waiter's attempt parks
+// while its own client holds the name, and the client's release carries it
+// (the recorder carries it as a release and then an acquire where the
+// store cannot), with a tenth of the calls cancelled, parked attempts and
+// releases that carry one included. Nothing may be broken, and no wait may
+// end before its time.
+func TestSharedClients(t *testing.T) {
+	for _, kind := range allKinds {
+		t.Run(kind, func(t *testing.T) {
+			s := startStore(t, kind, storeOptions{})
+			base := scenario{store: s, clients: 2, perClient: 3, duration: 1500 * time.Millisecond}
+			if kind == kindRedlock {
+				s.spec.NodeTimeout = 250 * time.Millisecond // as in TestCancel
+				base.ttl = 2500 * time.Millisecond
+			}
+			cancels := base
+			cancels.label, cancels.cancelRate, cancels.cancelWithin = "shared-clients-cancel", 0.1, cancelWithin(kind)
+			cancels.workload, cancels.fenced, cancels.names = chaos.Stock, true, prefixed("stock-", nil)
+			runScenario(t, cancels)
+			fair := base
+			fair.label, fair.lockOpts, fair.waitsHold = "shared-clients-fair", []dlock.Option{dlock.Fair()}, true
+			fair.workload, fair.names, fair.think = chaos.Set, prefixed("set-", nil), longThink
+			runScenario(t, fair)
+		})
+	}
+}
+
 // cancelNames are TestCancel's names: eight, as in a soak, so that the
 // runs have enough manual refreshes to cancel.
 func cancelNames() []string {

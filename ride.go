@@ -1,0 +1,189 @@
+// Rides: a waiter's attempt carried by its own Client's release of the key
+// (driver.ReleaseAcquirer), so that a hand-over between goroutines of one
+// Client costs no round trip beyond the release.
+
+package dlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// rides are a Client's parked attempts. While the Client holds a key
+// exclusively, a waiter of the same Client on that key has nothing to learn
+// from the store: the lock stays taken until this Client releases it. So
+// the waiter's attempt parks, and the Client's next release of the key
+// sends it in the same round trip, after the release (storeRelease). A
+// parked attempt that no release takes goes out by itself once the holding
+// lease ends without one (a loss, an Unlock that leaves the release to the
+// background), or the wait's context or the Client ends.
+//
+// The store sees the attempt as it would see one sent by the waiter the
+// moment the release was answered, which is what a waiter woken by the
+// release would send: the same request, a round trip earlier. The release
+// waits for the waiter to take in the answer (ride.ack), so that a grant
+// the attempt brought is the Client's holding lease by the time Unlock
+// returns, for the next Lock of the key to park on.
+//
+// Its own mutex keeps it clear of the hub's and of a lease's (a lease
+// calls unhold as it ends, after its own mutex).
+type rides struct {
+	ra driver.ReleaseAcquirer
+
+	mu      sync.Mutex
+	holders map[string]*Lease // the Client's latest exclusive lease on each key
+	parked  map[string]*ride  // at most one attempt per key
+}
+
+// ride is one parked attempt.
+type ride struct {
+	req      driver.AcquireRequest
+	metadata string        // for the owner string, made as the ride goes out
+	done     chan struct{} // closed once a release sent the attempt and has its answer
+	ack      chan struct{} // closed by the waiter once it has dealt with the answer
+	// Set before done is closed: when the attempt went out, its answer.
+	sent time.Time
+	res  driver.AcquireResult
+	err  error
+}
+
+// newRides returns the rides of a Client on backend, or nil when the
+// backend cannot carry an acquire with a release.
+func newRides(backend driver.Backend) *rides {
+	ra, ok := backend.(driver.ReleaseAcquirer)
+	if !ok {
+		return nil
+	}
+	return &rides{ra: ra, holders: make(map[string]*Lease), parked: make(map[string]*ride)}
+}
+
+// hold records l as the Client's exclusive lease on key.
+func (r *rides) hold(key string, l *Lease) {
+	r.mu.Lock()
+	r.holders[key] = l
+	r.mu.Unlock()
+}
+
+// unhold forgets l as the Client's lease on key, as l ends.
+func (r *rides) unhold(key string, l *Lease) {
+	r.mu.Lock()
+	if r.holders[key] == l {
+		delete(r.holders, key)
+	}
+	r.mu.Unlock()
+}
+
+// park parks req while the Client holds key, and returns the ride and the
+// holding lease; nil when the Client does not hold key or another attempt
+// is parked on it.
+func (r *rides) park(key string, req driver.AcquireRequest, metadata string) (*ride, *Lease) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := r.holders[key]
+	if l == nil || r.parked[key] != nil {
+		return nil, nil
+	}
+	rd := &ride{req: req, metadata: metadata, done: make(chan struct{}), ack: make(chan struct{})}
+	r.parked[key] = rd
+	return rd, l
+}
+
+// unpark takes rd back for its waiter; false when a release took it.
+func (r *rides) unpark(key string, rd *ride) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.parked[key] != rd {
+		return false
+	}
+	delete(r.parked, key)
+	return true
+}
+
+// take takes the attempt parked on key, if any, for a release to carry.
+func (r *rides) take(key string) *ride {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rd := r.parked[key]
+	if rd != nil {
+		delete(r.parked, key)
+	}
+	return rd
+}
+
+// errCarrierEnded is the error of an attempt whose release's context ended
+// while they were on their way.
+var errCarrierEnded = driver.Transient(errors.New("dlock: the release that carried the attempt was cut short; its outcome is unknown"))
+
+// releaseWith sends the release of token on key (tied to fence when not 0)
+// and rd's attempt in one round trip, hands rd its answer and waits until
+// its waiter has dealt with it.
+func (c *Client) releaseWith(ctx context.Context, rd *ride, key, token string, fence uint64) (driver.ReleaseResult, error) {
+	rd.sent = time.Now()
+	rd.req.Owner = c.owner(rd.sent, rd.metadata)
+	res, err := c.rides.ra.ReleaseAcquire(ctx, key, token, fence, rd.req)
+	rd.res, rd.err = res.Acquire, res.AcquireErr
+	if err != nil && rd.err == nil {
+		rd.err = err
+	}
+	if rd.err != nil && ctx.Err() != nil && !driver.IsTransient(rd.err) {
+		// Cut short by the release's context, not the waiter's: for the
+		// waiter, an attempt of unknown outcome, to try again.
+		rd.err = errCarrierEnded
+	}
+	close(rd.done)
+	<-rd.ack
+	return res.Release, err
+}
+
+// send sends req, an attempt made at sent. With ride (a waiting attempt of
+// a handle that may park; see handle.try), an exclusive request with a
+// token of its own, while the Client holds the key, parks for the Client's release of the key to carry (see
+// rides). It returns the answer, when the request went out and, when a
+// release carried it, the ride, whose ack the caller closes once it has
+// dealt with the answer.
+func (h *handle) send(ctx context.Context, req driver.AcquireRequest, sent time.Time, ride bool) (driver.AcquireResult, time.Time, *ride, error) {
+	rs := h.c.rides
+	if !ride || rs == nil || !req.Wait || req.Mode != driver.Exclusive || h.token != "" {
+		res, err := h.backend.Acquire(ctx, req)
+		return res, sent, nil, err
+	}
+	if rd, holder := rs.park(h.key, req, h.opts.metadata); rd != nil {
+		// The lock is held, by this Client: the caller hears it as it
+		// would hear it from the store (WithOnBusy). Done and the owner
+		// take the lease's mutexes, which an ending lease holds before it
+		// takes the rides' (see Lease.finish).
+		held := holder.Done()
+		h.busy(driver.AcquireResult{Holder: holder.g.ownerNow(), HolderTTL: max(time.Until(holder.g.deadlineNow()), 0)})
+		select {
+		case <-rd.done:
+		case <-held:
+		case <-ctx.Done():
+		case <-h.c.closingCtx.Done():
+		}
+		if !rs.unpark(h.key, rd) {
+			// A release took it: the answer comes with the release's.
+			select {
+			case <-rd.done:
+				return rd.res, rd.sent, rd, rd.err
+			case <-ctx.Done():
+				// On its way, its outcome unknown, as for a call cut short.
+				return driver.AcquireResult{}, sent, rd, ctx.Err()
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			// Never sent: the caller cleans up as after a call cut short,
+			// which finds nothing to undo.
+			return driver.AcquireResult{}, sent, nil, err
+		}
+		// The holding lease ended with no release to carry the attempt, or
+		// the Client is closing: it goes out by itself.
+		sent = time.Now()
+		req.Owner = h.c.owner(sent, h.opts.metadata)
+	}
+	res, err := h.backend.Acquire(ctx, req)
+	return res, sent, nil, err
+}

@@ -1,0 +1,238 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/memlock"
+)
+
+// carrier is a memlock store that counts the acquires sent alone and those
+// carried by a release (driver.ReleaseAcquirer), and can hold a carried
+// pair until its context ends.
+type carrier struct {
+	*memlock.Backend
+	acquires, carried atomic.Int64
+	hang              atomic.Bool
+}
+
+func newCarrier() *carrier { return &carrier{Backend: memlock.New()} }
+
+func (c *carrier) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	c.acquires.Add(1)
+	return c.Backend.Acquire(ctx, req)
+}
+
+func (c *carrier) ReleaseAcquire(ctx context.Context, key, token string, fence uint64, next driver.AcquireRequest) (driver.ReleaseAcquireResult, error) {
+	c.carried.Add(1)
+	if c.hang.Load() {
+		<-ctx.Done()
+		return driver.ReleaseAcquireResult{AcquireErr: ctx.Err()}, ctx.Err()
+	}
+	return c.Backend.ReleaseAcquire(ctx, key, token, fence, next)
+}
+
+// busyOnce returns a WithOnBusy option and a channel that receives each
+// refusal it reports.
+func busyOnce() (dlock.Option, <-chan *dlock.NotObtainedError) {
+	ch := make(chan *dlock.NotObtainedError, 64)
+	return dlock.WithOnBusy(func(e *dlock.NotObtainedError) {
+		select {
+		case ch <- e:
+		default:
+		}
+	}), ch
+}
+
+func TestWaiterRidesItsClientsRelease(t *testing.T) {
+	for _, fair := range []bool{false, true} {
+		name := map[bool]string{false: "plain", true: "fair"}[fair]
+		t.Run(name, func(t *testing.T) {
+			b := newCarrier()
+			c := dlock.New(b)
+			defer c.Close()
+			var opts []dlock.Option
+			if fair {
+				opts = append(opts, dlock.Fair())
+			}
+			ctx := t.Context()
+			holder, err := c.Mutex("ride", opts...).Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			onBusy, busy := busyOnce()
+			out := make(chan outcome, 1)
+			go func() {
+				l, err := c.Mutex("ride", append(opts, onBusy)...).Lock(ctx)
+				out <- outcome{l, err}
+			}()
+			// The waiter hears that the lock is held (by its own Client)
+			// without asking the store.
+			select {
+			case e := <-busy:
+				if e.Holder == "" || e.HolderTTL <= 0 {
+					t.Errorf("busy report %+v, want the holder's owner and TTL", e)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the waiter reported nothing")
+			}
+			if n := b.acquires.Load(); n != 1 {
+				t.Fatalf("%d acquires sent alone before the release, want the holder's 1", n)
+			}
+			if err := holder.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			o := <-out
+			if o.err != nil {
+				t.Fatal(o.err)
+			}
+			defer o.l.Unlock(ctx)
+			if o.l.Fence() <= holder.Fence() {
+				t.Errorf("the waiter's fence %d is not above the holder's %d", o.l.Fence(), holder.Fence())
+			}
+			if n, m := b.acquires.Load(), b.carried.Load(); n != 1 || m != 1 {
+				t.Errorf("%d acquires alone and %d carried, want 1 and 1: the release carries the waiter's attempt", n, m)
+			}
+		})
+	}
+}
+
+// outcome is what a Lock in a goroutine returned.
+type outcome struct {
+	l   *dlock.Lease
+	err error
+}
+
+func TestParkedAttemptGoesOutWhenTheHolderIsLost(t *testing.T) {
+	b := newFaulty()
+	c := dlock.New(b, dlock.WithTTL(400*time.Millisecond))
+	defer c.Close()
+	ctx := t.Context()
+	holder, err := c.Mutex("lost").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The holder's renewals hang: its lease is lost at its deadline, with
+	// no release, and the store lets the hold lapse at its TTL.
+	b.renewGate = make(chan struct{})
+	defer close(b.renewGate)
+	onBusy, busy := busyOnce()
+	out := make(chan outcome, 1)
+	go func() {
+		l, err := c.Mutex("lost", onBusy).Lock(ctx)
+		out <- outcome{l, err}
+	}()
+	<-busy
+	select {
+	case o := <-out:
+		if o.err != nil {
+			t.Fatalf("the waiter failed: %v", o.err)
+		}
+		if !errors.As(holder.Err(), new(*dlock.LostError)) {
+			t.Errorf("the waiter got the lock while the holder's lease was %v", holder.Err())
+		}
+		if o.l.Fence() <= holder.Fence() {
+			t.Errorf("fence %d after the lost holder's %d", o.l.Fence(), holder.Fence())
+		}
+		_ = o.l.Unlock(ctx)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the parked waiter never went on after the holder's loss")
+	}
+}
+
+func TestParkedAttemptEndsWithItsContext(t *testing.T) {
+	b := newCarrier()
+	c := dlock.New(b)
+	defer c.Close()
+	ctx := t.Context()
+	holder, err := c.Mutex("ctx").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := c.Mutex("ctx").Lock(wctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock = %v, want its context's end", err)
+	}
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.carried.Load(); n != 0 {
+		t.Errorf("the release carried %d attempts of a wait that had ended", n)
+	}
+	if info := held(t, b.Backend, "ctx"); info.Holds != 0 || info.Queued != 0 || info.WriterWaiting {
+		t.Errorf("the lock after both left: %+v, want free", info)
+	}
+}
+
+func TestCloseEndsAParkedAttempt(t *testing.T) {
+	b := newCarrier()
+	c := dlock.New(b)
+	ctx := t.Context()
+	if _, err := c.Mutex("close").Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	onBusy, busy := busyOnce()
+	out := make(chan outcome, 1)
+	go func() {
+		l, err := c.Mutex("close", onBusy).Lock(ctx)
+		out <- outcome{l, err}
+	}()
+	<-busy
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited for the parked attempt")
+	}
+	if o := <-out; !errors.Is(o.err, dlock.ErrClosed) {
+		t.Errorf("the parked Lock = %v, want ErrClosed", o.err)
+	}
+}
+
+func TestCarrierCutShortLeavesTheWaitGoing(t *testing.T) {
+	b := newCarrier()
+	c := dlock.New(b)
+	defer c.Close()
+	ctx := t.Context()
+	holder, err := c.Mutex("cut").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	onBusy, busy := busyOnce()
+	out := make(chan outcome, 1)
+	go func() {
+		l, err := c.Mutex("cut", onBusy).Lock(ctx)
+		out <- outcome{l, err}
+	}()
+	<-busy
+	// The release and the attempt it carries never come back: Unlock's
+	// context ends them. The waiter's own context has not ended, so its
+	// wait goes on, and it gets the lock once the release, sent again in
+	// the background, frees it.
+	b.hang.Store(true)
+	uctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := holder.Unlock(uctx); err == nil {
+		t.Fatal("Unlock of a release that hung reported success")
+	}
+	b.hang.Store(false)
+	select {
+	case o := <-out:
+		if o.err != nil {
+			t.Fatalf("the waiter's Lock failed with the release's context: %v", o.err)
+		}
+		_ = o.l.Unlock(ctx)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter never got the lock")
+	}
+}
