@@ -283,7 +283,7 @@ func (h *handle) try(ctx context.Context, token string, wait, fair, claim, keep,
 		defer h.c.obs.acquired(h.name, took, err)
 	}
 	if err != nil {
-		if !keep {
+		if !keep && !rideDropped(err) {
 			h.unknownOutcome(token, joined, wait)
 		}
 		return nil, res, sent, wrapStore("acquire", h.name, err)

@@ -95,7 +95,7 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 		if ready {
 			fair := w.fairNext()
 			l, r, sent, err := w.attempt(ctx, fair, keep)
-			if err != nil && keep && (ctx.Err() != nil || !transient(err)) {
+			if err != nil && keep && (ctx.Err() != nil || !transient(err)) && !rideDropped(err) {
 				h.c.cleanup(h.key, w.token, h.opts.ttl) // try left it to the wait
 			}
 			switch {

@@ -7,7 +7,9 @@ package dlock
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -45,10 +47,37 @@ type ride struct {
 	metadata string        // for the owner string, made as the ride goes out
 	done     chan struct{} // closed once a release sent the attempt and has its answer
 	ack      chan struct{} // closed by the waiter once it has dealt with the answer
+	// state is rideOut while a release carries the attempt, then
+	// rideAnswered, or rideGone when the waiter stopped waiting for the
+	// answer first (see send): the release then gives back what the
+	// attempt got.
+	state atomic.Int32
 	// Set before done is closed: when the attempt went out, its answer.
 	sent time.Time
 	res  driver.AcquireResult
 	err  error
+}
+
+// The states of a taken ride.
+const (
+	rideOut int32 = iota
+	rideAnswered
+	rideGone
+)
+
+// errRideDropped is the error of an attempt whose wait ended while a
+// release carried it: the release gives back what it may have got (see
+// releaseWith), so the caller does not clean up after it.
+type errRideDropped struct{ err error }
+
+func (e errRideDropped) Error() string { return e.err.Error() }
+func (e errRideDropped) Unwrap() error { return e.err }
+
+// rideDropped reports whether err is an attempt's whose release gives
+// back what it got.
+func rideDropped(err error) bool {
+	var d errRideDropped
+	return errors.As(err, &d)
 }
 
 // newRides returns the rides of a Client on backend, or nil when the
@@ -134,8 +163,19 @@ func (c *Client) releaseWith(ctx context.Context, rd *ride, key, token string, f
 		// waiter, an attempt of unknown outcome, to try again.
 		rd.err = errCarrierEnded
 	}
-	close(rd.done)
-	<-rd.ack
+	if rd.state.CompareAndSwap(rideOut, rideAnswered) {
+		close(rd.done)
+		<-rd.ack
+	} else {
+		// The waiter is gone: whatever the attempt got, or may have got
+		// (a grant, a queue entry, a writer intent), goes back now that
+		// it cannot land later.
+		c.background(rd.req.TTL, func(bctx context.Context) {
+			if _, err := c.storeRelease(bctx, key, rd.req.Token, 0, 0); err != nil {
+				c.log.Warn("dlock: clean-up after an interrupted acquire failed; the lock expires after its TTL", "lock", strings.TrimPrefix(key, c.opts.keyPrefix), "err", err)
+			}
+		})
+	}
 	return res.Release, err
 }
 
@@ -170,8 +210,12 @@ func (h *handle) send(ctx context.Context, req driver.AcquireRequest, sent time.
 			case <-rd.done:
 				return rd.res, rd.sent, rd, rd.err
 			case <-ctx.Done():
-				// On its way, its outcome unknown, as for a call cut short.
-				return driver.AcquireResult{}, sent, rd, ctx.Err()
+				if rd.state.CompareAndSwap(rideOut, rideGone) {
+					// On its way: the release gives back what it gets.
+					return driver.AcquireResult{}, sent, rd, errRideDropped{ctx.Err()}
+				}
+				<-rd.done // answered meanwhile
+				return rd.res, rd.sent, rd, rd.err
 			}
 		}
 		if err := ctx.Err(); err != nil {

@@ -19,6 +19,9 @@ type carrier struct {
 	*memlock.Backend
 	acquires, carried atomic.Int64
 	hang              atomic.Bool
+	// gate, when set, holds a carried pair until it is closed; entered
+	// is told when one waits there.
+	gate, entered chan struct{}
 }
 
 func newCarrier() *carrier { return &carrier{Backend: memlock.New()} }
@@ -30,6 +33,10 @@ func (c *carrier) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 
 func (c *carrier) ReleaseAcquire(ctx context.Context, key, token string, fence uint64, next driver.AcquireRequest) (driver.ReleaseAcquireResult, error) {
 	c.carried.Add(1)
+	if c.gate != nil {
+		c.entered <- struct{}{}
+		<-c.gate
+	}
 	if c.hang.Load() {
 		<-ctx.Done()
 		return driver.ReleaseAcquireResult{AcquireErr: ctx.Err()}, ctx.Err()
@@ -234,5 +241,49 @@ func TestCarrierCutShortLeavesTheWaitGoing(t *testing.T) {
 		_ = o.l.Unlock(ctx)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter never got the lock")
+	}
+}
+
+func TestWaitEndedWhileCarriedLeavesNothing(t *testing.T) {
+	b := newCarrier()
+	b.gate, b.entered = make(chan struct{}), make(chan struct{}, 1)
+	c := dlock.New(b, dlock.WithTTL(time.Minute)) // a leftover outlives the test
+	defer c.Close()
+	ctx := t.Context()
+	holder, err := c.Mutex("gone").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	onBusy, busy := busyOnce()
+	out := make(chan outcome, 1)
+	go func() {
+		l, err := c.Mutex("gone", onBusy).Lock(wctx)
+		out <- outcome{l, err}
+	}()
+	<-busy
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- holder.Unlock(ctx) }()
+	<-b.entered // the release carries the waiter's attempt, and is held up
+	cancel()
+	if o := <-out; !errors.Is(o.err, context.Canceled) {
+		t.Fatalf("the waiter's Lock = %v, want its context's end", o.err)
+	}
+	// The pair lands after the waiter left: its acquire is granted, and
+	// must be given back.
+	close(b.gate)
+	if err := <-unlocked; err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		info := held(t, b.Backend, "gone")
+		if info.Holds == 0 && info.Queued == 0 && !info.WriterWaiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left on the store after the waiter gave up: %+v", info)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
