@@ -8,8 +8,6 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/dlock-go/dlock/driver"
 )
 
 // grant is one hold of a lock on the store by one token: the unit that is
@@ -102,9 +100,6 @@ func newGrant(c *Client, h *handle, token, owner string, fence uint64, sent time
 	l.g = g
 	g.first[0] = l
 	g.leases = g.first[:1]
-	if c.rides != nil && h.mode == driver.Exclusive {
-		c.rides.hold(h.key, l) // until l ends (Lease.finish)
-	}
 	return g, l
 }
 

@@ -379,6 +379,7 @@ func (h *handle) grantLease(joined *grant, token, owner string, res driver.Acqui
 	}
 	if h.token == "" {
 		g, l := newGrant(h.c, h, token, owner, res.Fence, sent, false)
+		h.holding(l, res)
 		g.schedule()
 		return l
 	}
@@ -401,8 +402,23 @@ func (h *handle) grantLease(joined *grant, token, owner string, res driver.Acqui
 		h.held = g
 	}
 	h.mu.Unlock()
+	h.holding(l, res)
 	g.schedule()
 	return l
+}
+
+// holding makes l, an exclusive grant answered res, the lease that the
+// Client's waiters on the key park their attempts on (see rides), unless
+// others wait in the store's queue: a grant that overtook a queue (or,
+// in handedLease, one handed over by a release) says so. Then the
+// waiters' attempts go out at once, as the queue's other entries did, and
+// the release is not held up on the store by an attempt that would only
+// join the queue (Redis answers the release's handoff notice only after
+// every command of the pipeline has run).
+func (h *handle) holding(l *Lease, res driver.AcquireResult) {
+	if h.c.rides != nil && h.mode == driver.Exclusive && !res.Overtook {
+		h.c.rides.hold(h.key, l) // until l ends (Lease.finish)
+	}
 }
 
 // holdsOther reports whether the handle holds a live grant other than g

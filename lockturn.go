@@ -83,7 +83,7 @@ func (h *handle) lockWait(ctx context.Context) (*Lease, *waiter, time.Time, erro
 	case err != nil || l != nil:
 		if own {
 			h.hub.tried(h.key, res, false)
-			if l != nil && h.c.rides != nil {
+			if l != nil && h.c.rides.holds(h.key, l) {
 				// Let a Lock that waited for this attempt run now, so that
 				// it parks for this lease's release (see rides) rather
 				// than when this goroutine's work lets it.
@@ -202,7 +202,7 @@ func (h *handle) wait(ctx context.Context, t turn) (*Lease, *waiter, error) {
 		}
 	}()
 	l, err := w.run(ctx)
-	yield = l != nil && h.c.rides != nil
+	yield = l != nil && h.c.rides.holds(h.key, l)
 	return l, w, err
 }
 

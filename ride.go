@@ -36,9 +36,12 @@ import (
 type rides struct {
 	ra driver.ReleaseAcquirer
 
-	mu      sync.Mutex
-	holders map[string]*Lease // the Client's latest exclusive lease on each key
-	parked  map[string]*ride  // at most one attempt per key
+	mu sync.Mutex
+	// holders is the Client's latest exclusive lease on each key, while no
+	// other Client was known to wait for the key when it was granted (see
+	// handle.holding).
+	holders map[string]*Lease
+	parked  map[string]*ride // at most one attempt per key
 }
 
 // ride is one parked attempt.
@@ -95,6 +98,17 @@ func (r *rides) hold(key string, l *Lease) {
 	r.mu.Lock()
 	r.holders[key] = l
 	r.mu.Unlock()
+}
+
+// holds reports whether l is the lease the Client's waiters on key park
+// their attempts on (false on a nil rides).
+func (r *rides) holds(key string, l *Lease) bool {
+	if r == nil {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.holders[key] == l
 }
 
 // unhold forgets l as the Client's lease on key, as l ends.
