@@ -146,6 +146,18 @@ func (r *rides) unpark(key string, rd *ride) bool {
 	return true
 }
 
+// holder returns the Client's exclusive lease on key when an attempt may
+// park for its release: nil when the Client does not hold key or another
+// attempt is parked on it.
+func (r *rides) holder(key string) *Lease {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.parked[key] != nil {
+		return nil
+	}
+	return r.holders[key]
+}
+
 // take takes the attempt parked on key, if any, for a release to carry.
 func (r *rides) take(key string) *ride {
 	r.mu.Lock()
@@ -205,13 +217,17 @@ func (h *handle) send(ctx context.Context, req driver.AcquireRequest, sent time.
 		res, err := h.backend.Acquire(ctx, req)
 		return res, sent, nil, err
 	}
-	if rd, holder := rs.park(h.key, req, h.opts.metadata); rd != nil {
+	if holder := rs.holder(h.key); holder != nil {
 		// The lock is held, by this Client: the caller hears it as it
-		// would hear it from the store (WithOnBusy). Done and the owner
-		// take the lease's mutexes, which an ending lease holds before it
-		// takes the rides' (see Lease.finish).
-		held := holder.Done()
+		// would hear it from the store (WithOnBusy), before the attempt
+		// parks, since fn may release the hold, which would wait for a
+		// parked attempt's waiter. The owner takes the grant's mutex,
+		// which an ending lease holds before it takes the rides' (see
+		// Lease.finish).
 		h.busy(driver.AcquireResult{Holder: holder.g.ownerNow(), HolderTTL: max(time.Until(holder.g.deadlineNow()), 0)})
+	}
+	if rd, holder := rs.park(h.key, req, h.opts.metadata); rd != nil {
+		held := holder.Done() // takes the lease's mutex, as the owner above
 		select {
 		case <-rd.done:
 		case <-held:

@@ -287,3 +287,43 @@ func TestWaitEndedWhileCarriedLeavesNothing(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+func TestOnBusyMayReleaseTheClientsHold(t *testing.T) {
+	b := newCarrier()
+	c := dlock.New(b) // closed only when nothing hangs: Close would wait for the hung Lock
+	ctx := t.Context()
+	holder, err := c.Mutex("busy").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The waiter's report of the hold lets the holder go: a report made
+	// with the attempt parked would have the release wait for the
+	// attempt's waiter, which waits for the report.
+	released := make(chan error, 1)
+	onBusy := dlock.WithOnBusy(func(*dlock.NotObtainedError) {
+		select {
+		case released <- holder.Unlock(ctx):
+		default:
+		}
+	})
+	out := make(chan outcome, 1)
+	go func() {
+		l, err := c.Mutex("busy", onBusy).Lock(ctx)
+		out <- outcome{l, err}
+	}()
+	select {
+	case o := <-out:
+		if o.err != nil {
+			t.Fatal(o.err)
+		}
+		_ = o.l.Unlock(ctx)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lock never returned: the release in WithOnBusy waits for the parked attempt it carries")
+	}
+	if err := <-released; err != nil {
+		t.Errorf("the holder's Unlock in WithOnBusy: %v", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Error(err)
+	}
+}
