@@ -76,11 +76,13 @@ type errRideDropped struct{ err error }
 func (e errRideDropped) Error() string { return e.err.Error() }
 func (e errRideDropped) Unwrap() error { return e.err }
 
-// rideDropped reports whether err is an attempt's whose release gives
-// back what it got.
+// rideDropped reports whether err is an attempt's that leaves its caller
+// nothing to clean up: one whose release gives back what it got, or one
+// that never went out (notSentError).
 func rideDropped(err error) bool {
 	var d errRideDropped
-	return errors.As(err, &d)
+	var n notSentError
+	return errors.As(err, &d) || errors.As(err, &n)
 }
 
 // newRides returns the rides of a Client on backend, or nil when the
@@ -169,6 +171,13 @@ func (r *rides) take(key string) *ride {
 	return rd
 }
 
+// notSentError is the error of a parked attempt whose wait ended before a
+// release carried it: nothing went to the store, so there is nothing to
+// clean up (see handle.try).
+type notSentError struct{ error }
+
+func (e notSentError) Unwrap() error { return e.error }
+
 // errCarrierEnded is the error of an attempt whose release's context ended
 // while they were on their way.
 var errCarrierEnded = driver.Transient(errors.New("dlock: the release that carried the attempt was cut short; its outcome is unknown"))
@@ -249,9 +258,8 @@ func (h *handle) send(ctx context.Context, req driver.AcquireRequest, sent time.
 			}
 		}
 		if err := ctx.Err(); err != nil {
-			// Never sent: the caller cleans up as after a call cut short,
-			// which finds nothing to undo.
-			return driver.AcquireResult{}, sent, nil, err
+			// Never sent: nothing to clean up on the store.
+			return driver.AcquireResult{}, sent, nil, notSentError{err}
 		}
 		// The holding lease ended with no release to carry the attempt, or
 		// the Client is closing: it goes out by itself.

@@ -18,6 +18,7 @@ import (
 type carrier struct {
 	*memlock.Backend
 	acquires, carried atomic.Int64
+	releases          atomic.Int64 // untied releases (Release), a clean-up's
 	hang              atomic.Bool
 	// gate, when set, holds a carried pair until it is closed; entered
 	// is told when one waits there.
@@ -29,6 +30,11 @@ func newCarrier() *carrier { return &carrier{Backend: memlock.New()} }
 func (c *carrier) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
 	c.acquires.Add(1)
 	return c.Backend.Acquire(ctx, req)
+}
+
+func (c *carrier) Release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
+	c.releases.Add(1)
+	return c.Backend.Release(ctx, key, token)
 }
 
 func (c *carrier) ReleaseAcquire(ctx context.Context, key, token string, fence uint64, next driver.AcquireRequest) (driver.ReleaseAcquireResult, error) {
@@ -165,6 +171,10 @@ func TestParkedAttemptEndsWithItsContext(t *testing.T) {
 	defer cancel()
 	if _, err := c.Mutex("ctx").Lock(wctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Lock = %v, want its context's end", err)
+	}
+	// The parked attempt never went out: there is nothing to clean up.
+	if n := b.releases.Load(); n != 0 {
+		t.Errorf("%d clean-up releases sent for an attempt that never went out", n)
 	}
 	if err := holder.Unlock(ctx); err != nil {
 		t.Fatal(err)
