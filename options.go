@@ -135,7 +135,9 @@ func WithSafetyMargin(d time.Duration) Option {
 // Client and name makes them). A Lock that joins its Client's waiters on
 // the name without a first attempt is called once as it joins, with the
 // last answer its Client had (none yet while the Client's first attempt
-// is under way). fn must not block. The default is none.
+// is under way), and an attempt that waits for its own Client's release
+// (see driver.ReleaseAcquirer) reports that hold before it waits. fn must
+// not block. The default is none.
 func WithOnBusy(fn func(*NotObtainedError)) Option {
 	return optionFunc(func(o *options) { o.onBusy = fn })
 }

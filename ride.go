@@ -76,11 +76,13 @@ type errRideDropped struct{ err error }
 func (e errRideDropped) Error() string { return e.err.Error() }
 func (e errRideDropped) Unwrap() error { return e.err }
 
-// rideDropped reports whether err is an attempt's whose release gives
-// back what it got.
+// rideDropped reports whether err is an attempt's that leaves its caller
+// nothing to clean up: one whose release gives back what it got, or one
+// that never went out (notSentError).
 func rideDropped(err error) bool {
 	var d errRideDropped
-	return errors.As(err, &d)
+	var n notSentError
+	return errors.As(err, &d) || errors.As(err, &n)
 }
 
 // newRides returns the rides of a Client on backend, or nil when the
@@ -146,6 +148,18 @@ func (r *rides) unpark(key string, rd *ride) bool {
 	return true
 }
 
+// holder returns the Client's exclusive lease on key when an attempt may
+// park for its release: nil when the Client does not hold key or another
+// attempt is parked on it.
+func (r *rides) holder(key string) *Lease {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.parked[key] != nil {
+		return nil
+	}
+	return r.holders[key]
+}
+
 // take takes the attempt parked on key, if any, for a release to carry.
 func (r *rides) take(key string) *ride {
 	r.mu.Lock()
@@ -156,6 +170,13 @@ func (r *rides) take(key string) *ride {
 	}
 	return rd
 }
+
+// notSentError is the error of a parked attempt whose wait ended before a
+// release carried it: nothing went to the store, so there is nothing to
+// clean up (see handle.try).
+type notSentError struct{ error }
+
+func (e notSentError) Unwrap() error { return e.error }
 
 // errCarrierEnded is the error of an attempt whose release's context ended
 // while they were on their way.
@@ -205,13 +226,17 @@ func (h *handle) send(ctx context.Context, req driver.AcquireRequest, sent time.
 		res, err := h.backend.Acquire(ctx, req)
 		return res, sent, nil, err
 	}
-	if rd, holder := rs.park(h.key, req, h.opts.metadata); rd != nil {
+	if holder := rs.holder(h.key); holder != nil {
 		// The lock is held, by this Client: the caller hears it as it
-		// would hear it from the store (WithOnBusy). Done and the owner
-		// take the lease's mutexes, which an ending lease holds before it
-		// takes the rides' (see Lease.finish).
-		held := holder.Done()
+		// would hear it from the store (WithOnBusy), before the attempt
+		// parks, since fn may release the hold, which would wait for a
+		// parked attempt's waiter. The owner takes the grant's mutex,
+		// which an ending lease holds before it takes the rides' (see
+		// Lease.finish).
 		h.busy(driver.AcquireResult{Holder: holder.g.ownerNow(), HolderTTL: max(time.Until(holder.g.deadlineNow()), 0)})
+	}
+	if rd, holder := rs.park(h.key, req, h.opts.metadata); rd != nil {
+		held := holder.Done() // takes the lease's mutex, as the owner above
 		select {
 		case <-rd.done:
 		case <-held:
@@ -233,9 +258,8 @@ func (h *handle) send(ctx context.Context, req driver.AcquireRequest, sent time.
 			}
 		}
 		if err := ctx.Err(); err != nil {
-			// Never sent: the caller cleans up as after a call cut short,
-			// which finds nothing to undo.
-			return driver.AcquireResult{}, sent, nil, err
+			// Never sent: nothing to clean up on the store.
+			return driver.AcquireResult{}, sent, nil, notSentError{err}
 		}
 		// The holding lease ended with no release to carry the attempt, or
 		// the Client is closing: it goes out by itself.

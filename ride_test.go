@@ -18,6 +18,7 @@ import (
 type carrier struct {
 	*memlock.Backend
 	acquires, carried atomic.Int64
+	releases          atomic.Int64 // untied releases (Release), a clean-up's
 	hang              atomic.Bool
 	// gate, when set, holds a carried pair until it is closed; entered
 	// is told when one waits there.
@@ -29,6 +30,11 @@ func newCarrier() *carrier { return &carrier{Backend: memlock.New()} }
 func (c *carrier) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
 	c.acquires.Add(1)
 	return c.Backend.Acquire(ctx, req)
+}
+
+func (c *carrier) Release(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
+	c.releases.Add(1)
+	return c.Backend.Release(ctx, key, token)
 }
 
 func (c *carrier) ReleaseAcquire(ctx context.Context, key, token string, fence uint64, next driver.AcquireRequest) (driver.ReleaseAcquireResult, error) {
@@ -166,6 +172,10 @@ func TestParkedAttemptEndsWithItsContext(t *testing.T) {
 	if _, err := c.Mutex("ctx").Lock(wctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Lock = %v, want its context's end", err)
 	}
+	// The parked attempt never went out: there is nothing to clean up.
+	if n := b.releases.Load(); n != 0 {
+		t.Errorf("%d clean-up releases sent for an attempt that never went out", n)
+	}
 	if err := holder.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -285,5 +295,45 @@ func TestWaitEndedWhileCarriedLeavesNothing(t *testing.T) {
 			t.Fatalf("left on the store after the waiter gave up: %+v", info)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestOnBusyMayReleaseTheClientsHold(t *testing.T) {
+	b := newCarrier()
+	c := dlock.New(b) // closed only when nothing hangs: Close would wait for the hung Lock
+	ctx := t.Context()
+	holder, err := c.Mutex("busy").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The waiter's report of the hold lets the holder go: a report made
+	// with the attempt parked would have the release wait for the
+	// attempt's waiter, which waits for the report.
+	released := make(chan error, 1)
+	onBusy := dlock.WithOnBusy(func(*dlock.NotObtainedError) {
+		select {
+		case released <- holder.Unlock(ctx):
+		default:
+		}
+	})
+	out := make(chan outcome, 1)
+	go func() {
+		l, err := c.Mutex("busy", onBusy).Lock(ctx)
+		out <- outcome{l, err}
+	}()
+	select {
+	case o := <-out:
+		if o.err != nil {
+			t.Fatal(o.err)
+		}
+		_ = o.l.Unlock(ctx)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lock never returned: the release in WithOnBusy waits for the parked attempt it carries")
+	}
+	if err := <-released; err != nil {
+		t.Errorf("the holder's Unlock in WithOnBusy: %v", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Error(err)
 	}
 }

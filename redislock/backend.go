@@ -382,7 +382,8 @@ func (b *Backend) releaseAnswer(ctx context.Context, key string, cmd *redis.Cmd)
 // (ReleaseGrant when fence is not 0, else Release) and the acquire next go
 // out in one pipeline, the release first, and each is answered as its own
 // call would be. A script that the server's cache lost is sent again by
-// itself, the release before the acquire. With WithReplicaAck, and until
+// itself, the release before the acquire (the acquire too, as a new
+// request, when only the release's script was lost). With WithReplicaAck, and until
 // the eviction policy has been read, the two are sent one after the other.
 func (b *Backend) ReleaseAcquire(ctx context.Context, key, token string, fence uint64, next driver.AcquireRequest) (driver.ReleaseAcquireResult, error) {
 	var out driver.ReleaseAcquireResult
@@ -412,10 +413,18 @@ func (b *Backend) ReleaseAcquire(ctx context.Context, key, token string, fence u
 	_ = pipe.Process(ctx, rel)
 	_ = pipe.Process(ctx, acq)
 	_, _ = pipe.Exec(ctx)
+	again := isNoScript(acq.Err())
 	if isNoScript(rel.Err()) {
 		rel = runEvalSha(ctx, b.rdb, releaseScript, relArgs)
+		if first, err := b.acquireAnswer(ctx, next.Key, acq); !again && err == nil && !first.Acquired {
+			// The acquire ran before the release it was to follow, and
+			// was refused: it goes again, as a new request, after it.
+			// (Its arguments were made once already, without error.)
+			acqArgs, _ = b.acquireCall(next)
+			again = true
+		}
 	}
-	if isNoScript(acq.Err()) {
+	if again {
 		acq = runEvalSha(ctx, b.rdb, acquireScript, acqArgs)
 	}
 	out.Release, err = b.releaseAnswer(ctx, key, rel)

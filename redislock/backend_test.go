@@ -525,3 +525,28 @@ func TestWrongTypeIsAnError(t *testing.T) {
 		t.Errorf("Acquire on a string key: err = %v, want a WRONGTYPE error", err)
 	}
 }
+
+func TestReleaseAcquireRunsTheReleaseFirstAfterScriptFlush(t *testing.T) {
+	b, rdb, _ := setup(t)
+	ctx := t.Context()
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The acquire's script is back in the server's cache, the release's
+	// is not: the pipeline's release fails with NOSCRIPT while its
+	// acquire runs.
+	a, next := newToken(t), newToken(t)
+	first := mustAcquire(t, b, driver.AcquireRequest{Key: "k", Token: a, Owner: "a", TTL: time.Minute})
+	res, err := b.ReleaseAcquire(ctx, "k", a, first.Fence, driver.AcquireRequest{
+		Key: "k", Token: next, Owner: "next", TTL: time.Minute, Wait: true, QueueTTL: 10 * time.Second,
+	})
+	if err != nil || res.AcquireErr != nil {
+		t.Fatalf("ReleaseAcquire: %v, %v", err, res.AcquireErr)
+	}
+	if !res.Release.Held {
+		t.Errorf("release = %+v, want a's hold released", res.Release)
+	}
+	if !res.Acquire.Acquired {
+		t.Errorf("acquire = %+v, want granted: it runs after the release that freed the lock", res.Acquire)
+	}
+}
