@@ -115,6 +115,20 @@ func TestWaiterRidesItsClientsRelease(t *testing.T) {
 	}
 }
 
+// waitingLock starts a Lock of c's Mutex name in a goroutine and returns
+// once the Lock has reported the lock held (WithOnBusy); its outcome
+// arrives on the channel.
+func waitingLock(ctx context.Context, c *dlock.Client, name string) <-chan outcome {
+	onBusy, busy := busyOnce()
+	out := make(chan outcome, 1)
+	go func() {
+		l, err := c.Mutex(name, onBusy).Lock(ctx)
+		out <- outcome{l, err}
+	}()
+	<-busy
+	return out
+}
+
 // outcome is what a Lock in a goroutine returned.
 type outcome struct {
 	l   *dlock.Lease
@@ -134,13 +148,7 @@ func TestParkedAttemptGoesOutWhenTheHolderIsLost(t *testing.T) {
 	// no release, and the store lets the hold lapse at its TTL.
 	b.renewGate = make(chan struct{})
 	defer close(b.renewGate)
-	onBusy, busy := busyOnce()
-	out := make(chan outcome, 1)
-	go func() {
-		l, err := c.Mutex("lost", onBusy).Lock(ctx)
-		out <- outcome{l, err}
-	}()
-	<-busy
+	out := waitingLock(ctx, c, "lost")
 	select {
 	case o := <-out:
 		if o.err != nil {
@@ -194,13 +202,7 @@ func TestCloseEndsAParkedAttempt(t *testing.T) {
 	if _, err := c.Mutex("close").Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	onBusy, busy := busyOnce()
-	out := make(chan outcome, 1)
-	go func() {
-		l, err := c.Mutex("close", onBusy).Lock(ctx)
-		out <- outcome{l, err}
-	}()
-	<-busy
+	out := waitingLock(ctx, c, "close")
 	closed := make(chan error, 1)
 	go func() { closed <- c.Close() }()
 	select {
@@ -225,13 +227,7 @@ func TestCarrierCutShortLeavesTheWaitGoing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	onBusy, busy := busyOnce()
-	out := make(chan outcome, 1)
-	go func() {
-		l, err := c.Mutex("cut", onBusy).Lock(ctx)
-		out <- outcome{l, err}
-	}()
-	<-busy
+	out := waitingLock(ctx, c, "cut")
 	// The release and the attempt it carries never come back: Unlock's
 	// context ends them. The waiter's own context has not ended, so its
 	// wait goes on, and it gets the lock once the release, sent again in
@@ -265,13 +261,7 @@ func TestWaitEndedWhileCarriedLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	onBusy, busy := busyOnce()
-	out := make(chan outcome, 1)
-	go func() {
-		l, err := c.Mutex("gone", onBusy).Lock(wctx)
-		out <- outcome{l, err}
-	}()
-	<-busy
+	out := waitingLock(wctx, c, "gone")
 	unlocked := make(chan error, 1)
 	go func() { unlocked <- holder.Unlock(ctx) }()
 	<-b.entered // the release carries the waiter's attempt, and is held up
