@@ -213,7 +213,7 @@ func (h *handle) notObtained(res driver.AcquireResult) *NotObtainedError {
 // a refusal that carries the grant's Fence (refusals carry none). With
 // keep (a waiter that passes its writer intent on, see handle.handOver),
 // neither a transient error's clean-up nor a late grant's give-back is
-// done here: the caller does them. With ride, a waiting exclusive attempt
+// done here: the caller does them. With ride, a waiting attempt
 // made while the Client holds the key waits for the Client's release of
 // the key to carry it (see rides).
 func (h *handle) try(ctx context.Context, token string, wait, fair, claim, keep, ride bool) (_ *Lease, _ driver.AcquireResult, sent time.Time, _ error) {

@@ -215,14 +215,15 @@ func (c *Client) releaseWith(ctx context.Context, rd *ride, key, token string, f
 }
 
 // send sends req, an attempt made at sent. With ride (a waiting attempt of
-// a handle that may park; see handle.try), an exclusive request with a
-// token of its own, while the Client holds the key, parks for the Client's release of the key to carry (see
+// a handle that may park; see handle.try), a request with a token of its
+// own (a writer's or a reader's, a permit's) parks while the Client holds
+// the key exclusively, for the Client's release of the key to carry (see
 // rides). It returns the answer, when the request went out and, when a
 // release carried it, the ride, whose ack the caller closes once it has
 // dealt with the answer.
 func (h *handle) send(ctx context.Context, req driver.AcquireRequest, sent time.Time, ride bool) (driver.AcquireResult, time.Time, *ride, error) {
 	rs := h.c.rides
-	if !ride || rs == nil || !req.Wait || req.Mode != driver.Exclusive || h.token != "" {
+	if !ride || rs == nil || !req.Wait || h.token != "" {
 		res, err := h.backend.Acquire(ctx, req)
 		return res, sent, nil, err
 	}

@@ -327,3 +327,35 @@ func TestOnBusyMayReleaseTheClientsHold(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+func TestReaderRidesItsClientsWriterRelease(t *testing.T) {
+	b := newCarrier()
+	c := dlock.New(b)
+	defer c.Close()
+	ctx := t.Context()
+	writer, err := c.RWMutex("rw").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	onBusy, busy := busyOnce()
+	out := make(chan outcome, 1)
+	go func() {
+		l, err := c.RWMutex("rw", onBusy).RLock(ctx)
+		out <- outcome{l, err}
+	}()
+	<-busy
+	if err := writer.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o := <-out
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	defer o.l.Unlock(ctx)
+	if n, m := b.acquires.Load(), b.carried.Load(); n != 1 || m != 1 {
+		t.Errorf("%d acquires alone and %d carried, want the writer's 1 and the reader's 1 carried", n, m)
+	}
+	if o.l.Fence() <= writer.Fence() {
+		t.Errorf("the reader's fence %d is not above the writer's %d", o.l.Fence(), writer.Fence())
+	}
+}
