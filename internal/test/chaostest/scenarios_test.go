@@ -122,8 +122,9 @@ func TestCancel(t *testing.T) {
 // while its own client holds the name, and the client's release carries it
 // (the recorder carries it as a release and then an acquire where the
 // store cannot), with a tenth of the calls cancelled, parked attempts and
-// releases that carry one included. Nothing may be broken, and no wait may
-// end before its time.
+// releases that carry one included; then writers and readers of one name,
+// and a fair run. Nothing may be broken, and no fair wait may end before
+// its time.
 func TestSharedClients(t *testing.T) {
 	for _, kind := range allKinds {
 		t.Run(kind, func(t *testing.T) {
@@ -137,6 +138,12 @@ func TestSharedClients(t *testing.T) {
 			cancels.label, cancels.cancelRate, cancels.cancelWithin = "shared-clients-cancel", 0.1, cancelWithin(kind)
 			cancels.workload, cancels.fenced, cancels.names = chaos.Stock, true, prefixed("stock-", nil)
 			runScenario(t, cancels)
+			// Writers and readers of one name: readers ride their own
+			// client's writer's release too.
+			rw := base
+			rw.label, rw.workload = "shared-clients-rw", chaos.Stock
+			rw.targets = []chaos.Target{{Name: "rw", Mode: chaos.Exclusive, RW: true}, {Name: "rw", Mode: chaos.Shared}}
+			runScenario(t, rw)
 			if kind == kindRedlock {
 				return // no fair locks (see TestFair)
 			}
