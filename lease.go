@@ -205,8 +205,8 @@ func (l *Lease) CallContext(parent context.Context) (ctx context.Context, cancel
 // finish ends the lease with err, once.
 func (l *Lease) finish(err error) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.err != nil {
-		l.mu.Unlock()
 		return
 	}
 	l.err = err
@@ -216,10 +216,7 @@ func (l *Lease) finish(err error) {
 	if l.cancel != nil {
 		l.cancel(err)
 	}
-	l.mu.Unlock()
-	if g := l.g; g != nil && g.c != nil && g.c.rides != nil {
-		g.c.rides.unhold(g.key, l)
-	}
+	l.g.c.rides.unhold(l.g.key, l) // parked attempts go out (see rides)
 }
 
 // Refresh renews the lease now, for leases without automatic renewal or to

@@ -31,8 +31,8 @@ import (
 // the attempt brought is the Client's holding lease by the time Unlock
 // returns, for the next Lock of the key to park on.
 //
-// Its own mutex keeps it clear of the hub's and of a lease's (a lease
-// calls unhold as it ends, after its own mutex).
+// Its own mutex is taken after a lease's (a lease calls unhold as it ends)
+// and never before one.
 type rides struct {
 	ra driver.ReleaseAcquirer
 
@@ -113,8 +113,12 @@ func (r *rides) holds(key string, l *Lease) bool {
 	return r.holders[key] == l
 }
 
-// unhold forgets l as the Client's lease on key, as l ends.
+// unhold forgets l as the Client's lease on key, as l ends (nothing on a
+// nil rides). It is called with l's mutex held.
 func (r *rides) unhold(key string, l *Lease) {
+	if r == nil {
+		return
+	}
 	r.mu.Lock()
 	if r.holders[key] == l {
 		delete(r.holders, key)
