@@ -30,7 +30,8 @@
 //     time between a fifth of and one node timeout, doubled for each split
 //     of the key in a row up to eight times (see Backend.splitDelay), so
 //     that the contenders come back one at a time instead of splitting the
-//     nodes again.
+//     nodes again, and Holder the owner most of the refusing nodes report,
+//     other than the requester's own when another is reported.
 //
 // Contenders are told apart by their owner descriptions, which the dlock
 // client makes per Client and second, so contenders of one Client (two
@@ -112,8 +113,26 @@ func (a *attempt) busyResult(busy []answer[driver.AcquireResult], yes int) drive
 		res.Shared = kthHighest(counts, min(q, len(counts)))
 		return res
 	}
-	holder, _ = mostReported(busy)
-	return driver.AcquireResult{Holder: holder, HolderTTL: a.b.splitDelay(a.req.Key), Queued: queued}
+	return driver.AcquireResult{Holder: a.likelyHolder(busy), HolderTTL: a.b.splitDelay(a.req.Key), Queued: queued}
+}
+
+// likelyHolder names, for a split, the holder that most answers of busy
+// name other than the requester's own owner: a hold of the requester's
+// Client that busy shows is most often one that an attempt of its own left
+// on a node and has not undone yet (see attempt.run), not the owner it
+// waits for. The own owner is named only when no other is.
+func (a *attempt) likelyHolder(busy []answer[driver.AcquireResult]) string {
+	others := make([]answer[driver.AcquireResult], 0, len(busy))
+	for _, ans := range busy {
+		if ans.val.Holder != a.req.Owner {
+			others = append(others, ans)
+		}
+	}
+	if len(others) == 0 {
+		others = busy
+	}
+	holder, _ := mostReported(others)
+	return holder
 }
 
 // classify splits the refusals of busy into waits (readers refusing a
