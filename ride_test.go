@@ -63,55 +63,98 @@ func busyOnce() (dlock.Option, <-chan *dlock.NotObtainedError) {
 }
 
 func TestWaiterRidesItsClientsRelease(t *testing.T) {
-	for _, fair := range []bool{false, true} {
-		name := map[bool]string{false: "plain", true: "fair"}[fair]
-		t.Run(name, func(t *testing.T) {
-			b := newCarrier()
-			c := dlock.New(b)
-			defer c.Close()
-			var opts []dlock.Option
-			if fair {
-				opts = append(opts, dlock.Fair())
-			}
-			ctx := t.Context()
-			holder, err := c.Mutex("ride", opts...).Lock(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			onBusy, busy := busyOnce()
-			out := make(chan outcome, 1)
-			go func() {
-				l, err := c.Mutex("ride", append(opts, onBusy)...).Lock(ctx)
-				out <- outcome{l, err}
-			}()
-			// The waiter hears that the lock is held (by its own Client)
-			// without asking the store.
-			select {
-			case e := <-busy:
-				if e.Holder == "" || e.HolderTTL <= 0 {
-					t.Errorf("busy report %+v, want the holder's owner and TTL", e)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("the waiter reported nothing")
-			}
-			if n := b.acquires.Load(); n != 1 {
-				t.Fatalf("%d acquires sent alone before the release, want the holder's 1", n)
-			}
-			if err := holder.Unlock(ctx); err != nil {
-				t.Fatal(err)
-			}
-			o := <-out
-			if o.err != nil {
-				t.Fatal(o.err)
-			}
-			defer o.l.Unlock(ctx)
-			if o.l.Fence() <= holder.Fence() {
-				t.Errorf("the waiter's fence %d is not above the holder's %d", o.l.Fence(), holder.Fence())
-			}
-			if n, m := b.acquires.Load(), b.carried.Load(); n != 1 || m != 1 {
-				t.Errorf("%d acquires alone and %d carried, want 1 and 1: the release carries the waiter's attempt", n, m)
-			}
-		})
+	b := newCarrier()
+	c := dlock.New(b)
+	defer c.Close()
+	ctx := t.Context()
+	holder, err := c.Mutex("ride").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	onBusy, busy := busyOnce()
+	out := make(chan outcome, 1)
+	go func() {
+		l, err := c.Mutex("ride", onBusy).Lock(ctx)
+		out <- outcome{l, err}
+	}()
+	// The waiter hears that the lock is held (by its own Client)
+	// without asking the store.
+	select {
+	case e := <-busy:
+		if e.Holder == "" || e.HolderTTL <= 0 {
+			t.Errorf("busy report %+v, want the holder's owner and TTL", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter reported nothing")
+	}
+	if n := b.acquires.Load(); n != 1 {
+		t.Fatalf("%d acquires sent alone before the release, want the holder's 1", n)
+	}
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o := <-out
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	defer o.l.Unlock(ctx)
+	if o.l.Fence() <= holder.Fence() {
+		t.Errorf("the waiter's fence %d is not above the holder's %d", o.l.Fence(), holder.Fence())
+	}
+	if n, m := b.acquires.Load(), b.carried.Load(); n != 1 || m != 1 {
+		t.Errorf("%d acquires alone and %d carried, want 1 and 1: the release carries the waiter's attempt", n, m)
+	}
+}
+
+// TestParkedFairWaiterKeepsItsArrivalOrder checks that a fair waiter whose
+// own Client holds the lock takes its place in the queue as it arrives: a
+// waiter of another Client that comes later is granted after it.
+func TestParkedFairWaiterKeepsItsArrivalOrder(t *testing.T) {
+	b := newCarrier()
+	a, other := dlock.New(b), dlock.New(b)
+	defer a.Close()
+	defer other.Close()
+	ctx := t.Context()
+	holder, err := a.Mutex("fair", dlock.Fair()).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock := func(c *dlock.Client) <-chan outcome {
+		onBusy, busy := busyOnce()
+		out := make(chan outcome, 1)
+		go func() {
+			l, err := c.Mutex("fair", dlock.Fair(), onBusy).Lock(ctx)
+			out <- outcome{l, err}
+		}()
+		<-busy
+		return out
+	}
+	first := lock(a)
+	// The first waiter's request is on the store (or parked) once its
+	// busy report came; a parked one would stay parked until the release.
+	time.Sleep(50 * time.Millisecond)
+	second := lock(other)
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var o outcome
+	rest := second
+	select {
+	case o = <-first:
+	case o = <-second:
+		rest = first
+		t.Error("the later waiter, of another Client, was granted first")
+	}
+	for _, ch := range []<-chan outcome{nil, rest} {
+		if ch != nil {
+			o = <-ch
+		}
+		if o.err != nil {
+			t.Fatal(o.err)
+		}
+		if err := o.l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
