@@ -16,9 +16,9 @@ import (
 )
 
 // rides are a Client's parked attempts. While the Client holds a key
-// exclusively, a waiter of the same Client on that key that does not
-// queue (Fair) has nothing to learn from the store: the lock stays taken until this Client releases it. So
-// the waiter's attempt parks, and the Client's next release of the key
+// exclusively, a waiter of the same Client on that key that does not queue
+// (a request without Fair) has nothing to learn from the store: the lock
+// stays taken until this Client releases it. So the waiter's attempt parks, and the Client's next release of the key
 // sends it in the same round trip, after the release (storeRelease). A
 // parked attempt that no release takes goes out by itself once the holding
 // lease ends without one (a loss, an Unlock that leaves the release to the
@@ -222,9 +222,9 @@ func (c *Client) releaseWith(ctx context.Context, rd *ride, key, token string, f
 // a handle that may park; see handle.try), a request with a token of its
 // own (a writer's or a reader's, a permit's) and without Fair parks while
 // the Client holds the key exclusively, for the Client's release of the
-// key to carry (see rides). It returns the answer, when the request went out and, when a
-// release carried it, the ride, whose ack the caller closes once it has
-// dealt with the answer.
+// key to carry (see rides). It returns the answer, when the request went
+// out and, when a release carried it, the ride, whose ack the caller
+// closes once it has dealt with the answer.
 func (h *handle) send(ctx context.Context, req driver.AcquireRequest, sent time.Time, ride bool) (driver.AcquireResult, time.Time, *ride, error) {
 	rs := h.c.rides
 	if !ride || rs == nil || !req.Wait || req.Fair || h.token != "" {
