@@ -37,11 +37,17 @@ import (
 // unknown outcome, or a wait that ended, may have left on key, before the
 // call returns when the store answers within settleWait (see settle).
 func (c *Client) cleanup(key, token string, ttl time.Duration) {
-	c.settle(ttl, func(ctx context.Context) {
+	c.settle(ttl, c.cleanupRelease(key, token))
+}
+
+// cleanupRelease returns the release of token on key, tied to no grant,
+// that a clean-up sends, and that logs its failure.
+func (c *Client) cleanupRelease(key, token string) func(ctx context.Context) {
+	return func(ctx context.Context) {
 		if _, err := c.storeRelease(ctx, key, token, 0, 0); err != nil {
 			c.log.Warn("dlock: clean-up after an interrupted acquire failed; the lock expires after its TTL", "lock", strings.TrimPrefix(key, c.opts.keyPrefix), "err", err)
 		}
-	})
+	}
 }
 
 // settleWait bounds how long a call that ends waits for its clean-up on the

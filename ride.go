@@ -7,7 +7,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,21 +67,18 @@ const (
 	rideGone
 )
 
-// errRideDropped is the error of an attempt whose wait ended while a
-// release carried it: the release gives back what it may have got (see
-// releaseWith), so the caller does not clean up after it.
-type errRideDropped struct{ err error }
+// rideEnded is the error of a parked attempt whose wait ended: it never
+// went out, or the release that carried it gives back what it got (see
+// releaseWith). Either way its caller has nothing to clean up.
+type rideEnded struct{ error }
 
-func (e errRideDropped) Error() string { return e.err.Error() }
-func (e errRideDropped) Unwrap() error { return e.err }
+func (e rideEnded) Unwrap() error { return e.error }
 
-// rideDropped reports whether err is an attempt's that leaves its caller
-// nothing to clean up: one whose release gives back what it got, or one
-// that never went out (notSentError).
+// rideDropped reports whether err is a rideEnded, which leaves its caller
+// nothing to clean up.
 func rideDropped(err error) bool {
-	var d errRideDropped
-	var n notSentError
-	return errors.As(err, &d) || errors.As(err, &n)
+	var e rideEnded
+	return errors.As(err, &e)
 }
 
 // newRides returns the rides of a Client on backend, or nil when the
@@ -175,13 +171,6 @@ func (r *rides) take(key string) *ride {
 	return rd
 }
 
-// notSentError is the error of a parked attempt whose wait ended before a
-// release carried it: nothing went to the store, so there is nothing to
-// clean up (see handle.try).
-type notSentError struct{ error }
-
-func (e notSentError) Unwrap() error { return e.error }
-
 // errCarrierEnded is the error of an attempt whose release's context ended
 // while they were on their way.
 var errCarrierEnded = driver.Transient(errors.New("dlock: the release that carried the attempt was cut short; its outcome is unknown"))
@@ -209,11 +198,7 @@ func (c *Client) releaseWith(ctx context.Context, rd *ride, key, token string, f
 		// The waiter is gone: whatever the attempt got, or may have got
 		// (a grant, a queue entry, a writer intent), goes back now that
 		// it cannot land later.
-		c.background(rd.req.TTL, func(bctx context.Context) {
-			if _, err := c.storeRelease(bctx, key, rd.req.Token, 0, 0); err != nil {
-				c.log.Warn("dlock: clean-up after an interrupted acquire failed; the lock expires after its TTL", "lock", strings.TrimPrefix(key, c.opts.keyPrefix), "err", err)
-			}
-		})
+		c.background(rd.req.TTL, c.cleanupRelease(key, rd.req.Token))
 	}
 	return res.Release, err
 }
@@ -259,7 +244,7 @@ func (h *handle) send(ctx context.Context, req driver.AcquireRequest, sent time.
 			case <-ctx.Done():
 				if rd.state.CompareAndSwap(rideOut, rideGone) {
 					// On its way: the release gives back what it gets.
-					return driver.AcquireResult{}, sent, rd, errRideDropped{ctx.Err()}
+					return driver.AcquireResult{}, sent, rd, rideEnded{ctx.Err()}
 				}
 				<-rd.done // answered meanwhile
 				return rd.res, rd.sent, rd, rd.err
@@ -267,7 +252,7 @@ func (h *handle) send(ctx context.Context, req driver.AcquireRequest, sent time.
 		}
 		if err := ctx.Err(); err != nil {
 			// Never sent: nothing to clean up on the store.
-			return driver.AcquireResult{}, sent, nil, notSentError{err}
+			return driver.AcquireResult{}, sent, nil, rideEnded{err}
 		}
 		// The holding lease ended with no release to carry the attempt, or
 		// the Client is closing: it goes out by itself.
