@@ -71,21 +71,11 @@ func TestWaiterRidesItsClientsRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	onBusy, busy := busyOnce()
-	out := make(chan outcome, 1)
-	go func() {
-		l, err := c.Mutex("ride", onBusy).Lock(ctx)
-		out <- outcome{l, err}
-	}()
 	// The waiter hears that the lock is held (by its own Client)
 	// without asking the store.
-	select {
-	case e := <-busy:
-		if e.Holder == "" || e.HolderTTL <= 0 {
-			t.Errorf("busy report %+v, want the holder's owner and TTL", e)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter reported nothing")
+	out, e := waiting(t, ctx, func(o dlock.Option) lockFunc { return c.Mutex("ride", o).Lock })
+	if e.Holder == "" || e.HolderTTL <= 0 {
+		t.Errorf("busy report %+v, want the holder's owner and TTL", e)
 	}
 	if n := b.acquires.Load(); n != 1 {
 		t.Fatalf("%d acquires sent alone before the release, want the holder's 1", n)
@@ -120,13 +110,7 @@ func TestParkedFairWaiterKeepsItsArrivalOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	lock := func(c *dlock.Client) <-chan outcome {
-		onBusy, busy := busyOnce()
-		out := make(chan outcome, 1)
-		go func() {
-			l, err := c.Mutex("fair", dlock.Fair(), onBusy).Lock(ctx)
-			out <- outcome{l, err}
-		}()
-		<-busy
+		out, _ := waiting(t, ctx, func(o dlock.Option) lockFunc { return c.Mutex("fair", dlock.Fair(), o).Lock })
 		return out
 	}
 	first := lock(a)
@@ -158,17 +142,33 @@ func TestParkedFairWaiterKeepsItsArrivalOrder(t *testing.T) {
 	}
 }
 
-// waitingLock starts a Lock of c's Mutex name in a goroutine and returns
-// once the Lock has reported the lock held (WithOnBusy); its outcome
-// arrives on the channel.
-func waitingLock(ctx context.Context, c *dlock.Client, name string) <-chan outcome {
+// lockFunc is a Lock, RLock or Acquire method value.
+type lockFunc func(context.Context) (*dlock.Lease, error)
+
+// waiting starts, in a goroutine, the lock that lock makes with a
+// WithOnBusy option, and returns once it has reported the lock held, with
+// that report; its outcome arrives on the channel.
+func waiting(t *testing.T, ctx context.Context, lock func(dlock.Option) lockFunc) (<-chan outcome, *dlock.NotObtainedError) {
+	t.Helper()
 	onBusy, busy := busyOnce()
 	out := make(chan outcome, 1)
 	go func() {
-		l, err := c.Mutex(name, onBusy).Lock(ctx)
+		l, err := lock(onBusy)(ctx)
 		out <- outcome{l, err}
 	}()
-	<-busy
+	select {
+	case e := <-busy:
+		return out, e
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter reported nothing")
+		return nil, nil
+	}
+}
+
+// waitingLock is waiting for a Lock of c's Mutex name.
+func waitingLock(t *testing.T, ctx context.Context, c *dlock.Client, name string) <-chan outcome {
+	t.Helper()
+	out, _ := waiting(t, ctx, func(o dlock.Option) lockFunc { return c.Mutex(name, o).Lock })
 	return out
 }
 
@@ -191,7 +191,7 @@ func TestParkedAttemptGoesOutWhenTheHolderIsLost(t *testing.T) {
 	// no release, and the store lets the hold lapse at its TTL.
 	b.renewGate = make(chan struct{})
 	defer close(b.renewGate)
-	out := waitingLock(ctx, c, "lost")
+	out := waitingLock(t, ctx, c, "lost")
 	select {
 	case o := <-out:
 		if o.err != nil {
@@ -245,7 +245,7 @@ func TestCloseEndsAParkedAttempt(t *testing.T) {
 	if _, err := c.Mutex("close").Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	out := waitingLock(ctx, c, "close")
+	out := waitingLock(t, ctx, c, "close")
 	closed := make(chan error, 1)
 	go func() { closed <- c.Close() }()
 	select {
@@ -270,7 +270,7 @@ func TestCarrierCutShortLeavesTheWaitGoing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := waitingLock(ctx, c, "cut")
+	out := waitingLock(t, ctx, c, "cut")
 	// The release and the attempt it carries never come back: Unlock's
 	// context ends them. The waiter's own context has not ended, so its
 	// wait goes on, and it gets the lock once the release, sent again in
@@ -304,7 +304,7 @@ func TestWaitEndedWhileCarriedLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	out := waitingLock(wctx, c, "gone")
+	out := waitingLock(t, wctx, c, "gone")
 	unlocked := make(chan error, 1)
 	go func() { unlocked <- holder.Unlock(ctx) }()
 	<-b.entered // the release carries the waiter's attempt, and is held up
@@ -380,13 +380,7 @@ func TestReaderRidesItsClientsWriterRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	onBusy, busy := busyOnce()
-	out := make(chan outcome, 1)
-	go func() {
-		l, err := c.RWMutex("rw", onBusy).RLock(ctx)
-		out <- outcome{l, err}
-	}()
-	<-busy
+	out, _ := waiting(t, ctx, func(o dlock.Option) lockFunc { return c.RWMutex("rw", o).RLock })
 	if err := writer.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
