@@ -60,6 +60,8 @@ type Backend struct {
 	ridSeq    atomic.Uint64
 	// hid names the Backend's handoff channels (see handoffChannel).
 	hid string
+	// onces knows the grants no late copy of a request can reach (once.go).
+	onces onceGrants
 }
 
 // requestID returns a new id for an acquire or release request: unique to
@@ -67,6 +69,9 @@ type Backend struct {
 func (b *Backend) requestID() string {
 	return b.ridPrefix + strconv.FormatUint(b.ridSeq.Add(1), 36)
 }
+
+// request returns a new request id as an argument that counts its writes.
+func (b *Backend) request() *requestArg { return &requestArg{id: b.requestID()} }
 
 // New returns a Backend that keeps its locks in rdb. It does no I/O; the
 // scripts are loaded on first use. An invalid option (WithNamespace with a
@@ -128,39 +133,43 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			return driver.AcquireResult{}, b.storeError(ctx, "acquire", req.Key, err)
 		}
 	}
-	args, err := b.acquireCall(req)
+	args, rid, err := b.acquireCall(req)
 	if err != nil {
 		return driver.AcquireResult{}, b.storeError(ctx, "acquire", req.Key, err)
 	}
 	if b.acking() {
 		return b.acquireAcked(ctx, req, splitEvalSha(args))
 	}
-	return b.acquireAnswer(ctx, req.Key, runEvalSha(ctx, b.rdb, acquireScript, args))
+	return b.acquireAnswer(ctx, req, rid, runEvalSha(ctx, b.rdb, acquireScript, args))
 }
 
-// acquireAnswer reads the answer of an acquire's script call.
-func (b *Backend) acquireAnswer(ctx context.Context, key string, cmd *redis.Cmd) (driver.AcquireResult, error) {
+// acquireAnswer reads the answer of an acquire's script call, whose request
+// id is rid.
+func (b *Backend) acquireAnswer(ctx context.Context, req driver.AcquireRequest, rid *requestArg, cmd *redis.Cmd) (driver.AcquireResult, error) {
 	reply, err := cmd.Slice()
 	if err != nil {
-		return driver.AcquireResult{}, b.storeError(ctx, "acquire", key, err)
+		return driver.AcquireResult{}, b.storeError(ctx, "acquire", req.Key, err)
 	}
 	res, err := parseAcquire(reply)
 	if err != nil {
-		return driver.AcquireResult{}, b.storeError(ctx, "acquire", key, err)
+		return driver.AcquireResult{}, b.storeError(ctx, "acquire", req.Key, err)
+	}
+	if res.Acquired && req.Mode == driver.Exclusive {
+		b.onces.granted(req.Key, req.Token, res.Fence, res.Holds, rid)
 	}
 	return res, nil
 }
 
 // acquireCall returns the EVALSHA of acquire.lua for req, as evalShaArgs
-// lays it out.
-func (b *Backend) acquireCall(req driver.AcquireRequest) ([]any, error) {
+// lays it out, and its request id.
+func (b *Backend) acquireCall(req driver.AcquireRequest) ([]any, *requestArg, error) {
 	var shared bool
 	switch req.Mode {
 	case driver.Exclusive:
 	case driver.Shared:
 		shared = true
 	default:
-		return nil, fmt.Errorf("unknown mode %v", req.Mode)
+		return nil, nil, fmt.Errorf("unknown mode %v", req.Mode)
 	}
 	delay := int64(0)
 	if req.LockDelay > 0 {
@@ -177,10 +186,11 @@ func (b *Backend) acquireCall(req driver.AcquireRequest) ([]any, error) {
 	for i, k := range keys {
 		args[3+i] = k
 	}
+	rid := b.request()
 	copy(args[3+nk:], []any{req.Token, req.Owner, millis(req.TTL), flag(req.Reentrant), delay,
-		flag(shared), max(req.Limit, 0), flag(req.Fair), flag(req.Wait), queueTTL, b.requestID(),
+		flag(shared), max(req.Limit, 0), flag(req.Fair), flag(req.Wait), queueTTL, rid,
 		flag(req.Handoff && req.Fair && req.Wait && !shared && !req.Reentrant && req.LockDelay <= 0 && b.ackReplicas == 0), b.hid})
-	return args, nil
+	return args, rid, nil
 }
 
 // flags are the boolean arguments of a script, boxed once.

@@ -15,7 +15,7 @@ import (
 // twelve arguments (no ARGV[13]).
 func AcquireWithoutHandoffID(ctx context.Context, rdb redis.UniversalClient, key, token, owner string, ttl, queueTTL time.Duration) error {
 	b := New(rdb)
-	args, err := b.acquireCall(driver.AcquireRequest{Key: key, Token: token, Owner: owner, TTL: ttl,
+	args, _, err := b.acquireCall(driver.AcquireRequest{Key: key, Token: token, Owner: owner, TTL: ttl,
 		Fair: true, Wait: true, QueueTTL: queueTTL, Handoff: true})
 	if err != nil {
 		return err

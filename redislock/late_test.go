@@ -275,6 +275,60 @@ func TestLateFirstCopyOfResentAcquireGrantsNothing(t *testing.T) {
 	}
 }
 
+// A release records nothing when every request of its grant reached Redis
+// at the first try (no copy of them exists), but a re-entry that go-redis
+// resent marks the grant for good: its first copy, landing after the last
+// Unlock, grants nothing.
+func TestLateFirstCopyOfResentReentryGrantsNothing(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	admin := srv.Client(t)
+	d := newLateDialer(srv.Addr())
+	rdb := lateClient(t, d, redis.Options{ReadTimeout: 300 * time.Millisecond, MaxRetries: 3})
+	c := dlock.New(redislock.New(rdb), dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(false))
+	defer c.Close()
+	warm(t, c) // the scripts cached: an EVALSHA refused for want of one is sent again
+	ctx := t.Context()
+	l, err := c.Mutex("late/once").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := admin.Exists(ctx, lockKey("late/once")+":late").Result(); n != 0 {
+		t.Errorf("the release of a grant whose request was sent once wrote a late-request record")
+	}
+
+	const name = "late/reentry"
+	m := c.Mutex(name, dlock.Reentrant())
+	first, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.armed.Store(true)
+	again, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatalf("re-entry (resent by go-redis): %v", err)
+	}
+	d.awaitHeld(t)
+	fence := first.Fence()
+	for _, l := range []*dlock.Lease{again, first} {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
+		t.Fatal("the lock is held after the last Unlock")
+	}
+	d.deliver(t)
+	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
+		t.Errorf("the first copy of the resent re-entry was granted after the last Unlock: held by nobody")
+	}
+	if got, _ := admin.Get(ctx, lockKey(name)+":fence").Result(); got != strconv.FormatUint(fence, 10) {
+		t.Errorf("fence counter %s after the late copy, want %d (no new grant)", got, fence)
+	}
+}
+
 // On a Cluster, a lock's keys and its late-request record share one hash
 // slot: a TryLock whose request lands after its clean-up, and the first
 // copy of an acquire that the ClusterClient resent, grant nothing there

@@ -40,29 +40,37 @@ func (b *Backend) ReleaseGrant(ctx context.Context, key, token string, fence uin
 // release runs the release script; publish is the command that announces
 // the release, or "" for none; fence is the grant's, or "".
 func (b *Backend) release(ctx context.Context, key, token string, publish any, fence string) (driver.ReleaseResult, error) {
-	return b.releaseAnswer(ctx, key, runEvalSha(ctx, b.rdb, releaseScript, b.releaseCall(key, token, publish, fence)))
+	return b.releaseAnswer(ctx, key, token, runEvalSha(ctx, b.rdb, releaseScript, b.releaseCall(key, token, publish, fence)))
 }
 
 // releaseCall returns the EVALSHA of release.lua, as evalShaArgs lays it
-// out.
+// out. It names the fence of token's grant when that grant's requests were
+// written once each (onceGrants), so that the script records none of them.
 func (b *Backend) releaseCall(key, token string, publish any, fence string) []any {
 	// The keys and the channel are cut from one string.
 	const nk = len(releaseSuffixes) - 1
 	var names [nk + 1]string
 	b.keysInto(names[:], key, releaseSuffixes[:])
-	args := evalShaArgs(releaseSHA, nk, 5)
+	args := evalShaArgs(releaseSHA, nk, 6)
 	for i, k := range names[:nk] {
 		args[3+i] = k
 	}
-	args[3+nk], args[4+nk], args[5+nk], args[6+nk], args[7+nk] = token, names[nk], publish, b.requestID(), fence
+	once := ""
+	if f := b.onces.fence(key, token); f != 0 {
+		once = strconv.FormatUint(f, 10)
+	}
+	args[3+nk], args[4+nk], args[5+nk], args[6+nk], args[7+nk], args[8+nk] = token, names[nk], publish, b.requestID(), fence, once
 	return args
 }
 
 // releaseAnswer reads the answer of a release's script call.
-func (b *Backend) releaseAnswer(ctx context.Context, key string, cmd *redis.Cmd) (driver.ReleaseResult, error) {
+func (b *Backend) releaseAnswer(ctx context.Context, key, token string, cmd *redis.Cmd) (driver.ReleaseResult, error) {
 	n, err := cmd.Int64()
 	if err != nil {
 		return driver.ReleaseResult{}, b.storeError(ctx, "release", key, err)
+	}
+	if n <= 0 {
+		b.onces.forget(key, token)
 	}
 	if n < 0 {
 		return driver.ReleaseResult{}, nil
@@ -84,7 +92,7 @@ func (b *Backend) ReleaseAcquire(ctx context.Context, key, token string, fence u
 		return out, b.err
 	}
 	fenced := fenceArg(fence)
-	acqArgs, err := b.acquireCall(next)
+	acqArgs, rid, err := b.acquireCall(next)
 	if err != nil || b.acking() || (!b.allowEviction && !b.eviction.ok.Load()) {
 		out.Release, err = b.release(ctx, key, token, b.publishArg, fenced)
 		if err != nil {
@@ -105,19 +113,19 @@ func (b *Backend) ReleaseAcquire(ctx context.Context, key, token string, fence u
 	again := isNoScript(acq.Err())
 	if isNoScript(rel.Err()) {
 		rel = runEvalSha(ctx, b.rdb, releaseScript, relArgs)
-		if first, err := b.acquireAnswer(ctx, next.Key, acq); !again && err == nil && !first.Acquired {
+		if first, err := b.acquireAnswer(ctx, next, rid, acq); !again && err == nil && !first.Acquired {
 			// The acquire ran before the release it was to follow, and
 			// was refused: it goes again, as a new request, after it.
 			// (Its arguments were made once already, without error.)
-			acqArgs, _ = b.acquireCall(next)
+			acqArgs, rid, _ = b.acquireCall(next)
 			again = true
 		}
 	}
 	if again {
 		acq = runEvalSha(ctx, b.rdb, acquireScript, acqArgs)
 	}
-	out.Release, err = b.releaseAnswer(ctx, key, rel)
-	out.Acquire, out.AcquireErr = b.acquireAnswer(ctx, next.Key, acq)
+	out.Release, err = b.releaseAnswer(ctx, key, token, rel)
+	out.Acquire, out.AcquireErr = b.acquireAnswer(ctx, next, rid, acq)
 	return out, err
 }
 

@@ -12,13 +12,18 @@
 -- release ends, or "" (or absent) when the caller does not say
 -- KEYS[10] the late-request record (see late.lua, which scripts.go puts
 -- in front of this script)
+-- ARGV[6] (absent from clients before it) the fence of the token's grant
+-- when the client knows that each request that made it or entered it
+-- again reached the server once (go-redis wrote it once and read its
+-- answer), or ""
 -- Returns -1 when the token held nothing, else the holds left.
 --
 -- A release that deletes an exclusive grant records the ids of the
--- requests that made it, and a release without a fence (a clean-up after
--- an acquire of unknown outcome) that finds the token holding nothing
--- records the token: a copy of such a request that lands later is refused
--- (acquire.lua), for lateTTL.
+-- requests that made it, unless ARGV[6] names the grant (no copy of them
+-- exists), and a release without a fence (a clean-up after an acquire of
+-- unknown outcome) that finds the token holding nothing records the token:
+-- a copy of such a request that lands later is refused (acquire.lua), for
+-- lateTTL.
 --
 -- A client may send the same request twice (go-redis resends a command
 -- whose answer was lost with its connection, though it ran): the second
@@ -104,6 +109,12 @@ if holds and ARGV[5] and ARGV[5] ~= '' and h[4] ~= ARGV[5] then
   -- That grant is not this release's to drop.
   holds = nil
 end
+-- The ids of the requests that made the grant, to record when it is
+-- deleted: none when the client says that each reached the server once.
+local rids = h[5]
+if ARGV[6] and ARGV[6] ~= '' and h[4] == ARGV[6] and rids ~= 'ho' then
+  rids = nil
+end
 local recent = redis.call('GET', R)
 if holds and seen(h[2], rid) then
   return tonumber(holds) -- a resent request: released already
@@ -129,7 +140,7 @@ end
 if waiting == 0 then
   redis.call('DEL', L)
   done(recent, h[2])
-  remember(X, served(h[5], token, cleanup), nil, fresh)
+  remember(X, served(rids, token, cleanup), nil, fresh)
   if ARGV[3] ~= '' then
     redis.pcall(ARGV[3], ARGV[2], 'next:') -- refused (ACL): the release stands
   end
@@ -156,7 +167,7 @@ if holds then
     -- The lease expired and the lock sits in its lock-delay: the late
     -- holder is done with it, so the delay has no more reason to run.
     redis.call('DEL', L) -- not done(): a resend, too, finds nothing held
-    record(served(h[5], token, cleanup))
+    record(served(rids, token, cleanup))
     notify, freed = true, true
   else
     holds = tonumber(holds) - 1
@@ -165,7 +176,7 @@ if holds then
     else
       redis.call('DEL', L)
       done(recent, h[2])
-      record(served(h[5], token, cleanup))
+      record(served(rids, token, cleanup))
       notify, freed = true, true
     end
     result = holds

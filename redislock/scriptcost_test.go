@@ -84,11 +84,15 @@ func (c commandCounter) count(path string, want uint64, f func()) {
 // waiter joining a queue and refreshing its entry, the release that hands
 // the lock to the queue's head (each with and without a late-request
 // record on the name), a renewal, and a waiting writer's intent passed on
-// to its next token.
+// to its next token. A release records the requests of the grant it
+// deletes unless its Backend knows that each reached the server once: the
+// releases that record go through other, a Backend that made none of the
+// grants.
 func TestScriptPathsCommandCounts(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	ctx := context.Background()
 	b := redislock.New(srv.Client(t))
+	other := redislock.New(srv.Client(t))
 	c := commandCounter{t: t, rdb: srv.Client(t)}
 	const key = "cost"
 	plain := func(token string) driver.AcquireRequest {
@@ -110,18 +114,19 @@ func TestScriptPathsCommandCounts(t *testing.T) {
 		}
 		return res
 	}
-	release := func(token string, fence uint64) {
+	releaseBy := func(by *redislock.Backend, key, token string, fence uint64) {
 		t.Helper()
-		if _, err := b.ReleaseGrant(ctx, key, token, fence); err != nil {
+		if _, err := by.ReleaseGrant(ctx, key, token, fence); err != nil {
 			t.Fatal(err)
 		}
 	}
+	release := func(token string, fence uint64) { t.Helper(); releaseBy(other, key, token, fence) }
 	// Warm up: the scripts loaded, the eviction policy read.
 	res := acquire(plain("warm"), true)
 	if _, err := b.RenewGrant(ctx, key, "warm", res.Fence, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	release("warm", res.Fence)
+	releaseBy(other, key, "warm", res.Fence)
 	if err := b.Withdraw(ctx, key, "warm"); err != nil {
 		t.Fatal(err)
 	}
@@ -129,8 +134,10 @@ func TestScriptPathsCommandCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c.count("uncontended acquire", 8, func() { res = acquire(plain("h1"), true) })
-	c.count("uncontended release", 12, func() { release("h1", res.Fence) })
+	c.count("uncontended acquire", 8, func() { res = acquire(plain("h0"), true) })
+	c.count("uncontended release", 12, func() { release("h0", res.Fence) })
+	res = acquire(plain("h1"), true)
+	c.count("uncontended release, its request sent once", 7, func() { releaseBy(b, key, "h1", res.Fence) })
 
 	res = acquire(plain("h2"), true)
 	acquire(fair("w1"), false)
@@ -177,9 +184,17 @@ func TestScriptPathsCommandCounts(t *testing.T) {
 	c.count("fair waiter joins a queue, no late-request record", 12, func() { acquire(quiet(fair("q3")), false) })
 	c.count("fair waiter refreshes its entry, no late-request record", 10, func() { acquire(quiet(fair("q3")), false) })
 	c.count("release with a queue of two, handed to its head, no late-request record", 20, func() {
-		if _, err := b.ReleaseGrant(ctx, "quiet", "q1", res.Fence); err != nil {
-			t.Fatal(err)
-		}
+		releaseBy(other, "quiet", "q1", res.Fence)
+	})
+	onceq := func(req driver.AcquireRequest) driver.AcquireRequest {
+		req.Key = "onceq"
+		return req
+	}
+	res = acquire(onceq(plain("o1")), true)
+	acquire(onceq(fair("o2")), false)
+	acquire(onceq(fair("o3")), false)
+	c.count("release with a queue of two, handed to its head, its request sent once", 18, func() {
+		releaseBy(b, "onceq", "o1", res.Fence)
 	})
 	// A queue whose head takes no handoff (driver.AcquireRequest.Handoff
 	// false): the release names the head on the release channel.
@@ -194,17 +209,18 @@ func TestScriptPathsCommandCounts(t *testing.T) {
 	acquire(noHandoff("n1"), false)
 	acquire(noHandoff("n2"), false)
 	c.count("release with a queue whose head takes no handoff, no late-request record", 15, func() {
-		if _, err := b.ReleaseGrant(ctx, "nohandoff", "n0", res.Fence); err != nil {
-			t.Fatal(err)
-		}
+		releaseBy(other, "nohandoff", "n0", res.Fence)
 	})
 	// n0's release recorded its request: the next release prunes the
 	// record.
 	res = acquire(noHandoff("n1"), true)
 	c.count("release with a queue whose head takes no handoff", 17, func() {
-		if _, err := b.ReleaseGrant(ctx, "nohandoff", "n1", res.Fence); err != nil {
-			t.Fatal(err)
-		}
+		releaseBy(other, "nohandoff", "n1", res.Fence)
+	})
+	res = acquire(noHandoff("n2"), true)
+	acquire(noHandoff("n3"), false)
+	c.count("release with a queue whose head takes no handoff, its request sent once", 13, func() {
+		releaseBy(b, "nohandoff", "n2", res.Fence)
 	})
 	// A waiter that gives up leaves the queue (Withdraw), on a name
 	// without a late-request record.
@@ -234,9 +250,7 @@ func TestScriptPathsCommandCounts(t *testing.T) {
 	lone.Key = "lone"
 	res = acquire(lone, true)
 	c.count("uncontended release, no late-request record", 10, func() {
-		if _, err := b.ReleaseGrant(ctx, "lone", "l1", res.Fence); err != nil {
-			t.Fatal(err)
-		}
+		releaseBy(other, "lone", "l1", res.Fence)
 	})
 	// A head whose entry expires last (it refreshed after the others
 	// joined, or asked for a longer QueueTTL): the queue's keys are fitted
@@ -253,9 +267,7 @@ func TestScriptPathsCommandCounts(t *testing.T) {
 	acquire(latest("e2", 5*time.Second), false)
 	acquire(latest("e3", 5*time.Second), false)
 	c.count("release with a queue of three whose head expires last, handed to it, no late-request record", 23, func() {
-		if _, err := b.ReleaseGrant(ctx, "latest", "e0", res.Fence); err != nil {
-			t.Fatal(err)
-		}
+		releaseBy(other, "latest", "e0", res.Fence)
 	})
 	if handedFence(t, admin, "dlock:{latest}", "e1") != res.Fence+1 {
 		t.Errorf("the lock was not handed from e0 to e1")
