@@ -286,16 +286,12 @@ func TestLateFirstCopyOfResentReentryGrantsNothing(t *testing.T) {
 	rdb := lateClient(t, d, redis.Options{ReadTimeout: 300 * time.Millisecond, MaxRetries: 3})
 	c := dlock.New(redislock.New(rdb), dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(false))
 	defer c.Close()
-	warm(t, c) // the scripts cached: an EVALSHA refused for want of one is sent again
+	// The first grant's request went out twice, as an EVALSHA that Redis
+	// refused for want of the script and then as an EVAL: the refused copy
+	// never ran, so the request still counts as sent once.
+	warm(t, c)
 	ctx := t.Context()
-	l, err := c.Mutex("late/once").Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if n, _ := admin.Exists(ctx, lockKey("late/once")+":late").Result(); n != 0 {
+	if n, _ := admin.Exists(ctx, lockKey("late/warm")+":late").Result(); n != 0 {
 		t.Errorf("the release of a grant whose request was sent once wrote a late-request record")
 	}
 

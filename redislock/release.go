@@ -122,6 +122,9 @@ func (b *Backend) ReleaseAcquire(ctx context.Context, key, token string, fence u
 		}
 	}
 	if again {
+		if isNoScript(acq.Err()) {
+			unsent(acqArgs)
+		}
 		acq = runEvalSha(ctx, b.rdb, acquireScript, acqArgs)
 	}
 	out.Release, err = b.releaseAnswer(ctx, key, token, rel)

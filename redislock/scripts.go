@@ -111,8 +111,22 @@ func runEvalSha(ctx context.Context, rdb redis.UniversalClient, script *redis.Sc
 	if !isNoScript(cmd.Err()) {
 		return cmd
 	}
+	unsent(args)
 	c := splitEvalSha(args)
 	return script.Eval(ctx, rdb, c.keys, c.args...)
+}
+
+// unsent forgets the write of the request id among args, an EVALSHA that
+// the server refused for want of its script: that copy never ran, and it
+// cannot run later, since it was answered. (An id written more than once
+// keeps its count: another copy may still be on its way, and the script
+// that is about to be loaded would run it.)
+func unsent(args []any) {
+	for _, a := range args {
+		if r, ok := a.(*requestArg); ok {
+			r.writes.CompareAndSwap(1, 0)
+		}
+	}
 }
 
 // splitEvalSha returns the keys and script arguments of args, made by
