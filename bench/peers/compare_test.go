@@ -2,6 +2,7 @@ package peers_test
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -27,8 +28,9 @@ var (
 	flagOut       = flag.String("peers.out", "", "write the report as JSON to this file")
 	flagPerClient = flag.Int("peers.per-client", 2, "workers to a Client in dlock-pair and dlock-fair-pair (named dlock-Nper and dlock-fair-Nper when not 2)")
 	flagCharts    = flag.String("peers.charts", "", "write one SVG chart per workload of the one-node subjects into this directory (compare-WORKLOAD.svg)")
-	flagWorkloads = flag.String("peers.workloads", "uncontended,hot,keys",
-		"comma list of workloads: uncontended, hot (8 workers on one name, CS 0/100µs/1ms/10ms), headline (hot with CS 100µs), keys (8 workers over 64 names, CS 100µs), or a workload's label")
+	flagWorkloads = flag.String("peers.workloads", "uncontended,hot,keys,rw,sem",
+		"comma list of workloads: uncontended, hot (8 workers on one name, CS 0/100µs/1ms/10ms), headline (hot with CS 100µs), keys (8 workers over 64 names, CS 100µs), "+
+			"rw (8 workers on one RWMutex, 2 writing, CS 100µs), sem (8 workers on a Semaphore of 3, CS 100µs), or a workload's label")
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -41,7 +43,7 @@ func workloads(t *testing.T) []bench.Workload {
 	add := func(kind string, w bench.Workload) {
 		w.Duration = *flagDuration
 		kinds[kind] = append(kinds[kind], len(all))
-		if w.CS == peers.Headline.CS && w.Names == 1 && w.Workers == peers.Headline.Workers {
+		if w.Label() == peers.Headline.Label() {
 			kinds["headline"] = append(kinds["headline"], len(all))
 		}
 		all = append(all, w)
@@ -51,6 +53,8 @@ func workloads(t *testing.T) []bench.Workload {
 		add("hot", bench.Workload{Workers: 8, Names: 1, CS: cs})
 	}
 	add("keys", bench.Workload{Workers: 8, Names: 64, CS: 100 * time.Microsecond})
+	add("rw", peers.RW)
+	add("sem", peers.Sem)
 
 	chosen := make([]bool, len(all))
 	for _, tok := range strings.Split(*flagWorkloads, ",") {
@@ -83,6 +87,22 @@ func workloads(t *testing.T) []bench.Workload {
 		t.Fatal("-peers.workloads selects no workload")
 	}
 	return out
+}
+
+// runKind runs s on w and returns the result, or false, with "s on w"
+// added to notRun, when s's workers do not take w's kind of lock (redsync
+// and bsm have no read-write locks or semaphores).
+func runKind(t *testing.T, s bench.Subject, w bench.Workload, notRun *[]string) (bench.Result, bool) {
+	t.Helper()
+	r, err := bench.Run(t.Context(), s, w, nil)
+	if errors.Is(err, bench.ErrKindUnsupported) {
+		*notRun = append(*notRun, s.Name+" on "+w.Label())
+		return r, false
+	}
+	if err != nil {
+		t.Fatalf("%s %s: %v", s.Name, w.Label(), err)
+	}
+	return r, true
 }
 
 // pairName returns the name of a -pair subject with -peers.per-client
@@ -220,13 +240,12 @@ func TestCompare(t *testing.T) {
 		rep.Baselines[fmt.Sprintf("ping-node-%d", i)] = p
 	}
 
+	var notRun []string
 	run := func(s bench.Subject, w bench.Workload) {
 		t.Helper()
-		r, err := bench.Run(ctx, s, w, nil)
-		if err != nil {
-			t.Fatalf("%s %s: %v", s.Name, w.Label(), err)
+		if r, ok := runKind(t, s, w, &notRun); ok {
+			rep.Results = append(rep.Results, r)
 		}
-		rep.Results = append(rep.Results, r)
 	}
 	for _, w := range ws {
 		for _, s := range oneNode {
@@ -243,6 +262,9 @@ func TestCompare(t *testing.T) {
 	var out strings.Builder
 	if err := rep.WriteTable(&out); err != nil {
 		t.Fatal(err)
+	}
+	if len(notRun) > 0 {
+		fmt.Fprintf(&out, "\nnot run (no such kind of lock): %s\n", strings.Join(notRun, ", "))
 	}
 	if err := peers.WriteTargets(&out, rep); err != nil {
 		t.Fatal(err)
