@@ -139,7 +139,8 @@ func TestBenchKinds(t *testing.T) {
 	redisBackend, _ := redisURL(t)
 	sqliteBackend := sqliteURL(t)
 	e := newEnv(t, "")
-	r := e.run("bench", "--json", "--workloads", "rw,sem", "--workers", "6", "--writers", "3", "--permits", "2",
+	charts := t.TempDir()
+	r := e.run("bench", "--json", "--charts", charts, "--workloads", "rw,sem", "--workers", "6", "--writers", "3", "--permits", "2",
 		"--duration", "200ms", redisBackend, sqliteBackend)
 	expect(t, r, 0)
 	reps := parseBench(t, r)
@@ -173,6 +174,16 @@ func TestBenchKinds(t *testing.T) {
 		}
 		if len(rep.Notes) != len(want) {
 			t.Errorf("%s: notes %q, want %d", rep.Store, rep.Notes, len(want))
+		}
+	}
+	// A chart per store and workload, a series per subject that ran.
+	for name, series := range map[string]int{"bench-1-redis-rw-6w-3wr-cs100us.svg": 3, "bench-1-redis-sem2-6w-cs100us.svg": 3,
+		"bench-2-sqlite-rw-6w-3wr-cs100us.svg": 2, "bench-2-sqlite-sem2-6w-cs100us.svg": 2} {
+		data, err := os.ReadFile(filepath.Join(charts, name))
+		if err != nil {
+			t.Errorf("chart: %v", err)
+		} else if n := strings.Count(string(data), `class="series"`); n != series {
+			t.Errorf("%s: %d series, want %d", name, n, series)
 		}
 	}
 	noLocksLeft(t, e, redisBackend)
