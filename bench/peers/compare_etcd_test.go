@@ -45,7 +45,7 @@ func TestCompareEtcd(t *testing.T) {
 	}
 	rep := &bench.Report{Machine: bench.ThisMachine(), Started: time.Now(), Baselines: map[string]bench.Percentiles{},
 		Store: "etcd 3.4 on loopback: 3 members"}
-	var notRun []string
+	var notRun notRunList
 	for _, w := range ws {
 		for _, s := range subjects {
 			r, ok := runKind(t, s, w, &notRun)
@@ -62,9 +62,7 @@ func TestCompareEtcd(t *testing.T) {
 	if err := rep.WriteTable(&out); err != nil {
 		t.Fatal(err)
 	}
-	if len(notRun) > 0 {
-		fmt.Fprintf(&out, "\nnot run (no such kind of lock): %s\n", strings.Join(notRun, ", "))
-	}
+	notRun.write(&out)
 	fmt.Fprintf(&out, "\netcd-concurrency = concurrency.NewMutex on a Session of TTL %ds per worker\n", peers.EtcdSessionTTL)
 	fmt.Print(out.String())
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -89,20 +90,46 @@ func workloads(t *testing.T) []bench.Workload {
 	return out
 }
 
-// runKind runs s on w and returns the result, or false, with "s on w"
-// added to notRun, when s's workers do not take w's kind of lock (redsync
+// runKind runs s on w and returns the result, or false, with s added to
+// notRun[w's label], when s's workers do not take w's kind of lock (redsync
 // and bsm have no read-write locks or semaphores).
-func runKind(t *testing.T, s bench.Subject, w bench.Workload, notRun *[]string) (bench.Result, bool) {
+func runKind(t *testing.T, s bench.Subject, w bench.Workload, notRun *notRunList) (bench.Result, bool) {
 	t.Helper()
 	r, err := bench.Run(t.Context(), s, w, nil)
 	if errors.Is(err, bench.ErrKindUnsupported) {
-		*notRun = append(*notRun, s.Name+" on "+w.Label())
+		notRun.add(w.Label(), s.Name)
 		return r, false
 	}
 	if err != nil {
 		t.Fatalf("%s %s: %v", s.Name, w.Label(), err)
 	}
 	return r, true
+}
+
+// notRunList is the subjects left out of each workload, in run order.
+type notRunList struct {
+	order    []string
+	subjects map[string][]string
+}
+
+func (n *notRunList) add(workload, subject string) {
+	if n.subjects == nil {
+		n.subjects = map[string][]string{}
+	}
+	if n.subjects[workload] == nil {
+		n.order = append(n.order, workload)
+	}
+	n.subjects[workload] = append(n.subjects[workload], subject)
+}
+
+// write writes a line per workload that left subjects out.
+func (n *notRunList) write(w io.Writer) {
+	for i, wl := range n.order {
+		if i == 0 {
+			fmt.Fprintln(w, "\nnot run (no such kind of lock):")
+		}
+		fmt.Fprintf(w, "  %s: %s\n", wl, strings.Join(n.subjects[wl], ", "))
+	}
 }
 
 // pairName returns the name of a -pair subject with -peers.per-client
@@ -240,7 +267,7 @@ func TestCompare(t *testing.T) {
 		rep.Baselines[fmt.Sprintf("ping-node-%d", i)] = p
 	}
 
-	var notRun []string
+	var notRun notRunList
 	run := func(s bench.Subject, w bench.Workload) {
 		t.Helper()
 		if r, ok := runKind(t, s, w, &notRun); ok {
@@ -263,9 +290,7 @@ func TestCompare(t *testing.T) {
 	if err := rep.WriteTable(&out); err != nil {
 		t.Fatal(err)
 	}
-	if len(notRun) > 0 {
-		fmt.Fprintf(&out, "\nnot run (no such kind of lock): %s\n", strings.Join(notRun, ", "))
-	}
+	notRun.write(&out)
 	if err := peers.WriteTargets(&out, rep); err != nil {
 		t.Fatal(err)
 	}
