@@ -2,8 +2,10 @@ package peers_test
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -27,8 +29,9 @@ var (
 	flagOut       = flag.String("peers.out", "", "write the report as JSON to this file")
 	flagPerClient = flag.Int("peers.per-client", 2, "workers to a Client in dlock-pair and dlock-fair-pair (named dlock-Nper and dlock-fair-Nper when not 2)")
 	flagCharts    = flag.String("peers.charts", "", "write one SVG chart per workload of the one-node subjects into this directory (compare-WORKLOAD.svg)")
-	flagWorkloads = flag.String("peers.workloads", "uncontended,hot,keys",
-		"comma list of workloads: uncontended, hot (8 workers on one name, CS 0/100µs/1ms/10ms), headline (hot with CS 100µs), keys (8 workers over 64 names, CS 100µs), or a workload's label")
+	flagWorkloads = flag.String("peers.workloads", "uncontended,hot,keys,rw,sem",
+		"comma list of workloads: uncontended, hot (8 workers on one name, CS 0/100µs/1ms/10ms), headline (hot with CS 100µs), keys (8 workers over 64 names, CS 100µs), "+
+			"rw (8 workers on one RWMutex, 2 writing, CS 100µs), sem (8 workers on a Semaphore of 3, CS 100µs), or a workload's label")
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -41,7 +44,7 @@ func workloads(t *testing.T) []bench.Workload {
 	add := func(kind string, w bench.Workload) {
 		w.Duration = *flagDuration
 		kinds[kind] = append(kinds[kind], len(all))
-		if w.CS == peers.Headline.CS && w.Names == 1 && w.Workers == peers.Headline.Workers {
+		if w.Label() == peers.Headline.Label() {
 			kinds["headline"] = append(kinds["headline"], len(all))
 		}
 		all = append(all, w)
@@ -51,6 +54,8 @@ func workloads(t *testing.T) []bench.Workload {
 		add("hot", bench.Workload{Workers: 8, Names: 1, CS: cs})
 	}
 	add("keys", bench.Workload{Workers: 8, Names: 64, CS: 100 * time.Microsecond})
+	add("rw", peers.RW)
+	add("sem", peers.Sem)
 
 	chosen := make([]bool, len(all))
 	for _, tok := range strings.Split(*flagWorkloads, ",") {
@@ -83,6 +88,48 @@ func workloads(t *testing.T) []bench.Workload {
 		t.Fatal("-peers.workloads selects no workload")
 	}
 	return out
+}
+
+// runKind runs s on w and returns the result, or false, with s added to
+// notRun[w's label], when s's workers do not take w's kind of lock (redsync
+// and bsm have no read-write locks or semaphores).
+func runKind(t *testing.T, s bench.Subject, w bench.Workload, notRun *notRunList) (bench.Result, bool) {
+	t.Helper()
+	r, err := bench.Run(t.Context(), s, w, nil)
+	if errors.Is(err, bench.ErrKindUnsupported) {
+		notRun.add(w.Label(), s.Name)
+		return r, false
+	}
+	if err != nil {
+		t.Fatalf("%s %s: %v", s.Name, w.Label(), err)
+	}
+	return r, true
+}
+
+// notRunList is the subjects left out of each workload, in run order.
+type notRunList struct {
+	order    []string
+	subjects map[string][]string
+}
+
+func (n *notRunList) add(workload, subject string) {
+	if n.subjects == nil {
+		n.subjects = map[string][]string{}
+	}
+	if n.subjects[workload] == nil {
+		n.order = append(n.order, workload)
+	}
+	n.subjects[workload] = append(n.subjects[workload], subject)
+}
+
+// write writes a line per workload that left subjects out.
+func (n *notRunList) write(w io.Writer) {
+	for i, wl := range n.order {
+		if i == 0 {
+			fmt.Fprintln(w, "\nnot run (no such kind of lock):")
+		}
+		fmt.Fprintf(w, "  %s: %s\n", wl, strings.Join(n.subjects[wl], ", "))
+	}
 }
 
 // pairName returns the name of a -pair subject with -peers.per-client
@@ -220,13 +267,12 @@ func TestCompare(t *testing.T) {
 		rep.Baselines[fmt.Sprintf("ping-node-%d", i)] = p
 	}
 
+	var notRun notRunList
 	run := func(s bench.Subject, w bench.Workload) {
 		t.Helper()
-		r, err := bench.Run(ctx, s, w, nil)
-		if err != nil {
-			t.Fatalf("%s %s: %v", s.Name, w.Label(), err)
+		if r, ok := runKind(t, s, w, &notRun); ok {
+			rep.Results = append(rep.Results, r)
 		}
-		rep.Results = append(rep.Results, r)
 	}
 	for _, w := range ws {
 		for _, s := range oneNode {
@@ -244,6 +290,7 @@ func TestCompare(t *testing.T) {
 	if err := rep.WriteTable(&out); err != nil {
 		t.Fatal(err)
 	}
+	notRun.write(&out)
 	if err := peers.WriteTargets(&out, rep); err != nil {
 		t.Fatal(err)
 	}

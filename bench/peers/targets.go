@@ -37,6 +37,14 @@ var Uncontended = bench.Workload{Workers: 1, Names: 1}
 // lock's own cost decides the rate.
 var HotCS0 = bench.Workload{Workers: 8, Names: 1}
 
+// RW is the read-write workload of the targets: 8 workers on one RWMutex,
+// one writer to three readers (workers 0 and 4 write), CS 100µs.
+var RW = bench.Workload{Kind: bench.KindRW, Workers: 8, Writers: 2, Names: 1, CS: 100 * time.Microsecond}
+
+// Sem is the semaphore workload of the targets: 8 workers on one
+// Semaphore of 3 permits, CS 100µs.
+var Sem = bench.Workload{Kind: bench.KindSemaphore, Workers: 8, Permits: 3, Names: 1, CS: 100 * time.Microsecond}
+
 // WriteTargets writes the hot-key targets, each from rep alone (one run,
 // one machine): the ratio, the target, and whether it is met, for dlock's
 // fair and default Mutex, each worker with a Client of its own and two
@@ -46,7 +54,9 @@ var HotCS0 = bench.Workload{Workers: 8, Names: 1}
 // grants with no wait at all, which hides its starved waiters from the
 // plain p99 (shown too, with p99.9). A ratio whose rows or baseline rep
 // lacks is shown as "n/a". The peers' tuned settings have no target; their
-// ratios are shown for reference.
+// ratios are shown for reference. RW and Sem have targets for dlock and
+// dlock-pair against raw's spins of the same shape (the fair subjects have
+// neither kind, the peers neither lock).
 func WriteTargets(w io.Writer, rep *bench.Report) error {
 	head, unc, cs0 := Headline.Label(), Uncontended.Label(), HotCS0.Label()
 	find := func(subject, workload string) *bench.Result {
@@ -108,11 +118,7 @@ func WriteTargets(w io.Writer, rep *bench.Report) error {
 			row(p.subject+" headline wait p99 / "+d+"'s", ratio(pr, dl, wait99), "", 0)
 			row(p.subject+" headline wait p99.9 / "+d+"'s", ratio(pr, dl, wait999), "", 0)
 		}
-		jain := math.NaN()
-		if dl != nil {
-			jain = dl.Jain
-		}
-		row(d+" headline Jain", jain, "≥", 0.99)
+		row(d+" headline Jain", jainOf(dl), "≥", 0.99)
 		ho := math.NaN()
 		if ping, ok := rep.Baselines["ping"]; ok && dl != nil && dl.Handoff.N > 0 && ping.P50 > 0 {
 			ho = float64(dl.Handoff.P50) / float64(ping.P50)
@@ -141,9 +147,29 @@ func WriteTargets(w io.Writer, rep *bench.Report) error {
 		row(r+" headline commands per grant", cmds, "", 0)
 		row(r+" headline script calls per grant", scripts, "", 0)
 	}
+	for _, k := range []struct {
+		what string
+		w    bench.Workload
+	}{{"rw", RW}, {"sem", Sem}} {
+		rr := find(SubjectRaw, k.w.Label())
+		for _, d := range []string{SubjectDlock, SubjectDlockPair} {
+			dl := find(d, k.w.Label())
+			row(d+" "+k.what+" grants/s / raw's", ratio(dl, rr, tput), "≥", 1)
+			row(d+" "+k.what+" Jain", jainOf(dl), "≥", 0.99)
+		}
+		row(SubjectRaw+" "+k.what+" Jain", jainOf(rr), "", 0)
+	}
 	row(SubjectDlockRL3+" uncontended wait p50 / dlock's (1 node)", ratio(find(SubjectDlockRL3, unc), find(SubjectDlock, unc), wait50), "", 0)
 	rl, rs := find(SubjectDlockRL3, head), find(SubjectRedsyncRL3, head)
 	row(SubjectDlockRL3+" headline grants/s / "+SubjectRedsyncRL3+"'s", ratio(rl, rs, tput), "≥", 1)
 	row(SubjectRedsyncRL3+" headline blocked-wait p99 / "+SubjectDlockRL3+"'s", ratio(rs, rl, blocked99), "≥", 10)
 	return tw.Flush()
+}
+
+// jainOf returns r's Jain index, NaN without r.
+func jainOf(r *bench.Result) float64 {
+	if r == nil {
+		return math.NaN()
+	}
+	return r.Jain
 }

@@ -78,3 +78,38 @@ func TestWriteTargetsMissingRows(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteTargetsKinds: the read-write and semaphore targets compare
+// dlock's grants/s with raw's spin of the same shape (≥ 1) and check its
+// Jain (≥ 0.99), for dlock and dlock-pair; raw's Jain is shown alone.
+func TestWriteTargetsKinds(t *testing.T) {
+	rw, sem := peers.RW.Label(), peers.Sem.Label()
+	if rw != "rw-8w-2wr-cs100µs" || sem != "sem3-8w-cs100µs" {
+		t.Fatalf("labels %q and %q, want rw-8w-2wr-cs100µs and sem3-8w-cs100µs", rw, sem)
+	}
+	rep := &bench.Report{Results: []bench.Result{
+		{Subject: peers.SubjectRaw, Workload: rw, Grants: 1000, Throughput: 1000, Jain: 0.97},
+		{Subject: peers.SubjectDlock, Workload: rw, Grants: 1100, Throughput: 1100, Jain: 0.995},
+		{Subject: peers.SubjectRaw, Workload: sem, Grants: 1000, Throughput: 1000, Jain: 0.999},
+		{Subject: peers.SubjectDlock, Workload: sem, Grants: 900, Throughput: 900, Jain: 0.98},
+		{Subject: peers.SubjectDlockPair, Workload: sem, Grants: 1000, Throughput: 1000, Jain: 1},
+	}}
+	var out strings.Builder
+	if err := peers.WriteTargets(&out, rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`dlock rw grants/s / raw's +1.1 +≥ 1 +ok`,
+		`dlock rw Jain +0.995 +≥ 0.99 +ok`,
+		`dlock-pair rw grants/s / raw's +n/a +≥ 1 *$`,
+		`raw rw Jain +0.97 +- *$`,
+		`dlock sem grants/s / raw's +0.9 +≥ 1 +MISSED`,
+		`dlock sem Jain +0.98 +≥ 0.99 +MISSED`,
+		`dlock-pair sem grants/s / raw's +1 +≥ 1 +ok`,
+		`dlock-pair sem Jain +1 +≥ 0.99 +ok`,
+	} {
+		if !regexp.MustCompile(`(?m)^  ` + want).MatchString(out.String()) {
+			t.Errorf("no line matching %q in\n%s", want, out.String())
+		}
+	}
+}

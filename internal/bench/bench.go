@@ -1,7 +1,8 @@
 // Package bench measures how fast distributed locks are acquired, released
 // and handed from one holder to the next. It drives any lock implementation
 // through the same workloads (one uncontended worker; N workers on one hot
-// name; N workers over M names), on one host, with one monotonic clock, and
+// name; N workers over M names; read-write locks and semaphores, see
+// kinds.go), on one host, with one monotonic clock, and
 // reports per run: acquire wait percentiles, handoff latency (the time from
 // a release returning to a different waiter's acquire returning), grants per
 // second, Jain's fairness index over the workers, and store operations per
@@ -18,7 +19,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,12 +84,29 @@ type Workload struct {
 	// Duration is how long workers start new cycles; cycles under way then
 	// finish, and count.
 	Duration time.Duration
+	// Kind is the kind of lock: KindMutex (""), KindRW or KindSemaphore.
+	Kind string `json:"Kind,omitempty"`
+	// Writers is, in a KindRW workload, how many of the workers write
+	// (spread evenly over the worker ids); the others read.
+	Writers int `json:"Writers,omitempty"`
+	// Permits is a KindSemaphore workload's permit count.
+	Permits int `json:"Permits,omitempty"`
 }
 
 // Label returns w.Name, or a name made of its parameters.
 func (w Workload) Label() string {
 	if w.Name != "" {
 		return w.Name
+	}
+	names := ""
+	if w.Names != 1 {
+		names = fmt.Sprintf("-%dn", w.Names)
+	}
+	switch w.Kind {
+	case KindRW:
+		return fmt.Sprintf("rw-%dw-%dwr%s-cs%v", w.Workers, w.Writers, names, w.CS)
+	case KindSemaphore:
+		return fmt.Sprintf("sem%d-%dw%s-cs%v", w.Permits, w.Workers, names, w.CS)
 	}
 	if w.Workers == 1 && w.Names == 1 {
 		return "uncontended"
@@ -111,7 +128,7 @@ func (w Workload) check() error {
 	case w.Duration <= 0:
 		return fmt.Errorf("bench: workload %s: duration must be positive, not %v", w.Label(), w.Duration)
 	}
-	return nil
+	return w.checkKind()
 }
 
 // Percentiles summarises a distribution of durations.
@@ -156,19 +173,24 @@ type Result struct {
 	// Wait is the time from calling Lock to its return, for every grant.
 	Wait Percentiles `json:"acquire_wait"`
 	// Blocked is Wait of the grants that had to wait for someone else:
-	// those during whose Lock call another worker was granted the name.
-	// Where a releasing worker takes the lock straight back, most grants
-	// wait for nobody, and Wait's percentiles hide the workers that starve
-	// meanwhile; Blocked shows them.
+	// those during whose Lock call another worker was granted the name in
+	// a hold that conflicts (a reader's: a writer's grant; a writer's, a
+	// Mutex's or a permit's: any). Where a releasing worker takes the lock
+	// straight back, most grants wait for nobody, and Wait's percentiles
+	// hide the workers that starve meanwhile; Blocked shows them.
 	Blocked Percentiles `json:"blocked_wait"`
 	// Handoff is the time from a release returning to the return of the
 	// next grant of that name to a different worker that was already
-	// waiting when the release returned.
+	// waiting when the release returned; in a KindRW workload, of writers'
+	// releases only. A KindSemaphore workload has none: a release frees one
+	// of several permits, and the next grant may have taken another.
 	Handoff Percentiles `json:"handoff"`
 	// Unlock is the time Unlock took.
 	Unlock Percentiles `json:"unlock"`
 	// Jain is Jain's fairness index of GrantsPerWorker: 1 when every worker
-	// got as many grants, 1/Workers when one got them all.
+	// got as many grants, 1/Workers when one got them all. In a KindRW
+	// workload it is the lower of the writers' index and the readers':
+	// they do different work, so their grants are not compared.
 	Jain float64 `json:"jain"`
 	// TripsPerCycle is the subject's round trips to the store per grant
 	// (0 without Trips).
@@ -238,6 +260,7 @@ func Jain(xs []int) float64 {
 // cycle is one grant as a worker saw it, on the monotonic clock.
 type cycle struct {
 	worker, name int
+	shared       bool      // a reader's hold, or a permit
 	called       time.Time // Lock called
 	granted      time.Time // Lock returned
 	released     time.Time // Unlock returned
@@ -250,13 +273,17 @@ type Progress func(subject, workload string, elapsed time.Duration, grants int64
 
 // Run runs workload w on subject s and returns the result. progress may be
 // nil. Errors of Lock or Unlock are counted in the result; Run fails only
-// when the workers or the counter cannot be set up, or ctx ends.
+// when the workers or the counter cannot be set up, or ctx ends. It fails
+// with an error wrapping ErrKindUnsupported, before the run, when s's
+// workers do not take w's kind of lock (RWWorker, SemaphoreWorker).
 func Run(ctx context.Context, s Subject, w Workload, progress Progress) (Result, error) {
 	if err := w.check(); err != nil {
 		return Result{}, err
 	}
 	res := Result{Subject: s.Name, Workload: w.Label(), Params: w}
 	workers := make([]Worker, w.Workers)
+	locks := make([]func(context.Context, string) (Held, error), w.Workers)
+	shared := make([]bool, w.Workers)
 	defer func() {
 		for _, wk := range workers {
 			if wk != nil {
@@ -270,6 +297,9 @@ func Run(ctx context.Context, s Subject, w Workload, progress Progress) (Result,
 			return res, fmt.Errorf("bench: %s: worker %d: %w", s.Name, i, err)
 		}
 		workers[i] = wk
+		if locks[i], shared[i], err = w.lockFunc(wk, i); err != nil {
+			return res, fmt.Errorf("bench: %s: workload %s: %w", s.Name, w.Label(), err)
+		}
 	}
 	// Names unique to this run, so that runs never meet each other's
 	// leftovers.
@@ -313,7 +343,7 @@ func Run(ctx context.Context, s Subject, w Workload, progress Progress) (Result,
 	callCtx, cancelCalls := context.WithCancel(ctx)
 	defer cancelCalls()
 	start := time.Now()
-	for i, wk := range workers {
+	for i := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -324,8 +354,8 @@ func Run(ctx context.Context, s Subject, w Workload, progress Progress) (Result,
 				if w.Names > 1 {
 					n = rng.IntN(w.Names)
 				}
-				c := cycle{worker: i, name: n, called: time.Now()}
-				h, err := wk.Lock(callCtx, names[n])
+				c := cycle{worker: i, name: n, shared: shared[i], called: time.Now()}
+				h, err := locks[i](callCtx, names[n])
 				if err != nil {
 					if callCtx.Err() == nil {
 						fail(fmt.Errorf("lock: %w", err))
@@ -408,69 +438,8 @@ wait:
 	if firstErr != nil {
 		res.FirstError = firstErr.Error()
 	}
-	summarize(&res, cycles, w.Names)
+	summarize(&res, cycles, w)
 	return res, nil
-}
-
-// summarize fills the result's statistics from the cycles.
-func summarize(res *Result, cycles [][]cycle, names int) {
-	res.GrantsPerWorker = make([]int, len(cycles))
-	var all []cycle
-	var waits, unlocks []time.Duration
-	for i, cs := range cycles {
-		res.GrantsPerWorker[i] = len(cs)
-		for _, c := range cs {
-			waits = append(waits, c.granted.Sub(c.called))
-			unlocks = append(unlocks, c.unlockTook)
-		}
-		all = append(all, cs...)
-	}
-	res.Grants = len(all)
-	if res.Elapsed > 0 {
-		res.Throughput = float64(res.Grants) / res.Elapsed.Seconds()
-	}
-	res.Jain = Jain(res.GrantsPerWorker)
-	res.Wait = Summarize(waits)
-	res.WaitCurve = curve(waits) // sorted by Summarize
-	res.Unlock = Summarize(unlocks)
-
-	// Handoffs: per name, in grant order, a grant to a different worker
-	// that called Lock before the previous holder's release returned.
-	sort.Slice(all, func(i, j int) bool {
-		if all[i].name != all[j].name {
-			return all[i].name < all[j].name
-		}
-		return all[i].granted.Before(all[j].granted)
-	})
-	var handoffs []time.Duration
-	for i := 1; i < len(all); i++ {
-		prev, next := all[i-1], all[i]
-		if prev.name != next.name || prev.worker == next.worker || !next.called.Before(prev.released) {
-			continue
-		}
-		handoffs = append(handoffs, max(next.granted.Sub(prev.released), 0))
-	}
-	res.Handoff = Summarize(handoffs)
-
-	// Blocked waits: grants whose Lock call spanned another grant of the
-	// same name (a worker is never granted while its own Lock is pending,
-	// so every grant inside the call is someone else's).
-	var blocked []time.Duration
-	for lo := 0; lo < len(all); {
-		hi := lo
-		for hi < len(all) && all[hi].name == all[lo].name {
-			hi++
-		}
-		grants := all[lo:hi] // one name, in grant order
-		for _, c := range grants {
-			i := sort.Search(len(grants), func(i int) bool { return grants[i].granted.After(c.called) })
-			if i < len(grants) && grants[i].granted.Before(c.granted) {
-				blocked = append(blocked, c.granted.Sub(c.called))
-			}
-		}
-		lo = hi
-	}
-	res.Blocked = Summarize(blocked)
 }
 
 // spin busy-waits for d.

@@ -143,7 +143,7 @@ func TestSummarize(t *testing.T) {
 	}
 	var res Result
 	res.Elapsed = time.Second
-	summarize(&res, cycles, 1)
+	summarize(&res, cycles, Workload{Names: 1})
 	if res.Grants != 3 || res.GrantsPerWorker[0] != 2 || res.GrantsPerWorker[1] != 1 {
 		t.Fatalf("grants %d %v, want 3 [2 1]", res.Grants, res.GrantsPerWorker)
 	}

@@ -118,14 +118,18 @@ var rawRelease = redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then 
 // acquire, retried at once while taken (a busy spin, one command in flight
 // per worker), and a compare-and-delete script to release. It has no
 // renewal, no fencing and no waking; it is a baseline, not a lock to use.
+// Its workers take read-write locks and semaphores too, as spins of the
+// same shape (see rawRLock, rawWLock and rawAcquirePermit).
 func RawRedis(name string, newClient func() redis.UniversalClient, ttl time.Duration) Subject {
 	return Subject{
 		Name: name,
 		NewWorker: func(ctx context.Context, id int) (Worker, error) {
 			rdb := newClient()
-			if err := rawRelease.Load(ctx, rdb).Err(); err != nil {
-				_ = rdb.Close()
-				return nil, err
+			for _, s := range []*redis.Script{rawRelease, rawRLock, rawWLock, rawAcquirePermit} {
+				if err := s.Load(ctx, rdb).Err(); err != nil {
+					_ = rdb.Close()
+					return nil, err
+				}
 			}
 			return &rawRedisWorker{rdb: rdb, ttl: ttl, token: fmt.Sprintf("raw-%d-%d", id, time.Now().UnixNano())}, nil
 		},
@@ -167,3 +171,99 @@ func (h rawRedisHeld) Unlock(ctx context.Context) error {
 }
 
 func (w *rawRedisWorker) Close() error { return w.rdb.Close() }
+
+// The raw read-write lock of name is two keys in one hash slot: the
+// writer's token (SET PX) and a hash of the readers' tokens (PEXPIRE on
+// the whole hash). A writer claims its key before the readers have left,
+// so that new readers keep out while it waits, as dlock's waiting writers
+// make them: without it, six readers spinning on a hot name almost never
+// leave the hash empty, and the writers starve.
+var (
+	// rawRLock adds reader ARGV[1] to KEYS[2] (for ARGV[2] ms) unless
+	// writer key KEYS[1] is held or claimed: 1 when added.
+	rawRLock = redis.NewScript(`if redis.call("exists", KEYS[1]) == 1 then return 0 end
+redis.call("hset", KEYS[2], ARGV[1], 1)
+redis.call("pexpire", KEYS[2], ARGV[2])
+return 1`)
+	// rawWLock claims writer key KEYS[1] for ARGV[1] (for ARGV[2] ms)
+	// unless another writer has it: 1 when the readers' hash KEYS[2] is
+	// gone too (granted), 0 otherwise (refused, or claimed while readers
+	// stay).
+	rawWLock = redis.NewScript(`local w = redis.call("get", KEYS[1])
+if w and w ~= ARGV[1] then return 0 end
+if not w then redis.call("set", KEYS[1], ARGV[1], "px", ARGV[2]) end
+if redis.call("exists", KEYS[2]) == 1 then return 0 end
+return 1`)
+	// rawAcquirePermit adds holder ARGV[1] to hash KEYS[1] (for ARGV[2] ms)
+	// while it has fewer than ARGV[3] holders: 1 when added.
+	rawAcquirePermit = redis.NewScript(`if redis.call("hlen", KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
+redis.call("hset", KEYS[1], ARGV[1], 1)
+redis.call("pexpire", KEYS[1], ARGV[2])
+return 1`)
+)
+
+// rawRWKeys returns the writer's key and the readers' hash of the raw
+// read-write lock name.
+func rawRWKeys(name string) []string { return []string{"{" + name + "}:w", "{" + name + "}:r"} }
+
+// RLock implements RWLocker: rawRLock retried at once while refused; the
+// release is HDEL of the worker's token.
+func (w *rawRedisWorker) RLock(ctx context.Context, name string) (Held, error) {
+	keys := rawRWKeys(name)
+	if err := w.spin(ctx, rawRLock, keys, w.token, w.ttl.Milliseconds()); err != nil {
+		return nil, err
+	}
+	return rawHashHeld{w, keys[1]}, nil
+}
+
+// WLock implements RWLocker: rawWLock retried at once until granted; the
+// release is the compare-and-delete of RawRedis. A wait that ends drops
+// the worker's claim.
+func (w *rawRedisWorker) WLock(ctx context.Context, name string) (Held, error) {
+	keys := rawRWKeys(name)
+	if err := w.spin(ctx, rawWLock, keys, w.token, w.ttl.Milliseconds()); err != nil {
+		_ = rawRedisHeld{w, keys[0]}.Unlock(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return rawRedisHeld{w, keys[0]}, nil
+}
+
+// AcquirePermit implements PermitAcquirer: rawAcquirePermit retried at
+// once while all permits are held; the release is HDEL of the worker's
+// token.
+func (w *rawRedisWorker) AcquirePermit(ctx context.Context, name string, permits int) (Held, error) {
+	if err := w.spin(ctx, rawAcquirePermit, []string{name}, w.token, w.ttl.Milliseconds(), permits); err != nil {
+		return nil, err
+	}
+	return rawHashHeld{w, name}, nil
+}
+
+// spin runs script until it returns 1.
+func (w *rawRedisWorker) spin(ctx context.Context, script *redis.Script, keys []string, args ...any) error {
+	for {
+		n, err := script.EvalSha(ctx, w.rdb, keys, args...).Int()
+		if err != nil {
+			return err
+		}
+		if n == 1 {
+			return nil
+		}
+	}
+}
+
+// rawHashHeld is a raw reader's or permit holder's entry in a hash.
+type rawHashHeld struct {
+	w   *rawRedisWorker
+	key string
+}
+
+func (h rawHashHeld) Unlock(ctx context.Context) error {
+	n, err := h.w.rdb.HDel(ctx, h.key, h.w.token).Result()
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return fmt.Errorf("raw release of %q: not held", h.key)
+	}
+	return nil
+}

@@ -111,6 +111,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintln(w, "handoff = release returned → a different, already waiting worker's acquire returned;")
 	fmt.Fprintln(w, "trips = the client's round trips to the store; ops = commands or statements the store served (Redis counts those scripts run);")
 	fmt.Fprintln(w, "scripts = the script calls among ops (EVAL, EVALSHA, FCALL)")
+	kinds := map[string]bool{}
+	for _, x := range r.Results {
+		kinds[x.Params.Kind] = true
+	}
+	if kinds[KindRW] {
+		fmt.Fprintln(w, "rw: a reader is blocked only by a writer's grant; handoffs follow writers' releases; jain = the lower of the writers' and the readers'")
+	}
+	if kinds[KindSemaphore] {
+		fmt.Fprintln(w, "sem: no handoffs (a release frees one of several permits)")
+	}
 	for _, x := range r.Results {
 		if x.FirstError != "" {
 			fmt.Fprintf(w, "%s %s: first error: %s\n", x.Subject, x.Workload, x.FirstError)

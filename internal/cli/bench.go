@@ -23,10 +23,12 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// Subjects and workloads of dlock bench, in the order they run.
+// Subjects and workloads of dlock bench, in the order they run, and the
+// workloads run when --workloads is not given.
 var (
-	benchSubjects  = []string{"dlock", "dlock-fair", "dlock-pair", "dlock-fair-pair", "raw"}
-	benchWorkloads = []string{"uncontended", "hot", "keys"}
+	benchSubjects         = []string{"dlock", "dlock-fair", "dlock-pair", "dlock-fair-pair", "raw"}
+	benchWorkloads        = []string{"uncontended", "hot", "keys", "rw", "sem"}
+	benchDefaultWorkloads = []string{"uncontended", "hot", "keys"}
 )
 
 const (
@@ -36,7 +38,7 @@ const (
 	// under a critical section, short enough that a raw lock a killed bench
 	// leaves behind soon goes.
 	rawTTL = 10 * time.Second
-	// keysCS is the critical section of the keys workload.
+	// keysCS is the critical section of the keys, rw and sem workloads.
 	keysCS = 100 * time.Microsecond
 )
 
@@ -46,6 +48,8 @@ type benchOptions struct {
 	workloads []string
 	workers   int
 	names     int
+	writers   int // of rw's workers
+	permits   int // of sem
 	cs        []time.Duration
 	duration  time.Duration
 	json      bool
@@ -66,10 +70,12 @@ type benchLists struct{ subjects, workloads, cs string }
 // benchFlags adds bench's flags to fs, filling o and l.
 func benchFlags(fs *pflag.FlagSet, o *benchOptions, l *benchLists) {
 	fs.StringVar(&l.subjects, "subjects", strings.Join(benchSubjects, ","), "comma list of dlock, dlock-fair, dlock-pair, dlock-fair-pair, raw")
-	fs.StringVar(&l.workloads, "workloads", strings.Join(benchWorkloads, ","), "comma list of uncontended, hot, keys")
+	fs.StringVar(&l.workloads, "workloads", strings.Join(benchDefaultWorkloads, ","), "comma list of "+strings.Join(benchWorkloads, ", "))
 	fs.StringVar(&l.cs, "cs", "0,100us,1ms,10ms", "critical sections of hot, a comma list of durations")
 	fs.IntVar(&o.workers, "workers", 8, "workers of hot and keys")
 	fs.IntVar(&o.names, "names", 64, "lock names of keys")
+	fs.IntVar(&o.writers, "writers", 2, "workers of rw that write; the others read")
+	fs.IntVar(&o.permits, "permits", 3, "permits of sem's semaphore")
 	durationVar(fs, &o.duration, "duration", 2*time.Second, "length of each run")
 	fs.BoolVar(&o.json, "json", false, "a JSON array of reports, one per store")
 	fs.StringVar(&o.charts, "charts", "", "write one SVG chart per store and workload into this directory")
@@ -116,6 +122,12 @@ func parseBenchArgs(a *app, o *benchOptions, l *benchLists, pos []string) (err e
 		return usageErr("bench", "--names must be at least 1, not %d", o.names)
 	case o.duration <= 0:
 		return usageErr("bench", "--duration must be positive, not %v", o.duration)
+	case slices.Contains(o.workloads, "rw") && o.workers < 2:
+		return usageErr("bench", "--workers must be at least 2 for rw (a writer and a reader), not %d", o.workers)
+	case slices.Contains(o.workloads, "rw") && (o.writers < 1 || o.writers >= o.workers):
+		return usageErr("bench", "--writers must be between 1 and %d (--workers − 1) for rw, not %d", o.workers-1, o.writers)
+	case slices.Contains(o.workloads, "sem") && (o.permits < 1 || o.permits > dlock.MaxPermits):
+		return usageErr("bench", "--permits must be between 1 and %d for sem, not %d", dlock.MaxPermits, o.permits)
 	}
 	if o.charts != "" {
 		if fi, err := os.Stat(o.charts); err != nil || !fi.IsDir() {
@@ -170,9 +182,21 @@ func (o *benchOptions) workloadList() []bench.Workload {
 		case "keys":
 			out = append(out, bench.Workload{Name: fmt.Sprintf("keys-%dw-%dn-cs%v", o.workers, o.names, keysCS),
 				Workers: o.workers, Names: o.names, CS: keysCS, Duration: o.duration})
+		case "rw":
+			out = append(out, labelled(bench.Workload{Kind: bench.KindRW, Workers: o.workers, Writers: o.writers,
+				Names: 1, CS: keysCS, Duration: o.duration}))
+		case "sem":
+			out = append(out, labelled(bench.Workload{Kind: bench.KindSemaphore, Workers: o.workers, Permits: o.permits,
+				Names: 1, CS: keysCS, Duration: o.duration}))
 		}
 	}
 	return out
+}
+
+// labelled returns w named by its label.
+func labelled(w bench.Workload) bench.Workload {
+	w.Name = w.Label()
+	return w
 }
 
 func cmdBench(ctx context.Context, a *app, o *benchOptions) error {
@@ -274,6 +298,10 @@ func (a *app) benchStore(ctx context.Context, o *benchOptions, b *backendURL, st
 				progress(s.Name, w.Name, 0, 0) // LineProgress counts the runs from these calls
 			}
 			r, err := bench.Run(ctx, s, w, progress)
+			if errors.Is(err, bench.ErrKindUnsupported) {
+				rep.Notes = append(rep.Notes, kindNote(s.Name, w, b))
+				continue
+			}
 			if err != nil {
 				if ctx.Err() != nil {
 					return rep, ctx.Err()
@@ -288,6 +316,20 @@ func (a *app) benchStore(ctx context.Context, o *benchOptions, b *backendURL, st
 		}
 	}
 	return rep, nil
+}
+
+// kindNote is the note on a subject that cannot run workload w's kind of
+// lock on the store b.
+func kindNote(subject string, w bench.Workload, b *backendURL) string {
+	what := map[string]string{bench.KindRW: "read-write locks", bench.KindSemaphore: "semaphores"}[w.Kind]
+	why := fmt.Sprintf("%s stores have no %s", b.kind, what)
+	switch {
+	case strings.HasPrefix(subject, "dlock-fair"):
+		why = "Fair is for Mutexes only"
+	case subject == "raw":
+		why = "the raw baseline has them on Redis only"
+	}
+	return fmt.Sprintf("no %s on %s: %s", subject, w.Name, why)
 }
 
 // baselines times the store's round trips: PING on Redis (on each node of
@@ -414,62 +456,4 @@ func (a *app) rawSubject(b *backendURL, st *store) (bench.Subject, bool) {
 	}
 	s.Trips, s.Counter = trips, counter
 	return graceful(s, a.connectTimeout), true
-}
-
-// graceful makes s's workers release on a context that ends only grace
-// after the run's: a run ended by a signal cancels the calls under way, and a
-// release cancelled so would leave its lock on the store until the lease
-// expires (a raw baseline's lock in SQL, for good), as Lease.Unlock does.
-// Waits for the lock still end at once.
-func graceful(s bench.Subject, grace time.Duration) bench.Subject {
-	newWorker := s.NewWorker
-	s.NewWorker = func(ctx context.Context, id int) (bench.Worker, error) {
-		w, err := newWorker(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		return &graceWorker{Worker: w, grace: grace}, nil
-	}
-	return s
-}
-
-// graceWorker is a worker of graceful. Run calls Lock and Unlock from one
-// goroutine, and Close after it has ended.
-type graceWorker struct {
-	bench.Worker
-	grace  time.Duration
-	ctx    context.Context // for releases; set by the first Lock
-	cancel context.CancelFunc
-	stop   func() bool
-	held   graceHeld // the lock held: one at a time
-}
-
-// graceHeld releases on its worker's context.
-type graceHeld struct {
-	w *graceWorker
-	h bench.Held
-}
-
-func (w *graceWorker) Lock(ctx context.Context, name string) (bench.Held, error) {
-	if w.ctx == nil {
-		uctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		w.ctx, w.cancel = uctx, cancel
-		w.stop = context.AfterFunc(ctx, func() { time.AfterFunc(w.grace, cancel) })
-	}
-	h, err := w.Worker.Lock(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	w.held = graceHeld{w, h}
-	return &w.held, nil
-}
-
-func (h *graceHeld) Unlock(context.Context) error { return h.h.Unlock(h.w.ctx) }
-
-func (w *graceWorker) Close() error {
-	if w.ctx != nil {
-		w.stop()
-		w.cancel()
-	}
-	return w.Worker.Close()
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -130,6 +131,65 @@ func TestBenchJSON(t *testing.T) {
 	noLocksLeft(t, e, sqliteBackend)
 }
 
+// TestBenchKinds runs rw and sem on Redis and SQLite: dlock and its pair
+// subject on both, with the shapes the flags give; raw on Redis only; the
+// fair subjects on neither, each left out with a note.
+func TestBenchKinds(t *testing.T) {
+	t.Parallel()
+	redisBackend, _ := redisURL(t)
+	sqliteBackend := sqliteURL(t)
+	e := newEnv(t, "")
+	charts := t.TempDir()
+	r := e.run("bench", "--json", "--charts", charts, "--workloads", "rw,sem", "--workers", "6", "--writers", "3", "--permits", "2",
+		"--duration", "200ms", redisBackend, sqliteBackend)
+	expect(t, r, 0)
+	reps := parseBench(t, r)
+	if len(reps) != 2 {
+		t.Fatalf("%d reports, want 2:\n%s", len(reps), r.stdout)
+	}
+	workloads := []string{"rw-6w-3wr-cs100µs", "sem2-6w-cs100µs"}
+	checkResults(t, reps[0], []string{"dlock", "dlock-pair", "raw"}, workloads, true)
+	checkResults(t, reps[1], []string{"dlock", "dlock-pair"}, workloads, false)
+	for i, rep := range reps {
+		if w := rep.Find("dlock", workloads[0]); w != nil && (w.Params.Kind != bench.KindRW || w.Params.Writers != 3 || len(w.GrantsPerWorker) != 6) {
+			t.Errorf("%s: rw workload %+v, grants per worker %v", rep.Store, w.Params, w.GrantsPerWorker)
+		}
+		if w := rep.Find("dlock", workloads[1]); w != nil && (w.Params.Kind != bench.KindSemaphore || w.Params.Permits != 2 || w.Handoff.N != 0) {
+			t.Errorf("%s: sem workload %+v, %d handoffs", rep.Store, w.Params, w.Handoff.N)
+		}
+		want := []string{
+			"no dlock-fair on rw-6w-3wr-cs100µs: Fair is for Mutexes only",
+			"no dlock-fair-pair on rw-6w-3wr-cs100µs: Fair is for Mutexes only",
+			"no dlock-fair on sem2-6w-cs100µs: Fair is for Mutexes only",
+			"no dlock-fair-pair on sem2-6w-cs100µs: Fair is for Mutexes only",
+		}
+		if i == 1 {
+			want = append(want, "no raw on rw-6w-3wr-cs100µs: the raw baseline has them on Redis only",
+				"no raw on sem2-6w-cs100µs: the raw baseline has them on Redis only")
+		}
+		for _, n := range want {
+			if !slices.Contains(rep.Notes, n) {
+				t.Errorf("%s: no note %q in %q", rep.Store, n, rep.Notes)
+			}
+		}
+		if len(rep.Notes) != len(want) {
+			t.Errorf("%s: notes %q, want %d", rep.Store, rep.Notes, len(want))
+		}
+	}
+	// A chart per store and workload, a series per subject that ran.
+	for name, series := range map[string]int{"bench-1-redis-rw-6w-3wr-cs100us.svg": 3, "bench-1-redis-sem2-6w-cs100us.svg": 3,
+		"bench-2-sqlite-rw-6w-3wr-cs100us.svg": 2, "bench-2-sqlite-sem2-6w-cs100us.svg": 2} {
+		data, err := os.ReadFile(filepath.Join(charts, name))
+		if err != nil {
+			t.Errorf("chart: %v", err)
+		} else if n := strings.Count(string(data), `class="series"`); n != series {
+			t.Errorf("%s: %d series, want %d", name, n, series)
+		}
+	}
+	noLocksLeft(t, e, redisBackend)
+	noLocksLeft(t, e, sqliteBackend)
+}
+
 // TestBenchTable: the store comes from DLOCK_BACKEND, or is the default
 // SQLite file; the table has the baseline and a row per run.
 func TestBenchTable(t *testing.T) {
@@ -232,6 +292,11 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"--workloads", ""}, `--workloads: unknown ""`},
 		{[]string{"--subjects", "dlock,redsync"}, `--subjects: unknown "redsync"; want a comma list of dlock, dlock-fair, dlock-pair, dlock-fair-pair, raw`},
 		{[]string{"--cs", "0,fast"}, `--cs: "fast" is not a duration`},
+		{[]string{"--workloads", "rw", "--writers", "0"}, "--writers must be between 1 and 7 (--workers − 1) for rw, not 0"},
+		{[]string{"--workloads", "hot,rw", "--writers", "8"}, "--writers must be between 1 and 7 (--workers − 1) for rw, not 8"},
+		{[]string{"--workloads", "rw", "--workers", "1"}, "--workers must be at least 2 for rw (a writer and a reader), not 1"},
+		{[]string{"--workloads", "sem", "--permits", "0"}, "--permits must be between 1 and 1048576 for sem, not 0"},
+		{[]string{"--workloads", "rw,sem,cold"}, `--workloads: unknown "cold"; want a comma list of uncontended, hot, keys, rw, sem`},
 		{[]string{"--cs", "-1ms"}, "--cs: -1ms is negative"},
 		{[]string{"--json=maybe"}, `--json "maybe": want true or false`},
 		{[]string{"localhost:6379"}, `store "localhost:6379": not a URL`},
@@ -261,7 +326,7 @@ func TestBenchUsage(t *testing.T) {
 
 	r = e.run("help", "bench")
 	expect(t, r, 0)
-	for _, f := range []string{"--subjects ", "--workloads ", "--workers ", "--names ", "--cs ", "--duration ", "--json ", "--charts ", "--backend ", "--connect-timeout "} {
+	for _, f := range []string{"--subjects ", "--workloads ", "--workers ", "--names ", "--writers ", "--permits ", "--cs ", "--duration ", "--json ", "--charts ", "--backend ", "--connect-timeout "} {
 		if !strings.Contains(r.stdout, f) {
 			t.Errorf("dlock help bench does not document %s", f)
 		}

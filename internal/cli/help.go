@@ -196,11 +196,26 @@ Subjects (--subjects):
                   script (Redis); INSERT of the name retried at once, and a
                   DELETE (SQL, in the table dlock_bench_raw, which it
                   creates). No expiry, fencing, renewal or waking: not a lock
-                  to use. Redlock has none; its baselines are per node.
+                  to use. Redlock has none; its baselines are per node. On
+                  Redis it has rw and sem too: a reader's script, refused
+                  while the writer's key is there; a writer's, that claims
+                  that key and is granted once the readers are gone; a
+                  permit script, granted while fewer than --permits hold.
 Workloads (--workloads), each run for --duration:
   uncontended     one worker on one name, no critical section
   hot             --workers workers on one name, once for each --cs
   keys            --workers workers over --names names, 100us critical section
+  rw              a read-write lock: --workers workers on one name, --writers
+                  of them writing, the others reading; 100us critical section
+                  (not by default)
+  sem             a semaphore of --permits permits: --workers workers on one
+                  name, 100us critical section (not by default)
+The fair subjects have no rw or sem (Fair is for Mutexes only), nor Redlock
+sem, nor the raw baselines of SQL and etcd: the report notes each one left
+out. In rw, blocked waits count a reader only when a writer got the name,
+handoffs follow writers' releases only, and Jain is the lower of the
+writers' and the readers'; sem has no handoffs (a release frees one of
+several permits).
 A worker locks again as soon as it has released. The critical section is a
 busy loop, as work would be. Before the runs, dlock times 1000 round trips:
 PING on Redis (on each node for Redlock), SELECT 1 on SQL.
@@ -222,9 +237,13 @@ The runs lock names under dlock-bench/ on the store. Interrupting dlock
 Flags:
   --subjects LIST            comma list of dlock, dlock-fair, dlock-pair,
                              dlock-fair-pair, raw (default all)
-  --workloads LIST           comma list of uncontended, hot, keys (default all)
-  --workers N                workers of hot and keys (default 8)
+  --workloads LIST           comma list of uncontended, hot, keys, rw, sem
+                             (default uncontended,hot,keys)
+  --workers N                workers of hot, keys, rw and sem (default 8)
   --names N                  lock names of keys (default 64)
+  --writers N                workers of rw that write, between 1 and
+                             --workers − 1 (default 2)
+  --permits N                permits of sem (default 3)
   --cs LIST                  critical sections of hot, a comma list of
                              durations (default 0,100us,1ms,10ms)
   --duration DURATION        length of each run (default 2s)
@@ -247,6 +266,7 @@ interrupted by signal N.
 Examples:
   dlock bench
   dlock bench --workloads hot --cs 100us --duration 5s redis://localhost:6379/0
+  dlock bench --workloads rw,sem --subjects dlock,raw redis://localhost:6379/0
   dlock bench --json redis://localhost:6379/0 postgres://u:p@db/locks > bench.json
 `
 
