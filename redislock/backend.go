@@ -60,7 +60,7 @@ type Backend struct {
 	ridSeq    atomic.Uint64
 	// hid names the Backend's handoff channels (see handoffChannel).
 	hid string
-	// onces knows the grants no late copy of a request can reach (once.go).
+	// onces knows the requests no late copy of can exist (once.go).
 	onces onceGrants
 }
 
@@ -155,7 +155,7 @@ func (b *Backend) acquireAnswer(ctx context.Context, req driver.AcquireRequest, 
 		return driver.AcquireResult{}, b.storeError(ctx, "acquire", req.Key, err)
 	}
 	if res.Acquired && req.Mode == driver.Exclusive {
-		b.onces.granted(req.Key, req.Token, res.Fence, res.Holds, rid)
+		b.onces.granted(req.Key, req.Token, rid)
 	}
 	return res, nil
 }

@@ -44,8 +44,8 @@ func (b *Backend) release(ctx context.Context, key, token string, publish any, f
 }
 
 // releaseCall returns the EVALSHA of release.lua, as evalShaArgs lays it
-// out. It names the fence of token's grant when that grant's requests were
-// written once each (onceGrants), so that the script records none of them.
+// out. It names the requests of token's grant that were written once each
+// and answered (onceGrants), so that the script records none of them.
 func (b *Backend) releaseCall(key, token string, publish any, fence string) []any {
 	// The keys and the channel are cut from one string.
 	const nk = len(releaseSuffixes) - 1
@@ -55,11 +55,7 @@ func (b *Backend) releaseCall(key, token string, publish any, fence string) []an
 	for i, k := range names[:nk] {
 		args[3+i] = k
 	}
-	once := ""
-	if f := b.onces.fence(key, token); f != 0 {
-		once = strconv.FormatUint(f, 10)
-	}
-	args[3+nk], args[4+nk], args[5+nk], args[6+nk], args[7+nk], args[8+nk] = token, names[nk], publish, b.requestID(), fence, once
+	args[3+nk], args[4+nk], args[5+nk], args[6+nk], args[7+nk], args[8+nk] = token, names[nk], publish, b.requestID(), fence, b.onces.ids(key, token)
 	return args
 }
 

@@ -12,14 +12,13 @@
 -- release ends, or "" (or absent) when the caller does not say
 -- KEYS[10] the late-request record (see late.lua, which scripts.go puts
 -- in front of this script)
--- ARGV[6] (absent from clients before it) the fence of the token's grant
--- when the client knows that each request that made it or entered it
--- again reached the server once (go-redis wrote it once and read its
--- answer), or ""
+-- ARGV[6] (absent from clients before it) the ids, space-separated, of
+-- the token's acquire requests that the client knows reached the server
+-- once (go-redis wrote each once and read its grant), or ""
 -- Returns -1 when the token held nothing, else the holds left.
 --
 -- A release that deletes an exclusive grant records the ids of the
--- requests that made it, unless ARGV[6] names the grant (no copy of them
+-- requests that made it, but those ARGV[6] names (no copy of them
 -- exists), and a release without a fence (a clean-up after an acquire of
 -- unknown outcome) that finds the token holding nothing records the token:
 -- a copy of such a request that lands later is refused (acquire.lua), for
@@ -110,10 +109,20 @@ if holds and ARGV[5] and ARGV[5] ~= '' and h[4] ~= ARGV[5] then
   holds = nil
 end
 -- The ids of the requests that made the grant, to record when it is
--- deleted: none when the client says that each reached the server once.
+-- deleted: but those that the client says reached the server once.
 local rids = h[5]
-if ARGV[6] and ARGV[6] ~= '' and h[4] == ARGV[6] and rids ~= 'ho' then
-  rids = nil
+if ARGV[6] and ARGV[6] ~= '' and rids and rids ~= 'ho' then
+  if rids == ARGV[6] then
+    rids = nil
+  else
+    local left = {}
+    for id in string.gmatch(rids, '%S+') do
+      if not seen(ARGV[6], id) then
+        left[#left + 1] = id
+      end
+    end
+    rids = table.concat(left, ' ')
+  end
 end
 local recent = redis.call('GET', R)
 if holds and seen(h[2], rid) then
