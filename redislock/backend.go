@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -148,6 +149,10 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 func (b *Backend) acquireAnswer(ctx context.Context, req driver.AcquireRequest, rid *requestArg, cmd *redis.Cmd) (driver.AcquireResult, error) {
 	reply, err := cmd.Slice()
 	if err != nil {
+		if re := redis.Error(nil); !errors.As(err, &re) || !rid.once() {
+			// No answer was read, or there was more than one copy.
+			b.onces.unanswered(req.Key, req.Token, rid)
+		}
 		return driver.AcquireResult{}, b.storeError(ctx, "acquire", req.Key, err)
 	}
 	res, err := parseAcquire(reply)

@@ -392,6 +392,49 @@ func TestLateFirstCopyOfReentryWithLostAnswersGrantsNothing(t *testing.T) {
 	}
 }
 
+// A re-entry whose answer did not come (the request held on its way) is
+// tried again by the handle, as a new request; the first request, landing
+// after the last Unlock, grants nothing: the release records the request
+// whose answer was lost, though it never reached the grant.
+func TestLateReentryWithLostAnswerGrantsNothing(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	admin := srv.Client(t)
+	d := newLateDialer(srv.Addr())
+	rdb := lateClient(t, d, redis.Options{ReadTimeout: 300 * time.Millisecond, MaxRetries: -1})
+	c := dlock.New(redislock.New(rdb), dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(false))
+	defer c.Close()
+	warm(t, c)
+	ctx := t.Context()
+	const name = "late/reentry-unanswered"
+	m := c.Mutex(name, dlock.Reentrant())
+	first, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fence := first.Fence()
+	d.armed.Store(true)
+	again, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatalf("re-entry (tried again after an unknown outcome): %v", err)
+	}
+	d.awaitHeld(t)
+	for _, l := range []*dlock.Lease{again, first} {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
+		t.Fatal("the lock is held after the last Unlock")
+	}
+	d.deliver(t)
+	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
+		t.Errorf("the re-entry whose answer was lost was granted after the last Unlock: held by nobody")
+	}
+	if got, _ := admin.Get(ctx, lockKey(name)+":fence").Result(); got != strconv.FormatUint(fence, 10) {
+		t.Errorf("fence counter %s after the late request, want %d (no new grant)", got, fence)
+	}
+}
+
 // Two Clients with one owner ID hold one grant: the second re-entered the
 // first's, by a request that go-redis resent. The first copy of that
 // request, landing after both Unlock, grants nothing, whichever Client

@@ -44,20 +44,53 @@ func (r *requestArg) once() bool { return r.writes.Load() == 1 }
 // A request it does not name is recorded as before: one written twice, one
 // whose answer was not read (its outcome unknown), one sent by another
 // Backend with the same token (an owner ID shared between Clients), a grant
-// taken from a handoff announcement. Entries of grants that end without a
-// release of this Backend (a lost lease) stay until the map reaches
-// onceMax entries and is emptied.
+// taken from a handoff announcement. It also keeps the ids of the token's
+// requests whose answers were never read, for the release to record even
+// when they did not reach the grant it deletes (they may land after it).
+// Entries of grants that end without a release of this Backend (a lost
+// lease) stay until the map reaches onceMax entries and is emptied.
 type onceGrants struct {
 	mu sync.Mutex
-	m  map[onceKey][]string
+	m  map[onceKey]*onceEntry
 }
 
 type onceKey struct{ key, token string }
 
-// onceMax bounds the entries of onceGrants; onceIDs, the ids kept per
-// entry: acquire.lua keeps the latest 16 ids of a grant, and an id a
-// release does not name is recorded, which is safe.
+// onceEntry is what is known of one token's requests on one key.
+type onceEntry struct {
+	once []string // written once, their grants read
+	lost []string // written, their answers never read
+}
+
+// onceMax bounds the entries of onceGrants; onceIDs, the ids of each kind
+// kept per entry: acquire.lua keeps the latest 16 ids of a grant, and an
+// id a release does not name is recorded, which is safe.
 const onceMax, onceIDs = 1 << 14, 16
+
+// entry returns the entry of token on key, made when missing; g.mu is held.
+func (g *onceGrants) entry(key, token string) *onceEntry {
+	if g.m == nil || len(g.m) >= onceMax {
+		// Forgetting costs the releases of those grants a record, and
+		// may let a request whose answer was lost land after its token's
+		// release as before the record of lost requests.
+		g.m = map[onceKey]*onceEntry{}
+	}
+	k := onceKey{key, token}
+	e := g.m[k]
+	if e == nil {
+		e = &onceEntry{}
+		g.m[k] = e
+	}
+	return e
+}
+
+// keep returns ids with id after them, the latest onceIDs.
+func keep(ids []string, id string) []string {
+	if len(ids) >= onceIDs {
+		ids = append(ids[:0:0], ids[len(ids)-onceIDs+1:]...)
+	}
+	return append(ids, id)
+}
 
 // granted records that req, written once or more, was answered by an
 // exclusive grant of key to token.
@@ -67,26 +100,35 @@ func (g *onceGrants) granted(key, token string, req *requestArg) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.m == nil || len(g.m) >= onceMax {
-		// Forgetting costs the releases of those grants a record.
-		g.m = map[onceKey][]string{}
-	}
-	k := onceKey{key, token}
-	ids := g.m[k]
-	if len(ids) >= onceIDs {
-		ids = append(ids[:0:0], ids[len(ids)-onceIDs+1:]...)
-	}
-	g.m[k] = append(ids, req.id)
+	e := g.entry(key, token)
+	e.once = keep(e.once, req.id)
 }
 
-// ids returns the ids recorded for token on key, space-separated, or "".
-func (g *onceGrants) ids(key, token string) string {
+// unanswered records that req, an acquire of key by token, was written and
+// its answer never read: it may still land.
+func (g *onceGrants) unanswered(key, token string, req *requestArg) {
+	if req.writes.Load() == 0 {
+		return
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return strings.Join(g.m[onceKey{key, token}], " ")
+	e := g.entry(key, token)
+	e.lost = keep(e.lost, req.id)
 }
 
-// forget drops the ids recorded for token on key: its grant was released.
+// ids returns the ids of token's requests on key written once and granted,
+// and those whose answers were lost, each space-separated, or "".
+func (g *onceGrants) ids(key, token string) (once, lost string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if e := g.m[onceKey{key, token}]; e != nil {
+		return strings.Join(e.once, " "), strings.Join(e.lost, " ")
+	}
+	return "", ""
+}
+
+// forget drops what is known of token's requests on key: a release deleted
+// its grant, or found it holding nothing, and recorded the lost ones.
 func (g *onceGrants) forget(key, token string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -15,28 +15,32 @@ func written(id string, n int) *requestArg {
 	return r
 }
 
-// The ids a release names are those of the requests written once whose
-// grants were read, the latest onceIDs of them; a request written again
-// is never named, whatever is read after it.
+// The ids a release names as sent once are those of the requests written
+// once whose grants were read, the latest onceIDs of them; a request
+// written again is never named so, whatever is read after it. A request
+// written and not answered is named as lost; one never written is not.
 func TestOnceGrantsNamesRequestsWrittenOnce(t *testing.T) {
 	var g onceGrants
 	g.granted("k", "a", written("r1", 1))
 	g.granted("k", "a", written("r2", 2)) // a re-entry resent
 	g.granted("k", "a", written("r3", 1))
-	if got := g.ids("k", "a"); got != "r1 r3" {
-		t.Fatalf("ids %q, want %q", got, "r1 r3")
+	g.unanswered("k", "a", written("r4", 1))
+	g.unanswered("k", "a", written("r5", 0)) // failed before its write
+	if once, lost := g.ids("k", "a"); once != "r1 r3" || lost != "r4" {
+		t.Fatalf("ids %q and lost %q, want %q and %q", once, lost, "r1 r3", "r4")
 	}
-	if got := g.ids("k", "b"); got != "" {
-		t.Fatalf("ids of a token with no grant read: %q, want none", got)
+	if once, lost := g.ids("k", "b"); once != "" || lost != "" {
+		t.Fatalf("ids of a token with no request: %q, %q, want none", once, lost)
 	}
 	g.forget("k", "a")
-	if got := g.ids("k", "a"); got != "" {
-		t.Fatalf("after its release: ids %q, want none", got)
+	if once, lost := g.ids("k", "a"); once != "" || lost != "" {
+		t.Fatalf("after its release: %q, %q, want none", once, lost)
 	}
 	for i := range onceIDs + 5 {
 		g.granted("k", "a", written("r"+strconv.Itoa(i), 1))
 	}
-	ids := strings.Fields(g.ids("k", "a"))
+	once, _ := g.ids("k", "a")
+	ids := strings.Fields(once)
 	if len(ids) != onceIDs || ids[0] != "r5" || ids[onceIDs-1] != "r"+strconv.Itoa(onceIDs+4) {
 		t.Fatalf("ids %v, want the latest %d", ids, onceIDs)
 	}
@@ -52,7 +56,7 @@ func TestOnceGrantsBounded(t *testing.T) {
 			t.Fatalf("%d entries after %d grants, want at most %d", len(g.m), i+1, onceMax)
 		}
 	}
-	if got := g.ids("k", strconv.Itoa(onceMax+9)); got != "r" {
-		t.Fatalf("the latest grant: ids %q, want %q", got, "r")
+	if once, _ := g.ids("k", strconv.Itoa(onceMax+9)); once != "r" {
+		t.Fatalf("the latest grant: ids %q, want %q", once, "r")
 	}
 }
