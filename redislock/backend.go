@@ -148,11 +148,9 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 // id is rid.
 func (b *Backend) acquireAnswer(ctx context.Context, req driver.AcquireRequest, rid *requestArg, cmd *redis.Cmd) (driver.AcquireResult, error) {
 	reply, err := cmd.Slice()
+	re := redis.Error(nil)
+	b.onces.mayLand(req.Key, req.Token, rid, err == nil || errors.As(err, &re))
 	if err != nil {
-		if re := redis.Error(nil); !errors.As(err, &re) || !rid.once() {
-			// No answer was read, or there was more than one copy.
-			b.onces.unanswered(req.Key, req.Token, rid)
-		}
 		return driver.AcquireResult{}, b.storeError(ctx, "acquire", req.Key, err)
 	}
 	res, err := parseAcquire(reply)

@@ -435,6 +435,60 @@ func TestLateReentryWithLostAnswerGrantsNothing(t *testing.T) {
 	}
 }
 
+// A Fair waiter's request that go-redis resent queued it, and the lock was
+// then handed to it; the first copy of that request, landing after the
+// waiter's Unlock, grants nothing, though it never reached the grant.
+func TestLateFirstCopyOfResentQueuedAcquireGrantsNothing(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	admin := srv.Client(t)
+	d := newLateDialer(srv.Addr())
+	rdb := lateClient(t, d, redis.Options{ReadTimeout: 300 * time.Millisecond, MaxRetries: 3})
+	waiter := dlock.New(redislock.New(rdb), dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(false))
+	defer waiter.Close()
+	holder := dlock.New(redislock.New(srv.Client(t)), dlock.WithTTL(10*time.Second))
+	defer holder.Close()
+	warm(t, waiter)
+	ctx := t.Context()
+	const name = "late/queued"
+	h, err := holder.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.armed.Store(true)
+	type result struct {
+		l   *dlock.Lease
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := waiter.Mutex(name, dlock.Fair()).Lock(ctx)
+		got <- result{l, err}
+	}()
+	d.awaitHeld(t)
+	waitFor(t, func() bool { return zcard(t, admin, lockKey(name)+":q") >= 1 })
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("the waiter's Lock: %v", r.err)
+	}
+	fence := r.l.Fence()
+	if err := r.l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
+		t.Fatal("the lock is held after the waiter's Unlock")
+	}
+	d.deliver(t)
+	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
+		t.Errorf("the first copy of the waiter's resent request was granted after its Unlock: held by nobody")
+	}
+	if got, _ := admin.Get(ctx, lockKey(name)+":fence").Result(); got != strconv.FormatUint(fence, 10) {
+		t.Errorf("fence counter %s after the late copy, want %d (no new grant)", got, fence)
+	}
+}
+
 // Two Clients with one owner ID hold one grant: the second re-entered the
 // first's, by a request that go-redis resent. The first copy of that
 // request, landing after both Unlock, grants nothing, whichever Client

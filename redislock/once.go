@@ -45,8 +45,10 @@ func (r *requestArg) once() bool { return r.writes.Load() == 1 }
 // whose answer was not read (its outcome unknown), one sent by another
 // Backend with the same token (an owner ID shared between Clients), a grant
 // taken from a handoff announcement. It also keeps the ids of the token's
-// requests whose answers were never read, for the release to record even
-// when they did not reach the grant it deletes (they may land after it).
+// requests of which a copy may still be on its way (an answer never read,
+// or a request written twice: a queued waiter's, whose first copy may land
+// after the grant it was handed), for the release to record even when they
+// did not reach the grant it deletes.
 // Entries of grants that end without a release of this Backend (a lost
 // lease) stay until the map reaches onceMax entries and is emptied.
 type onceGrants struct {
@@ -59,7 +61,7 @@ type onceKey struct{ key, token string }
 // onceEntry is what is known of one token's requests on one key.
 type onceEntry struct {
 	once []string // written once, their grants read
-	lost []string // written, their answers never read
+	lost []string // a copy of them may still land
 }
 
 // onceMax bounds the entries of onceGrants; onceIDs, the ids of each kind
@@ -104,10 +106,11 @@ func (g *onceGrants) granted(key, token string, req *requestArg) {
 	e.once = keep(e.once, req.id)
 }
 
-// unanswered records that req, an acquire of key by token, was written and
-// its answer never read: it may still land.
-func (g *onceGrants) unanswered(key, token string, req *requestArg) {
-	if req.writes.Load() == 0 {
+// mayLand records that a copy of req, an acquire of key by token, may
+// still land: it was written twice, or once without its answer read
+// (answered tells).
+func (g *onceGrants) mayLand(key, token string, req *requestArg, answered bool) {
+	if n := req.writes.Load(); n == 0 || (answered && n == 1) {
 		return
 	}
 	g.mu.Lock()
@@ -117,7 +120,7 @@ func (g *onceGrants) unanswered(key, token string, req *requestArg) {
 }
 
 // ids returns the ids of token's requests on key written once and granted,
-// and those whose answers were lost, each space-separated, or "".
+// and those of which a copy may still land, each space-separated, or "".
 func (g *onceGrants) ids(key, token string) (once, lost string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -128,7 +131,7 @@ func (g *onceGrants) ids(key, token string) (once, lost string) {
 }
 
 // forget drops what is known of token's requests on key: a release deleted
-// its grant, or found it holding nothing, and recorded the lost ones.
+// its grant, or found it holding nothing, and recorded those that may land.
 func (g *onceGrants) forget(key, token string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -18,16 +18,19 @@ func written(id string, n int) *requestArg {
 // The ids a release names as sent once are those of the requests written
 // once whose grants were read, the latest onceIDs of them; a request
 // written again is never named so, whatever is read after it. A request
-// written and not answered is named as lost; one never written is not.
+// of which a copy may land (written and not answered, or written twice) is
+// named as such; one never written, or written once and answered, is not.
 func TestOnceGrantsNamesRequestsWrittenOnce(t *testing.T) {
 	var g onceGrants
 	g.granted("k", "a", written("r1", 1))
 	g.granted("k", "a", written("r2", 2)) // a re-entry resent
 	g.granted("k", "a", written("r3", 1))
-	g.unanswered("k", "a", written("r4", 1))
-	g.unanswered("k", "a", written("r5", 0)) // failed before its write
-	if once, lost := g.ids("k", "a"); once != "r1 r3" || lost != "r4" {
-		t.Fatalf("ids %q and lost %q, want %q and %q", once, lost, "r1 r3", "r4")
+	g.mayLand("k", "a", written("r4", 1), false) // its answer lost
+	g.mayLand("k", "a", written("r5", 0), false) // failed before its write
+	g.mayLand("k", "a", written("r6", 1), true)  // answered
+	g.mayLand("k", "a", written("r7", 2), true)  // answered, resent
+	if once, lost := g.ids("k", "a"); once != "r1 r3" || lost != "r4 r7" {
+		t.Fatalf("ids %q and lost %q, want %q and %q", once, lost, "r1 r3", "r4 r7")
 	}
 	if once, lost := g.ids("k", "b"); once != "" || lost != "" {
 		t.Fatalf("ids of a token with no request: %q, %q, want none", once, lost)

@@ -16,7 +16,8 @@
 -- the token's acquire requests that the client knows reached the server
 -- once (go-redis wrote each once and read its grant), or ""
 -- ARGV[7] (absent from clients before it) the ids, space-separated, of
--- the token's acquire requests whose answers the client never read, or ""
+-- the token's acquire requests of which a copy may still land (the client
+-- never read an answer, or sent the request twice), or ""
 -- Returns -1 when the token held nothing, else the holds left.
 --
 -- A release that deletes an exclusive grant records the ids of the
