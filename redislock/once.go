@@ -73,8 +73,7 @@ const onceMax, onceIDs = 1 << 14, 16
 func (g *onceGrants) entry(key, token string) *onceEntry {
 	if g.m == nil || len(g.m) >= onceMax {
 		// Forgetting costs the releases of those grants a record, and
-		// may let a request whose answer was lost land after its token's
-		// release as before the record of lost requests.
+		// leaves unrecorded the requests of which a copy may land.
 		g.m = map[onceKey]*onceEntry{}
 	}
 	k := onceKey{key, token}
