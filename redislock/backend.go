@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -60,7 +61,7 @@ type Backend struct {
 	ridSeq    atomic.Uint64
 	// hid names the Backend's handoff channels (see handoffChannel).
 	hid string
-	// onces knows the grants no late copy of a request can reach (once.go).
+	// onces knows the requests no late copy of can exist (once.go).
 	onces onceGrants
 }
 
@@ -147,6 +148,8 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 // id is rid.
 func (b *Backend) acquireAnswer(ctx context.Context, req driver.AcquireRequest, rid *requestArg, cmd *redis.Cmd) (driver.AcquireResult, error) {
 	reply, err := cmd.Slice()
+	re := redis.Error(nil)
+	b.onces.mayLand(req.Key, req.Token, rid, err == nil || errors.As(err, &re))
 	if err != nil {
 		return driver.AcquireResult{}, b.storeError(ctx, "acquire", req.Key, err)
 	}
@@ -155,7 +158,7 @@ func (b *Backend) acquireAnswer(ctx context.Context, req driver.AcquireRequest, 
 		return driver.AcquireResult{}, b.storeError(ctx, "acquire", req.Key, err)
 	}
 	if res.Acquired && req.Mode == driver.Exclusive {
-		b.onces.granted(req.Key, req.Token, res.Fence, res.Holds, rid)
+		b.onces.granted(req.Key, req.Token, rid)
 	}
 	return res, nil
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +35,10 @@ type lateDialer struct {
 	addr   string
 	armed  atomic.Bool
 	caught chan struct{} // a write was held
+	// deaf, once set, lets the next EVALSHA write that armed does not hold
+	// through, and loses its answer: the connection's reads fail from then
+	// on, as if it broke after Redis ran the request.
+	deaf atomic.Bool
 
 	mu   sync.Mutex
 	held *lateConn
@@ -95,6 +100,14 @@ type lateConn struct {
 	d     *lateDialer
 	mu    sync.Mutex
 	holds bool // a write is held: deliver closes the connection
+	deaf  atomic.Bool
+}
+
+func (c *lateConn) Read(b []byte) (int, error) {
+	if c.deaf.Load() {
+		return 0, os.ErrDeadlineExceeded // the answer is lost
+	}
+	return c.Conn.Read(b)
 }
 
 func (c *lateConn) Write(b []byte) (int, error) {
@@ -107,6 +120,11 @@ func (c *lateConn) Write(b []byte) (int, error) {
 		c.d.mu.Unlock()
 		c.d.caught <- struct{}{}
 		return len(b), nil
+	}
+	if bytes.Contains(bytes.ToLower(b), []byte("evalsha")) && c.d.deaf.CompareAndSwap(true, false) {
+		n, err := c.Conn.Write(b)
+		c.deaf.Store(true)
+		return n, err
 	}
 	return c.Conn.Write(b)
 }
@@ -319,6 +337,202 @@ func TestLateFirstCopyOfResentReentryGrantsNothing(t *testing.T) {
 	d.deliver(t)
 	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
 		t.Errorf("the first copy of the resent re-entry was granted after the last Unlock: held by nobody")
+	}
+	if got, _ := admin.Get(ctx, lockKey(name)+":fence").Result(); got != strconv.FormatUint(fence, 10) {
+		t.Errorf("fence counter %s after the late copy, want %d (no new grant)", got, fence)
+	}
+}
+
+// A re-entry that go-redis resent, and whose second answer was lost too,
+// has an unknown outcome: its resend ran (a hold that the handle's last
+// Unlock drains), and its first copy is still on its way. That copy,
+// landing after the last Unlock, grants nothing: the Backend never read an
+// answer to the request, so its release may not skip it.
+func TestLateFirstCopyOfReentryWithLostAnswersGrantsNothing(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	admin := srv.Client(t)
+	d := newLateDialer(srv.Addr())
+	rdb := lateClient(t, d, redis.Options{ReadTimeout: 300 * time.Millisecond, MaxRetries: 1})
+	c := dlock.New(redislock.New(rdb), dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(false))
+	defer c.Close()
+	warm(t, c)
+	ctx := t.Context()
+	const name = "late/reentry-lost"
+	m := c.Mutex(name, dlock.Reentrant())
+	first, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fence := first.Fence()
+	d.armed.Store(true) // the first copy held
+	d.deaf.Store(true)  // the resend runs, its answer lost
+	again, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatalf("re-entry (tried again after an unknown outcome): %v", err)
+	}
+	d.awaitHeld(t)
+	h, _ := admin.HGetAll(ctx, lockKey(name)).Result()
+	if rids := strings.Fields(h["rid"]); len(rids) != 3 {
+		t.Fatalf("the grant's requests %q, want 3 (the first, the resend whose answer was lost, the next try)", h["rid"])
+	}
+	for _, l := range []*dlock.Lease{again, first} {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
+		t.Fatal("the lock is held after the last Unlock drained it")
+	}
+	d.deliver(t)
+	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
+		t.Errorf("the first copy of the re-entry was granted after the last Unlock: held by nobody")
+	}
+	if got, _ := admin.Get(ctx, lockKey(name)+":fence").Result(); got != strconv.FormatUint(fence, 10) {
+		t.Errorf("fence counter %s after the late copy, want %d (no new grant)", got, fence)
+	}
+}
+
+// A re-entry whose answer did not come (the request held on its way) is
+// tried again by the handle, as a new request; the first request, landing
+// after the last Unlock, grants nothing: the release records the request
+// whose answer was lost, though it never reached the grant.
+func TestLateReentryWithLostAnswerGrantsNothing(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	admin := srv.Client(t)
+	d := newLateDialer(srv.Addr())
+	rdb := lateClient(t, d, redis.Options{ReadTimeout: 300 * time.Millisecond, MaxRetries: -1})
+	c := dlock.New(redislock.New(rdb), dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(false))
+	defer c.Close()
+	warm(t, c)
+	ctx := t.Context()
+	const name = "late/reentry-unanswered"
+	m := c.Mutex(name, dlock.Reentrant())
+	first, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fence := first.Fence()
+	d.armed.Store(true)
+	again, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatalf("re-entry (tried again after an unknown outcome): %v", err)
+	}
+	d.awaitHeld(t)
+	for _, l := range []*dlock.Lease{again, first} {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
+		t.Fatal("the lock is held after the last Unlock")
+	}
+	d.deliver(t)
+	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
+		t.Errorf("the re-entry whose answer was lost was granted after the last Unlock: held by nobody")
+	}
+	if got, _ := admin.Get(ctx, lockKey(name)+":fence").Result(); got != strconv.FormatUint(fence, 10) {
+		t.Errorf("fence counter %s after the late request, want %d (no new grant)", got, fence)
+	}
+}
+
+// A Fair waiter's request that go-redis resent queued it, and the lock was
+// then handed to it; the first copy of that request, landing after the
+// waiter's Unlock, grants nothing, though it never reached the grant.
+func TestLateFirstCopyOfResentQueuedAcquireGrantsNothing(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	admin := srv.Client(t)
+	d := newLateDialer(srv.Addr())
+	rdb := lateClient(t, d, redis.Options{ReadTimeout: 300 * time.Millisecond, MaxRetries: 3})
+	waiter := dlock.New(redislock.New(rdb), dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(false))
+	defer waiter.Close()
+	holder := dlock.New(redislock.New(srv.Client(t)), dlock.WithTTL(10*time.Second))
+	defer holder.Close()
+	warm(t, waiter)
+	ctx := t.Context()
+	const name = "late/queued"
+	h, err := holder.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.armed.Store(true)
+	type result struct {
+		l   *dlock.Lease
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := waiter.Mutex(name, dlock.Fair()).Lock(ctx)
+		got <- result{l, err}
+	}()
+	d.awaitHeld(t)
+	waitFor(t, func() bool { return zcard(t, admin, lockKey(name)+":q") >= 1 })
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("the waiter's Lock: %v", r.err)
+	}
+	fence := r.l.Fence()
+	if err := r.l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
+		t.Fatal("the lock is held after the waiter's Unlock")
+	}
+	d.deliver(t)
+	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
+		t.Errorf("the first copy of the waiter's resent request was granted after its Unlock: held by nobody")
+	}
+	if got, _ := admin.Get(ctx, lockKey(name)+":fence").Result(); got != strconv.FormatUint(fence, 10) {
+		t.Errorf("fence counter %s after the late copy, want %d (no new grant)", got, fence)
+	}
+}
+
+// Two Clients with one owner ID hold one grant: the second re-entered the
+// first's, by a request that go-redis resent. The first copy of that
+// request, landing after both Unlock, grants nothing, whichever Client
+// released last: the other Client's requests are not the last releaser's
+// to vouch for.
+func TestLateFirstCopyOfOtherClientsReentryGrantsNothing(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	admin := srv.Client(t)
+	d := newLateDialer(srv.Addr())
+	rdb := lateClient(t, d, redis.Options{ReadTimeout: 300 * time.Millisecond, MaxRetries: 3})
+	opts := []dlock.Option{dlock.WithTTL(10 * time.Second), dlock.WithAutoRenew(false)}
+	a := dlock.New(redislock.New(srv.Client(t)), opts...)
+	defer a.Close()
+	b := dlock.New(redislock.New(rdb), opts...)
+	defer b.Close()
+	warm(t, b)
+	ctx := t.Context()
+	const name = "late/owner-id"
+	lockOpts := []dlock.Option{dlock.Reentrant(), dlock.WithOwnerID("svc-late")}
+	la, err := a.Mutex(name, lockOpts...).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.armed.Store(true)
+	lb, err := b.Mutex(name, lockOpts...).Lock(ctx)
+	if err != nil {
+		t.Fatalf("the other Client's re-entry (resent by go-redis): %v", err)
+	}
+	d.awaitHeld(t)
+	fence := la.Fence()
+	if lb.Fence() != fence {
+		t.Fatalf("the other Client's fence %d, want the first's %d (one grant)", lb.Fence(), fence)
+	}
+	for _, l := range []*dlock.Lease{lb, la} {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
+		t.Fatal("the lock is held after both Unlock")
+	}
+	d.deliver(t)
+	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
+		t.Errorf("the first copy of the other Client's re-entry was granted after both Unlock: held by nobody")
 	}
 	if got, _ := admin.Get(ctx, lockKey(name)+":fence").Result(); got != strconv.FormatUint(fence, 10) {
 		t.Errorf("fence counter %s after the late copy, want %d (no new grant)", got, fence)

@@ -1,9 +1,10 @@
-// Which grants no copy of a request can reach late: the grants whose
-// acquire requests go-redis wrote once each, and whose answers came back.
+// Which acquire requests no copy of can land late: those that go-redis
+// wrote once, and whose answers came back.
 
 package redislock
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -32,92 +33,104 @@ func (r *requestArg) String() string { return r.id }
 // it can land later.
 func (r *requestArg) once() bool { return r.writes.Load() == 1 }
 
-// onceGrants remembers, for the exclusive grants this Backend made, the
-// fence of each whose acquire requests (the first and every re-entry) were
-// written once each and answered: a copy of a request can land after the
-// grant's release only when go-redis wrote it twice. The release of such a
-// grant tells the script so, and it records none of the grant's requests
-// in the late-request record (late.lua), which then costs nothing on a
-// name whose requests reach the server at the first try.
+// onceGrants remembers, per key and token, the ids of the exclusive grants'
+// requests (the first and every re-entry) that go-redis wrote once and
+// whose grant this Backend read: no copy of them can land after the
+// grant's release. The release names them, and the script records the
+// grant's other requests only in the late-request record (late.lua), which
+// then costs nothing on a name whose requests reach the server at the
+// first try.
 //
-// What it does not know is recorded as before: a grant made by another
-// Backend (an owner ID shared between processes), a grant taken from a
-// handoff announcement, a grant once the map was cleared. Entries of grants
-// that end without a release (a lost lease) stay until the map reaches
-// onceMax entries and is emptied of them.
+// A request it does not name is recorded as before: one written twice, one
+// whose answer was not read (its outcome unknown), one sent by another
+// Backend with the same token (an owner ID shared between Clients), a grant
+// taken from a handoff announcement. It also keeps the ids of the token's
+// requests of which a copy may still be on its way (an answer never read,
+// or a request written twice: a queued waiter's, whose first copy may land
+// after the grant it was handed), for the release to record even when they
+// did not reach the grant it deletes.
+// Entries of grants that end without a release of this Backend (a lost
+// lease) stay until the map reaches onceMax entries and is emptied.
 type onceGrants struct {
 	mu sync.Mutex
-	m  map[onceKey]onceGrant
+	m  map[onceKey]*onceEntry
 }
 
 type onceKey struct{ key, token string }
 
-// onceGrant is what is known of one grant: its fence, and whether one of
-// its requests was written more than once (then that stays known, whatever
-// answer of another request of the grant is read after).
-type onceGrant struct {
-	fence uint64
-	again bool
+// onceEntry is what is known of one token's requests on one key.
+type onceEntry struct {
+	once []string // written once, their grants read
+	lost []string // a copy of them may still land
 }
 
-// onceMax bounds the entries of onceGrants.
-const onceMax = 1 << 14
+// onceMax bounds the entries of onceGrants; onceIDs, the ids of each kind
+// kept per entry: acquire.lua keeps the latest 16 ids of a grant, and an
+// id a release does not name is recorded, which is safe.
+const onceMax, onceIDs = 1 << 14, 16
 
-// granted records the answer to an acquire of key by token: a grant with
-// fence, token's holds after it, whose request req was written once or
-// more. A first hold (holds 1) written once is remembered; a request of
-// the grant written more than once marks it for good; a re-entry written
-// once changes nothing.
-func (g *onceGrants) granted(key, token string, fence uint64, holds int, req *requestArg) {
-	once := req.once()
-	if once && holds != 1 {
-		return
+// entry returns the entry of token on key, made when missing; g.mu is held.
+func (g *onceGrants) entry(key, token string) *onceEntry {
+	if g.m == nil || len(g.m) >= onceMax {
+		// Forgetting costs the releases of those grants a record, and
+		// leaves unrecorded the requests of which a copy may land.
+		g.m = map[onceKey]*onceEntry{}
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	k := onceKey{key, token}
-	if was, ok := g.m[k]; ok && was.fence == fence && was.again {
-		return
-	}
-	if g.m == nil {
-		g.m = map[onceKey]onceGrant{}
-	}
-	if len(g.m) >= onceMax {
-		// Forgetting a grant written once costs its release a record;
-		// forgetting one written again could skip one, so those go last.
-		for k, e := range g.m {
-			if !e.again || len(g.m) > 2*onceMax {
-				delete(g.m, k)
-			}
-		}
-	}
-	g.m[k] = onceGrant{fence: fence, again: !once}
-}
-
-// fence returns the fence of token's grant on key when its requests were
-// written once each, or 0.
-func (g *onceGrants) fence(key, token string) uint64 {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if e := g.m[onceKey{key, token}]; !e.again {
-		return e.fence
-	}
-	return 0
-}
-
-// refenced gives token's grant on key, when known, the fence fence
-// (package redlock gives a grant one fence on all its nodes).
-func (g *onceGrants) refenced(key, token string, fence uint64) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	k := onceKey{key, token}
-	if e, ok := g.m[k]; ok {
-		e.fence = fence
+	e := g.m[k]
+	if e == nil {
+		e = &onceEntry{}
 		g.m[k] = e
 	}
+	return e
 }
 
-// forget drops what is known of token's grant on key: it was released.
+// keep returns ids with id after them, the latest onceIDs.
+func keep(ids []string, id string) []string {
+	if len(ids) >= onceIDs {
+		ids = append(ids[:0:0], ids[len(ids)-onceIDs+1:]...)
+	}
+	return append(ids, id)
+}
+
+// granted records that req, written once or more, was answered by an
+// exclusive grant of key to token.
+func (g *onceGrants) granted(key, token string, req *requestArg) {
+	if !req.once() {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e := g.entry(key, token)
+	e.once = keep(e.once, req.id)
+}
+
+// mayLand records that a copy of req, an acquire of key by token, may
+// still land: it was written twice, or once without its answer read
+// (answered tells).
+func (g *onceGrants) mayLand(key, token string, req *requestArg, answered bool) {
+	if n := req.writes.Load(); n == 0 || (answered && n == 1) {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e := g.entry(key, token)
+	e.lost = keep(e.lost, req.id)
+}
+
+// ids returns the ids of token's requests on key written once and granted,
+// and those of which a copy may still land, each space-separated, or "".
+func (g *onceGrants) ids(key, token string) (once, lost string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if e := g.m[onceKey{key, token}]; e != nil {
+		return strings.Join(e.once, " "), strings.Join(e.lost, " ")
+	}
+	return "", ""
+}
+
+// forget drops what is known of token's requests on key: a release deleted
+// its grant, or found it holding nothing, and recorded those that may land.
 func (g *onceGrants) forget(key, token string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -42,8 +42,5 @@ func (b *Backend) raiseFence(ctx context.Context, key, token string, fence uint6
 	if err != nil {
 		return false, b.storeError(ctx, "raise fence", key, err)
 	}
-	if n == 1 {
-		b.onces.refenced(key, token, fence)
-	}
 	return n == 1, nil
 }

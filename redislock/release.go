@@ -44,22 +44,20 @@ func (b *Backend) release(ctx context.Context, key, token string, publish any, f
 }
 
 // releaseCall returns the EVALSHA of release.lua, as evalShaArgs lays it
-// out. It names the fence of token's grant when that grant's requests were
-// written once each (onceGrants), so that the script records none of them.
+// out. It names the requests of token that were written once each and
+// granted (onceGrants), so that the script records none of them, and those
+// whose answers were lost, so that it records them.
 func (b *Backend) releaseCall(key, token string, publish any, fence string) []any {
 	// The keys and the channel are cut from one string.
 	const nk = len(releaseSuffixes) - 1
 	var names [nk + 1]string
 	b.keysInto(names[:], key, releaseSuffixes[:])
-	args := evalShaArgs(releaseSHA, nk, 6)
+	args := evalShaArgs(releaseSHA, nk, 7)
 	for i, k := range names[:nk] {
 		args[3+i] = k
 	}
-	once := ""
-	if f := b.onces.fence(key, token); f != 0 {
-		once = strconv.FormatUint(f, 10)
-	}
-	args[3+nk], args[4+nk], args[5+nk], args[6+nk], args[7+nk], args[8+nk] = token, names[nk], publish, b.requestID(), fence, once
+	once, lost := b.onces.ids(key, token)
+	args[3+nk], args[4+nk], args[5+nk], args[6+nk], args[7+nk], args[8+nk], args[9+nk] = token, names[nk], publish, b.requestID(), fence, once, lost
 	return args
 }
 

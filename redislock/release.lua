@@ -12,15 +12,19 @@
 -- release ends, or "" (or absent) when the caller does not say
 -- KEYS[10] the late-request record (see late.lua, which scripts.go puts
 -- in front of this script)
--- ARGV[6] (absent from clients before it) the fence of the token's grant
--- when the client knows that each request that made it or entered it
--- again reached the server once (go-redis wrote it once and read its
--- answer), or ""
+-- ARGV[6] (absent from clients before it) the ids, space-separated, of
+-- the token's acquire requests that the client knows reached the server
+-- once (go-redis wrote each once and read its grant), or ""
+-- ARGV[7] (absent from clients before it) the ids, space-separated, of
+-- the token's acquire requests of which a copy may still land (the client
+-- never read an answer, or sent the request twice), or ""
 -- Returns -1 when the token held nothing, else the holds left.
 --
 -- A release that deletes an exclusive grant records the ids of the
--- requests that made it, unless ARGV[6] names the grant (no copy of them
--- exists), and a release without a fence (a clean-up after an acquire of
+-- requests that made it, but those ARGV[6] names (no copy of them
+-- exists), and those of ARGV[7] (which may still land) whenever it
+-- deletes the token's grant or finds it holding nothing; a release without
+-- a fence (a clean-up after an acquire of
 -- unknown outcome) that finds the token holding nothing records the token:
 -- a copy of such a request that lands later is refused (acquire.lua), for
 -- lateTTL.
@@ -110,10 +114,29 @@ if holds and ARGV[5] and ARGV[5] ~= '' and h[4] ~= ARGV[5] then
   holds = nil
 end
 -- The ids of the requests that made the grant, to record when it is
--- deleted: none when the client says that each reached the server once.
+-- deleted: but those that the client says reached the server once.
 local rids = h[5]
-if ARGV[6] and ARGV[6] ~= '' and h[4] == ARGV[6] and rids ~= 'ho' then
-  rids = nil
+if ARGV[6] and ARGV[6] ~= '' and rids and rids ~= 'ho' then
+  if rids == ARGV[6] then
+    rids = nil
+  else
+    local left = {}
+    for id in string.gmatch(rids, '%S+') do
+      if not seen(ARGV[6], id) then
+        left[#left + 1] = id
+      end
+    end
+    rids = table.concat(left, ' ')
+  end
+end
+-- members returns the record's members for the grant's requests rids
+-- (served), with the requests of ARGV[7].
+local function members(rids)
+  local out = served(rids, token, cleanup)
+  for id in string.gmatch(ARGV[7] or '', '%S+') do
+    out[#out + 1] = 'r' .. id
+  end
+  return out
 end
 local recent = redis.call('GET', R)
 if holds and seen(h[2], rid) then
@@ -140,7 +163,7 @@ end
 if waiting == 0 then
   redis.call('DEL', L)
   done(recent, h[2])
-  remember(X, served(rids, token, cleanup), nil, fresh)
+  remember(X, members(rids), nil, fresh)
   if ARGV[3] ~= '' then
     redis.pcall(ARGV[3], ARGV[2], 'next:') -- refused (ACL): the release stands
   end
@@ -155,8 +178,8 @@ local freed = false  -- this release deleted an exclusive grant (see handOff)
 
 -- remember, once X is known to exist or not: a write makes it exist.
 waiting = waiting or exists()
-local function record(members)
-  if remember(X, members, now(), fresh) then
+local function record(ms)
+  if remember(X, ms, now(), fresh) then
     fresh = false
   end
 end
@@ -167,7 +190,7 @@ if holds then
     -- The lease expired and the lock sits in its lock-delay: the late
     -- holder is done with it, so the delay has no more reason to run.
     redis.call('DEL', L) -- not done(): a resend, too, finds nothing held
-    record(served(rids, token, cleanup))
+    record(members(rids))
     notify, freed = true, true
   else
     holds = tonumber(holds) - 1
@@ -176,7 +199,7 @@ if holds then
     else
       redis.call('DEL', L)
       done(recent, h[2])
-      record(served(rids, token, cleanup))
+      record(members(rids))
       notify, freed = true, true
     end
     result = holds
@@ -194,10 +217,14 @@ else
   end
 end
 
-if result == -1 and cleanup then
+if result == -1 then
   -- Held nothing (or a lease that had expired): the acquire this cleans up
-  -- after may not have landed yet.
-  record({'t' .. token})
+  -- after, or one whose answer was lost, may not have landed yet.
+  local m = members(nil)
+  if cleanup then
+    m[#m + 1] = 't' .. token
+  end
+  record(m)
 end
 
 local waiters = waiting > 0
