@@ -539,6 +539,39 @@ func TestLateFirstCopyOfOtherClientsReentryGrantsNothing(t *testing.T) {
 	}
 }
 
+// A reader's acquire that go-redis resent: its hold keeps no request id,
+// so the release names the request, whose first copy, landing after the
+// RUnlock, takes no hold.
+func TestLateFirstCopyOfResentReaderAcquireHoldsNothing(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	admin := srv.Client(t)
+	d := newLateDialer(srv.Addr())
+	rdb := lateClient(t, d, redis.Options{ReadTimeout: 300 * time.Millisecond, MaxRetries: 3})
+	c := dlock.New(redislock.New(rdb), dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(false))
+	defer c.Close()
+	warm(t, c)
+	const name = "late/reader"
+	ctx := t.Context()
+
+	d.armed.Store(true)
+	l, err := c.RWMutex(name).TryRLock(ctx)
+	if err != nil {
+		t.Fatalf("TryRLock (resent by go-redis): %v", err)
+	}
+	d.awaitHeld(t)
+	fence := l.Fence()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d.deliver(t)
+	if n, _ := admin.ZCard(ctx, lockKey(name)+":s").Result(); n != 0 {
+		t.Errorf("the first copy of the resent reader acquire took a hold after the RUnlock: %d holds", n)
+	}
+	if got, _ := admin.Get(ctx, lockKey(name)+":fence").Result(); got != strconv.FormatUint(fence, 10) {
+		t.Errorf("fence counter %s after the late copy, want %d (no new hold)", got, fence)
+	}
+}
+
 // On a Cluster, a lock's keys and its late-request record share one hash
 // slot: a TryLock whose request lands after its clean-up, and the first
 // copy of an acquire that the ClusterClient resent, grant nothing there

@@ -213,6 +213,9 @@ else
     done(recent)
     if tonumber(exp) > now() then
       result, notify, anyone = 0, true, true
+      -- A shared hold keeps no request ids: the client names those of its
+      -- requests of which a copy may still land (a resent one).
+      record(members(nil))
     end
   end
 end
