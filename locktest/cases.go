@@ -202,7 +202,7 @@ func testManualRefresh(t *testing.T, s *Store) {
 		}
 	}
 	mustBeHeldByOther(t, b.Mutex("locktest/refresh"))
-	waitDone(t, held, 2*ttl)
+	waitDone(t, held, endWait)
 	if r := lostReason(t, held.Err()); r != dlock.LostExpired {
 		t.Errorf("reason = %v, want %v", r, dlock.LostExpired)
 	}
@@ -262,7 +262,7 @@ func testUnlockAfterLoss(t *testing.T, s *Store) {
 	a := client(t, s)
 	held := lock(t, a.Mutex("locktest/unlocklost", dlock.WithTTL(ttl)))
 	s.Delete(t, "locktest/unlocklost")
-	waitDone(t, held, 2*ttl)
+	waitDone(t, held, endWait)
 	err := held.Unlock(t.Context())
 	if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) {
 		t.Errorf("Unlock after loss = %v, want ErrNotHeld and ErrLost", err)

@@ -58,6 +58,11 @@ func mustBeHeldByOther(t *testing.T, m *dlock.Mutex) {
 	}
 }
 
+// endWait bounds the wait for a lease that ends by itself (its deadline
+// passes unrenewed, or a renewal finds it gone): what is checked is that it
+// ends, and why; a loaded machine may run the lease's timers late.
+const endWait = 10 * time.Second
+
 // waitDone waits up to limit for the lease to end and returns how long it took.
 func waitDone(t *testing.T, l *dlock.Lease, limit time.Duration) time.Duration {
 	t.Helper()

@@ -192,7 +192,7 @@ func testStaleReentrantUnlock(t *testing.T, s *Store) {
 	const name = "locktest/stalereentrant"
 	m := a.Mutex(name, dlock.Reentrant(), dlock.WithTTL(ttl), dlock.WithAutoRenew(false))
 	old := lock(t, m)
-	waitDone(t, old, 2*ttl)
+	waitDone(t, old, endWait)
 	time.Sleep(ttl / 2) // the store lets it go too
 	fresh := lock(t, m)
 	if err := old.Unlock(t.Context()); !errors.Is(err, dlock.ErrNotHeld) {

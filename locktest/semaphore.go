@@ -184,7 +184,7 @@ func testSemaphoreLimitBinds(t *testing.T, s *Store) {
 	lapsing := tryGet(t, "TryAcquire with 3 permits", client(t, s).Semaphore(name, 3,
 		dlock.WithTTL(ttl), dlock.WithAutoRenew(false)).TryAcquire)
 	mustConflict(t, "TryAcquire with 2 permits while a permit of 3 lives", two.TryAcquire, 2, 3)
-	waitDone(t, lapsing, 2*ttl)
+	waitDone(t, lapsing, endWait)
 	// The store frees it by its own clock, and some count TTLs in whole
 	// seconds (etcd: about 2s for this TTL): as long as within gives an
 	// Acquire.
@@ -287,7 +287,7 @@ func testSemaphorePermitLeases(t *testing.T, s *Store) {
 		}
 		refreshed++
 	}
-	waitDone(t, p3, 2*ttl)
+	waitDone(t, p3, endWait)
 	if r := lostReason(t, p3.Err()); r != dlock.LostExpired {
 		t.Errorf("reason = %v, want %v", r, dlock.LostExpired)
 	}
@@ -307,7 +307,7 @@ func testSemaphorePermitLeases(t *testing.T, s *Store) {
 		if _, held, err := ins.ForceRelease(t.Context(), name); err != nil || !held {
 			t.Fatalf("ForceRelease = %v, %v; want a permit removed", held, err)
 		}
-		waitDone(t, p2, 2*renewedTTL)
+		waitDone(t, p2, max(2*renewedTTL, endWait))
 		if r := lostReason(t, p2.Err()); r != dlock.LostMissing {
 			t.Errorf("reason = %v, want %v", r, dlock.LostMissing)
 		}
