@@ -160,7 +160,21 @@ func (b *Backend) acquireAnswer(ctx context.Context, req driver.AcquireRequest, 
 	if res.Acquired && req.Mode == driver.Exclusive {
 		b.onces.granted(req.Key, req.Token, rid)
 	}
+	if !res.Acquired && rid.writes.Load() > 1 {
+		b.recordLate(ctx, req.Key, rid.id)
+	}
 	return res, nil
+}
+
+// recordLate records in key's late-request record the request id, refused
+// though go-redis wrote it twice: its first copy may land after the lock
+// is free, and no release names a request that made no grant (a TryLock's
+// token is released by nobody). Best effort: the refusal stands when the
+// write fails, and the copy may then grant, as before the record existed.
+func (b *Backend) recordLate(ctx context.Context, key, id string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
+	_ = recordLateScript.Run(rctx, b.rdb, []string{b.lockKey(key) + lateSuffix}, id).Err()
 }
 
 // acquireCall returns the EVALSHA of acquire.lua for req, as evalShaArgs

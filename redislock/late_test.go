@@ -718,3 +718,40 @@ func TestLateAcquireAllAfterCleanupGrantsNothing(t *testing.T) {
 		}
 	}
 }
+
+// go-redis resent a TryLock after ReadTimeout and the resend was refused
+// (the lock was held); the holder then unlocks, and the first copy lands:
+// it must grant nothing, though no grant or clean-up of its token exists.
+func TestLateFirstCopyOfResentRefusedAcquireGrantsNothing(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	admin := srv.Client(t)
+	d := newLateDialer(srv.Addr())
+	rdb := lateClient(t, d, redis.Options{ReadTimeout: 300 * time.Millisecond, MaxRetries: 3})
+	c := dlock.New(redislock.New(rdb), dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(false))
+	defer c.Close()
+	holder := dlock.New(redislock.New(srv.Client(t)), dlock.WithTTL(10*time.Second))
+	defer holder.Close()
+	warm(t, c)
+	const name = "late/resent-refused"
+	ctx := t.Context()
+	h, err := holder.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fence := h.Fence()
+	d.armed.Store(true)
+	if _, err := c.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("TryLock of a held lock (resent by go-redis): %v, want ErrNotObtained", err)
+	}
+	d.awaitHeld(t)
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d.deliver(t)
+	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
+		t.Errorf("the first copy of the resent, refused acquire was granted after the holder's Unlock: held by nobody")
+	}
+	if got, _ := admin.Get(ctx, lockKey(name)+":fence").Result(); got != strconv.FormatUint(fence, 10) {
+		t.Errorf("fence counter %s after the late copy, want %d (no new grant)", got, fence)
+	}
+}
