@@ -4,6 +4,7 @@
 package redislock
 
 import (
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -129,10 +130,33 @@ func (g *onceGrants) ids(key, token string) (once, lost string) {
 	return "", ""
 }
 
-// forget drops what is known of token's requests on key: a release deleted
-// its grant, or found it holding nothing, and recorded those that may land.
-func (g *onceGrants) forget(key, token string) {
+// forget drops what is known of token's requests on key that a release
+// named, once and lost as ids returned them: the release deleted the
+// token's grant, or found it holding nothing, and recorded those that may
+// land. Ids learnt while it was on its way stay, for the next release.
+func (g *onceGrants) forget(key, token, once, lost string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	delete(g.m, onceKey{key, token})
+	k := onceKey{key, token}
+	e := g.m[k]
+	if e == nil {
+		return
+	}
+	e.once, e.lost = unnamed(e.once, once), unnamed(e.lost, lost)
+	if len(e.once) == 0 && len(e.lost) == 0 {
+		delete(g.m, k)
+	}
+}
+
+// unnamed returns the ids of ids that named, space-separated, does not
+// hold.
+func unnamed(ids []string, named string) []string {
+	var out []string
+	drop := strings.Fields(named)
+	for _, id := range ids {
+		if !slices.Contains(drop, id) {
+			out = append(out, id)
+		}
+	}
+	return out
 }

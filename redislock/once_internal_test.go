@@ -4,6 +4,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/test/testserver"
 )
 
 // written returns the request id id that go-redis wrote n times.
@@ -35,7 +39,7 @@ func TestOnceGrantsNamesRequestsWrittenOnce(t *testing.T) {
 	if once, lost := g.ids("k", "b"); once != "" || lost != "" {
 		t.Fatalf("ids of a token with no request: %q, %q, want none", once, lost)
 	}
-	g.forget("k", "a")
+	g.forget("k", "a", "r1 r3", "r4 r7")
 	if once, lost := g.ids("k", "a"); once != "" || lost != "" {
 		t.Fatalf("after its release: %q, %q, want none", once, lost)
 	}
@@ -61,5 +65,49 @@ func TestOnceGrantsBounded(t *testing.T) {
 	}
 	if once, _ := g.ids("k", strconv.Itoa(onceMax+9)); once != "r" {
 		t.Fatalf("the latest grant: ids %q, want %q", once, "r")
+	}
+}
+
+// A request of a token whose answer is lost while a release of the token
+// is on its way (another goroutine of a reentrant handle, or another handle
+// with the same owner ID) is not one the release named: it stays known, and
+// the token's next release records it, so that its copy, landing after
+// that release, grants nothing.
+func TestReleaseKeepsRequestsLostWhileItWasOnItsWay(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	rdb := srv.Client(t)
+	b := New(rdb)
+	ctx := t.Context()
+	const key, token = "once/race", "tok"
+	req := driver.AcquireRequest{Key: key, Token: token, Owner: "o", TTL: 10 * time.Second, Reentrant: true, Mode: driver.Exclusive}
+	first, err := b.Acquire(ctx, req)
+	if err != nil || !first.Acquired {
+		t.Fatalf("first acquire: %+v, %v", first, err)
+	}
+	relArgs := b.releaseCall(key, token, b.publishArg, fenceArg(first.Fence))
+	// The re-entry: written once, its answer lost; it has not landed yet.
+	lateArgs, rid, err := b.acquireCall(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = rid.MarshalBinary()
+	b.onces.mayLand(key, token, rid, false)
+	if res, err := b.releaseAnswer(ctx, key, token, relArgs, runEvalSha(ctx, rdb, releaseScript, relArgs)); err != nil || !res.Held || res.Remaining != 0 {
+		t.Fatalf("release of the first grant: %+v, %v", res, err)
+	}
+	// The re-entry tried again as a new request, granted, and released.
+	again, err := b.Acquire(ctx, req)
+	if err != nil || !again.Acquired {
+		t.Fatalf("acquire tried again: %+v, %v", again, err)
+	}
+	if res, err := b.ReleaseGrant(ctx, key, token, again.Fence); err != nil || !res.Held || res.Remaining != 0 {
+		t.Fatalf("last release: %+v, %v", res, err)
+	}
+	// The lost re-entry lands.
+	if err := runEvalSha(ctx, rdb, acquireScript, lateArgs).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := rdb.Exists(ctx, b.lockKey(key)).Result(); n != 0 {
+		t.Errorf("the re-entry whose answer was lost during a release was granted after the last release: held by nobody")
 	}
 }
