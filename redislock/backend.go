@@ -139,7 +139,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		return driver.AcquireResult{}, b.storeError(ctx, "acquire", req.Key, err)
 	}
 	if b.acking() {
-		return b.acquireAcked(ctx, req, splitEvalSha(args))
+		return b.acquireAcked(ctx, req, rid, splitEvalSha(args))
 	}
 	return b.acquireAnswer(ctx, req, rid, runEvalSha(ctx, b.rdb, acquireScript, args))
 }
@@ -148,8 +148,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 // id is rid.
 func (b *Backend) acquireAnswer(ctx context.Context, req driver.AcquireRequest, rid *requestArg, cmd *redis.Cmd) (driver.AcquireResult, error) {
 	reply, err := cmd.Slice()
-	re := redis.Error(nil)
-	b.onces.mayLand(req.Key, req.Token, rid, err == nil || errors.As(err, &re))
+	b.sent(req, rid, err)
 	if err != nil {
 		return driver.AcquireResult{}, b.storeError(ctx, "acquire", req.Key, err)
 	}
@@ -160,10 +159,26 @@ func (b *Backend) acquireAnswer(ctx context.Context, req driver.AcquireRequest, 
 	if res.Acquired && req.Mode == driver.Exclusive {
 		b.onces.granted(req.Key, req.Token, rid)
 	}
-	if !res.Acquired && rid.writes.Load() > 1 {
-		b.recordLate(ctx, req.Key, rid.id)
+	if !res.Acquired {
+		b.refused(ctx, req.Key, rid)
 	}
 	return res, nil
+}
+
+// sent notes that the acquire req, whose request id is rid, was answered
+// err (nil, a server's error, or none read): a copy of it may still land
+// (onceGrants.mayLand).
+func (b *Backend) sent(req driver.AcquireRequest, rid *requestArg, err error) {
+	re := redis.Error(nil)
+	b.onces.mayLand(req.Key, req.Token, rid, err == nil || errors.As(err, &re))
+}
+
+// refused records the refused acquire request rid of key in the
+// late-request record when go-redis wrote it twice (recordLate).
+func (b *Backend) refused(ctx context.Context, key string, rid *requestArg) {
+	if rid.writes.Load() > 1 {
+		b.recordLate(ctx, key, rid.id)
+	}
 }
 
 // recordLate records in key's late-request record the request id, refused

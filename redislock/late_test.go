@@ -755,3 +755,48 @@ func TestLateFirstCopyOfResentRefusedAcquireGrantsNothing(t *testing.T) {
 		t.Errorf("fence counter %s after the late copy, want %d (no new grant)", got, fence)
 	}
 }
+
+// With WithReplicaAck, as without: a reentrant handle's re-entry whose
+// answer was lost, tried again as a new request, lands after the last
+// Unlock and grants nothing.
+func TestLateReentryWithLostAnswerGrantsNothingWithReplicaAck(t *testing.T) {
+	set := testserver.StartSentinel(t)
+	admin := set.Primary(t).Client(t)
+	d := newLateDialer("")
+	opts := set.FailoverOptions()
+	opts.Dialer, opts.ReadTimeout, opts.MaxRetries = d.dial, 300*time.Millisecond, -1
+	rdb := redis.NewFailoverClient(opts)
+	defer rdb.Close()
+	c := dlock.New(redislock.New(rdb, redislock.WithReplicaAck(1, 2*time.Second)), dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(false))
+	defer c.Close()
+	warm(t, c)
+	ctx := t.Context()
+	const name = "late/reentry-unanswered-acked"
+	m := c.Mutex(name, dlock.Reentrant())
+	first, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fence := first.Fence()
+	d.armed.Store(true)
+	again, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatalf("re-entry (tried again after an unknown outcome): %v", err)
+	}
+	d.awaitHeld(t)
+	for _, l := range []*dlock.Lease{again, first} {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
+		t.Fatal("the lock is held after the last Unlock")
+	}
+	d.deliver(t)
+	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
+		t.Errorf("the re-entry whose answer was lost was granted after the last Unlock: held by nobody")
+	}
+	if got, _ := admin.Get(ctx, lockKey(name)+":fence").Result(); got != strconv.FormatUint(fence, 10) {
+		t.Errorf("fence counter %s after the late request, want %d (no new grant)", got, fence)
+	}
+}
