@@ -800,3 +800,44 @@ func TestLateReentryWithLostAnswerGrantsNothingWithReplicaAck(t *testing.T) {
 		t.Errorf("fence counter %s after the late request, want %d (no new grant)", got, fence)
 	}
 }
+
+// A MultiAtOnce TryLock that go-redis resent and whose resend was refused
+// (one of the locks held): its first copy, landing after the holder's
+// release, grants nothing.
+func TestLateFirstCopyOfResentRefusedAcquireAllGrantsNothing(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	admin := srv.Client(t)
+	d := newLateDialer(srv.Addr())
+	rdb := lateClient(t, d, redis.Options{ReadTimeout: 300 * time.Millisecond, MaxRetries: 3})
+	c := dlock.New(redislock.New(rdb), dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(false))
+	defer c.Close()
+	holder := dlock.New(redislock.New(srv.Client(t)), dlock.WithTTL(10*time.Second))
+	defer holder.Close()
+	ctx := t.Context()
+	names := []string{"{late2}a", "{late2}b"}
+	ml, err := c.MultiAtOnce([]string{"{late2}warm1", "{late2}warm2"}).TryLock(ctx) // the script in the cache
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ml.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h, err := holder.Mutex(names[1]).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.armed.Store(true)
+	if _, err := c.MultiAtOnce(names).TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("TryLock of a held lock (resent by go-redis): %v, want ErrNotObtained", err)
+	}
+	d.awaitHeld(t)
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d.deliver(t)
+	for _, name := range names {
+		if n, err := admin.Exists(ctx, lockKey(name)).Result(); err != nil || n != 0 {
+			t.Errorf("%q after the first copy of the resent, refused AcquireAll: EXISTS = %d, %v; want 0 (nothing granted)", name, n, err)
+		}
+	}
+}
