@@ -51,7 +51,7 @@ func (r *requestArg) once() bool { return r.writes.Load() == 1 }
 // after the grant it was handed), for the release to record even when they
 // did not reach the grant it deletes.
 // Entries of grants that end without a release of this Backend (a lost
-// lease) stay until the map reaches onceMax entries and is emptied.
+// lease) stay until the map reaches onceMax entries (see entry).
 type onceGrants struct {
 	mu sync.Mutex
 	m  map[onceKey]*onceEntry
@@ -72,10 +72,22 @@ const onceMax, onceIDs = 1 << 14, 16
 
 // entry returns the entry of token on key, made when missing; g.mu is held.
 func (g *onceGrants) entry(key, token string) *onceEntry {
-	if g.m == nil || len(g.m) >= onceMax {
-		// Forgetting costs the releases of those grants a record, and
-		// leaves unrecorded the requests of which a copy may land.
+	if g.m == nil {
 		g.m = map[onceKey]*onceEntry{}
+	}
+	if len(g.m) >= onceMax {
+		// Forgetting a grant's ids costs its release a record; the
+		// requests of which a copy may land are kept, but when they fill
+		// half the map (they are then all forgotten, and left
+		// unrecorded): a sweep frees half of it at least.
+		for k, e := range g.m {
+			if len(e.lost) == 0 {
+				delete(g.m, k)
+			}
+		}
+		if len(g.m) > onceMax/2 {
+			g.m = map[onceKey]*onceEntry{}
+		}
 	}
 	k := onceKey{key, token}
 	e := g.m[k]

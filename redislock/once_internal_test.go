@@ -68,6 +68,19 @@ func TestOnceGrantsBounded(t *testing.T) {
 	}
 }
 
+// A full map forgets the ids of grants, not those of requests of which a
+// copy may still land: no release would record them any more.
+func TestOnceGrantsBoundKeepsRequestsThatMayLand(t *testing.T) {
+	var g onceGrants
+	g.mayLand("k", "lost", written("l1", 1), false)
+	for i := range onceMax + 10 {
+		g.granted("k", strconv.Itoa(i), written("r", 1))
+	}
+	if _, lost := g.ids("k", "lost"); lost != "l1" {
+		t.Fatalf("after %d grants: lost %q, want %q", onceMax+10, lost, "l1")
+	}
+}
+
 // A request of a token whose answer is lost while a release of the token
 // is on its way (another goroutine of a reentrant handle, or another handle
 // with the same owner ID) is not one the release named: it stays known, and
