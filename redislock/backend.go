@@ -160,7 +160,7 @@ func (b *Backend) acquireAnswer(ctx context.Context, req driver.AcquireRequest, 
 		b.onces.granted(req.Key, req.Token, rid)
 	}
 	if !res.Acquired {
-		b.refused(ctx, req.Key, rid)
+		b.refused(ctx, req.Key, req.Token, rid, res.Queued)
 	}
 	return res, nil
 }
@@ -173,23 +173,25 @@ func (b *Backend) sent(req driver.AcquireRequest, rid *requestArg, err error) {
 	b.onces.mayLand(req.Key, req.Token, rid, err == nil || errors.As(err, &re))
 }
 
-// refused records the refused acquire request rid of key in the
-// late-request record when go-redis wrote it twice (recordLate).
-func (b *Backend) refused(ctx context.Context, key string, rid *requestArg) {
-	if rid.writes.Load() > 1 {
-		b.recordLate(ctx, key, rid.id)
+// refused records the refused acquire request rid of token on key in the
+// late-request record when go-redis wrote it twice (recordLate). Recorded,
+// it is no more one for a release of token to record, unless it queued
+// token (queued): that waiter's grant and release may come later.
+func (b *Backend) refused(ctx context.Context, key, token string, rid *requestArg, queued bool) {
+	if rid.writes.Load() > 1 && b.recordLate(ctx, key, rid.id) && !queued {
+		b.onces.forget(key, token, "", rid.id)
 	}
 }
 
 // recordLate records in key's late-request record the request id, refused
 // though go-redis wrote it twice: its first copy may land after the lock
 // is free, and no release names a request that made no grant (a TryLock's
-// token is released by nobody). Best effort: the refusal stands when the
-// write fails, and the copy may then grant, as before the record existed.
-func (b *Backend) recordLate(ctx context.Context, key, id string) {
+// token is released by nobody). It reports whether it did: when the write
+// fails, the refusal stands, and the copy may grant.
+func (b *Backend) recordLate(ctx context.Context, key, id string) bool {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 	defer cancel()
-	_ = recordLateScript.Run(rctx, b.rdb, []string{b.lockKey(key) + lateSuffix}, id).Err()
+	return recordLateScript.Run(rctx, b.rdb, []string{b.lockKey(key) + lateSuffix}, id).Err() == nil
 }
 
 // acquireCall returns the EVALSHA of acquire.lua for req, as evalShaArgs

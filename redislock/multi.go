@@ -69,7 +69,7 @@ func (b *Backend) AcquireAll(ctx context.Context, reqs []driver.AcquireRequest) 
 		// Refused: a first copy that lands after the holder's release must
 		// grant nothing (acquire_all.lua reads the first key's record too).
 		// A NOSCRIPT answer counts as a write here: a record too many.
-		b.refused(ctx, first, rid)
+		b.refused(ctx, first, reqs[0].Token, rid, false)
 	}
 	out, err := parseAcquireAll(reply, len(reqs))
 	if err != nil {

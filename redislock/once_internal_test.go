@@ -124,3 +124,32 @@ func TestReleaseKeepsRequestsLostWhileItWasOnItsWay(t *testing.T) {
 		t.Errorf("the re-entry whose answer was lost during a release was granted after the last release: held by nobody")
 	}
 }
+
+// A refused request that go-redis wrote twice is recorded at once, and is
+// then not kept for a release of its token: a TryLock's token has none.
+func TestRefusedResentRequestRecordedAndNotKept(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	rdb := srv.Client(t)
+	b := New(rdb)
+	ctx := t.Context()
+	const key = "once/refused"
+	if res, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "holder", Owner: "h", TTL: 10 * time.Second}); err != nil || !res.Acquired {
+		t.Fatalf("holder: %+v, %v", res, err)
+	}
+	req := driver.AcquireRequest{Key: key, Token: "tok", Owner: "o", TTL: 10 * time.Second}
+	args, rid, err := b.acquireCall(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = rid.MarshalBinary() // a first copy, still on its way
+	res, err := b.acquireAnswer(ctx, req, rid, runEvalSha(ctx, rdb, acquireScript, args))
+	if err != nil || res.Acquired {
+		t.Fatalf("the resend: %+v, %v, want a refusal", res, err)
+	}
+	if _, err := rdb.ZScore(ctx, b.lockKey(key)+lateSuffix, "r"+rid.id).Result(); err != nil {
+		t.Errorf("the refused, resent request is not in the late-request record: %v", err)
+	}
+	if once, lost := b.onces.ids(key, "tok"); once != "" || lost != "" {
+		t.Errorf("kept for a release of its token: %q, %q, want nothing", once, lost)
+	}
+}

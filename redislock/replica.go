@@ -252,7 +252,7 @@ func (b *Backend) acquireAcked(ctx context.Context, req driver.AcquireRequest, r
 		return driver.AcquireResult{}, b.storeError(ctx, "acquire", key, err)
 	}
 	if !res.Acquired {
-		b.refused(ctx, key, rid)
+		b.refused(ctx, key, req.Token, rid, res.Queued)
 		return res, nil
 	}
 	if ackErr != nil {
