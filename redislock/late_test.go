@@ -841,3 +841,35 @@ func TestLateFirstCopyOfResentRefusedAcquireAllGrantsNothing(t *testing.T) {
 		}
 	}
 }
+
+// A reentrant handle's Fair Lock whose acquire got no answer before its
+// wait ended withdraws its token (its token outlives the call, so no
+// clean-up release); that acquire, landing after the withdrawal, grants
+// nothing: the lock is not held by a handle no goroutine holds it with.
+func TestLateReentrantFairAcquireAfterWithdrawalGrantsNothing(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	admin := srv.Client(t)
+	d := newLateDialer(srv.Addr())
+	rdb := lateClient(t, d, redis.Options{ContextTimeoutEnabled: true, MaxRetries: -1})
+	c := dlock.New(redislock.New(rdb), dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(false))
+	defer c.Close()
+	warm(t, c)
+	ctx := t.Context()
+	const name = "late/reentrant-withdrawn"
+	d.armed.Store(true)
+	tctx, cancel := context.WithTimeout(ctx, time.Second)
+	_, err := c.Mutex(name, dlock.Reentrant(), dlock.Fair()).Lock(tctx)
+	cancel()
+	if err == nil {
+		t.Fatal("the Lock whose acquire was held succeeded")
+	}
+	d.awaitHeld(t)
+	waitFor(t, func() bool {
+		n, _ := admin.Exists(ctx, lockKey(name)+":late").Result()
+		return n == 1 // the withdrawal landed
+	})
+	d.deliver(t)
+	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
+		t.Errorf("the acquire that landed after the withdrawal was granted: held by nobody")
+	}
+}

@@ -143,7 +143,8 @@ func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
 	}
 	names := b.keysOf(key, releaseSuffixes[:])
 	nk := len(names) - 1
-	if err := withdrawScript.Run(ctx, b.rdb, names[:nk], token, names[nk], b.publishArg).Err(); err != nil {
+	_, lost := b.onces.ids(key, token) // kept for the token's release
+	if err := withdrawScript.Run(ctx, b.rdb, names[:nk], token, names[nk], b.publishArg, lost).Err(); err != nil {
 		return b.storeError(ctx, "withdraw", key, err)
 	}
 	return nil
