@@ -132,12 +132,16 @@ func (g *onceGrants) mayLand(key, token string, req *requestArg, answered bool) 
 }
 
 // ids returns the ids of token's requests on key written once and granted,
-// and those of which a copy may still land, each space-separated, or "".
+// the newest first as acquire.lua keeps a grant's (so that a grant all of
+// whose requests are named matches them as they are), and those of which a
+// copy may still land, each space-separated, or "".
 func (g *onceGrants) ids(key, token string) (once, lost string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if e := g.m[onceKey{key, token}]; e != nil {
-		return strings.Join(e.once, " "), strings.Join(e.lost, " ")
+		newest := slices.Clone(e.once)
+		slices.Reverse(newest)
+		return strings.Join(newest, " "), strings.Join(e.lost, " ")
 	}
 	return "", ""
 }

@@ -33,8 +33,8 @@ func TestOnceGrantsNamesRequestsWrittenOnce(t *testing.T) {
 	g.mayLand("k", "a", written("r5", 0), false) // failed before its write
 	g.mayLand("k", "a", written("r6", 1), true)  // answered
 	g.mayLand("k", "a", written("r7", 2), true)  // answered, resent
-	if once, lost := g.ids("k", "a"); once != "r1 r3" || lost != "r4 r7" {
-		t.Fatalf("ids %q and lost %q, want %q and %q", once, lost, "r1 r3", "r4 r7")
+	if once, lost := g.ids("k", "a"); once != "r3 r1" || lost != "r4 r7" {
+		t.Fatalf("ids %q and lost %q, want %q and %q", once, lost, "r3 r1", "r4 r7")
 	}
 	if once, lost := g.ids("k", "b"); once != "" || lost != "" {
 		t.Fatalf("ids of a token with no request: %q, %q, want none", once, lost)
@@ -48,7 +48,7 @@ func TestOnceGrantsNamesRequestsWrittenOnce(t *testing.T) {
 	}
 	once, _ := g.ids("k", "a")
 	ids := strings.Fields(once)
-	if len(ids) != onceIDs || ids[0] != "r5" || ids[onceIDs-1] != "r"+strconv.Itoa(onceIDs+4) {
+	if len(ids) != onceIDs || ids[onceIDs-1] != "r5" || ids[0] != "r"+strconv.Itoa(onceIDs+4) {
 		t.Fatalf("ids %v, want the latest %d", ids, onceIDs)
 	}
 }
@@ -151,5 +151,29 @@ func TestRefusedResentRequestRecordedAndNotKept(t *testing.T) {
 	}
 	if once, lost := b.onces.ids(key, "tok"); once != "" || lost != "" {
 		t.Errorf("kept for a release of its token: %q, %q, want nothing", once, lost)
+	}
+}
+
+// A reentrant grant all of whose requests were sent once is named as the
+// grant keeps them, newest first: release.lua then drops them all without
+// parsing them.
+func TestOnceNamesGrantsRequestsInTheGrantsOrder(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	rdb := srv.Client(t)
+	b := New(rdb)
+	ctx := t.Context()
+	const key, token = "once/order", "tok"
+	req := driver.AcquireRequest{Key: key, Token: token, Owner: "o", TTL: 10 * time.Second, Reentrant: true, Mode: driver.Exclusive}
+	for range 3 {
+		if res, err := b.Acquire(ctx, req); err != nil || !res.Acquired {
+			t.Fatalf("acquire: %+v, %v", res, err)
+		}
+	}
+	rids, err := rdb.HGet(ctx, b.lockKey(key), "rid").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if once, _ := b.onces.ids(key, token); once != rids {
+		t.Errorf("named %q, the grant keeps %q", once, rids)
 	}
 }
