@@ -139,7 +139,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		return driver.AcquireResult{}, b.storeError(ctx, "acquire", req.Key, err)
 	}
 	if b.acking() {
-		return b.acquireAcked(ctx, req, splitEvalSha(args))
+		return b.acquireAcked(ctx, req, rid, splitEvalSha(args))
 	}
 	return b.acquireAnswer(ctx, req, rid, runEvalSha(ctx, b.rdb, acquireScript, args))
 }
@@ -148,8 +148,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 // id is rid.
 func (b *Backend) acquireAnswer(ctx context.Context, req driver.AcquireRequest, rid *requestArg, cmd *redis.Cmd) (driver.AcquireResult, error) {
 	reply, err := cmd.Slice()
-	re := redis.Error(nil)
-	b.onces.mayLand(req.Key, req.Token, rid, err == nil || errors.As(err, &re))
+	b.sent(req, rid, err)
 	if err != nil {
 		return driver.AcquireResult{}, b.storeError(ctx, "acquire", req.Key, err)
 	}
@@ -160,7 +159,39 @@ func (b *Backend) acquireAnswer(ctx context.Context, req driver.AcquireRequest, 
 	if res.Acquired && req.Mode == driver.Exclusive {
 		b.onces.granted(req.Key, req.Token, rid)
 	}
+	if !res.Acquired {
+		b.refused(ctx, req.Key, req.Token, rid, res.Queued)
+	}
 	return res, nil
+}
+
+// sent notes that the acquire req, whose request id is rid, was answered
+// err (nil, a server's error, or none read): a copy of it may still land
+// (onceGrants.mayLand).
+func (b *Backend) sent(req driver.AcquireRequest, rid *requestArg, err error) {
+	re := redis.Error(nil)
+	b.onces.mayLand(req.Key, req.Token, rid, err == nil || errors.As(err, &re))
+}
+
+// refused records the refused acquire request rid of token on key in the
+// late-request record when go-redis wrote it twice (recordLate). Recorded,
+// it is no more one for a release of token to record, unless it queued
+// token (queued): that waiter's grant and release may come later.
+func (b *Backend) refused(ctx context.Context, key, token string, rid *requestArg, queued bool) {
+	if rid.writes.Load() > 1 && b.recordLate(ctx, key, rid.id) && !queued {
+		b.onces.forget(key, token, "", rid.id)
+	}
+}
+
+// recordLate records in key's late-request record the request id, refused
+// though go-redis wrote it twice: its first copy may land after the lock
+// is free, and no release names a request that made no grant (a TryLock's
+// token is released by nobody). It reports whether it did: when the write
+// fails, the refusal stands, and the copy may grant.
+func (b *Backend) recordLate(ctx context.Context, key, id string) bool {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
+	return recordLateScript.Run(rctx, b.rdb, []string{b.lockKey(key) + lateSuffix}, id).Err() == nil
 }
 
 // acquireCall returns the EVALSHA of acquire.lua for req, as evalShaArgs

@@ -718,3 +718,158 @@ func TestLateAcquireAllAfterCleanupGrantsNothing(t *testing.T) {
 		}
 	}
 }
+
+// go-redis resent a TryLock after ReadTimeout and the resend was refused
+// (the lock was held); the holder then unlocks, and the first copy lands:
+// it must grant nothing, though no grant or clean-up of its token exists.
+func TestLateFirstCopyOfResentRefusedAcquireGrantsNothing(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	admin := srv.Client(t)
+	d := newLateDialer(srv.Addr())
+	rdb := lateClient(t, d, redis.Options{ReadTimeout: 300 * time.Millisecond, MaxRetries: 3})
+	c := dlock.New(redislock.New(rdb), dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(false))
+	defer c.Close()
+	holder := dlock.New(redislock.New(srv.Client(t)), dlock.WithTTL(10*time.Second))
+	defer holder.Close()
+	warm(t, c)
+	const name = "late/resent-refused"
+	ctx := t.Context()
+	h, err := holder.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fence := h.Fence()
+	d.armed.Store(true)
+	if _, err := c.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("TryLock of a held lock (resent by go-redis): %v, want ErrNotObtained", err)
+	}
+	d.awaitHeld(t)
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d.deliver(t)
+	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
+		t.Errorf("the first copy of the resent, refused acquire was granted after the holder's Unlock: held by nobody")
+	}
+	if got, _ := admin.Get(ctx, lockKey(name)+":fence").Result(); got != strconv.FormatUint(fence, 10) {
+		t.Errorf("fence counter %s after the late copy, want %d (no new grant)", got, fence)
+	}
+}
+
+// With WithReplicaAck, as without: a reentrant handle's re-entry whose
+// answer was lost, tried again as a new request, lands after the last
+// Unlock and grants nothing.
+func TestLateReentryWithLostAnswerGrantsNothingWithReplicaAck(t *testing.T) {
+	set := testserver.StartSentinel(t)
+	admin := set.Primary(t).Client(t)
+	d := newLateDialer("")
+	opts := set.FailoverOptions()
+	opts.Dialer, opts.ReadTimeout, opts.MaxRetries = d.dial, 300*time.Millisecond, -1
+	rdb := redis.NewFailoverClient(opts)
+	defer rdb.Close()
+	c := dlock.New(redislock.New(rdb, redislock.WithReplicaAck(1, 2*time.Second)), dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(false))
+	defer c.Close()
+	warm(t, c)
+	ctx := t.Context()
+	const name = "late/reentry-unanswered-acked"
+	m := c.Mutex(name, dlock.Reentrant())
+	first, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fence := first.Fence()
+	d.armed.Store(true)
+	again, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatalf("re-entry (tried again after an unknown outcome): %v", err)
+	}
+	d.awaitHeld(t)
+	for _, l := range []*dlock.Lease{again, first} {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
+		t.Fatal("the lock is held after the last Unlock")
+	}
+	d.deliver(t)
+	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
+		t.Errorf("the re-entry whose answer was lost was granted after the last Unlock: held by nobody")
+	}
+	if got, _ := admin.Get(ctx, lockKey(name)+":fence").Result(); got != strconv.FormatUint(fence, 10) {
+		t.Errorf("fence counter %s after the late request, want %d (no new grant)", got, fence)
+	}
+}
+
+// A MultiAtOnce TryLock that go-redis resent and whose resend was refused
+// (one of the locks held): its first copy, landing after the holder's
+// release, grants nothing.
+func TestLateFirstCopyOfResentRefusedAcquireAllGrantsNothing(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	admin := srv.Client(t)
+	d := newLateDialer(srv.Addr())
+	rdb := lateClient(t, d, redis.Options{ReadTimeout: 300 * time.Millisecond, MaxRetries: 3})
+	c := dlock.New(redislock.New(rdb), dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(false))
+	defer c.Close()
+	holder := dlock.New(redislock.New(srv.Client(t)), dlock.WithTTL(10*time.Second))
+	defer holder.Close()
+	ctx := t.Context()
+	names := []string{"{late2}a", "{late2}b"}
+	ml, err := c.MultiAtOnce([]string{"{late2}warm1", "{late2}warm2"}).TryLock(ctx) // the script in the cache
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ml.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h, err := holder.Mutex(names[1]).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.armed.Store(true)
+	if _, err := c.MultiAtOnce(names).TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("TryLock of a held lock (resent by go-redis): %v, want ErrNotObtained", err)
+	}
+	d.awaitHeld(t)
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d.deliver(t)
+	for _, name := range names {
+		if n, err := admin.Exists(ctx, lockKey(name)).Result(); err != nil || n != 0 {
+			t.Errorf("%q after the first copy of the resent, refused AcquireAll: EXISTS = %d, %v; want 0 (nothing granted)", name, n, err)
+		}
+	}
+}
+
+// A reentrant handle's Fair Lock whose acquire got no answer before its
+// wait ended withdraws its token (its token outlives the call, so no
+// clean-up release); that acquire, landing after the withdrawal, grants
+// nothing: the lock is not held by a handle no goroutine holds it with.
+func TestLateReentrantFairAcquireAfterWithdrawalGrantsNothing(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	admin := srv.Client(t)
+	d := newLateDialer(srv.Addr())
+	rdb := lateClient(t, d, redis.Options{ContextTimeoutEnabled: true, MaxRetries: -1})
+	c := dlock.New(redislock.New(rdb), dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(false))
+	defer c.Close()
+	warm(t, c)
+	ctx := t.Context()
+	const name = "late/reentrant-withdrawn"
+	d.armed.Store(true)
+	tctx, cancel := context.WithTimeout(ctx, time.Second)
+	_, err := c.Mutex(name, dlock.Reentrant(), dlock.Fair()).Lock(tctx)
+	cancel()
+	if err == nil {
+		t.Fatal("the Lock whose acquire was held succeeded")
+	}
+	d.awaitHeld(t)
+	waitFor(t, func() bool {
+		n, _ := admin.Exists(ctx, lockKey(name)+":late").Result()
+		return n == 1 // the withdrawal landed
+	})
+	d.deliver(t)
+	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
+		t.Errorf("the acquire that landed after the withdrawal was granted: held by nobody")
+	}
+}

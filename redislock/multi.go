@@ -52,7 +52,8 @@ func (b *Backend) AcquireAll(ctx context.Context, reqs []driver.AcquireRequest) 
 		l := b.lockKey(r.Key)
 		keys = append(keys, l, l+":fence", l+sharedSuffix, l+":si", l+lateSuffix)
 	}
-	args := []any{reqs[0].Token, reqs[0].Owner, millis(reqs[0].TTL), b.requestID()}
+	rid := b.request()
+	args := []any{reqs[0].Token, reqs[0].Owner, millis(reqs[0].TTL), rid}
 	var reply []any
 	var err error
 	if b.acking() {
@@ -63,6 +64,12 @@ func (b *Backend) AcquireAll(ctx context.Context, reqs []driver.AcquireRequest) 
 	if err != nil {
 		b.movedOn(ctx, err)
 		return nil, b.storeError(ctx, "acquire", first, err)
+	}
+	if len(reply) > 0 && reply[0] == int64(0) {
+		// Refused: a first copy that lands after the holder's release must
+		// grant nothing (acquire_all.lua reads the first key's record too).
+		// A NOSCRIPT answer counts as a write here: a record too many.
+		b.refused(ctx, first, reqs[0].Token, rid, false)
 	}
 	out, err := parseAcquireAll(reply, len(reqs))
 	if err != nil {

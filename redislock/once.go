@@ -4,6 +4,7 @@
 package redislock
 
 import (
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,7 +51,7 @@ func (r *requestArg) once() bool { return r.writes.Load() == 1 }
 // after the grant it was handed), for the release to record even when they
 // did not reach the grant it deletes.
 // Entries of grants that end without a release of this Backend (a lost
-// lease) stay until the map reaches onceMax entries and is emptied.
+// lease) stay until the map reaches onceMax entries (see entry).
 type onceGrants struct {
 	mu sync.Mutex
 	m  map[onceKey]*onceEntry
@@ -71,10 +72,22 @@ const onceMax, onceIDs = 1 << 14, 16
 
 // entry returns the entry of token on key, made when missing; g.mu is held.
 func (g *onceGrants) entry(key, token string) *onceEntry {
-	if g.m == nil || len(g.m) >= onceMax {
-		// Forgetting costs the releases of those grants a record, and
-		// leaves unrecorded the requests of which a copy may land.
+	if g.m == nil {
 		g.m = map[onceKey]*onceEntry{}
+	}
+	if len(g.m) >= onceMax {
+		// Forgetting a grant's ids costs its release a record; the
+		// requests of which a copy may land are kept, but when they fill
+		// half the map (they are then all forgotten, and left
+		// unrecorded): a sweep frees half of it at least.
+		for k, e := range g.m {
+			if len(e.lost) == 0 {
+				delete(g.m, k)
+			}
+		}
+		if len(g.m) > onceMax/2 {
+			g.m = map[onceKey]*onceEntry{}
+		}
 	}
 	k := onceKey{key, token}
 	e := g.m[k]
@@ -119,20 +132,47 @@ func (g *onceGrants) mayLand(key, token string, req *requestArg, answered bool) 
 }
 
 // ids returns the ids of token's requests on key written once and granted,
-// and those of which a copy may still land, each space-separated, or "".
+// the newest first as acquire.lua keeps a grant's (so that a grant all of
+// whose requests are named matches them as they are), and those of which a
+// copy may still land, each space-separated, or "".
 func (g *onceGrants) ids(key, token string) (once, lost string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if e := g.m[onceKey{key, token}]; e != nil {
-		return strings.Join(e.once, " "), strings.Join(e.lost, " ")
+		newest := slices.Clone(e.once)
+		slices.Reverse(newest)
+		return strings.Join(newest, " "), strings.Join(e.lost, " ")
 	}
 	return "", ""
 }
 
-// forget drops what is known of token's requests on key: a release deleted
-// its grant, or found it holding nothing, and recorded those that may land.
-func (g *onceGrants) forget(key, token string) {
+// forget drops what is known of token's requests on key that a release
+// named, once and lost as ids returned them: the release deleted the
+// token's grant, or found it holding nothing, and recorded those that may
+// land. Ids learnt while it was on its way stay, for the next release.
+func (g *onceGrants) forget(key, token, once, lost string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	delete(g.m, onceKey{key, token})
+	k := onceKey{key, token}
+	e := g.m[k]
+	if e == nil {
+		return
+	}
+	e.once, e.lost = unnamed(e.once, once), unnamed(e.lost, lost)
+	if len(e.once) == 0 && len(e.lost) == 0 {
+		delete(g.m, k)
+	}
+}
+
+// unnamed returns the ids of ids that named, space-separated, does not
+// hold.
+func unnamed(ids []string, named string) []string {
+	var out []string
+	drop := strings.Fields(named)
+	for _, id := range ids {
+		if !slices.Contains(drop, id) {
+			out = append(out, id)
+		}
+	}
+	return out
 }

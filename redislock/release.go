@@ -40,7 +40,8 @@ func (b *Backend) ReleaseGrant(ctx context.Context, key, token string, fence uin
 // release runs the release script; publish is the command that announces
 // the release, or "" for none; fence is the grant's, or "".
 func (b *Backend) release(ctx context.Context, key, token string, publish any, fence string) (driver.ReleaseResult, error) {
-	return b.releaseAnswer(ctx, key, token, runEvalSha(ctx, b.rdb, releaseScript, b.releaseCall(key, token, publish, fence)))
+	args := b.releaseCall(key, token, publish, fence)
+	return b.releaseAnswer(ctx, key, token, args, runEvalSha(ctx, b.rdb, releaseScript, args))
 }
 
 // releaseCall returns the EVALSHA of release.lua, as evalShaArgs lays it
@@ -61,14 +62,17 @@ func (b *Backend) releaseCall(key, token string, publish any, fence string) []an
 	return args
 }
 
-// releaseAnswer reads the answer of a release's script call.
-func (b *Backend) releaseAnswer(ctx context.Context, key, token string, cmd *redis.Cmd) (driver.ReleaseResult, error) {
+// releaseAnswer reads the answer of a release's script call, made of args
+// (releaseCall).
+func (b *Backend) releaseAnswer(ctx context.Context, key, token string, args []any, cmd *redis.Cmd) (driver.ReleaseResult, error) {
 	n, err := cmd.Int64()
 	if err != nil {
 		return driver.ReleaseResult{}, b.storeError(ctx, "release", key, err)
 	}
 	if n <= 0 {
-		b.onces.forget(key, token)
+		// Only the ids the release named: a request of token whose answer
+		// was lost while the release was on its way is still to record.
+		b.onces.forget(key, token, args[len(args)-2].(string), args[len(args)-1].(string))
 	}
 	if n < 0 {
 		return driver.ReleaseResult{}, nil
@@ -125,7 +129,7 @@ func (b *Backend) ReleaseAcquire(ctx context.Context, key, token string, fence u
 		}
 		acq = runEvalSha(ctx, b.rdb, acquireScript, acqArgs)
 	}
-	out.Release, err = b.releaseAnswer(ctx, key, token, rel)
+	out.Release, err = b.releaseAnswer(ctx, key, token, relArgs, rel)
 	out.Acquire, out.AcquireErr = b.acquireAnswer(ctx, next, rid, acq)
 	return out, err
 }
@@ -139,7 +143,8 @@ func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
 	}
 	names := b.keysOf(key, releaseSuffixes[:])
 	nk := len(names) - 1
-	if err := withdrawScript.Run(ctx, b.rdb, names[:nk], token, names[nk], b.publishArg).Err(); err != nil {
+	_, lost := b.onces.ids(key, token) // kept for the token's release
+	if err := withdrawScript.Run(ctx, b.rdb, names[:nk], token, names[nk], b.publishArg, lost).Err(); err != nil {
 		return b.storeError(ctx, "withdraw", key, err)
 	}
 	return nil

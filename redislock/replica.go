@@ -234,7 +234,7 @@ func waitResult(cmd *redis.Cmd) (int, error) {
 }
 
 // acquireAcked is Acquire with WithReplicaAck.
-func (b *Backend) acquireAcked(ctx context.Context, req driver.AcquireRequest, call scriptCall) (driver.AcquireResult, error) {
+func (b *Backend) acquireAcked(ctx context.Context, req driver.AcquireRequest, rid *requestArg, call scriptCall) (driver.AcquireResult, error) {
 	key := req.Key
 	conn, err := b.connFor(ctx, call.keys[0])
 	if err != nil {
@@ -242,6 +242,7 @@ func (b *Backend) acquireAcked(ctx context.Context, req driver.AcquireRequest, c
 	}
 	cmds, acked, ackErr := b.runAckedAt(ctx, conn, acquireScript, []scriptCall{call})
 	reply, err := cmds[0].Slice()
+	b.sent(req, rid, err)
 	if err != nil {
 		b.movedOn(ctx, err)
 		return driver.AcquireResult{}, b.storeError(ctx, "acquire", key, err)
@@ -251,6 +252,7 @@ func (b *Backend) acquireAcked(ctx context.Context, req driver.AcquireRequest, c
 		return driver.AcquireResult{}, b.storeError(ctx, "acquire", key, err)
 	}
 	if !res.Acquired {
+		b.refused(ctx, key, req.Token, rid, res.Queued)
 		return res, nil
 	}
 	if ackErr != nil {

@@ -43,6 +43,10 @@ var (
 	withdrawLua    string
 	withdrawScript = redis.NewScript(lateLua + withCommon(withdrawLua))
 
+	//go:embed record_late.lua
+	recordLateLua    string
+	recordLateScript = redis.NewScript(lateLua + recordLateLua)
+
 	// inspect.lua and force_release.lua both begin with describe.lua.
 	//go:embed describe.lua
 	describeLua string
