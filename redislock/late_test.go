@@ -148,6 +148,34 @@ func lateClient(t *testing.T, d *lateDialer, opts redis.Options) *redis.Client {
 	return rdb
 }
 
+// lateSetup starts a Redis server and returns a client of it for the test's
+// checks, a lateDialer, and a dlock Client (TTL 10s, no renewal) whose
+// go-redis client, with opts, dials through it; the Client has taken and
+// released a lock (warm) and is closed when the test ends.
+func lateSetup(t *testing.T, opts redis.Options) (*redis.Client, *lateDialer, *dlock.Client) {
+	t.Helper()
+	srv := testserver.StartRedis(t)
+	d := newLateDialer(srv.Addr())
+	c := dlock.New(redislock.New(lateClient(t, d, opts)), dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(false))
+	t.Cleanup(func() { _ = c.Close() })
+	warm(t, c)
+	return srv.Client(t), d, c
+}
+
+// grantedNothing checks, once a late request has landed, that name is held
+// by nobody and that its fence counter is still fence: the request made no
+// grant. what names the grant it would have made.
+func grantedNothing(t *testing.T, admin *redis.Client, name string, fence uint64, what string) {
+	t.Helper()
+	ctx := t.Context()
+	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
+		t.Errorf("%s: held by nobody", what)
+	}
+	if got, _ := admin.Get(ctx, lockKey(name)+":fence").Result(); got != strconv.FormatUint(fence, 10) {
+		t.Errorf("fence counter %s after the late request, want %d (no new grant)", got, fence)
+	}
+}
+
 // warm takes and releases a lock on c, so that the scripts are in Redis's
 // cache and the pool has a connection.
 func warm(t *testing.T, c *dlock.Client) {
@@ -264,13 +292,7 @@ func TestLateTryLockAfterCleanupGrantsNothing(t *testing.T) {
 // ReadTimeout; the resend is granted, the holder works and unlocks, and
 // then the first copy lands: it must grant nothing (no fence drawn).
 func TestLateFirstCopyOfResentAcquireGrantsNothing(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	admin := srv.Client(t)
-	d := newLateDialer(srv.Addr())
-	rdb := lateClient(t, d, redis.Options{ReadTimeout: 300 * time.Millisecond, MaxRetries: 3})
-	c := dlock.New(redislock.New(rdb), dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(false))
-	defer c.Close()
-	warm(t, c)
+	admin, d, c := lateSetup(t, redis.Options{ReadTimeout: 300 * time.Millisecond, MaxRetries: 3})
 	const name = "late/resent"
 	ctx := t.Context()
 
@@ -285,12 +307,7 @@ func TestLateFirstCopyOfResentAcquireGrantsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.deliver(t)
-	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
-		t.Errorf("the first copy of the resent acquire was granted after the Unlock: held by nobody")
-	}
-	if got, _ := admin.Get(ctx, lockKey(name)+":fence").Result(); got != strconv.FormatUint(fence, 10) {
-		t.Errorf("fence counter %s after the late copy, want %d (no new grant)", got, fence)
-	}
+	grantedNothing(t, admin, name, fence, "the first copy of the resent acquire was granted after the Unlock")
 }
 
 // A release records nothing when every request of its grant reached Redis
@@ -298,16 +315,10 @@ func TestLateFirstCopyOfResentAcquireGrantsNothing(t *testing.T) {
 // resent marks the grant for good: its first copy, landing after the last
 // Unlock, grants nothing.
 func TestLateFirstCopyOfResentReentryGrantsNothing(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	admin := srv.Client(t)
-	d := newLateDialer(srv.Addr())
-	rdb := lateClient(t, d, redis.Options{ReadTimeout: 300 * time.Millisecond, MaxRetries: 3})
-	c := dlock.New(redislock.New(rdb), dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(false))
-	defer c.Close()
-	// The first grant's request went out twice, as an EVALSHA that Redis
-	// refused for want of the script and then as an EVAL: the refused copy
-	// never ran, so the request still counts as sent once.
-	warm(t, c)
+	// The first grant (lateSetup's warm-up) went out twice, as an EVALSHA
+	// that Redis refused for want of the script and then as an EVAL: the
+	// refused copy never ran, so the request still counts as sent once.
+	admin, d, c := lateSetup(t, redis.Options{ReadTimeout: 300 * time.Millisecond, MaxRetries: 3})
 	ctx := t.Context()
 	if n, _ := admin.Exists(ctx, lockKey("late/warm")+":late").Result(); n != 0 {
 		t.Errorf("the release of a grant whose request was sent once wrote a late-request record")
@@ -335,12 +346,7 @@ func TestLateFirstCopyOfResentReentryGrantsNothing(t *testing.T) {
 		t.Fatal("the lock is held after the last Unlock")
 	}
 	d.deliver(t)
-	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
-		t.Errorf("the first copy of the resent re-entry was granted after the last Unlock: held by nobody")
-	}
-	if got, _ := admin.Get(ctx, lockKey(name)+":fence").Result(); got != strconv.FormatUint(fence, 10) {
-		t.Errorf("fence counter %s after the late copy, want %d (no new grant)", got, fence)
-	}
+	grantedNothing(t, admin, name, fence, "the first copy of the resent re-entry was granted after the last Unlock")
 }
 
 // A re-entry that go-redis resent, and whose second answer was lost too,
@@ -349,13 +355,7 @@ func TestLateFirstCopyOfResentReentryGrantsNothing(t *testing.T) {
 // landing after the last Unlock, grants nothing: the Backend never read an
 // answer to the request, so its release may not skip it.
 func TestLateFirstCopyOfReentryWithLostAnswersGrantsNothing(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	admin := srv.Client(t)
-	d := newLateDialer(srv.Addr())
-	rdb := lateClient(t, d, redis.Options{ReadTimeout: 300 * time.Millisecond, MaxRetries: 1})
-	c := dlock.New(redislock.New(rdb), dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(false))
-	defer c.Close()
-	warm(t, c)
+	admin, d, c := lateSetup(t, redis.Options{ReadTimeout: 300 * time.Millisecond, MaxRetries: 1})
 	ctx := t.Context()
 	const name = "late/reentry-lost"
 	m := c.Mutex(name, dlock.Reentrant())
@@ -384,12 +384,7 @@ func TestLateFirstCopyOfReentryWithLostAnswersGrantsNothing(t *testing.T) {
 		t.Fatal("the lock is held after the last Unlock drained it")
 	}
 	d.deliver(t)
-	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
-		t.Errorf("the first copy of the re-entry was granted after the last Unlock: held by nobody")
-	}
-	if got, _ := admin.Get(ctx, lockKey(name)+":fence").Result(); got != strconv.FormatUint(fence, 10) {
-		t.Errorf("fence counter %s after the late copy, want %d (no new grant)", got, fence)
-	}
+	grantedNothing(t, admin, name, fence, "the first copy of the re-entry was granted after the last Unlock")
 }
 
 // A re-entry whose answer did not come (the request held on its way) is
@@ -397,13 +392,7 @@ func TestLateFirstCopyOfReentryWithLostAnswersGrantsNothing(t *testing.T) {
 // after the last Unlock, grants nothing: the release records the request
 // whose answer was lost, though it never reached the grant.
 func TestLateReentryWithLostAnswerGrantsNothing(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	admin := srv.Client(t)
-	d := newLateDialer(srv.Addr())
-	rdb := lateClient(t, d, redis.Options{ReadTimeout: 300 * time.Millisecond, MaxRetries: -1})
-	c := dlock.New(redislock.New(rdb), dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(false))
-	defer c.Close()
-	warm(t, c)
+	admin, d, c := lateSetup(t, redis.Options{ReadTimeout: 300 * time.Millisecond, MaxRetries: -1})
 	ctx := t.Context()
 	const name = "late/reentry-unanswered"
 	m := c.Mutex(name, dlock.Reentrant())
@@ -427,12 +416,7 @@ func TestLateReentryWithLostAnswerGrantsNothing(t *testing.T) {
 		t.Fatal("the lock is held after the last Unlock")
 	}
 	d.deliver(t)
-	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
-		t.Errorf("the re-entry whose answer was lost was granted after the last Unlock: held by nobody")
-	}
-	if got, _ := admin.Get(ctx, lockKey(name)+":fence").Result(); got != strconv.FormatUint(fence, 10) {
-		t.Errorf("fence counter %s after the late request, want %d (no new grant)", got, fence)
-	}
+	grantedNothing(t, admin, name, fence, "the re-entry whose answer was lost was granted after the last Unlock")
 }
 
 // A Fair waiter's request that go-redis resent queued it, and the lock was
@@ -481,12 +465,7 @@ func TestLateFirstCopyOfResentQueuedAcquireGrantsNothing(t *testing.T) {
 		t.Fatal("the lock is held after the waiter's Unlock")
 	}
 	d.deliver(t)
-	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
-		t.Errorf("the first copy of the waiter's resent request was granted after its Unlock: held by nobody")
-	}
-	if got, _ := admin.Get(ctx, lockKey(name)+":fence").Result(); got != strconv.FormatUint(fence, 10) {
-		t.Errorf("fence counter %s after the late copy, want %d (no new grant)", got, fence)
-	}
+	grantedNothing(t, admin, name, fence, "the first copy of the waiter's resent request was granted after its Unlock")
 }
 
 // Two Clients with one owner ID hold one grant: the second re-entered the
@@ -531,25 +510,14 @@ func TestLateFirstCopyOfOtherClientsReentryGrantsNothing(t *testing.T) {
 		t.Fatal("the lock is held after both Unlock")
 	}
 	d.deliver(t)
-	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
-		t.Errorf("the first copy of the other Client's re-entry was granted after both Unlock: held by nobody")
-	}
-	if got, _ := admin.Get(ctx, lockKey(name)+":fence").Result(); got != strconv.FormatUint(fence, 10) {
-		t.Errorf("fence counter %s after the late copy, want %d (no new grant)", got, fence)
-	}
+	grantedNothing(t, admin, name, fence, "the first copy of the other Client's re-entry was granted after both Unlock")
 }
 
 // A reader's acquire that go-redis resent: its hold keeps no request id,
 // so the release names the request, whose first copy, landing after the
 // RUnlock, takes no hold.
 func TestLateFirstCopyOfResentReaderAcquireHoldsNothing(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	admin := srv.Client(t)
-	d := newLateDialer(srv.Addr())
-	rdb := lateClient(t, d, redis.Options{ReadTimeout: 300 * time.Millisecond, MaxRetries: 3})
-	c := dlock.New(redislock.New(rdb), dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(false))
-	defer c.Close()
-	warm(t, c)
+	admin, d, c := lateSetup(t, redis.Options{ReadTimeout: 300 * time.Millisecond, MaxRetries: 3})
 	const name = "late/reader"
 	ctx := t.Context()
 
@@ -748,12 +716,7 @@ func TestLateFirstCopyOfResentRefusedAcquireGrantsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.deliver(t)
-	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
-		t.Errorf("the first copy of the resent, refused acquire was granted after the holder's Unlock: held by nobody")
-	}
-	if got, _ := admin.Get(ctx, lockKey(name)+":fence").Result(); got != strconv.FormatUint(fence, 10) {
-		t.Errorf("fence counter %s after the late copy, want %d (no new grant)", got, fence)
-	}
+	grantedNothing(t, admin, name, fence, "the first copy of the resent, refused acquire was granted after the holder's Unlock")
 }
 
 // With WithReplicaAck, as without: a reentrant handle's re-entry whose
@@ -793,12 +756,7 @@ func TestLateReentryWithLostAnswerGrantsNothingWithReplicaAck(t *testing.T) {
 		t.Fatal("the lock is held after the last Unlock")
 	}
 	d.deliver(t)
-	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
-		t.Errorf("the re-entry whose answer was lost was granted after the last Unlock: held by nobody")
-	}
-	if got, _ := admin.Get(ctx, lockKey(name)+":fence").Result(); got != strconv.FormatUint(fence, 10) {
-		t.Errorf("fence counter %s after the late request, want %d (no new grant)", got, fence)
-	}
+	grantedNothing(t, admin, name, fence, "the re-entry whose answer was lost was granted after the last Unlock")
 }
 
 // A MultiAtOnce TryLock that go-redis resent and whose resend was refused
@@ -847,13 +805,7 @@ func TestLateFirstCopyOfResentRefusedAcquireAllGrantsNothing(t *testing.T) {
 // clean-up release); that acquire, landing after the withdrawal, grants
 // nothing: the lock is not held by a handle no goroutine holds it with.
 func TestLateReentrantFairAcquireAfterWithdrawalGrantsNothing(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	admin := srv.Client(t)
-	d := newLateDialer(srv.Addr())
-	rdb := lateClient(t, d, redis.Options{ContextTimeoutEnabled: true, MaxRetries: -1})
-	c := dlock.New(redislock.New(rdb), dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(false))
-	defer c.Close()
-	warm(t, c)
+	admin, d, c := lateSetup(t, redis.Options{ContextTimeoutEnabled: true, MaxRetries: -1})
 	ctx := t.Context()
 	const name = "late/reentrant-withdrawn"
 	d.armed.Store(true)
