@@ -139,6 +139,9 @@ func (g *onceGrants) ids(key, token string) (once, lost string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if e := g.m[onceKey{key, token}]; e != nil {
+		if len(e.once) <= 1 && len(e.lost) <= 1 {
+			return first(e.once), first(e.lost) // most grants: no copy made
+		}
 		newest := slices.Clone(e.once)
 		slices.Reverse(newest)
 		return strings.Join(newest, " "), strings.Join(e.lost, " ")
@@ -158,10 +161,22 @@ func (g *onceGrants) forget(key, token, once, lost string) {
 	if e == nil {
 		return
 	}
+	if len(e.once) <= 1 && len(e.lost) <= 1 && first(e.once) == once && first(e.lost) == lost {
+		delete(g.m, k) // all named: most grants
+		return
+	}
 	e.once, e.lost = unnamed(e.once, once), unnamed(e.lost, lost)
 	if len(e.once) == 0 && len(e.lost) == 0 {
 		delete(g.m, k)
 	}
+}
+
+// first returns the one id of ids, or "" for none.
+func first(ids []string) string {
+	if len(ids) == 0 {
+		return ""
+	}
+	return ids[0]
 }
 
 // unnamed returns the ids of ids that named, space-separated, does not
