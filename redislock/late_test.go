@@ -393,8 +393,16 @@ func TestLateFirstCopyOfReentryWithLostAnswersGrantsNothing(t *testing.T) {
 // whose answer was lost, though it never reached the grant.
 func TestLateReentryWithLostAnswerGrantsNothing(t *testing.T) {
 	admin, d, c := lateSetup(t, redis.Options{ReadTimeout: 300 * time.Millisecond, MaxRetries: -1})
+	lostReentryGrantsNothing(t, admin, d, c, "late/reentry-unanswered")
+}
+
+// lostReentryGrantsNothing takes name with a reentrant handle of c, re-enters
+// it while d holds the re-entry's request (its answer never comes, and the
+// handle tries again with a new one), unlocks both holds, and then lets the
+// held request land: it must grant nothing.
+func lostReentryGrantsNothing(t *testing.T, admin *redis.Client, d *lateDialer, c *dlock.Client, name string) {
+	t.Helper()
 	ctx := t.Context()
-	const name = "late/reentry-unanswered"
 	m := c.Mutex(name, dlock.Reentrant())
 	first, err := m.Lock(ctx)
 	if err != nil {
@@ -733,30 +741,7 @@ func TestLateReentryWithLostAnswerGrantsNothingWithReplicaAck(t *testing.T) {
 	c := dlock.New(redislock.New(rdb, redislock.WithReplicaAck(1, 2*time.Second)), dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(false))
 	defer c.Close()
 	warm(t, c)
-	ctx := t.Context()
-	const name = "late/reentry-unanswered-acked"
-	m := c.Mutex(name, dlock.Reentrant())
-	first, err := m.Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fence := first.Fence()
-	d.armed.Store(true)
-	again, err := m.Lock(ctx)
-	if err != nil {
-		t.Fatalf("re-entry (tried again after an unknown outcome): %v", err)
-	}
-	d.awaitHeld(t)
-	for _, l := range []*dlock.Lease{again, first} {
-		if err := l.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n, _ := admin.Exists(ctx, lockKey(name)).Result(); n != 0 {
-		t.Fatal("the lock is held after the last Unlock")
-	}
-	d.deliver(t)
-	grantedNothing(t, admin, name, fence, "the re-entry whose answer was lost was granted after the last Unlock")
+	lostReentryGrantsNothing(t, admin, d, c, "late/reentry-unanswered-acked")
 }
 
 // A MultiAtOnce TryLock that go-redis resent and whose resend was refused
