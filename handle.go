@@ -35,10 +35,10 @@ type handle struct {
 	// Client has seen (see starve.go).
 	starve bool
 	// handoff: the handle's queued requests let a release grant it the
-	// lock directly (driver.CapHandoff; see lockwait.go): a Mutex whose
-	// token is drawn per Lock call, without lock-delay, Fair or plain (a
-	// plain one's waits once they queue, with entries of plainQueueTTL;
-	// see starve.go).
+	// lock directly (driver.CapHandoff; see lockwait.go): a handle whose
+	// token is drawn per Lock call, without lock-delay, Fair (of every
+	// kind) or a plain Mutex (its waits once they queue, with entries of
+	// plainQueueTTL; see starve.go).
 	handoff bool
 	// qttl is the time to live of the handle's queue entries and writer
 	// intents (driver.AcquireRequest.QueueTTL); qrefresh, how often a
@@ -97,6 +97,10 @@ func (h *handle) init(c *Client, kind, name string, mode driver.Mode, limit int,
 			h.err = c.need(driver.CapShared)
 		}
 	}
+	if h.err == nil && c.backend != nil && kind != "Mutex" && h.opts.fair {
+		// An RWMutex's writer side too: a fair RWMutex queues its readers.
+		h.err = c.needFor("Fair with "+kind, driver.CapFairShared)
+	}
 	if h.opts.ownerID != "" {
 		h.token = h.opts.ownerID
 	} else if h.opts.reentrant {
@@ -112,7 +116,7 @@ func (h *handle) init(c *Client, kind, name string, mode driver.Mode, limit int,
 		c.need(driver.CapFair) == nil && c.need(driver.CapOvertook) == nil && h.hub.notifier != nil
 	h.typ = typeOf(kind, mode == driver.Shared)
 	h.drains = h.opts.reentrant && h.opts.ownerID == ""
-	h.handoff = h.err == nil && kind == "Mutex" && c.backend != nil && (h.opts.fair || h.starve) && h.token == "" &&
+	h.handoff = h.err == nil && c.backend != nil && (h.opts.fair || h.starve) && h.token == "" &&
 		h.opts.lockDelay == 0 && c.need(driver.CapHandoff) == nil
 	h.qttl = h.opts.queueTTL()
 	h.qrefresh = h.qttl / 3

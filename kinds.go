@@ -118,6 +118,15 @@ func (c *Client) need(cp driver.Capability) error {
 	return &unsupportedError{what: cp.String(), backend: fmt.Sprintf("%T", c.backend)}
 }
 
+// needFor is need for what (an option of a kind), which needs cp: its
+// error names what.
+func (c *Client) needFor(what string, cp driver.Capability) error {
+	if err := c.need(cp); err != nil {
+		return &unsupportedError{what: what + " (" + cp.String() + ")", backend: fmt.Sprintf("%T", c.backend)}
+	}
+	return nil
+}
+
 // unsupportedError is the error for a lock kind or option the backend does
 // not have: ErrInvalid and ErrUnsupported both match it.
 type unsupportedError struct{ what, backend string }

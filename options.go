@@ -156,14 +156,21 @@ func WithOnBusy(fn func(*NotObtainedError)) Option {
 // lock fails with ErrInvalid.
 func WithLockDelay(d time.Duration) Option { return optionFunc(func(o *options) { o.lockDelay = d }) }
 
-// Fair makes a Mutex fair: the lock is granted in the order the waiters
+// Fair makes a lock fair: the lock is granted in the order the waiters
 // arrived, and a release wakes only the waiter at the head of the store's
-// queue. A Client keeps one place per name in the queue, renewed while it
-// waits (it lapses within min(TTL, 5s) when the process dies, and is removed
-// when a wait ends). TryLock yields to the queue and leaves no entry. Give
-// Fair to every Mutex of a name; see docs/LOCK-KINDS.md for how plain
-// Mutexes behave beside it. It needs a backend with driver.CapFair
-// (memlock, redislock, sqllock; not redlock), and applies to Mutex only.
+// queue, or, where the store hands the lock over itself (redislock), grants
+// it to that waiter. A Client keeps one place per name in the queue,
+// renewed while it waits (it lapses within min(TTL, 5s) when the process
+// dies, and is removed when a wait ends). TryLock yields to the queue and
+// leaves no entry. Give Fair to every lock of a name; see
+// docs/LOCK-KINDS.md for how plain ones behave beside it.
+//
+// A fair Mutex needs a backend with driver.CapFair (memlock, redislock,
+// sqllock; not redlock). A fair RWMutex (both sides) or Semaphore needs
+// driver.CapFairShared (redislock): its writers, readers and permits queue
+// together in arrival order; a release hands a Semaphore's freed permit to
+// the head, and a writer's release hands the lock to the readers queued
+// together at the head, up to the next writer.
 func Fair() Option { return optionFunc(func(o *options) { o.fair = true }) }
 
 // Reentrant makes a Mutex reentrant: while the handle holds the lock, Lock and
@@ -194,7 +201,6 @@ func checkScope(kind string, client, given, eff *options) error {
 		on, given, client bool
 	}{
 		{"Reentrant", "only Mutex", eff.reentrant, given.reentrant, client.reentrant},
-		{"Fair", "only Mutex", eff.fair, given.fair, client.fair},
 		{"WithOwnerID", "every hold has a token of its own", eff.ownerID != "", given.ownerID != "", client.ownerID != ""},
 	} {
 		switch {

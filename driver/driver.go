@@ -134,11 +134,14 @@ type AcquireRequest struct {
 	// else the lock holds, until those holds are gone. A store keeps the
 	// Limit with the holds, not a count of its own.
 	Limit int
-	// Fair, with Mode Exclusive, grants the lock in arrival order: a new
-	// grant is made only when no live queue entry of another token is ahead
-	// of Token in the lock's queue. Requests without Fair ignore the queue
-	// (a name is fair for all of its users or for none). Only backends whose
-	// Capabilities include CapFair receive Fair requests.
+	// Fair grants the lock in arrival order: a new grant is made only when
+	// no live queue entry of another token is ahead of Token in the lock's
+	// queue. Requests without Fair ignore the queue (a name is fair for all
+	// of its users or for none). Only backends whose Capabilities include
+	// CapFair receive Fair requests, and with Mode Shared only those with
+	// CapFairShared: there a Fair Shared request is queued as an exclusive
+	// one is, and a live writer intent of a token that has a queue entry
+	// does not refuse it (the queue orders them).
 	Fair bool
 	// Wait tells the store that the caller will wait and try again when the
 	// request is refused. A refused Fair request then enqueues Token at the
@@ -164,8 +167,14 @@ type AcquireRequest struct {
 	// request's arrival + QueueTTL), unless renewed; Owner is the one of
 	// that request. A later request of Token (Wait) is answered with the
 	// grant (Acquired, its fence) and gives it TTL; a refusal says where the
-	// fence counter stood (AcquireResult.Counter). Never set with Shared,
-	// Reentrant or LockDelay, nor with a token that outlives one Lock call.
+	// fence counter stood (AcquireResult.Counter). With Mode Shared
+	// (backends with CapFairShared) the grant is a shared hold, made when
+	// the lock lets Token in (no exclusive hold, no live writer intent of a
+	// token that is not queued, and the Limit of the live shared holds
+	// matched and, when set, not reached); a release that hands a shared
+	// hold over goes on with the shared entries behind it that the lock
+	// lets in. Never set with Reentrant or LockDelay, nor with a token that
+	// outlives one Lock call.
 	Handoff bool
 	// Claim, with Mode Exclusive and Wait and without Fair, says that the
 	// request is a plain waiter that has starved (backends with CapClaim):
@@ -270,6 +279,9 @@ const (
 	// serve a plain Mutex's starving waiters (SQL). With it, and without
 	// CapOvertook, the client lets a plain Mutex's starving waiters claim.
 	CapClaim
+	// CapFairShared: AcquireRequest.Fair with Mode Shared (fair read-write
+	// locks and semaphores), and, with CapHandoff, Handoff for them.
+	CapFairShared
 )
 
 // String returns the capability's name.
@@ -289,6 +301,8 @@ func (c Capability) String() string {
 		return "direct handoff"
 	case CapClaim:
 		return "claims"
+	case CapFairShared:
+		return "fair read-write locks and semaphores"
 	}
 	return "Capability(" + strconv.Itoa(int(c)) + ")"
 }

@@ -107,10 +107,14 @@ func testKindsInvalid(t *testing.T, s *Store) {
 		return calls{"Acquire": s.Acquire, "TryAcquire": s.TryAcquire}
 	}
 	for what, opt := range map[string]dlock.Option{
-		"Fair": dlock.Fair(), "Reentrant": dlock.Reentrant(), "WithOwnerID": dlock.WithOwnerID("job-1"),
+		"Reentrant": dlock.Reentrant(), "WithOwnerID": dlock.WithOwnerID("job-1"),
 	} {
 		mustBeInvalid(t, "of an RWMutex with "+what, rwCalls(c.RWMutex("locktest/kinds-invalid", opt)))
 		mustBeInvalid(t, "of a Semaphore with "+what, semCalls(c.Semaphore("locktest/kinds-invalid", 2, opt)))
+	}
+	if !supports(t, s, driver.CapFairShared) {
+		mustBeInvalid(t, "of an RWMutex with Fair", rwCalls(c.RWMutex("locktest/kinds-invalid", dlock.Fair())))
+		mustBeInvalid(t, "of a Semaphore with Fair", semCalls(c.Semaphore("locktest/kinds-invalid", 2, dlock.Fair())))
 	}
 	for _, n := range []int{0, -1, dlock.MaxPermits + 1} {
 		mustBeInvalid(t, "of a Semaphore with a bad permit count", semCalls(c.Semaphore("locktest/kinds-invalid", n)))

@@ -105,7 +105,7 @@ if n == 0 then
 end
 
 --#common
-local fair = ARGV[8] == '1' and not shared
+local fair = ARGV[8] == '1'
 local hid = ARGV[13] -- nil from clients before the handoff channel
 local overtook = 0
 local qttl = tonumber(ARGV[10] or '0') or 0
@@ -174,10 +174,16 @@ local function enqueue()
   end
   local k = QE
   if ARGV[12] == '1' then
+    -- A shared entry keeps its owner under a field of its own (see
+    -- common.lua), with its limit.
+    local f, v = token, owner
+    if shared then
+      f, v = '\1' .. token, (ARGV[7] or '0') .. ' ' .. owner
+    end
     if hid and hid ~= '' then
-      redis.call('HSET', QO, token, owner, '\0' .. token, hid)
+      redis.call('HSET', QO, f, v, '\0' .. token, hid)
     else
-      redis.call('HSET', QO, token, owner)
+      redis.call('HSET', QO, f, v)
     end
     k = QO
   end
@@ -192,14 +198,15 @@ local function enqueue()
   return rank + 1
 end
 
--- refuse answers a refused exclusive request: with wait, it records a
--- writer intent when shared holds refused it (unless another token's
+-- refuse answers a refused request: with wait, it records a writer intent
+-- when shared holds refused an exclusive request (unless another token's
 -- intent is live), renews the token's own intent whatever refused it, and,
 -- with fair, records or keeps a queue entry. fence is the fence of the
--- exclusive grant that refused it, when the caller read it.
-local function refuse(holder, pttl, nshared, byShared, fence)
+-- exclusive grant that refused it, when the caller read it; byIntent is 1
+-- when a writer intent refused a shared request.
+local function refuse(holder, pttl, nshared, byShared, fence, byIntent)
   local position, queued = 0, 0
-  if wait then
+  if wait and not shared then
     local writer = hasW and redis.call('HGET', W, 't')
     if writer == token or (byShared and not writer) then
       -- A waiting writer keeps its intent whatever refuses it now (another
@@ -208,9 +215,9 @@ local function refuse(holder, pttl, nshared, byShared, fence)
       redis.call('PEXPIRE', W, qttl)
       queued = 1
     end
-    if fair then
-      position, queued = enqueue(), 1
-    end
+  end
+  if wait and fair then
+    position, queued = enqueue(), 1
   end
   local counter = 0
   if ARGV[12] == '1' then
@@ -225,12 +232,12 @@ local function refuse(holder, pttl, nshared, byShared, fence)
       -- after it (see stretchQueue; it is not pruned on this path).
       live = 1
     end
-    return {0, holder, pttl, nshared, 0, position, queued, counter, live}
+    return {0, holder, pttl, nshared, byIntent or 0, position, queued, counter, live}
   end
   if ARGV[12] == '1' then
-    return {0, holder, pttl, nshared, 0, position, queued, counter}
+    return {0, holder, pttl, nshared, byIntent or 0, position, queued, counter}
   end
-  return {0, holder, pttl, nshared, 0, position, queued}
+  return {0, holder, pttl, nshared, byIntent or 0, position, queued}
 end
 
 -- forget drops token's writer intent and queue entry, after a grant (the
@@ -245,15 +252,30 @@ local function forget()
 end
 
 if shared then
+  -- A fair request (fair) is refused through refuse, which queues it when
+  -- it waits; another answers as clients before fair shared requests read.
   if redis.call('EXISTS', L) == 1 then
-    return {0, redis.call('HGET', L, 'owner') or '', redis.call('PTTL', L), 0, 0, 0, 0}
+    local holder, pttl = redis.call('HGET', L, 'owner') or '', redis.call('PTTL', L)
+    if fair then
+      return refuse(holder, pttl, 0, false)
+    end
+    return {0, holder, pttl, 0, 0, 0, 0}
   end
   prune(S, SI, 'HDEL')
   local n = redis.call('ZCARD', S)
   local mine = redis.call('ZSCORE', S, token)
   if mine then
-    -- This request's own hold (pruned above if it expired): it was resent.
+    -- This request's own hold (pruned above if it expired): it was resent,
+    -- or a release handed it to the token (handOff), and this request
+    -- claims it: it gets the request's TTL.
     local fence = holdDetails(redis.call('HGET', SI, token))
+    if fair then
+      if tonumber(mine) < now() + ttl then
+        redis.call('ZADD', S, now() + ttl, token)
+        fit(S, SI)
+      end
+      forget()
+    end
     return {1, fence, 1}
   end
   local limit = tonumber(ARGV[7]) or 0
@@ -267,14 +289,29 @@ if shared then
     end
   end
   local writer = redis.call('HMGET', W, 't', 'o')
-  if writer[1] and writer[1] ~= token then
+  if writer[1] and writer[1] ~= token and not (fair and redis.call('ZSCORE', Q, writer[1])) then
+    -- A writer intent keeps new readers out, but that of a queued writer
+    -- keeps out only requests without fair: the queue orders the others.
+    if fair then
+      return refuse(writer[2] or '', redis.call('PTTL', W), n, false, nil, 1)
+    end
     return {0, writer[2] or '', redis.call('PTTL', W), n, 1, 0, 0}
   end
   if limit > 0 and n >= limit then
     -- At the limit: wait for the hold that expires first.
     local first = redis.call('ZRANGE', S, 0, 0, 'WITHSCORES')
     local _, _, holder = holdDetails(redis.call('HGET', SI, first[1]))
+    if fair then
+      return refuse(holder, tonumber(first[2]) - now(), n, false)
+    end
     return {0, holder, tonumber(first[2]) - now(), n, 0, 0, 0}
+  end
+  if fair and redis.call('EXISTS', Q) == 1 then
+    pruneQueue(Q, QE, QO)
+    local head = redis.call('ZRANGE', Q, 0, 0)[1]
+    if head and head ~= token then
+      return refuse('', -2, n, false) -- a live entry of another goes first
+    end
   end
   local fence = redis.call('INCR', F)
   redis.call('ZADD', S, now() + ttl, token)

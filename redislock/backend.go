@@ -116,8 +116,10 @@ func New(rdb redis.UniversalClient, opts ...Option) *Backend {
 // hold and, with req.Fair, no live queue entry of another token ahead of
 // req.Token; a reentrant holder gets one more hold. A shared request
 // (req.Mode Shared) gets a hold of its own when there is no exclusive
-// holder, no live writer intent of another token and, with req.Limit, fewer
-// than req.Limit live shared holds; a shared request whose Limit is not the
+// holder, no live writer intent of another token (with req.Fair, of another
+// token that is not queued), with req.Limit fewer than req.Limit live
+// shared holds and, with req.Fair, no live queue entry of another token
+// ahead of req.Token; a shared request whose Limit is not the
 // one of the live shared holds is refused as a conflict (Conflict,
 // HeldLimit). Every new grant draws a fence from the
 // key's counter. A refused request reports why (the holder's owner and
@@ -223,7 +225,7 @@ func (b *Backend) acquireCall(req driver.AcquireRequest) ([]any, *requestArg, er
 	rid := b.request()
 	copy(args[3+nk:], []any{req.Token, req.Owner, millis(req.TTL), flag(req.Reentrant), delay,
 		flag(shared), max(req.Limit, 0), flag(req.Fair), flag(req.Wait), queueTTL, rid,
-		flag(req.Handoff && req.Fair && req.Wait && !shared && !req.Reentrant && req.LockDelay <= 0 && b.ackReplicas == 0), b.hid})
+		flag(req.Handoff && req.Fair && req.Wait && !req.Reentrant && req.LockDelay <= 0 && b.ackReplicas == 0), b.hid})
 	return args, rid, nil
 }
 
@@ -307,8 +309,9 @@ func parseConflict(reply []any) (driver.AcquireResult, error) {
 		Conflict: true, HeldLimit: int(max(ints[4], 0))}, nil
 }
 
-// Supports reports true for driver.CapShared, driver.CapSemaphore and
-// driver.CapFair: read-write locks, semaphores and fair locks are kept in
+// Supports reports true for driver.CapShared, driver.CapSemaphore,
+// driver.CapFair and driver.CapFairShared: read-write locks, semaphores
+// and fair locks of every kind are kept in
 // keys next to the lock's hash (see the package documentation); and for
 // driver.CapOvertook: a grant says when it went before a fair queue; for
 // driver.CapLockDelay: the lock-delay is kept in the lock's hash; and for
@@ -316,7 +319,7 @@ func parseConflict(reply []any) (driver.AcquireResult, error) {
 // lock to the fair queue's head and names the grant in its announcement.
 func (b *Backend) Supports(c driver.Capability) bool {
 	switch c {
-	case driver.CapShared, driver.CapSemaphore, driver.CapFair, driver.CapOvertook, driver.CapLockDelay:
+	case driver.CapShared, driver.CapSemaphore, driver.CapFair, driver.CapFairShared, driver.CapOvertook, driver.CapLockDelay:
 		return true
 	case driver.CapHandoff:
 		// A release's grant is not acknowledged by replicas: with

@@ -49,18 +49,22 @@ end
 
 -- The fair queue is three keys written together: Q (token → arrival
 -- number), QE (token → entry expiry) and QO (token → owner, for the
--- entries whose request accepts a direct handoff; see handOff, and NUL +
--- token → the id of the client's handoff channel, from clients that have
--- one).
+-- exclusive entries whose request accepts a direct handoff; see handOff;
+-- byte 1 + token → "limit owner" for such shared entries (a reader's limit
+-- is 0); and NUL + token → the id of the client's handoff channel, from
+-- clients that have one). Shared entries keep their owner under their own
+-- field so that a release of a client before them, which knows only
+-- exclusive handoffs, takes them for entries that accept none.
 
 -- pruneQueue drops the queue's expired entries.
 local function pruneQueue(Q, QE, QO)
   local gone = prune(QE, Q, 'ZREM')
-  for i = 1, #gone, 500 do
+  for i = 1, #gone, 300 do
     local fields = {}
-    for j = i, math.min(i + 499, #gone) do
+    for j = i, math.min(i + 299, #gone) do
       fields[#fields + 1] = gone[j]
       fields[#fields + 1] = '\0' .. gone[j]
+      fields[#fields + 1] = '\1' .. gone[j]
     end
     redis.call('HDEL', QO, unpack(fields))
   end
@@ -88,7 +92,7 @@ end
 local function dropEntry(Q, QE, QO, token, tail)
   tail = tail or redis.call('ZRANGE', QE, -2, -1, 'WITHSCORES')
   redis.call('ZREM', QE, token)
-  redis.call('HDEL', QO, token, '\0' .. token)
+  redis.call('HDEL', QO, token, '\0' .. token, '\1' .. token)
   if #tail == 0 then
     fitQueue(Q, QE, QO) -- QE lacked token (no script does that)
   elseif tail[#tail - 1] == token then
@@ -169,19 +173,19 @@ local function leave(L, S, W, Q, QE, QO, token, n)
   return intent, entry, headLeft
 end
 
--- headOf reads the fair queue's head, the head's owner and handoff
--- channel id (HMGET of QO) and its entry's expiry (ms), and, for a head
--- with an owner, QE's last two entries with their expiries (for dropEntry:
--- the head's is read there when it is one of them). Nothing else is read
--- for a head that is token.
+-- headOf reads the fair queue's head, the head's owner, handoff channel
+-- id and shared entry ("limit owner") (HMGET of QO) and its entry's expiry
+-- (ms), and, for a head with an owner, QE's last two entries with their
+-- expiries (for dropEntry: the head's is read there when it is one of
+-- them). Nothing else is read for a head that is token.
 local function headOf(Q, QE, QO, token)
   local head = redis.call('ZRANGE', Q, 0, 0)[1]
   if not head or head == token then
     return head
   end
-  local o = redis.call('HMGET', QO, head, '\0' .. head)
+  local o = redis.call('HMGET', QO, head, '\0' .. head, '\1' .. head)
   local exp, tail
-  if o[1] then
+  if o[1] or o[3] then
     tail = redis.call('ZRANGE', QE, -2, -1, 'WITHSCORES')
     for i = 1, #tail, 2 do
       if tail[i] == head then
@@ -193,31 +197,49 @@ local function headOf(Q, QE, QO, token)
   return head, exp, o, tail
 end
 
--- handOff grants the lock, when it is free of exclusive and live shared
--- holds, to the live head of the fair queue if the head's request accepts
--- a direct handoff (it has an owner in QO). The grant is marked 'ho' (its
--- rid) until the head's next request claims it, and its key expires with
--- the head's entry (the head's last request + its QueueTTL), so that a
--- head that died leaves the lock no later than its entry would have. It
--- returns the head, the grant's fence and the id of the head's client's
--- handoff channel (false when it has none), or nil and what announce
--- would find as the next: the lock being free, the live head that a prune
--- leaves the head, or '' when the queue is gone; nil when it did not
--- look or found a head that is not live. freed is true when the
--- caller has just deleted an exclusive grant: then the lock is free of
--- live shared holds too, with no need to look (no shared hold is granted
--- or renewed while an exclusive grant exists, and an exclusive grant is
--- made only when no shared hold is live).
+-- handBatch is the most shared holds one release hands over.
+local handBatch = 100
+
+-- handOff grants the lock to the live head of the fair queue when the
+-- head's request accepts a direct handoff (it has an owner in QO) and the
+-- lock lets it in: an exclusive head when the lock is free of exclusive
+-- and live shared holds; a shared head (a reader, a permit) when it is
+-- free of an exclusive hold and of a live writer intent of a token that is
+-- not queued (a queued writer waits its turn in the queue), and its live
+-- shared holds are of the head's limit and, with a limit, fewer than it.
+-- After a shared head it goes on with the entries behind it while they are
+-- shared ones that the lock lets in (the readers queued behind a writer,
+-- the permits a release frees), up to handBatch of them.
+-- An exclusive grant is marked 'ho' (its rid) until the head's next
+-- request claims it; its key, and a shared hold, expire with the head's
+-- entry (the head's last request + its QueueTTL), so that a head that died
+-- leaves the lock no later than its entry would have; the head's next
+-- request finds its hold and gives it its TTL (acquire.lua).
+-- It returns the grants made, in queue order, each {token, fence, id of
+-- the token's client's handoff channel or false}, and what announce would
+-- find as the next: with no grant, the lock being free, the live head that
+-- a prune leaves the head, or '' when the queue is gone, or nil when it did
+-- not look or found a head that is not live; after handBatch grants, the
+-- next head, which may come in too. Its third answer is true when it made
+-- no grant because the head, live and accepting a handoff, waits for live
+-- shared holds (of another limit, or as many as its limit; or readers,
+-- for a writer): those keep out whoever else waits too, and a release of
+-- the last of them hands the lock over. freed is true when the caller has just
+-- deleted an exclusive grant: then the lock is free of live shared holds
+-- too, with no need to look (no shared hold is granted or renewed while an
+-- exclusive grant exists, and an exclusive grant is made only when no
+-- shared hold is live).
 -- token, when given, is a token whose queue entry the caller left for
 -- handOff to take off as leave would have first (leaveQueue): with the
 -- head's, in one ZREM, when the head is another token and gets the lock.
-local function handOff(L, F, S, Q, QE, QO, freed, token)
-  if not freed and (redis.call('EXISTS', L) == 1 or redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf') > 0) then
-    return nil
+local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token)
+  if not freed and redis.call('EXISTS', L) == 1 then
+    return {}
   end
   local head, exp, o, tail = headOf(Q, QE, QO, token)
   if token and not (o and o[1] and exp and exp > now()) then
-    -- No grant to make with what was read: token's entry goes first.
+    -- No exclusive grant to make with what was read: token's entry goes
+    -- first.
     if head and (head == token or redis.call('ZSCORE', Q, token)) then
       leaveQueue(L, S, Q, QE, QO, token)
       head, exp, o, tail = headOf(Q, QE, QO)
@@ -225,7 +247,7 @@ local function handOff(L, F, S, Q, QE, QO, freed, token)
     token = nil
   end
   if not head then
-    return nil, ''
+    return {}, ''
   end
   -- The queue is pruned only when its head's entry has expired: pruning
   -- takes a command every time, and every enqueue prunes anyway.
@@ -233,36 +255,92 @@ local function handOff(L, F, S, Q, QE, QO, freed, token)
     pruneQueue(Q, QE, QO)
     head, exp, o, tail = headOf(Q, QE, QO)
     if not head then
-      return nil, ''
+      return {}, ''
     end
     if not exp or exp <= now() then
-      return nil
+      return {}
     end
   end
-  local owner, hid = o[1], o[2]
-  if not owner then
-    return nil, head
+  if not o[1] and not o[3] then
+    return {}, head
   end
-  local fence = redis.call('INCR', F)
-  redis.call('HSET', L, head, 1, 'owner', owner, 'fence', string.format('%d', fence), 'at', now(), 'rid', 'ho')
-  redis.call('PEXPIREAT', L, exp)
-  if not token then
+  local n, held = 0, -1 -- the live shared holds and their limit
+  if not freed then
+    n = redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf')
+    if n > 0 then
+      local last = redis.call('ZRANGE', S, -1, -1)
+      local _
+      _, held = holdDetails(redis.call('HGET', SI, last[1]))
+    end
+  end
+  if o[1] then
+    if n > 0 then
+      return {}, nil, true
+    end
+    local owner, hid = o[1], o[2]
+    local fence = redis.call('INCR', F)
+    redis.call('HSET', L, head, 1, 'owner', owner, 'fence', string.format('%d', fence), 'at', now(), 'rid', 'ho')
+    redis.call('PEXPIREAT', L, exp)
+    if not token then
+      unqueue(Q, QE, QO, head, tail)
+    elseif redis.call('ZREM', Q, head, token) == 1 then
+      dropEntry(Q, QE, QO, head, tail) -- token had no entry
+    else
+      -- token had one too, which leaveQueue would have taken off first,
+      -- after pruning: the same keys result. The head's entry is live, so
+      -- QE's latest is, and pruning leaves it the latest.
+      local last = tail[#tail - 1]
+      pruneQueue(Q, QE, QO)
+      redis.call('ZREM', QE, head, token)
+      redis.call('HDEL', QO, head, '\0' .. head, '\1' .. head, token, '\0' .. token, '\1' .. token)
+      if last == nil or last == head or last == token then
+        fitQueue(Q, QE, QO)
+      end
+    end
+    return {{head, fence, hid}}
+  end
+  local given, writer = {}, nil
+  while true do
+    local limit, owner = string.match(o[3], '^(%d+) (.*)$')
+    limit = tonumber(limit) or 0
+    if (n > 0 and held ~= limit) or (limit > 0 and n >= limit) then
+      if #given == 0 then
+        return given, nil, true
+      end
+      break
+    end
+    if writer == nil then
+      writer = redis.call('HGET', W, 't')
+      if writer and redis.call('ZSCORE', Q, writer) then
+        writer = false
+      end
+    end
+    if writer then
+      break
+    end
+    local fence = redis.call('INCR', F)
+    redis.call('ZADD', S, exp, head)
+    redis.call('HSET', SI, head, string.format('%d %d ', fence, limit) .. owner)
     unqueue(Q, QE, QO, head, tail)
-  elseif redis.call('ZREM', Q, head, token) == 1 then
-    dropEntry(Q, QE, QO, head, tail) -- token had no entry
-  else
-    -- token had one too, which leaveQueue would have taken off first,
-    -- after pruning: the same keys result. The head's entry is live, so
-    -- QE's latest is, and pruning leaves it the latest.
-    local last = tail[#tail - 1]
-    pruneQueue(Q, QE, QO)
-    redis.call('ZREM', QE, head, token)
-    redis.call('HDEL', QO, head, '\0' .. head, token, '\0' .. token)
-    if last == nil or last == head or last == token then
-      fitQueue(Q, QE, QO)
+    n, held = n + 1, limit
+    given[#given + 1] = {head, fence, o[2]}
+    head, exp, o, tail = headOf(Q, QE, QO)
+    if head and (not exp or exp <= now()) then
+      pruneQueue(Q, QE, QO)
+      head, exp, o, tail = headOf(Q, QE, QO)
+    end
+    if not head or not exp or exp <= now() or not o[3] then
+      break
+    end
+    if #given >= handBatch then
+      fit(S, SI)
+      return given, head
     end
   end
-  return head, fence, hid
+  if #given > 0 then
+    fit(S, SI)
+  end
+  return given
 end
 
 -- announce publishes "next:" on channel with publish (PUBLISH or SPUBLISH),

@@ -29,7 +29,7 @@ import (
 // must not run in parallel with others.
 func instrumentRelease(t *testing.T) {
 	t.Helper()
-	const sig = "local function handOff(L, F, S, Q, QE, QO, freed, token)\n"
+	const sig = "local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token)\n"
 	src := lateLua + withCommon(releaseLua)
 	if !strings.Contains(src, sig) {
 		t.Fatal("handOff's signature changed")
@@ -39,7 +39,7 @@ func instrumentRelease(t *testing.T) {
     redis.call('INCR', L .. ':probe')
   end
 `, 1)
-	const ret = "  return head, fence, hid\n"
+	const ret = "    return {{head, fence, hid}}\n"
 	if !strings.Contains(src, ret) {
 		t.Fatal("handOff's return changed")
 	}
@@ -96,11 +96,12 @@ func TestFreedHandoffInstrumentationFires(t *testing.T) {
 	}
 }
 
-// TestNoExclusiveBesideShared drives readers, semaphore permits and
-// exclusive requests (fair with handoff, plain, lock-delay, reentrant) with
-// short TTLs, late releases, renewals and abandoned waits on one server, and
-// checks that no freed handoff finds a live shared hold and that the lock
-// hash never sits beside a live shared hold.
+// TestNoExclusiveBesideShared drives readers, semaphore permits (plain,
+// and fair with handoff) and exclusive requests (fair with handoff, plain,
+// lock-delay, reentrant) with short TTLs, late releases, renewals and
+// abandoned waits on one server, and checks that no freed handoff finds a
+// live shared hold, that the lock hash never sits beside a live shared
+// hold, and that a semaphore never has more live permits than its limit.
 func TestNoExclusiveBesideShared(t *testing.T) {
 	instrumentRelease(t)
 	srv := testserver.StartRedis(t)
@@ -121,6 +122,12 @@ func TestNoExclusiveBesideShared(t *testing.T) {
 			return
 		}
 		checks.Add(1)
+		if key == "sem" {
+			if live := rdb.ZCount(context.Background(), L+":s", fmt.Sprintf("(%d", time.Now().UnixMilli()+5), "+inf").Val(); live > 2 {
+				violations.Add(1)
+				t.Errorf("%s: %d live permits of 2: %v", key, live, rdb.ZRangeWithScores(context.Background(), L+":s", 0, -1).Val())
+			}
+		}
 		if n > 0 {
 			violations.Add(1)
 			t.Errorf("%s: lock hash %v beside %d live shared holds %v", key, rdb.HGetAll(context.Background(), L).Val(), n,
@@ -158,6 +165,39 @@ func TestNoExclusiveBesideShared(t *testing.T) {
 					if rand.IntN(4) != 0 { // some are never released
 						b.Release(ctx, key, tk)
 					}
+					check(key)
+				}
+			}()
+		}
+		// Fair shared waiters that accept a handoff; some give up without a
+		// word.
+		for range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					tk := tok("f")
+					deadline := time.Now().Add(ms(20, 400))
+					got := false
+					for ctx.Err() == nil && time.Now().Before(deadline) {
+						res, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: tk, Owner: tk, TTL: ms(10, 80),
+							Mode: driver.Shared, Limit: limit, Fair: true, Wait: true, QueueTTL: ms(30, 150), Handoff: true})
+						check(key)
+						if err == nil && res.Acquired {
+							got = true
+							break
+						}
+						time.Sleep(ms(0, 8))
+					}
+					if !got {
+						if rand.IntN(2) == 0 {
+							b.Release(ctx, key, tk) // withdraws, or ends a handed hold
+						}
+						continue
+					}
+					sharedGrants.Add(1)
+					time.Sleep(ms(0, 60))
+					b.Release(ctx, key, tk)
 					check(key)
 				}
 			}()

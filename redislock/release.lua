@@ -42,12 +42,13 @@
 -- queue when the lock is left free of an exclusive holder with a live
 -- queue, else by nothing: any waiter may try. A released shared hold or a
 -- removed intent is announced to any waiter. When the head accepts a
--- direct handoff, the release grants it the lock (handOff in common.lua)
--- and announces "next:" followed by the head, a NUL byte and the fence, on
--- the head's client's handoff channel NS:{K}:ho:ID:rel when its entry
--- names one (see acquire.lua's ARGV[13]), and then on NS:{K}:ho:rel too,
--- for the clients observing the lock (driver.HandoffWatcher), else on the
--- release channel.
+-- direct handoff and the lock lets it in, the release grants it the lock
+-- (handOff in common.lua; a shared head, and the shared entries behind it
+-- that the lock lets in, get shared holds) and announces each grant:
+-- "next:" followed by the head, a NUL byte and the fence, on the head's
+-- client's handoff channel NS:{K}:ho:ID:rel when its entry names one (see
+-- acquire.lua's ARGV[13]), and then on NS:{K}:ho:rel too, for the clients
+-- observing the lock (driver.HandoffWatcher), else on the release channel.
 --
 -- The last hold of a plain exclusive grant, without lock-delay, intent or
 -- queue, is released before the helpers of the rest are even defined.
@@ -247,21 +248,30 @@ end
 
 local known -- handOff's word on the next, when it made no grant
 if notify and waiters and ARGV[3] ~= '' then
-  local head, fence, hid = handOff(L, F, S, Q, QE, QO, freed, deferred and token)
-  known = fence
-  if head then
-    -- To the head's client alone when it has a handoff channel: the other
-    -- waiters have nothing to do on a handoff (the lock is not free).
-    local msg = 'next:' .. head .. '\0' .. string.format('%d', fence)
-    if hid then
-      -- NS:{K}:ho:ID:rel, from the release channel NS:{K}:rel.
-      local base = string.sub(ARGV[2], 1, -5)
-      redis.pcall(ARGV[3], base .. ':ho:' .. hid .. ':rel', msg)
-      -- And to the lock's observers (elections), which no waiter's
-      -- channel reaches: a publish that nobody hears costs a lookup.
-      redis.pcall(ARGV[3], base .. ':ho:rel', msg)
-    else
-      redis.pcall(ARGV[3], ARGV[2], msg)
+  local given, next, blocked = handOff(L, F, S, SI, W, Q, QE, QO, freed, deferred and token)
+  known = next
+  if blocked then
+    return result -- nobody waiting can come in: the news would wake them for nothing
+  end
+  if #given > 0 then
+    -- To each head's client alone when it has a handoff channel: the other
+    -- waiters have nothing to do on a handoff (the lock is not free for
+    -- them).
+    local base = string.sub(ARGV[2], 1, -5) -- NS:{K}, from NS:{K}:rel
+    for _, g in ipairs(given) do
+      local msg = 'next:' .. g[1] .. '\0' .. string.format('%d', g[2])
+      if g[3] then
+        redis.pcall(ARGV[3], base .. ':ho:' .. g[3] .. ':rel', msg)
+        -- And to the lock's observers (elections), which no waiter's
+        -- channel reaches: a publish that nobody hears costs a lookup.
+        redis.pcall(ARGV[3], base .. ':ho:rel', msg)
+      else
+        redis.pcall(ARGV[3], ARGV[2], msg)
+      end
+    end
+    if next then
+      -- handBatch holds were handed over: the next head may come in too.
+      redis.pcall(ARGV[3], ARGV[2], 'next:' .. next)
     end
     return result
   end

@@ -998,7 +998,7 @@ func TestReleaseQuietlyShared(t *testing.T) {
 
 func TestCapabilities(t *testing.T) {
 	b := redislock.New(nil) // no I/O
-	for _, c := range []driver.Capability{driver.CapShared, driver.CapSemaphore, driver.CapFair} {
+	for _, c := range []driver.Capability{driver.CapShared, driver.CapSemaphore, driver.CapFair, driver.CapFairShared} {
 		if !b.Supports(c) {
 			t.Errorf("Supports(%v) = false", c)
 		}

@@ -1,0 +1,204 @@
+package redislock_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/test/testserver"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+// countingBackend counts the acquire requests its Client sends.
+type countingBackend struct {
+	*redislock.Backend
+	acquires atomic.Int64
+}
+
+func (c *countingBackend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	c.acquires.Add(1)
+	return c.Backend.Acquire(ctx, req)
+}
+
+// fairWaiter is one Lock of a fair shared or exclusive handle on a Client
+// of its own, whose requests are counted and whose grant says whether a
+// release handed it over.
+type fairWaiter struct {
+	b      *countingBackend
+	out    chan *dlock.Lease
+	handed atomic.Bool
+}
+
+// startWaiter starts lock (a Lock or RLock of a handle made on the
+// waiter's Client by mk) and returns once the waiter is queued at position.
+func startWaiter(t *testing.T, srv *testserver.Redis, inner *redislock.Backend, name string, position int, mk func(c *dlock.Client) func(context.Context) (*dlock.Lease, error)) *fairWaiter {
+	t.Helper()
+	w := &fairWaiter{b: &countingBackend{Backend: redislock.New(srv.Client(t))}, out: make(chan *dlock.Lease, 1)}
+	c := dlock.New(w.b, dlock.WithObserver(dlock.ObserverFunc(func(e dlock.Event) {
+		if e.Kind == dlock.EventLockGranted && !e.TryLock {
+			w.handed.Store(e.Handoff)
+		}
+	})))
+	t.Cleanup(func() { _ = c.Close() })
+	lock := mk(c)
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		defer cancel()
+		l, err := lock(ctx)
+		if err != nil {
+			t.Errorf("waiter %d: %v", position, err)
+		}
+		w.out <- l
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		info, _, err := inner.Inspect(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Queued >= position && w.b.acquires.Load() >= 2 {
+			return w
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiter %d never queued", position)
+		}
+	}
+}
+
+func TestFairSemaphoreHandsPermitToHead(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	const name = "fair-sem"
+	inner := redislock.New(srv.Client(t))
+	opts := []dlock.Option{dlock.Fair(), dlock.WithTTL(10 * time.Second)}
+	var holders []*dlock.Lease
+	for range 2 {
+		c := dlock.New(redislock.New(srv.Client(t)))
+		t.Cleanup(func() { _ = c.Close() })
+		l, err := c.Semaphore(name, 2, opts...).Acquire(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		holders = append(holders, l)
+	}
+	mk := func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+		return c.Semaphore(name, 2, opts...).Acquire
+	}
+	w1 := startWaiter(t, srv, inner, name, 1, mk)
+	w2 := startWaiter(t, srv, inner, name, 2, mk)
+	n1 := w1.b.acquires.Load()
+	if err := holders[0].Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	l1 := <-w1.out
+	if l1 == nil {
+		t.FailNow()
+	}
+	if !w1.handed.Load() || w1.b.acquires.Load() != n1 {
+		t.Errorf("head: handed %v, %d requests after the release; want handed, 0", w1.handed.Load(), w1.b.acquires.Load()-n1)
+	}
+	select {
+	case l := <-w2.out:
+		t.Fatalf("second waiter got a permit beyond the limit: %v", l)
+	case <-time.After(100 * time.Millisecond):
+	}
+	n2 := w2.b.acquires.Load()
+	if err := holders[1].Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	l2 := <-w2.out
+	if l2 == nil {
+		t.FailNow()
+	}
+	if !w2.handed.Load() || w2.b.acquires.Load() != n2 {
+		t.Errorf("second: handed %v, %d requests after the release", w2.handed.Load(), w2.b.acquires.Load()-n2)
+	}
+	if err := l1.Refresh(t.Context()); err != nil {
+		t.Errorf("Refresh of a handed permit: %v", err)
+	}
+	for _, l := range []*dlock.Lease{l1, l2} {
+		if err := l.Unlock(t.Context()); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestFairRWMutexHandsReadersBatch(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	const name = "fair-rw"
+	inner := redislock.New(srv.Client(t))
+	opts := []dlock.Option{dlock.Fair(), dlock.WithTTL(10 * time.Second)}
+	c := dlock.New(redislock.New(srv.Client(t)))
+	t.Cleanup(func() { _ = c.Close() })
+	writer, err := c.RWMutex(name, opts...).Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+		return c.RWMutex(name, opts...).RLock
+	}
+	write := func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+		return c.RWMutex(name, opts...).Lock
+	}
+	r1 := startWaiter(t, srv, inner, name, 1, read)
+	r2 := startWaiter(t, srv, inner, name, 2, read)
+	w2 := startWaiter(t, srv, inner, name, 3, write)
+	r3 := startWaiter(t, srv, inner, name, 4, read)
+	before := []int64{r1.b.acquires.Load(), r2.b.acquires.Load()}
+	if err := writer.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var readers []*dlock.Lease
+	for i, r := range []*fairWaiter{r1, r2} {
+		l := <-r.out
+		if l == nil {
+			t.FailNow()
+		}
+		readers = append(readers, l)
+		if !r.handed.Load() || r.b.acquires.Load() != before[i] {
+			t.Errorf("reader %d: handed %v, %d requests after the release", i+1, r.handed.Load(), r.b.acquires.Load()-before[i])
+		}
+	}
+	select {
+	case <-w2.out:
+		t.Fatal("the writer behind the readers got the lock with readers in")
+	case <-r3.out:
+		t.Fatal("the reader behind the queued writer got in before it")
+	case <-time.After(100 * time.Millisecond):
+	}
+	for _, l := range readers {
+		if err := l.Unlock(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lw := <-w2.out
+	if lw == nil {
+		t.FailNow()
+	}
+	if !w2.handed.Load() {
+		t.Error("the writer was not handed the lock by the last reader's release")
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-r3.out:
+			t.Error("the last reader got in while the writer held")
+		case <-time.After(100 * time.Millisecond):
+		}
+	}()
+	wg.Wait()
+	if err := lw.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	l3 := <-r3.out
+	if l3 == nil {
+		t.FailNow()
+	}
+	if err := l3.Unlock(t.Context()); err != nil {
+		t.Error(err)
+	}
+}
