@@ -13,7 +13,8 @@ import (
 // Client per worker over the backend newBackend returns for it. closeFn,
 // when not nil, closes what newBackend opened (the Client does not). Its
 // workers take RWMutexes and Semaphores too (RWWorker, SemaphoreWorker)
-// where the backend has them and opts suit them (Fair does not).
+// where the backend has them and opts suit them (Fair, on backends with
+// driver.CapFairShared).
 func Dlock(name string, newBackend func(ctx context.Context, id int) (b driver.Backend, closeFn func() error, err error), opts ...dlock.Option) Subject {
 	return DlockShared(name, 1, newBackend, opts...)
 }

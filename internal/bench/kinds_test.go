@@ -333,11 +333,15 @@ func TestRunKindsRedis(t *testing.T) {
 		rdb := newClient()
 		return redislock.New(rdb), rdb.Close, nil
 	}), 500*time.Millisecond)
+	runKinds(t, Dlock("dlock-fair", func(ctx context.Context, id int) (driver.Backend, func() error, error) {
+		rdb := newClient()
+		return redislock.New(rdb), rdb.Close, nil
+	}, dlock.Fair()), 500*time.Millisecond)
 }
 
 // TestRunKindUnsupported: a subject whose workers take no read-write
-// locks or semaphores (a plain Worker; dlock with Fair, which those kinds
-// refuse) fails the run with ErrKindUnsupported, before any grant.
+// locks or semaphores (a plain Worker; dlock with Fair on memlock, which
+// has no fair read-write locks or semaphores) fails the run with ErrKindUnsupported, before any grant.
 func TestRunKindUnsupported(t *testing.T) {
 	store := memlock.New()
 	newBackend := func(ctx context.Context, id int) (driver.Backend, func() error, error) { return store, nil, nil }
