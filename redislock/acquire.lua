@@ -78,16 +78,14 @@ end
 -- and the grant is made as the end of this script would make it. EXISTS
 -- counts a key named n times n times, so naming L once, S twice, W four
 -- times, Q eight times and X sixteen times makes its answer tell which of
--- them exist, for the rest of the script (on exclusive requests): the
--- late-request record is read only when it exists (a queue's steady state,
--- whose handed grants record nothing, has none).
-local hasL, hasS, hasW, hasQ, hasX, n
-if not shared then
-  n = redis.call('EXISTS', L, S, S, W, W, W, W, Q, Q, Q, Q, Q, Q, Q, Q,
-    X, X, X, X, X, X, X, X, X, X, X, X, X, X, X, X)
-  hasX, n = n >= 16, n % 16
-  hasL, hasS, hasW, hasQ = n % 2 == 1, n % 4 >= 2, n % 8 >= 4, n >= 8
-end
+-- them exist, for the rest of the script: the late-request record is read
+-- only when it exists (a queue's steady state, whose handed grants record
+-- nothing, has none). A shared request goes past the fast path.
+local hasL, hasS, hasW, hasQ, hasX
+local n = redis.call('EXISTS', L, S, S, W, W, W, W, Q, Q, Q, Q, Q, Q, Q, Q,
+  X, X, X, X, X, X, X, X, X, X, X, X, X, X, X, X)
+hasX, n = n >= 16, n % 16
+hasL, hasS, hasW, hasQ = n % 2 == 1, n % 4 >= 2, n % 8 >= 4, n >= 8
 if hasX ~= false then
   local till = math.max(tonumber(redis.call('ZSCORE', X, 'r' .. rid)) or 0,
     tonumber(redis.call('ZSCORE', X, 't' .. token)) or 0)
@@ -99,7 +97,7 @@ if hasX ~= false then
     end
   end
 end
-if n == 0 then
+if n == 0 and not shared then
   local t = redis.call('TIME')
   return grant(string.format('%s%03d', t[1], math.floor(tonumber(t[2]) / 1000)))
 end
@@ -254,16 +252,19 @@ end
 if shared then
   -- A fair request (fair) is refused through refuse, which queues it when
   -- it waits; another answers as clients before fair shared requests read.
-  if redis.call('EXISTS', L) == 1 then
+  if hasL then
     local holder, pttl = redis.call('HGET', L, 'owner') or '', redis.call('PTTL', L)
     if fair then
       return refuse(holder, pttl, 0, false)
     end
     return {0, holder, pttl, 0, 0, 0, 0}
   end
-  prune(S, SI, 'HDEL')
-  local n = redis.call('ZCARD', S)
-  local mine = redis.call('ZSCORE', S, token)
+  local n, mine = 0, nil
+  if hasS then
+    prune(S, SI, 'HDEL')
+    n = redis.call('ZCARD', S)
+    mine = redis.call('ZSCORE', S, token)
+  end
   if mine then
     -- This request's own hold (pruned above if it expired): it was resent,
     -- or a release handed it to the token (handOff), and this request
@@ -288,7 +289,7 @@ if shared then
       return {2, holder, tonumber(last[2]) - now(), n, held}
     end
   end
-  local writer = redis.call('HMGET', W, 't', 'o')
+  local writer = hasW and redis.call('HMGET', W, 't', 'o') or {false, false}
   if writer[1] and writer[1] ~= token and not (fair and redis.call('ZSCORE', Q, writer[1])) then
     -- A writer intent keeps new readers out, but that of a queued writer
     -- keeps out only requests without fair: the queue orders the others.
@@ -306,7 +307,7 @@ if shared then
     end
     return {0, holder, tonumber(first[2]) - now(), n, 0, 0, 0}
   end
-  if fair and redis.call('EXISTS', Q) == 1 then
+  if fair and hasQ then
     pruneQueue(Q, QE, QO)
     local head = redis.call('ZRANGE', Q, 0, 0)[1]
     if head and head ~= token then

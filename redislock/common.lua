@@ -232,7 +232,8 @@ local handBatch = 100
 -- token, when given, is a token whose queue entry the caller left for
 -- handOff to take off as leave would have first (leaveQueue): with the
 -- head's, in one ZREM, when the head is another token and gets the lock.
-local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token)
+-- noW is true when the caller knows that there is no writer intent.
+local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token, noW)
   if not freed and redis.call('EXISTS', L) == 1 then
     return {}
   end
@@ -310,7 +311,7 @@ local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token)
       break
     end
     if writer == nil then
-      writer = redis.call('HGET', W, 't')
+      writer = not noW and redis.call('HGET', W, 't')
       if writer and redis.call('ZSCORE', Q, writer) then
         writer = false
       end
@@ -324,6 +325,9 @@ local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token)
     unqueue(Q, QE, QO, head, tail)
     n, held = n + 1, limit
     given[#given + 1] = {head, fence, o[2]}
+    if limit > 0 and n >= limit then
+      break -- no permit left for the next
+    end
     head, exp, o, tail = headOf(Q, QE, QO)
     if head and (not exp or exp <= now()) then
       pruneQueue(Q, QE, QO)

@@ -176,6 +176,7 @@ local result = -1
 local notify = false -- announce the release
 local anyone = false -- announce it to every waiter, not only the queue's head
 local freed = false  -- this release deleted an exclusive grant (see handOff)
+local sfit = false   -- this release took a shared hold out: S and SI to fit
 
 -- remember, once X is known to exist or not: a write makes it exist.
 waiting = waiting or exists()
@@ -210,7 +211,7 @@ else
   if exp then
     redis.call('ZREM', S, token)
     redis.call('HDEL', SI, token)
-    fit(S, SI)
+    sfit = true -- fit(S, SI) before the script ends, unless handOff does
     done(recent)
     if tonumber(exp) > now() then
       result, notify, anyone = 0, true, true
@@ -248,8 +249,12 @@ end
 
 local known -- handOff's word on the next, when it made no grant
 if notify and waiters and ARGV[3] ~= '' then
-  local given, next, blocked = handOff(L, F, S, SI, W, Q, QE, QO, freed, deferred and token)
+  local given, next, blocked = handOff(L, F, S, SI, W, Q, QE, QO, freed, deferred and token, waiting % 2 == 0)
   known = next
+  if sfit and #given == 0 then
+    fit(S, SI)
+  end
+  sfit = false
   if blocked then
     return result -- nobody waiting can come in: the news would wake them for nothing
   end
@@ -275,6 +280,9 @@ if notify and waiters and ARGV[3] ~= '' then
     end
     return result
   end
+end
+if sfit then
+  fit(S, SI)
 end
 if notify and ARGV[3] ~= '' then
   announce(L, Q, QE, QO, ARGV[3], ARGV[2], anyone or not waiters, known)

@@ -152,7 +152,7 @@ func WriteTargets(w io.Writer, rep *bench.Report) error {
 		w    bench.Workload
 	}{{"rw", RW}, {"sem", Sem}} {
 		rr := find(SubjectRaw, k.w.Label())
-		for _, d := range []string{SubjectDlock, SubjectDlockPair} {
+		for _, d := range []string{SubjectDlockFair, SubjectDlock, SubjectDlockFairP, SubjectDlockPair} {
 			dl := find(d, k.w.Label())
 			row(d+" "+k.what+" grants/s / raw's", ratio(dl, rr, tput), "≥", 1)
 			row(d+" "+k.what+" Jain", jainOf(dl), "≥", 0.99)

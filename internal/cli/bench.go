@@ -325,7 +325,7 @@ func kindNote(subject string, w bench.Workload, b *backendURL) string {
 	why := fmt.Sprintf("%s stores have no %s", b.kind, what)
 	switch {
 	case strings.HasPrefix(subject, "dlock-fair"):
-		why = "Fair is for Mutexes only"
+		why = fmt.Sprintf("%s stores have no fair %s", b.kind, what)
 	case subject == "raw":
 		why = "the raw baseline has them on Redis only"
 	}

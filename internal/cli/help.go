@@ -210,9 +210,9 @@ Workloads (--workloads), each run for --duration:
                   (not by default)
   sem             a semaphore of --permits permits: --workers workers on one
                   name, 100us critical section (not by default)
-The fair subjects have no rw or sem (Fair is for Mutexes only), nor Redlock
-sem, nor the raw baselines of SQL and etcd: the report notes each one left
-out. In rw, blocked waits count a reader only when a writer got the name,
+The fair subjects run rw and sem on Redis only (the store with fair
+read-write locks and semaphores); Redlock has no sem, SQL and etcd no raw
+rw or sem: the report notes each one left out. In rw, blocked waits count a reader only when a writer got the name,
 handoffs follow writers' releases only, and Jain is the lower of the
 writers' and the readers'; sem has no handoffs (a release frees one of
 several permits).
