@@ -216,7 +216,8 @@ local handBatch = 100
 -- leaves the lock no later than its entry would have; the head's next
 -- request finds its hold and gives it its TTL (acquire.lua).
 -- It returns the grants made, in queue order, each {token, fence, id of
--- the token's client's handoff channel or false}, and what announce would
+-- the token's client's handoff channel or false, true for a shared hold
+-- (then handOff has fitted S and SI)}, and what announce would
 -- find as the next: with no grant, the lock being free, the live head that
 -- a prune leaves the head, or '' when the queue is gone, or nil when it did
 -- not look or found a head that is not live; after handBatch grants, the
@@ -324,7 +325,7 @@ local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token, noW)
     redis.call('HSET', SI, head, string.format('%d %d ', fence, limit) .. owner)
     unqueue(Q, QE, QO, head, tail)
     n, held = n + 1, limit
-    given[#given + 1] = {head, fence, o[2]}
+    given[#given + 1] = {head, fence, o[2], true}
     if limit > 0 and n >= limit then
       break -- no permit left for the next
     end

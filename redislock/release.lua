@@ -251,7 +251,7 @@ local known -- handOff's word on the next, when it made no grant
 if notify and waiters and ARGV[3] ~= '' then
   local given, next, blocked = handOff(L, F, S, SI, W, Q, QE, QO, freed, deferred and token, waiting % 2 == 0)
   known = next
-  if sfit and #given == 0 then
+  if sfit and not (given[1] and given[1][4]) then
     fit(S, SI)
   end
   sfit = false

@@ -160,6 +160,21 @@ end
 -- or renewed while an exclusive grant exists, and an exclusive grant is
 -- made only when no shared hold is live).
 local function handOff(L, F, S, Q, QE, QO, freed)
+  if not freed and redis.call('EXISTS', L) == 0 and redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf') > 0 then
+    -- A live head that takes a handoff, kept out by live shared holds:
+    -- the release announces nothing (its second answer, blocked).
+    local head = redis.call('ZRANGE', Q, 0, 0)[1]
+    local exp = head and tonumber(redis.call('ZSCORE', QE, head))
+    if head and (not exp or exp <= now()) then
+      pruneQueue(Q, QE, QO)
+      head = redis.call('ZRANGE', Q, 0, 0)[1]
+      exp = head and tonumber(redis.call('ZSCORE', QE, head))
+    end
+    if head and exp and exp > now() and redis.call('HGET', QO, head) then
+      return nil, true
+    end
+    return nil
+  end
   if not freed and (redis.call('EXISTS', L) == 1 or redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf') > 0) then
     return nil
   end

@@ -188,6 +188,9 @@ end
 
 if notify and waiters and ARGV[3] ~= '' then
   local head, fence, hid = handOff(L, F, S, Q, QE, QO, freed)
+  if fence == true then
+    return result -- blocked: nobody waiting can come in
+  end
   if head then
     -- To the head's client alone when it has a handoff channel: the other
     -- waiters have nothing to do on a handoff (the lock is not free).
