@@ -90,7 +90,10 @@
 // the write side of its RWMutex. Readers and permits do not mix, nor do
 // semaphores of different sizes: while one holds a name, the other is
 // refused with a *ConflictError (ErrConflict). Redlock has Mutex and
-// RWMutex, not Fair or Semaphore.
+// RWMutex, not Fair or Semaphore. On Redis, Fair makes an RWMutex or a
+// Semaphore fair too: writers, readers and permits queue together, and a
+// release hands a freed permit, or the lock to the readers queued at the
+// head, over itself.
 //
 // # Several names at once
 //
