@@ -2,6 +2,8 @@ package redislock_test
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/test/testserver"
 	"github.com/dlock-go/dlock/redislock"
+	"github.com/redis/go-redis/v9"
 )
 
 // countingBackend counts the acquire requests its Client sends.
@@ -200,5 +203,140 @@ func TestFairRWMutexHandsReadersBatch(t *testing.T) {
 	}
 	if err := l3.Unlock(t.Context()); err != nil {
 		t.Error(err)
+	}
+}
+
+// holdChecker records the leases held at once on one name and reports a
+// grant that exceeds what the kind allows among leases still valid: a
+// lease that was lost (its Err set) may overlap the next holder.
+type holdChecker struct {
+	mu      sync.Mutex
+	limit   int // permits; 0 for an RWMutex
+	held    map[*dlock.Lease]bool
+	overlap []string
+}
+
+func (c *holdChecker) granted(l *dlock.Lease, writer bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.held[l] = writer
+	var readers, writers int
+	for h, w := range c.held {
+		if h.Err() != nil {
+			continue
+		}
+		if w {
+			writers++
+		} else {
+			readers++
+		}
+	}
+	switch {
+	case c.limit > 0 && readers > c.limit:
+		c.overlap = append(c.overlap, fmt.Sprintf("%d permits of %d held", readers, c.limit))
+	case c.limit == 0 && (writers > 1 || writers == 1 && readers > 0):
+		c.overlap = append(c.overlap, fmt.Sprintf("%d writers beside %d readers", writers, readers))
+	}
+}
+
+func (c *holdChecker) released(l *dlock.Lease) {
+	c.mu.Lock()
+	delete(c.held, l)
+	c.mu.Unlock()
+}
+
+// TestFairSharedUnderConnectionFaults runs a fair Semaphore(2) and a fair
+// RWMutex (2 writers, 4 readers) over a proxy that keeps dropping every
+// connection (pub/sub ones too, so that handoff announcements are lost)
+// and slowing them down, and checks that no grant exceeds the kind among
+// valid leases, that no Lock fails while the others come and go (nothing
+// stranded), that every worker is served, and that both names are free
+// once the workers have stopped.
+func TestFairSharedUnderConnectionFaults(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	px := testserver.StartProxy(t, srv.Addr())
+	opts := []dlock.Option{dlock.Fair(), dlock.WithTTL(3 * time.Second)}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	sem := &holdChecker{limit: 2, held: map[*dlock.Lease]bool{}}
+	rw := &holdChecker{held: map[*dlock.Lease]bool{}}
+	var wg sync.WaitGroup
+	grants := make([]atomic.Int64, 12)
+	for id := range 12 {
+		rdb := redis.NewClient(&redis.Options{Addr: px.Addr()})
+		t.Cleanup(func() { _ = rdb.Close() })
+		c := dlock.New(redislock.New(rdb))
+		t.Cleanup(func() { _ = c.Close() })
+		var lock func(context.Context) (*dlock.Lease, error)
+		check, writer := sem, false
+		switch {
+		case id < 6:
+			lock = c.Semaphore("faults-sem", 2, opts...).Acquire
+		case id < 8:
+			lock, check, writer = c.RWMutex("faults-rw", opts...).Lock, rw, true
+		default:
+			lock, check = c.RWMutex("faults-rw", opts...).RLock, rw
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				lctx, lcancel := context.WithTimeout(ctx, 4*time.Second)
+				l, err := lock(lctx)
+				lcancel()
+				if err != nil {
+					if ctx.Err() == nil {
+						t.Errorf("worker %d: Lock failed while the run went on: %v", id, err)
+					}
+					return
+				}
+				grants[id].Add(1)
+				check.granted(l, writer)
+				time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
+				check.released(l)
+				if err := l.Unlock(context.Background()); err != nil {
+					t.Logf("worker %d: Unlock: %v", id, err)
+				}
+			}
+		}()
+	}
+	// Faults for about 4 s: every 250 ms the proxy goes down for 30 ms
+	// (every connection dropped) or slows down by 20 ms for 100 ms.
+	for i := 0; ctx.Err() == nil && i < 12; i++ {
+		if i%2 == 0 {
+			px.Down(t)
+			time.Sleep(30 * time.Millisecond)
+			px.Up(t)
+		} else {
+			px.Latency(t, 20*time.Millisecond)
+			time.Sleep(100 * time.Millisecond)
+			px.ClearLatency(t)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	wg.Wait()
+	for _, c := range []*holdChecker{sem, rw} {
+		if len(c.overlap) > 0 {
+			t.Errorf("%d forbidden overlaps (limit %d), the first: %s", len(c.overlap), c.limit, c.overlap[0])
+		}
+	}
+	var per []int64
+	for id := range grants {
+		n := grants[id].Load()
+		per = append(per, n)
+		if n == 0 {
+			t.Errorf("worker %d was never served", id)
+		}
+	}
+	t.Logf("grants per worker %v", per)
+	fresh := dlock.New(redislock.New(srv.Client(t)))
+	defer fresh.Close()
+	for range 2 {
+		if _, err := fresh.Semaphore("faults-sem", 2).TryAcquire(t.Context()); err != nil {
+			t.Errorf("a permit after the run: %v", err)
+		}
+	}
+	if _, err := fresh.RWMutex("faults-rw").TryLock(t.Context()); err != nil {
+		t.Errorf("the RWMutex after the run: %v", err)
 	}
 }
