@@ -1,11 +1,11 @@
 package locktest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,43 +34,46 @@ func fairUnsupported(t *testing.T, s *Store, name string) bool {
 // queue's head themselves (driver.CapHandoff).
 func handsOff(t *testing.T, s *Store) bool { return supports(t, s, driver.CapHandoff) }
 
-// testFairOrder checks that fair waiters, each in a Client of its own, are
-// granted the lock in the order they arrived.
+// testFairOrder checks, for each fair kind, that fair waiters, each in a
+// Client of its own, are granted the lock in the order they arrived: their
+// grants' fences rise in that order (readers let in together, and permits,
+// are granted one after the other too).
 func testFairOrder(t *testing.T, s *Store) {
-	const name, waiters = "locktest/fair-order", 16
-	if fairUnsupported(t, s, name) {
-		return
-	}
-	holder := lock(t, client(t, s).Mutex(name, dlock.Fair()))
-	var mu sync.Mutex
-	var order []int
-	outs := make([]<-chan outcome, waiters)
-	for i := range waiters {
-		busy, onBusy := busySignal()
-		m := client(t, s).Mutex(name, dlock.Fair(), onBusy)
-		outs[i] = goLock(t.Context(), func(ctx context.Context) (*dlock.Lease, error) {
-			l, err := m.Lock(ctx)
-			if err != nil {
-				return nil, err
+	const waiters = 16
+	eachFairKind(t, s, "locktest/fair-order", false, func(t *testing.T, k fairKind, name string) {
+		held := k.hold(t, s, name, []dlock.Option{dlock.Fair()})
+		stop := k.watch(t, s, name)
+		defer stop()
+		fences := make([]uint64, waiters)
+		outs := make([]<-chan outcome, waiters)
+		for i := range waiters {
+			busy, onBusy := busySignal()
+			lock := k.head(client(t, s), name, dlock.Fair(), onBusy).lock
+			outs[i] = goLock(t.Context(), func(ctx context.Context) (*dlock.Lease, error) {
+				l, err := lock(ctx)
+				if err != nil {
+					return nil, err
+				}
+				fences[i] = l.Fence()
+				return l, l.Unlock(ctx)
+			})
+			// Refused once: queued, so the next one arrives after it.
+			if e := waitBusy(t, fmt.Sprintf("waiter %d", i), busy, outs[i]); e.Position != i+1 {
+				t.Errorf("waiter %d: Position %d, want %d", i, e.Position, i+1)
 			}
-			mu.Lock()
-			order = append(order, i)
-			mu.Unlock()
-			return l, l.Unlock(ctx)
-		})
-		// Refused once: queued, so the next one arrives after it.
-		if e := waitBusy(t, fmt.Sprintf("waiter %d", i), busy, outs[i]); e.Position != i+1 {
-			t.Errorf("waiter %d: Position %d, want %d", i, e.Position, i+1)
 		}
-	}
-	unlock(t, holder)
-	deadline := time.Now().Add(60 * time.Second)
-	for i, out := range outs {
-		waitLease(t, fmt.Sprintf("waiter %d", i), out, time.Until(deadline))
-	}
-	if want := rangeOf(waiters); !slices.Equal(order, want) {
-		t.Errorf("granted in order %v, want arrival order %v", order, want)
-	}
+		unlockAll(t, held)
+		deadline := time.Now().Add(60 * time.Second)
+		for i, out := range outs {
+			waitLease(t, fmt.Sprintf("waiter %d", i), out, time.Until(deadline))
+		}
+		order := rangeOf(waiters)
+		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(fences[a], fences[b]) })
+		if want := rangeOf(waiters); !slices.Equal(order, want) {
+			t.Errorf("granted (by fence) in order %v, want arrival order %v; fences %v", order, want, fences)
+		}
+		stop()
+	})
 }
 
 func rangeOf(n int) []int {

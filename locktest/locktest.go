@@ -113,6 +113,7 @@ var cases = []testCase{
 	{"CloseStopsEverything", testCloseStopsEverything},
 	{"LockDelay", testLockDelay},
 	{"FairOrder", testFairOrder},
+	{"FairRWMutexBatch", testFairRWMutexBatch},
 	{"FairWakesOnlyHead", testFairWakesOnlyHead},
 	{"FairCancelledLeaves", testFairCancelledLeaves},
 	{"FairDeadWaiterLeaves", testFairDeadWaiterLeaves},
