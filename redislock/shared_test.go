@@ -814,6 +814,25 @@ func testNoLeftovers(t *testing.T, e sharedEnv) {
 	release(t, e.b2, "rw", w)
 	only("rw")
 
+	// A reader that crashed, and a fair writer to which the last live
+	// reader's release handed the lock: the crashed hold goes with the
+	// shared keys then, not when that reader's hold would have expired.
+	crashed := sharedReq("ho", newToken(t), "crashed", 0)
+	crashed.TTL = 100 * time.Millisecond
+	mustAcquire(t, e.b, crashed)
+	r := newToken(t)
+	mustAcquire(t, e.b, sharedReq("ho", r, "r", 0))
+	hw := fairReq("ho", newToken(t), "fair writer", true)
+	hw.QueueTTL, hw.Handoff = 5*time.Second, true
+	refused(t, e.b2, hw)
+	time.Sleep(150 * time.Millisecond) // the crashed hold expires
+	release(t, e.b, "ho", r)
+	if info, _, err := e.b.Inspect(t.Context(), "ho"); err != nil || info.Owner != "fair writer" {
+		t.Fatalf("after the last reader's release: %+v, %v; want the lock handed to the fair writer", info, err)
+	}
+	release(t, e.b2, "ho", hw.Token)
+	only("ho")
+
 	// Fair waiters that gave up, and one whose entry lapsed.
 	h := newToken(t)
 	mustAcquire(t, e.b, fairReq("f", h, "h", true))
