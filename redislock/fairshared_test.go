@@ -340,3 +340,31 @@ func TestFairSharedUnderConnectionFaults(t *testing.T) {
 		t.Errorf("the RWMutex after the run: %v", err)
 	}
 }
+
+// TestReleaseOfIntentBesideBlockedHeadAnnounced checks that a release that
+// removes a writer intent is announced to every waiter even when the
+// queue's head, a fair writer, is still kept out by readers: plain readers
+// that the intent kept out may come in now.
+func TestReleaseOfIntentBesideBlockedHeadAnnounced(t *testing.T) {
+	b, _, _ := setup(t)
+	h := listenTo(t, b, "k")
+	reader, plainWriter, fairWriter, plainReader := newToken(t), newToken(t), newToken(t), newToken(t)
+	ttl := 10 * time.Second
+	mustAcquire(t, b, driver.AcquireRequest{Key: "k", Token: reader, Owner: "r", TTL: ttl, Mode: driver.Shared})
+	if res := acquire(t, b, driver.AcquireRequest{Key: "k", Token: plainWriter, Owner: "pw", TTL: ttl, Wait: true, QueueTTL: 5 * time.Second}); !res.Queued {
+		t.Fatalf("plain writer: %+v, want its intent recorded", res)
+	}
+	if res := acquire(t, b, driver.AcquireRequest{Key: "k", Token: fairWriter, Owner: "fw", TTL: ttl, Fair: true, Wait: true,
+		QueueTTL: 5 * time.Second, Handoff: true}); res.Position != 1 {
+		t.Fatalf("fair writer: %+v, want the queue's head", res)
+	}
+	if res := acquire(t, b, driver.AcquireRequest{Key: "k", Token: plainReader, Owner: "pr", TTL: ttl, Mode: driver.Shared, Wait: true,
+		QueueTTL: 5 * time.Second}); res.Acquired || !res.WriterWaiting {
+		t.Fatalf("plain reader: %+v, want refused by the intent", res)
+	}
+	release(t, b, "k", plainWriter) // its wait ended: the intent goes
+	if !h.within(2*time.Second, func(m string) bool { return m == "k " }) {
+		t.Fatalf("heard %q; want the release announced to every waiter", h.all())
+	}
+	mustAcquire(t, b, driver.AcquireRequest{Key: "k", Token: plainReader, Owner: "pr", TTL: ttl, Mode: driver.Shared})
+}

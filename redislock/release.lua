@@ -237,8 +237,10 @@ local waiters = waiting > 0
 -- finds, and hands the lock over when it can: handOff takes token's queue
 -- entry off then (deferred), most often with the head's in one ZREM.
 local deferred = freed and waiting >= 2 and ARGV[3] ~= ''
+local intent = false -- this release removed the token's writer intent
 if waiters then
-  local intent, _, headLeft = leave(L, S, W, Q, QE, QO, token, deferred and waiting % 2 or waiting)
+  local headLeft, _
+  intent, _, headLeft = leave(L, S, W, Q, QE, QO, token, deferred and waiting % 2 or waiting)
   if intent then
     notify, anyone = true, true
   end
@@ -255,8 +257,11 @@ if notify and waiters and ARGV[3] ~= '' then
     fit(S, SI)
   end
   sfit = false
-  if blocked then
-    return result -- nobody waiting can come in: the news would wake them for nothing
+  if blocked and not intent then
+    -- Nobody waiting can come in (the live shared holds keep out what
+    -- they keep out the head from; a removed intent lets readers in that
+    -- do not queue): the news would wake them for nothing.
+    return result
   end
   if #given > 0 then
     -- To each head's client alone when it has a handoff channel: the other

@@ -176,8 +176,10 @@ end
 
 waiting = waiting or redis.call('EXISTS', W, Q, Q)
 local waiters = waiting > 0
+local intent = false -- this release removed the token's writer intent
 if waiters then
-  local intent, _, headLeft = leave(L, S, W, Q, QE, QO, token, waiting)
+  local headLeft, _
+  intent, _, headLeft = leave(L, S, W, Q, QE, QO, token, waiting)
   if intent then
     notify, anyone = true, true
   end
@@ -188,7 +190,7 @@ end
 
 if notify and waiters and ARGV[3] ~= '' then
   local head, fence, hid = handOff(L, F, S, Q, QE, QO, freed)
-  if fence == true then
+  if fence == true and not intent then
     return result -- blocked: nobody waiting can come in
   end
   if head then
