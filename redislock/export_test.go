@@ -35,13 +35,42 @@ func ReleaseWithScripts(ctx context.Context, b *Backend, key, token, releaseLua,
 	b.keysInto(names[:], key, releaseSuffixes[:])
 	keys := make([]string, nk)
 	copy(keys, names[:nk])
-	src := releaseLua
-	if strings.Contains(src, commonMark) {
-		src = strings.Replace(src, commonMark, commonLua, 1)
-	} else {
-		src = commonLua + src
+	return redis.NewScript(joinCommon(releaseLua, commonLua)).Run(ctx, b.rdb, keys, token, names[nk], b.publishArg, b.requestID(), "").Int64()
+}
+
+// joinCommon returns script with commonLua in place of its line
+// "--#common", or in front of it, as withCommon does with this version's.
+func joinCommon(script, commonLua string) string {
+	if strings.Contains(script, commonMark) {
+		return strings.Replace(script, commonMark, commonLua, 1)
 	}
-	return redis.NewScript(src).Run(ctx, b.rdb, keys, token, names[nk], b.publishArg, b.requestID(), "").Int64()
+	return commonLua + script
+}
+
+// Scripts is another version's acquire.lua, release.lua, common.lua and
+// late.lua, as text.
+type Scripts struct{ Acquire, Release, Common, Late string }
+
+// AcquireWithScripts runs the acquire req as b would, with the acquire
+// script made of s (a client's of another version), and reads its answer.
+func AcquireWithScripts(ctx context.Context, b *Backend, req driver.AcquireRequest, s Scripts) (driver.AcquireResult, error) {
+	args, _, err := b.acquireCall(req)
+	if err != nil {
+		return driver.AcquireResult{}, err
+	}
+	c := splitEvalSha(args)
+	reply, err := redis.NewScript(joinCommon(s.Acquire, s.Common)).Run(ctx, b.rdb, c.keys, c.args...).Slice()
+	if err != nil {
+		return driver.AcquireResult{}, err
+	}
+	return parseAcquire(reply)
+}
+
+// ReleaseGrantWithScripts runs b.ReleaseGrant(key, token, fence) with the
+// release script made of s, and returns the script's answer.
+func ReleaseGrantWithScripts(ctx context.Context, b *Backend, key, token string, fence uint64, s Scripts) (int64, error) {
+	c := splitEvalSha(b.releaseCall(key, token, b.publishArg, fenceArg(fence)))
+	return redis.NewScript(s.Late+joinCommon(s.Release, s.Common)).Run(ctx, b.rdb, c.keys, c.args...).Int64()
 }
 
 // LateTTL is how long the late-request record refuses a request (lateTTL).
