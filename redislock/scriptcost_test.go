@@ -83,11 +83,13 @@ func (c commandCounter) count(path string, want uint64, f func()) {
 // the uncontended acquire and release (one script call each), a fair
 // waiter joining a queue and refreshing its entry, the release that hands
 // the lock to the queue's head (each with and without a late-request
-// record on the name), a renewal, and a waiting writer's intent passed on
-// to its next token. A release records the requests of the grant it
-// deletes unless its Backend knows that each reached the server once: the
-// releases that record go through other, a Backend that made none of the
-// grants.
+// record on the name), a renewal, a waiting writer's intent passed on to
+// its next token, and the fair shared paths (a permit joining the queue;
+// the release that hands over a permit, the lock to a batch of readers, or
+// to a writer; a reader's release that lets nobody in). A release records
+// the requests of the grant it deletes unless its Backend knows that each
+// reached the server once: the releases that record go through other, a
+// Backend that made none of the grants.
 func TestScriptPathsCommandCounts(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	ctx := context.Background()
@@ -271,6 +273,82 @@ func TestScriptPathsCommandCounts(t *testing.T) {
 	})
 	if handedFence(t, admin, "dlock:{latest}", "e1") != res.Fence+1 {
 		t.Errorf("the lock was not handed from e0 to e1")
+	}
+
+	// Fair shared requests (RWMutex and Semaphore with Fair), on names
+	// without a late-request record: a release hands a freed permit to the
+	// queue's head, a writer's release the readers at the head, and the
+	// last reader's release a queued writer the lock. Their grants are
+	// released by the Backend that made them (nothing to record).
+	fairShared := func(key, token string, limit int) driver.AcquireRequest {
+		req := fair(token)
+		req.Key, req.Mode, req.Limit = key, driver.Shared, limit
+		return req
+	}
+	sharedHeld := func(key, token string) bool {
+		t.Helper()
+		_, err := admin.ZScore(ctx, "dlock:{"+key+"}:s", token).Result()
+		return err == nil
+	}
+	acquire(fairShared("fsem", "p1", 2), true)
+	acquire(fairShared("fsem", "p2", 2), true)
+	acquire(fairShared("fsem", "p3", 2), false)
+	c.count("fair permit joins a queue, no late-request record", 18, func() { acquire(fairShared("fsem", "p4", 2), false) })
+	c.count("release of a permit, handed to the head of a queue of two, no late-request record", 28, func() {
+		if _, err := b.Release(ctx, "fsem", "p1"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if !sharedHeld("fsem", "p3") || sharedHeld("fsem", "p4") {
+		t.Error("the permit was not handed to the queue's head alone")
+	}
+	for _, n := range []int{1, 3} {
+		key := "frw" + strconv.Itoa(n)
+		first := fair("x" + strconv.Itoa(n))
+		first.Key = key
+		res = acquire(first, true)
+		var readers []string
+		for i := range n {
+			readers = append(readers, key+"r"+strconv.Itoa(i))
+			acquire(fairShared(key, readers[i], 0), false)
+		}
+		want := map[int]uint64{1: 24, 3: 47}[n]
+		path := map[int]string{1: "the queued reader", 3: "the three queued readers"}[n]
+		c.count("writer's release, handed to "+path+", no late-request record", want, func() {
+			releaseBy(b, key, first.Token, res.Fence)
+		})
+		for _, r := range readers {
+			if !sharedHeld(key, r) {
+				t.Errorf("reader %s was not handed a hold", r)
+			}
+		}
+	}
+	// frw1's reader holds; a writer queues behind it.
+	qw := fair("y1")
+	qw.Key = "frw1"
+	acquire(qw, false)
+	c.count("last reader's release, handed to a queued writer, no late-request record", 27, func() {
+		if _, err := b.Release(ctx, "frw1", "frw1r0"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if handedFence(t, admin, "dlock:{frw1}", "y1") == 0 {
+		t.Error("the lock was not handed to the queued writer")
+	}
+	// A reader's release with another reader left, a writer at the head:
+	// nobody waiting can come in, and nothing is announced.
+	acquire(fairShared("frwb", "b1", 0), true)
+	acquire(fairShared("frwb", "b2", 0), true)
+	bw := fair("bw")
+	bw.Key = "frwb"
+	acquire(bw, false)
+	c.count("reader's release, another reader left and a writer at the head (announces nothing), no late-request record", 21, func() {
+		if _, err := b.Release(ctx, "frwb", "b1"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if handedFence(t, admin, "dlock:{frwb}", "bw") != 0 {
+		t.Error("the writer was handed the lock beside a reader")
 	}
 
 	// A waiting writer's intent passed to its next token
