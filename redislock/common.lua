@@ -224,8 +224,10 @@ local handBatch = 100
 -- next head, which may come in too. Its third answer is true when it made
 -- no grant because the head, live and accepting a handoff, waits for live
 -- shared holds (of another limit, or as many as its limit; or readers,
--- for a writer): those keep out whoever else waits too, and a release of
--- the last of them hands the lock over. freed is true when the caller has just
+-- for a writer): those keep out the fair waiters behind it, and plain
+-- ones while a writer's intent stands (a release that takes an intent off
+-- announces it all the same: release.lua), and a release of the last of
+-- them hands the lock over. freed is true when the caller has just
 -- deleted an exclusive grant: then the lock is free of live shared holds
 -- too, with no need to look (no shared hold is granted or renewed while an
 -- exclusive grant exists, and an exclusive grant is made only when no
