@@ -151,14 +151,23 @@ local function leaveQueue(L, S, Q, QE, QO, token)
   if not unqueue(Q, QE, QO, token) then
     return false, false
   end
-  return true, head == token and redis.call('EXISTS', L) == 0 and
-      redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf') == 0
+  if head ~= token or redis.call('EXISTS', L) == 1 then
+    return true, false
+  end
+  if redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf') == 0 then
+    return true, true
+  end
+  -- Live shared holds: a shared entry now at the head may join them (the
+  -- readers queued behind a writer that gave up).
+  local next = redis.call('ZRANGE', Q, 0, 0)[1]
+  return true, next ~= nil and redis.call('HEXISTS', QO, '\1' .. next) == 1
 end
 
 -- leave takes token's writer intent and fair queue entry off the lock (KEYS
 -- as named in release.lua) and returns whether it had an intent (its going
 -- concerns every waiter), whether it had an entry, and whether it was the
--- head of the queue and left the lock free, so that the next may go. n,
+-- head of the queue and left the lock free, or left a shared entry at the
+-- head beside live shared holds, so that the next may go. n,
 -- when the caller has it, is the answer of EXISTS W Q Q (odd: W exists; 2
 -- or more: Q exists): a missing key is not read.
 local function leave(L, S, W, Q, QE, QO, token, n)

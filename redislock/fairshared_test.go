@@ -368,3 +368,49 @@ func TestReleaseOfIntentBesideBlockedHeadAnnounced(t *testing.T) {
 	}
 	mustAcquire(t, b, driver.AcquireRequest{Key: "k", Token: plainReader, Owner: "pr", TTL: ttl, Mode: driver.Shared})
 }
+
+// TestHeadWriterLeavingLetsReadersBehindIn checks that a fair writer at the
+// head of the queue that gives up while readers hold the name, without an
+// intent of its own to take off, lets the fair reader queued behind it in
+// at once: the release of its token hands the reader a hold, and its
+// withdrawal names the reader as the next. (The writer queued while an
+// exclusive holder had the name, so it recorded no intent; the holder's
+// lease ran out and a plain reader, which does not queue, came in.)
+func TestHeadWriterLeavingLetsReadersBehindIn(t *testing.T) {
+	for _, how := range []string{"release", "withdraw"} {
+		t.Run(how, func(t *testing.T) {
+			b, rdb, _ := setup(t)
+			waiter := redislock.New(rdb)
+			h := listenTo(t, waiter, "k")
+			holder, writer, reader, plain := newToken(t), newToken(t), newToken(t), newToken(t)
+			ttl := 10 * time.Second
+			fair := func(tok string, mode driver.Mode) driver.AcquireRequest {
+				return driver.AcquireRequest{Key: "k", Token: tok, Owner: tok, TTL: ttl, Mode: mode, Fair: true, Wait: true,
+					QueueTTL: 5 * time.Second, Handoff: true}
+			}
+			mustAcquire(t, b, driver.AcquireRequest{Key: "k", Token: holder, Owner: "x", TTL: 200 * time.Millisecond})
+			if res := acquire(t, b, fair(writer, driver.Exclusive)); res.Position != 1 {
+				t.Fatalf("writer: %+v, want the queue's head", res)
+			}
+			if res := acquire(t, waiter, fair(reader, driver.Shared)); res.Acquired || res.Position != 2 {
+				t.Fatalf("reader: %+v, want queued behind the writer", res)
+			}
+			for rdb.Exists(t.Context(), "dlock:{k}").Val() == 1 {
+				time.Sleep(5 * time.Millisecond) // the holder's lease runs out
+			}
+			mustAcquire(t, b, driver.AcquireRequest{Key: "k", Token: plain, Owner: "p", TTL: ttl, Mode: driver.Shared})
+			if how == "release" {
+				release(t, b, "k", writer)
+				waitHeard(t, h, "k "+reader+"\x00") // handed a hold
+			} else {
+				if err := b.Withdraw(t.Context(), "k", writer); err != nil {
+					t.Fatal(err)
+				}
+				if !h.within(2*time.Second, func(m string) bool { return m == "k "+reader }) {
+					t.Fatalf("heard %q; want the reader named as the next", h.all())
+				}
+			}
+			mustAcquire(t, waiter, fair(reader, driver.Shared))
+		})
+	}
+}
