@@ -27,7 +27,7 @@ func runHolding(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-cha
 	cmd.Stdin = os.Stdin
 	cmd.Stdout = a.stdout
 	cmd.Stderr = a.stderr
-	cmd.Env = childEnv(withoutCredentials(os.Environ()), lease, o.kind)
+	cmd.Env = childEnv(withoutCredentials(os.Environ()), lease, o.kind, o.fair)
 	cmd.SysProcAttr = childProcAttr()
 	release := func() error { return releaseLease(a, o, lease, sigs) }
 
@@ -460,19 +460,28 @@ func lossReason(err error) string {
 	return oneLine(err.Error())
 }
 
-// childEnv is env with the lock's variables set, replacing any already there.
-func childEnv(env []string, lease *dlock.Lease, kind lockKind) []string {
+// childEnv is env with the lock's variables set, replacing any already
+// there: DLOCK_FAIR=1 for a --fair run of any kind, and none otherwise.
+func childEnv(env []string, lease *dlock.Lease, kind lockKind, fair bool) []string {
 	vars := []string{
 		"DLOCK_NAME=" + lease.Name(),
 		"DLOCK_FENCE=" + strconv.FormatUint(lease.Fence(), 10),
 		"DLOCK_OWNER=" + lease.Owner(),
 		"DLOCK_KIND=" + kind.String(),
 	}
+	names := []string{"DLOCK_FAIR"}
+	if fair {
+		vars = append(vars, "DLOCK_FAIR=1")
+		names = nil
+	}
+	for _, v := range vars {
+		name, _, _ := strings.Cut(v, "=")
+		names = append(names, name)
+	}
 	out := make([]string, 0, len(env)+len(vars))
 outer:
 	for _, kv := range env {
-		for _, v := range vars {
-			name, _, _ := strings.Cut(v, "=")
+		for _, name := range names {
 			if strings.HasPrefix(kv, name+"=") {
 				continue outer
 			}
