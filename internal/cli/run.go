@@ -183,7 +183,7 @@ func runFlags(fs *pflag.FlagSet, o *runOptions, wait *waitFlag) {
 	durationVar(fs, &o.killGrace, "kill-grace", defaultKillGrace, "time between SIGTERM and SIGKILL when the lock is lost")
 	fs.StringVar(&o.metadata, "metadata", "", "free text stored with the lock, shown to waiters and by dlock ls")
 	durationVar(fs, &o.lockDelay, "lock-delay", 0, "after a lease expires without a release, keep the lock from others this much longer (Redis, Redlock)")
-	fs.BoolVar(&o.fair, "fair", false, "waiters get the lock in arrival order; alone a fair exclusive lock, or a fair --shared or --semaphore (Redis)")
+	fs.BoolVar(&o.fair, "fair", false, "waiters get the lock in arrival order; with --shared or --semaphore a fair reader or permit (Redis)")
 	fs.BoolVar(&o.shared, "shared", false, "a shared (read) lock: exclusive runs wait for it")
 	fs.IntVar(&o.permits, "semaphore", 0, "one of N permits (N from 1 to 1048576)")
 }
