@@ -396,10 +396,29 @@ func leftFree(t *testing.T, e *env, rdb *testserver.Redis, name string) {
 
 // TestRunFairSemaphore: runs of --semaphore 1 --fair get the permit in the
 // order they came, each saying its place in the queue; a fair run that does
-// not wait yields to the queue; the name is left free.
+// not wait yields to the queue; the name is left free. On one Redis node, a
+// Sentinel set and a Cluster.
 func TestRunFairSemaphore(t *testing.T) {
-	t.Parallel()
-	u, rdb := redisURL(t)
+	t.Run("redis", func(t *testing.T) {
+		t.Parallel()
+		u, rdb := redisURL(t)
+		testRunFairSemaphore(t, u, rdb)
+	})
+	t.Run("sentinel", func(t *testing.T) {
+		t.Parallel()
+		set := testserver.StartSentinel(t)
+		testRunFairSemaphore(t, "redis+sentinel://"+strings.Join(set.SentinelAddrs(), ",")+"/"+set.MasterName(), set.Primary(t))
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		c := testserver.StartCluster(t, 1)
+		testRunFairSemaphore(t, "redis+cluster://"+c.Addrs()[0], c.Node(0))
+	})
+}
+
+// testRunFairSemaphore is TestRunFairSemaphore on the store at u, whose
+// keys are on rdb.
+func testRunFairSemaphore(t *testing.T, u string, rdb *testserver.Redis) {
 	dir := t.TempDir()
 	e := newEnv(t, u, "DIR="+dir)
 	p1 := hold(t, e, dir, "p1", true, "run", "--semaphore", "1", "--fair", "fpool")
