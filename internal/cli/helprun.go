@@ -100,11 +100,11 @@ While it waits, dlock says on stderr what keeps the lock from it (the holder,
 held for, expires in; "a writer is waiting" for a reader; "5 of 5 permits in
 use"; "2 readers hold it"; with --fair, its place in the queue, "3rd in the
 queue", and, for a fair reader or permit that the holds alone would let in,
-"others are queued ahead"), and again whenever that changes ("now held by" for a new holder);
-when stderr is a terminal it also keeps a line showing how long it has
-waited. A plain run that waits is also put in the name's queue after a
-moment, where the store allows it, so that runs that release and lock again
-at once cannot starve it; it shows no place, as it asked for no order.
+"others are queued ahead"), and again whenever that changes ("now held by"
+for a new holder); when stderr is a terminal it also keeps a line showing how
+long it has waited. A plain run that waits is also put in the name's queue
+after a moment, where the store allows it, so that runs that release and lock
+again at once cannot starve it; it shows no place, as it asked for no order.
 
 In the foreground of a terminal, with the terminal as stdin, COMMAND gets the
 terminal: it can read from it, and Ctrl-C reaches it directly. Otherwise
@@ -189,5 +189,5 @@ Examples:
   dlock run --shared --wait 1m catalog -- ./read-catalog.sh
   dlock run --wait 10m catalog -- ./rebuild-catalog.sh   # after the readers
   dlock run --semaphore 3 --wait forever encoders -- ffmpeg -i in.mov out.mp4
-  dlock run --fair --semaphore 3 --wait 1h encoders -- ./encode.sh  # in turn (Redis)
+  dlock run --fair --semaphore 3 --wait 1h encoders -- ./encode.sh  # Redis
 `
