@@ -515,28 +515,30 @@ func TestRunFairSharedNeedsRedis(t *testing.T) {
 	expect(t, e.run("run", "--fair", "k", "--", "true"), 0) // a fair exclusive lock works
 }
 
-// TestRunKindEnv: DLOCK_KIND names the kind, and every kind draws its fence
-// from the name's one counter.
+// TestRunKindEnv: DLOCK_KIND names the kind, DLOCK_FAIR is 1 on a fair run
+// and unset otherwise (whatever was inherited), and every kind draws its
+// fence from the name's one counter.
 func TestRunKindEnv(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, sqliteURL(t), "DLOCK_KIND=stale")
+	e := newEnv(t, sqliteURL(t), "DLOCK_KIND=stale", "DLOCK_FAIR=stale")
 	var last uint64
 	for _, c := range []struct {
 		flags []string
 		kind  string
+		fair  string
 	}{
-		{nil, "exclusive"},
-		{[]string{"--fair"}, "fair"},
-		{[]string{"--shared"}, "shared"},
-		{[]string{"--semaphore", "4"}, "semaphore"},
+		{nil, "exclusive", "unset"},
+		{[]string{"--fair"}, "fair", "1"},
+		{[]string{"--shared"}, "shared", "unset"},
+		{[]string{"--semaphore", "4"}, "semaphore", "unset"},
 	} {
-		args := append(append([]string{"run"}, c.flags...), "k", "--", "sh", "-c", `echo "$DLOCK_KIND $DLOCK_FENCE"`)
+		args := append(append([]string{"run"}, c.flags...), "k", "--", "sh", "-c", `echo "$DLOCK_KIND $DLOCK_FENCE ${DLOCK_FAIR-unset}"`)
 		r := e.run(args...)
 		expect(t, r, 0)
-		var kind string
+		var kind, fair string
 		var fence uint64
-		if _, err := fmt.Sscan(r.stdout, &kind, &fence); err != nil || kind != c.kind || fence <= last {
-			t.Errorf("run %v: %q (%v), want kind %s and a fence above %d", c.flags, r.stdout, err, c.kind, last)
+		if _, err := fmt.Sscan(r.stdout, &kind, &fence, &fair); err != nil || kind != c.kind || fair != c.fair || fence <= last {
+			t.Errorf("run %v: %q (%v), want kind %s, DLOCK_FAIR %s and a fence above %d", c.flags, r.stdout, err, c.kind, c.fair, last)
 		}
 		last = fence
 	}

@@ -460,33 +460,28 @@ func lossReason(err error) string {
 	return oneLine(err.Error())
 }
 
-// childEnv is env with the lock's variables set, replacing any already
-// there: DLOCK_FAIR=1 for a --fair run of any kind, and none otherwise.
+// childEnv is env with the lock's variables set, replacing any already there.
 func childEnv(env []string, lease *dlock.Lease, kind lockKind, fair bool) []string {
 	vars := []string{
 		"DLOCK_NAME=" + lease.Name(),
 		"DLOCK_FENCE=" + strconv.FormatUint(lease.Fence(), 10),
 		"DLOCK_OWNER=" + lease.Owner(),
 		"DLOCK_KIND=" + kind.String(),
-	}
-	names := []string{"DLOCK_FAIR"}
-	if fair {
-		vars = append(vars, "DLOCK_FAIR=1")
-		names = nil
-	}
-	for _, v := range vars {
-		name, _, _ := strings.Cut(v, "=")
-		names = append(names, name)
+		"DLOCK_FAIR=1", // last: left out, yet removed from env, unless fair
 	}
 	out := make([]string, 0, len(env)+len(vars))
 outer:
 	for _, kv := range env {
-		for _, name := range names {
+		for _, v := range vars {
+			name, _, _ := strings.Cut(v, "=")
 			if strings.HasPrefix(kv, name+"=") {
 				continue outer
 			}
 		}
 		out = append(out, kv)
+	}
+	if !fair {
+		vars = vars[:len(vars)-1]
 	}
 	return append(out, vars...)
 }

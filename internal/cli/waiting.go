@@ -173,9 +173,9 @@ func waitState(e *dlock.NotObtainedError) string {
 }
 
 // place is the waiter's place in the fair queue that a message gives, or 0.
-// Only a --fair run (of any kind) has one to show: a plain waiter that dlock has queued,
-// so that it is not starved, is in the same queue, but it asked for no
-// order, and its place would only puzzle the user.
+// Only a --fair run (of any kind) has one to show: a plain waiter that
+// dlock has queued, so that it is not starved, is in the same queue, but it
+// asked for no order, and its place would only puzzle the user.
 func (r *waitReporter) place(e *dlock.NotObtainedError) int {
 	if !r.fair {
 		return 0
