@@ -25,14 +25,16 @@ script's commands, which are not its own: prefer a COMMAND
 dlock takes the lock, waiting up to --wait for it, then starts COMMAND in a
 process group of its own, with DLOCK_NAME (the lock's name), DLOCK_FENCE (its
 fencing token, larger than that of every earlier holder), DLOCK_OWNER (the
-owner string others see) and DLOCK_KIND (exclusive, fair, shared or
-semaphore: the kind of lock held) added to its environment. SIGINT, SIGTERM,
+owner string others see), DLOCK_KIND (exclusive, fair, shared or
+semaphore: the kind of lock held; a fair reader or permit is shared or
+semaphore) and, for a --fair run of any kind, DLOCK_FAIR=1 added to its
+environment (DLOCK_FAIR is removed from it otherwise). SIGINT, SIGTERM,
 SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to dlock are passed on to that
 process group (followed by SIGCONT for the first four, so that a stopped
 process gets them). dlock renews the lease every TTL/3 while COMMAND runs,
 and exits with COMMAND's exit status.
 
-Kinds of lock (at most one of the flags):
+Kinds of lock (--shared and --semaphore exclude each other):
   (none)          exclusive: one holder at a time. This is also the write side
                   of a read-write lock: it waits until no reader holds NAME,
                   and once it waits, new readers wait behind it.
@@ -43,10 +45,19 @@ Kinds of lock (at most one of the flags):
                   never with an exclusive holder.
   --semaphore N   one of N permits: at most N such runs hold NAME together.
                   N is this run's; give the same N to every run on NAME.
+  --fair --shared, --fair --semaphore N
+                  a fair reader or permit: NAME's waiters (--fair writers,
+                  readers or permits) get it in the order they arrived; a
+                  reader waits behind a writer queued before it, even while
+                  readers hold NAME. A released permit goes to the head of
+                  the queue, a writer's release to the readers queued
+                  together at its head. Redis only (one node, Sentinel,
+                  Cluster).
 Each reader and permit holder has a lease of its own, with its own fence.
 The kinds share one name: an exclusive run on NAME excludes its readers and
-permit holders too. A store without the kind refuses the flag (exit 64):
-Redlock (redlock://) has no semaphores and no fair locks.
+permit holders too. A store without the kind refuses the flags (exit 64)
+before it runs anything: Redlock (redlock://) has no semaphores and no fair
+locks, and only Redis has fair readers and permits.
 
 When COMMAND exits but processes it started in the background are still
 running in its process group (cmd &), dlock keeps holding and renewing the
@@ -88,11 +99,12 @@ supervisor that kills the whole process group if you need more.
 While it waits, dlock says on stderr what keeps the lock from it (the holder,
 held for, expires in; "a writer is waiting" for a reader; "5 of 5 permits in
 use"; "2 readers hold it"; with --fair, its place in the queue, "3rd in the
-queue"), and again whenever that changes ("now held by" for a new holder);
-when stderr is a terminal it also keeps a line showing how long it has
-waited. A plain run that waits is also put in the name's queue after a
-moment, where the store allows it, so that runs that release and lock again
-at once cannot starve it; it shows no place, as it asked for no order.
+queue", and, for a fair reader or permit that the holds alone would let in,
+"others are queued ahead"), and again whenever that changes ("now held by"
+for a new holder); when stderr is a terminal it also keeps a line showing how
+long it has waited. A plain run that waits is also put in the name's queue
+after a moment, where the store allows it, so that runs that release and lock
+again at once cannot starve it; it shows no place, as it asked for no order.
 
 In the foreground of a terminal, with the terminal as stdin, COMMAND gets the
 terminal: it can read from it, and Ctrl-C reaches it directly. Otherwise
@@ -133,7 +145,9 @@ Flags:
                              paused or cut off from the store), keep the lock
                              from others for this much longer (default 0; Redis,
                              Redlock only; not with --shared or --semaphore)
-  --fair                     a fair exclusive lock: waiters get it in order
+  --fair                     waiters get the lock in arrival order: alone, a
+                             fair exclusive lock; with --shared or
+                             --semaphore, a fair reader or permit (Redis)
   --shared                   a shared (read) lock: exclusive runs wait for it
   --semaphore N              one of N permits (N from 1 to 1048576)
 ` + backendFlagsHelp + `
@@ -175,4 +189,5 @@ Examples:
   dlock run --shared --wait 1m catalog -- ./read-catalog.sh
   dlock run --wait 10m catalog -- ./rebuild-catalog.sh   # after the readers
   dlock run --semaphore 3 --wait forever encoders -- ffmpeg -i in.mov out.mp4
+  dlock run --fair --semaphore 3 --wait 1h encoders -- ./encode.sh  # Redis
 `

@@ -13,35 +13,43 @@ import (
 	"github.com/dlock-go/dlock/driver"
 )
 
-// TestParseKind: --fair, --shared and --semaphore N set the kind, and the
-// combinations that make no sense are usage errors.
+// TestParseKind: --fair, --shared and --semaphore N set the kind, --fair
+// makes a reader or a permit fair, and the combinations that make no sense
+// are usage errors.
 func TestParseKind(t *testing.T) {
 	a := &app{connectTimeout: defaultConnectTimeout}
 	good := []struct {
 		args    []string
 		kind    lockKind
+		fair    bool
 		permits int
+		flags   string // kindFlags
 	}{
-		{[]string{"x", "--", "true"}, lockExclusive, 0},
-		{[]string{"--fair", "x", "--", "true"}, lockFair, 0},
-		{[]string{"x", "--shared", "--", "true"}, lockShared, 0},
-		{[]string{"--semaphore", "3", "x", "--", "true"}, lockSemaphore, 3},
-		{[]string{"--semaphore=1", "x", "--", "true"}, lockSemaphore, 1},
-		{[]string{"--fair", "--lock-delay", "1s", "x", "--", "true"}, lockFair, 0},
+		{[]string{"x", "--", "true"}, lockExclusive, false, 0, ""},
+		{[]string{"--fair", "x", "--", "true"}, lockFair, true, 0, "--fair"},
+		{[]string{"x", "--shared", "--", "true"}, lockShared, false, 0, "--shared"},
+		{[]string{"--semaphore", "3", "x", "--", "true"}, lockSemaphore, false, 3, "--semaphore"},
+		{[]string{"--semaphore=1", "x", "--", "true"}, lockSemaphore, false, 1, "--semaphore"},
+		{[]string{"--fair", "--lock-delay", "1s", "x", "--", "true"}, lockFair, true, 0, "--fair"},
+		{[]string{"--fair", "--shared", "x", "--", "true"}, lockShared, true, 0, "--fair --shared"},
+		{[]string{"--shared", "--fair", "x", "--", "true"}, lockShared, true, 0, "--fair --shared"},
+		{[]string{"--semaphore", "2", "--fair", "x", "--", "true"}, lockSemaphore, true, 2, "--fair --semaphore"},
 	}
 	for _, c := range good {
 		o, err := parseRunArgs(a, c.args)
-		if err != nil || o.kind != c.kind || o.permits != c.permits {
-			t.Errorf("run %q: kind %v, permits %d, %v; want %v, %d", c.args, o.kind, o.permits, err, c.kind, c.permits)
+		if err != nil || o.kind != c.kind || o.fair != c.fair || o.permits != c.permits || o.kindFlags() != c.flags {
+			t.Errorf("run %q: kind %v, fair %v, permits %d, flags %q, %v; want %v, %v, %d, %q",
+				c.args, o.kind, o.fair, o.permits, o.kindFlags(), err, c.kind, c.fair, c.permits, c.flags)
 		}
 	}
 	bad := []struct {
 		args []string
 		want string
 	}{
-		{[]string{"--fair", "--shared", "x", "--", "true"}, "--fair and --shared exclude each other"},
 		{[]string{"--shared", "--semaphore", "2", "x", "--", "true"}, "--shared and --semaphore exclude each other"},
-		{[]string{"--fair", "--shared", "--semaphore", "2", "x", "--", "true"}, "--fair and --shared and --semaphore exclude each other"},
+		{[]string{"--fair", "--shared", "--semaphore", "2", "x", "--", "true"}, "--shared and --semaphore exclude each other"},
+		{[]string{"--fair", "--semaphore", "0", "x", "--", "true"}, "--semaphore 0: want the number of permits"},
+		{[]string{"--fair", "--shared", "--lock-delay", "1s", "x", "--", "true"}, "--lock-delay does not apply to --shared"},
 		{[]string{"--semaphore", "0", "x", "--", "true"}, "--semaphore 0: want the number of permits, from 1 to 1048576"},
 		{[]string{"--semaphore", "-2", "x", "--", "true"}, "--semaphore -2: want the number of permits"},
 		{[]string{"--semaphore", "1048577", "x", "--", "true"}, "--semaphore 1048577: want"},
@@ -58,18 +66,24 @@ func TestParseKind(t *testing.T) {
 	}
 }
 
-// TestKindEnv: DLOCK_KIND names each kind, and replaces a value inherited
-// from the environment.
+// TestKindEnv: DLOCK_KIND names each kind, DLOCK_FAIR=1 marks a fair run,
+// and both replace values inherited from the environment.
 func TestKindEnv(t *testing.T) {
 	for kind, want := range map[lockKind]string{lockExclusive: "exclusive", lockFair: "fair", lockShared: "shared", lockSemaphore: "semaphore"} {
 		if kind.String() != want {
 			t.Errorf("%d.String() = %q, want %q", kind, kind.String(), want)
 		}
 	}
-	env := childEnv([]string{"DLOCK_KIND=stale", "DLOCK_KINDNESS=kept", "HOME=/h"}, nil, lockShared)
+	env := childEnv([]string{"DLOCK_KIND=stale", "DLOCK_FAIR=1", "DLOCK_KINDNESS=kept", "DLOCK_FAIRNESS=kept", "HOME=/h"}, nil, lockShared, false)
 	got := strings.Join(env, " ")
-	if strings.Contains(got, "stale") || !strings.Contains(got, "DLOCK_KINDNESS=kept") || !strings.HasSuffix(got, "DLOCK_KIND=shared") {
-		t.Errorf("childEnv = %q", env)
+	if strings.Contains(got, "stale") || strings.Contains(got, "DLOCK_FAIR=") || !strings.Contains(got, "DLOCK_KINDNESS=kept") ||
+		!strings.Contains(got, "DLOCK_FAIRNESS=kept") || !strings.HasSuffix(got, "DLOCK_KIND=shared") {
+		t.Errorf("childEnv of a plain reader = %q", env)
+	}
+	env = childEnv([]string{"DLOCK_FAIR=stale", "HOME=/h"}, nil, lockSemaphore, true)
+	got = strings.Join(env, " ")
+	if strings.Contains(got, "stale") || !strings.HasSuffix(got, "DLOCK_KIND=semaphore DLOCK_FAIR=1") {
+		t.Errorf("childEnv of a fair permit = %q", env)
 	}
 }
 
@@ -80,48 +94,69 @@ func TestWaitMessages(t *testing.T) {
 	cases := []struct {
 		name    string
 		kind    lockKind
+		fair    bool
 		permits int
 		e       dlock.NotObtainedError
 		line    string // describe, first message, --wait 30s
 		final   string // notObtainedErr with --wait 0
 	}{
-		{"exclusive holder", lockExclusive, 0,
+		{"exclusive holder", lockExclusive, false, 0,
 			dlock.NotObtainedError{Holder: owner, HolderTTL: 8 * time.Second},
 			`"x" is held by ` + owner + ` (held for \S+, expires in 8.0s); waiting up to 30s`,
 			`"x" is held by ` + owner + ` \(held for \S+, expires in 8.0s\); not waiting \(--wait 0\)`},
-		{"writer waiting", lockShared, 0,
+		{"writer waiting", lockShared, false, 0,
 			dlock.NotObtainedError{Holder: owner, HolderTTL: 4 * time.Second, WriterWaiting: true},
 			`"x": a writer is waiting (owner ` + owner + `), and readers let it go first; waiting up to 30s`,
 			`"x": a writer is waiting \(owner ` + owner + `\), and readers let it go first; not waiting \(--wait 0\)`},
-		{"writer waiting, semaphore", lockSemaphore, 5,
+		{"writer waiting, semaphore", lockSemaphore, false, 5,
 			dlock.NotObtainedError{Holder: owner, HolderTTL: 4 * time.Second, WriterWaiting: true},
 			`"x": a writer is waiting (owner ` + owner + `), and permit holders let it go first; waiting up to 30s`,
 			`"x": a writer is waiting \(owner ` + owner + `\), and permit holders let it go first; not waiting \(--wait 0\)`},
-		{"permits", lockSemaphore, 5,
+		{"permits", lockSemaphore, false, 5,
 			dlock.NotObtainedError{Holder: owner, HolderTTL: 3 * time.Second, Shared: 5, Permits: 5},
 			`"x": 5 of 5 permits in use (next expires in 3.0s); waiting up to 30s`,
 			`"x": 5 of 5 permits in use \(next expires in 3.0s\); not waiting \(--wait 0\)`},
-		{"readers", lockExclusive, 0,
+		{"readers", lockExclusive, false, 0,
 			dlock.NotObtainedError{Holder: owner, HolderTTL: 9 * time.Second, Shared: 2},
 			`"x": 2 readers hold it (the last expires in 9.0s); waiting up to 30s`,
 			`"x": 2 readers hold it \(the last expires in 9.0s\); not waiting \(--wait 0\)`},
-		{"one reader", lockExclusive, 0,
+		{"one reader", lockExclusive, false, 0,
 			dlock.NotObtainedError{Holder: owner, HolderTTL: 9 * time.Second, Shared: 1},
 			`"x": 1 reader holds it (the last expires in 9.0s); waiting up to 30s`,
 			`"x": 1 reader holds it`},
-		{"fair queue", lockFair, 0,
+		{"fair queue", lockFair, true, 0,
 			dlock.NotObtainedError{Holder: owner, HolderTTL: 8 * time.Second, Position: 3},
 			`"x" is held by ` + owner + ` (held for \S+, expires in 8.0s); 3rd in the queue; waiting up to 30s`,
 			`"x" is held by ` + owner},
-		{"fair, free, queue ahead", lockFair, 0,
+		{"fair, free, queue ahead", lockFair, true, 0,
 			dlock.NotObtainedError{Position: 2},
 			`"x" is free, but others are queued for it (a fair lock goes to them first); 2nd in the queue; waiting up to 30s`,
 			`"x" is free, but others are queued for it \(a fair lock goes to them first\); not waiting \(--wait 0\)`},
+		{"fair reader, readers and a queue ahead", lockShared, true, 0,
+			dlock.NotObtainedError{Holder: owner, HolderTTL: 9 * time.Second, Shared: 2, Position: 2},
+			`"x": 2 readers hold it (the last expires in 9.0s), and others are queued ahead (a fair lock goes to them first); 2nd in the queue; waiting up to 30s`,
+			`"x": 2 readers hold it \(the last expires in 9.0s\), and others are queued ahead \(a fair lock goes to them first\); not waiting \(--wait 0\)`},
+		{"fair permit, a permit free and a queue ahead", lockSemaphore, true, 3,
+			dlock.NotObtainedError{Holder: owner, HolderTTL: 3 * time.Second, Shared: 2, Permits: 3, Position: 1},
+			`"x": 2 of 3 permits in use (next expires in 3.0s), and others are queued ahead (a fair lock goes to them first); 1st in the queue; waiting up to 30s`,
+			`"x": 2 of 3 permits in use \(next expires in 3.0s\), and others are queued ahead`},
+		{"fair permit, every permit in use", lockSemaphore, true, 2,
+			dlock.NotObtainedError{Holder: owner, HolderTTL: 3 * time.Second, Shared: 2, Permits: 2, Position: 1},
+			`"x": 2 of 2 permits in use (next expires in 3.0s); 1st in the queue; waiting up to 30s`,
+			`"x": 2 of 2 permits in use \(next expires in 3.0s\); not waiting \(--wait 0\)`},
+		{"fair permit, free, queue ahead", lockSemaphore, true, 2,
+			dlock.NotObtainedError{Position: 3},
+			`"x" is free, but others are queued for it (a fair lock goes to them first); 3rd in the queue; waiting up to 30s`,
+			`"x" is free, but others are queued for it \(a fair lock goes to them first\); not waiting \(--wait 0\)`},
+		{"fair reader, a writer holds it", lockShared, true, 0,
+			dlock.NotObtainedError{Holder: owner, HolderTTL: 8 * time.Second, Position: 2},
+			`"x" is held by ` + owner + ` (held for \S+, expires in 8.0s); 2nd in the queue; waiting up to 30s`,
+			`"x" is held by ` + owner},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			o := &runOptions{name: "x", kind: c.kind, permits: c.permits, wait: 30 * time.Second, conflictCode: exitNotObtained}
-			r := &waitReporter{name: o.name, kind: o.kind, permits: o.permits, wait: o.wait}
+			o := &runOptions{name: "x", kind: c.kind, fair: c.fair, permits: c.permits, wait: 30 * time.Second, conflictCode: exitNotObtained}
+			r := &waitReporter{name: o.name, kind: o.kind, fair: o.fair, permits: o.permits, wait: o.wait}
 			e := c.e
 			e.Name = "x"
 			line := r.describe(&e, false, false)
@@ -163,7 +198,7 @@ func TestWaitMessages(t *testing.T) {
 	if r.place(held) != 0 {
 		t.Error("a plain waiter's place counts as a change")
 	}
-	fair := &waitReporter{name: "x", kind: lockFair, wait: waitForever}
+	fair := &waitReporter{name: "x", kind: lockFair, fair: true, wait: waitForever}
 	moved := *held
 	moved.Position = 2
 	if fair.place(held) == fair.place(&moved) {

@@ -37,15 +37,17 @@ type holding struct {
 	dir, id string
 	kind    string // $DLOCK_KIND
 	fence   uint64 // $DLOCK_FENCE
+	fair    bool   // $DLOCK_FAIR is 1
 	pid     string // "|pid N|", as in its owner string
 }
 
 // hold starts dlock run with args (flags and the lock's name), whose
-// command writes "$DLOCK_KIND $DLOCK_FENCE" to DIR/ID.in and then runs until
-// DIR/ID.go exists. With wait it returns once the command runs.
+// command writes "$DLOCK_KIND $DLOCK_FENCE $DLOCK_FAIR" to DIR/ID.in and
+// then runs until DIR/ID.go exists. With wait it returns once the command
+// runs.
 func hold(t *testing.T, e *env, dir, id string, wait bool, args ...string) *holding {
 	t.Helper()
-	script := fmt.Sprintf(`echo "$DLOCK_KIND $DLOCK_FENCE" > "$DIR/%[1]s.tmp" && mv "$DIR/%[1]s.tmp" "$DIR/%[1]s.in"; `+
+	script := fmt.Sprintf(`echo "$DLOCK_KIND $DLOCK_FENCE $DLOCK_FAIR" > "$DIR/%[1]s.tmp" && mv "$DIR/%[1]s.tmp" "$DIR/%[1]s.in"; `+
 		`while [ ! -e "$DIR/%[1]s.go" ]; do sleep 0.05; done`, id)
 	p := e.start(append(args, "--", "sh", "-c", script)...)
 	h := &holding{proc: p, dir: dir, id: id, pid: fmt.Sprintf("|pid %d|", p.cmd.Process.Pid)}
@@ -55,12 +57,16 @@ func hold(t *testing.T, e *env, dir, id string, wait bool, args ...string) *hold
 	return h
 }
 
-// running waits until h's command runs, and reads its kind and fence.
+// running waits until h's command runs, and reads its kind, fence and
+// fairness.
 func (h *holding) running(t *testing.T) {
 	t.Helper()
-	if _, err := fmt.Sscan(waitFile(t, filepath.Join(h.dir, h.id+".in"), h.proc), &h.kind, &h.fence); err != nil {
+	var fair string
+	n, err := fmt.Sscan(waitFile(t, filepath.Join(h.dir, h.id+".in"), h.proc), &h.kind, &h.fence, &fair)
+	if n < 2 {
 		t.Fatalf("%s: %v", h.id, err)
 	}
+	h.fair = fair == "1"
 }
 
 // isRunning reports whether h's command has started.
@@ -331,8 +337,8 @@ func TestRunFair(t *testing.T) {
 		order := filepath.Join(dir, "order")
 		e := newEnv(t, backend, "DIR="+dir, "ORDER="+order)
 		h := hold(t, e, dir, "h", true, "run", "--fair", "q")
-		if h.kind != "fair" {
-			t.Errorf("DLOCK_KIND %q, want fair", h.kind)
+		if h.kind != "fair" || !h.fair {
+			t.Errorf("DLOCK_KIND %q, DLOCK_FAIR set %v; want fair and 1", h.kind, h.fair)
 		}
 		var waiters []*proc
 		for i := 1; i <= 3; i++ {
@@ -369,35 +375,177 @@ func TestRunFair(t *testing.T) {
 	})
 }
 
-// TestRunKindEnv: DLOCK_KIND names the kind, and every kind draws its fence
-// from the name's one counter.
+// leftFree checks that the store keeps nothing of the lock name but its
+// fence counter and its records of recent releases and late requests
+// (which expire by themselves): no hold, no queue entry, no writer intent.
+func leftFree(t *testing.T, e *env, rdb *testserver.Redis, name string) {
+	t.Helper()
+	if r := e.run("inspect", name); r.code != 1 || r.stdout != fmt.Sprintf("lock %q is not held\n", name) {
+		t.Errorf("inspect %s: exit %d\n%s%s", name, r.code, r.stdout, r.stderr)
+	}
+	keys, err := rdb.Client(t).Keys(t.Context(), "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if !strings.HasSuffix(k, ":fence") && !strings.HasSuffix(k, ":r") && !strings.HasSuffix(k, ":late") {
+			t.Errorf("key %q left on the store (keys %v)", k, keys)
+		}
+	}
+}
+
+// TestRunFairSemaphore: runs of --semaphore 1 --fair get the permit in the
+// order they came, each saying its place in the queue; a fair run that does
+// not wait yields to the queue; the name is left free. On one Redis node, a
+// Sentinel set and a Cluster.
+func TestRunFairSemaphore(t *testing.T) {
+	t.Run("redis", func(t *testing.T) {
+		t.Parallel()
+		u, rdb := redisURL(t)
+		testRunFairSemaphore(t, u, rdb)
+	})
+	t.Run("sentinel", func(t *testing.T) {
+		t.Parallel()
+		set := testserver.StartSentinel(t)
+		testRunFairSemaphore(t, "redis+sentinel://"+strings.Join(set.SentinelAddrs(), ",")+"/"+set.MasterName(), set.Primary(t))
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		c := testserver.StartCluster(t, 1)
+		testRunFairSemaphore(t, "redis+cluster://"+c.Addrs()[0], c.Node(0))
+	})
+}
+
+// testRunFairSemaphore is TestRunFairSemaphore on the store at u, whose
+// keys are on rdb.
+func testRunFairSemaphore(t *testing.T, u string, rdb *testserver.Redis) {
+	dir := t.TempDir()
+	e := newEnv(t, u, "DIR="+dir)
+	p1 := hold(t, e, dir, "p1", true, "run", "--semaphore", "1", "--fair", "fpool")
+	if p1.kind != "semaphore" || !p1.fair {
+		t.Errorf("DLOCK_KIND %q, DLOCK_FAIR set %v; want semaphore and 1", p1.kind, p1.fair)
+	}
+	p2 := hold(t, e, dir, "p2", false, "run", "--semaphore", "1", "--fair", "--wait", "60s", "fpool")
+	waitStderr(t, p2.proc, `"fpool": 1 of 1 permits in use (next expires in`)
+	waitStderr(t, p2.proc, "1st in the queue")
+	p3 := hold(t, e, dir, "p3", false, "run", "--fair", "--semaphore", "1", "--wait", "60s", "fpool")
+	waitStderr(t, p3.proc, "2nd in the queue")
+	if _, line := lsLine(t, e, "fpool"); !regexp.MustCompile(`^fpool +- +- +- +- +- +1/1 permits +2 queued$`).MatchString(line) {
+		t.Errorf("ls: %q", line)
+	}
+	expect(t, e.run("run", "--semaphore", "1", "--fair", "fpool", "--", "echo", "ran"), 75, `"fpool": 1 of 1 permits in use`)
+
+	p1.let(t)
+	p2.running(t)
+	if p3.isRunning() {
+		t.Fatal("the third run got the permit beside the second")
+	}
+	p2.let(t)
+	p3.running(t)
+	if p2.fence <= p1.fence || p3.fence <= p2.fence || !p3.fair {
+		t.Errorf("fences %d, %d, %d (DLOCK_FAIR set %v); want increasing and 1", p1.fence, p2.fence, p3.fence, p3.fair)
+	}
+	p3.let(t)
+	leftFree(t, e, rdb, "fpool")
+}
+
+// TestRunFairShared: --fair --shared runs hold the name together; a fair
+// writer queued behind them goes before a fair reader that came after it,
+// and each waiter says its place; the name is left free.
+func TestRunFairShared(t *testing.T) {
+	t.Parallel()
+	u, rdb := redisURL(t)
+	dir := t.TempDir()
+	e := newEnv(t, u, "DIR="+dir)
+	r1 := hold(t, e, dir, "r1", true, "run", "--fair", "--shared", "book")
+	r2 := hold(t, e, dir, "r2", true, "run", "--shared", "--fair", "book")
+	if r1.kind != "shared" || !r1.fair || r2.kind != "shared" || r1.fence == r2.fence {
+		t.Errorf("readers: %s %d (DLOCK_FAIR set %v), %s %d", r1.kind, r1.fence, r1.fair, r2.kind, r2.fence)
+	}
+	w := hold(t, e, dir, "w", false, "run", "--fair", "--wait", "60s", "book")
+	waitStderr(t, w.proc, `"book": 2 readers hold it`)
+	waitStderr(t, w.proc, "1st in the queue")
+	late := hold(t, e, dir, "late", false, "run", "--fair", "--shared", "--wait", "60s", "book")
+	waitStderr(t, late.proc, `"book": 2 readers hold it`)
+	waitStderr(t, late.proc, "and others are queued ahead (a fair lock goes to them first); 2nd in the queue")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the store:\n%s\nthe writer's stderr:\n%s\nthe late reader's stderr:\n%s",
+				e.run("inspect", "book").stdout, w.proc.stderrSoFar(), late.proc.stderrSoFar())
+		}
+	})
+
+	r1.let(t)
+	r2.let(t)
+	w.running(t)
+	if late.isRunning() {
+		t.Fatal("a reader runs beside the writer")
+	}
+	w.let(t)
+	late.running(t)
+	if w.fence <= r2.fence || late.fence <= w.fence || !late.fair {
+		t.Errorf("fences: readers %d, %d, writer %d, late reader %d (DLOCK_FAIR set %v)", r1.fence, r2.fence, w.fence, late.fence, late.fair)
+	}
+	late.let(t)
+	leftFree(t, e, rdb, "book")
+}
+
+// TestRunFairSharedNeedsRedis: on SQLite, --fair with --shared or
+// --semaphore is refused (exit 64) before anything is taken or run, naming
+// the flags and the store.
+func TestRunFairSharedNeedsRedis(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "locks.db")
+	e := newEnv(t, "sqlite://"+path)
+	for _, flags := range [][]string{{"--fair", "--shared"}, {"--semaphore", "2", "--fair"}} {
+		r := e.run(append(append([]string{"run"}, flags...), "--wait", "5s", "k", "--", "echo", "ran")...)
+		want := "--fair --shared"
+		if flags[0] == "--semaphore" {
+			want = "--fair --semaphore"
+		}
+		expect(t, r, 64, want+" needs a store with fair read-write locks and semaphores; SQLite file "+path+
+			" has none (Redis has them: redis://, rediss://, redis+sentinel://, redis+cluster://)", "usage: dlock run")
+		if r.stdout != "" {
+			t.Errorf("run %v ran its command: %q", flags, r.stdout)
+		}
+	}
+	if r := e.run("ls"); r.code != 0 || strings.Contains(r.stdout, "k ") {
+		t.Errorf("ls after the refusals: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	expect(t, e.run("run", "--fair", "k", "--", "true"), 0) // a fair exclusive lock works
+}
+
+// TestRunKindEnv: DLOCK_KIND names the kind, DLOCK_FAIR is 1 on a fair run
+// and unset otherwise (whatever was inherited), and every kind draws its
+// fence from the name's one counter.
 func TestRunKindEnv(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, sqliteURL(t), "DLOCK_KIND=stale")
+	e := newEnv(t, sqliteURL(t), "DLOCK_KIND=stale", "DLOCK_FAIR=stale")
 	var last uint64
 	for _, c := range []struct {
 		flags []string
 		kind  string
+		fair  string
 	}{
-		{nil, "exclusive"},
-		{[]string{"--fair"}, "fair"},
-		{[]string{"--shared"}, "shared"},
-		{[]string{"--semaphore", "4"}, "semaphore"},
+		{nil, "exclusive", "unset"},
+		{[]string{"--fair"}, "fair", "1"},
+		{[]string{"--shared"}, "shared", "unset"},
+		{[]string{"--semaphore", "4"}, "semaphore", "unset"},
 	} {
-		args := append(append([]string{"run"}, c.flags...), "k", "--", "sh", "-c", `echo "$DLOCK_KIND $DLOCK_FENCE"`)
+		args := append(append([]string{"run"}, c.flags...), "k", "--", "sh", "-c", `echo "$DLOCK_KIND $DLOCK_FENCE ${DLOCK_FAIR-unset}"`)
 		r := e.run(args...)
 		expect(t, r, 0)
-		var kind string
+		var kind, fair string
 		var fence uint64
-		if _, err := fmt.Sscan(r.stdout, &kind, &fence); err != nil || kind != c.kind || fence <= last {
-			t.Errorf("run %v: %q (%v), want kind %s and a fence above %d", c.flags, r.stdout, err, c.kind, last)
+		if _, err := fmt.Sscan(r.stdout, &kind, &fence, &fair); err != nil || kind != c.kind || fair != c.fair || fence <= last {
+			t.Errorf("run %v: %q (%v), want kind %s, DLOCK_FAIR %s and a fence above %d", c.flags, r.stdout, err, c.kind, c.fair, last)
 		}
 		last = fence
 	}
 }
 
-// TestRunKindsNeedCapability: Redlock has no semaphores and no fair locks:
-// dlock says so as a usage error before it takes anything.
+// TestRunKindsNeedCapability: Redlock has no semaphores, no fair locks and
+// no fair readers: dlock says so as a usage error before it takes anything.
 func TestRunKindsNeedCapability(t *testing.T) {
 	t.Parallel()
 	var nodes []*testserver.Redis
@@ -414,6 +562,8 @@ func TestRunKindsNeedCapability(t *testing.T) {
 	}{
 		{[]string{"--semaphore", "3"}, "--semaphore needs a store with semaphores; redlock over 3 nodes"},
 		{[]string{"--fair", "--wait", "5s"}, "--fair needs a store with fair locks; redlock over 3 nodes"},
+		{[]string{"--fair", "--shared", "--wait", "5s"}, "--fair --shared needs a store with fair read-write locks and semaphores; redlock over 3 nodes"},
+		{[]string{"--semaphore", "2", "--fair"}, "--fair --semaphore needs a store with fair read-write locks and semaphores; redlock over 3 nodes"},
 	} {
 		r := e.run(append(append([]string{"run"}, c.flags...), "k", "--", "echo", "ran")...)
 		expect(t, r, 64, c.want, "usage: dlock run")

@@ -163,7 +163,8 @@ type runOptions struct {
 	takeOver     bool // --take-over-dead: take over a holder that ended on this host
 	verbose      bool // --verbose, -v: say when the lock was obtained and released
 
-	fair, shared bool // the flags, read into kind by parse
+	fair   bool // --fair: granted in arrival order (of every kind)
+	shared bool // --shared, read into kind by parse
 
 	// unreleased is set when the release after the command or hold failed:
 	// dlock then exits without waiting on that store again.
@@ -182,7 +183,7 @@ func runFlags(fs *pflag.FlagSet, o *runOptions, wait *waitFlag) {
 	durationVar(fs, &o.killGrace, "kill-grace", defaultKillGrace, "time between SIGTERM and SIGKILL when the lock is lost")
 	fs.StringVar(&o.metadata, "metadata", "", "free text stored with the lock, shown to waiters and by dlock ls")
 	durationVar(fs, &o.lockDelay, "lock-delay", 0, "after a lease expires without a release, keep the lock from others this much longer (Redis, Redlock)")
-	fs.BoolVar(&o.fair, "fair", false, "a fair exclusive lock: waiters get it in order")
+	fs.BoolVar(&o.fair, "fair", false, "waiters get the lock in arrival order; with --shared or --semaphore a fair reader or permit (Redis)")
 	fs.BoolVar(&o.shared, "shared", false, "a shared (read) lock: exclusive runs wait for it")
 	fs.IntVar(&o.permits, "semaphore", 0, "one of N permits (N from 1 to 1048576)")
 }
@@ -381,25 +382,22 @@ func flagName(name string) string {
 	return "--" + name
 }
 
-// parseKind reads --fair, --shared and --semaphore into o.kind.
+// parseKind reads --fair, --shared and --semaphore into o.kind and o.fair:
+// --fair alone is a fair exclusive lock, and with --shared or --semaphore a
+// fair reader or permit.
 func (o *runOptions) parseKind(fs *pflag.FlagSet) error {
 	semaphore := fs.Changed("semaphore")
-	var given []string
-	if o.fair {
-		o.kind = lockFair
-		given = append(given, "--fair")
+	if o.shared && semaphore {
+		return usageErr("run", "--shared and --semaphore exclude each other: a run takes one kind of lock "+
+			"(--shared: a reader, --semaphore N: one of N permits; either with --fair to be granted in arrival order)")
 	}
-	if o.shared {
+	switch {
+	case o.shared:
 		o.kind = lockShared
-		given = append(given, "--shared")
-	}
-	if semaphore {
+	case semaphore:
 		o.kind = lockSemaphore
-		given = append(given, "--semaphore")
-	}
-	if len(given) > 1 {
-		return usageErr("run", "%s exclude each other: a run takes one kind of lock "+
-			"(--fair: a fair exclusive lock, --shared: a reader, --semaphore N: one of N permits)", strings.Join(given, " and "))
+	case o.fair:
+		o.kind = lockFair
 	}
 	if semaphore && (o.permits < 1 || o.permits > dlock.MaxPermits) {
 		return usageErr("run", "--semaphore %d: want the number of permits, from 1 to %d", o.permits, dlock.MaxPermits)
@@ -408,6 +406,28 @@ func (o *runOptions) parseKind(fs *pflag.FlagSet) error {
 		return usageErr("run", "--lock-delay does not apply to %s: only exclusive locks (a plain or --fair run) keep a lock-delay", o.kind.flag())
 	}
 	return nil
+}
+
+// kindFlags returns the flags that ask for o's kind as the user gives them
+// ("--fair --semaphore"), "" for a plain run.
+func (o *runOptions) kindFlags() string {
+	if o.fair && o.kind != lockFair {
+		return "--fair " + o.kind.flag()
+	}
+	return o.kind.flag()
+}
+
+// needs returns the capabilities the store must have for o's kind, the
+// one that names the kind best first.
+func (o *runOptions) needs() []driver.Capability {
+	var cps []driver.Capability
+	if o.fair && o.kind != lockFair {
+		cps = append(cps, driver.CapFairShared)
+	}
+	if cp, ok := o.kind.capability(); ok {
+		cps = append(cps, cp)
+	}
+	return cps
 }
 
 // safetyMargin is the lease's safety margin: a lease that cannot be renewed

@@ -665,7 +665,7 @@ func TestRunUsageErrors(t *testing.T) {
 		{[]string{"run", strings.Repeat("n", 1000), "--", "true"}, "name: 1000 bytes, over the limit of 255"},
 		{[]string{"run", "--metadata", "\xff", "x", "--", "true"}, "--metadata is not valid UTF-8"},
 		{[]string{"run", "--metadata", strings.Repeat("m", 513), "x", "--", "true"}, "--metadata is 513 bytes, over the limit of 512"},
-		{[]string{"run", "--fair", "--shared", "x", "--", "true"}, "--fair and --shared exclude each other"},
+		{[]string{"run", "--fair", "--shared", "--semaphore", "2", "x", "--", "true"}, "--shared and --semaphore exclude each other"},
 		{[]string{"run", "--shared", "--semaphore", "2", "x", "--", "true"}, "--shared and --semaphore exclude each other"},
 		{[]string{"run", "--semaphore", "0", "x", "--", "true"}, "--semaphore 0: want the number of permits, from 1 to 1048576"},
 		{[]string{"run", "--semaphore", "x", "--", "true"}, `--semaphore "x": want a whole number`},

@@ -66,12 +66,11 @@ func acquire(ctx context.Context, a *app, o *runOptions, sigs <-chan os.Signal) 
 		_ = st.Close()
 		return nil, nil, nil, usageErr("run", "--lock-delay needs a Redis or Redlock backend; %s keeps no lock-delay", st.where)
 	}
-	if cp, ok := o.kind.capability(); ok {
+	for _, cp := range o.needs() {
 		if cb, ok := st.backend.(driver.Capabler); !ok || !cb.Supports(cp) {
 			stopWatch()
 			_ = st.Close()
-			return nil, nil, nil, usageErr("run", "%s needs a store with %s; %s has none (the SQL stores and the redis:// ones have them)",
-				o.kind.flag(), cp, st.where)
+			return nil, nil, nil, usageErr("run", "%s needs a store with %s; %s has none (%s)", o.kindFlags(), cp, st.where, storesWith(cp))
 		}
 	}
 	c := dlock.New(st.backend)
@@ -169,6 +168,9 @@ func acquire(ctx context.Context, a *app, o *runOptions, sigs <-chan os.Signal) 
 // that waits (subject to WithWait among opts) when wait is set, else the one
 // that tries once.
 func (o *runOptions) take(c *dlock.Client, opts []dlock.Option, wait bool) func(context.Context) (*dlock.Lease, error) {
+	if o.fair {
+		opts = append(opts, dlock.Fair())
+	}
 	switch o.kind {
 	case lockShared:
 		rw := c.RWMutex(o.name, opts...)
@@ -182,14 +184,21 @@ func (o *runOptions) take(c *dlock.Client, opts []dlock.Option, wait bool) func(
 			return s.Acquire
 		}
 		return s.TryAcquire
-	case lockFair:
-		opts = append(opts, dlock.Fair())
 	}
 	m := c.Mutex(o.name, append(opts, dlock.WithLockDelay(o.lockDelay))...)
 	if wait {
 		return m.Lock
 	}
 	return m.TryLock
+}
+
+// storesWith says which of the stores dlock reaches have cp, for a message
+// refusing a kind of lock.
+func storesWith(cp driver.Capability) string {
+	if cp == driver.CapFairShared {
+		return "Redis has them: redis://, rediss://, redis+sentinel://, redis+cluster://"
+	}
+	return "the SQL, Redis and etcd stores have them"
 }
 
 // notObtainedErr is exit 75 (or --conflict-exit-code), saying what stood
@@ -201,7 +210,7 @@ func notObtainedErr(st *store, o *runOptions, e *dlock.NotObtainedError) *exitEr
 		// -E 0 does: said only with --verbose, so cron mails nothing.
 		return &exitError{code: code}
 	}
-	r := &waitReporter{name: o.name, kind: o.kind, permits: o.permits, store: st}
+	r := &waitReporter{name: o.name, kind: o.kind, fair: o.fair, permits: o.permits, store: st}
 	what, afterIs := r.obstacle(e, false)
 	var b strings.Builder
 	switch {

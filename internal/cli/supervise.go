@@ -27,7 +27,7 @@ func runHolding(a *app, o *runOptions, st *store, lease *dlock.Lease, sigs <-cha
 	cmd.Stdin = os.Stdin
 	cmd.Stdout = a.stdout
 	cmd.Stderr = a.stderr
-	cmd.Env = childEnv(withoutCredentials(os.Environ()), lease, o.kind)
+	cmd.Env = childEnv(withoutCredentials(os.Environ()), lease, o.kind, o.fair)
 	cmd.SysProcAttr = childProcAttr()
 	release := func() error { return releaseLease(a, o, lease, sigs) }
 
@@ -461,12 +461,13 @@ func lossReason(err error) string {
 }
 
 // childEnv is env with the lock's variables set, replacing any already there.
-func childEnv(env []string, lease *dlock.Lease, kind lockKind) []string {
+func childEnv(env []string, lease *dlock.Lease, kind lockKind, fair bool) []string {
 	vars := []string{
 		"DLOCK_NAME=" + lease.Name(),
 		"DLOCK_FENCE=" + strconv.FormatUint(lease.Fence(), 10),
 		"DLOCK_OWNER=" + lease.Owner(),
 		"DLOCK_KIND=" + kind.String(),
+		"DLOCK_FAIR=1", // last: left out, yet removed from env, unless fair
 	}
 	out := make([]string, 0, len(env)+len(vars))
 outer:
@@ -478,6 +479,9 @@ outer:
 			}
 		}
 		out = append(out, kv)
+	}
+	if !fair {
+		vars = vars[:len(vars)-1]
 	}
 	return append(out, vars...)
 }

@@ -39,6 +39,7 @@ type waitReporter struct {
 	tty         bool
 	name        string
 	kind        lockKind
+	fair        bool          // --fair, of any kind: it has a place to show
 	permits     int           // --semaphore N
 	wait        time.Duration // --wait; waitForever for no limit
 	quietOnDead bool          // --take-over-dead: the takeover says it
@@ -58,6 +59,7 @@ func startWaitReporter(w io.Writer, o *runOptions, st *store) *waitReporter {
 		tty:         isTerminal(w),
 		name:        o.name,
 		kind:        o.kind,
+		fair:        o.fair,
 		permits:     o.permits,
 		wait:        o.wait,
 		quietOnDead: o.takeOver,
@@ -171,11 +173,11 @@ func waitState(e *dlock.NotObtainedError) string {
 }
 
 // place is the waiter's place in the fair queue that a message gives, or 0.
-// Only a --fair run has one to show: a plain waiter that dlock has queued,
-// so that it is not starved, is in the same queue, but it asked for no
-// order, and its place would only puzzle the user.
+// Only a --fair run (of any kind) has one to show: a plain waiter that
+// dlock has queued, so that it is not starved, is in the same queue, but it
+// asked for no order, and its place would only puzzle the user.
 func (r *waitReporter) place(e *dlock.NotObtainedError) int {
-	if r.kind != lockFair {
+	if !r.fair {
 		return 0
 	}
 	return e.Position
@@ -246,6 +248,9 @@ func (r *waitReporter) obstacle(e *dlock.NotObtainedError, now bool) (what strin
 		if e.HolderTTL > 0 {
 			fmt.Fprintf(&b, " (next expires in %s)", fmtDuration(e.HolderTTL))
 		}
+		if r.fair && e.Shared < permits {
+			b.WriteString(queuedAhead)
+		}
 		return b.String(), false
 	case e.Shared > 0:
 		// A writer waits for every shared hold: readers, or the permits of
@@ -262,8 +267,12 @@ func (r *waitReporter) obstacle(e *dlock.NotObtainedError, now bool) (what strin
 		if e.HolderTTL > 0 {
 			fmt.Fprintf(&b, " (the last expires in %s)", fmtDuration(e.HolderTTL))
 		}
+		if r.fair && r.kind == lockShared {
+			// Readers let a reader in: what keeps it out is the queue.
+			b.WriteString(queuedAhead)
+		}
 		return b.String(), false
-	case e.Holder == "" && r.kind == lockFair:
+	case e.Holder == "" && r.fair:
 		// A fair attempt that does not wait yields to the waiters queued
 		// ahead of it, even when the lock is free.
 		if info, ok := r.inspect(); !ok || info.Owner == "" {
@@ -286,6 +295,10 @@ func (r *waitReporter) obstacle(e *dlock.NotObtainedError, now bool) (what strin
 	}
 	return b.String(), true
 }
+
+// queuedAhead ends the message of a fair reader or permit that the holds
+// alone would let in: it waits for those queued before it.
+const queuedAhead = ", and others are queued ahead (a fair lock goes to them first)"
 
 // inspect asks the store about the lock, for a message; ok is false when it
 // is not held or the store cannot tell.
