@@ -244,9 +244,13 @@ local handBatch = 100
 -- token, when given, is a token whose queue entry the caller left for
 -- handOff to take off as leave would have first (leaveQueue): with the
 -- head's, in one ZREM, when the head is another token and gets the lock.
--- noW is true when the caller knows that there is no writer intent.
-local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token, noW)
-  if not freed and redis.call('EXISTS', L) == 1 then
+-- noW is true when the caller knows that there is no writer intent;
+-- hasL, when not nil, whether the lock hash exists.
+local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token, noW, hasL)
+  if hasL == nil and not freed then
+    hasL = redis.call('EXISTS', L) == 1
+  end
+  if not freed and hasL then
     return {}
   end
   local head, exp, o, tail = headOf(Q, QE, QO, token)

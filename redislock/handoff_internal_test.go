@@ -29,7 +29,7 @@ import (
 // must not run in parallel with others.
 func instrumentRelease(t *testing.T) {
 	t.Helper()
-	const sig = "local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token, noW)\n"
+	const sig = "local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token, noW, hasL)\n"
 	src := lateLua + withCommon(releaseLua)
 	if !strings.Contains(src, sig) {
 		t.Fatal("handOff's signature changed")

@@ -148,13 +148,17 @@ if seen(recent, rid) then
   -- again since: a grant to the same owner ID or reentrant handle).
   return 0 -- as the first run answered
 end
--- EXISTS W Q Q X X X X, once read: EXISTS counts a key named n times n
--- times, so its answer % 4 is odd when W exists and 2 or more when Q does
--- (see leave), and it is 4 or more when the late-request record X does
--- (whose pruning remember skips when X does not: fresh).
-local waiting, fresh
+-- EXISTS W Q Q X X X X L L L L L L L L, once read: EXISTS counts a key
+-- named n times n times, so its answer % 4 is odd when W exists and 2 or
+-- more when Q does (see leave), its answer % 8 is 4 or more when the
+-- late-request record X does (whose pruning remember skips when X does
+-- not: fresh), and it is 8 or more when the lock hash L does (which
+-- handOff then need not look for: no path but a deleting one, which tells
+-- handOff so, changes whether L exists).
+local waiting, fresh, hasL
 local function exists()
-  local n = redis.call('EXISTS', W, Q, Q, X, X, X, X)
+  local n = redis.call('EXISTS', W, Q, Q, X, X, X, X, L, L, L, L, L, L, L, L)
+  hasL, n = n >= 8, n % 8
   fresh = n < 4
   return n % 4
 end
@@ -251,7 +255,7 @@ end
 
 local known -- handOff's word on the next, when it made no grant
 if notify and waiters and ARGV[3] ~= '' then
-  local given, next, blocked = handOff(L, F, S, SI, W, Q, QE, QO, freed, deferred and token, waiting % 2 == 0)
+  local given, next, blocked = handOff(L, F, S, SI, W, Q, QE, QO, freed, deferred and token, waiting % 2 == 0, hasL)
   known = next
   if sfit and not (given[1] and given[1][4]) then
     fit(S, SI)
@@ -272,9 +276,12 @@ if notify and waiters and ARGV[3] ~= '' then
       local msg = 'next:' .. g[1] .. '\0' .. string.format('%d', g[2])
       if g[3] then
         redis.pcall(ARGV[3], base .. ':ho:' .. g[3] .. ':rel', msg)
-        -- And to the lock's observers (elections), which no waiter's
-        -- channel reaches: a publish that nobody hears costs a lookup.
-        redis.pcall(ARGV[3], base .. ':ho:rel', msg)
+        if not g[4] then
+          -- And to the lock's observers (elections, which observe
+          -- exclusive grants), which no waiter's channel reaches: a
+          -- publish that nobody hears costs a lookup.
+          redis.pcall(ARGV[3], base .. ':ho:rel', msg)
+        end
       else
         redis.pcall(ARGV[3], ARGV[2], msg)
       end
