@@ -135,3 +135,29 @@ func TestResentGrantReleaseAfterManyReleases(t *testing.T) {
 		}
 	}
 }
+
+// TestResentReleaseOfExpiredSharedHoldAnswersAsFirst: a release that finds
+// its token's shared hold expired (still in the zset: nothing pruned it
+// yet, another hold keeps the zset) answers that the token held nothing; its resend must answer the
+// same, or the client takes a lease that the store had let lapse for one
+// that it released in time.
+func TestResentReleaseOfExpiredSharedHoldAnswersAsFirst(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	b := New(srv.Client(t))
+	key, tok := "resend/shared-expired", "r1"
+	res := mustAcq(t, b, driver.AcquireRequest{Key: key, Token: tok, Owner: "p1", TTL: 30 * time.Millisecond, Mode: driver.Shared})
+	if !res.Acquired {
+		t.Fatalf("shared acquire: %+v", res)
+	}
+	// Another reader's hold keeps the zset (it expires with its latest hold).
+	mustAcq(t, b, driver.AcquireRequest{Key: key, Token: "r2", Owner: "p2", TTL: 10 * time.Second, Mode: driver.Shared})
+	time.Sleep(80 * time.Millisecond) // r1's hold expires; no script prunes it
+	first := releaseGrantWithID(t, b, key, tok, "X.1", res.Fence)
+	again := releaseGrantWithID(t, b, key, tok, "X.1", res.Fence)
+	if first != -1 {
+		t.Fatalf("the release of an expired shared hold answered %d, want -1 (held nothing)", first)
+	}
+	if again != first {
+		t.Errorf("the resent release answered %d, the first run %d", again, first)
+	}
+}
