@@ -216,8 +216,10 @@ else
     redis.call('ZREM', S, token)
     redis.call('HDEL', SI, token)
     sfit = true -- fit(S, SI) before the script ends, unless handOff does
-    done(recent)
     if tonumber(exp) > now() then
+      -- Not for a hold that had expired: a resend, too, finds nothing
+      -- held, and answers as this run does.
+      done(recent)
       result, notify, anyone = 0, true, true
       -- A shared hold keeps no request ids: the client names those of its
       -- requests of which a copy may still land (a resent one).

@@ -161,8 +161,8 @@ else
     redis.call('ZREM', S, token)
     redis.call('HDEL', SI, token)
     fit(S, SI)
-    done(recent)
     if tonumber(exp) > now() then
+      done(recent)
       result, notify, anyone = 0, true, true
     end
   end
