@@ -414,3 +414,37 @@ func TestHeadWriterLeavingLetsReadersBehindIn(t *testing.T) {
 		})
 	}
 }
+
+// TestHandedWriterLeavesNoWriterIntent: a fair writer that readers kept out
+// recorded a writer intent; a release that hands it the lock ends its wait
+// as a grant of its own request does, so no writer is reported waiting
+// (Inspect, dlock ls) while it holds the lock and nobody waits.
+func TestHandedWriterLeavesNoWriterIntent(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	b := redislock.New(srv.Client(t))
+	ctx := t.Context()
+	const key = "fair-rw-intent"
+	r, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "r1", Owner: "r1", TTL: 10 * time.Second,
+		Mode: driver.Shared, Fair: true})
+	if err != nil || !r.Acquired {
+		t.Fatal(r, err)
+	}
+	w, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "w1", Owner: "w1", TTL: 10 * time.Second,
+		Fair: true, Wait: true, QueueTTL: 10 * time.Second, Handoff: true})
+	if err != nil || w.Acquired || !w.Queued {
+		t.Fatal(w, err)
+	}
+	if _, err := b.ReleaseGrant(ctx, key, "r1", r.Fence); err != nil {
+		t.Fatal(err)
+	}
+	info, ok, err := b.Inspect(ctx, key)
+	if err != nil || !ok {
+		t.Fatal(info, ok, err)
+	}
+	if info.Owner != "w1" {
+		t.Fatalf("holder %q, want the writer handed the lock", info.Owner)
+	}
+	if info.WriterWaiting || info.Queued != 0 {
+		t.Errorf("with the handed writer holding and nobody waiting: WriterWaiting %v, Queued %d", info.WriterWaiting, info.Queued)
+	}
+}
