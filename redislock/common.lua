@@ -298,6 +298,11 @@ local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token, noW, hasL)
     local fence = redis.call('INCR', F)
     redis.call('HSET', L, head, 1, 'owner', owner, 'fence', string.format('%d', fence), 'at', now(), 'rid', 'ho')
     redis.call('PEXPIREAT', L, exp)
+    if not noW and redis.call('HGET', W, 't') == head then
+      -- The head's wait ends: its writer intent goes, as a grant to its
+      -- request takes it (acquire.lua's forget).
+      redis.call('DEL', W)
+    end
     if not token then
       unqueue(Q, QE, QO, head, tail)
     elseif redis.call('ZREM', Q, head, token) == 1 then

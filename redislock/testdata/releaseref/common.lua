@@ -204,6 +204,9 @@ local function handOff(L, F, S, Q, QE, QO, freed)
   local fence = redis.call('INCR', F)
   redis.call('HSET', L, head, 1, 'owner', owner, 'fence', string.format('%d', fence), 'at', now(), 'rid', 'ho')
   redis.call('PEXPIREAT', L, exp)
+  if redis.call('HGET', W, 't') == head then
+    redis.call('DEL', W) -- the head's wait ends: its writer intent goes
+  end
   unqueue(Q, QE, QO, head)
   return head, fence, hid
 end
