@@ -19,9 +19,11 @@ const MaxPermits = 1 << 20
 // readers too. A waiting writer keeps new readers out
 // (NotObtainedError.WriterWaiting) until it has had its turn. A reader
 // on a name that a Semaphore's permits hold is refused with a
-// *ConflictError (ErrConflict). It is not reentrant. Reentrant, Fair and WithOwnerID are refused (ErrInvalid), also
-// as Client defaults; WithLockDelay applies to the write side only. It needs
-// a backend with driver.CapShared. See docs/LOCK-KINDS.md.
+// *ConflictError (ErrConflict). It is not reentrant. Reentrant and
+// WithOwnerID are refused (ErrInvalid), also as Client defaults;
+// WithLockDelay applies to the write side only; Fair needs
+// driver.CapFairShared. It needs a backend with driver.CapShared. See
+// docs/LOCK-KINDS.md.
 type RWMutex struct {
 	name string
 	w, r handle
@@ -68,10 +70,9 @@ func (rw *RWMutex) TryLock(ctx context.Context) (*Lease, error) { return rw.w.tr
 // Acquire with another count, or a reader of the name, is refused at once
 // with a *ConflictError (ErrConflict); so is a permit on a name that
 // readers hold. A writer on the same name excludes permit holders, which
-// count as readers. Reentrant, Fair,
-// WithOwnerID and WithLockDelay are refused (ErrInvalid), also as Client
-// defaults. It needs a backend with driver.CapSemaphore. See
-// docs/LOCK-KINDS.md.
+// count as readers. Reentrant, WithOwnerID and WithLockDelay are refused
+// (ErrInvalid), also as Client defaults; Fair needs driver.CapFairShared.
+// It needs a backend with driver.CapSemaphore. See docs/LOCK-KINDS.md.
 type Semaphore struct {
 	h       handle
 	permits int
