@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -446,5 +448,203 @@ func TestHandedWriterLeavesNoWriterIntent(t *testing.T) {
 	}
 	if info.WriterWaiting || info.Queued != 0 {
 		t.Errorf("with the handed writer holding and nobody waiting: WriterWaiting %v, Queued %d", info.WriterWaiting, info.Queued)
+	}
+}
+
+// TestReadersBehindRequestedHeadAreLetIn: fair readers queue behind a
+// writer whose lease then lapses (no release announces it). The head
+// reader's next request takes a hold; the reader queued behind it, which
+// the lock now lets in as well, must be handed a hold or told, not left to
+// find out at its own next queue refresh (a convoy: one reader a refresh).
+func TestReadersBehindRequestedHeadAreLetIn(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	ctx := t.Context()
+	const key = "fair-rw-convoy"
+	b := redislock.New(srv.Client(t))
+	b1, b2 := redislock.New(srv.Client(t)), redislock.New(srv.Client(t))
+	heard2 := listenTo(t, b2, key)
+	w, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "w", Owner: "w", TTL: 300 * time.Millisecond, Fair: true})
+	if err != nil || !w.Acquired {
+		t.Fatal(w, err)
+	}
+	read := func(b *redislock.Backend, tok string) driver.AcquireResult {
+		res, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: tok, Owner: tok, TTL: 10 * time.Second,
+			Mode: driver.Shared, Fair: true, Wait: true, QueueTTL: 5 * time.Second, Handoff: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if r := read(b1, "r1"); r.Acquired || !r.Queued {
+		t.Fatalf("first reader: %+v, want queued", r)
+	}
+	if r := read(b2, "r2"); r.Acquired || !r.Queued {
+		t.Fatalf("second reader: %+v, want queued", r)
+	}
+	time.Sleep(400 * time.Millisecond) // the writer's lease lapses, unannounced
+	if r := read(b1, "r1"); !r.Acquired {
+		t.Fatalf("the head reader's refresh: %+v, want granted", r)
+	}
+	info, _, err := b.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	told := heard2.within(500*time.Millisecond, func(m string) bool { return strings.Contains(m, "r2") })
+	if len(info.Shared) < 2 && !told {
+		t.Errorf("the reader queued behind the head holds nothing (%d holds, %d queued) and was not told; it waits for its own refresh",
+			len(info.Shared), info.Queued)
+	}
+}
+
+// TestReaderBehindLeavingWriterHeadIsLetIn: a fair writer at the head of
+// the queue, kept out by a reader that a release handed the lock to, gives
+// up (its clean-up's release). The reader queued behind it, which the lock
+// lets in, must be handed a hold or told, not left to find out at its own
+// next queue refresh.
+func TestReaderBehindLeavingWriterHeadIsLetIn(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	ctx := t.Context()
+	const key = "fair-rw-leaving-writer"
+	b := redislock.New(srv.Client(t))
+	b3 := redislock.New(srv.Client(t))
+	heard3 := listenTo(t, b3, key)
+	w1, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "w1", Owner: "w1", TTL: 10 * time.Second, Fair: true})
+	if err != nil || !w1.Acquired {
+		t.Fatal(w1, err)
+	}
+	wait := func(b *redislock.Backend, tok string, mode driver.Mode) {
+		res, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: tok, Owner: tok, TTL: 10 * time.Second,
+			Mode: mode, Fair: true, Wait: true, QueueTTL: 5 * time.Second, Handoff: true})
+		if err != nil || res.Acquired || !res.Queued {
+			t.Fatalf("%s: %+v, %v; want queued", tok, res, err)
+		}
+	}
+	wait(b, "r1", driver.Shared)
+	wait(b, "w2", driver.Exclusive)
+	wait(b3, "r3", driver.Shared)
+	if _, err := b.ReleaseGrant(ctx, key, "w1", w1.Fence); err != nil {
+		t.Fatal(err)
+	}
+	// r1 holds; the queue is w2 (kept out by r1), r3. w2 gives up.
+	if _, err := b.Release(ctx, key, "w2"); err != nil {
+		t.Fatal(err)
+	}
+	info, _, err := b.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	told := heard3.within(500*time.Millisecond, func(m string) bool { return strings.Contains(m, "r3") })
+	if len(info.Shared) < 2 && !told {
+		t.Errorf("the reader behind the writer that left holds nothing (%d holds, %d queued) and was not told", len(info.Shared), info.Queued)
+	}
+}
+
+// TestWriterRetryStaysAheadOfLaterReaders: a fair writer queued behind
+// readers' holds, with fair readers queued behind it, has an attempt of
+// unknown outcome; its wait moves its writer intent to a new token and
+// releases the old one (handle.handOver, as the core does), then queues the
+// new token. The readers that arrived after the writer must not be let in
+// before it when the holds go.
+func TestWriterRetryStaysAheadOfLaterReaders(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	ctx := t.Context()
+	const key = "fair-rw-retry"
+	b := redislock.New(srv.Client(t))
+	r0, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "r0", Owner: "r0", TTL: 10 * time.Second,
+		Mode: driver.Shared, Fair: true})
+	if err != nil || !r0.Acquired {
+		t.Fatal(r0, err)
+	}
+	wait := func(tok string, mode driver.Mode) {
+		res, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: tok, Owner: tok, TTL: 10 * time.Second,
+			Mode: mode, Fair: true, Wait: true, QueueTTL: 5 * time.Second, Handoff: true})
+		if err != nil || res.Acquired || !res.Queued {
+			t.Fatalf("%s: %+v, %v; want queued", tok, res, err)
+		}
+	}
+	wait("w1", driver.Exclusive)
+	wait("r2", driver.Shared)
+	// The writer's attempt failed: its intent moves to its new token, the
+	// old one is cleaned up, and the next attempt queues the new one.
+	if _, err := b.MoveIntent(ctx, key, "w1", "w2", "w", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Release(ctx, key, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	wait("w2", driver.Exclusive)
+	if _, err := b.ReleaseGrant(ctx, key, "r0", r0.Fence); err != nil {
+		t.Fatal(err)
+	}
+	info, _, err := b.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Shared) > 0 {
+		t.Errorf("the reader that queued behind the writer got in first (%q holds); the writer waits (holder %q)", info.Shared[0].Owner, info.Owner)
+	}
+}
+
+// TestFairWaitEndedByConflictLeavesNoEntry: a fair Semaphore queues behind
+// another fair waiter's entry; a plain Semaphore of another limit takes a
+// permit meanwhile, so the waiter's next request is refused with a
+// *ConflictError, which ends its wait. The wait must take its queue entry
+// off as a wait that ends otherwise does: left, the entry stays the head
+// for a QueueTTL, keeping out the fair waiters behind it, and a release
+// may hand it a permit that nobody claims.
+func TestFairWaitEndedByConflictLeavesNoEntry(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	ctx := t.Context()
+	const name = "fair-sem-conflict"
+	rdb := srv.Client(t)
+	b := redislock.New(rdb)
+	w, err := b.Acquire(ctx, driver.AcquireRequest{Key: name, Token: "w0", Owner: "w0", TTL: 10 * time.Second, Fair: true})
+	if err != nil || !w.Acquired {
+		t.Fatal(w, err)
+	}
+	// A fair waiter whose entry lapses in a second, at the head once w0 goes.
+	h0, err := b.Acquire(ctx, driver.AcquireRequest{Key: name, Token: "h0", Owner: "h0", TTL: 10 * time.Second,
+		Fair: true, Wait: true, QueueTTL: time.Second})
+	if err != nil || !h0.Queued {
+		t.Fatal(h0, err)
+	}
+	if _, err := b.ReleaseGrant(ctx, name, "w0", w.Fence); err != nil {
+		t.Fatal(err)
+	}
+	c := dlock.New(redislock.New(srv.Client(t)))
+	t.Cleanup(func() { _ = c.Close() })
+	done := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		l, err := c.Semaphore(name, 3, dlock.Fair(), dlock.WithTTL(10*time.Second)).Acquire(wctx)
+		if l != nil {
+			_ = l.Unlock(ctx)
+		}
+		done <- err
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if n, _ := rdb.ZCard(ctx, "dlock:{"+name+"}:q").Result(); n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the fair Semaphore never queued")
+		}
+	}
+	p, err := b.Acquire(ctx, driver.AcquireRequest{Key: name, Token: "p", Owner: "p", TTL: 10 * time.Second,
+		Mode: driver.Shared, Limit: 2})
+	if err != nil || !p.Acquired {
+		t.Fatal(p, err)
+	}
+	err = <-done
+	if !errors.Is(err, dlock.ErrConflict) {
+		t.Fatalf("the fair Semaphore's wait ended with %v, want a ConflictError", err)
+	}
+	info, _, err := b.Inspect(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Queued != 0 { // h0's entry has lapsed
+		t.Errorf("the wait that ended with a ConflictError left its queue entry (%d live)", info.Queued)
 	}
 }
