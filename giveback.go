@@ -171,6 +171,16 @@ func (h *handle) abandon(token string, last driver.AcquireResult, shared bool) {
 	}
 }
 
+// abandon removes what the wait w, which ended, may have left on the
+// store (handle.abandon), whenever its token ever had a place: an intent or
+// entry that lapsed between two attempts (the last answer then says "not
+// queued") stays behind as an expired record on a SQL store.
+func (w *waiter) abandon() {
+	last := w.last
+	last.Queued = last.Queued || w.queuedEver
+	w.h.abandon(w.token, last, w.queue != nil && w.h.hub.entryUsers(w.g, w.token) > 1)
+}
+
 // withdraw takes token's queue entry and writer intent off the store
 // without touching its holds, where the backend can (driver.Withdrawer),
 // before the call returns unless the store is slow to answer (see settle).

@@ -104,6 +104,9 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 			case err != nil && ctx.Err() != nil:
 				return nil, w.notObtained(ctx) // names the holder last seen; try cleaned up
 			case err != nil && !transient(err):
+				if errors.As(err, new(*ConflictError)) {
+					w.abandon() // answered: the wait's place is still there
+				}
 				return nil, err
 			case err != nil:
 				old := w.token
@@ -152,13 +155,7 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 			d = max(d, w.pendingGrace(ctx))
 		}
 		if !sleep(ctx, timer, d, w.wake()) {
-			// Clean up whenever this token ever had a place: an intent or
-			// entry that lapsed between two attempts (the last answer then
-			// says "not queued") stays behind as an expired record on a SQL
-			// store.
-			last := w.last
-			last.Queued = last.Queued || w.queuedEver
-			h.abandon(w.token, last, w.queue != nil && h.hub.entryUsers(w.g, w.token) > 1)
+			w.abandon()
 			return nil, w.notObtained(ctx)
 		}
 		if w.errs == 0 && w.queue == nil && h.starving(w.start, w.last) {
