@@ -15,6 +15,10 @@
 -- publishes on NS:{K}:ho:ID:rel, which the client alone hears, instead of
 -- on the release channel that every waiting client hears
 -- KEYS[9] the late-request record (see late.lua)
+-- ARGV[14], ARGV[15] (absent from clients before them) the release channel
+-- and the publish command (PUBLISH, or SPUBLISH on a Cluster): a fair
+-- shared grant hands holds to the shared entries queued behind it that the
+-- lock lets in, and announces them as a release does (publishGrants)
 -- Returns {1, fence, holds} when granted, or {1, fence, holds, overtook}
 -- where overtook is 1 when a grant without fair went before a live fair
 -- queue's head; when not, {0, holder owner,
@@ -319,6 +323,19 @@ if shared then
   redis.call('HSET', SI, token, string.format('%d %d ', fence, limit) .. owner)
   fit(S, SI)
   forget()
+  if fair and hasQ and ARGV[14] and ARGV[14] ~= '' then
+    -- The shared entries queued behind this request, which the lock lets in
+    -- beside it, are handed holds as a release would (the lock came free
+    -- without one: a lease that lapsed, a release of an older client).
+    local given, next = handOff(L, F, S, SI, W, Q, QE, QO, false, nil, not hasW, false)
+    if #given > 0 then
+      publishGrants(given, next, ARGV[15], ARGV[14])
+    elseif next and next ~= '' then
+      -- The next head takes no handoff (WithReplicaAck): it is woken to
+      -- ask, as a release names it.
+      redis.pcall(ARGV[15], ARGV[14], 'next:' .. next)
+    end
+  end
   return {1, fence, 1}
 end
 

@@ -218,14 +218,19 @@ func (b *Backend) acquireCall(req driver.AcquireRequest) ([]any, *requestArg, er
 	const nk = len(acquireSuffixes)
 	var keys [nk]string
 	b.keysInto(keys[:], req.Key, acquireSuffixes[:])
-	args := evalShaArgs(acquireSHA, nk, 13)
+	args := evalShaArgs(acquireSHA, nk, 15)
 	for i, k := range keys {
 		args[3+i] = k
 	}
 	rid := b.request()
 	copy(args[3+nk:], []any{req.Token, req.Owner, millis(req.TTL), flag(req.Reentrant), delay,
 		flag(shared), max(req.Limit, 0), flag(req.Fair), flag(req.Wait), queueTTL, rid,
-		flag(req.Handoff && req.Fair && req.Wait && !req.Reentrant && req.LockDelay <= 0 && b.ackReplicas == 0), b.hid})
+		flag(req.Handoff && req.Fair && req.Wait && !req.Reentrant && req.LockDelay <= 0 && b.ackReplicas == 0), b.hid, "", ""})
+	if shared && req.Fair {
+		// A fair shared grant hands holds to the shared entries behind it
+		// and announces them (acquire.lua's ARGV[14], ARGV[15]).
+		args[3+nk+13], args[3+nk+14] = b.channel(req.Key), b.publishArg
+	}
 	return args, rid, nil
 }
 

@@ -368,6 +368,34 @@ local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token, noW, hasL)
   return given
 end
 
+-- publishGrants announces handOff's grants given, with publish (PUBLISH or
+-- SPUBLISH), each to its head's client alone when it has a handoff channel
+-- (the other waiters have nothing to do on a handoff: the lock is not free
+-- for them), else on the release channel channel (NS:{K}:rel); an
+-- exclusive grant also on the observers' channel. next, handOff's second
+-- answer after handBatch grants, is named on the release channel.
+local function publishGrants(given, next, publish, channel)
+  local base = string.sub(channel, 1, -5) -- NS:{K}, from NS:{K}:rel
+  for _, g in ipairs(given) do
+    local msg = 'next:' .. g[1] .. '\0' .. string.format('%d', g[2])
+    if g[3] then
+      redis.pcall(publish, base .. ':ho:' .. g[3] .. ':rel', msg)
+      if not g[4] then
+        -- And to the lock's observers (elections, which observe exclusive
+        -- grants), which no waiter's channel reaches: a publish that
+        -- nobody hears costs a lookup.
+        redis.pcall(publish, base .. ':ho:rel', msg)
+      end
+    else
+      redis.pcall(publish, channel, msg)
+    end
+  end
+  if next then
+    -- handBatch holds were handed over: the next head may come in too.
+    redis.pcall(publish, channel, 'next:' .. next)
+  end
+end
+
 -- announce publishes "next:" on channel with publish (PUBLISH or SPUBLISH),
 -- followed by the fair queue's head when the lock is free with a live queue
 -- and the news is for the head alone (not anyone). A refused publish (an

@@ -2,9 +2,9 @@ package redislock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
-	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -539,52 +539,6 @@ func TestReaderBehindLeavingWriterHeadIsLetIn(t *testing.T) {
 	}
 }
 
-// TestWriterRetryStaysAheadOfLaterReaders: a fair writer queued behind
-// readers' holds, with fair readers queued behind it, has an attempt of
-// unknown outcome; its wait moves its writer intent to a new token and
-// releases the old one (handle.handOver, as the core does), then queues the
-// new token. The readers that arrived after the writer must not be let in
-// before it when the holds go.
-func TestWriterRetryStaysAheadOfLaterReaders(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	ctx := t.Context()
-	const key = "fair-rw-retry"
-	b := redislock.New(srv.Client(t))
-	r0, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "r0", Owner: "r0", TTL: 10 * time.Second,
-		Mode: driver.Shared, Fair: true})
-	if err != nil || !r0.Acquired {
-		t.Fatal(r0, err)
-	}
-	wait := func(tok string, mode driver.Mode) {
-		res, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: tok, Owner: tok, TTL: 10 * time.Second,
-			Mode: mode, Fair: true, Wait: true, QueueTTL: 5 * time.Second, Handoff: true})
-		if err != nil || res.Acquired || !res.Queued {
-			t.Fatalf("%s: %+v, %v; want queued", tok, res, err)
-		}
-	}
-	wait("w1", driver.Exclusive)
-	wait("r2", driver.Shared)
-	// The writer's attempt failed: its intent moves to its new token, the
-	// old one is cleaned up, and the next attempt queues the new one.
-	if _, err := b.MoveIntent(ctx, key, "w1", "w2", "w", 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Release(ctx, key, "w1"); err != nil {
-		t.Fatal(err)
-	}
-	wait("w2", driver.Exclusive)
-	if _, err := b.ReleaseGrant(ctx, key, "r0", r0.Fence); err != nil {
-		t.Fatal(err)
-	}
-	info, _, err := b.Inspect(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(info.Shared) > 0 {
-		t.Errorf("the reader that queued behind the writer got in first (%q holds); the writer waits (holder %q)", info.Shared[0].Owner, info.Owner)
-	}
-}
-
 // TestFairWaitEndedByConflictLeavesNoEntry: a fair Semaphore queues behind
 // another fair waiter's entry; a plain Semaphore of another limit takes a
 // permit meanwhile, so the waiter's next request is refused with a
@@ -646,5 +600,39 @@ func TestFairWaitEndedByConflictLeavesNoEntry(t *testing.T) {
 	}
 	if info.Queued != 0 { // h0's entry has lapsed
 		t.Errorf("the wait that ended with a ConflictError left its queue entry (%d live)", info.Queued)
+	}
+}
+
+// TestReadersWithoutHandoffWokenInTurn checks that fair readers whose
+// entries take no handoff (a Backend with WithReplicaAck) are woken in turn
+// when the lock comes free without a release: each reader's grant names
+// the next reader on the release channel, which asks at once rather than
+// at its queue refresh.
+func TestReadersWithoutHandoffWokenInTurn(t *testing.T) {
+	b, rdb, _ := setup(t)
+	h := listenTo(t, redislock.New(rdb), "k")
+	mustAcquire(t, b, driver.AcquireRequest{Key: "k", Token: "w", Owner: "w", TTL: 200 * time.Millisecond, Fair: true})
+	read := func(tok string) driver.AcquireResult {
+		return acquire(t, b, driver.AcquireRequest{Key: "k", Token: tok, Owner: tok, TTL: 10 * time.Second,
+			Mode: driver.Shared, Fair: true, Wait: true, QueueTTL: 5 * time.Second})
+	}
+	for _, tok := range []string{"r1", "r2", "r3"} {
+		if res := read(tok); res.Acquired || !res.Queued {
+			t.Fatalf("%s: %+v, want queued", tok, res)
+		}
+	}
+	for rdb.Exists(t.Context(), "dlock:{k}").Val() == 1 {
+		time.Sleep(5 * time.Millisecond) // the writer's lease runs out, unreleased
+	}
+	for i, tok := range []string{"r1", "r2", "r3"} {
+		if res := read(tok); !res.Acquired {
+			t.Fatalf("%s after its turn came: %+v, want granted", tok, res)
+		}
+		if i < 2 {
+			next := []string{"r2", "r3"}[i]
+			if !h.within(2*time.Second, func(m string) bool { return m == "k "+next }) {
+				t.Fatalf("heard %q after %s's grant; want %s named", h.all(), tok, next)
+			}
+		}
 	}
 }

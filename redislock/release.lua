@@ -270,28 +270,7 @@ if notify and waiters and ARGV[3] ~= '' then
     return result
   end
   if #given > 0 then
-    -- To each head's client alone when it has a handoff channel: the other
-    -- waiters have nothing to do on a handoff (the lock is not free for
-    -- them).
-    local base = string.sub(ARGV[2], 1, -5) -- NS:{K}, from NS:{K}:rel
-    for _, g in ipairs(given) do
-      local msg = 'next:' .. g[1] .. '\0' .. string.format('%d', g[2])
-      if g[3] then
-        redis.pcall(ARGV[3], base .. ':ho:' .. g[3] .. ':rel', msg)
-        if not g[4] then
-          -- And to the lock's observers (elections, which observe
-          -- exclusive grants), which no waiter's channel reaches: a
-          -- publish that nobody hears costs a lookup.
-          redis.pcall(ARGV[3], base .. ':ho:rel', msg)
-        end
-      else
-        redis.pcall(ARGV[3], ARGV[2], msg)
-      end
-    end
-    if next then
-      -- handBatch holds were handed over: the next head may come in too.
-      redis.pcall(ARGV[3], ARGV[2], 'next:' .. next)
-    end
+    publishGrants(given, next, ARGV[3], ARGV[2])
     return result
   end
 end

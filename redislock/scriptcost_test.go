@@ -327,7 +327,7 @@ func TestScriptPathsCommandCounts(t *testing.T) {
 	qw := fair("y1")
 	qw.Key = "frw1"
 	acquire(qw, false)
-	c.count("last reader's release, handed to a queued writer, no late-request record", 26, func() {
+	c.count("last reader's release, handed to a queued writer, no late-request record", 28, func() {
 		if _, err := b.Release(ctx, "frw1", "frw1r0"); err != nil {
 			t.Fatal(err)
 		}
