@@ -20,7 +20,7 @@ func AcquireWithoutHandoffID(ctx context.Context, rdb redis.UniversalClient, key
 	if err != nil {
 		return err
 	}
-	return runEvalSha(ctx, rdb, acquireScript, args[:len(args)-1]).Err()
+	return runEvalSha(ctx, rdb, acquireScript, args[:len(args)-3]).Err() // without ARGV[13..15]
 }
 
 // HandoffChannel returns b's handoff channel of key.
