@@ -636,3 +636,50 @@ func TestReadersWithoutHandoffWokenInTurn(t *testing.T) {
 		}
 	}
 }
+
+// TestReaderWithoutHandoffBehindHandedReadersWoken checks that a fair
+// reader whose entry takes no handoff (a Backend with WithReplicaAck),
+// queued behind readers that are handed holds, is woken by the grant that
+// hands them theirs: the lock lets it in too, and nothing else would tell
+// it before its own queue refresh. Both grants that hand holds over are
+// checked: the release of the writer ahead of them, and the head reader's
+// own request after the writer's lease ran out unreleased.
+func TestReaderWithoutHandoffBehindHandedReadersWoken(t *testing.T) {
+	for _, how := range []string{"release", "lapse"} {
+		t.Run(how, func(t *testing.T) {
+			b, rdb, srv := setup(t)
+			b3 := redislock.New(srv.Client(t))
+			h := listenTo(t, b3, "k")
+			ttl := 10 * time.Second
+			if how == "lapse" {
+				ttl = 200 * time.Millisecond
+			}
+			mustAcquire(t, b, driver.AcquireRequest{Key: "k", Token: "w", Owner: "w", TTL: ttl, Fair: true})
+			read := func(b *redislock.Backend, tok string, handoff bool) driver.AcquireResult {
+				return acquire(t, b, driver.AcquireRequest{Key: "k", Token: tok, Owner: tok, TTL: 10 * time.Second,
+					Mode: driver.Shared, Fair: true, Wait: true, QueueTTL: 5 * time.Second, Handoff: handoff})
+			}
+			for i, tok := range []string{"r1", "r2", "r3"} {
+				if res := read(b, tok, i < 2); res.Acquired || res.Position != i+1 {
+					t.Fatalf("%s: %+v, want queued at %d", tok, res, i+1)
+				}
+			}
+			if how == "release" {
+				release(t, b, "k", "w")
+			} else {
+				for rdb.Exists(t.Context(), "dlock:{k}").Val() == 1 {
+					time.Sleep(5 * time.Millisecond) // the writer's lease runs out, unreleased
+				}
+				if res := read(b, "r1", true); !res.Acquired {
+					t.Fatalf("r1 after the writer's lease ran out: %+v, want granted", res)
+				}
+			}
+			if held := rdb.ZScore(t.Context(), "dlock:{k}:s", "r2").Val(); held == 0 {
+				t.Fatalf("r2 holds nothing; want handed a hold")
+			}
+			if !h.within(2*time.Second, func(m string) bool { return m == "k r3" }) {
+				t.Errorf("heard %q; want r3, which the lock lets in, named as the next", h.all())
+			}
+		})
+	}
+}
