@@ -230,7 +230,8 @@ local handBatch = 100
 -- find as the next: with no grant, the lock being free, the live head that
 -- a prune leaves the head, or '' when the queue is gone, or nil when it did
 -- not look or found a head that is not live; after handBatch grants, the
--- next head, which may come in too. Its third answer is true when it made
+-- next head, which may come in too, and after shared grants, a live head
+-- that takes no handoff (it asks in turn). Its third answer is true when it made
 -- no grant because the head, live and accepting a handoff, waits for live
 -- shared holds (of another limit, or as many as its limit; or readers,
 -- for a writer): those keep out the fair waiters behind it, and plain
@@ -354,6 +355,12 @@ local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token, noW, hasL)
       pruneQueue(Q, QE, QO)
       head, exp, o, tail = headOf(Q, QE, QO)
     end
+    if head and exp and exp > now() and not o[1] and not o[3] then
+      -- A live entry that takes no handoff (WithReplicaAck): it is named
+      -- as the next, as it would be with no grant made, to ask.
+      fit(S, SI)
+      return given, head
+    end
     if not head or not exp or exp <= now() or not o[3] then
       break
     end
@@ -373,7 +380,8 @@ end
 -- (the other waiters have nothing to do on a handoff: the lock is not free
 -- for them), else on the release channel channel (NS:{K}:rel); an
 -- exclusive grant also on the observers' channel. next, handOff's second
--- answer after handBatch grants, is named on the release channel.
+-- answer after handBatch grants or before an entry that takes no
+-- handoff, is named on the release channel.
 local function publishGrants(given, next, publish, channel)
   local base = string.sub(channel, 1, -5) -- NS:{K}, from NS:{K}:rel
   for _, g in ipairs(given) do
@@ -391,7 +399,8 @@ local function publishGrants(given, next, publish, channel)
     end
   end
   if next then
-    -- handBatch holds were handed over: the next head may come in too.
+    -- handBatch holds were handed over, or the next head takes no
+    -- handoff: it may come in too.
     redis.pcall(publish, channel, 'next:' .. next)
   end
 end
