@@ -683,3 +683,46 @@ func TestReaderWithoutHandoffBehindHandedReadersWoken(t *testing.T) {
 		})
 	}
 }
+
+// TestHeadWriterLeavingWakesReaderWithoutHandoff checks that a fair writer
+// at the head of the queue that gives up while readers hold the name wakes
+// the fair reader queued behind it when that reader's entry takes no
+// handoff (a Backend with WithReplicaAck): the lock lets it in, and nothing
+// else would tell it before its own queue refresh. (As in
+// TestHeadWriterLeavingLetsReadersBehindIn, the writer queued while an
+// exclusive holder had the name, and a plain reader came in after that
+// holder's lease ran out.)
+func TestHeadWriterLeavingWakesReaderWithoutHandoff(t *testing.T) {
+	for _, how := range []string{"release", "withdraw"} {
+		t.Run(how, func(t *testing.T) {
+			b, rdb, _ := setup(t)
+			waiter := redislock.New(rdb)
+			h := listenTo(t, waiter, "k")
+			ttl := 10 * time.Second
+			fair := func(tok string, mode driver.Mode) driver.AcquireRequest {
+				return driver.AcquireRequest{Key: "k", Token: tok, Owner: tok, TTL: ttl, Mode: mode, Fair: true, Wait: true,
+					QueueTTL: 5 * time.Second}
+			}
+			mustAcquire(t, b, driver.AcquireRequest{Key: "k", Token: "x", Owner: "x", TTL: 200 * time.Millisecond})
+			if res := acquire(t, b, fair("w", driver.Exclusive)); res.Position != 1 {
+				t.Fatalf("writer: %+v, want the queue's head", res)
+			}
+			if res := acquire(t, waiter, fair("r", driver.Shared)); res.Acquired || res.Position != 2 {
+				t.Fatalf("reader: %+v, want queued behind the writer", res)
+			}
+			for rdb.Exists(t.Context(), "dlock:{k}").Val() == 1 {
+				time.Sleep(5 * time.Millisecond) // the holder's lease runs out
+			}
+			mustAcquire(t, b, driver.AcquireRequest{Key: "k", Token: "p", Owner: "p", TTL: ttl, Mode: driver.Shared})
+			if how == "release" {
+				release(t, b, "k", "w")
+			} else if err := b.Withdraw(t.Context(), "k", "w"); err != nil {
+				t.Fatal(err)
+			}
+			if !h.within(2*time.Second, func(m string) bool { return m == "k r" }) {
+				t.Errorf("heard %q; want the reader named as the next", h.all())
+			}
+			mustAcquire(t, waiter, fair("r", driver.Shared))
+		})
+	}
+}
