@@ -158,9 +158,11 @@ local function leaveQueue(L, S, Q, QE, QO, token)
     return true, true
   end
   -- Live shared holds: a shared entry now at the head may join them (the
-  -- readers queued behind a writer that gave up).
+  -- readers queued behind a writer that gave up), and so may an entry
+  -- that takes no handoff (WithReplicaAck; its kind is not kept): all but
+  -- an exclusive entry that takes a handoff, which they keep out.
   local next = redis.call('ZRANGE', Q, 0, 0)[1]
-  return true, next ~= nil and redis.call('HEXISTS', QO, '\1' .. next) == 1
+  return true, next ~= nil and redis.call('HEXISTS', QO, next) == 0
 end
 
 -- leave takes token's writer intent and fair queue entry off the lock (KEYS

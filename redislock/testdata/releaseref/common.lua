@@ -140,8 +140,13 @@ local function leave(L, S, W, Q, QE, QO, token, n)
     local head = redis.call('ZRANGE', Q, 0, 0)[1]
     if unqueue(Q, QE, QO, token) then
       entry = true
-      headLeft = head == token and redis.call('EXISTS', L) == 0 and
-          redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf') == 0
+      headLeft = head == token and redis.call('EXISTS', L) == 0
+      if headLeft and redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf') > 0 then
+        -- Live shared holds: the next may join them unless it is an
+        -- exclusive entry that takes a handoff.
+        local next = redis.call('ZRANGE', Q, 0, 0)[1]
+        headLeft = next ~= nil and redis.call('HEXISTS', QO, next) == 0
+      end
     end
   end
   return intent, entry, headLeft
