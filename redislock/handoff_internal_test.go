@@ -169,70 +169,49 @@ func TestNoExclusiveBesideShared(t *testing.T) {
 				}
 			}()
 		}
-		// Fair shared waiters that accept a handoff; some give up without a
-		// word.
-		for range 3 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for ctx.Err() == nil {
-					tk := tok("f")
-					deadline := time.Now().Add(ms(20, 400))
-					got := false
-					for ctx.Err() == nil && time.Now().Before(deadline) {
-						res, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: tk, Owner: tk, TTL: ms(10, 80),
-							Mode: driver.Shared, Limit: limit, Fair: true, Wait: true, QueueTTL: ms(30, 150), Handoff: true})
+		// Fair waiters that accept a handoff, shared and exclusive; some give
+		// up without a word.
+		for _, mode := range []driver.Mode{driver.Shared, driver.Exclusive} {
+			prefix, hold, count := "h", 100, &grants // an exclusive hold at times past its TTL
+			if mode == driver.Shared {
+				prefix, hold, count = "f", 60, &sharedGrants
+			}
+			for range 3 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for ctx.Err() == nil {
+						tk := tok(prefix)
+						req := driver.AcquireRequest{Key: key, Token: tk, Owner: tk, Mode: mode,
+							Fair: true, Wait: true, Handoff: true}
+						if mode == driver.Shared {
+							req.Limit = limit
+						}
+						deadline := time.Now().Add(ms(20, 400))
+						got := false
+						for ctx.Err() == nil && time.Now().Before(deadline) {
+							req.TTL, req.QueueTTL = ms(10, 80), ms(30, 150)
+							res, err := b.Acquire(ctx, req)
+							check(key)
+							if err == nil && res.Acquired {
+								got = true
+								break
+							}
+							time.Sleep(ms(0, 8))
+						}
+						if !got {
+							if rand.IntN(2) == 0 {
+								b.Release(ctx, key, tk) // withdraws, or ends a handed grant or hold
+							}
+							continue
+						}
+						count.Add(1)
+						time.Sleep(ms(0, hold))
+						b.Release(ctx, key, tk)
 						check(key)
-						if err == nil && res.Acquired {
-							got = true
-							break
-						}
-						time.Sleep(ms(0, 8))
 					}
-					if !got {
-						if rand.IntN(2) == 0 {
-							b.Release(ctx, key, tk) // withdraws, or ends a handed hold
-						}
-						continue
-					}
-					sharedGrants.Add(1)
-					time.Sleep(ms(0, 60))
-					b.Release(ctx, key, tk)
-					check(key)
-				}
-			}()
-		}
-		// Fair waiters that accept a handoff; some give up without a word.
-		for range 3 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for ctx.Err() == nil {
-					tk := tok("h")
-					deadline := time.Now().Add(ms(20, 400))
-					got := false
-					for ctx.Err() == nil && time.Now().Before(deadline) {
-						res, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: tk, Owner: tk, TTL: ms(10, 80),
-							Fair: true, Wait: true, QueueTTL: ms(30, 150), Handoff: true})
-						check(key)
-						if err == nil && res.Acquired {
-							got = true
-							break
-						}
-						time.Sleep(ms(0, 8))
-					}
-					if !got {
-						if rand.IntN(2) == 0 {
-							b.Release(ctx, key, tk) // withdraws, or ends a handed grant
-						}
-						continue
-					}
-					grants.Add(1)
-					time.Sleep(ms(0, 100)) // at times past the TTL
-					b.Release(ctx, key, tk)
-					check(key)
-				}
-			}()
+				}()
+			}
 		}
 		// Plain, lock-delay and reentrant exclusive requests.
 		for range 2 {
