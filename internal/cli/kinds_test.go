@@ -515,6 +515,23 @@ func TestRunFairSharedNeedsRedis(t *testing.T) {
 	expect(t, e.run("run", "--fair", "k", "--", "true"), 0) // a fair exclusive lock works
 }
 
+// TestRunFairSharedRefusedWithStoreDown: a fair reader or permit on a
+// store that is not Redis is a usage error (64) from the URL alone, not a
+// store that cannot be reached (69): scripts see one answer whatever state
+// the store is in.
+func TestRunFairSharedRefusedWithStoreDown(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"postgres://u@127.0.0.1:1/x", "etcd://127.0.0.1:1"} {
+		e := newEnv(t, u)
+		r := e.run("run", "--connect-timeout", "2s", "--fair", "--shared", "k", "--", "echo", "ran")
+		expect(t, r, 64, "--fair --shared needs a store with fair read-write locks and semaphores;",
+			"(Redis has them: redis://, rediss://, redis+sentinel://, redis+cluster://)", "usage: dlock run")
+		if r.stdout != "" {
+			t.Errorf("%s: the command ran: %q", u, r.stdout)
+		}
+	}
+}
+
 // TestRunKindEnv: DLOCK_KIND names the kind, DLOCK_FAIR is 1 on a fair run
 // and unset otherwise (whatever was inherited), and every kind draws its
 // fence from the name's one counter.

@@ -403,7 +403,7 @@ func (o *runOptions) parseKind(fs *pflag.FlagSet) error {
 		return usageErr("run", "--semaphore %d: want the number of permits, from 1 to %d", o.permits, dlock.MaxPermits)
 	}
 	if o.lockDelay > 0 && (o.kind == lockShared || o.kind == lockSemaphore) {
-		return usageErr("run", "--lock-delay does not apply to %s: only exclusive locks (a plain or --fair run) keep a lock-delay", o.kind.flag())
+		return usageErr("run", "--lock-delay does not apply to %s: only exclusive locks (a plain run, or --fair alone) keep a lock-delay", o.kindFlags())
 	}
 	return nil
 }

@@ -52,6 +52,9 @@ func cancelOnSignal(ctx context.Context, sigs <-chan os.Signal) (context.Context
 // acquire connects to the store and takes the lock, watching sigs meanwhile.
 // On success the caller closes the Client and then the store.
 func acquire(ctx context.Context, a *app, o *runOptions, sigs <-chan os.Signal) (*dlock.Lease, *store, *dlock.Client, error) {
+	if err := refuseFairSharedByURL(a, o); err != nil {
+		return nil, nil, nil, err
+	}
 	ctx, stopWatch := cancelOnSignal(ctx, sigs)
 
 	st, err := a.open(ctx)
@@ -190,6 +193,26 @@ func (o *runOptions) take(c *dlock.Client, opts []dlock.Option, wait bool) func(
 		return m.Lock
 	}
 	return m.TryLock
+}
+
+// refuseFairSharedByURL refuses a fair reader or permit on a store that is
+// not Redis from its URL, before connecting: the refusal is then exit 64
+// whether or not the store is up. A URL that does not parse is left to
+// open to report.
+func refuseFairSharedByURL(a *app, o *runOptions) error {
+	if !o.fair || o.kind == lockFair {
+		return nil
+	}
+	b, err := a.backendURL()
+	if err != nil {
+		return nil
+	}
+	switch b.kind {
+	case kindRedis, kindSentinel, kindCluster:
+		return nil
+	}
+	cp := driver.CapFairShared
+	return usageErr("run", "%s needs a store with %s; %s has none (%s)", o.kindFlags(), cp, b.where, storesWith(cp))
 }
 
 // storesWith says which of the stores dlock reaches have cp, for a message

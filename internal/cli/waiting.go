@@ -165,11 +165,26 @@ func (r *waitReporter) sayDead(e *dlock.NotObtainedError, said string) string {
 func waitState(e *dlock.NotObtainedError) string {
 	switch {
 	case e.WriterWaiting:
-		return "writer\x00" + e.Holder
+		return "writer\x00" + waiterKey(e.Holder)
 	case e.Shared > 0:
 		return "shared\x00" + strconv.Itoa(e.Shared)
 	}
 	return "holder\x00" + e.Holder
+}
+
+// waiterKey is a waiting writer's owner string without its time, which
+// names the second of the writer's latest attempt: the same writer trying
+// again is no new writer.
+func waiterKey(owner string) string {
+	o, ok := splitOwner(owner)
+	if !ok {
+		return owner
+	}
+	key := o.host + "|pid " + o.pid + "|" + o.tag
+	if o.metadata != nil {
+		key += "|" + *o.metadata
+	}
+	return key
 }
 
 // place is the waiter's place in the fair queue that a message gives, or 0.

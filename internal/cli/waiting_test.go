@@ -86,3 +86,27 @@ func stopBetweenWrites(t *testing.T, p *proc, path string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestRunWaitSaysWaitingWriterOnce: a reader kept out by a writer that
+// waits for the readers says so once, not "now a writer is waiting" each
+// time the writer tries again: the writer's owner string names the second
+// of its latest attempt, and a new second is not a new writer.
+func TestRunWaitSaysWaitingWriterOnce(t *testing.T) {
+	t.Parallel()
+	u, _ := redisURL(t)
+	dir := t.TempDir()
+	e := newEnv(t, u, "DIR="+dir)
+	r1 := hold(t, e, dir, "r1", true, "run", "--shared", "book")
+	w := hold(t, e, dir, "w", false, "run", "--wait", "60s", "book")
+	waitStderr(t, w.proc, `"book": 1 reader holds it`)
+	res := e.run("run", "--shared", "--wait", "3s", "book", "--", "true")
+	if res.code != 75 {
+		t.Fatalf("the reader behind the writer: exit %d, want 75; stderr:\n%s", res.code, res.stderr)
+	}
+	if n := strings.Count(res.stderr, "a writer is waiting"); n != 2 || strings.Contains(res.stderr, "now a writer") {
+		t.Errorf("the reader's messages name the waiting writer %d times (want 2: waiting, not obtained):\n%s", n, res.stderr)
+	}
+	r1.let(t)
+	w.running(t)
+	w.let(t)
+}
