@@ -165,6 +165,26 @@ func lateSetup(t *testing.T, opts redis.Options) (*redis.Client, *lateDialer, *d
 // grantedNothing checks, once a late request has landed, that name is held
 // by nobody and that its fence counter is still fence: the request made no
 // grant. what names the grant it would have made.
+// resentGrantLandsLate calls try (named what) while d holds back the first
+// copy of its request, so that go-redis resends it and the resend is
+// granted; it unlocks that grant, then lets the first copy land, and
+// returns the grant's fence.
+func resentGrantLandsLate(t *testing.T, d *lateDialer, what string, try func(context.Context) (*dlock.Lease, error)) uint64 {
+	t.Helper()
+	d.armed.Store(true)
+	l, err := try(t.Context())
+	if err != nil {
+		t.Fatalf("%s (resent by go-redis): %v", what, err)
+	}
+	d.awaitHeld(t)
+	fence := l.Fence()
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	d.deliver(t)
+	return fence
+}
+
 func grantedNothing(t *testing.T, admin *redis.Client, name string, fence uint64, what string) {
 	t.Helper()
 	ctx := t.Context()
@@ -294,19 +314,7 @@ func TestLateTryLockAfterCleanupGrantsNothing(t *testing.T) {
 func TestLateFirstCopyOfResentAcquireGrantsNothing(t *testing.T) {
 	admin, d, c := lateSetup(t, redis.Options{ReadTimeout: 300 * time.Millisecond, MaxRetries: 3})
 	const name = "late/resent"
-	ctx := t.Context()
-
-	d.armed.Store(true)
-	l, err := c.Mutex(name).TryLock(ctx)
-	if err != nil {
-		t.Fatalf("TryLock (resent by go-redis): %v", err)
-	}
-	d.awaitHeld(t)
-	fence := l.Fence()
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	d.deliver(t)
+	fence := resentGrantLandsLate(t, d, "TryLock", c.Mutex(name).TryLock)
 	grantedNothing(t, admin, name, fence, "the first copy of the resent acquire was granted after the Unlock")
 }
 
@@ -529,17 +537,7 @@ func TestLateFirstCopyOfResentReaderAcquireHoldsNothing(t *testing.T) {
 	const name = "late/reader"
 	ctx := t.Context()
 
-	d.armed.Store(true)
-	l, err := c.RWMutex(name).TryRLock(ctx)
-	if err != nil {
-		t.Fatalf("TryRLock (resent by go-redis): %v", err)
-	}
-	d.awaitHeld(t)
-	fence := l.Fence()
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	d.deliver(t)
+	fence := resentGrantLandsLate(t, d, "TryRLock", c.RWMutex(name).TryRLock)
 	if n, _ := admin.ZCard(ctx, lockKey(name)+":s").Result(); n != 0 {
 		t.Errorf("the first copy of the resent reader acquire took a hold after the RUnlock: %d holds", n)
 	}
