@@ -254,14 +254,17 @@ local function forget()
 end
 
 if shared then
-  -- A fair request (fair) is refused through refuse, which queues it when
-  -- it waits; another answers as clients before fair shared requests read.
-  if hasL then
-    local holder, pttl = redis.call('HGET', L, 'owner') or '', redis.call('PTTL', L)
+  -- refuseShared answers a refused shared request: a fair one through
+  -- refuse, which queues it when it waits; another as clients before fair
+  -- shared requests read. byIntent is 1 when a writer intent refused it.
+  local function refuseShared(holder, pttl, n, byIntent)
     if fair then
-      return refuse(holder, pttl, 0, false)
+      return refuse(holder, pttl, n, false, nil, byIntent)
     end
-    return {0, holder, pttl, 0, 0, 0, 0}
+    return {0, holder, pttl, n, byIntent or 0, 0, 0}
+  end
+  if hasL then
+    return refuseShared(redis.call('HGET', L, 'owner') or '', redis.call('PTTL', L), 0)
   end
   local n, mine = 0, nil
   if hasS then
@@ -297,25 +300,19 @@ if shared then
   if writer[1] and writer[1] ~= token and not (fair and redis.call('ZSCORE', Q, writer[1])) then
     -- A writer intent keeps new readers out, but that of a queued writer
     -- keeps out only requests without fair: the queue orders the others.
-    if fair then
-      return refuse(writer[2] or '', redis.call('PTTL', W), n, false, nil, 1)
-    end
-    return {0, writer[2] or '', redis.call('PTTL', W), n, 1, 0, 0}
+    return refuseShared(writer[2] or '', redis.call('PTTL', W), n, 1)
   end
   if limit > 0 and n >= limit then
     -- At the limit: wait for the hold that expires first.
     local first = redis.call('ZRANGE', S, 0, 0, 'WITHSCORES')
     local _, _, holder = holdDetails(redis.call('HGET', SI, first[1]))
-    if fair then
-      return refuse(holder, tonumber(first[2]) - now(), n, false)
-    end
-    return {0, holder, tonumber(first[2]) - now(), n, 0, 0, 0}
+    return refuseShared(holder, tonumber(first[2]) - now(), n)
   end
   if fair and hasQ then
     pruneQueue(Q, QE, QO)
     local head = redis.call('ZRANGE', Q, 0, 0)[1]
     if head and head ~= token then
-      return refuse('', -2, n, false) -- a live entry of another goes first
+      return refuseShared('', -2, n) -- a live entry of another goes first
     end
   end
   local fence = redis.call('INCR', F)

@@ -233,8 +233,8 @@ local handBatch = 100
 -- a prune leaves the head, or '' when the queue is gone, or nil when it did
 -- not look or found a head that is not live; after handBatch grants, the
 -- next head, which may come in too, and after shared grants, a live head
--- that takes no handoff (it asks in turn). Its third answer is true when it made
--- no grant because the head, live and accepting a handoff, waits for live
+-- that takes no handoff (it asks in turn). Its third answer is true when it
+-- made no grant because the head, live and accepting a handoff, waits for live
 -- shared holds (of another limit, or as many as its limit; or readers,
 -- for a writer): those keep out the fair waiters behind it, and plain
 -- ones while a writer's intent stands (a release that takes an intent off

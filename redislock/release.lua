@@ -47,8 +47,9 @@
 -- that the lock lets in, get shared holds) and announces each grant:
 -- "next:" followed by the head, a NUL byte and the fence, on the head's
 -- client's handoff channel NS:{K}:ho:ID:rel when its entry names one (see
--- acquire.lua's ARGV[13]), and then on NS:{K}:ho:rel too, for the clients
--- observing the lock (driver.HandoffWatcher), else on the release channel.
+-- acquire.lua's ARGV[13]), and, for an exclusive grant, on NS:{K}:ho:rel
+-- too, for the clients observing the lock (driver.HandoffWatcher), else on
+-- the release channel (publishGrants in common.lua).
 --
 -- The last hold of a plain exclusive grant, without lock-delay, intent or
 -- queue, is released before the helpers of the rest are even defined.
