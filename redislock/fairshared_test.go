@@ -726,3 +726,38 @@ func TestHeadWriterLeavingWakesReaderWithoutHandoff(t *testing.T) {
 		})
 	}
 }
+
+// TestReleaseHandsAtMostHandBatchReaders checks the bound on one release's
+// work: a writer's release hands holds to the first 100 readers queued
+// behind it and names the next on the release channel; that reader's own
+// grant hands a hold to the one behind it.
+func TestReleaseHandsAtMostHandBatchReaders(t *testing.T) {
+	b, rdb, _ := setup(t)
+	h := listenTo(t, redislock.New(rdb), "k")
+	writer := mustAcquire(t, b, driver.AcquireRequest{Key: "k", Token: "w", Owner: "w", TTL: 10 * time.Second, Fair: true})
+	read := func(tok string) driver.AcquireResult {
+		return acquire(t, b, driver.AcquireRequest{Key: "k", Token: tok, Owner: tok, TTL: 10 * time.Second,
+			Mode: driver.Shared, Fair: true, Wait: true, QueueTTL: 5 * time.Second, Handoff: true})
+	}
+	const queued = 102
+	for i := range queued {
+		if res := read(fmt.Sprintf("r%03d", i)); res.Acquired || !res.Queued {
+			t.Fatalf("reader %d: %+v, want queued", i, res)
+		}
+	}
+	if _, err := b.ReleaseGrant(t.Context(), "k", "w", writer.Fence); err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.ZCard(t.Context(), "dlock:{k}:s").Val(); n != 100 {
+		t.Fatalf("%d readers handed holds by one release, want 100", n)
+	}
+	if !h.within(2*time.Second, func(m string) bool { return m == "k r100" }) {
+		t.Fatalf("heard %q; want the 101st reader named", h.all())
+	}
+	if res := read("r100"); !res.Acquired {
+		t.Fatalf("the 101st reader: %+v, want granted", res)
+	}
+	if n := rdb.ZCard(t.Context(), "dlock:{k}:s").Val(); n != queued {
+		t.Errorf("%d readers hold after the 101st came in, want %d (it hands the last a hold)", n, queued)
+	}
+}
