@@ -597,8 +597,8 @@ func TestFairWaitEndedByConflictLeavesNoEntry(t *testing.T) {
 	}
 	// The Semaphore's wait may end before h0's entry lapses (a wake-up can
 	// bring its next attempt early): only h0 may be left in the queue.
-	live, err := rdb.ZRangeByScore(ctx, "dlock:{"+name+"}:qe", &redis.ZRangeBy{
-		Min: fmt.Sprintf("(%d", time.Now().UnixMilli()), Max: "+inf"}).Result()
+	live, err := rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: "dlock:{" + name + "}:qe", ByScore: true,
+		Start: fmt.Sprintf("(%d", time.Now().UnixMilli()), Stop: "+inf"}).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
