@@ -314,3 +314,80 @@ func BenchmarkUncontendedInterleaved(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkFairScriptServerTime reports the server's time per call of the
+// two scripts of a fair grant in a queue's steady state, from INFO
+// commandstats (the usec of EVALSHA, commands the script runs included):
+// the release that hands the lock to the head of a queue of two, and the
+// releasing token's next acquire, which joins the queue behind the other.
+// One client makes every call in turn, so no call waits for another and a
+// change to a script shows in its own figure. release-cmds and join-cmds
+// are the commands each ran, the script call included.
+//
+//	go test -run XXX -bench FairScriptServerTime -benchtime 20000x ./redislock/
+func BenchmarkFairScriptServerTime(b *testing.B) {
+	srv := testserver.StartRedis(b)
+	rdb := srv.Client(b)
+	be := redislock.New(srv.Client(b), redislock.WithEvictionAllowed())
+	ctx := context.Background()
+	const key = "bench/fair"
+	req := func(token string) driver.AcquireRequest {
+		return driver.AcquireRequest{Key: key, Token: token, Owner: token, TTL: 10 * time.Second,
+			Fair: true, Wait: true, QueueTTL: 5 * time.Second, Handoff: true}
+	}
+	tokens := []string{"t0", "t1", "t2"}
+	first, err := be.Acquire(ctx, req(tokens[0]))
+	if err != nil || !first.Acquired {
+		b.Fatalf("first acquire: %+v %v", first, err)
+	}
+	for _, t := range tokens[1:] {
+		if res, err := be.Acquire(ctx, req(t)); err != nil || res.Acquired {
+			b.Fatalf("join %s: %+v %v", t, res, err)
+		}
+	}
+	stats := func() (usec, calls float64) {
+		info, err := rdb.Info(ctx, "commandstats").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`(?m)^cmdstat_([a-z|]+):calls=(\d+),usec=(\d+)`).FindAllStringSubmatch(info, -1) {
+			n, _ := strconv.ParseFloat(m[2], 64)
+			u, _ := strconv.ParseFloat(m[3], 64)
+			if m[1] == "evalsha" {
+				usec += u
+			}
+			if m[1] != "info" {
+				calls += n
+			}
+		}
+		return usec, calls
+	}
+	var relUsec, relCmds, joinUsec, joinCmds float64
+	fence := first.Fence
+	b.ResetTimer()
+	for i := range b.N {
+		holder, head := tokens[i%3], tokens[(i+1)%3]
+		u0, c0 := stats()
+		if _, err := be.ReleaseGrant(ctx, key, holder, fence); err != nil {
+			b.Fatal(err)
+		}
+		u1, c1 := stats()
+		res, err := be.Acquire(ctx, req(holder))
+		if err != nil || res.Acquired {
+			b.Fatalf("join %s: %+v %v", holder, res, err)
+		}
+		u2, c2 := stats()
+		relUsec, relCmds = relUsec+u1-u0, relCmds+c1-c0
+		joinUsec, joinCmds = joinUsec+u2-u1, joinCmds+c2-c1
+		f, err := rdb.HGet(ctx, "dlock:{"+key+"}", "fence").Uint64()
+		if err != nil || f != fence+1 {
+			b.Fatalf("the release did not hand the lock to %s: fence %d, %v", head, f, err)
+		}
+		fence = f
+	}
+	n := float64(b.N)
+	b.ReportMetric(relUsec/n, "release-µs")
+	b.ReportMetric(joinUsec/n, "join-µs")
+	b.ReportMetric(relCmds/n, "release-cmds")
+	b.ReportMetric(joinCmds/n, "join-cmds")
+}
