@@ -1,6 +1,6 @@
 -- common: helpers of the scripts that handle shared holds, writer intents
 -- and fair queues (acquire, renew, release, describe); scripts.go puts this
--- text before theirs.
+-- text, after queue.lua's, before theirs.
 --
 -- A lock's shared holds are a zset (token → expiry, ms by the server's
 -- clock) and a hash of their details (token → "fence limit owner"); its
@@ -9,16 +9,6 @@
 -- expiry of its latest entry, so it vanishes with it (the queue's keys:
 -- that expiry or one up to a quarter of a QueueTTL later; see
 -- stretchQueue in acquire.lua).
-
--- now returns the server's clock in ms, read once per script.
-local clock
-local function now()
-  if not clock then
-    local t = redis.call('TIME')
-    clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return clock
-end
 
 -- prune drops the entries of the expiry zset z that expired by now(), and
 -- the same members of side with rem ('HDEL' for a hash, 'ZREM' for a zset),
@@ -47,15 +37,6 @@ local function fit(z, side)
   redis.call('PEXPIREAT', side, last[2])
 end
 
--- The fair queue is three keys written together: Q (token → arrival
--- number), QE (token → entry expiry) and QO (token → owner, for the
--- exclusive entries whose request accepts a direct handoff; see handOff;
--- byte 1 + token → "limit owner" for such shared entries (a reader's limit
--- is 0); and NUL + token → the id of the client's handoff channel, from
--- clients that have one). Shared entries keep their owner under their own
--- field so that a release of a client before them, which knows only
--- exclusive handoffs, takes them for entries that accept none.
-
 -- pruneQueue drops the queue's expired entries.
 local function pruneQueue(Q, QE, QO)
   local gone = prune(QE, Q, 'ZREM')
@@ -67,42 +48,6 @@ local function pruneQueue(Q, QE, QO)
       fields[#fields + 1] = '\1' .. gone[j]
     end
     redis.call('HDEL', QO, unpack(fields))
-  end
-end
-
--- fitQueue gives the queue's keys the expiry of its latest entry, or
--- deletes them when it is empty. (PEXPIREAT of a missing QO does nothing.)
-local function fitQueue(Q, QE, QO)
-  local last = redis.call('ZRANGE', QE, -1, -1, 'WITHSCORES')
-  if #last == 0 then
-    redis.call('DEL', Q, QE, QO)
-    return
-  end
-  redis.call('PEXPIREAT', QE, last[2])
-  redis.call('PEXPIREAT', Q, last[2])
-  redis.call('PEXPIREAT', QO, last[2])
-end
-
--- dropEntry takes token's entry, which Q no longer holds, out of QE and QO.
--- The keys expire no sooner than the latest entry (every write fits or
--- stretches them; pruning takes only entries that expired before it), so
--- they are fitted again only when token's entry was that one: then to the
--- entry before it, read with it (what fitQueue would read after). tail is
--- QE's last two entries with their expiries when the caller read them.
-local function dropEntry(Q, QE, QO, token, tail)
-  tail = tail or redis.call('ZRANGE', QE, -2, -1, 'WITHSCORES')
-  redis.call('ZREM', QE, token)
-  redis.call('HDEL', QO, token, '\0' .. token, '\1' .. token)
-  if #tail == 0 then
-    fitQueue(Q, QE, QO) -- QE lacked token (no script does that)
-  elseif tail[#tail - 1] == token then
-    if #tail == 2 then
-      redis.call('DEL', Q, QE, QO)
-    else
-      redis.call('PEXPIREAT', QE, tail[2])
-      redis.call('PEXPIREAT', Q, tail[2])
-      redis.call('PEXPIREAT', QO, tail[2])
-    end
   end
 end
 
@@ -184,28 +129,19 @@ local function leave(L, S, W, Q, QE, QO, token, n)
   return intent, entry, headLeft
 end
 
--- headOf reads the fair queue's head, the head's owner, handoff channel
--- id and shared entry ("limit owner") (HMGET of QO) and its entry's expiry
--- (ms), and, for a head with an owner, QE's last two entries with their
--- expiries (for dropEntry: the head's is read there when it is one of
--- them). Nothing else is read for a head that is token.
-local function headOf(Q, QE, QO, token)
-  local head = redis.call('ZRANGE', Q, 0, 0)[1]
-  if not head or head == token then
-    return head
+-- dropBoth takes the entries of head and token, which ZREM Q head token
+-- both took out of Q, out of QE and QO, as leaveQueue would have taken
+-- token's off first, after pruning, and dropEntry then head's: the same
+-- keys result. tail is as for dropEntry; head's entry is live, so QE's
+-- latest is, and pruning leaves it the latest.
+local function dropBoth(Q, QE, QO, head, token, tail)
+  local last = tail[#tail - 1]
+  pruneQueue(Q, QE, QO)
+  redis.call('ZREM', QE, head, token)
+  redis.call('HDEL', QO, head, '\0' .. head, '\1' .. head, token, '\0' .. token, '\1' .. token)
+  if last == nil or last == head or last == token then
+    fitQueue(Q, QE, QO)
   end
-  local o = redis.call('HMGET', QO, head, '\0' .. head, '\1' .. head)
-  local exp, tail
-  if o[1] or o[3] then
-    tail = redis.call('ZRANGE', QE, -2, -1, 'WITHSCORES')
-    for i = 1, #tail, 2 do
-      if tail[i] == head then
-        exp = tonumber(tail[i + 1])
-      end
-    end
-  end
-  exp = exp or tonumber(redis.call('ZSCORE', QE, head))
-  return head, exp, o, tail
 end
 
 -- handBatch is the most shared holds one release hands over.
@@ -248,15 +184,22 @@ local handBatch = 100
 -- handOff to take off as leave would have first (leaveQueue): with the
 -- head's, in one ZREM, when the head is another token and gets the lock.
 -- noW is true when the caller knows that there is no writer intent;
--- hasL, when not nil, whether the lock hash exists.
-local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token, noW, hasL)
+-- hasL, when not nil, whether the lock hash exists. pre, when given, is
+-- what headOf(Q, QE, QO, token) read (as {head, exp, o, tail}), with no
+-- write to the queue since.
+local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token, noW, hasL, pre)
   if hasL == nil and not freed then
     hasL = redis.call('EXISTS', L) == 1
   end
   if not freed and hasL then
     return {}
   end
-  local head, exp, o, tail = headOf(Q, QE, QO, token)
+  local head, exp, o, tail
+  if pre then
+    head, exp, o, tail = pre.head, pre.exp, pre.o, pre.tail
+  else
+    head, exp, o, tail = headOf(Q, QE, QO, token)
+  end
   if token and not (o and o[1] and exp and exp > now()) then
     -- No exclusive grant to make with what was read: token's entry goes
     -- first.
@@ -297,10 +240,8 @@ local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token, noW, hasL)
     if n > 0 then
       return {}, nil, true
     end
-    local owner, hid = o[1], o[2]
-    local fence = redis.call('INCR', F)
-    redis.call('HSET', L, head, 1, 'owner', owner, 'fence', string.format('%d', fence), 'at', now(), 'rid', 'ho')
-    redis.call('PEXPIREAT', L, exp)
+    local hid = o[2]
+    local fence = grantHead(L, F, head, o[1], exp)
     if not noW and redis.call('HGET', W, 't') == head then
       -- The head's wait ends: its writer intent goes, as a grant to its
       -- request takes it (acquire.lua's forget).
@@ -311,16 +252,7 @@ local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token, noW, hasL)
     elseif redis.call('ZREM', Q, head, token) == 1 then
       dropEntry(Q, QE, QO, head, tail) -- token had no entry
     else
-      -- token had one too, which leaveQueue would have taken off first,
-      -- after pruning: the same keys result. The head's entry is live, so
-      -- QE's latest is, and pruning leaves it the latest.
-      local last = tail[#tail - 1]
-      pruneQueue(Q, QE, QO)
-      redis.call('ZREM', QE, head, token)
-      redis.call('HDEL', QO, head, '\0' .. head, '\1' .. head, token, '\0' .. token, '\1' .. token)
-      if last == nil or last == head or last == token then
-        fitQueue(Q, QE, QO)
-      end
+      dropBoth(Q, QE, QO, head, token, tail)
     end
     return {{head, fence, hid}}
   end
@@ -375,36 +307,6 @@ local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token, noW, hasL)
     fit(S, SI)
   end
   return given
-end
-
--- publishGrants announces handOff's grants given, with publish (PUBLISH or
--- SPUBLISH), each to its head's client alone when it has a handoff channel
--- (the other waiters have nothing to do on a handoff: the lock is not free
--- for them), else on the release channel channel (NS:{K}:rel); an
--- exclusive grant also on the observers' channel. next, handOff's second
--- answer after handBatch grants or before an entry that takes no
--- handoff, is named on the release channel.
-local function publishGrants(given, next, publish, channel)
-  local base = string.sub(channel, 1, -5) -- NS:{K}, from NS:{K}:rel
-  for _, g in ipairs(given) do
-    local msg = 'next:' .. g[1] .. '\0' .. string.format('%d', g[2])
-    if g[3] then
-      redis.pcall(publish, base .. ':ho:' .. g[3] .. ':rel', msg)
-      if not g[4] then
-        -- And to the lock's observers (elections, which observe exclusive
-        -- grants), which no waiter's channel reaches: a publish that
-        -- nobody hears costs a lookup.
-        redis.pcall(publish, base .. ':ho:rel', msg)
-      end
-    else
-      redis.pcall(publish, channel, msg)
-    end
-  end
-  if next then
-    -- handBatch holds were handed over, or the next head takes no
-    -- handoff: it may come in too.
-    redis.pcall(publish, channel, 'next:' .. next)
-  end
 end
 
 -- announce publishes "next:" on channel with publish (PUBLISH or SPUBLISH),

@@ -24,26 +24,34 @@ import (
 // instrumentRelease makes the package's release script count, in
 // L..":probe", the freed handoffs that found the lock hash or a live
 // shared hold (what handOff once looked for), and in
-// L..":probefreed" and L..":probeho" the freed handoffs tried and made. It
+// L..":probefreed" and L..":probeho" the freed handoffs tried and made:
+// those of handOff and those of release.lua's handoff fast path. It
 // swaps package variables (restored at cleanup): the tests that call it
 // must not run in parallel with others.
 func instrumentRelease(t *testing.T) {
 	t.Helper()
-	const sig = "local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token, noW, hasL)\n"
-	src := lateLua + withCommon(releaseLua)
-	if !strings.Contains(src, sig) {
-		t.Fatal("handOff's signature changed")
-	}
-	src = strings.Replace(src, sig, sig+`  if freed then redis.call('INCR', L .. ':probefreed') end
-  if freed and (redis.call('EXISTS', L) == 1 or redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf') > 0) then
+	const probe = `redis.call('INCR', L .. ':probefreed')
+  if redis.call('EXISTS', L) == 1 or redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf') > 0 then
     redis.call('INCR', L .. ':probe')
   end
-`, 1)
-	const ret = "    return {{head, fence, hid}}\n"
-	if !strings.Contains(src, ret) {
-		t.Fatal("handOff's return changed")
+`
+	src := lateLua + withCommon(releaseLua)
+	// replace puts with in place of the only occurrence of at in src.
+	replace := func(what, at, with string) {
+		t.Helper()
+		if strings.Count(src, at) != 1 {
+			t.Fatalf("%s changed", what)
+		}
+		src = strings.Replace(src, at, with, 1)
 	}
-	src = strings.Replace(src, ret, "  if freed then redis.call('INCR', L .. ':probeho') end\n"+ret, 1)
+	const sig = "local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token, noW, hasL, pre)\n"
+	replace("handOff's signature", sig, sig+"  if freed then "+probe+"  end\n")
+	const grant = "    local fence = grantHead(L, F, head, o[1], exp)\n"
+	replace("handOff's grant", grant+"    if not noW", grant+"    if freed then redis.call('INCR', L .. ':probeho') end\n    if not noW")
+	// The fast path's grant is a freed handoff, checked once it has
+	// deleted the releasing grant.
+	const fast = "    redis.call('DEL', L)\n    done(recent, h[2])\n"
+	replace("the handoff fast path", fast+grant, fast+"    "+probe+grant+"    redis.call('INCR', L .. ':probeho')\n")
 	oldScript, oldSHA := releaseScript, releaseSHA
 	releaseScript = redis.NewScript(src)
 	releaseSHA = releaseScript.Hash()
@@ -62,37 +70,48 @@ return redis.call('ZCOUNT', KEYS[2], string.format('(%d', now), '+inf')`)
 // sees a forged state (a live shared hold beside an exclusive grant, which
 // no script makes; a server clock stepped back could) and shows what the
 // shortcut does with it: the release hands the lock to the queue's head
-// while the shared hold is live.
+// while the shared hold is live. It does so on both ways a release hands
+// over: release.lua's handoff fast path, taken by a release of a grant
+// whose requests reached the server once, and handOff, taken by one that
+// records the requests of the grant it deletes (a Backend that did not
+// make the grant sends it).
 func TestFreedHandoffInstrumentationFires(t *testing.T) {
 	instrumentRelease(t)
 	srv := testserver.StartRedis(t)
 	rdb := srv.Client(t)
-	b := New(rdb)
+	b, other := New(rdb), New(rdb)
 	ctx := t.Context()
-	key := "k"
-	L := b.lockKey(key)
-	res, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "w1", Owner: "w1", TTL: 10 * time.Second})
-	if err != nil || !res.Acquired {
-		t.Fatal(res, err)
+	releases := map[string]func(key string, fence uint64) error{
+		"recording requests":    func(key string, fence uint64) error { _, err := other.ReleaseGrant(ctx, key, "w1", fence); return err },
+		"of requests sent once": func(key string, fence uint64) error { _, err := b.ReleaseGrant(ctx, key, "w1", fence); return err },
 	}
-	res, err = b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "w2", Owner: "w2", TTL: 10 * time.Second,
-		Fair: true, Wait: true, QueueTTL: 10 * time.Second, Handoff: true})
-	if err != nil || res.Acquired {
-		t.Fatal(res, err)
-	}
-	// Forge a live reader beside w1's grant.
-	ms := time.Now().Add(10 * time.Second).UnixMilli()
-	rdb.ZAdd(ctx, L+":s", redis.Z{Score: float64(ms), Member: "r1"})
-	rdb.HSet(ctx, L+":si", "r1", "1 0 r1")
-	if _, err := b.Release(ctx, key, "w1"); err != nil {
-		t.Fatal(err)
-	}
-	n, _ := rdb.Get(ctx, L+":probe").Int()
-	both, _ := bothHeld.Run(ctx, rdb, []string{L, L + ":s"}).Int()
-	t.Logf("forged state: freed handoffs with a live shared hold: %d; lock hash beside live shared holds after the release: %d (owner %q)",
-		n, both, rdb.HGet(ctx, L, "owner").Val())
-	if n != 1 || both != 1 {
-		t.Fatalf("instrumentation did not fire: %d %d", n, both)
+	for name, release := range releases {
+		key := "k " + name
+		L := b.lockKey(key)
+		res, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "w1", Owner: "w1", TTL: 10 * time.Second})
+		if err != nil || !res.Acquired {
+			t.Fatal(res, err)
+		}
+		fence := res.Fence
+		res, err = b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "w2", Owner: "w2", TTL: 10 * time.Second,
+			Fair: true, Wait: true, QueueTTL: 10 * time.Second, Handoff: true})
+		if err != nil || res.Acquired {
+			t.Fatal(res, err)
+		}
+		// Forge a live reader beside w1's grant.
+		ms := time.Now().Add(10 * time.Second).UnixMilli()
+		rdb.ZAdd(ctx, L+":s", redis.Z{Score: float64(ms), Member: "r1"})
+		rdb.HSet(ctx, L+":si", "r1", "1 0 r1")
+		if err := release(key, fence); err != nil {
+			t.Fatal(err)
+		}
+		n, _ := rdb.Get(ctx, L+":probe").Int()
+		both, _ := bothHeld.Run(ctx, rdb, []string{L, L + ":s"}).Int()
+		t.Logf("release %s, forged state: freed handoffs with a live shared hold: %d; lock hash beside live shared holds after the release: %d (owner %q)",
+			name, n, both, rdb.HGet(ctx, L, "owner").Val())
+		if n != 1 || both != 1 {
+			t.Fatalf("release %s: instrumentation did not fire: %d %d", name, n, both)
+		}
 	}
 }
 

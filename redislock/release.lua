@@ -1,7 +1,7 @@
 -- release: drop one hold of a token, exclusive or shared, and the token's
 -- writer intent and queue entry; wake waiters when that lets another in.
--- The fence counter is left alone on purpose. scripts.go puts common.lua in
--- place of the line "--#common".
+-- The fence counter is left alone on purpose. scripts.go puts queue.lua in
+-- place of the line "--#queue" and common.lua in place of "--#common".
 -- KEYS[1] lock hash   KEYS[2] shared holds   KEYS[3] shared holds' details
 -- KEYS[4] writer intent   KEYS[5] fair queue   KEYS[6] fair queue's expiries
 -- ARGV[1] token   ARGV[2] release channel
@@ -52,7 +52,9 @@
 -- the release channel (publishGrants in common.lua).
 --
 -- The last hold of a plain exclusive grant, without lock-delay, intent or
--- queue, is released before the helpers of the rest are even defined.
+-- queue, is released before the helpers of the rest are even defined, and
+-- one whose queue's head takes the lock by a direct handoff with only
+-- queue.lua's.
 local L, S, SI, W, Q, QE, R, QO, F, X = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local token, rid = ARGV[1], ARGV[4]
 -- A clean-up: a release tied to no grant that wakes waiters. A quiet one
@@ -176,7 +178,36 @@ if waiting == 0 then
   return 0
 end
 
+--#queue
+-- The handoff fast path: the release of an exclusive grant (without
+-- lock-delay or writer intent) whose queue's head is live and takes a
+-- direct handoff, as in a fair queue's steady state, hands the lock to the
+-- head before the rest of common.lua is even defined. It makes the grant,
+-- writes and publishes exactly what the rest of this script would. pre is
+-- what it read of the head, for handOff, when it made no grant.
+local pre, both
+if waiting == 2 and ARGV[3] ~= '' and #members(rids) == 0 then
+  local head, exp, o, tail = headOf(Q, QE, QO, token)
+  pre = {head = head, exp = exp, o = o, tail = tail}
+  if o and o[1] and exp and exp > now() then
+    redis.call('DEL', L)
+    done(recent, h[2])
+    local fence = grantHead(L, F, head, o[1], exp)
+    publishGrants({{head, fence, o[2]}}, nil, ARGV[3], ARGV[2])
+    if redis.call('ZREM', Q, head, token) == 1 then
+      dropEntry(Q, QE, QO, head, tail) -- token had no entry
+      return 0
+    end
+    both = {head, tail}
+  end
+end
+
 --#common
+if both then
+  -- token had a queue entry too (see handOff).
+  dropBoth(Q, QE, QO, both[1], token, both[2])
+  return 0
+end
 local result = -1
 local notify = false -- announce the release
 local anyone = false -- announce it to every waiter, not only the queue's head
@@ -258,7 +289,7 @@ end
 
 local known -- handOff's word on the next, when it made no grant
 if notify and waiters and ARGV[3] ~= '' then
-  local given, next, blocked = handOff(L, F, S, SI, W, Q, QE, QO, freed, deferred and token, waiting % 2 == 0, hasL)
+  local given, next, blocked = handOff(L, F, S, SI, W, Q, QE, QO, freed, deferred and token, waiting % 2 == 0, hasL, deferred and pre)
   known = next
   if sfit and not (given[1] and given[1][4]) then
     fit(S, SI)

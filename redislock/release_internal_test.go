@@ -65,9 +65,13 @@ func (g *releaseStateGen) state() releaseState {
 	add := func(c ...any) { s.cmds = append(s.cmds, c) }
 	fence := 10 + g.r.IntN(5)
 	add("SET", "%K:fence", fence)
+	// steady: a fair queue's steady state, which release.lua's handoff
+	// fast path serves: T releases its handed grant (by its fence), and
+	// the queue's head is live and takes a handoff.
+	steady := g.pick(0.25)
 	held := ""
 	switch x := g.r.Float64(); {
-	case x < 0.5:
+	case x < 0.5 || steady:
 		held = "T"
 	case x < 0.7:
 		held = "a"
@@ -75,18 +79,18 @@ func (g *releaseStateGen) state() releaseState {
 	lockFence := strconv.Itoa(fence)
 	if held != "" {
 		holds := 1
-		if g.pick(0.3) {
+		if g.pick(0.3) && !steady {
 			holds = 2 + g.r.IntN(2)
 		}
 		rid := "ho"
-		if g.pick(0.7) {
+		if g.pick(0.7) && !steady {
 			rid = g.ids("q", 1+g.r.IntN(3), g.pick(0.1))
 		}
 		add("HSET", "%K", held, holds, "owner", "o"+held, "fence", lockFence, "at", g.now-1000, "rid", rid)
 		if g.pick(0.2) {
 			add("HSET", "%K", "rrid", g.ids("x", 1+g.r.IntN(3), g.pick(0.2)))
 		}
-		if g.pick(0.2) {
+		if g.pick(0.2) && !steady {
 			delay := 5000 + 3000*g.r.IntN(2)
 			add("HSET", "%K", "delay", delay)
 			pttl := delay + 6000
@@ -116,7 +120,7 @@ func (g *releaseStateGen) state() releaseState {
 		add("PEXPIREAT", "%K:s", latest)
 		add("PEXPIREAT", "%K:si", latest)
 	}
-	if g.pick(0.3) {
+	if g.pick(0.3) && !steady {
 		t := "b"
 		if g.pick(0.5) {
 			t = "T"
@@ -124,7 +128,7 @@ func (g *releaseStateGen) state() releaseState {
 		add("HSET", "%K:w", "t", t, "o", "o"+t)
 		add("PEXPIRE", "%K:w", 6000)
 	}
-	if g.pick(0.65) {
+	if g.pick(0.65) || steady {
 		toks := []string{"T", "a", "b", "c", "d", "e"}
 		g.r.Shuffle(len(toks), func(i, j int) { toks[i], toks[j] = toks[j], toks[i] })
 		n := 1 + g.r.IntN(5)
@@ -134,9 +138,15 @@ func (g *releaseStateGen) state() releaseState {
 		// A queue whose entries all lapsed while its keys live on: a join
 		// or refresh stretches the keys up to a quarter of a QueueTTL past
 		// the latest entry (acquire.lua's stretchQueue).
-		lapsed := g.pick(0.05)
+		lapsed := g.pick(0.05) && !steady
+		if steady && toks[0] == "T" && g.pick(0.8) {
+			toks[0], toks[1] = toks[1], toks[0] // T queued too, now and then
+		}
 		for i, tok := range toks[:n] {
 			exp := g.at(-2, -1, 1, 2, 3, 4)
+			if steady && i == 0 {
+				exp = g.at(1, 2, 3, 4)
+			}
 			if lapsed {
 				exp = g.at(-2, -1)
 			} else if i == n-1 && latest < g.now {
@@ -146,7 +156,7 @@ func (g *releaseStateGen) state() releaseState {
 			latest = max(latest, e)
 			add("ZADD", "%K:q", arrival+i, tok)
 			add("ZADD", "%K:qe", exp, tok)
-			if g.pick(0.75) {
+			if g.pick(0.75) || (steady && i == 0) {
 				add("HSET", "%K:qo", tok, "o"+tok)
 				qo = true
 				if g.pick(0.6) {
@@ -203,7 +213,7 @@ func (g *releaseStateGen) state() releaseState {
 	}
 	f := ""
 	switch x := g.r.Float64(); {
-	case x < 0.6:
+	case x < 0.6 || steady:
 		f = lockFence
 	case x < 0.7:
 		f = strconv.Itoa(fence + 1)

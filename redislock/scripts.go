@@ -22,6 +22,13 @@ var (
 	//go:embed common.lua
 	commonLua string
 
+	// queue.lua holds the helpers that hand an exclusive lock to the head
+	// of the fair queue: withCommon puts it where a script marks it
+	// (release.lua, before its handoff fast path), else in front of
+	// common.lua.
+	//go:embed queue.lua
+	queueLua string
+
 	//go:embed acquire.lua
 	acquireLua    string
 	acquireScript = redis.NewScript(withCommon(acquireLua))
@@ -144,16 +151,26 @@ func splitEvalSha(args []any) scriptCall {
 	return scriptCall{keys: keys, args: args[3+n:]}
 }
 
-// commonMark is the line of a script that withCommon replaces.
-const commonMark = "--#common\n"
+// commonMark and queueMark are the lines of a script that withCommon
+// replaces.
+const (
+	commonMark = "--#common\n"
+	queueMark  = "--#queue\n"
+)
 
 // withCommon returns script with common.lua in place of its line
-// "--#common", or in front of it when it has no such line.
+// "--#common", or in front of it when it has no such line, and queue.lua
+// in place of its line "--#queue", or in front of common.lua when it has
+// no such line.
 func withCommon(script string) string {
-	if !strings.Contains(script, commonMark) {
-		return commonLua + script
+	common := queueLua + commonLua
+	if strings.Contains(script, queueMark) {
+		script, common = strings.Replace(script, queueMark, queueLua, 1), commonLua
 	}
-	return strings.Replace(script, commonMark, commonLua, 1)
+	if !strings.Contains(script, commonMark) {
+		return common + script
+	}
+	return strings.Replace(script, commonMark, common, 1)
 }
 
 // scriptCall is one run of a script in a pipeline.
