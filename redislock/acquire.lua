@@ -146,7 +146,7 @@ local function stretchQueue(k, exp, fresh)
     if p > qttl + slack / 2 and p <= qttl + slack then
       return
     end
-    last = tonumber(redis.call('ZRANGE', QE, -1, -1, 'WITHSCORES')[2]) or exp
+    last = tonumber(redis.call('ZRANGE', QE, '-1', '-1', 'WITHSCORES')[2]) or exp
   end
   local at = math.max(last, exp) + slack
   if p > qttl + slack and now() + p <= at then
@@ -169,9 +169,9 @@ local function enqueue()
   -- expiry says (a client before the handoff channel leaves fields of
   -- gone entries in QO).
   local fresh = false
-  if redis.call('ZADD', QE, exp, token) == 1 then
-    local last = redis.call('ZRANGE', Q, -1, -1, 'WITHSCORES')
-    redis.call('ZADD', Q, 'NX', (tonumber(last[2]) or 0) + 1, token)
+  if redis.call('ZADD', QE, int(exp), token) == 1 then
+    local last = redis.call('ZRANGE', Q, '-1', '-1', 'WITHSCORES')
+    redis.call('ZADD', Q, 'NX', int((tonumber(last[2]) or 0) + 1), token)
     fresh = #last == 0
   end
   local k = QE
@@ -192,8 +192,8 @@ local function enqueue()
   stretchQueue(k, exp, fresh)
   local rank = redis.call('ZRANK', Q, token)
   if not rank then -- QE kept token while Q did not (no script does that)
-    local last = redis.call('ZRANGE', Q, -1, -1, 'WITHSCORES')
-    redis.call('ZADD', Q, (tonumber(last[2]) or 0) + 1, token)
+    local last = redis.call('ZRANGE', Q, '-1', '-1', 'WITHSCORES')
+    redis.call('ZADD', Q, int((tonumber(last[2]) or 0) + 1), token)
     fitQueue(Q, QE, QO)
     rank = redis.call('ZRANK', Q, token)
   end
@@ -214,7 +214,7 @@ local function refuse(holder, pttl, nshared, byShared, fence, byIntent)
       -- A waiting writer keeps its intent whatever refuses it now (another
       -- writer may hold the lock between the readers and this one).
       redis.call('HSET', W, 't', token, 'o', owner)
-      redis.call('PEXPIRE', W, qttl)
+      redis.call('PEXPIRE', W, int(qttl))
       queued = 1
     end
   end
@@ -279,7 +279,7 @@ if shared then
     local fence = holdDetails(redis.call('HGET', SI, token))
     if fair then
       if tonumber(mine) < now() + ttl then
-        redis.call('ZADD', S, now() + ttl, token)
+        redis.call('ZADD', S, int(now() + ttl), token)
         fit(S, SI)
       end
       forget()
@@ -290,7 +290,7 @@ if shared then
   if n > 0 then
     -- The live holds bind the name's kind and limit (readers: 0): a
     -- request of another is refused whatever else holds the lock.
-    local last = redis.call('ZRANGE', S, -1, -1, 'WITHSCORES')
+    local last = redis.call('ZRANGE', S, '-1', '-1', 'WITHSCORES')
     local _, held, holder = holdDetails(redis.call('HGET', SI, last[1]))
     if held ~= limit then
       return {2, holder, tonumber(last[2]) - now(), n, held}
@@ -304,19 +304,19 @@ if shared then
   end
   if limit > 0 and n >= limit then
     -- At the limit: wait for the hold that expires first.
-    local first = redis.call('ZRANGE', S, 0, 0, 'WITHSCORES')
+    local first = redis.call('ZRANGE', S, '0', '0', 'WITHSCORES')
     local _, _, holder = holdDetails(redis.call('HGET', SI, first[1]))
     return refuseShared(holder, tonumber(first[2]) - now(), n)
   end
   if fair and hasQ then
     pruneQueue(Q, QE, QO)
-    local head = redis.call('ZRANGE', Q, 0, 0)[1]
+    local head = redis.call('ZRANGE', Q, '0', '0')[1]
     if head and head ~= token then
       return refuseShared('', -2, n) -- a live entry of another goes first
     end
   end
   local fence = redis.call('INCR', F)
-  redis.call('ZADD', S, now() + ttl, token)
+  redis.call('ZADD', S, int(now() + ttl), token)
   redis.call('HSET', SI, token, string.format('%d %d ', fence, limit) .. owner)
   fit(S, SI)
   forget()
@@ -355,7 +355,7 @@ if holds then
     -- claims the grant, which gets the request's TTL.
     redis.call('HSET', L, 'rid', rid)
     if redis.call('PTTL', L) < ttl then
-      redis.call('PEXPIRE', L, ttl)
+      redis.call('PEXPIRE', L, int(ttl))
     end
     return {1, hm[4], tonumber(holds)}
   end
@@ -363,7 +363,7 @@ if holds then
     local r = busy(hm[5])
     return refuse(r[2], r[3], 0, false, hm[4])
   end
-  holds = redis.call('HINCRBY', L, token, 1)
+  holds = redis.call('HINCRBY', L, token, '1')
   local keep = {rid}
   for x in string.gmatch(rids, '%S+') do
     if #keep >= 16 then
@@ -373,7 +373,7 @@ if holds then
   end
   redis.call('HSET', L, 'rid', table.concat(keep, ' '))
   if redis.call('PTTL', L) < ttl + delay then
-    redis.call('PEXPIRE', L, ttl + delay) -- extend, never shorten
+    redis.call('PEXPIRE', L, int(ttl + delay)) -- extend, never shorten
   end
   return {1, hm[4], holds}
 end
@@ -387,14 +387,14 @@ if hasS or hasW or hasQ then
     local n = redis.call('ZCARD', S)
     if n > 0 then
       -- Wait for the shared hold that expires last.
-      local last = redis.call('ZRANGE', S, -1, -1, 'WITHSCORES')
+      local last = redis.call('ZRANGE', S, '-1', '-1', 'WITHSCORES')
       local _, _, holder = holdDetails(redis.call('HGET', SI, last[1]))
       return refuse(holder, tonumber(last[2]) - now(), n, true)
     end
   end
   if hasQ then
     pruneQueue(Q, QE, QO)
-    local head = redis.call('ZRANGE', Q, 0, 0)[1]
+    local head = redis.call('ZRANGE', Q, '0', '0')[1]
     if head and head ~= token then
       if fair then
         return refuse('', -2, 0, false) -- free, but promised to the head

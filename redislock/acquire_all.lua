@@ -51,7 +51,7 @@ for i = 1, n do
   if redis.call('EXISTS', S) == 1 then
     prune(S, SI, 'HDEL')
     if redis.call('ZCARD', S) > 0 then
-      local last = redis.call('ZRANGE', S, -1, -1, 'WITHSCORES')
+      local last = redis.call('ZRANGE', S, '-1', '-1', 'WITHSCORES')
       local _, _, holder = holdDetails(redis.call('HGET', SI, last[1]))
       return {0, i, holder, tonumber(last[2]) - now()}
     end

@@ -14,11 +14,12 @@
 -- the same members of side with rem ('HDEL' for a hash, 'ZREM' for a zset),
 -- and returns them.
 local function prune(z, side, rem)
-  local gone = redis.call('ZRANGEBYSCORE', z, '-inf', now())
+  local ms = int(now())
+  local gone = redis.call('ZRANGEBYSCORE', z, '-inf', ms)
   if #gone == 0 then
     return gone
   end
-  redis.call('ZREMRANGEBYSCORE', z, '-inf', now())
+  redis.call('ZREMRANGEBYSCORE', z, '-inf', ms)
   for i = 1, #gone, 1000 do -- unpack has a limit on its results
     redis.call(rem, side, unpack(gone, i, math.min(i + 999, #gone)))
   end
@@ -28,7 +29,7 @@ end
 -- fit gives the expiry zset z and its side the expiry of z's latest entry,
 -- or deletes both when z is empty.
 local function fit(z, side)
-  local last = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')
+  local last = redis.call('ZRANGE', z, '-1', '-1', 'WITHSCORES')
   if #last == 0 then
     redis.call('DEL', z, side)
     return
@@ -92,7 +93,7 @@ end
 -- pruning it, and returns leave's second and third answers.
 local function leaveQueue(L, S, Q, QE, QO, token)
   pruneQueue(Q, QE, QO)
-  local head = redis.call('ZRANGE', Q, 0, 0)[1]
+  local head = redis.call('ZRANGE', Q, '0', '0')[1]
   if not unqueue(Q, QE, QO, token) then
     return false, false
   end
@@ -106,7 +107,7 @@ local function leaveQueue(L, S, Q, QE, QO, token)
   -- readers queued behind a writer that gave up), and so may an entry
   -- that takes no handoff (WithReplicaAck; its kind is not kept): all but
   -- an exclusive entry that takes a handoff, which they keep out.
-  local next = redis.call('ZRANGE', Q, 0, 0)[1]
+  local next = redis.call('ZRANGE', Q, '0', '0')[1]
   return true, next ~= nil and redis.call('HEXISTS', QO, next) == 0
 end
 
@@ -231,7 +232,7 @@ local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token, noW, hasL, pre)
   if not freed then
     n = redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf')
     if n > 0 then
-      local last = redis.call('ZRANGE', S, -1, -1)
+      local last = redis.call('ZRANGE', S, '-1', '-1')
       local _
       _, held = holdDetails(redis.call('HGET', SI, last[1]))
     end
@@ -276,7 +277,7 @@ local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token, noW, hasL, pre)
       break
     end
     local fence = redis.call('INCR', F)
-    redis.call('ZADD', S, exp, head)
+    redis.call('ZADD', S, int(exp), head)
     redis.call('HSET', SI, head, string.format('%d %d ', fence, limit) .. owner)
     unqueue(Q, QE, QO, head, tail)
     n, held = n + 1, limit
@@ -324,7 +325,7 @@ local function announce(L, Q, QE, QO, publish, channel, anyone, known)
     end
   elseif not anyone and redis.call('EXISTS', L) == 0 and redis.call('EXISTS', Q) == 1 then
     pruneQueue(Q, QE, QO)
-    next = redis.call('ZRANGE', Q, 0, 0)[1] or ''
+    next = redis.call('ZRANGE', Q, '0', '0')[1] or ''
   end
   redis.pcall(publish, channel, 'next:' .. next)
 end

@@ -34,9 +34,9 @@ local function remember(x, members, ms, fresh)
   redis.call('ZADD', x, unpack(args))
   if not fresh then
     redis.call('ZREMRANGEBYSCORE', x, '-inf', string.format('%d', ms))
-    redis.call('ZREMRANGEBYRANK', x, 0, -lateMax - 1)
+    redis.call('ZREMRANGEBYRANK', x, '0', string.format('%d', -lateMax - 1))
   end
-  redis.call('PEXPIRE', x, lateTTL)
+  redis.call('PEXPIRE', x, string.format('%d', lateTTL))
   return true
 end
 

@@ -102,7 +102,7 @@ local function done(ids, rrid)
     local cut = string.find(ids, ' ', recentKeep, true)
     ids = cut and (head .. ' ' .. string.sub(ids, 1, cut - 1)) or head
   end
-  redis.call('SET', R, ids, 'PX', recentTTL)
+  redis.call('SET', R, ids, 'PX', string.format('%d', recentTTL))
 end
 
 -- One read of the hash gives the token's holds, the ids of the releases

@@ -17,7 +17,7 @@ if not h[1] then
     return 0
   end
   if now() + ttl > exp then
-    redis.call('ZADD', S, now() + ttl, ARGV[1])
+    redis.call('ZADD', S, int(now() + ttl), ARGV[1])
     fit(S, SI)
   end
   return 1
@@ -33,6 +33,6 @@ if expired then
   return 0
 end
 if redis.call('PTTL', L) < ttl + delay then
-  redis.call('PEXPIRE', L, ttl + delay)
+  redis.call('PEXPIRE', L, int(ttl + delay))
 end
 return 1
