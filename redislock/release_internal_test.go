@@ -313,6 +313,42 @@ func TestReleaseMatchesReference(t *testing.T) {
 	matchReference(t, "release.lua", releaseScript, false)
 }
 
+// TestReleaseMatchesPreHandoff runs release.lua and its version before
+// the handoff fast path and the numbers passed as strings (in
+// testdata/prehandoff) on the same generated states, as
+// TestReleaseMatchesReference does, with the arguments that version
+// knows and the reference does not: the ids of the grant's requests sent
+// once (ARGV[6], which can leave nothing to record and so let a release
+// that records requests take the fast path) and of those that may land
+// (ARGV[7]), clean-ups (no fence) of steady states, and shared entries
+// in the queue.
+func TestReleaseMatchesPreHandoff(t *testing.T) {
+	matchReferenceIn(t, "testdata/prehandoff/", "release.lua", releaseScript, false, func(s *releaseState, r *rand.Rand) {
+		if r.Float64() < 0.5 {
+			for _, c := range s.cmds {
+				for i := 2; i+1 < len(c); i++ {
+					if c[0] == "HSET" && c[1] == "%K" && c[i] == "rid" && r.Float64() < 0.6 {
+						c[i+1] = []string{"q0", "q0 q1", "R1 q0"}[r.IntN(3)]
+					}
+				}
+			}
+		}
+		sharedEntries(s, r)
+		a6 := []string{"", "", "q0", "q0 q1", "q1 q0", "q0 R1", "q0 q1 q2", "ho"}[r.IntN(8)]
+		a7 := []string{"", "", "", "q0", "s1 s2"}[r.IntN(5)]
+		if r.Float64() < 0.15 {
+			s.args[3] = "" // a clean-up
+		}
+		switch x := r.Float64(); {
+		case x < 0.1: // a client before ARGV[6]
+		case x < 0.2:
+			s.args = append(s.args, a6)
+		default:
+			s.args = append(s.args, a6, a7)
+		}
+	})
+}
+
 // TestWithdrawMatchesReference does the same for withdraw.lua.
 func TestWithdrawMatchesReference(t *testing.T) {
 	matchReference(t, "withdraw.lua", withdrawScript, true)
@@ -323,8 +359,15 @@ func TestWithdrawMatchesReference(t *testing.T) {
 // TestReleaseMatchesReference says; withdraw is true for withdraw.lua's
 // arguments, else release.lua's are passed.
 func matchReference(t *testing.T, name string, script *redis.Script, withdraw bool) {
+	matchReferenceIn(t, "testdata/releaseref/", name, script, withdraw, nil)
+}
+
+// matchReferenceIn is matchReference with the reference versions in dir;
+// mutate, when not nil, changes each generated state (its arguments
+// past the fourth are passed too).
+func matchReferenceIn(t *testing.T, dir, name string, script *redis.Script, withdraw bool, mutate func(*releaseState, *rand.Rand)) {
 	read := func(name string) string {
-		b, err := os.ReadFile("testdata/releaseref/" + name)
+		b, err := os.ReadFile(dir + name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -380,6 +423,9 @@ func matchReference(t *testing.T, name string, script *redis.Script, withdraw bo
 			keys[i] = prefix + suf
 		}
 		args := []any{s.args[0], prefix + ":rel", s.args[1], s.args[2], s.args[3]}
+		for _, a := range s.args[4:] {
+			args = append(args, a)
+		}
 		if withdraw {
 			args = []any{s.args[0], prefix + ":rel", "PUBLISH"}
 		}
@@ -403,6 +449,9 @@ func matchReference(t *testing.T, name string, script *redis.Script, withdraw bo
 		}
 		g := releaseStateGen{r: rng, now: now.UnixMilli()}
 		s := g.state()
+		if mutate != nil {
+			mutate(&s, rng)
+		}
 		refPrefix, newPrefix := fmt.Sprintf("ref:{k%d}", i), fmt.Sprintf("new:{k%d}", i)
 		refAnswer, refMsgs := run(ref, refPrefix, s)
 		newAnswer, newMsgs := run(script, newPrefix, s)
@@ -439,5 +488,185 @@ func matchReference(t *testing.T, name string, script *redis.Script, withdraw bo
 			t.Errorf("%d of %d states handed the lock over; the generator misses that path", handed, states)
 		}
 		t.Logf("%d states, %d handed over", states, handed)
+	}
+}
+
+// TestAcquireMatchesPreHandoff runs acquire.lua and its version before the
+// numbers were passed to redis.call as strings (in testdata/prehandoff,
+// with that version's common.lua) on release.lua's generated states with
+// drawn requests: the answers (clock-dependent numbers within a second),
+// the messages published and the keys left must be the same.
+func TestAcquireMatchesPreHandoff(t *testing.T) {
+	read := func(name string) string {
+		b, err := os.ReadFile("testdata/prehandoff/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	ref := redis.NewScript(strings.Replace(read("acquire.lua"), commonMark, read("common.lua"), 1))
+	srv := testserver.StartRedis(t)
+	ctx := context.Background()
+	rdb := srv.Client(t)
+	ps := rdb.PSubscribe(ctx, "ref:*", "new:*")
+	defer ps.Close()
+	for range 2 {
+		if _, err := ps.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	messages := func(prefix string) []string {
+		var got []string
+		for {
+			m, err := ps.ReceiveTimeout(ctx, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			msg, ok := m.(*redis.Message)
+			if !ok {
+				continue
+			}
+			ch := strings.TrimPrefix(msg.Channel, prefix)
+			if ch == ":end" {
+				return got
+			}
+			got = append(got, ch+" "+strconv.Quote(msg.Payload))
+		}
+	}
+	run := func(sc *redis.Script, prefix string, s releaseState, argv []any) (any, string, []string) {
+		t.Helper()
+		pipe := rdb.Pipeline()
+		for _, c := range s.cmds {
+			args := slices.Clone(c)
+			args[1] = strings.Replace(args[1].(string), "%K", prefix, 1)
+			pipe.Do(ctx, args...)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		keys := []string{prefix, prefix + ":fence", prefix + ":s", prefix + ":si", prefix + ":w", prefix + ":q", prefix + ":qe", prefix + ":qo", prefix + ":late"}
+		args := append(slices.Clone(argv), prefix+":rel", "PUBLISH")
+		res, err := sc.Run(ctx, rdb, keys, args...).Result()
+		e := ""
+		if err != nil {
+			e = err.Error()
+		}
+		if err := rdb.Publish(ctx, prefix+":end", "").Err(); err != nil {
+			t.Fatal(err)
+		}
+		return res, e, messages(prefix)
+	}
+	// same compares two answers, clock-dependent numbers within a second.
+	var same func(a, b any) bool
+	same = func(a, b any) bool {
+		switch x := a.(type) {
+		case []any:
+			y, ok := b.([]any)
+			if !ok || len(x) != len(y) {
+				return false
+			}
+			for i := range x {
+				if !same(x[i], y[i]) {
+					return false
+				}
+			}
+			return true
+		case int64:
+			y, ok := b.(int64)
+			return ok && (x == y || (x >= 1000 && y >= 1000 && math.Abs(float64(x-y)) <= 1000))
+		}
+		return fmt.Sprint(a) == fmt.Sprint(b)
+	}
+	const states = 3000
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
+	pick := func(vs ...string) string { return vs[rng.IntN(len(vs))] }
+	granted := 0
+	for i := range states {
+		now, err := rdb.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := releaseStateGen{r: rng, now: now.UnixMilli()}
+		s := g.state()
+		sharedEntries(&s, rng)
+		tok := pick("T", "T", "a", "b", "n")
+		argv := []any{tok, "o" + tok, pick("10000", "3000", "100000000"), pick("", "1"), pick("0", "0", "5000"),
+			pick("", "", "1"), pick("0", "2"), pick("", "1", "1"), pick("", "1", "1"), pick("0", "10000", "10000", "100000000"),
+			pick("A1", "q0"), pick("", "1", "1"), pick("", "h"+tok)}
+		refPrefix, newPrefix := fmt.Sprintf("ref:{k%d}", i), fmt.Sprintf("new:{k%d}", i)
+		refRes, refErr, refMsgs := run(ref, refPrefix, s, argv)
+		newRes, newErr, newMsgs := run(acquireScript, newPrefix, s, argv)
+		refKeys, newKeys := clockScores(dumpKeys(t, ctx, rdb, refPrefix)), clockScores(dumpKeys(t, ctx, rdb, newPrefix))
+		if refErr != "" {
+			refErr = "error" // the script's SHA is in the text
+		}
+		if newErr != "" {
+			newErr = "error"
+		}
+		if !same(refRes, newRes) || refErr != newErr || !slices.Equal(refMsgs, newMsgs) {
+			t.Errorf("state %d %q args %q: answer %v %s %q, want %v %s %q", i, s.cmds, argv, newRes, newErr, newMsgs, refRes, refErr, refMsgs)
+		}
+		if d := sameKeys(refKeys, newKeys); d != "" {
+			t.Errorf("state %d %q args %q: %s", i, s.cmds, argv, d)
+		}
+		if t.Failed() {
+			return
+		}
+		if r, ok := refRes.([]any); ok && len(r) > 0 && r[0] == int64(1) {
+			granted++
+		}
+		var left []string
+		for k := range refKeys {
+			left = append(left, refPrefix+k)
+		}
+		for k := range newKeys {
+			left = append(left, newPrefix+k)
+		}
+		if len(left) > 0 {
+			if err := rdb.Del(ctx, left...).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Logf("%d states, %d granted", states, granted)
+}
+
+// clockScores moves the scores of the expiry zsets of d (:s, :qe), which
+// an acquire writes by the server's clock, to their clock values.
+func clockScores(d map[string]keyDump) map[string]keyDump {
+	for _, k := range []string{":s", ":qe"} {
+		kd, ok := d[k]
+		if !ok {
+			continue
+		}
+		for i, it := range kd.items {
+			m, v, _ := strings.Cut(it, "=")
+			n, _ := strconv.ParseFloat(v, 64)
+			kd.items[i] = m
+			kd.nums = append(kd.nums, n)
+		}
+		d[k] = kd
+	}
+	return d
+}
+
+// sharedEntries turns some of the queue owners of s into shared entries
+// (a reader's limit 0, a permit's 2), now and then beside an exclusive one
+// of the same token: releaseStateGen draws none.
+func sharedEntries(s *releaseState, r *rand.Rand) {
+	for i, c := range s.cmds {
+		if len(c) != 4 || c[0] != "HSET" || c[1] != "%K:qo" {
+			continue
+		}
+		f := c[2].(string)
+		if len(f) != 1 || f == "z" {
+			continue
+		}
+		switch x := r.Float64(); {
+		case x < 0.3:
+			s.cmds[i] = []any{"HSET", "%K:qo", "\x01" + f, []string{"0 ", "2 "}[r.IntN(2)] + "o" + f}
+		case x < 0.4:
+			s.cmds[i] = append(c, "\x01"+f, "0 o"+f)
+		}
 	}
 }

@@ -1,0 +1,428 @@
+-- common: helpers of the scripts that handle shared holds, writer intents
+-- and fair queues (acquire, renew, release, describe); scripts.go puts this
+-- text before theirs.
+--
+-- A lock's shared holds are a zset (token → expiry, ms by the server's
+-- clock) and a hash of their details (token → "fence limit owner"); its
+-- fair queue is a zset of expiries (token → expiry) and one of arrival
+-- numbers (token → number). Each pair is written together and carries the
+-- expiry of its latest entry, so it vanishes with it (the queue's keys:
+-- that expiry or one up to a quarter of a QueueTTL later; see
+-- stretchQueue in acquire.lua).
+
+-- now returns the server's clock in ms, read once per script.
+local clock
+local function now()
+  if not clock then
+    local t = redis.call('TIME')
+    clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return clock
+end
+
+-- prune drops the entries of the expiry zset z that expired by now(), and
+-- the same members of side with rem ('HDEL' for a hash, 'ZREM' for a zset),
+-- and returns them.
+local function prune(z, side, rem)
+  local gone = redis.call('ZRANGEBYSCORE', z, '-inf', now())
+  if #gone == 0 then
+    return gone
+  end
+  redis.call('ZREMRANGEBYSCORE', z, '-inf', now())
+  for i = 1, #gone, 1000 do -- unpack has a limit on its results
+    redis.call(rem, side, unpack(gone, i, math.min(i + 999, #gone)))
+  end
+  return gone
+end
+
+-- fit gives the expiry zset z and its side the expiry of z's latest entry,
+-- or deletes both when z is empty.
+local function fit(z, side)
+  local last = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')
+  if #last == 0 then
+    redis.call('DEL', z, side)
+    return
+  end
+  redis.call('PEXPIREAT', z, last[2])
+  redis.call('PEXPIREAT', side, last[2])
+end
+
+-- The fair queue is three keys written together: Q (token → arrival
+-- number), QE (token → entry expiry) and QO (token → owner, for the
+-- exclusive entries whose request accepts a direct handoff; see handOff;
+-- byte 1 + token → "limit owner" for such shared entries (a reader's limit
+-- is 0); and NUL + token → the id of the client's handoff channel, from
+-- clients that have one). Shared entries keep their owner under their own
+-- field so that a release of a client before them, which knows only
+-- exclusive handoffs, takes them for entries that accept none.
+
+-- pruneQueue drops the queue's expired entries.
+local function pruneQueue(Q, QE, QO)
+  local gone = prune(QE, Q, 'ZREM')
+  for i = 1, #gone, 300 do
+    local fields = {}
+    for j = i, math.min(i + 299, #gone) do
+      fields[#fields + 1] = gone[j]
+      fields[#fields + 1] = '\0' .. gone[j]
+      fields[#fields + 1] = '\1' .. gone[j]
+    end
+    redis.call('HDEL', QO, unpack(fields))
+  end
+end
+
+-- fitQueue gives the queue's keys the expiry of its latest entry, or
+-- deletes them when it is empty. (PEXPIREAT of a missing QO does nothing.)
+local function fitQueue(Q, QE, QO)
+  local last = redis.call('ZRANGE', QE, -1, -1, 'WITHSCORES')
+  if #last == 0 then
+    redis.call('DEL', Q, QE, QO)
+    return
+  end
+  redis.call('PEXPIREAT', QE, last[2])
+  redis.call('PEXPIREAT', Q, last[2])
+  redis.call('PEXPIREAT', QO, last[2])
+end
+
+-- dropEntry takes token's entry, which Q no longer holds, out of QE and QO.
+-- The keys expire no sooner than the latest entry (every write fits or
+-- stretches them; pruning takes only entries that expired before it), so
+-- they are fitted again only when token's entry was that one: then to the
+-- entry before it, read with it (what fitQueue would read after). tail is
+-- QE's last two entries with their expiries when the caller read them.
+local function dropEntry(Q, QE, QO, token, tail)
+  tail = tail or redis.call('ZRANGE', QE, -2, -1, 'WITHSCORES')
+  redis.call('ZREM', QE, token)
+  redis.call('HDEL', QO, token, '\0' .. token, '\1' .. token)
+  if #tail == 0 then
+    fitQueue(Q, QE, QO) -- QE lacked token (no script does that)
+  elseif tail[#tail - 1] == token then
+    if #tail == 2 then
+      redis.call('DEL', Q, QE, QO)
+    else
+      redis.call('PEXPIREAT', QE, tail[2])
+      redis.call('PEXPIREAT', Q, tail[2])
+      redis.call('PEXPIREAT', QO, tail[2])
+    end
+  end
+end
+
+-- unqueue takes token's entry out of the queue; it reports whether it had
+-- one. tail is as for dropEntry.
+local function unqueue(Q, QE, QO, token, tail)
+  if redis.call('ZREM', Q, token) == 0 then
+    return false
+  end
+  dropEntry(Q, QE, QO, token, tail)
+  return true
+end
+
+-- leaseState returns the lock-delay of the exclusive grant in hash l (0
+-- without one) and whether its lease has expired. A grant with a delay
+-- keeps the key delay ms past its lease (PEXPIRE ttl + delay, renewed the
+-- same way), so the lease has expired once the key's PTTL is down to the
+-- delay: no field needs writing when it is renewed, which keeps renewals
+-- working when Redis refuses writes that need memory (noeviction at
+-- maxmemory), as plain ones do.
+-- A caller that read the field already passes it as d (false when
+-- absent).
+local function leaseState(l, d)
+  if d == nil then
+    d = redis.call('HGET', l, 'delay')
+  end
+  local delay = tonumber(d or '0') or 0
+  if delay <= 0 then
+    return 0, false
+  end
+  return delay, redis.call('PTTL', l) <= delay
+end
+
+-- holdDetails splits a shared hold's details into fence (a decimal
+-- string), limit and owner.
+local function holdDetails(v)
+  local fence, limit, owner = string.match(v or '', '^(%d+) (%d+) (.*)$')
+  return fence or '0', tonumber(limit) or 0, owner or ''
+end
+
+-- leaveQueue takes token's entry, which Q holds, off the queue, after
+-- pruning it, and returns leave's second and third answers.
+local function leaveQueue(L, S, Q, QE, QO, token)
+  pruneQueue(Q, QE, QO)
+  local head = redis.call('ZRANGE', Q, 0, 0)[1]
+  if not unqueue(Q, QE, QO, token) then
+    return false, false
+  end
+  if head ~= token or redis.call('EXISTS', L) == 1 then
+    return true, false
+  end
+  if redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf') == 0 then
+    return true, true
+  end
+  -- Live shared holds: a shared entry now at the head may join them (the
+  -- readers queued behind a writer that gave up), and so may an entry
+  -- that takes no handoff (WithReplicaAck; its kind is not kept): all but
+  -- an exclusive entry that takes a handoff, which they keep out.
+  local next = redis.call('ZRANGE', Q, 0, 0)[1]
+  return true, next ~= nil and redis.call('HEXISTS', QO, next) == 0
+end
+
+-- leave takes token's writer intent and fair queue entry off the lock (KEYS
+-- as named in release.lua) and returns whether it had an intent (its going
+-- concerns every waiter), whether it had an entry, and whether it was the
+-- head of the queue and left the lock free, or left a shared entry at the
+-- head beside live shared holds, so that the next may go. n,
+-- when the caller has it, is the answer of EXISTS W Q Q (odd: W exists; 2
+-- or more: Q exists): a missing key is not read.
+local function leave(L, S, W, Q, QE, QO, token, n)
+  local intent, entry, headLeft = false, false, false
+  if (not n or n % 2 == 1) and redis.call('HGET', W, 't') == token then
+    redis.call('DEL', W)
+    intent = true
+  end
+  if (not n or n >= 2) and redis.call('ZSCORE', Q, token) then
+    entry, headLeft = leaveQueue(L, S, Q, QE, QO, token)
+  end
+  return intent, entry, headLeft
+end
+
+-- headOf reads the fair queue's head, the head's owner, handoff channel
+-- id and shared entry ("limit owner") (HMGET of QO) and its entry's expiry
+-- (ms), and, for a head with an owner, QE's last two entries with their
+-- expiries (for dropEntry: the head's is read there when it is one of
+-- them). Nothing else is read for a head that is token.
+local function headOf(Q, QE, QO, token)
+  local head = redis.call('ZRANGE', Q, 0, 0)[1]
+  if not head or head == token then
+    return head
+  end
+  local o = redis.call('HMGET', QO, head, '\0' .. head, '\1' .. head)
+  local exp, tail
+  if o[1] or o[3] then
+    tail = redis.call('ZRANGE', QE, -2, -1, 'WITHSCORES')
+    for i = 1, #tail, 2 do
+      if tail[i] == head then
+        exp = tonumber(tail[i + 1])
+      end
+    end
+  end
+  exp = exp or tonumber(redis.call('ZSCORE', QE, head))
+  return head, exp, o, tail
+end
+
+-- handBatch is the most shared holds one release hands over.
+local handBatch = 100
+
+-- handOff grants the lock to the live head of the fair queue when the
+-- head's request accepts a direct handoff (it has an owner in QO) and the
+-- lock lets it in: an exclusive head when the lock is free of exclusive
+-- and live shared holds; a shared head (a reader, a permit) when it is
+-- free of an exclusive hold and of a live writer intent of a token that is
+-- not queued (a queued writer waits its turn in the queue), and its live
+-- shared holds are of the head's limit and, with a limit, fewer than it.
+-- After a shared head it goes on with the entries behind it while they are
+-- shared ones that the lock lets in (the readers queued behind a writer,
+-- the permits a release frees), up to handBatch of them.
+-- An exclusive grant is marked 'ho' (its rid) until the head's next
+-- request claims it; its key, and a shared hold, expire with the head's
+-- entry (the head's last request + its QueueTTL), so that a head that died
+-- leaves the lock no later than its entry would have; the head's next
+-- request finds its hold and gives it its TTL (acquire.lua).
+-- It returns the grants made, in queue order, each {token, fence, id of
+-- the token's client's handoff channel or false, true for a shared hold
+-- (then handOff has fitted S and SI)}, and what announce would
+-- find as the next: with no grant, the lock being free, the live head that
+-- a prune leaves the head, or '' when the queue is gone, or nil when it did
+-- not look or found a head that is not live; after handBatch grants, the
+-- next head, which may come in too, and after shared grants, a live head
+-- that takes no handoff (it asks in turn). Its third answer is true when it
+-- made no grant because the head, live and accepting a handoff, waits for live
+-- shared holds (of another limit, or as many as its limit; or readers,
+-- for a writer): those keep out the fair waiters behind it, and plain
+-- ones while a writer's intent stands (a release that takes an intent off
+-- announces it all the same: release.lua), and a release of the last of
+-- them hands the lock over. freed is true when the caller has just
+-- deleted an exclusive grant: then the lock is free of live shared holds
+-- too, with no need to look (no shared hold is granted or renewed while an
+-- exclusive grant exists, and an exclusive grant is made only when no
+-- shared hold is live).
+-- token, when given, is a token whose queue entry the caller left for
+-- handOff to take off as leave would have first (leaveQueue): with the
+-- head's, in one ZREM, when the head is another token and gets the lock.
+-- noW is true when the caller knows that there is no writer intent;
+-- hasL, when not nil, whether the lock hash exists.
+local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token, noW, hasL)
+  if hasL == nil and not freed then
+    hasL = redis.call('EXISTS', L) == 1
+  end
+  if not freed and hasL then
+    return {}
+  end
+  local head, exp, o, tail = headOf(Q, QE, QO, token)
+  if token and not (o and o[1] and exp and exp > now()) then
+    -- No exclusive grant to make with what was read: token's entry goes
+    -- first.
+    if head and (head == token or redis.call('ZSCORE', Q, token)) then
+      leaveQueue(L, S, Q, QE, QO, token)
+      head, exp, o, tail = headOf(Q, QE, QO)
+    end
+    token = nil
+  end
+  if not head then
+    return {}, ''
+  end
+  -- The queue is pruned only when its head's entry has expired: pruning
+  -- takes a command every time, and every enqueue prunes anyway.
+  if not exp or exp <= now() then
+    pruneQueue(Q, QE, QO)
+    head, exp, o, tail = headOf(Q, QE, QO)
+    if not head then
+      return {}, ''
+    end
+    if not exp or exp <= now() then
+      return {}
+    end
+  end
+  if not o[1] and not o[3] then
+    return {}, head
+  end
+  local n, held = 0, -1 -- the live shared holds and their limit
+  if not freed then
+    n = redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf')
+    if n > 0 then
+      local last = redis.call('ZRANGE', S, -1, -1)
+      local _
+      _, held = holdDetails(redis.call('HGET', SI, last[1]))
+    end
+  end
+  if o[1] then
+    if n > 0 then
+      return {}, nil, true
+    end
+    local owner, hid = o[1], o[2]
+    local fence = redis.call('INCR', F)
+    redis.call('HSET', L, head, 1, 'owner', owner, 'fence', string.format('%d', fence), 'at', now(), 'rid', 'ho')
+    redis.call('PEXPIREAT', L, exp)
+    if not noW and redis.call('HGET', W, 't') == head then
+      -- The head's wait ends: its writer intent goes, as a grant to its
+      -- request takes it (acquire.lua's forget).
+      redis.call('DEL', W)
+    end
+    if not token then
+      unqueue(Q, QE, QO, head, tail)
+    elseif redis.call('ZREM', Q, head, token) == 1 then
+      dropEntry(Q, QE, QO, head, tail) -- token had no entry
+    else
+      -- token had one too, which leaveQueue would have taken off first,
+      -- after pruning: the same keys result. The head's entry is live, so
+      -- QE's latest is, and pruning leaves it the latest.
+      local last = tail[#tail - 1]
+      pruneQueue(Q, QE, QO)
+      redis.call('ZREM', QE, head, token)
+      redis.call('HDEL', QO, head, '\0' .. head, '\1' .. head, token, '\0' .. token, '\1' .. token)
+      if last == nil or last == head or last == token then
+        fitQueue(Q, QE, QO)
+      end
+    end
+    return {{head, fence, hid}}
+  end
+  local given, writer = {}, nil
+  while true do
+    local limit, owner = string.match(o[3], '^(%d+) (.*)$')
+    limit = tonumber(limit) or 0
+    if (n > 0 and held ~= limit) or (limit > 0 and n >= limit) then
+      if #given == 0 then
+        return given, nil, true
+      end
+      break
+    end
+    if writer == nil then
+      writer = not noW and redis.call('HGET', W, 't')
+      if writer and redis.call('ZSCORE', Q, writer) then
+        writer = false
+      end
+    end
+    if writer then
+      break
+    end
+    local fence = redis.call('INCR', F)
+    redis.call('ZADD', S, exp, head)
+    redis.call('HSET', SI, head, string.format('%d %d ', fence, limit) .. owner)
+    unqueue(Q, QE, QO, head, tail)
+    n, held = n + 1, limit
+    given[#given + 1] = {head, fence, o[2], true}
+    if limit > 0 and n >= limit then
+      break -- no permit left for the next
+    end
+    head, exp, o, tail = headOf(Q, QE, QO)
+    if head and (not exp or exp <= now()) then
+      pruneQueue(Q, QE, QO)
+      head, exp, o, tail = headOf(Q, QE, QO)
+    end
+    if head and exp and exp > now() and not o[1] and not o[3] then
+      -- A live entry that takes no handoff (WithReplicaAck): it is named
+      -- as the next, as it would be with no grant made, to ask.
+      fit(S, SI)
+      return given, head
+    end
+    if not head or not exp or exp <= now() or not o[3] then
+      break
+    end
+    if #given >= handBatch then
+      fit(S, SI)
+      return given, head
+    end
+  end
+  if #given > 0 then
+    fit(S, SI)
+  end
+  return given
+end
+
+-- publishGrants announces handOff's grants given, with publish (PUBLISH or
+-- SPUBLISH), each to its head's client alone when it has a handoff channel
+-- (the other waiters have nothing to do on a handoff: the lock is not free
+-- for them), else on the release channel channel (NS:{K}:rel); an
+-- exclusive grant also on the observers' channel. next, handOff's second
+-- answer after handBatch grants or before an entry that takes no
+-- handoff, is named on the release channel.
+local function publishGrants(given, next, publish, channel)
+  local base = string.sub(channel, 1, -5) -- NS:{K}, from NS:{K}:rel
+  for _, g in ipairs(given) do
+    local msg = 'next:' .. g[1] .. '\0' .. string.format('%d', g[2])
+    if g[3] then
+      redis.pcall(publish, base .. ':ho:' .. g[3] .. ':rel', msg)
+      if not g[4] then
+        -- And to the lock's observers (elections, which observe exclusive
+        -- grants), which no waiter's channel reaches: a publish that
+        -- nobody hears costs a lookup.
+        redis.pcall(publish, base .. ':ho:rel', msg)
+      end
+    else
+      redis.pcall(publish, channel, msg)
+    end
+  end
+  if next then
+    -- handBatch holds were handed over, or the next head takes no
+    -- handoff: it may come in too.
+    redis.pcall(publish, channel, 'next:' .. next)
+  end
+end
+
+-- announce publishes "next:" on channel with publish (PUBLISH or SPUBLISH),
+-- followed by the fair queue's head when the lock is free with a live queue
+-- and the news is for the head alone (not anyone). A refused publish (an
+-- ACL without the channel) does not undo what the script did. known is
+-- handOff's second answer, when the caller has it: the head, which the
+-- prune leaves in place, or '' for no queue, with the lock free.
+local function announce(L, Q, QE, QO, publish, channel, anyone, known)
+  local next = ''
+  if not anyone and known then
+    if known ~= '' then
+      pruneQueue(Q, QE, QO)
+      next = known
+    end
+  elseif not anyone and redis.call('EXISTS', L) == 0 and redis.call('EXISTS', Q) == 1 then
+    pruneQueue(Q, QE, QO)
+    next = redis.call('ZRANGE', Q, 0, 0)[1] or ''
+  end
+  redis.pcall(publish, channel, 'next:' .. next)
+end
