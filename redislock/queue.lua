@@ -4,9 +4,9 @@
 -- each costs the server time). scripts.go puts this text in place of the
 -- line "--#queue", and in front of common.lua in the other scripts.
 
--- int returns the integer n as a decimal string. A number passed to
--- redis.call costs the server a printf of %.17g, a few times what this
--- costs.
+-- int returns the integer n as a decimal string. Redis 7.0 and earlier
+-- turn a number passed to redis.call into text with a printf of %.17g, a
+-- few times what this costs.
 local function int(n)
   return string.format('%d', n)
 end

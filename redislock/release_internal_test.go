@@ -323,7 +323,7 @@ func TestReleaseMatchesReference(t *testing.T) {
 // (ARGV[7]), clean-ups (no fence) of steady states, and shared entries
 // in the queue.
 func TestReleaseMatchesPreHandoff(t *testing.T) {
-	matchReferenceIn(t, "testdata/prehandoff/", "release.lua", releaseScript, false, func(s *releaseState, r *rand.Rand) {
+	matchReferenceIn(t, "testdata/prehandoff/", "release.lua", releaseScript, false, 1500, func(s *releaseState, r *rand.Rand) {
 		if r.Float64() < 0.5 {
 			for _, c := range s.cmds {
 				for i := 2; i+1 < len(c); i++ {
@@ -359,13 +359,13 @@ func TestWithdrawMatchesReference(t *testing.T) {
 // TestReleaseMatchesReference says; withdraw is true for withdraw.lua's
 // arguments, else release.lua's are passed.
 func matchReference(t *testing.T, name string, script *redis.Script, withdraw bool) {
-	matchReferenceIn(t, "testdata/releaseref/", name, script, withdraw, nil)
+	matchReferenceIn(t, "testdata/releaseref/", name, script, withdraw, 3000, nil)
 }
 
-// matchReferenceIn is matchReference with the reference versions in dir;
-// mutate, when not nil, changes each generated state (its arguments
-// past the fourth are passed too).
-func matchReferenceIn(t *testing.T, dir, name string, script *redis.Script, withdraw bool, mutate func(*releaseState, *rand.Rand)) {
+// matchReferenceIn is matchReference with the reference versions in dir,
+// on that many generated states (states); mutate, when not nil, changes each
+// generated state (its arguments past the fourth are passed too).
+func matchReferenceIn(t *testing.T, dir, name string, script *redis.Script, withdraw bool, states int, mutate func(*releaseState, *rand.Rand)) {
 	read := func(name string) string {
 		b, err := os.ReadFile(dir + name)
 		if err != nil {
@@ -439,7 +439,6 @@ func matchReferenceIn(t *testing.T, dir, name string, script *redis.Script, with
 		}
 		return answer, messages(prefix)
 	}
-	const states = 3000
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	handed := 0
 	for i := range states {
@@ -577,7 +576,7 @@ func TestAcquireMatchesPreHandoff(t *testing.T) {
 		}
 		return fmt.Sprint(a) == fmt.Sprint(b)
 	}
-	const states = 3000
+	const states = 1500
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
 	pick := func(vs ...string) string { return vs[rng.IntN(len(vs))] }
 	granted := 0

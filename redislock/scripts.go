@@ -164,7 +164,11 @@ const (
 // no such line.
 func withCommon(script string) string {
 	common := queueLua + commonLua
-	if strings.Contains(script, queueMark) {
+	if q := strings.Index(script, queueMark); q >= 0 {
+		if c := strings.Index(script, commonMark); c < q {
+			// common.lua uses queue.lua's helpers.
+			panic("redislock: a script marks --#queue without --#common after it")
+		}
 		script, common = strings.Replace(script, queueMark, queueLua, 1), commonLua
 	}
 	if !strings.Contains(script, commonMark) {
