@@ -589,7 +589,10 @@ func TestAcquireMatchesPreHandoff(t *testing.T) {
 		s := g.state()
 		sharedEntries(&s, rng)
 		tok := pick("T", "T", "a", "b", "n")
-		argv := []any{tok, "o" + tok, pick("10000", "3000", "100000000"), pick("", "1"), pick("0", "0", "5000"),
+		// TTLs and QueueTTLs stay off the states' grid of 3,000 ms steps
+		// from now (releaseStateGen.at), so that the two runs, ms apart,
+		// order a new score against the state's alike.
+		argv := []any{tok, "o" + tok, pick("10000", "4500", "100000000"), pick("", "1"), pick("0", "0", "5000"),
 			pick("", "", "1"), pick("0", "2"), pick("", "1", "1"), pick("", "1", "1"), pick("0", "10000", "10000", "100000000"),
 			pick("A1", "q0"), pick("", "1", "1"), pick("", "h"+tok)}
 		refPrefix, newPrefix := fmt.Sprintf("ref:{k%d}", i), fmt.Sprintf("new:{k%d}", i)
