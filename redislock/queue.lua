@@ -113,7 +113,7 @@ end
 local function publishGrants(given, next, publish, channel)
   local base = string.sub(channel, 1, -5) -- NS:{K}, from NS:{K}:rel
   for _, g in ipairs(given) do
-    local msg = 'next:' .. g[1] .. '\0' .. string.format('%d', g[2])
+    local msg = 'next:' .. g[1] .. '\0' .. int(g[2])
     if g[3] then
       redis.pcall(publish, base .. ':ho:' .. g[3] .. ':rel', msg)
       if not g[4] then

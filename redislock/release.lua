@@ -49,7 +49,7 @@
 -- client's handoff channel NS:{K}:ho:ID:rel when its entry names one (see
 -- acquire.lua's ARGV[13]), and, for an exclusive grant, on NS:{K}:ho:rel
 -- too, for the clients observing the lock (driver.HandoffWatcher), else on
--- the release channel (publishGrants in common.lua).
+-- the release channel (publishGrants in queue.lua).
 --
 -- The last hold of a plain exclusive grant, without lock-delay, intent or
 -- queue, is released before the helpers of the rest are even defined, and
@@ -233,7 +233,7 @@ if holds then
   else
     holds = tonumber(holds) - 1
     if holds > 0 then
-      redis.call('HSET', L, token, holds, 'rrid', push(redis.call('HGET', L, 'rrid'), rid))
+      redis.call('HSET', L, token, int(holds), 'rrid', push(redis.call('HGET', L, 'rrid'), rid))
     else
       redis.call('DEL', L)
       done(recent, h[2])
