@@ -46,6 +46,11 @@ type waiter struct {
 	// promisedSince is when a plain waiter in the queue first found the
 	// lock free but promised to another head (see queueDelay).
 	promisedSince time.Time
+	// paceHolder and pacePosition are the holder and place in the queue
+	// the waiter last saw, since paceSince (see pollPace).
+	paceHolder   string
+	pacePosition int
+	paceSince    time.Time
 	// For observers: the attempts the wait sent, and whether a release
 	// handed it the lock.
 	attempts int
@@ -426,10 +431,14 @@ func (w *waiter) queueDelay(attempt int, res driver.AcquireResult) time.Duration
 	}
 	if !notified && h.opts.retry == nil && res.Position > 0 {
 		// Polling: only the head can be let in, and every poll of the
-		// waiters behind it is in vain until it is their turn; the head
-		// polls at the schedule's first pace and the others the slower,
-		// the further back they are.
-		d = min(d, time.Duration(res.Position)*max(retry.Delay(1), time.Millisecond))
+		// waiters behind it is in vain until it is their turn. The head
+		// polls at pollPace; the others at the schedule's first pace, the
+		// slower the further back they are.
+		pace := time.Duration(res.Position) * max(retry.Delay(1), time.Millisecond)
+		if res.Position == 1 {
+			pace = w.pollPace(time.Now(), res, retry.Delay(1))
+		}
+		d = min(d, pace)
 	}
 	// A plain Mutex that queued because it starved does not wait on a head
 	// that does not come: a waiter that died keeps its entry until the
@@ -456,6 +465,19 @@ func (w *waiter) queueDelay(attempt int, res driver.AcquireResult) time.Duration
 		d = min(d, res.HolderTTL+time.Millisecond)
 	}
 	return d
+}
+
+// pollPace is how often the head of a queue polls the store when releases
+// are not announced: every claimPoll while the queue moves, slowing as the
+// time since the waiter last saw the holder or its own place change grows
+// (an eighth of it), to first, the retry schedule's first pace. A quick
+// succession of short holds is followed closely, as a plain Mutex's claimer
+// follows them (see claimDelay); a long hold costs what it did.
+func (w *waiter) pollPace(now time.Time, res driver.AcquireResult, first time.Duration) time.Duration {
+	if w.paceSince.IsZero() || res.Holder != w.paceHolder || res.Position != w.pacePosition {
+		w.paceHolder, w.pacePosition, w.paceSince = res.Holder, res.Position, now
+	}
+	return min(max(now.Sub(w.paceSince)/8, claimPoll), max(first, time.Millisecond))
 }
 
 // notObtained is the error of a wait that ended: the holder last seen,

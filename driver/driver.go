@@ -150,7 +150,9 @@ type AcquireRequest struct {
 	// writer intent for Token, unless another token's intent is live, which
 	// keeps new Shared grants out so that writers are not starved by
 	// readers. Queue entries and intents expire QueueTTL after the last
-	// request that made or kept them, so a waiter that died leaves; a grant
+	// request that made or kept them, so a waiter that died leaves (a store
+	// may leave an entry that has more than half of QueueTTL left as it is,
+	// answering from a read; the caller tries again within QueueTTL/2); a grant
 	// removes Token's entry and intent, and Release with Token removes them
 	// at once. Without Wait (TryLock) nothing is recorded, though a Fair
 	// request still yields to the queue.
@@ -351,7 +353,7 @@ type AcquireResult struct {
 	Position int
 	// Queued reports, for a refused request with Wait, that a queue entry or
 	// a writer intent of Token is live after the call: the caller must try
-	// again (with Wait) within QueueTTL to keep it.
+	// again (with Wait) within QueueTTL/2 to keep it.
 	Queued bool
 	// Counter is, for a refused request with Handoff, the lock's fence
 	// counter when the store answered (the fence of its latest grant): a

@@ -53,6 +53,71 @@ type Backend struct {
 	wake *localWake
 	// gate, on a SQLiteBackend, paces its lock operations (writeGate).
 	gate *writeGate
+	// peekFair: a fair waiter's request reads before it writes (see
+	// txs.fairFirst); off where releases wake the waiters (NewPostgres).
+	peekFair bool
+	polls    pollers
+}
+
+// pollers remembers the fair waiters that a Backend answered with a queue
+// place (see acquirePolled), until their token is granted, released or
+// withdrawn. A waiter that vanished without either is forgotten once
+// pollersMax are remembered and it has not asked for pollersIdle: every
+// waiter asks at least every third of its entry's time to live (at most
+// 5 s by default), and one forgotten too soon only costs its next request
+// the read.
+type pollers struct {
+	mu sync.Mutex
+	m  map[pollerKey]time.Time
+}
+
+type pollerKey struct{ key, token string }
+
+const (
+	pollersMax  = 4096
+	pollersIdle = time.Minute
+)
+
+// waiting reports whether token is a waiter on key that was answered with
+// a queue place.
+func (p *pollers) waiting(key, token string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.m[pollerKey{key, token}]
+	return ok
+}
+
+// answered records the answer to req, a fair request with Wait.
+func (p *pollers) answered(req driver.AcquireRequest, res driver.AcquireResult, err error) {
+	if err != nil {
+		return
+	}
+	k := pollerKey{req.Key, req.Token}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !res.Queued || res.Acquired {
+		delete(p.m, k)
+		return
+	}
+	now := time.Now()
+	if p.m == nil {
+		p.m = make(map[pollerKey]time.Time)
+	}
+	if len(p.m) >= pollersMax {
+		for k, at := range p.m {
+			if now.Sub(at) > pollersIdle {
+				delete(p.m, k)
+			}
+		}
+	}
+	p.m[k] = now
+}
+
+// forget drops token's record on key: it released or withdrew.
+func (p *pollers) forget(key, token string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.m, pollerKey{key, token})
 }
 
 // engine is one dialect's single statements for the common operations on
@@ -92,7 +157,9 @@ func New(db *sql.DB, d Dialect, opts ...Option) *Backend {
 	for _, opt := range opts {
 		opt.apply(&o)
 	}
-	b := &Backend{db: db, dialect: d, table: o.table, create: o.create}
+	// Where releases are not announced, fair waiters poll: each poll reads
+	// first (see txs.fairFirst). NewPostgres turns that off.
+	b := &Backend{db: db, dialect: d, table: o.table, create: o.create, peekFair: true}
 	b.names, b.err = quoteTables(d, o.table)
 	if b.err == nil && db == nil {
 		b.err = errors.New("nil *sql.DB")
@@ -130,7 +197,10 @@ func (b *Backend) Table() string { return b.table }
 // of shared holds, it records req.Token's writer intent with one more
 // statement. Shared requests, and Fair ones, run in a transaction that
 // locks the row first (on PostgreSQL a reader without Limit is one
-// statement too). The package documentation lists the round trips. Errors
+// statement too); where waiters poll (not NewPostgres), a fair waiter's
+// later requests read first, one statement while the lock is not theirs
+// yet (see acquirePolled). The package documentation lists the round
+// trips. Errors
 // come from the database, or from a key, token or owner over its limit, or
 // a request the contract does not allow (an unknown Mode, a negative
 // Limit, Wait without a QueueTTL).
@@ -186,6 +256,31 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			return res, err
 		}
 	}
+	if req.Fair && req.Wait && req.Mode == driver.Exclusive && b.peekFair {
+		res, err := b.acquirePolled(ctx, req)
+		b.polls.answered(req, res, err)
+		return res, err
+	}
+	return b.acquireWritten(ctx, req)
+}
+
+// acquirePolled is acquire for an exclusive fair request with Wait where
+// waiters poll: the request of a waiter that this Backend has answered with
+// a queue place reads first (txs.fairFirst), and goes on to the
+// transaction only when the read cannot answer it; a first request, which
+// would find no entry of its token, goes to the transaction at once.
+func (b *Backend) acquirePolled(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
+	if b.polls.waiting(req.Key, req.Token) {
+		res, decided, err := retryBusy3(ctx, b.dialect, func() (driver.AcquireResult, bool, error) { return b.tx.fairFirst(ctx, req) })
+		if err != nil || decided {
+			return res, err
+		}
+	}
+	return b.acquireWritten(ctx, req)
+}
+
+// acquireWritten is acquire by the statements that may write.
+func (b *Backend) acquireWritten(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
 	try := func() (driver.AcquireResult, error) { return b.acquireInFlight(ctx, req) }
 	run := func() (driver.AcquireResult, error) {
 		if req.Fair {
@@ -302,6 +397,7 @@ func (b *Backend) release(ctx context.Context, key, token string, fence uint64) 
 	if err := b.check(ctx, key, token); err != nil {
 		return driver.ReleaseResult{}, b.opError(ctx, err)
 	}
+	b.polls.forget(key, token)
 	var head *string
 	res, err := retryGated(ctx, b, fence > 0, func() (driver.ReleaseResult, error) {
 		var res driver.ReleaseResult
@@ -351,6 +447,7 @@ func (b *Backend) Withdraw(ctx context.Context, key, token string) error {
 	if err := b.check(ctx, key, token); err != nil {
 		return b.opError(ctx, err)
 	}
+	b.polls.forget(key, token)
 	_, err := retryGated(ctx, b, false, func() (driver.ReleaseResult, error) {
 		return b.tx.release(ctx, key, token, true, b.recordsGone())
 	})

@@ -61,6 +61,7 @@ func runCommon(t *testing.T, newDB newDatabase) {
 		{"SemaphoreLimit", testSemaphoreLimit},
 		{"WriterIntent", testWriterIntent},
 		{"FairQueue", testFairQueue},
+		{"FairPollTakesNoRowLock", testFairPollTakesNoRowLock},
 		{"FairBehindReaders", testFairBehindReaders},
 		{"SharedRenew", testSharedRenew},
 		{"SharedInspect", testSharedInspect},

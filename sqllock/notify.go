@@ -36,7 +36,11 @@ type PostgresBackend struct {
 // NewPostgres returns a Backend on PostgreSQL, as New(db, PostgreSQL,
 // opts...) does, with release notifications for waiters.
 func NewPostgres(db *sql.DB, opts ...Option) *PostgresBackend {
-	return &PostgresBackend{New(db, PostgreSQL, opts...)}
+	b := New(db, PostgreSQL, opts...)
+	// Woken by the release that names it, a fair waiter finds the lock
+	// free: reading first would only add a statement.
+	b.peekFair = false
+	return &PostgresBackend{b}
 }
 
 // heartbeat is how long the listener waits for a notification before it

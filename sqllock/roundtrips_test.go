@@ -24,7 +24,7 @@ func testRoundTrips(t *testing.T, newDB newDatabase) {
 		t.Fatal(err)
 	}
 	var lines []string
-	count := func(what string, want int64, op func()) {
+	count := func(what string, want int64, op func()) int64 {
 		t.Helper()
 		n.Store(0)
 		op()
@@ -33,6 +33,7 @@ func testRoundTrips(t *testing.T, newDB newDatabase) {
 		if want > 0 && got != want {
 			t.Errorf("%s: %d statements, want %d", what, got, want)
 		}
+		return got
 	}
 	key := func() string { return "rt/" + newToken()[:8] }
 
@@ -84,7 +85,16 @@ func testRoundTrips(t *testing.T, newDB newDatabase) {
 	count("fair acquire, a new name", 0, func() { mustAcquire(t, b, f) })
 	q := waiting(fair(writeReq(k, "q", time.Minute)), 5*time.Second)
 	count("fair acquire with Wait, refused: enqueue", 0, func() { refused(t, b, q) })
-	count("fair acquire with Wait, refused: keep the place", 0, func() { refused(t, b, q) })
+	// A poll of a waiter whose entry has more than half its time left is
+	// one read; past that, the transaction refreshes the entry.
+	count("fair acquire with Wait, refused: keep the place (a read)", 1, func() { refused(t, b, q) })
+	qs := waiting(fair(writeReq(k, "qs", time.Minute)), 600*time.Millisecond)
+	refused(t, b, qs)
+	time.Sleep(400 * time.Millisecond)
+	if got := count("fair acquire with Wait, refused: refresh the place", 0, func() { refused(t, b, qs) }); got < 3 {
+		t.Errorf("a poll past half the entry's time took %d statements: it did not refresh the entry", got)
+	}
+	release(t, b, k, qs.Token)
 	count("fair release (exclusive)", 1, func() { release(t, b, k, f.Token) })
 	count("fair acquire, the head", 0, func() { mustAcquire(t, b, q) })
 	q2 := waiting(fair(writeReq(k, "q2", time.Minute)), 5*time.Second)

@@ -1,6 +1,7 @@
 package sqllock_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -289,6 +290,40 @@ func testWriterIntent(t *testing.T, newDB newDatabase) {
 	release(t, b, "k", r7.Token)
 	release(t, b, "k", w4.Token)
 	noRows(t, db, "k")
+}
+
+// testFairPollTakesNoRowLock checks that a fair waiter's poll, while
+// another token holds the lock and the waiter's entry is fresh, is answered
+// from a read that waits for no lock: with the name's row locked by another
+// transaction, as a release or a grant locks it, the poll still answers at
+// once (it would wait for that transaction if it wrote).
+func testFairPollTakesNoRowLock(t *testing.T, newDB newDatabase) {
+	db := newDB(t)
+	b := db.backend(t)
+	mustAcquire(t, b, fair(writeReq("k", "h", time.Minute)))
+	w := waiting(fair(writeReq("k", "w", time.Minute)), time.Minute)
+	if res := refused(t, b, w); !res.Queued || res.Position != 1 {
+		t.Fatalf("fair request behind a holder = %+v, want queued first", res)
+	}
+
+	tx, err := db.open(t).BeginTx(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	lockRow := "UPDATE dlock_locks SET name = name WHERE name = ?"
+	if db.dialect == sqllock.PostgreSQL {
+		lockRow = strings.ReplaceAll(lockRow, "?", "$1")
+	}
+	if _, err := tx.ExecContext(t.Context(), lockRow, "k"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	res, err := b.Acquire(ctx, w)
+	if err != nil || !res.Queued || res.Position != 1 || res.Holder != "h" {
+		t.Fatalf("the waiter's poll with the row locked = %+v, %v; want queued first behind h, answered without waiting", res, err)
+	}
 }
 
 // testFairQueue: Fair requests with Wait queue in arrival order and keep

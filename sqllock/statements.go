@@ -46,7 +46,11 @@ ON DUPLICATE KEY UPDATE fence = fence`
 	// nameState's fields, in order. tplState reads them alone; on MySQL,
 	// tplMainState reads them with the name's row, in the transaction's
 	// first consistent read.
-	stateCols = `
+	stateCols = sharedStateCols + `,` + queueStateCols
+
+	// sharedStateCols are stateCols' reads of the shared holds, and
+	// queueStateCols those of the queue and the clean-up records.
+	sharedStateCols = `
   (SELECT COUNT(*) FROM {s} WHERE name = $1 AND token <> $2 AND expires_at > {now}),
   (SELECT COUNT(*) FROM {s} WHERE name = $1 AND expires_at <= {now}),
   (SELECT {left:expires_at} FROM {s} WHERE name = $1 AND token = $2),
@@ -54,19 +58,54 @@ ON DUPLICATE KEY UPDATE fence = fence`
   (SELECT {left:expires_at} FROM {s} WHERE name = $1 AND token <> $2 AND expires_at > {now} ORDER BY expires_at, fence LIMIT 1),
   (SELECT owner FROM {s} WHERE name = $1 AND token <> $2 AND expires_at > {now} ORDER BY expires_at DESC, fence DESC LIMIT 1),
   (SELECT {left:expires_at} FROM {s} WHERE name = $1 AND token <> $2 AND expires_at > {now} ORDER BY expires_at DESC, fence DESC LIMIT 1),
-  (SELECT {time:MAX(expires_at)} FROM {s} WHERE name = $1 AND token <> $2 AND expires_at > {now}),
-  (SELECT seq FROM {q} WHERE name = $1 AND token = $2),
-  (SELECT {left:expires_at} FROM {q} WHERE name = $1 AND token = $2),
-  (SELECT COUNT(*) FROM {q} q WHERE name = $1 AND token <> $2 AND expires_at > {now}` + notGoneEntry + `),
+  (SELECT {time:MAX(expires_at)} FROM {s} WHERE name = $1 AND token <> $2 AND expires_at > {now})`
+	queueStateCols = qMySeq + `,` + qMyLeft + `,` + qLive + `,` + qAhead + `,` + qHead + `,` + qMaxSeq + `,` + qExpired + `,` + gMine
+
+	// fairStateCols are those of queueStateCols that an exclusive fair
+	// request reads (txn.lockFair): the fields of nameState that
+	// nameState.fairDest lists.
+	fairStateCols = qMySeq + `,` + qMyLeft + `,` + qAhead + `,` + qMaxSeq + `,` + qExpired + `,` + gMine
+
+	// The reads of queueStateCols, in its order.
+	qMySeq = `
+  (SELECT seq FROM {q} WHERE name = $1 AND token = $2)`
+	qMyLeft = `
+  (SELECT {left:expires_at} FROM {q} WHERE name = $1 AND token = $2)`
+	qLive = `
+  (SELECT COUNT(*) FROM {q} q WHERE name = $1 AND token <> $2 AND expires_at > {now}` + notGoneEntry + `)`
+	qAhead = `
   (SELECT COUNT(*) FROM {q} q WHERE name = $1 AND token <> $2 AND expires_at > {now}` + notGoneEntry + `
-     AND seq < COALESCE((SELECT seq FROM {q} WHERE name = $1 AND token = $2 AND expires_at > {now}), $3)),
-  (SELECT token FROM {q} q WHERE name = $1 AND token <> $2 AND expires_at > {now}` + notGoneEntry + ` ORDER BY seq LIMIT 1),
-  (SELECT COALESCE(MAX(seq), 0) FROM {q} WHERE name = $1),
-  (SELECT COUNT(*) FROM {q} WHERE name = $1 AND expires_at <= {now}),
+     AND seq < COALESCE((SELECT seq FROM {q} WHERE name = $1 AND token = $2 AND expires_at > {now}), $3))`
+	qHead = `
+  (SELECT token FROM {q} q WHERE name = $1 AND token <> $2 AND expires_at > {now}` + notGoneEntry + ` ORDER BY seq LIMIT 1)`
+	qMaxSeq = `
+  (SELECT COALESCE(MAX(seq), 0) FROM {q} WHERE name = $1)`
+	qExpired = `
+  (SELECT COUNT(*) FROM {q} WHERE name = $1 AND expires_at <= {now})`
+	gMine = `
   (SELECT MAX(grants) FROM {g} WHERE name = $1 AND token = $2 AND expires_at > {now})`
 	tplState = `SELECT` + stateCols
 
 	tplMainState = `SELECT ` + mainCols + `,` + stateCols + ` FROM {t} WHERE name = $1`
+
+	// tplFairState reads fairStateCols alone for an exclusive fair
+	// request, tplMainFairState with the name's row (MySQL). The shared
+	// holds are read (tplState) only when the row's shared_until says
+	// that some may be live (txn.lockFair): MariaDB's optimizer takes
+	// about as long per subquery as the lookups themselves.
+	tplFairState     = `SELECT` + fairStateCols
+	tplMainFairState = `SELECT ` + mainCols + `,` + fairStateCols + ` FROM {t} WHERE name = $1`
+
+	// tplFairPeek reads, outside a transaction, what a fair waiter's poll
+	// needs (txs.fairFirst): the holder, the latest expiry of the shared
+	// holds, the writer intent, the expiry of token $2's queue entry and
+	// the live entries ahead of it, passing over those of tokens whose
+	// clean-up is recorded. Few subqueries: MariaDB's optimizer takes
+	// about as long again per subquery as the row lookups themselves.
+	tplFairPeek = `SELECT m.token, m.owner, {left:m.expires_at}, {left:m.shared_until}, m.intent_token, {left:m.intent_until}, {left:q.expires_at},
+  (SELECT COUNT(*) FROM {q} o LEFT JOIN {g} g ON g.name = o.name AND g.token = o.token AND g.expires_at > {now}
+     WHERE o.name = $1 AND o.token <> $2 AND o.expires_at > {now} AND o.seq < q.seq AND g.token IS NULL)
+FROM {t} m LEFT JOIN {q} q ON q.name = m.name AND q.token = $2 WHERE m.name = $1`
 
 	// A reader (Limit 0) in a transaction of three statements on MySQL and
 	// SQLite: the upsert makes or locks the row and, when no live exclusive

@@ -48,6 +48,8 @@ type txs struct {
 	main      stmt // read the row under a lock already held
 	state     stmt // read nameState after the lock
 	mainState stmt // MySQL: main and state in one read
+	peek      stmt // a fair waiter's poll, outside a transaction (fairFirst)
+	fairState stmt // an exclusive fair request's state (lockFair; MySQL: with main)
 
 	insertShared, raiseShared, grant, reenter, setIntent, releaseMain, free stmt
 	deleteShared, enqueue, requeue, dequeue                                 stmt
@@ -93,6 +95,11 @@ func newTxs(db *sql.DB, d Dialect, names tableNames) *txs {
 	}
 	t.main = x.stmt(tplMain)
 	t.state = x.stmt(tplState)
+	t.peek = x.stmt(tplFairPeek)
+	t.fairState = x.stmt(tplFairState)
+	if d == MySQL {
+		t.fairState = x.stmt(tplMainFairState)
+	}
 	t.insertShared = x.stmt(tplInsertShared)
 	t.raiseShared = x.stmt(tplRaiseShared)
 	t.grant = x.stmt(tplGrant)
@@ -268,6 +275,11 @@ func (s *nameState) dest() []any {
 		&s.maxOthers, &s.mySeq, &s.myLeft, &s.queueLive, &s.ahead, &s.head, &s.maxSeq, &s.queueExpired, &s.gone}
 }
 
+// fairDest lists the fields that fairStateCols read, in order.
+func (s *nameState) fairDest() []any {
+	return []any{&s.mySeq, &s.myLeft, &s.ahead, &s.maxSeq, &s.queueExpired, &s.gone}
+}
+
 // maxSeq is larger than every queue entry's seq.
 const maxSeq = 1<<63 - 1
 
@@ -318,6 +330,30 @@ func (x *txn) lock(key, token string, ensure, state bool) (m mainRow, st nameSta
 	}
 	err = x.tx.QueryRowContext(x.ctx, t.state.query, t.state.args(key, token, int64(maxSeq))...).Scan(st.dest()...)
 	return m, st, err == nil, err
+}
+
+// lockFair is lock with ensure and state for an exclusive fair request: it
+// reads the fields of nameState that fairDest lists, and the shared holds'
+// only when the row's shared_until is in the future (the expiry of the
+// latest shared hold: none is live before it).
+func (x *txn) lockFair(key, token string) (m mainRow, st nameState, err error) {
+	t := x.t
+	if t.d == MySQL {
+		if _, err = x.tx.ExecContext(x.ctx, t.ensure.query, t.ensure.args(key)...); err != nil {
+			return m, st, err
+		}
+		err = x.tx.QueryRowContext(x.ctx, t.fairState.query, t.fairState.args(key, token, int64(maxSeq))...).Scan(append(m.dest(), st.fairDest()...)...)
+	} else {
+		if err = x.tx.QueryRowContext(x.ctx, t.ensure.query, t.ensure.args(key)...).Scan(m.dest()...); err != nil {
+			return m, st, err
+		}
+		err = x.tx.QueryRowContext(x.ctx, t.fairState.query, t.fairState.args(key, token, int64(maxSeq))...).Scan(st.fairDest()...)
+	}
+	if err != nil || m.sharedLeft.Int64 <= 0 {
+		return m, st, err
+	}
+	err = x.tx.QueryRowContext(x.ctx, t.state.query, t.state.args(key, token, int64(maxSeq))...).Scan(st.dest()...)
+	return m, st, err
 }
 
 // read reads the name's row and its state for token, under a lock the

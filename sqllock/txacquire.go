@@ -158,7 +158,7 @@ func (t *txs) acquireFair(ctx context.Context, req driver.AcquireRequest) (drive
 	ttl := t.x.units(req.TTL)
 	err := t.run(ctx, func(x *txn) (bool, error) {
 		res = driver.AcquireResult{}
-		m, st, _, err := x.lock(req.Key, req.Token, true, true)
+		m, st, err := x.lockFair(req.Key, req.Token)
 		if err != nil {
 			return false, err
 		}
@@ -236,6 +236,53 @@ func (t *txs) acquireFair(ctx context.Context, req driver.AcquireRequest) (drive
 		return true, nil
 	})
 	return res, err
+}
+
+// fairFirst answers a Fair request with Wait from one read of the name
+// (tplFairPeek, outside a transaction) when that read shows what the
+// transaction would answer and that it would change nothing that cannot
+// wait: the lock is held by another token, or free with live entries ahead
+// of the token's; no shared hold and no writer intent of the token are in
+// play; and the token's entry has more than half of QueueTTL left, so its
+// refresh is left to a later request (the client tries again every third
+// of QueueTTL). A polling waiter then costs one short read that takes no
+// row lock, where the transaction would lock the row that the holder's
+// release needs, for several round trips. The read writes nothing, so one
+// that lands late, or that a release overtakes, is harmless: it answers
+// what a poll a moment earlier would have. decided is false when the
+// transaction must run.
+func (t *txs) fairFirst(ctx context.Context, req driver.AcquireRequest) (res driver.AcquireResult, decided bool, err error) {
+	var holder, intent sql.NullString
+	var owner string
+	var heldLeft, sharedLeft, intentLeft, myLeft sql.NullInt64
+	var ahead int64
+	err = t.db.QueryRowContext(ctx, t.peek.query, t.peek.args(req.Key, req.Token)...).Scan(
+		&holder, &owner, &heldLeft, &sharedLeft, &intent, &intentLeft, &myLeft, &ahead)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return res, false, nil
+	case err != nil:
+		return res, false, err
+	}
+	held := holder.Valid && heldLeft.Int64 > 0
+	switch {
+	case sharedLeft.Int64 > 0: // shared holds may be live
+		return res, false, nil
+	case intent.Valid && intent.String == req.Token && intentLeft.Int64 > 0:
+		return res, false, nil
+	case !myLeft.Valid || myLeft.Int64 <= t.x.units(req.QueueTTL)/2:
+		return res, false, nil
+	case req.Reentrant && held && holder.String == req.Token:
+		return res, false, nil
+	case !held && ahead == 0:
+		return res, false, nil // may be the token's
+	}
+	if held {
+		res.Holder, res.HolderTTL = owner, t.x.duration(heldLeft.Int64)
+	}
+	res.Queued = true
+	res.Position = int(ahead) + 1
+	return res, true, nil
 }
 
 // refused completes an exclusive request that the upsert refused (on
