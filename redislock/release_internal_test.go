@@ -236,15 +236,45 @@ func dumpKeys(t *testing.T, ctx context.Context, rdb *redis.Client, prefix strin
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Three round trips in all (the keys, their types, their contents and
+	// PTTLs), not three per key: the differential tests read thousands of
+	// states.
+	types := make([]*redis.StatusCmd, len(keys))
+	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			types[i] = p.Type(ctx, k)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	contents := make([]redis.Cmder, len(keys))
+	pttls := make([]*redis.DurationCmd, len(keys))
+	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			switch types[i].Val() {
+			case "string":
+				contents[i] = p.Get(ctx, k)
+			case "hash":
+				contents[i] = p.HGetAll(ctx, k)
+			case "zset":
+				contents[i] = p.ZRangeWithScores(ctx, k, 0, -1)
+			}
+			pttls[i] = p.PTTL(ctx, k)
+		}
+		return nil
+	}); err != nil && err != redis.Nil {
+		t.Fatal(err)
+	}
 	out := map[string]keyDump{}
-	for _, k := range keys {
+	for i, k := range keys {
 		var d keyDump
-		d.typ = rdb.Type(ctx, k).Val()
+		d.typ = types[i].Val()
 		switch d.typ {
 		case "string":
-			d.items = []string{rdb.Get(ctx, k).Val()}
+			d.items = []string{contents[i].(*redis.StringCmd).Val()}
 		case "hash":
-			for f, v := range rdb.HGetAll(ctx, k).Val() {
+			for f, v := range contents[i].(*redis.MapStringStringCmd).Val() {
 				if f == "at" {
 					n, _ := strconv.ParseFloat(v, 64)
 					d.nums = append(d.nums, n)
@@ -255,7 +285,7 @@ func dumpKeys(t *testing.T, ctx context.Context, rdb *redis.Client, prefix strin
 			sort.Strings(d.items)
 		case "zset":
 			clock := strings.HasSuffix(k, ":late")
-			for _, z := range rdb.ZRangeWithScores(ctx, k, 0, -1).Val() {
+			for _, z := range contents[i].(*redis.ZSliceCmd).Val() {
 				if clock {
 					d.items = append(d.items, z.Member.(string))
 					d.nums = append(d.nums, z.Score)
@@ -268,7 +298,7 @@ func dumpKeys(t *testing.T, ctx context.Context, rdb *redis.Client, prefix strin
 				sort.Float64s(d.nums)
 			}
 		}
-		d.pttl = rdb.PTTL(ctx, k).Val().Milliseconds()
+		d.pttl = pttls[i].Val().Milliseconds()
 		out[strings.TrimPrefix(k, prefix)] = d
 	}
 	return out

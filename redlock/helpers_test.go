@@ -174,7 +174,13 @@ func leftovers(t *testing.T, nodes []*redis.Client, key string) []string {
 // eventually polls cond every 10ms until it holds or 10s pass.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	eventuallyWithin(t, 10*time.Second, what, cond)
+}
+
+// eventuallyWithin is eventually with a bound of d.
+func eventuallyWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for !cond() {

@@ -19,6 +19,16 @@ const (
 	maxResubscribeDelay = time.Second
 )
 
+// resubscribeWait bounds an attempt after the first to subscribe on a node
+// (see subscribeNode). Nobody waits on it, and the node's listener keeps a
+// subscription it has sent (resubscribing it when it reconnects) until it is
+// confirmed; an attempt that gave up at the call limit would only leave that
+// subscription without a holder during the backoff, to be undone when its
+// confirmation comes in. So on a node that confirms later than the call
+// limit (a loaded machine, a long link), attempts bounded by it would make
+// and undo the subscription again and again, and never keep it.
+const resubscribeWait = 30 * time.Second
+
 // Listen opens one notification stream per node (redislock.Backend.Listen)
 // and fans them in: fn(key, next) is called when a release of key is
 // published on any node, and fn("", "") when any node's stream may have
@@ -136,12 +146,18 @@ func (l *listener) Subscribe(ctx context.Context, key string) error {
 }
 
 // subscribeNode subscribes s on node i, trying again until it is confirmed,
-// s is undone or the listener closed. It reports the first attempt's outcome.
+// s is undone or the listener closed. It reports the first attempt's
+// outcome, which Subscribe may wait on: that attempt is bounded by the call
+// limit, the ones after it, in the background, by resubscribeWait.
 func (l *listener) subscribeNode(s *subscription, i int) {
 	defer l.wg.Done()
 	nl, n := l.nodes[i], l.b.nodes[i]
 	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(s.ctx, l.b.callLimit())
+		limit := l.b.callLimit()
+		if attempt > 1 {
+			limit = max(limit, resubscribeWait)
+		}
+		actx, cancel := context.WithTimeout(s.ctx, limit)
 		err := nl.Subscribe(actx, s.key)
 		cancel()
 		s.mu.Lock()

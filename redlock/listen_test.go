@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/test/testserver"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -132,7 +133,13 @@ func TestSubscribeWithANodeDown(t *testing.T) {
 		t.Fatalf("Subscribe with one node down: %v", err)
 	}
 	// The node comes back; the subscription is made there in the background.
+	// Until the listener has it confirmed, the server's count can be 1 for
+	// a subscription that is being undone (go-redis's resubscription, on
+	// reconnecting, of a channel whose SUBSCRIBE failed while the node was
+	// down), and a release published then is not reported: wait for the
+	// listener's confirmation, with room for a loaded machine.
 	servers[2].Start(t)
+	eventuallyWithin(t, time.Minute, "the listener has the subscription on the restarted node", func() bool { return redlock.Confirmed(l, "k")[2] })
 	eventually(t, "the restarted node has the subscription", func() bool { return subscribers(t, nodes, "k")[2] == 1 })
 	if err := nodes[2].Publish(t.Context(), lockKey("k")+":rel", lockKey("k")).Err(); err != nil {
 		t.Fatal(err)
@@ -145,6 +152,39 @@ func TestSubscribeWithANodeDown(t *testing.T) {
 		s := subscribers(t, nodes, "k")
 		return s[0]+s[1]+s[2] == 0
 	})
+}
+
+// A node whose answers come later than the call limit (200ms at the
+// default node timeout), as on a loaded machine or a long link, still gets
+// the subscription in the background, and keeps it: the attempts after the
+// first wait for the node's confirmation. When each attempt gave up at the
+// call limit, the node's subscription, made meanwhile, was left without a
+// holder during the backoff and undone when its confirmation came in, again
+// and again, and a release published on that node went unreported.
+func TestSubscribeKeepsALateNode(t *testing.T) {
+	servers := startNodes(t, 3)
+	nodes := admins(t, servers)
+	px := testserver.StartProxy(t, servers[2].Addr())
+	late := redis.NewClient(&redis.Options{Addr: px.Addr()})
+	t.Cleanup(func() { _ = late.Close() })
+	b := backendOn(t, []redis.UniversalClient{servers[0].Client(t), servers[1].Client(t), late})
+	l, r := listen(t, b)
+	// Each round trip to node 2 takes 900ms: an attempt bounded by the call
+	// limit, rejoining the subscription left by the one before after its
+	// backoff, gave up before the confirmation came, at every backoff of
+	// the sequence (25ms to 1s).
+	px.RequestLatency(t, 900*time.Millisecond, 0)
+	t.Cleanup(func() { px.RequestLatency(t, 0, 0) }) // before the listener closes
+	if err := l.Subscribe(t.Context(), "k"); err != nil {
+		t.Fatalf("Subscribe with one node late: %v", err)
+	}
+	// Connecting and subscribing take a few of its round trips.
+	eventuallyWithin(t, time.Minute, "the late node has confirmed the subscription", func() bool { return redlock.Confirmed(l, "k")[2] })
+	eventually(t, "the late node has the subscription", func() bool { return subscribers(t, nodes, "k")[2] == 1 })
+	if err := nodes[2].Publish(t.Context(), lockKey("k")+":rel", lockKey("k")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyWithin(t, time.Minute, "the release on the late node is reported", func() bool { return r.count("k") > 0 })
 }
 
 func TestSubscribeWithoutQuorumFails(t *testing.T) {

@@ -8,7 +8,9 @@
 // TestLeaderChangeUnderLoad, TestFrozenFollower), and the child-process
 // scenarios pause and crash) with one subtest per backend it applies to: memlock, redis
 // (one node), redlock (three nodes, each behind a proxy), sqlite, mariadb
-// and postgres, each on a real server started for the subtest. Several
+// and postgres, each on a real server started for the subtest (mariadb and
+// postgres: a database of its own on a server the package's tests share,
+// unless the scenario stops or kills the server). Several
 // dlock clients, each with connections of its own as separate processes
 // would have, run critical sections (the stock decrement: read the stock,
 // think, write it one lower; or a set that grows by one member) on a

@@ -41,12 +41,13 @@ func TestMain(m *testing.M) {
 	)
 }
 
-// summarized runs the tests and then prints the summary of the scenarios,
-// before goleak looks for leaks.
+// summarized runs the tests and then prints the summary of the scenarios
+// and stops the servers they shared, before goleak looks for leaks.
 type summarized struct{ m *testing.M }
 
 func (s summarized) Run() int {
 	code := s.m.Run()
 	printSummary()
+	stopShared()
 	return code
 }

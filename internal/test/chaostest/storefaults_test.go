@@ -785,6 +785,9 @@ func TestSQLConnKill(t *testing.T) {
 // sqlServer is the process control of a SQL store.
 func (s *store) sqlServer(t *testing.T) (stop, kill, start func(testing.TB)) {
 	t.Helper()
+	if s.shared {
+		t.Fatalf("%s store: its server is shared by the package's tests; start the store with storeOptions.OwnServer to stop or kill it", s.name)
+	}
 	switch {
 	case s.maria != nil:
 		return s.maria.Stop, s.maria.Kill, s.maria.Start
@@ -804,7 +807,7 @@ func (s *store) sqlServer(t *testing.T) (stop, kill, start func(testing.TB)) {
 func TestSQLRestart(t *testing.T) {
 	for _, kind := range sqlKinds {
 		t.Run(kind, func(t *testing.T) {
-			s := startStore(t, kind, storeOptions{})
+			s := startStore(t, kind, storeOptions{OwnServer: true})
 			stop, kill, start := s.sqlServer(t)
 			var (
 				restarts [2]int           // clean stops, kills

@@ -213,6 +213,11 @@ type storeOptions struct {
 	// have one each; etcd gets one in front of each member's client and
 	// peer URLs (testserver.Etcd.Partition).
 	Proxy bool
+	// OwnServer starts a MariaDB or PostgreSQL server for the store alone,
+	// for a scenario that stops, kills or restarts it (store.sqlServer);
+	// otherwise the store is a database of its own on a server that the
+	// package's tests share (sharedMariaDB, sharedPostgres).
+	OwnServer bool
 }
 
 // store is one store started for one subtest, with the handles that
@@ -230,6 +235,7 @@ type store struct {
 	etcd     *testserver.Etcd    // etcd: the cluster
 	maria    *testserver.MariaDB
 	pg       *testserver.Postgres
+	shared   bool   // mariadb, postgres: maria or pg is shared (no OwnServer)
 	database string // mariadb, postgres: the database of the locks
 	sqlite   string // sqlite: the file
 
@@ -314,8 +320,11 @@ func startStore(t *testing.T, kind string, o storeOptions) *store {
 		s.spec.DSN = "file:" + s.sqlite + "?_pragma=busy_timeout(5000)&_pragma=synchronous(NORMAL)"
 		s.sqlLeftovers(t, s.spec, sqllock.SQLite)
 	case kindMariaDB:
-		s.maria = testserver.StartMariaDB(t)
-		s.database = "chaos"
+		if o.OwnServer {
+			s.maria, s.database = testserver.StartMariaDB(t), "chaos"
+		} else {
+			s.maria, s.database, s.shared = sharedMariaDB(t), sharedDatabase(), true
+		}
 		s.maria.CreateDatabase(t, s.database)
 		s.spec.DSN = s.maria.DSN(s.database)
 		admin := s.spec
@@ -325,8 +334,11 @@ func startStore(t *testing.T, kind string, o storeOptions) *store {
 		}
 		s.sqlLeftovers(t, admin, sqllock.MySQL)
 	case kindPostgres:
-		s.pg = testserver.StartPostgres(t)
-		s.database = "chaos"
+		if o.OwnServer {
+			s.pg, s.database = testserver.StartPostgres(t), "chaos"
+		} else {
+			s.pg, s.database, s.shared = sharedPostgres(t), sharedDatabase(), true
+		}
 		s.pg.CreateDatabase(t, s.database)
 		s.spec.DSN = s.pg.URL(s.database)
 		admin := s.spec
