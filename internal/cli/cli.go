@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -388,4 +389,14 @@ func (a *app) open(ctx context.Context) (*store, error) {
 		return nil, err
 	}
 	return connectHooked(ctx, b, a.connectTimeout, connectHooks{readOnly: a.readOnly})
+}
+
+// openFor is open for a command that needs what check vets in the backend
+// (see connectHooks.check), before the store is reached.
+func (a *app) openFor(ctx context.Context, check func(be driver.Backend, where string) error) (*store, error) {
+	b, err := a.backendURL()
+	if err != nil {
+		return nil, err
+	}
+	return connectHooked(ctx, b, a.connectTimeout, connectHooks{readOnly: a.readOnly, check: check})
 }

@@ -76,6 +76,10 @@ type connectHooks struct {
 	// SQL, dlock's tables are not created (nor a SQLite file switched to
 	// WAL), and a database without them reads as one with no lock held.
 	readOnly bool
+	// check, when not nil, vets the backend once it is made and before the
+	// store is reached: what it refuses (a kind of lock the store does not
+	// have) is refused whether or not the store answers.
+	check func(be driver.Backend, where string) error
 }
 
 // Close closes the store's client or database handle.
@@ -231,6 +235,12 @@ func connectHooked(ctx context.Context, b *backendURL, timeout time.Duration, ho
 		}
 	default:
 		return nil, fail(exitUsage, "backend %q is not supported", b.kind)
+	}
+	if hooks.check != nil {
+		if err := hooks.check(s.backend, s.where); err != nil {
+			_ = s.Close()
+			return nil, err
+		}
 	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

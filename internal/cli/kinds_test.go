@@ -515,19 +515,34 @@ func TestRunFairSharedNeedsRedis(t *testing.T) {
 	expect(t, e.run("run", "--fair", "k", "--", "true"), 0) // a fair exclusive lock works
 }
 
-// TestRunFairSharedRefusedWithStoreDown: a fair reader or permit on a
-// store that is not Redis is a usage error (64) from the URL alone, not a
-// store that cannot be reached (69): scripts see one answer whatever state
-// the store is in.
-func TestRunFairSharedRefusedWithStoreDown(t *testing.T) {
+// TestRunUnsupportedRefusedWithStoreDown: a kind of lock or a lock-delay
+// that the store does not keep is a usage error (64) whether or not the
+// store answers, not a store that cannot be reached (69): scripts see one
+// answer whatever state the store is in.
+func TestRunUnsupportedRefusedWithStoreDown(t *testing.T) {
 	t.Parallel()
-	for _, u := range []string{"postgres://u@127.0.0.1:1/x", "etcd://127.0.0.1:1"} {
-		e := newEnv(t, u)
-		r := e.run("run", "--connect-timeout", "2s", "--fair", "--shared", "k", "--", "echo", "ran")
-		expect(t, r, 64, "--fair --shared needs a store with fair read-write locks and semaphores;",
-			"(Redis has them: redis://, rediss://, redis+sentinel://, redis+cluster://)", "usage: dlock run")
+	fairShared := []string{"--fair --shared needs a store with fair read-write locks and semaphores;",
+		"(Redis has them: redis://, rediss://, redis+sentinel://, redis+cluster://)"}
+	lockDelay := []string{"--lock-delay needs a Redis or Redlock backend;", "keeps no lock-delay"}
+	for _, c := range []struct {
+		url   string
+		flags []string
+		want  []string
+	}{
+		{"postgres://u@127.0.0.1:1/x", []string{"--fair", "--shared"}, fairShared},
+		{"etcd://127.0.0.1:1", []string{"--fair", "--shared"}, fairShared},
+		{"postgres://u@127.0.0.1:1/x", []string{"--lock-delay", "1s"}, lockDelay},
+		{"mysql://u@127.0.0.1:1/x", []string{"--lock-delay", "1s"}, lockDelay},
+		{"etcd://127.0.0.1:1", []string{"--lock-delay", "1s"}, lockDelay},
+		{"redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", []string{"--semaphore", "3"}, []string{"--semaphore needs a store with semaphores; redlock over 3 nodes"}},
+		{"redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", []string{"--fair"}, []string{"--fair needs a store with fair locks; redlock over 3 nodes"}},
+	} {
+		e := newEnv(t, c.url)
+		args := append(append([]string{"run", "--connect-timeout", "2s"}, c.flags...), "k", "--", "echo", "ran")
+		r := e.run(args...)
+		expect(t, r, 64, append(c.want, "usage: dlock run")...)
 		if r.stdout != "" {
-			t.Errorf("%s: the command ran: %q", u, r.stdout)
+			t.Errorf("%s %v: the command ran: %q", c.url, c.flags, r.stdout)
 		}
 	}
 }

@@ -52,29 +52,14 @@ func cancelOnSignal(ctx context.Context, sigs <-chan os.Signal) (context.Context
 // acquire connects to the store and takes the lock, watching sigs meanwhile.
 // On success the caller closes the Client and then the store.
 func acquire(ctx context.Context, a *app, o *runOptions, sigs <-chan os.Signal) (*dlock.Lease, *store, *dlock.Client, error) {
-	if err := refuseFairSharedByURL(a, o); err != nil {
-		return nil, nil, nil, err
-	}
 	ctx, stopWatch := cancelOnSignal(ctx, sigs)
 
-	st, err := a.open(ctx)
+	st, err := a.openFor(ctx, o.refuseUnsupported)
 	if err != nil {
 		if sig := stopWatch(); sig != nil {
 			return nil, nil, nil, interrupted(o.name, sig)
 		}
 		return nil, nil, nil, err
-	}
-	if cb, ok := st.backend.(driver.Capabler); o.lockDelay > 0 && (!ok || !cb.Supports(driver.CapLockDelay)) {
-		stopWatch()
-		_ = st.Close()
-		return nil, nil, nil, usageErr("run", "--lock-delay needs a Redis or Redlock backend; %s keeps no lock-delay", st.where)
-	}
-	for _, cp := range o.needs() {
-		if cb, ok := st.backend.(driver.Capabler); !ok || !cb.Supports(cp) {
-			stopWatch()
-			_ = st.Close()
-			return nil, nil, nil, usageErr("run", "%s needs a store with %s; %s has none (%s)", o.kindFlags(), cp, st.where, storesWith(cp))
-		}
 	}
 	c := dlock.New(st.backend)
 	closeAll := func() {
@@ -195,24 +180,21 @@ func (o *runOptions) take(c *dlock.Client, opts []dlock.Option, wait bool) func(
 	return m.TryLock
 }
 
-// refuseFairSharedByURL refuses a fair reader or permit on a store that is
-// not Redis from its URL, before connecting: the refusal is then exit 64
-// whether or not the store is up. A URL that does not parse is left to
-// open to report.
-func refuseFairSharedByURL(a *app, o *runOptions) error {
-	if !o.fair || o.kind == lockFair {
-		return nil
+// refuseUnsupported refuses, as a usage error, a run that asks be for what
+// it does not keep: a lock-delay, or the kind of lock of o's flags. It is
+// vetted before the store is reached, so that the answer does not depend on
+// whether the store is up.
+func (o *runOptions) refuseUnsupported(be driver.Backend, where string) error {
+	cb, ok := be.(driver.Capabler)
+	if o.lockDelay > 0 && (!ok || !cb.Supports(driver.CapLockDelay)) {
+		return usageErr("run", "--lock-delay needs a Redis or Redlock backend; %s keeps no lock-delay", where)
 	}
-	b, err := a.backendURL()
-	if err != nil {
-		return nil
+	for _, cp := range o.needs() {
+		if !ok || !cb.Supports(cp) {
+			return usageErr("run", "%s needs a store with %s; %s has none (%s)", o.kindFlags(), cp, where, storesWith(cp))
+		}
 	}
-	switch b.kind {
-	case kindRedis, kindSentinel, kindCluster:
-		return nil
-	}
-	cp := driver.CapFairShared
-	return usageErr("run", "%s needs a store with %s; %s has none (%s)", o.kindFlags(), cp, b.where, storesWith(cp))
+	return nil
 }
 
 // storesWith says which of the stores dlock reaches have cp, for a message
