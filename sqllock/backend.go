@@ -271,9 +271,22 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 // would find no entry of its token, goes to the transaction at once.
 func (b *Backend) acquirePolled(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
 	if b.polls.waiting(req.Key, req.Token) {
-		res, decided, err := retryBusy3(ctx, b.dialect, func() (driver.AcquireResult, bool, error) { return b.tx.fairFirst(ctx, req) })
-		if err != nil || decided {
-			return res, err
+		// Like the transaction's (acquireInFlight), the read's answer is
+		// waited for a while after ctx ends: it changed nothing, and an
+		// error would leave the caller an outcome it must take as unknown.
+		type peeked struct {
+			res     driver.AcquireResult
+			decided bool
+		}
+		p, err := inFlight(ctx, func(ctx context.Context) (peeked, error) {
+			res, decided, err := retryBusy3(ctx, b.dialect, func() (driver.AcquireResult, bool, error) { return b.tx.fairFirst(ctx, req) })
+			return peeked{res, decided}, err
+		})
+		if err != nil || p.decided {
+			return p.res, err
+		}
+		if err := ctx.Err(); err != nil {
+			return driver.AcquireResult{}, err // no writes once the caller gave up
 		}
 	}
 	return b.acquireWritten(ctx, req)
