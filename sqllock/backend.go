@@ -65,17 +65,21 @@ type Backend struct {
 // pollersMax are remembered and it has not asked for pollersIdle: every
 // waiter asks at least every third of its entry's time to live (at most
 // 5 s by default), and one forgotten too soon only costs its next request
-// the read.
+// the read. The sweep runs at most every pollersSweep: with more than
+// pollersMax live waiters, a sweep on every answer would scan them all
+// each time, under mu.
 type pollers struct {
-	mu sync.Mutex
-	m  map[pollerKey]time.Time
+	mu    sync.Mutex
+	m     map[pollerKey]time.Time
+	swept time.Time // the last sweep
 }
 
 type pollerKey struct{ key, token string }
 
 const (
-	pollersMax  = 4096
-	pollersIdle = time.Minute
+	pollersMax   = 4096
+	pollersIdle  = time.Minute
+	pollersSweep = time.Second
 )
 
 // waiting reports whether token is a waiter on key that was answered with
@@ -103,7 +107,8 @@ func (p *pollers) answered(req driver.AcquireRequest, res driver.AcquireResult, 
 	if p.m == nil {
 		p.m = make(map[pollerKey]time.Time)
 	}
-	if len(p.m) >= pollersMax {
+	if len(p.m) >= pollersMax && now.Sub(p.swept) >= pollersSweep {
+		p.swept = now
 		for k, at := range p.m {
 			if now.Sub(at) > pollersIdle {
 				delete(p.m, k)
