@@ -151,8 +151,10 @@ type AcquireRequest struct {
 	// keeps new Shared grants out so that writers are not starved by
 	// readers. Queue entries and intents expire QueueTTL after the last
 	// request that made or kept them, so a waiter that died leaves (a store
-	// may leave an entry that has more than half of QueueTTL left as it is,
-	// answering from a read; the caller tries again within QueueTTL/2); a grant
+	// may leave the entry of a request without Handoff as it is while it has
+	// more than half of QueueTTL left, answering from a read: a handed
+	// grant lives on the entry, see Handoff; the caller tries again within
+	// QueueTTL/2); a grant
 	// removes Token's entry and intent, and Release with Token removes them
 	// at once. Without Wait (TryLock) nothing is recorded, though a Fair
 	// request still yields to the queue.

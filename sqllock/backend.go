@@ -65,17 +65,21 @@ type Backend struct {
 // pollersMax are remembered and it has not asked for pollersIdle: every
 // waiter asks at least every third of its entry's time to live (at most
 // 5 s by default), and one forgotten too soon only costs its next request
-// the read.
+// the read. The sweep runs at most every pollersSweep: with more than
+// pollersMax live waiters, a sweep on every answer would scan them all
+// each time, under mu.
 type pollers struct {
-	mu sync.Mutex
-	m  map[pollerKey]time.Time
+	mu    sync.Mutex
+	m     map[pollerKey]time.Time
+	swept time.Time // the last sweep
 }
 
 type pollerKey struct{ key, token string }
 
 const (
-	pollersMax  = 4096
-	pollersIdle = time.Minute
+	pollersMax   = 4096
+	pollersIdle  = time.Minute
+	pollersSweep = time.Second
 )
 
 // waiting reports whether token is a waiter on key that was answered with
@@ -103,7 +107,8 @@ func (p *pollers) answered(req driver.AcquireRequest, res driver.AcquireResult, 
 	if p.m == nil {
 		p.m = make(map[pollerKey]time.Time)
 	}
-	if len(p.m) >= pollersMax {
+	if len(p.m) >= pollersMax && now.Sub(p.swept) >= pollersSweep {
+		p.swept = now
 		for k, at := range p.m {
 			if now.Sub(at) > pollersIdle {
 				delete(p.m, k)
@@ -271,9 +276,22 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 // would find no entry of its token, goes to the transaction at once.
 func (b *Backend) acquirePolled(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
 	if b.polls.waiting(req.Key, req.Token) {
-		res, decided, err := retryBusy3(ctx, b.dialect, func() (driver.AcquireResult, bool, error) { return b.tx.fairFirst(ctx, req) })
-		if err != nil || decided {
-			return res, err
+		// Like the transaction's (acquireInFlight), the read's answer is
+		// waited for a while after ctx ends: it changed nothing, and an
+		// error would leave the caller an outcome it must take as unknown.
+		type peeked struct {
+			res     driver.AcquireResult
+			decided bool
+		}
+		p, err := inFlight(ctx, func(ctx context.Context) (peeked, error) {
+			res, decided, err := retryBusy3(ctx, b.dialect, func() (driver.AcquireResult, bool, error) { return b.tx.fairFirst(ctx, req) })
+			return peeked{res, decided}, err
+		})
+		if err != nil || p.decided {
+			return p.res, err
+		}
+		if err := ctx.Err(); err != nil {
+			return driver.AcquireResult{}, err // no writes once the caller gave up
 		}
 	}
 	return b.acquireWritten(ctx, req)

@@ -1,6 +1,7 @@
 package sqllock_test
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -519,5 +520,46 @@ func testMySQLAnswersPerStatement(t *testing.T, newDB newDatabase) {
 	}
 	if !renew(t, b, "k", tok, time.Minute) {
 		t.Error("the holder's Renew refused")
+	}
+}
+
+// testFairPollAnsweredAfterCtxEnds checks that a fair waiter's poll whose
+// context ends while its statement is on the way is still answered, as the
+// fair transaction is (Acquire waits up to 200ms for the answer): the poll
+// read and wrote nothing, and an error would make the caller count the
+// attempt's outcome as unknown (a reentrant or owner-ID handle then marks a
+// hold that does not exist as uncertain).
+func testFairPollAnsweredAfterCtxEnds(t *testing.T, newDB newDatabase) {
+	db := newDB(t)
+	other := db.backend(t)
+	pool := db.open(t)
+	pool.SetMaxOpenConns(1)
+	b := sqllock.New(pool, db.dialect)
+	mustAcquire(t, other, writeReq("k", "h", time.Minute))
+	w := waiting(fair(writeReq("k", "w", time.Minute)), time.Minute)
+	if res := refused(t, b, w); !res.Queued || res.Position != 1 {
+		t.Fatalf("fair request behind a holder = %+v, want queued first", res)
+	}
+
+	// The pool's one connection is taken: the poll's statement waits for
+	// it, its context ends after 30ms, and the connection is free 30ms later.
+	conn, err := pool.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(30 * time.Millisecond)
+		cancel()
+		time.Sleep(30 * time.Millisecond)
+		_ = conn.Close()
+	}()
+	res, err := b.Acquire(ctx, w)
+	<-done
+	if err != nil || !res.Queued || res.Position != 1 || res.Holder != "h" {
+		t.Fatalf("the waiter's poll, its context ended on the way = %+v, %v; want queued first behind h", res, err)
 	}
 }

@@ -62,6 +62,7 @@ func runCommon(t *testing.T, newDB newDatabase) {
 		{"WriterIntent", testWriterIntent},
 		{"FairQueue", testFairQueue},
 		{"FairPollTakesNoRowLock", testFairPollTakesNoRowLock},
+		{"FairPollAnsweredAfterCtxEnds", testFairPollAnsweredAfterCtxEnds},
 		{"FairBehindReaders", testFairBehindReaders},
 		{"SharedRenew", testSharedRenew},
 		{"SharedInspect", testSharedInspect},
