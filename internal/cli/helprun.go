@@ -161,7 +161,7 @@ Exit status:
           came through dlock, or is SIGPIPE), or dlock was interrupted by
           signal N while it waited for the lock
   64      usage error: bad flags, lock name or backend URL, or a kind of
-          lock the store does not have
+          lock (or a lock-delay) the store does not have, up or not
   69      the store could not be reached or failed; without a COMMAND, also
           when the release failed (the lock expires on the store by itself)
   77      the store refused the credentials (user, password) or the rights
