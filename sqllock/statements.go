@@ -50,14 +50,24 @@ ON DUPLICATE KEY UPDATE fence = fence`
 
 	// sharedStateCols are stateCols' reads of the shared holds, and
 	// queueStateCols those of the queue and the clean-up records.
-	sharedStateCols = `
-  (SELECT COUNT(*) FROM {s} WHERE name = $1 AND token <> $2 AND expires_at > {now}),
-  (SELECT COUNT(*) FROM {s} WHERE name = $1 AND expires_at <= {now}),
-  (SELECT {left:expires_at} FROM {s} WHERE name = $1 AND token = $2),
-  (SELECT owner FROM {s} WHERE name = $1 AND token <> $2 AND expires_at > {now} ORDER BY expires_at, fence LIMIT 1),
-  (SELECT {left:expires_at} FROM {s} WHERE name = $1 AND token <> $2 AND expires_at > {now} ORDER BY expires_at, fence LIMIT 1),
-  (SELECT owner FROM {s} WHERE name = $1 AND token <> $2 AND expires_at > {now} ORDER BY expires_at DESC, fence DESC LIMIT 1),
-  (SELECT {left:expires_at} FROM {s} WHERE name = $1 AND token <> $2 AND expires_at > {now} ORDER BY expires_at DESC, fence DESC LIMIT 1),
+	sharedStateCols = sLive + `,` + sExpired + `,` + sMine + `,` + sFirstOwner + `,` + sFirstLeft + `,` + sLastOwner + `,` + sLastLeft + `,` + sMaxOthers
+
+	// The reads of sharedStateCols, in its order.
+	sLive = `
+  (SELECT COUNT(*) FROM {s} WHERE name = $1 AND token <> $2 AND expires_at > {now})`
+	sExpired = `
+  (SELECT COUNT(*) FROM {s} WHERE name = $1 AND expires_at <= {now})`
+	sMine = `
+  (SELECT {left:expires_at} FROM {s} WHERE name = $1 AND token = $2)`
+	sFirstOwner = `
+  (SELECT owner FROM {s} WHERE name = $1 AND token <> $2 AND expires_at > {now} ORDER BY expires_at, fence LIMIT 1)`
+	sFirstLeft = `
+  (SELECT {left:expires_at} FROM {s} WHERE name = $1 AND token <> $2 AND expires_at > {now} ORDER BY expires_at, fence LIMIT 1)`
+	sLastOwner = `
+  (SELECT owner FROM {s} WHERE name = $1 AND token <> $2 AND expires_at > {now} ORDER BY expires_at DESC, fence DESC LIMIT 1)`
+	sLastLeft = `
+  (SELECT {left:expires_at} FROM {s} WHERE name = $1 AND token <> $2 AND expires_at > {now} ORDER BY expires_at DESC, fence DESC LIMIT 1)`
+	sMaxOthers = `
   (SELECT {time:MAX(expires_at)} FROM {s} WHERE name = $1 AND token <> $2 AND expires_at > {now})`
 	queueStateCols = qMySeq + `,` + qMyLeft + `,` + qLive + `,` + qAhead + `,` + qHead + `,` + qMaxSeq + `,` + qExpired + `,` + gMine
 
@@ -95,6 +105,21 @@ ON DUPLICATE KEY UPDATE fence = fence`
 	// about as long per subquery as the lookups themselves.
 	tplFairState     = `SELECT` + fairStateCols
 	tplMainFairState = `SELECT ` + mainCols + `,` + fairStateCols + ` FROM {t} WHERE name = $1`
+
+	// sharedReqCols are what a shared request (a reader or a permit, never
+	// Fair on SQL) reads of nameState, the fields nameState.sharedDest
+	// lists: the shared holds and the token's clean-up record, not the
+	// queue. tplSharedState reads them alone, tplMainSharedState with the
+	// name's row (MySQL).
+	sharedReqCols = sharedStateCols + `,` + gMine
+
+	// releaseStateCols are what a release's transaction reads of nameState
+	// (txs.releaseRecorded), the fields nameState.releaseDest lists.
+	releaseStateCols    = sExpired + `,` + sMine + `,` + sMaxOthers + `,` + qMyLeft + `,` + qAhead + `,` + qHead + `,` + qExpired
+	tplReleaseState     = `SELECT` + releaseStateCols
+	tplMainReleaseState = `SELECT ` + mainCols + `,` + releaseStateCols + ` FROM {t} WHERE name = $1`
+	tplSharedState      = `SELECT` + sharedReqCols
+	tplMainSharedState  = `SELECT ` + mainCols + `,` + sharedReqCols + ` FROM {t} WHERE name = $1`
 
 	// tplFairPeek reads, outside a transaction, what a fair waiter's poll
 	// needs (txs.fairFirst): the holder, the latest expiry of the shared

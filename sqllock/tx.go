@@ -43,13 +43,15 @@ type txs struct {
 	x    *dialectSQL
 	opts *sql.TxOptions
 
-	ensure    stmt // make and lock the row; returns mainCols (MySQL: nothing)
-	lock      stmt // lock an existing row, returning mainCols (MySQL: none)
-	main      stmt // read the row under a lock already held
-	state     stmt // read nameState after the lock
-	mainState stmt // MySQL: main and state in one read
-	peek      stmt // a fair waiter's poll, outside a transaction (fairFirst)
-	fairState stmt // an exclusive fair request's state (lockFair; MySQL: with main)
+	ensure       stmt // make and lock the row; returns mainCols (MySQL: nothing)
+	lock         stmt // lock an existing row, returning mainCols (MySQL: none)
+	main         stmt // read the row under a lock already held
+	state        stmt // read nameState after the lock
+	mainState    stmt // MySQL: main and state in one read
+	peek         stmt // a fair waiter's poll, outside a transaction (fairFirst)
+	fairState    stmt // an exclusive fair request's state (lockFair; MySQL: with main)
+	sharedState  stmt // a shared request's state (lockShared, readShared; MySQL: with main)
+	releaseState stmt // a release's state (lockRelease; MySQL: with main)
 
 	insertShared, raiseShared, grant, reenter, setIntent, releaseMain, free stmt
 	deleteShared, enqueue, requeue, dequeue                                 stmt
@@ -97,8 +99,12 @@ func newTxs(db *sql.DB, d Dialect, names tableNames) *txs {
 	t.state = x.stmt(tplState)
 	t.peek = x.stmt(tplFairPeek)
 	t.fairState = x.stmt(tplFairState)
+	t.sharedState = x.stmt(tplSharedState)
+	t.releaseState = x.stmt(tplReleaseState)
 	if d == MySQL {
+		t.releaseState = x.stmt(tplMainReleaseState)
 		t.fairState = x.stmt(tplMainFairState)
+		t.sharedState = x.stmt(tplMainSharedState)
 	}
 	t.insertShared = x.stmt(tplInsertShared)
 	t.raiseShared = x.stmt(tplRaiseShared)
@@ -280,6 +286,17 @@ func (s *nameState) fairDest() []any {
 	return []any{&s.mySeq, &s.myLeft, &s.ahead, &s.maxSeq, &s.queueExpired, &s.gone}
 }
 
+// sharedDest lists the fields that sharedReqCols read, in order.
+func (s *nameState) sharedDest() []any {
+	return []any{&s.sharedLive, &s.sharedExpired, &s.mineLeft, &s.firstOwner, &s.firstLeft, &s.lastOwner, &s.lastLeft,
+		&s.maxOthers, &s.gone}
+}
+
+// releaseDest lists the fields that releaseStateCols read, in order.
+func (s *nameState) releaseDest() []any {
+	return []any{&s.sharedExpired, &s.mineLeft, &s.maxOthers, &s.myLeft, &s.ahead, &s.head, &s.queueExpired}
+}
+
 // maxSeq is larger than every queue entry's seq.
 const maxSeq = 1<<63 - 1
 
@@ -338,22 +355,79 @@ func (x *txn) lock(key, token string, ensure, state bool) (m mainRow, st nameSta
 // latest shared hold: none is live before it).
 func (x *txn) lockFair(key, token string) (m mainRow, st nameState, err error) {
 	t := x.t
-	if t.d == MySQL {
-		if _, err = x.tx.ExecContext(x.ctx, t.ensure.query, t.ensure.args(key)...); err != nil {
-			return m, st, err
-		}
-		err = x.tx.QueryRowContext(x.ctx, t.fairState.query, t.fairState.args(key, token, int64(maxSeq))...).Scan(append(m.dest(), st.fairDest()...)...)
-	} else {
-		if err = x.tx.QueryRowContext(x.ctx, t.ensure.query, t.ensure.args(key)...).Scan(m.dest()...); err != nil {
-			return m, st, err
-		}
-		err = x.tx.QueryRowContext(x.ctx, t.fairState.query, t.fairState.args(key, token, int64(maxSeq))...).Scan(st.fairDest()...)
+	if m, err = x.ensure(key); err != nil {
+		return m, st, err
 	}
-	if err != nil || m.sharedLeft.Int64 <= 0 {
+	if err = x.readPart(&m, t.fairState, st.fairDest(), key, token, int64(maxSeq)); err != nil || m.sharedLeft.Int64 <= 0 {
 		return m, st, err
 	}
 	err = x.tx.QueryRowContext(x.ctx, t.state.query, t.state.args(key, token, int64(maxSeq))...).Scan(st.dest()...)
 	return m, st, err
+}
+
+// lockShared is lock with ensure and state for a shared request: it reads
+// the fields of nameState that sharedDest lists (not the queue's, which
+// no shared request on SQL waits in).
+func (x *txn) lockShared(key, token string) (m mainRow, st nameState, err error) {
+	if m, err = x.ensure(key); err != nil {
+		return m, st, err
+	}
+	err = x.readPart(&m, x.t.sharedState, st.sharedDest(), key, token)
+	return m, st, err
+}
+
+// lockRelease is lock with state for a release's transaction (ensure: make
+// the row when missing): it reads the fields of nameState that releaseDest
+// lists. found is false when the row is missing (never with ensure, nor
+// on MySQL, where the row is always made).
+func (x *txn) lockRelease(key, token string, ensure bool) (m mainRow, st nameState, found bool, err error) {
+	t := x.t
+	if t.d == MySQL || ensure {
+		m, err = x.ensure(key)
+	} else {
+		err = x.tx.QueryRowContext(x.ctx, t.lock.query, t.lock.args(key)...).Scan(m.dest()...)
+		if errors.Is(err, sql.ErrNoRows) {
+			return m, st, false, nil
+		}
+	}
+	if err != nil {
+		return m, st, false, err
+	}
+	err = x.readPart(&m, t.releaseState, st.releaseDest(), key, token, int64(maxSeq))
+	return m, st, err == nil, err
+}
+
+// readShared is read for a shared request, as lockShared reads.
+func (x *txn) readShared(key, token string) (m mainRow, st nameState, err error) {
+	t := x.t
+	if t.d != MySQL {
+		if err = x.tx.QueryRowContext(x.ctx, t.main.query, t.main.args(key)...).Scan(m.dest()...); err != nil {
+			return m, st, err
+		}
+	}
+	err = x.readPart(&m, t.sharedState, st.sharedDest(), key, token)
+	return m, st, err
+}
+
+// ensure makes the name's row if it has none and locks it; it returns the
+// row, except on MySQL, where readPart reads it with the state.
+func (x *txn) ensure(key string) (m mainRow, err error) {
+	t := x.t
+	if t.d == MySQL {
+		_, err = x.tx.ExecContext(x.ctx, t.ensure.query, t.ensure.args(key)...)
+		return m, err
+	}
+	err = x.tx.QueryRowContext(x.ctx, t.ensure.query, t.ensure.args(key)...).Scan(m.dest()...)
+	return m, err
+}
+
+// readPart reads, with s, the fields of nameState in dest, and on MySQL the
+// name's row into m first (s reads them in one statement there).
+func (x *txn) readPart(m *mainRow, s stmt, dest []any, args ...any) error {
+	if x.t.d == MySQL {
+		dest = append(m.dest(), dest...)
+	}
+	return x.tx.QueryRowContext(x.ctx, s.query, s.args(args...)...).Scan(dest...)
 }
 
 // read reads the name's row and its state for token, under a lock the

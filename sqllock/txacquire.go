@@ -20,7 +20,7 @@ func (t *txs) acquireShared(ctx context.Context, req driver.AcquireRequest) (dri
 	ttl := t.x.units(req.TTL)
 	err := t.run(ctx, func(x *txn) (bool, error) {
 		res = driver.AcquireResult{}
-		m, st, _, err := x.lock(req.Key, req.Token, true, true)
+		m, st, err := x.lockShared(req.Key, req.Token)
 		if err != nil {
 			return false, err
 		}
@@ -104,7 +104,7 @@ func (t *txs) acquireReader(ctx context.Context, req driver.AcquireRequest) (dri
 				return added, err
 			}
 		}
-		m, st, err := x.read(req.Key, req.Token)
+		m, st, err := x.readShared(req.Key, req.Token)
 		if err != nil {
 			return false, err
 		}

@@ -84,7 +84,7 @@ func (t *txs) releaseRecorded(ctx context.Context, key, token string, withdraw, 
 	var res driver.ReleaseResult
 	err := t.run(ctx, func(x *txn) (bool, error) {
 		res = driver.ReleaseResult{}
-		m, st, found, err := x.lock(key, token, record, true)
+		m, st, found, err := x.lockRelease(key, token, record)
 		if err != nil || !found {
 			return false, err
 		}
