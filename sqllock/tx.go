@@ -256,7 +256,8 @@ func (m *mainRow) intentLive() bool {
 }
 
 // nameState is what tplState reads about a name's shared holds and queue
-// for the request of one token.
+// for the request of one token. The partial reads (fairDest, sharedDest,
+// releaseDest) leave the fields they do not list zero.
 type nameState struct {
 	sharedLive    int64         // live shared holds of other tokens
 	sharedExpired int64         // expired shared holds, to delete
