@@ -42,7 +42,8 @@ func (t *txs) release(ctx context.Context, key, token string, withdraw, record b
 // transaction locks the name's row.
 //
 // From the moment the record commits, the token's queue entry is passed
-// over (stateCols, the head that a release names): a waiter that gave up
+// over (queueStateCols, releaseStateCols and tplFairPeek: the places ahead
+// of a request, the head that a release names): a waiter that gave up
 // holds the queue up no longer than its clean-up's first statement, however
 // slow the rest of the clean-up is.
 //
