@@ -59,7 +59,9 @@ func sharedDatabase() string {
 }
 
 // startShared starts a server with start for the package's lifetime, and
-// fails (or skips) t as start would have. shared.mu is held.
+// fails (or skips) t as start would have: testserver skips only outside
+// CI=true (a missing server fails the test under CI=true), and so does
+// this. shared.mu is held.
 func startShared[S any](t *testing.T, start func(testing.TB) S) S {
 	t.Helper()
 	if shared.life == nil {
