@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -83,18 +84,130 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	}
 	a := newAttempt(b, ctx, req)
 	start := time.Now()
-	for _, n := range b.nodes {
-		ahead, done := b.enqueue(req.Key, req.Token, n.index)
-		b.goBackground(func() {
-			defer done()
-			if ahead != nil {
-				<-ahead // an earlier call of this token, bounded by its timeouts
-			}
-			a.run(n)
-		})
-	}
 	defer close(a.decided) // the node goroutines go on with their follow-ups
+	lead := b.leaderFor(req)
+	if lead != nil {
+		b.start(a, lead)
+		if res, done, err := a.askLeader(ctx); done {
+			return res, err
+		}
+	}
+	for _, n := range b.nodes {
+		if n != lead {
+			b.start(a, n)
+		}
+	}
 	return a.decide(ctx, start)
+}
+
+// start sends a's acquire to node n, after the calls of a's token on n
+// that went before it.
+func (b *Backend) start(a *attempt, n *node) {
+	ahead, done := b.enqueue(a.req.Key, a.req.Token, n.index)
+	b.goBackground(func() {
+		defer done()
+		if ahead != nil {
+			<-ahead // an earlier call of this token, bounded by its timeouts
+		}
+		a.run(n)
+	})
+}
+
+// leaderFor returns the node that an attempt asks first, alone, or nil
+// when the attempt asks every node at once.
+//
+// Contenders that all ask every node at once split the nodes between
+// them: each wins some, none wins a quorum, and all undo and back off
+// (see busyResult). So an exclusive request on a key that refused this
+// Backend within the last contendedFor asks the key's leader node first
+// (the same node for every client with the same nodes: the key's hash
+// picks it): the contender that the leader grants goes on to the other
+// nodes, and the others, refused by the holder there, stop after one
+// round trip and wait for the holder's release. A request that the leader
+// does not refuse that way (granted, refused by readers or a writer
+// intent, failed, or not answered within the node timeout) goes on to the
+// other nodes as any attempt does, the leader's answer counted among
+// theirs. While some node failed or was slow within failedRest, attempts
+// ask every node at once, so that an outage is reported as one and a slow
+// leader delays nobody. Re-entries and shared requests ask every node at
+// once.
+//
+// A contender refused by the leader takes the loser of a split's grant
+// there, undone a moment later without an announcement, for a holder: it
+// waits for the next release, or its retry schedule. The splits come only
+// from attempts that ask every node at once, which come back after a
+// short delay (splitDelay), asking the leader first.
+func (b *Backend) leaderFor(req driver.AcquireRequest) *node {
+	if len(b.nodes) < 2 || req.Mode != driver.Exclusive || req.Reentrant || req.Joining != 0 {
+		return nil
+	}
+	now := time.Now()
+	b.mu.Lock()
+	at, ok := b.contended[req.Key]
+	b.mu.Unlock()
+	if !ok || now.Sub(at) >= contendedFor {
+		return nil
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(req.Key))
+	for _, n := range b.nodes {
+		if failed := n.failedAt.Load(); failed != 0 && now.Sub(time.Unix(0, failed)) < failedRest {
+			return nil
+		}
+	}
+	return b.nodes[h.Sum32()%uint32(len(b.nodes))]
+}
+
+const (
+	// contendedFor is how long after a refusal on a key this Backend's
+	// exclusive attempts on it ask its leader node first (see leaderFor).
+	contendedFor = time.Second
+	// failedRest is how long after an acquire on any node failed or took
+	// longer than the node timeout attempts ask every node at once.
+	failedRest = 5 * time.Second
+)
+
+// contend records that an attempt on key was refused (see leaderFor).
+func (b *Backend) contend(key string) {
+	b.mu.Lock()
+	if b.contended == nil || len(b.contended) >= maxSplitKeys {
+		b.contended = make(map[string]time.Time) // forget: a key only asks every node again
+	}
+	b.contended[key] = time.Now()
+	b.mu.Unlock()
+}
+
+// askLeader waits for the answer of the leader node, asked first, at most
+// the node timeout. When another owner's exclusive hold refused it there,
+// the attempt ends with done set and that refusal: the holder and its TTL
+// on the leader, which a release of the holder ends. When ctx ends first,
+// it ends with ctx's error. Otherwise the attempt goes on to the other
+// nodes; an answer read here is put back for decide.
+func (a *attempt) askLeader(ctx context.Context) (res driver.AcquireResult, done bool, err error) {
+	timer := time.NewTimer(a.timeout)
+	defer timer.Stop()
+	select {
+	case ans := <-a.answers:
+		if ans.err == nil && a.stopsAt(ans.val) {
+			a.quiet = true
+			a.b.contend(a.req.Key)
+			return driver.AcquireResult{Holder: ans.val.Holder, HolderTTL: ans.val.HolderTTL}, true, nil
+		}
+		a.answers <- ans // room for every node's answer
+	case <-timer.C:
+	case <-ctx.Done():
+		return driver.AcquireResult{}, true, fmt.Errorf("redlock: %w", ctx.Err())
+	}
+	return driver.AcquireResult{}, false, nil
+}
+
+// stopsAt reports whether the leader's refusal res ends the attempt: an
+// exclusive hold of another owner than the requester's Client (whose own
+// hold there may be a loser's, soon undone without a release to announce
+// it), with a TTL, and no readers, writer intent or conflict in the way.
+func (a *attempt) stopsAt(res driver.AcquireResult) bool {
+	return !res.Acquired && res.Holder != "" && res.Holder != a.req.Owner && res.HolderTTL > 0 &&
+		res.Shared == 0 && !res.Conflict && !res.WriterWaiting && !res.Queued
 }
 
 // attempt is one Acquire call. Each node has a goroutine that sends the
@@ -162,10 +275,16 @@ func (a *attempt) run(n *node) {
 	var res driver.AcquireResult
 	err := n.evictionRefusal()
 	if err == nil {
+		sent := time.Now()
 		ctx, cancel := context.WithTimeout(a.bg, a.b.callLimit())
 		res, err = n.b.Acquire(ctx, a.req)
 		err = timedOut(ctx, err)
 		cancel()
+		if err != nil || time.Since(sent) > a.timeout {
+			n.failedAt.Store(time.Now().UnixNano())
+		}
+	} else {
+		n.failedAt.Store(time.Now().UnixNano())
 	}
 	a.answers <- answer[driver.AcquireResult]{node: n, val: res, err: err}
 
@@ -288,6 +407,7 @@ func (a *attempt) decide(ctx context.Context, start time.Time) (driver.AcquireRe
 	switch t.verdict() {
 	case refused:
 		a.quiet = true
+		b.contend(key)
 		return a.busyResult(busy, t.yes), nil
 	case won:
 	default:
@@ -298,6 +418,7 @@ func (a *attempt) decide(ctx context.Context, start time.Time) (driver.AcquireRe
 			// an outage; an error here would end a waiting Lock, and
 			// contenders retrying at once would split the nodes again.
 			a.quiet = true
+			b.contend(key)
 			return a.busyResult(busy, t.yes), nil
 		}
 		return driver.AcquireResult{}, b.quorumError(ctx, "acquire", key, t.yes, errs)

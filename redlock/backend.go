@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -53,6 +54,9 @@ type Backend struct {
 	// splits counts, by key, this Backend's attempts in a row that found
 	// the nodes split between contenders (see splitDelay).
 	splits map[string]int
+	// contended is, by key, when an attempt of this Backend on it was last
+	// refused (see leaderFor).
+	contended map[string]time.Time
 }
 
 // node is one Redis node.
@@ -63,6 +67,9 @@ type node struct {
 	b     *redislock.Backend
 	// allowEviction is WithEvictionAllowed.
 	allowEviction bool
+	// failedAt is when an acquire on the node last failed or took longer
+	// than the node timeout (UnixNano; 0: never; see leaderFor).
+	failedAt atomic.Int64
 }
 
 // evictionRefusal is the node's refusal to grant because its Redis may

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -573,4 +574,138 @@ func TestSlowNodeDoesNotMakeOthersMiss(t *testing.T) {
 			t.Errorf("node %d was dialed %d times in %d rounds: its connections were dropped", i, n, rounds+1)
 		}
 	}
+}
+
+// TestContendedAcquireAsksTheLeaderFirst checks that an exclusive attempt
+// on a key that refused the Backend a moment ago asks one node first, and
+// stops there when another owner holds it: contenders that all asked every
+// node at once would split the nodes between them.
+func TestContendedAcquireAsksTheLeaderFirst(t *testing.T) {
+	servers := startNodes(t, 3)
+	nodes := admins(t, servers)
+	b := newBackend(t, servers)
+	for _, n := range nodes {
+		holdForeign(t, n, "k", "alpha")
+	}
+	runs := func() []int {
+		redlock.WaitIdle(b)
+		var out []int
+		for _, n := range nodes {
+			out = append(out, scriptRuns(t, n))
+		}
+		return out
+	}
+
+	// Not contended yet: every node at once.
+	resetStats(t, nodes)
+	if res, err := b.Acquire(t.Context(), request(t, "k", 10*time.Second)); err != nil || res.Acquired || res.Holder != "alpha" {
+		t.Fatalf("first Acquire of a held key = %+v, %v; want refused by alpha", res, err)
+	}
+	if got := runs(); !slices.Equal(got, []int{1, 1, 1}) {
+		t.Fatalf("the first attempt ran %v scripts on the nodes, want one on each", got)
+	}
+
+	resetStats(t, nodes)
+	res, err := b.Acquire(t.Context(), request(t, "k", 10*time.Second))
+	if err != nil || res.Acquired || res.Holder != "alpha" || res.HolderTTL <= time.Second {
+		t.Fatalf("contended Acquire = %+v, %v; want refused by alpha, with its TTL", res, err)
+	}
+	got := runs()
+	leader := slices.Index(got, 1)
+	if leader < 0 || slices.Max(got) != 1 || sum(got) != 1 {
+		t.Fatalf("the contended attempt ran %v scripts on the nodes, want one on one node", got)
+	}
+
+	// The holder lets go: the next attempt asks the leader, then the rest.
+	for _, n := range nodes {
+		if err := n.Del(t.Context(), lockKey("k")).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req := request(t, "k", 10*time.Second)
+	if res := mustAcquire(t, b, req); !res.Acquired {
+		t.Fatalf("Acquire of the released key = %+v, want granted", res)
+	}
+	redlock.WaitIdle(b)
+	for i, f := range lockFields(t, nodes, "k") {
+		if f[req.Token] != "1" {
+			t.Errorf("node %d (leader %d) does not hold the grant: %v", i, leader, f)
+		}
+	}
+
+	// The same key takes the same leader in another Backend.
+	other := newBackend(t, servers)
+	for _, n := range nodes {
+		holdForeign(t, n, "k", "alpha")
+	}
+	if _, err := other.Acquire(t.Context(), request(t, "k", 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	resetStats(t, nodes)
+	if _, err := other.Acquire(t.Context(), request(t, "k", 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	redlock.WaitIdle(other)
+	if got := runs(); got[leader] != 1 || sum(got) != 1 {
+		t.Errorf("another Backend's contended attempt ran %v scripts on the nodes, want one on node %d", got, leader)
+	}
+}
+
+// TestContendedAcquireAsksEveryNodeWhileOneFails checks that a node that
+// failed turns the leader's order off: the next attempts ask every node at
+// once, so an outage is seen as one, and a slow leader delays nobody.
+func TestContendedAcquireAsksEveryNodeWhileOneFails(t *testing.T) {
+	servers := startNodes(t, 3)
+	nodes := admins(t, servers)
+	for _, n := range nodes {
+		holdForeign(t, n, "k", "alpha")
+	}
+	// Find the key's leader: the node a contended attempt asks alone.
+	probe := newBackend(t, servers)
+	for range 2 {
+		if _, err := probe.Acquire(t.Context(), request(t, "k", 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		redlock.WaitIdle(probe)
+		resetStats(t, nodes)
+	}
+	if _, err := probe.Acquire(t.Context(), request(t, "k", 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	redlock.WaitIdle(probe)
+	leader := -1
+	for i, n := range nodes {
+		if scriptRuns(t, n) == 1 {
+			leader = i
+		}
+	}
+	if leader < 0 {
+		t.Fatal("no node ran the contended attempt's script")
+	}
+	dead := (leader + 1) % 3
+	servers[dead].Kill(t)
+
+	b := newBackend(t, servers)
+	if res, err := b.Acquire(t.Context(), request(t, "k", 10*time.Second)); err != nil || res.Acquired || res.Holder != "alpha" {
+		t.Fatalf("Acquire with alpha on both live nodes = %+v, %v; want refused by alpha", res, err)
+	}
+	redlock.WaitIdle(b)
+	resetStats(t, []*redis.Client{nodes[leader], nodes[3-leader-dead]})
+	if res, err := b.Acquire(t.Context(), request(t, "k", 10*time.Second)); err != nil || res.Acquired {
+		t.Fatalf("contended Acquire = %+v, %v; want refused", res, err)
+	}
+	redlock.WaitIdle(b)
+	for _, i := range []int{leader, 3 - leader - dead} {
+		if n := scriptRuns(t, nodes[i]); n != 1 {
+			t.Errorf("live node %d (leader %d, dead %d) ran %d scripts, want 1: every node asked at once", i, leader, dead, n)
+		}
+	}
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
 }
