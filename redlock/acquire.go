@@ -19,7 +19,9 @@ import (
 //     refused or failed that Q grants are impossible: a slow or dead node
 //     never delays a success. A node's call is not cut short when the wait
 //     ends (see Backend.callLimit): its answer, read late, decides its
-//     follow-up, and its connection is kept.
+//     follow-up, and its connection is kept. On a contended key the
+//     request goes to the key's leader node first (see leaderFor), and
+//     elapsed counts from then.
 //  2. The grant's fence F is the highest fence among the Q winning nodes.
 //     Winning nodes that drew a lower fence get F by RaiseFence, concurrently
 //     (a second round trip, needed only when the nodes' counters differ);
