@@ -583,7 +583,10 @@ func TestSlowNodeDoesNotMakeOthersMiss(t *testing.T) {
 func TestContendedAcquireAsksTheLeaderFirst(t *testing.T) {
 	servers := startNodes(t, 3)
 	nodes := admins(t, servers)
-	b := newBackend(t, servers)
+	// A node slower than the node timeout would turn the order off (see
+	// the next test): a long one keeps a loaded machine from doing so.
+	slow := redlock.WithNodeTimeout(time.Second)
+	b := newBackend(t, servers, slow)
 	for _, n := range nodes {
 		holdForeign(t, n, "k", "alpha")
 	}
@@ -634,7 +637,7 @@ func TestContendedAcquireAsksTheLeaderFirst(t *testing.T) {
 	}
 
 	// The same key takes the same leader in another Backend.
-	other := newBackend(t, servers)
+	other := newBackend(t, servers, slow)
 	for _, n := range nodes {
 		holdForeign(t, n, "k", "alpha")
 	}
@@ -661,7 +664,8 @@ func TestContendedAcquireAsksEveryNodeWhileOneFails(t *testing.T) {
 		holdForeign(t, n, "k", "alpha")
 	}
 	// Find the key's leader: the node a contended attempt asks alone.
-	probe := newBackend(t, servers)
+	slow := redlock.WithNodeTimeout(time.Second) // see TestContendedAcquireAsksTheLeaderFirst
+	probe := newBackend(t, servers, slow)
 	for range 2 {
 		if _, err := probe.Acquire(t.Context(), request(t, "k", 10*time.Second)); err != nil {
 			t.Fatal(err)
@@ -685,7 +689,7 @@ func TestContendedAcquireAsksEveryNodeWhileOneFails(t *testing.T) {
 	dead := (leader + 1) % 3
 	servers[dead].Kill(t)
 
-	b := newBackend(t, servers)
+	b := newBackend(t, servers, slow)
 	if res, err := b.Acquire(t.Context(), request(t, "k", 10*time.Second)); err != nil || res.Acquired || res.Holder != "alpha" {
 		t.Fatalf("Acquire with alpha on both live nodes = %+v, %v; want refused by alpha", res, err)
 	}
