@@ -90,7 +90,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	lead := b.leaderFor(req)
 	if lead != nil {
 		b.start(a, lead)
-		if res, done, err := a.askLeader(ctx); done {
+		if res, done, err := a.askLeader(ctx, lead); done {
 			return res, err
 		}
 	}
@@ -131,14 +131,22 @@ func (b *Backend) start(a *attempt, n *node) {
 // other nodes as any attempt does, the leader's answer counted among
 // theirs. While some node failed or was slow within failedRest, attempts
 // ask every node at once, so that an outage is reported as one and a slow
-// leader delays nobody. Re-entries and shared requests ask every node at
-// once.
+// leader delays one attempt (see askLeader). Re-entries and shared
+// requests ask every node at once.
 //
 // A contender refused by the leader takes the loser of a split's grant
 // there, undone a moment later without an announcement, for a holder: it
 // waits for the next release, or its retry schedule. The splits come only
 // from attempts that ask every node at once, which come back after a
 // short delay (splitDelay), asking the leader first.
+//
+// Only an attempt that asked every node keeps a key contended (see
+// askLeader): the leader's hold alone may be one that nobody holds a
+// quorum with (a holder's release that did not reach the leader, a
+// loser's grant whose undoing failed), and the other nodes may be down
+// while the leader refuses. So attempts that keep stopping at the leader
+// ask every node again within contendedFor, where they win the free
+// quorum or see the outage.
 func (b *Backend) leaderFor(req driver.AcquireRequest) *node {
 	if len(b.nodes) < 2 || req.Mode != driver.Exclusive || req.Reentrant || req.Joining != 0 {
 		return nil
@@ -179,24 +187,29 @@ func (b *Backend) contend(key string) {
 	b.mu.Unlock()
 }
 
-// askLeader waits for the answer of the leader node, asked first, at most
-// the node timeout. When another owner's exclusive hold refused it there,
-// the attempt ends with done set and that refusal: the holder and its TTL
-// on the leader, which a release of the holder ends. When ctx ends first,
-// it ends with ctx's error. Otherwise the attempt goes on to the other
-// nodes; an answer read here is put back for decide.
-func (a *attempt) askLeader(ctx context.Context) (res driver.AcquireResult, done bool, err error) {
+// askLeader waits for the answer of the leader node lead, asked first, at
+// most the node timeout. When another owner's exclusive hold refused it
+// there, the attempt ends with done set and that refusal: the holder and
+// its TTL on the leader, which a release of the holder ends. Such a
+// refusal does not keep the key contended (see leaderFor). When ctx ends
+// first, it ends with ctx's error. Otherwise the attempt goes on to the
+// other nodes; an answer read here is put back for decide. A leader that
+// has not answered within the node timeout counts as slow at once, not
+// only once its call returns (up to callLimit later): meanwhile the next
+// attempts would wait for it too.
+func (a *attempt) askLeader(ctx context.Context, lead *node) (res driver.AcquireResult, done bool, err error) {
 	timer := time.NewTimer(a.timeout)
 	defer timer.Stop()
 	select {
 	case ans := <-a.answers:
 		if ans.err == nil && a.stopsAt(ans.val) {
 			a.quiet = true
-			a.b.contend(a.req.Key)
+			a.b.noSplit(a.req.Key) // refused by a holder: not a split
 			return driver.AcquireResult{Holder: ans.val.Holder, HolderTTL: ans.val.HolderTTL}, true, nil
 		}
 		a.answers <- ans // room for every node's answer
 	case <-timer.C:
+		lead.failedAt.Store(time.Now().UnixNano())
 	case <-ctx.Done():
 		return driver.AcquireResult{}, true, fmt.Errorf("redlock: %w", ctx.Err())
 	}

@@ -660,36 +660,13 @@ func TestContendedAcquireAsksTheLeaderFirst(t *testing.T) {
 func TestContendedAcquireAsksEveryNodeWhileOneFails(t *testing.T) {
 	servers := startNodes(t, 3)
 	nodes := admins(t, servers)
-	for _, n := range nodes {
-		holdForeign(t, n, "k", "alpha")
-	}
-	// Find the key's leader: the node a contended attempt asks alone.
-	slow := redlock.WithNodeTimeout(time.Second) // see TestContendedAcquireAsksTheLeaderFirst
-	probe := newBackend(t, servers, slow)
-	for range 2 {
-		if _, err := probe.Acquire(t.Context(), request(t, "k", 10*time.Second)); err != nil {
-			t.Fatal(err)
-		}
-		redlock.WaitIdle(probe)
-		resetStats(t, nodes)
-	}
-	if _, err := probe.Acquire(t.Context(), request(t, "k", 10*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	redlock.WaitIdle(probe)
-	leader := -1
-	for i, n := range nodes {
-		if scriptRuns(t, n) == 1 {
-			leader = i
-		}
-	}
-	if leader < 0 {
-		t.Fatal("no node ran the contended attempt's script")
-	}
+	leader := keyLeader(t, servers, nodes, "k") // leaves alpha holding k
 	dead := (leader + 1) % 3
 	servers[dead].Kill(t)
 
-	b := newBackend(t, servers, slow)
+	// A long node timeout: only the dead node, not a call slowed by a
+	// loaded machine, turns the leader's order off.
+	b := newBackend(t, servers, redlock.WithNodeTimeout(time.Second))
 	if res, err := b.Acquire(t.Context(), request(t, "k", 10*time.Second)); err != nil || res.Acquired || res.Holder != "alpha" {
 		t.Fatalf("Acquire with alpha on both live nodes = %+v, %v; want refused by alpha", res, err)
 	}
@@ -712,4 +689,145 @@ func sum(xs []int) int {
 		n += x
 	}
 	return n
+}
+
+// keyLeader returns the index of key's leader node: the node that a
+// contended exclusive attempt asks alone. It leaves key held by alpha on
+// every node. The probe's node timeout is long, so that a call slowed by
+// a loaded machine does not turn the leader's order off (see
+// Backend.Acquire) and show every node.
+func keyLeader(t *testing.T, servers []*testserver.Redis, nodes []*redis.Client, key string) int {
+	t.Helper()
+	for _, n := range nodes {
+		holdForeign(t, n, key, "alpha")
+	}
+	probe := newBackend(t, servers, redlock.WithNodeTimeout(time.Second))
+	if _, err := probe.Acquire(t.Context(), request(t, key, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	redlock.WaitIdle(probe)
+	resetStats(t, nodes)
+	if _, err := probe.Acquire(t.Context(), request(t, key, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	redlock.WaitIdle(probe)
+	leader, asked := -1, 0
+	for i, n := range nodes {
+		if runs := scriptRuns(t, n); runs > 0 {
+			leader, asked = i, asked+runs
+		}
+	}
+	if asked != 1 {
+		t.Fatalf("the contended probe ran %d scripts on the nodes, want one on its leader", asked)
+	}
+	return leader
+}
+
+// TestContendedAcquireIsHeldUpBrieflyByAHoldOnTheLeaderAlone checks that a hold
+// left on the key's leader node alone, as by a holder's release that did
+// not reach it, keeps a contended key from its waiters at most about
+// contendedFor (1s): a quorum of the nodes is free, and attempts that keep
+// stopping at the leader must not keep the key contended.
+func TestContendedAcquireIsHeldUpBrieflyByAHoldOnTheLeaderAlone(t *testing.T) {
+	servers := startNodes(t, 3)
+	nodes := admins(t, servers)
+	leader := keyLeader(t, servers, nodes, "k")
+	b := newBackend(t, servers, redlock.WithNodeTimeout(time.Second))
+	// Refused by alpha on every node: the key is contended.
+	if res, err := b.Acquire(t.Context(), request(t, "k", 10*time.Second)); err != nil || res.Acquired || res.Holder != "alpha" {
+		t.Fatalf("Acquire of a held key = %+v, %v; want refused by alpha", res, err)
+	}
+	// alpha's release reaches every node but the leader.
+	for i, n := range nodes {
+		if i != leader {
+			if err := n.Del(t.Context(), lockKey("k")).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// A waiter polls every 50ms.
+	start := time.Now()
+	for {
+		res, err := b.Acquire(t.Context(), request(t, "k", 10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Acquired {
+			t.Logf("granted after %v", time.Since(start).Round(time.Millisecond))
+			return
+		}
+		if time.Since(start) > 2500*time.Millisecond {
+			t.Fatalf("still refused after %v with a quorum of the nodes free: %+v (alpha's hold is on leader %d alone)",
+				time.Since(start).Round(time.Millisecond), res, leader)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestContendedAcquireReportsAnOutageSoon checks that attempts that stop
+// at the leader, refused there by a holder, do not hide for long that the
+// other nodes are down: the outage is a QuorumError within about
+// contendedFor (1s), as it is at once for an attempt that asks every node.
+func TestContendedAcquireReportsAnOutageSoon(t *testing.T) {
+	servers := startNodes(t, 3)
+	nodes := admins(t, servers)
+	leader := keyLeader(t, servers, nodes, "k")
+	b := newBackend(t, servers, redlock.WithNodeTimeout(time.Second))
+	if res, err := b.Acquire(t.Context(), request(t, "k", 10*time.Second)); err != nil || res.Acquired || res.Holder != "alpha" {
+		t.Fatalf("Acquire of a held key = %+v, %v; want refused by alpha", res, err)
+	}
+	redlock.WaitIdle(b) // no call of b is out when the nodes die
+	for i, srv := range servers {
+		if i != leader {
+			srv.Kill(t)
+		}
+	}
+	start := time.Now()
+	for {
+		res, err := b.Acquire(t.Context(), request(t, "k", 10*time.Second))
+		var qe *redlock.QuorumError
+		if errors.As(err, &qe) {
+			t.Logf("outage reported after %v: %v", time.Since(start).Round(time.Millisecond), err)
+			return
+		}
+		if err != nil {
+			t.Fatalf("Acquire with two of three nodes dead = %v, want a *QuorumError", err)
+		}
+		if time.Since(start) > 3500*time.Millisecond { // a call to a dead node runs its node timeout (1s)
+			t.Fatalf("two of three nodes dead for %v, and Acquire still answers %+v, nil",
+				time.Since(start).Round(time.Millisecond), res)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestContendedAcquireWaitsForASilentLeaderOnce checks that a leader that
+// has not answered within the node timeout turns the leader's order off at
+// once: the next attempt asks every node at once instead of waiting for
+// the silent leader again, for as long as its call is still out.
+func TestContendedAcquireWaitsForASilentLeaderOnce(t *testing.T) {
+	const timeout = 300 * time.Millisecond // calls to a silent node run 1s
+	servers := startNodes(t, 3)
+	nodes := admins(t, servers)
+	leader := keyLeader(t, servers, nodes, "k")
+	b := newBackend(t, servers, redlock.WithNodeTimeout(timeout))
+	if res, err := b.Acquire(t.Context(), request(t, "k", 10*time.Second)); err != nil || res.Acquired || res.Holder != "alpha" {
+		t.Fatalf("Acquire of a held key = %+v, %v; want refused by alpha", res, err)
+	}
+	servers[leader].Pause(t)
+	begin := time.Now()
+	if res, err := b.Acquire(t.Context(), request(t, "k", 10*time.Second)); err != nil || res.Acquired || res.Holder != "alpha" {
+		t.Fatalf("Acquire with the leader silent = %+v, %v; want refused by alpha on the others", res, err)
+	}
+	if took := time.Since(begin); took < timeout {
+		t.Fatalf("the first attempt with the leader silent took %v, want at least the node timeout %v: it did not ask the leader first", took, timeout)
+	}
+	begin = time.Now()
+	if res, err := b.Acquire(t.Context(), request(t, "k", 10*time.Second)); err != nil || res.Acquired || res.Holder != "alpha" {
+		t.Fatalf("second Acquire with the leader silent = %+v, %v; want refused by alpha on the others", res, err)
+	}
+	if took := time.Since(begin); took >= timeout {
+		t.Errorf("the next attempt took %v: it waited the node timeout %v for the silent leader again", took, timeout)
+	}
+	servers[leader].Resume(t)
 }
