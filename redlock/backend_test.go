@@ -724,20 +724,28 @@ func keyLeader(t *testing.T, servers []*testserver.Redis, nodes []*redis.Client,
 	return leader
 }
 
+// contendedOnAlpha starts three nodes, on which alpha holds "k" (see
+// keyLeader), and returns them, the key's leader and a Backend (node timeout
+// 1s) that alpha refused on every node: the key is contended for it.
+func contendedOnAlpha(t *testing.T) ([]*testserver.Redis, []*redis.Client, int, *redlock.Backend) {
+	t.Helper()
+	servers := startNodes(t, 3)
+	nodes := admins(t, servers)
+	leader := keyLeader(t, servers, nodes, "k")
+	b := newBackend(t, servers, redlock.WithNodeTimeout(time.Second))
+	if res, err := b.Acquire(t.Context(), request(t, "k", 10*time.Second)); err != nil || res.Acquired || res.Holder != "alpha" {
+		t.Fatalf("Acquire of a held key = %+v, %v; want refused by alpha", res, err)
+	}
+	return servers, nodes, leader, b
+}
+
 // TestContendedAcquireIsHeldUpBrieflyByAHoldOnTheLeaderAlone checks that a hold
 // left on the key's leader node alone, as by a holder's release that did
 // not reach it, keeps a contended key from its waiters at most about
 // contendedFor (1s): a quorum of the nodes is free, and attempts that keep
 // stopping at the leader must not keep the key contended.
 func TestContendedAcquireIsHeldUpBrieflyByAHoldOnTheLeaderAlone(t *testing.T) {
-	servers := startNodes(t, 3)
-	nodes := admins(t, servers)
-	leader := keyLeader(t, servers, nodes, "k")
-	b := newBackend(t, servers, redlock.WithNodeTimeout(time.Second))
-	// Refused by alpha on every node: the key is contended.
-	if res, err := b.Acquire(t.Context(), request(t, "k", 10*time.Second)); err != nil || res.Acquired || res.Holder != "alpha" {
-		t.Fatalf("Acquire of a held key = %+v, %v; want refused by alpha", res, err)
-	}
+	_, nodes, leader, b := contendedOnAlpha(t)
 	// alpha's release reaches every node but the leader.
 	for i, n := range nodes {
 		if i != leader {
@@ -770,13 +778,7 @@ func TestContendedAcquireIsHeldUpBrieflyByAHoldOnTheLeaderAlone(t *testing.T) {
 // other nodes are down: the outage is a QuorumError within about
 // contendedFor (1s), as it is at once for an attempt that asks every node.
 func TestContendedAcquireReportsAnOutageSoon(t *testing.T) {
-	servers := startNodes(t, 3)
-	nodes := admins(t, servers)
-	leader := keyLeader(t, servers, nodes, "k")
-	b := newBackend(t, servers, redlock.WithNodeTimeout(time.Second))
-	if res, err := b.Acquire(t.Context(), request(t, "k", 10*time.Second)); err != nil || res.Acquired || res.Holder != "alpha" {
-		t.Fatalf("Acquire of a held key = %+v, %v; want refused by alpha", res, err)
-	}
+	servers, _, leader, b := contendedOnAlpha(t)
 	redlock.WaitIdle(b) // no call of b is out when the nodes die
 	for i, srv := range servers {
 		if i != leader {
