@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -221,8 +222,24 @@ func (a *attempt) askLeader(ctx context.Context, lead *node) (res driver.Acquire
 // hold there may be a loser's, soon undone without a release to announce
 // it), with a TTL, and no readers, writer intent or conflict in the way.
 func (a *attempt) stopsAt(res driver.AcquireResult) bool {
-	return !res.Acquired && res.Holder != "" && res.Holder != a.req.Owner && res.HolderTTL > 0 &&
+	return !res.Acquired && res.Holder != "" && clientOf(res.Holder) != clientOf(a.req.Owner) && res.HolderTTL > 0 &&
 		res.Shared == 0 && !res.Conflict && !res.WriterWaiting && !res.Queued
+}
+
+// clientOf returns the part of the owner description owner that names the
+// dlock Client that made it ("host|pid N|" or "host|pid N client K|": see
+// driver.ProcessIdentity), which stays the same from one grant to the
+// next while the rest (the time, the metadata) changes; owner itself when
+// a Client of this process did not make it.
+func clientOf(owner string) string {
+	if !driver.OfThisProcess(owner) {
+		return owner
+	}
+	id := driver.ProcessIdentity()
+	if i := strings.IndexByte(owner[len(id):], '|'); i >= 0 {
+		return owner[:len(id)+i+1]
+	}
+	return owner
 }
 
 // attempt is one Acquire call. Each node has a goroutine that sends the
