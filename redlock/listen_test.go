@@ -76,6 +76,9 @@ func TestReleaseOnAnyNodeWakes(t *testing.T) {
 	if err := l.Subscribe(t.Context(), "k"); err != nil {
 		t.Fatalf("Subscribe: %v", err)
 	}
+	// Subscribe returns once a quorum of the nodes confirmed: node 1 may
+	// confirm later.
+	eventually(t, "node 1 confirms the subscription", func() bool { return redlock.Confirmed(l, "k")[1] })
 	// A release announced on one node only.
 	if err := nodes[1].Publish(t.Context(), lockKey("k")+":rel", lockKey("k")).Err(); err != nil {
 		t.Fatal(err)

@@ -344,8 +344,10 @@ func TestRunHoldOnly(t *testing.T) {
 	expect(t, p.wait(), 76, `lost lock "held"`, "no longer held")
 
 	// A script that dies leaves no hold behind: dlock sees its parent end.
+	// The script ends once its dlock has printed the fence: a dlock that
+	// starts after its parent ended cannot tell (see startParent).
 	script := e.start("--backend", url, "run", "--ttl", "30s", "orphan", "--", "sh", "-c",
-		`"$0" run --backend "$1" orphan2 > "$2" & sleep 0.5; exit 0`, dlockBin, url, filepath.Join(dir, "fence"))
+		`"$0" run --backend "$1" orphan2 > "$2" & while [ ! -s "$2" ]; do sleep 0.05; done; exit 0`, dlockBin, url, filepath.Join(dir, "fence"))
 	expect(t, script.wait(), 0)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		r := e.run("inspect", "orphan2")
@@ -369,9 +371,20 @@ func TestRunHoldOnly(t *testing.T) {
 		}
 	}
 	lateFence := filepath.Join(dir, "late-fence")
+	// The script ends once its dlock waits (it said who holds the lock).
+	lateStderr := filepath.Join(dir, "late-stderr")
 	waiting := e.start("--backend", url, "run", "--ttl", "30s", "late-script", "--", "sh", "-c",
-		`"$0" run --backend "$1" --wait 60s late > "$2" 2>/dev/null & sleep 0.5; exit 0`, dlockBin, url, lateFence)
-	time.Sleep(2 * time.Second) // the script has ended; its dlock waits
+		`"$0" run --backend "$1" --wait 60s late > "$2" 2> "$3" & until grep -q "is held by" "$3" 2>/dev/null; do sleep 0.05; done; exit 0`,
+		dlockBin, url, lateFence, lateStderr)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if b, _ := os.ReadFile(lateStderr); strings.Contains(string(b), "is held by") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the script's dlock did not start waiting within 30s")
+		}
+	}
+	time.Sleep(time.Second) // the script has ended; its dlock waits
 	if err := holder.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
