@@ -105,6 +105,9 @@ func TestCancel(t *testing.T) {
 				// base commit too. Cancellation is what is tested here.
 				s.spec.NodeTimeout = 250 * time.Millisecond
 				base.ttl = 2500 * time.Millisecond
+				// And the nodes' answers stalled for 2s at a time there:
+				// a run of 1.5s then granted nothing, and proved nothing.
+				base.duration = 3 * time.Second
 			}
 			runBoth(t, base, longThink)
 			for more := 1; !tally.landedEach() && more <= 3; more++ {
