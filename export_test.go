@@ -39,3 +39,14 @@ func WaitersOn(c *Client, key string) int {
 	}
 	return 0
 }
+
+// ParkedOn reports whether an attempt of c is parked on key for its
+// release to carry (see rides), for tests.
+func ParkedOn(c *Client, key string) bool {
+	if c.rides == nil {
+		return false
+	}
+	c.rides.mu.Lock()
+	defer c.rides.mu.Unlock()
+	return c.rides.parked[key] != nil
+}

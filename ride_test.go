@@ -77,6 +77,7 @@ func TestWaiterRidesItsClientsRelease(t *testing.T) {
 	if e.Holder == "" || e.HolderTTL <= 0 {
 		t.Errorf("busy report %+v, want the holder's owner and TTL", e)
 	}
+	waitParked(t, c, "ride")
 	if n := b.acquires.Load(); n != 1 {
 		t.Fatalf("%d acquires sent alone before the release, want the holder's 1", n)
 	}
@@ -138,6 +139,17 @@ func TestParkedFairWaiterKeepsItsArrivalOrder(t *testing.T) {
 		}
 		if err := o.l.Unlock(ctx); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// waitParked waits until an attempt of c is parked on key: a waiter's
+// busy report comes before its attempt parks.
+func waitParked(t *testing.T, c *dlock.Client, key string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !dlock.ParkedOn(c, key); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter's attempt never parked")
 		}
 	}
 }
@@ -381,6 +393,7 @@ func TestReaderRidesItsClientsWriterRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, _ := waiting(t, ctx, func(o dlock.Option) lockFunc { return c.RWMutex("rw", o).RLock })
+	waitParked(t, c, "rw")
 	if err := writer.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
