@@ -159,13 +159,13 @@ func (b *Backend) leaderFor(req driver.AcquireRequest) *node {
 	if !ok || now.Sub(at) >= contendedFor {
 		return nil
 	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(req.Key))
 	for _, n := range b.nodes {
 		if failed := n.failedAt.Load(); failed != 0 && now.Sub(time.Unix(0, failed)) < failedRest {
 			return nil
 		}
 	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(req.Key))
 	return b.nodes[h.Sum32()%uint32(len(b.nodes))]
 }
 
@@ -189,8 +189,8 @@ func (b *Backend) contend(key string) {
 }
 
 // askLeader waits for the answer of the leader node lead, asked first, at
-// most the node timeout. When another owner's exclusive hold refused it
-// there, the attempt ends with done set and that refusal: the holder and
+// most the node timeout. When another Client's exclusive hold refused it
+// there (stopsAt), the attempt ends with done set and that refusal: the holder and
 // its TTL on the leader, which a release of the holder ends. Such a
 // refusal does not keep the key contended (see leaderFor). When ctx ends
 // first, it ends with ctx's error. Otherwise the attempt goes on to the
@@ -218,7 +218,7 @@ func (a *attempt) askLeader(ctx context.Context, lead *node) (res driver.Acquire
 }
 
 // stopsAt reports whether the leader's refusal res ends the attempt: an
-// exclusive hold of another owner than the requester's Client (whose own
+// exclusive hold of another Client than the requester's (whose own
 // hold there may be a loser's, soon undone without a release to announce
 // it), with a TTL, and no readers, writer intent or conflict in the way.
 func (a *attempt) stopsAt(res driver.AcquireResult) bool {

@@ -126,18 +126,6 @@ func (t *txs) acquireAll(ctx context.Context, reqs []driver.AcquireRequest) ([]d
 	return out, nil
 }
 
-// lockRow makes the name's row if it is missing and locks it; on
-// PostgreSQL and SQLite it returns it too (on MySQL, readLocked reads it).
-func (x *txn) lockRow(key string) (m mainRow, err error) {
-	t := x.t
-	if t.d == MySQL {
-		_, err = x.tx.ExecContext(x.ctx, t.ensure.query, t.ensure.args(key)...)
-		return m, err
-	}
-	err = x.tx.QueryRowContext(x.ctx, t.ensure.query, t.ensure.args(key)...).Scan(m.dest()...)
-	return m, err
-}
-
 // readLocked reads the state of a name whose row lockRow locked, for
 // token: on MySQL with the row, elsewhere beside the row m that lockRow
 // returned (on SQLite only when shared holds refuse the request).

@@ -323,30 +323,17 @@ type txn struct {
 // found is false when the row is missing (never with ensure).
 func (x *txn) lock(key, token string, ensure, state bool) (m mainRow, st nameState, found bool, err error) {
 	t := x.t
+	if m, found, err = x.lockFound(key, ensure); err != nil || !found {
+		return m, st, found, err
+	}
 	switch {
+	case state && t.d == MySQL:
+		err = x.readPart(&m, t.mainState, st.dest(), key, token, int64(maxSeq))
+	case state:
+		err = x.readPart(&m, t.state, st.dest(), key, token, int64(maxSeq))
 	case t.d == MySQL:
-		if _, err = x.tx.ExecContext(x.ctx, t.ensure.query, t.ensure.args(key)...); err != nil {
-			return m, st, false, err
-		}
-		if state {
-			dest := append(m.dest(), st.dest()...)
-			err = x.tx.QueryRowContext(x.ctx, t.mainState.query, t.mainState.args(key, token, int64(maxSeq))...).Scan(dest...)
-		} else {
-			err = x.tx.QueryRowContext(x.ctx, t.main.query, t.main.args(key)...).Scan(m.dest()...)
-		}
-		return m, st, err == nil, err
-	case ensure:
-		err = x.tx.QueryRowContext(x.ctx, t.ensure.query, t.ensure.args(key)...).Scan(m.dest()...)
-	default:
-		err = x.tx.QueryRowContext(x.ctx, t.lock.query, t.lock.args(key)...).Scan(m.dest()...)
-		if errors.Is(err, sql.ErrNoRows) {
-			return m, st, false, nil
-		}
+		err = x.tx.QueryRowContext(x.ctx, t.main.query, t.main.args(key)...).Scan(m.dest()...)
 	}
-	if err != nil || !state {
-		return m, st, err == nil, err
-	}
-	err = x.tx.QueryRowContext(x.ctx, t.state.query, t.state.args(key, token, int64(maxSeq))...).Scan(st.dest()...)
 	return m, st, err == nil, err
 }
 
@@ -356,7 +343,7 @@ func (x *txn) lock(key, token string, ensure, state bool) (m mainRow, st nameSta
 // latest shared hold: none is live before it).
 func (x *txn) lockFair(key, token string) (m mainRow, st nameState, err error) {
 	t := x.t
-	if m, err = x.ensure(key); err != nil {
+	if m, err = x.lockRow(key); err != nil {
 		return m, st, err
 	}
 	if err = x.readPart(&m, t.fairState, st.fairDest(), key, token, int64(maxSeq)); err != nil || m.sharedLeft.Int64 <= 0 {
@@ -370,7 +357,7 @@ func (x *txn) lockFair(key, token string) (m mainRow, st nameState, err error) {
 // the fields of nameState that sharedDest lists (not the queue's, which
 // no shared request on SQL waits in).
 func (x *txn) lockShared(key, token string) (m mainRow, st nameState, err error) {
-	if m, err = x.ensure(key); err != nil {
+	if m, err = x.lockRow(key); err != nil {
 		return m, st, err
 	}
 	err = x.readPart(&m, x.t.sharedState, st.sharedDest(), key, token)
@@ -382,19 +369,10 @@ func (x *txn) lockShared(key, token string) (m mainRow, st nameState, err error)
 // lists. found is false when the row is missing (never with ensure, nor
 // on MySQL, where the row is always made).
 func (x *txn) lockRelease(key, token string, ensure bool) (m mainRow, st nameState, found bool, err error) {
-	t := x.t
-	if t.d == MySQL || ensure {
-		m, err = x.ensure(key)
-	} else {
-		err = x.tx.QueryRowContext(x.ctx, t.lock.query, t.lock.args(key)...).Scan(m.dest()...)
-		if errors.Is(err, sql.ErrNoRows) {
-			return m, st, false, nil
-		}
+	if m, found, err = x.lockFound(key, ensure); err != nil || !found {
+		return m, st, found, err
 	}
-	if err != nil {
-		return m, st, false, err
-	}
-	err = x.readPart(&m, t.releaseState, st.releaseDest(), key, token, int64(maxSeq))
+	err = x.readPart(&m, x.t.releaseState, st.releaseDest(), key, token, int64(maxSeq))
 	return m, st, err == nil, err
 }
 
@@ -410,9 +388,10 @@ func (x *txn) readShared(key, token string) (m mainRow, st nameState, err error)
 	return m, st, err
 }
 
-// ensure makes the name's row if it has none and locks it; it returns the
-// row, except on MySQL, where readPart reads it with the state.
-func (x *txn) ensure(key string) (m mainRow, err error) {
+// lockRow makes the name's row if it is missing and locks it; on
+// PostgreSQL and SQLite it returns it too (on MySQL, the state's read
+// reads it: readPart, readLocked).
+func (x *txn) lockRow(key string) (m mainRow, err error) {
 	t := x.t
 	if t.d == MySQL {
 		_, err = x.tx.ExecContext(x.ctx, t.ensure.query, t.ensure.args(key)...)
@@ -420,6 +399,22 @@ func (x *txn) ensure(key string) (m mainRow, err error) {
 	}
 	err = x.tx.QueryRowContext(x.ctx, t.ensure.query, t.ensure.args(key)...).Scan(m.dest()...)
 	return m, err
+}
+
+// lockFound is lockRow when ensure is set (and always on MySQL, where the
+// row is always made); otherwise it locks the row only when it exists, and
+// found is false when it does not.
+func (x *txn) lockFound(key string, ensure bool) (m mainRow, found bool, err error) {
+	t := x.t
+	if t.d == MySQL || ensure {
+		m, err = x.lockRow(key)
+		return m, err == nil, err
+	}
+	err = x.tx.QueryRowContext(x.ctx, t.lock.query, t.lock.args(key)...).Scan(m.dest()...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return m, false, nil
+	}
+	return m, err == nil, err
 }
 
 // readPart reads, with s, the fields of nameState in dest, and on MySQL the

@@ -384,15 +384,11 @@ func (a *app) backendURL() (*backendURL, error) {
 
 // open connects to the backend, within --connect-timeout.
 func (a *app) open(ctx context.Context) (*store, error) {
-	b, err := a.backendURL()
-	if err != nil {
-		return nil, err
-	}
-	return connectHooked(ctx, b, a.connectTimeout, connectHooks{readOnly: a.readOnly})
+	return a.openFor(ctx, nil)
 }
 
-// openFor is open for a command that needs what check vets in the backend
-// (see connectHooks.check), before the store is reached.
+// openFor is open for a command that needs what check, when not nil, vets
+// in the backend (see connectHooks.check), before the store is reached.
 func (a *app) openFor(ctx context.Context, check func(be driver.Backend, where string) error) (*store, error) {
 	b, err := a.backendURL()
 	if err != nil {
