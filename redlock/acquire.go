@@ -261,6 +261,7 @@ type attempt struct {
 	// Set by decide before decided is closed.
 	granted bool
 	quiet   bool // refused: undo grants without announcing them
+	queued  bool // refused, with Queued set in the result
 	fence   uint64
 	reentry bool
 	acts    []action // per node, when granted
@@ -270,10 +271,11 @@ type attempt struct {
 type action int
 
 const (
-	actLate    action = iota // decide did not handle the node's answer: see lateAction
-	actNone                  // nothing to do
-	actRaise                 // raise the node's fence to the grant's fence
-	actRelease               // release the node
+	actLate     action = iota // decide did not handle the node's answer: see lateAction
+	actNone                   // nothing to do
+	actRaise                  // raise the node's fence to the grant's fence
+	actRelease                // release the node
+	actWithdraw               // withdraw the request's writer intent on the node
 )
 
 func newAttempt(b *Backend, ctx context.Context, req driver.AcquireRequest) *attempt {
@@ -346,6 +348,8 @@ func (a *attempt) run(n *node) {
 	switch act {
 	case actRaise:
 		_, _ = redisnode.RaiseFence(n.b, ctx, a.req.Key, a.req.Token, a.fence)
+	case actWithdraw:
+		_ = n.b.Withdraw(ctx, a.req.Key, a.req.Token)
 	case actRelease:
 		if a.quiet || a.granted {
 			_, _ = redisnode.ReleaseQuietly(n.b, ctx, a.req.Key, a.req.Token)
@@ -360,6 +364,13 @@ func (a *attempt) lateAction(res driver.AcquireResult, err error) action {
 	if !a.granted {
 		if res.Acquired || (err != nil && !a.req.Reentrant) {
 			return actRelease
+		}
+		if res.Queued && !a.queued {
+			// A writer intent that the answer did not report: the caller
+			// does not know to withdraw it when its wait ends, and it
+			// would keep readers out of this node until its QueueTTL. The
+			// wait's next attempt records it again.
+			return actWithdraw
 		}
 		return actNone
 	}
@@ -440,7 +451,9 @@ func (a *attempt) decide(ctx context.Context, start time.Time) (driver.AcquireRe
 	case refused:
 		a.quiet = true
 		b.contend(key)
-		return a.busyResult(busy, t.yes), nil
+		res := a.busyResult(busy, t.yes)
+		a.queued = res.Queued
+		return res, nil
 	case won:
 	default:
 		if t.no > 0 && t.yes+t.no >= t.q {
@@ -451,7 +464,9 @@ func (a *attempt) decide(ctx context.Context, start time.Time) (driver.AcquireRe
 			// contenders retrying at once would split the nodes again.
 			a.quiet = true
 			b.contend(key)
-			return a.busyResult(busy, t.yes), nil
+			res := a.busyResult(busy, t.yes)
+			a.queued = res.Queued
+			return res, nil
 		}
 		return driver.AcquireResult{}, b.quorumError(ctx, "acquire", key, t.yes, errs)
 	}

@@ -12,7 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/test/testserver"
+	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -525,6 +527,50 @@ func TestLateAnswerKeepsItsConnection(t *testing.T) {
 	}
 	if left := leftovers(t, nodes, "late"); len(left) > 0 {
 		t.Errorf("late grants left on the nodes: %v", left)
+	}
+}
+
+// A writer intent that a node records after the attempt was decided (its
+// answer came late) is withdrawn there: the result did not report it, so
+// the waiter would not withdraw it when its wait ends, and it would keep
+// new readers out of that node until its QueueTTL.
+func TestLateWriterIntentIsWithdrawn(t *testing.T) {
+	const nodeTimeout = 100 * time.Millisecond
+	servers := startNodes(t, 3)
+	nodes := admins(t, servers)
+	px := testserver.StartProxy(t, servers[0].Addr())
+	clients, _, _ := nodeClients(t, []string{px.Addr(), servers[1].Addr(), servers[2].Addr()}, make([]time.Duration, 3))
+	b := backendOn(t, clients, redlock.WithNodeTimeout(nodeTimeout))
+	if err := b.Ping(t.Context()); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+	// The withdrawal's script loaded on every node: loading it through the
+	// slow proxy would take a second round trip.
+	if err := redislock.New(nodes[0]).Withdraw(t.Context(), "other", newToken(t)); err != nil {
+		t.Fatalf("Withdraw: %v", err)
+	}
+	// Node 0 has a reader, which makes a writer record its intent there;
+	// the others an exclusive holder, which refuses it with none.
+	reader := driver.AcquireRequest{Key: "k", Token: newToken(t), Owner: "reader", TTL: time.Minute, Mode: driver.Shared}
+	if res, err := redislock.New(nodes[0]).Acquire(t.Context(), reader); err != nil || !res.Acquired {
+		t.Fatalf("reader on node 0: %+v, %v", res, err)
+	}
+	holdForeign(t, nodes[1], "k", "alpha")
+	holdForeign(t, nodes[2], "k", "alpha")
+
+	px.RequestLatency(t, 2*nodeTimeout, 0) // past the node timeout, well within four
+	req := request(t, "k", 10*time.Second)
+	req.Wait, req.QueueTTL = true, time.Minute
+	res, err := b.Acquire(t.Context(), req)
+	if err != nil || res.Acquired || res.Queued {
+		t.Fatalf("writer refused by two holders = %+v, %v; want refused, with no intent reported", res, err)
+	}
+	redlock.WaitIdle(b) // node 0's late answer and its follow-up are in
+	if n, err := nodes[0].Exists(t.Context(), lockKey("k")+":w").Result(); err != nil || n != 0 {
+		t.Errorf("node 0 keeps the late writer intent the result did not report (EXISTS = %d, %v)", n, err)
+	}
+	if res, err := redislock.New(nodes[0]).Acquire(t.Context(), driver.AcquireRequest{Key: "k", Token: newToken(t), Owner: "reader 2", TTL: time.Minute, Mode: driver.Shared}); err != nil || !res.Acquired {
+		t.Errorf("a new reader on node 0 after the writer left: %+v, %v", res, err)
 	}
 }
 
