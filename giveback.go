@@ -174,11 +174,46 @@ func (h *handle) abandon(token string, last driver.AcquireResult, shared bool) {
 // abandon removes what the wait w, which ended, may have left on the
 // store (handle.abandon), whenever its token ever had a place: an intent or
 // entry that lapsed between two attempts (the last answer then says "not
-// queued") stays behind as an expired record on a SQL store.
+// queued") stays behind as an expired record on a SQL store. When its
+// token kept the Client's place, a release may have handed it the lock
+// and queued its successor, which its clean-up takes out too.
 func (w *waiter) abandon() {
+	if w.place {
+		w.h.c.settle(w.h.opts.ttl, w.h.c.placeRelease(w.h.key, w.token))
+		return
+	}
 	last := w.last
 	last.Queued = last.Queued || w.queuedEver
 	w.h.abandon(w.token, last, w.queue != nil && w.h.hub.entryUsers(w.g, w.token) > 1)
+}
+
+// withdrawPlace releases, in the background, the queue place p that a
+// release made for the Client and no waiter of it took (see
+// waiter.passPlace): its entry, the grant a release may have handed it
+// meanwhile, and the successor that release may have queued. Its token
+// was drawn for that place alone.
+func (h *handle) withdrawPlace(p *queuePlace) {
+	h.c.background(h.opts.ttl, h.c.placeRelease(h.key, p.token))
+}
+
+// placeRelease returns the clean-up of token, a token that kept the
+// Client's place in the queue (driver.PlaceReleaser): its hold and entry
+// go, and its successor's entry with them. It wakes the Client's waiters
+// when it left the lock free, and logs its failure.
+func (c *Client) placeRelease(key, token string) func(ctx context.Context) {
+	return func(ctx context.Context) {
+		pr := c.backend.(driver.PlaceReleaser) // handles without one keep no place
+		start := c.obs.now()
+		res, err := pr.ReleasePlace(ctx, key, token)
+		c.obs.storeCall("release", key, start, err)
+		if err != nil {
+			c.log.Warn("dlock: clean-up of a place in the queue failed; it expires after its time to live", "lock", strings.TrimPrefix(key, c.opts.keyPrefix), "err", err)
+			return
+		}
+		if res.Held && res.Remaining == 0 {
+			c.hub.wakeKey(key, false)
+		}
+	}
 }
 
 // withdraw takes token's queue entry and writer intent off the store

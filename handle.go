@@ -40,6 +40,12 @@ type handle struct {
 	// kind) or a plain Mutex (its waits once they queue, with entries of
 	// plainQueueTTL; see starve.go).
 	handoff bool
+	// keepPlace: a Fair exclusive handle with handoff on a store that
+	// queues a successor for a Client that keeps its place
+	// (driver.CapKeepPlace, driver.PlaceReleaser): its waiters ask for it
+	// while other waiters of the Client wait behind them (see
+	// waiter.passPlace).
+	keepPlace bool
 	// qttl is the time to live of the handle's queue entries and writer
 	// intents (driver.AcquireRequest.QueueTTL); qrefresh, how often a
 	// waiter in the queue keeps its entry (see plainQueueTTL).
@@ -118,6 +124,10 @@ func (h *handle) init(c *Client, kind, name string, mode driver.Mode, limit int,
 	h.drains = h.opts.reentrant && h.opts.ownerID == ""
 	h.handoff = h.err == nil && c.backend != nil && (h.opts.fair || h.starve) && h.token == "" &&
 		h.opts.lockDelay == 0 && c.need(driver.CapHandoff) == nil
+	// A place nobody takes must go with its successor (driver.PlaceReleaser):
+	// a backend, or a wrapper of one, without that clean-up keeps none.
+	_, placeReleaser := c.backend.(driver.PlaceReleaser)
+	h.keepPlace = h.handoff && h.opts.fair && h.mode == driver.Exclusive && placeReleaser && c.need(driver.CapKeepPlace) == nil
 	h.qttl = h.opts.queueTTL()
 	h.qrefresh = h.qttl / 3
 	if h.handoff && h.starve {
@@ -153,7 +163,7 @@ func (h *handle) tryOnce(ctx context.Context) (*Lease, time.Time, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, time.Time{}, errors.Join(&NotObtainedError{Name: h.name}, err)
 	}
-	l, res, sent, err := h.try(ctx, h.tokenFor(), false, h.opts.fair, false, false, false)
+	l, res, sent, err := h.try(ctx, h.tokenFor(), false, h.opts.fair, false, false, false, false)
 	if err != nil || l != nil {
 		return l, sent, h.tryErr(ctx, err)
 	}
@@ -220,7 +230,7 @@ func (h *handle) notObtained(res driver.AcquireResult) *NotObtainedError {
 // done here: the caller does them. With ride, a waiting attempt
 // made while the Client holds the key waits for the Client's release of
 // the key to carry it (see rides).
-func (h *handle) try(ctx context.Context, token string, wait, fair, claim, keep, ride bool) (_ *Lease, _ driver.AcquireResult, sent time.Time, _ error) {
+func (h *handle) try(ctx context.Context, token string, wait, fair, claim, place, keep, ride bool) (_ *Lease, _ driver.AcquireResult, sent time.Time, _ error) {
 	if h.drains {
 		// From the look for a grant to join to the lease made: see
 		// reentryLock.
@@ -251,6 +261,7 @@ func (h *handle) try(ctx context.Context, token string, wait, fair, claim, keep,
 	if wait {
 		req.QueueTTL = h.qttl
 		req.Handoff = fair && h.handoff
+		req.KeepPlace = req.Handoff && place && h.keepPlace
 		if claim && !fair && h.claim {
 			// The claim lives claimTTL; a writer intent the request records
 			// or keeps (readers keep the lock) lives the handle's qttl, so

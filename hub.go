@@ -96,6 +96,10 @@ type waitGroup struct {
 	// gate: the store's queue orders them, and a release wakes only the
 	// waiter it names.
 	fair map[string][]*fairWaiter
+	// place is the Client's place in the store's queue that a granted
+	// waiter passes on to the next waiter to take the turn (see
+	// waiter.passPlace), or nil; guarded by waitHub.mu.
+	place *queuePlace
 
 	smu         sync.Mutex // guards the three below
 	subscribed  bool       // the key's subscription is confirmed and counts this group as a user
@@ -111,6 +115,30 @@ type fairWaiter struct {
 	wake     chan struct{} // capacity 1
 	position int           // its place in the store's queue at its last attempt, guarded by waitHub.mu
 	handoff  uint64        // the fence of a grant a release handed it, or 0; guarded by waitHub.mu
+	// successor: that release queued the successor of the waiter's token
+	// (driver.Handoff.Successor); guarded by waitHub.mu.
+	successor bool
+}
+
+// queuePlace is a queue entry that a release made for a Client, the
+// successor of the token it handed the lock to (driver.AcquireRequest.
+// KeepPlace), for the Client's next waiter to take.
+type queuePlace struct {
+	token string
+	// marked: the release's announcement said that it queued the entry;
+	// otherwise the entry may exist, and the next waiter asks for it.
+	marked bool
+	// queued is when the request went out that set the expiry of the
+	// predecessor's entry, which the successor's copies (the predecessor's
+	// last queued request, or one of its own predecessor's), or zero: the
+	// entry lives at least QueueTTL from then (see
+	// driver.AcquireRequest.Handoff). qttl and metadata are the
+	// predecessor's handle's.
+	queued   time.Time
+	qttl     time.Duration
+	metadata string
+	fence    uint64      // the predecessor's grant, below the successor's
+	mk       releaseMark // the Client's releases heard when the place was passed on
 }
 
 // keySub is a key whose releases the Client hears.
@@ -218,7 +246,8 @@ func (hub *waitHub) notify(key, next string) {
 		return
 	}
 	signalAll(hub.watchers[key])
-	token, fence := driver.ParseNext(next)
+	ho := driver.ParseHandoff(next)
+	token, fence := ho.Token, ho.Fence
 	if ks := hub.subs[key]; ks != nil {
 		ks.seq++
 		if fence == 0 {
@@ -237,7 +266,7 @@ func (hub *waitHub) notify(key, next string) {
 		if hub.handed == nil {
 			hub.handed = make(map[string]driver.Handoff)
 		}
-		hub.handed[key] = driver.Handoff{Token: token, Fence: fence}
+		hub.handed[key] = ho
 	}
 	switch {
 	case g == nil:
@@ -246,7 +275,7 @@ func (hub *waitHub) notify(key, next string) {
 	default:
 		for _, w := range g.fair[token] {
 			if fence > 0 {
-				w.handoff = fence
+				w.handoff, w.successor = fence, ho.Successor
 			}
 			signal(w.wake)
 		}
@@ -375,18 +404,22 @@ func (hub *waitHub) joinLocked(key string) *waitGroup {
 }
 
 // leave takes a waiter out of g; the last to leave gives up the group's
-// use of the key's subscription, which lingers a while (see unlisten).
-func (hub *waitHub) leave(g *waitGroup) {
+// use of the key's subscription, which lingers a while (see unlisten), and
+// returns the queue place passed on that no waiter took (see passPlace),
+// for the caller to withdraw.
+func (hub *waitHub) leave(g *waitGroup) *queuePlace {
 	hub.mu.Lock()
 	g.refs--
 	last := g.refs == 0
+	var orphan *queuePlace
 	if last {
 		delete(hub.groups, g.key)
 		hub.groupsN.Store(int32(len(hub.groups)))
+		orphan, g.place = g.place, nil
 	}
 	hub.mu.Unlock()
 	if !last {
-		return
+		return nil
 	}
 	g.smu.Lock()
 	g.left = true
@@ -398,6 +431,30 @@ func (hub *waitHub) leave(g *waitGroup) {
 	if subscribed {
 		hub.unlisten(g.key)
 	}
+	return orphan
+}
+
+// crowded reports whether other waiters of g than the caller wait.
+func (hub *waitHub) crowded(g *waitGroup) bool {
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	return g.refs > 1
+}
+
+// passPlace leaves p for the next waiter of g to take the turn (takePlace).
+func (hub *waitHub) passPlace(g *waitGroup, p *queuePlace) {
+	hub.mu.Lock()
+	g.place = p
+	hub.mu.Unlock()
+}
+
+// takePlace returns the place passed on in g, if any, and clears it.
+func (hub *waitHub) takePlace(g *waitGroup) *queuePlace {
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	p := g.place
+	g.place = nil
+	return p
 }
 
 // enqueue registers a waiter of g in the store's fair queue with token, at
@@ -428,20 +485,21 @@ func (hub *waitHub) dequeue(g *waitGroup, token string, w *fairWaiter) {
 }
 
 // handedOff returns the fence of a grant a release handed to w, which
-// waits on g's key with token, once, or 0. The announcement may have come
-// before w was registered (see notify).
-func (hub *waitHub) handedOff(g *waitGroup, token string, w *fairWaiter) uint64 {
+// waits on g's key with token, once, or 0, and whether that release queued
+// token's successor. The announcement may have come before w was
+// registered (see notify).
+func (hub *waitHub) handedOff(g *waitGroup, token string, w *fairWaiter) (uint64, bool) {
 	hub.mu.Lock()
 	defer hub.mu.Unlock()
-	f := w.handoff
-	w.handoff = 0
+	f, succ := w.handoff, w.successor
+	w.handoff, w.successor = 0, false
 	if ho, ok := hub.handed[g.key]; ok && ho.Token == token {
 		delete(hub.handed, g.key)
 		if f == 0 {
-			f = ho.Fence
+			f, succ = ho.Fence, ho.Successor
 		}
 	}
-	return f
+	return f, succ
 }
 
 // moved records w's place in the queue after an attempt.

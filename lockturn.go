@@ -66,7 +66,7 @@ func (h *handle) lockWait(ctx context.Context) (*Lease, *waiter, time.Time, erro
 	// waiter whose turn it is in its group (see handle.wait): a fair first try
 	// joins the queue only when the Client has no waiter on the name yet.
 	queue := !fair || own || !h.hub.waiting(h.key)
-	l, res, sent, err := h.try(ctx, token, queue, fair, false, false, true)
+	l, res, sent, err := h.try(ctx, token, queue, fair, false, false, false, true)
 	var slow *NotObtainedError
 	if errors.As(err, &slow) && slow.Slow > 0 && ctx.Err() == nil {
 		// A first try that did not queue (the Client has a waiter on the
@@ -144,7 +144,11 @@ func (h *handle) wait(ctx context.Context, t turn) (*Lease, *waiter, error) {
 	if g == nil {
 		g = h.hub.join(h.key)
 	}
-	defer h.hub.leave(g)
+	defer func() {
+		if p := h.hub.leave(g); p != nil {
+			h.withdrawPlace(p) // passed on to a waiter that left since
+		}
+	}()
 	token, last := t.token, t.last
 	if !t.sent.IsZero() {
 		h.hub.heard(g, last)
@@ -201,7 +205,11 @@ func (h *handle) wait(ctx context.Context, t turn) (*Lease, *waiter, error) {
 			runtime.Gosched()
 		}
 	}()
+	w.adopt(h.hub.takePlace(g))
 	l, err := w.run(ctx)
+	if l != nil {
+		w.passPlace(l)
+	}
 	yield = l != nil && h.c.rides.holds(h.key, l)
 	return l, w, err
 }

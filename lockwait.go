@@ -62,6 +62,13 @@ type waiter struct {
 	// prior is an earlier token of the wait that still waits to be handed
 	// over (see handPrior), or "".
 	prior string
+	// place: the last request of token that the store answered with a
+	// queue entry asked it to keep the Client's place
+	// (driver.AcquireRequest.KeepPlace), so that a release that hands
+	// token the lock queues token's successor; placeSent, what the latest
+	// attempt asked. handedSucc: the handoff that granted the wait said
+	// that it did queue it (see passPlace).
+	place, placeSent, handedSucc bool
 }
 
 // run is the wait's loop: try when a release may have come, sleep until a
@@ -100,8 +107,18 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 		if ready {
 			fair := w.fairNext()
 			l, r, sent, err := w.attempt(ctx, fair, keep)
+			if err != nil {
+				// The request may have landed, and kept the Client's place.
+				w.place = w.place || w.placeSent
+			}
 			if err != nil && keep && (ctx.Err() != nil || !transient(err)) && !rideDropped(err) {
-				h.c.cleanup(h.key, w.token, h.opts.ttl) // try left it to the wait
+				// try left it to the wait; a token that kept the Client's
+				// place takes its successor with it.
+				if w.place {
+					h.c.settle(h.opts.ttl, h.c.placeRelease(h.key, w.token))
+				} else {
+					h.c.cleanup(h.key, w.token, h.opts.ttl)
+				}
 			}
 			switch {
 			case l != nil:
@@ -124,6 +141,9 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 				w.lastErr, w.errs = nil, 0
 				res, w.last = r, r
 				w.answered(r, sent, fair)
+				if r.Queued && fair {
+					w.place = w.placeSent
+				}
 				if r.Fence > 0 {
 					// A grant that came too late, given back. Its release may
 					// land later still: go on with a new token, at once.
@@ -263,13 +283,13 @@ func (w *waiter) handedOver() *Lease {
 	if w.queue == nil {
 		return nil
 	}
-	fence := w.h.hub.handedOff(w.g, w.token, w.queue)
+	fence, succ := w.h.hub.handedOff(w.g, w.token, w.queue)
 	if fence == 0 || fence <= w.seen {
 		return nil // none, or one that has ended
 	}
 	if !w.queued.IsZero() {
 		if l := w.h.handedLease(w.token, fence, w.queued); l != nil {
-			w.handoff = true
+			w.handoff, w.handedSucc = true, succ
 			return l
 		}
 	}
@@ -309,7 +329,8 @@ func (w *waiter) attempt(ctx context.Context, fair, keep bool) (*Lease, driver.A
 	default:
 	}
 	w.attempts++
-	return w.h.try(ctx, w.token, true, fair, w.queue == nil && w.claiming(), keep, !w.last.Queued && w.prior == "")
+	w.placeSent = fair && w.h.keepPlace && w.h.hub.crowded(w.g)
+	return w.h.try(ctx, w.token, true, fair, w.queue == nil && w.claiming(), w.placeSent, keep, !w.last.Queued && w.prior == "")
 }
 
 // fairNext reports whether the waiter's next request is a fair one: in the
@@ -337,8 +358,15 @@ func (w *waiter) retoken() {
 		return
 	}
 	old := w.token
-	w.token = newToken()
-	w.queuedEver = false // the new token has had no place yet
+	if w.place {
+		// The old token's successor may hold the Client's place already
+		// (a release handed old the lock, perhaps unheard): the wait takes
+		// it, and its next request keeps the place or makes one.
+		w.token = driver.Successor(old)
+	} else {
+		w.token = newToken()
+	}
+	w.queuedEver = w.place // a new token has had no place yet
 	if w.queue != nil {
 		w.h.hub.dequeue(w.g, old, w.queue)
 		w.queue = w.h.hub.enqueue(w.g, w.token, 0)
@@ -425,6 +453,12 @@ func (w *waiter) queueDelay(attempt int, res driver.AcquireResult) time.Duration
 		retry = defaultPolledRetry
 	}
 	d := h.qrefresh
+	if !w.queued.IsZero() {
+		// The entry lives QueueTTL from queued, and is kept in time
+		// whatever the wait did since: a place taken over from another
+		// waiter (adopt) is as old as that waiter's last request.
+		d = min(d, max(time.Until(w.queued.Add(h.qrefresh)), 0))
+	}
 	notified := h.hub.notified(w.g)
 	if !notified || h.opts.retry != nil {
 		d = min(d, max(retry.Delay(attempt), time.Millisecond))
@@ -508,4 +542,47 @@ func sleep(ctx context.Context, timer *time.Timer, d time.Duration, wake chan st
 		}
 	}
 	return ok
+}
+
+// passPlace passes the Client's place in the store's queue on to the next
+// waiter of the group to take the turn (adopt), when the release that
+// granted l to the waiter queued its token's successor, or may have: the
+// waiter's last queued request asked for it (place), and the grant came
+// from a request, or from a handoff that said it did. A place that no
+// waiter takes is withdrawn (see handle.wait).
+func (w *waiter) passPlace(l *Lease) {
+	if !w.place || (w.handoff && !w.handedSucc) {
+		return
+	}
+	h := w.h
+	p := &queuePlace{token: driver.Successor(w.token), marked: w.handoff, queued: w.queued,
+		qttl: h.qttl, metadata: h.opts.metadata, fence: l.Fence(), mk: h.hub.mark(h.key)}
+	h.hub.passPlace(w.g, p)
+}
+
+// adopt makes the waiter, as it takes its group's turn, wait in the queue
+// place p that its predecessor passed on (passPlace), with p's token and
+// no request: the entry is there when the handoff's announcement said so
+// (marked), and then the waiter waits as one whose request queued at
+// p.queued, for the release that hands it the lock. Otherwise its first
+// attempt goes out at once with p's token, which keeps the place if it is
+// there and makes one if not. A waiter of another kind (a handle without
+// KeepPlace, or with another QueueTTL or metadata, which the entry's owner
+// and expiry would not match) does not take the place: it is withdrawn.
+func (w *waiter) adopt(p *queuePlace) {
+	if p == nil {
+		return
+	}
+	h := w.h
+	if !h.keepPlace || h.qttl != p.qttl || h.opts.metadata != p.metadata {
+		h.withdrawPlace(p)
+		return
+	}
+	w.token, w.place, w.queuedEver = p.token, true, true
+	w.seen = max(w.seen, p.fence)
+	w.atOnce = true
+	if p.marked && !p.queued.IsZero() {
+		w.last = driver.AcquireResult{Queued: true}
+		w.queued, w.mk, w.atOnce = p.queued, p.mk, false
+	}
 }

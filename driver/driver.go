@@ -180,6 +180,17 @@ type AcquireRequest struct {
 	// lets in. Never set with Reentrant or LockDelay, nor with a token that
 	// outlives one Lock call.
 	Handoff bool
+	// KeepPlace, with Handoff and Mode Exclusive (backends with
+	// CapKeepPlace), says that the requester's client has another waiter
+	// for the lock after this one: a release that hands the lock to Token's
+	// queue entry also queues, at the tail, an entry for Successor(Token),
+	// with the same owner and expiry, and marks its announcement
+	// (Handoff.Successor). The client's next waiter takes
+	// that token, and so its place, without a request of its own. An entry
+	// made or kept by a request without KeepPlace has no successor. A store
+	// may hand the lock over without queueing a successor (the mark then
+	// says so).
+	KeepPlace bool
 	// Claim, with Mode Exclusive and Wait and without Fair, says that the
 	// request is a plain waiter that has starved (backends with CapClaim):
 	// when a holder refuses it, the store records Token's claim on the
@@ -207,31 +218,61 @@ type AcquireRequest struct {
 
 // Handoff is a grant that a release made to the head of the fair queue
 // (AcquireRequest.Handoff), as its notification names it: a Notifier's fn
-// gets Handoff{Token, Fence}.Next() as next.
+// gets Handoff{Token, Fence, Successor}.Next() as next.
 type Handoff struct {
 	Token string
 	Fence uint64
+	// Successor says that the release queued Successor(Token) too
+	// (AcquireRequest.KeepPlace).
+	Successor bool
 }
 
 // Next encodes h for a Notifier's next: the token, a NUL byte and the fence
-// in decimal. Tokens never hold a NUL (the client refuses control
-// characters in owner IDs).
+// in decimal, and, with Successor, a NUL byte and "s". Tokens never hold a
+// NUL (the client refuses control characters in owner IDs).
 func (h Handoff) Next() string {
-	return h.Token + "\x00" + strconv.FormatUint(h.Fence, 10)
+	s := h.Token + "\x00" + strconv.FormatUint(h.Fence, 10)
+	if h.Successor {
+		s += "\x00s"
+	}
+	return s
 }
 
 // ParseNext splits a Notifier's next into the token it names and, when the
 // release handed the lock to that token, the grant's fence (0 otherwise).
 func ParseNext(next string) (token string, fence uint64) {
-	token, f, ok := strings.Cut(next, "\x00")
+	h := ParseHandoff(next)
+	return h.Token, h.Fence
+}
+
+// ParseHandoff decodes a Notifier's next (see Handoff.Next): Fence is 0
+// when the release did not hand the lock to Token.
+func ParseHandoff(next string) Handoff {
+	token, rest, ok := strings.Cut(next, "\x00")
 	if !ok {
-		return next, 0
+		return Handoff{Token: next}
 	}
+	f, mark, _ := strings.Cut(rest, "\x00")
 	fence, err := strconv.ParseUint(f, 10, 64)
 	if err != nil {
-		return token, 0
+		return Handoff{Token: token}
 	}
-	return token, fence
+	return Handoff{Token: token, Fence: fence, Successor: mark == "s"}
+}
+
+// Successor returns the token that takes the place of token's client in
+// the fair queue after token (AcquireRequest.KeepPlace): token with the
+// number after its last dot raised by one, when that is a decimal of up to
+// 15 digits without a leading zero, else token with ".1" added.
+func Successor(token string) string {
+	i := strings.LastIndexByte(token, '.')
+	digits := token[i+1:]
+	if i >= 0 && len(digits) > 0 && len(digits) <= 15 && (digits[0] != '0' || digits == "0") {
+		if n, err := strconv.ParseUint(digits, 10, 64); err == nil {
+			return token[:i+1] + strconv.FormatUint(n+1, 10)
+		}
+	}
+	return token + ".1"
 }
 
 // Mode is how an acquire holds a lock.
@@ -286,6 +327,9 @@ const (
 	// CapFairShared: AcquireRequest.Fair with Mode Shared (fair read-write
 	// locks and semaphores), and, with CapHandoff, Handoff for them.
 	CapFairShared
+	// CapKeepPlace: AcquireRequest.KeepPlace, a handing release's
+	// successor entry for the head's client.
+	CapKeepPlace
 )
 
 // String returns the capability's name.
@@ -307,8 +351,19 @@ func (c Capability) String() string {
 		return "claims"
 	case CapFairShared:
 		return "fair read-write locks and semaphores"
+	case CapKeepPlace:
+		return "kept queue places"
 	}
 	return "Capability(" + strconv.Itoa(int(c)) + ")"
+}
+
+// PlaceReleaser is implemented by backends with CapKeepPlace.
+type PlaceReleaser interface {
+	// ReleasePlace is Release of token by a client that gave the token up
+	// (a clean-up), which takes the queue entry of Successor(token) out in
+	// the same step, before the lock is handed on: token's client kept its
+	// place in the queue, and none of its waiters will take it.
+	ReleasePlace(ctx context.Context, key, token string) (ReleaseResult, error)
 }
 
 // Capabler is implemented by backends that have some of the optional parts

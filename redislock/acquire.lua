@@ -19,6 +19,10 @@
 -- and the publish command (PUBLISH, or SPUBLISH on a Cluster): a fair
 -- shared grant hands holds to the shared entries queued behind it that the
 -- lock lets in, and announces them as a release does (publishGrants)
+-- ARGV[16] (absent from clients before it) "1" when the token's client keeps
+-- its place in the queue (driver.AcquireRequest.KeepPlace): a release that
+-- hands the lock to this entry queues its successor (queueSuccessor in
+-- queue.lua); "0" when not
 -- Returns {1, fence, holds} when granted, or {1, fence, holds, overtook}
 -- where overtook is 1 when a grant without fair went before a live fair
 -- queue's head; when not, {0, holder owner,
@@ -182,7 +186,16 @@ local function enqueue()
     if shared then
       f, v = '\1' .. token, (ARGV[7] or '0') .. ' ' .. owner
     end
-    if hid and hid ~= '' then
+    if ARGV[16] and ARGV[16] ~= '' and not shared then
+      -- The entry's time to live when a release is to queue its successor,
+      -- or "0" for none (see queueSuccessor).
+      local keep = ARGV[16] == '1' and ARGV[10] or '0'
+      if hid and hid ~= '' then
+        redis.call('HSET', QO, f, v, '\0' .. token, hid, '\2' .. token, keep)
+      else
+        redis.call('HSET', QO, f, v, '\2' .. token, keep)
+      end
+    elseif hid and hid ~= '' then
       redis.call('HSET', QO, f, v, '\0' .. token, hid)
     else
       redis.call('HSET', QO, f, v)

@@ -218,14 +218,15 @@ func (b *Backend) acquireCall(req driver.AcquireRequest) ([]any, *requestArg, er
 	const nk = len(acquireSuffixes)
 	var keys [nk]string
 	b.keysInto(keys[:], req.Key, acquireSuffixes[:])
-	args := evalShaArgs(acquireSHA, nk, 15)
+	args := evalShaArgs(acquireSHA, nk, 16)
 	for i, k := range keys {
 		args[3+i] = k
 	}
 	rid := b.request()
+	handoff := req.Handoff && req.Fair && req.Wait && !req.Reentrant && req.LockDelay <= 0 && b.ackReplicas == 0
 	copy(args[3+nk:], []any{req.Token, req.Owner, millis(req.TTL), flag(req.Reentrant), delay,
 		flag(shared), max(req.Limit, 0), flag(req.Fair), flag(req.Wait), queueTTL, rid,
-		flag(req.Handoff && req.Fair && req.Wait && !req.Reentrant && req.LockDelay <= 0 && b.ackReplicas == 0), b.hid, "", ""})
+		flag(handoff), b.hid, "", "", flag(handoff && req.KeepPlace && !shared)})
 	if shared && req.Fair {
 		// A fair shared grant hands holds to the shared entries behind it
 		// and announces them (acquire.lua's ARGV[14], ARGV[15]).
@@ -320,13 +321,15 @@ func parseConflict(reply []any) (driver.AcquireResult, error) {
 // keys next to the lock's hash (see the package documentation); and for
 // driver.CapOvertook: a grant says when it went before a fair queue; for
 // driver.CapLockDelay: the lock-delay is kept in the lock's hash; and for
-// driver.CapHandoff, unless WithReplicaAck is given: a release grants the
-// lock to the fair queue's head and names the grant in its announcement.
+// driver.CapHandoff and driver.CapKeepPlace, unless WithReplicaAck is
+// given: a release grants the lock to the fair queue's head, names the
+// grant in its announcement, and queues the head's successor when the
+// head's client keeps its place.
 func (b *Backend) Supports(c driver.Capability) bool {
 	switch c {
 	case driver.CapShared, driver.CapSemaphore, driver.CapFair, driver.CapFairShared, driver.CapOvertook, driver.CapLockDelay:
 		return true
-	case driver.CapHandoff:
+	case driver.CapHandoff, driver.CapKeepPlace:
 		// A release's grant is not acknowledged by replicas: with
 		// WithReplicaAck, heads ask for the lock themselves.
 		return b.ackReplicas == 0

@@ -47,6 +47,7 @@ local function pruneQueue(Q, QE, QO)
       fields[#fields + 1] = gone[j]
       fields[#fields + 1] = '\0' .. gone[j]
       fields[#fields + 1] = '\1' .. gone[j]
+      fields[#fields + 1] = '\2' .. gone[j]
     end
     redis.call('HDEL', QO, unpack(fields))
   end
@@ -139,7 +140,7 @@ local function dropBoth(Q, QE, QO, head, token, tail)
   local last = tail[#tail - 1]
   pruneQueue(Q, QE, QO)
   redis.call('ZREM', QE, head, token)
-  redis.call('HDEL', QO, head, '\0' .. head, '\1' .. head, token, '\0' .. token, '\1' .. token)
+  redis.call('HDEL', QO, head, '\0' .. head, '\1' .. head, '\2' .. head, token, '\0' .. token, '\1' .. token, '\2' .. token)
   if last == nil or last == head or last == token then
     fitQueue(Q, QE, QO)
   end

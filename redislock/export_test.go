@@ -20,7 +20,7 @@ func AcquireWithoutHandoffID(ctx context.Context, rdb redis.UniversalClient, key
 	if err != nil {
 		return err
 	}
-	return runEvalSha(ctx, rdb, acquireScript, args[:len(args)-3]).Err() // without ARGV[13..15]
+	return runEvalSha(ctx, rdb, acquireScript, args[:len(args)-4]).Err() // without ARGV[13..16]
 }
 
 // HandoffChannel returns b's handoff channel of key.
@@ -75,3 +75,6 @@ func ReleaseGrantWithScripts(ctx context.Context, b *Backend, key, token string,
 
 // LateTTL is how long the late-request record refuses a request (lateTTL).
 const LateTTL = lateTTL
+
+// AcquireScriptHash is the SHA1 of the acquire script, as EVALSHA names it.
+func AcquireScriptHash() string { return acquireScript.Hash() }

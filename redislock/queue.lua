@@ -25,8 +25,10 @@ end
 -- number), QE (token → entry expiry) and QO (token → owner, for the
 -- exclusive entries whose request accepts a direct handoff; see handOff;
 -- byte 1 + token → "limit owner" for such shared entries (a reader's limit
--- is 0); and NUL + token → the id of the client's handoff channel, from
--- clients that have one). Shared entries keep their owner under their own
+-- is 0); NUL + token → the id of the client's handoff channel, from
+-- clients that have one; and byte 2 + token → the time to live in ms of
+-- the entry's successor, or "0", for exclusive entries of clients that
+-- keep their place, see queueSuccessor). Shared entries keep their owner under their own
 -- field so that a release of a client before them, which knows only
 -- exclusive handoffs, takes them for entries that accept none.
 
@@ -52,7 +54,7 @@ end
 local function dropEntry(Q, QE, QO, token, tail)
   tail = tail or redis.call('ZRANGE', QE, '-2', '-1', 'WITHSCORES')
   redis.call('ZREM', QE, token)
-  redis.call('HDEL', QO, token, '\0' .. token, '\1' .. token)
+  redis.call('HDEL', QO, token, '\0' .. token, '\1' .. token, '\2' .. token)
   if #tail == 0 then
     fitQueue(Q, QE, QO) -- QE lacked token (no script does that)
   elseif tail[#tail - 1] == token then
@@ -67,7 +69,8 @@ local function dropEntry(Q, QE, QO, token, tail)
 end
 
 -- headOf reads the fair queue's head, the head's owner, handoff channel
--- id and shared entry ("limit owner") (HMGET of QO) and its entry's expiry
+-- id, shared entry ("limit owner") and successor's time to live (HMGET of
+-- QO) and its entry's expiry
 -- (ms), and, for a head with an owner, QE's last two entries with their
 -- expiries (for dropEntry: the head's is read there when it is one of
 -- them). Nothing else is read for a head that is token.
@@ -76,7 +79,7 @@ local function headOf(Q, QE, QO, token)
   if not head or head == token then
     return head
   end
-  local o = redis.call('HMGET', QO, head, '\0' .. head, '\1' .. head)
+  local o = redis.call('HMGET', QO, head, '\0' .. head, '\1' .. head, '\2' .. head)
   local exp, tail
   if o[1] or o[3] then
     tail = redis.call('ZRANGE', QE, '-2', '-1', 'WITHSCORES')
@@ -114,6 +117,9 @@ local function publishGrants(given, next, publish, channel)
   local base = string.sub(channel, 1, -5) -- NS:{K}, from NS:{K}:rel
   for _, g in ipairs(given) do
     local msg = 'next:' .. g[1] .. '\0' .. int(g[2])
+    if g[5] then
+      msg = msg .. '\0s' -- the head's successor is queued (queueSuccessor)
+    end
     if g[3] then
       redis.pcall(publish, base .. ':ho:' .. g[3] .. ':rel', msg)
       if not g[4] then
@@ -131,4 +137,58 @@ local function publishGrants(given, next, publish, channel)
     -- handoff: it may come in too.
     redis.pcall(publish, channel, 'next:' .. next)
   end
+end
+
+-- successor returns the token that takes the place of token's client in
+-- the queue after token, as driver.Successor does: token with the number
+-- after its last dot raised by one, when that is a decimal of up to 15
+-- digits without a leading zero, else token with ".1" added.
+local function successor(token)
+  local base, n = string.match(token, '^(.*)%.(%d+)$')
+  if base and #n <= 15 and (string.sub(n, 1, 1) ~= '0' or n == '0') then
+    return base .. '.' .. int(tonumber(n) + 1)
+  end
+  return token .. '.1'
+end
+
+-- queueSuccessor puts the successor of head, which a release has just
+-- granted the lock to, at the tail of the queue, when head's client keeps
+-- its place there (o, head's fields read by headOf, says so): the
+-- successor's entry has head's owner and handoff channel, and head's
+-- entry's expiry exp, so that a client that stopped asking (it died)
+-- keeps no place past the entry of its last request, however many times
+-- the lock comes round to its successors. It reports whether it queued
+-- one. The client's next waiter on the lock takes the successor's token,
+-- so that a hand-over between two waiters of one client costs it no
+-- request to join the queue again.
+local function queueSuccessor(Q, QE, QO, head, o, exp)
+  local qttl = tonumber(o[4] or '0') or 0
+  if qttl <= 0 then
+    return false
+  end
+  local succ = successor(head)
+  if redis.call('ZADD', QE, 'NX', int(exp), succ) == 0 then
+    -- Queued by a request of its own (its client went on with the token
+    -- after a request of head's whose answer it lost): that request's
+    -- entry, expiry and owner stand, which the client counts on.
+    return true
+  end
+  local last = redis.call('ZRANGE', Q, '-1', '-1', 'WITHSCORES')
+  redis.call('ZADD', Q, 'NX', int((tonumber(last[2]) or 0) + 1), succ)
+  if o[2] then
+    redis.call('HSET', QO, succ, o[1], '\0' .. succ, o[2], '\2' .. succ, o[4])
+  else
+    redis.call('HSET', QO, succ, o[1], '\2' .. succ, o[4])
+  end
+  -- The keys outlive the entry as acquire.lua's stretchQueue leaves them;
+  -- head's drop fitted them to the entry before it when head's was the
+  -- latest.
+  local at = exp + math.floor(qttl / 4)
+  if now() + redis.call('PTTL', QE) < at then
+    at = int(at)
+    redis.call('PEXPIREAT', QE, at)
+    redis.call('PEXPIREAT', Q, at)
+    redis.call('PEXPIREAT', QO, at)
+  end
+  return true
 end

@@ -72,7 +72,8 @@ func (b *Backend) releaseAnswer(ctx context.Context, key, token string, args []a
 	if n <= 0 {
 		// Only the ids the release named: a request of token whose answer
 		// was lost while the release was on its way is still to record.
-		b.onces.forget(key, token, args[len(args)-2].(string), args[len(args)-1].(string))
+		const nk = len(releaseSuffixes) - 1
+		b.onces.forget(key, token, args[8+nk].(string), args[9+nk].(string))
 	}
 	if n < 0 {
 		return driver.ReleaseResult{}, nil
@@ -132,6 +133,19 @@ func (b *Backend) ReleaseAcquire(ctx context.Context, key, token string, fence u
 	out.Release, err = b.releaseAnswer(ctx, key, token, relArgs, rel)
 	out.Acquire, out.AcquireErr = b.acquireAnswer(ctx, next, rid, acq)
 	return out, err
+}
+
+var _ driver.PlaceReleaser = (*Backend)(nil)
+
+// ReleasePlace implements driver.PlaceReleaser: Release, with the entry of
+// driver.Successor(token) taken out of the fair queue by the same script,
+// before it hands the lock on.
+func (b *Backend) ReleasePlace(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
+	if b.err != nil {
+		return driver.ReleaseResult{}, b.err
+	}
+	args := append(b.releaseCall(key, token, b.publishArg, ""), "1")
+	return b.releaseAnswer(ctx, key, token, args, runEvalSha(ctx, b.rdb, releaseScript, args))
 }
 
 // Withdraw removes token's fair queue entry and writer intent, if any, in

@@ -18,6 +18,9 @@
 -- ARGV[7] (absent from clients before it) the ids, space-separated, of
 -- the token's acquire requests of which a copy may still land (the client
 -- never read an answer, or sent the request twice), or ""
+-- ARGV[8] (absent from clients before it) "1" for a clean-up that takes
+-- the entry of the token's successor out of the queue too
+-- (driver.PlaceReleaser)
 -- Returns -1 when the token held nothing, else the holds left.
 --
 -- A release that deletes an exclusive grant records the ids of the
@@ -183,29 +186,45 @@ end
 -- lock-delay or writer intent) whose queue's head is live and takes a
 -- direct handoff, as in a fair queue's steady state, hands the lock to the
 -- head before the rest of common.lua is even defined. It makes the grant,
--- writes and publishes exactly what the rest of this script would. pre is
+-- writes and publishes exactly what the rest of this script would, and,
+-- when the head's client keeps its place in the queue, queues the head's
+-- successor, which only this path does (queueSuccessor). pre is
 -- what it read of the head, for handOff, when it made no grant.
 local pre, both
-if waiting == 2 and ARGV[3] ~= '' and #members(rids) == 0 then
+if waiting == 2 and ARGV[3] ~= '' and #members(rids) == 0 and ARGV[8] ~= '1' then
   local head, exp, o, tail = headOf(Q, QE, QO, token)
   pre = {head = head, exp = exp, o = o, tail = tail}
   if o and o[1] and exp and exp > now() then
     redis.call('DEL', L)
     done(recent, h[2])
     local fence = grantHead(L, F, head, o[1], exp)
-    publishGrants({{head, fence, o[2]}}, nil, ARGV[3], ARGV[2])
     if redis.call('ZREM', Q, head, token) == 1 then
       dropEntry(Q, QE, QO, head, tail) -- token had no entry
+      local succ = queueSuccessor(Q, QE, QO, head, o, exp)
+      publishGrants({{head, fence, o[2], nil, succ}}, nil, ARGV[3], ARGV[2])
       return 0
     end
-    both = {head, tail}
+    both = {head, tail, fence, o, exp}
   end
 end
 
 --#common
+if ARGV[8] == '1' then
+  -- A clean-up of a token whose client kept its place in the queue: the
+  -- place's successor goes in the same step, before the lock is handed on
+  -- (see queueSuccessor), or nobody would take the lock that a release
+  -- hands it.
+  local succ = successor(token)
+  if redis.call('ZREM', Q, succ) == 1 then
+    dropEntry(Q, QE, QO, succ)
+    waiting = nil -- EXISTS again: the queue may be gone
+  end
+end
 if both then
   -- token had a queue entry too (see handOff).
   dropBoth(Q, QE, QO, both[1], token, both[2])
+  local succ = queueSuccessor(Q, QE, QO, both[1], both[4], both[5])
+  publishGrants({{both[1], both[3], both[4][2], nil, succ}}, nil, ARGV[3], ARGV[2])
   return 0
 end
 local result = -1

@@ -202,6 +202,19 @@ func (o *observed) ReleaseGrant(ctx context.Context, key, token string, fence ui
 	return res, err
 }
 
+// ReleasePlace forwards driver.PlaceReleaser, recorded as a release; for
+// an inner backend without it, it is Release.
+func (o *observed) ReleasePlace(ctx context.Context, key, token string) (driver.ReleaseResult, error) {
+	pr, ok := o.inner.(driver.PlaceReleaser)
+	if !ok {
+		return o.Release(ctx, key, token)
+	}
+	start := Now()
+	res, err := pr.ReleasePlace(ctx, key, token)
+	o.sink.Add(Event{Kind: KindStoreRelease, Client: o.client, Name: key, Token: token, Start: start, End: Now(), Outcome: outcome(res.Held, err), Err: errText(err)})
+	return res, err
+}
+
 // RenewGrant forwards driver.GrantRenewer, recorded as a renewal; for an
 // inner backend without it, it is Renew.
 func (o *observed) RenewGrant(ctx context.Context, key, token string, fence uint64, ttl time.Duration) (bool, error) {
