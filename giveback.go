@@ -3,8 +3,10 @@
 //
 // Every release of a hold goes through Client.storeRelease: Unlock's, a
 // lost lease's, a grant that came too late (handle.giveBack), and the
-// clean-ups below. A Lock that ends without a lease leaves through one of
-// two doors of its handle:
+// clean-ups below, but for the clean-up of a token that kept the Client's
+// place in a fair queue (placeRelease), which takes the place's successor
+// out with it (driver.PlaceReleaser). A Lock that ends without a lease
+// leaves through one of two doors of its handle:
 //
 //   - unknownOutcome, after an acquire whose answer never came: a per-call
 //     token is released in the background (Client.cleanup); a token that

@@ -124,10 +124,14 @@ func (h *handle) init(c *Client, kind, name string, mode driver.Mode, limit int,
 	h.drains = h.opts.reentrant && h.opts.ownerID == ""
 	h.handoff = h.err == nil && c.backend != nil && (h.opts.fair || h.starve) && h.token == "" &&
 		h.opts.lockDelay == 0 && c.need(driver.CapHandoff) == nil
-	// A place nobody takes must go with its successor (driver.PlaceReleaser):
-	// a backend, or a wrapper of one, without that clean-up keeps none.
+	// A place nobody takes must go with its successor (driver.PlaceReleaser),
+	// and the wait cleans up after an attempt whose outcome is unknown
+	// itself, as it does where writer intents move (waiter.keeps): a
+	// backend, or a wrapper of one, without both keeps no place.
 	_, placeReleaser := c.backend.(driver.PlaceReleaser)
-	h.keepPlace = h.handoff && h.opts.fair && h.mode == driver.Exclusive && placeReleaser && c.need(driver.CapKeepPlace) == nil
+	_, intentMover := c.backend.(driver.IntentMover)
+	h.keepPlace = h.handoff && h.opts.fair && h.mode == driver.Exclusive && placeReleaser && intentMover &&
+		c.need(driver.CapKeepPlace) == nil
 	h.qttl = h.opts.queueTTL()
 	h.qrefresh = h.qttl / 3
 	if h.handoff && h.starve {

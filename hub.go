@@ -231,7 +231,7 @@ func (hub *waitHub) dropping(key string) {
 // notify is the listener's callback: wake the active waiter of key, or of
 // every key when key is "". next, when set, is the fair waiter the store
 // lets in: only that one is woken, and given the grant when the release
-// handed it the lock (driver.ParseNext).
+// handed it the lock (driver.ParseHandoff).
 func (hub *waitHub) notify(key, next string) {
 	hub.mu.Lock()
 	defer hub.mu.Unlock()

@@ -34,7 +34,8 @@ type waiter struct {
 	queue *fairWaiter // non-nil while the waiter is in the store's fair queue
 	// queued is when the last request went out, when it was a fair one
 	// and the store answered it with a queue entry; zero after any other
-	// answer (see answered, handedOver).
+	// answer (see answered, handedOver). A waiter that takes a place passed
+	// on (adopt) takes its predecessor's.
 	queued time.Time
 	// seen is the highest fence counter an answer showed the waiter (the
 	// Counter of refusals, the fence of a grant it gave back): a handoff
@@ -62,12 +63,14 @@ type waiter struct {
 	// prior is an earlier token of the wait that still waits to be handed
 	// over (see handPrior), or "".
 	prior string
-	// place: the last request of token that the store answered with a
-	// queue entry asked it to keep the Client's place
-	// (driver.AcquireRequest.KeepPlace), so that a release that hands
-	// token the lock queues token's successor; placeSent, what the latest
-	// attempt asked. handedSucc: the handoff that granted the wait said
-	// that it did queue it (see passPlace).
+	// place: a request of token asked the store to keep the Client's place
+	// (driver.AcquireRequest.KeepPlace), and may have been the last to set
+	// its entry (an answered one that queued, or one whose outcome is
+	// unknown; a copy that lands late may count), so that a release that
+	// hands token the lock may queue token's successor; also set for a
+	// place taken over (adopt). placeSent, what the latest attempt asked.
+	// handedSucc: the handoff that granted the wait said that it did queue
+	// the successor (see passPlace).
 	place, placeSent, handedSucc bool
 }
 
@@ -142,7 +145,7 @@ func (w *waiter) run(ctx context.Context) (*Lease, error) {
 				res, w.last = r, r
 				w.answered(r, sent, fair)
 				if r.Queued && fair {
-					w.place = w.placeSent
+					w.place = w.place || w.placeSent
 				}
 				if r.Fence > 0 {
 					// A grant that came too late, given back. Its release may
@@ -211,8 +214,9 @@ const pendingPoll = 200 * time.Millisecond
 // unknown: the attempt cleaned up after itself (handle.unknownOutcome),
 // and a token drawn for the wait is replaced, since that clean-up's release
 // may land after the next grant. The clean-up takes the token's place in
-// the store's queue with it: the next fair request queues again, and the
-// waiter keeps its place among the Client's waiters.
+// the store's queue with it: the next fair request queues again (with the
+// token's successor, when the token kept the Client's place: see retoken),
+// and the waiter keeps its place among the Client's waiters.
 func (w *waiter) failed(err error) {
 	w.lastErr = err
 	w.errs++
@@ -366,7 +370,7 @@ func (w *waiter) retoken() {
 	} else {
 		w.token = newToken()
 	}
-	w.queuedEver = w.place // a new token has had no place yet
+	w.queuedEver = w.place // a random new token has had no place yet
 	if w.queue != nil {
 		w.h.hub.dequeue(w.g, old, w.queue)
 		w.queue = w.h.hub.enqueue(w.g, w.token, 0)
@@ -547,12 +551,12 @@ func sleep(ctx context.Context, timer *time.Timer, d time.Duration, wake chan st
 // passPlace passes the Client's place in the store's queue on to the next
 // waiter of the group to take the turn (adopt), when the release that
 // granted l to the waiter queued its token's successor, or may have: the
-// waiter's last queued request asked for it (place), and the grant came
-// from a request, or from a handoff that said it did. A place that no
+// handoff that granted it said it did, or the grant came from a request
+// and a request of the token asked for it (place). A place that no
 // waiter takes is withdrawn (see handle.wait).
 func (w *waiter) passPlace(l *Lease) {
-	if !w.place || (w.handoff && !w.handedSucc) {
-		return
+	if w.handoff && !w.handedSucc || !w.handoff && !w.place {
+		return // none was queued, or none can have been
 	}
 	h := w.h
 	p := &queuePlace{token: driver.Successor(w.token), marked: w.handoff, queued: w.queued,

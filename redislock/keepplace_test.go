@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -798,4 +799,34 @@ func (a loseAnswerAt) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (a loseAnswerAt) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
+}
+
+// A successor whose token its client gave up before the release that would
+// queue it (the clean-up found it holding nothing, and recorded it) is not
+// queued: nobody would take it, and a handoff to it would hold the lock up
+// until its entry lapsed.
+func TestGivenUpSuccessorIsNotQueued(t *testing.T) {
+	holder, rdb, srv := setup(t)
+	waiter := redislock.New(srv.Client(t))
+	heard := listenTo(t, waiter, "k")
+	holderTok, tok := newToken(t), newToken(t)
+	mustAcquire(t, holder, driver.AcquireRequest{Key: "k", Token: holderTok, Owner: "holder", TTL: 10 * time.Second, Fair: true})
+	if res := acquire(t, waiter, driver.AcquireRequest{Key: "k", Token: tok, Owner: "waiter", TTL: 10 * time.Second,
+		Fair: true, Wait: true, QueueTTL: 5 * time.Second, Handoff: true, KeepPlace: true}); !res.Queued {
+		t.Fatalf("join: %+v; want queued", res)
+	}
+	// The client gives the successor's place up before any release made it.
+	if _, err := waiter.ReleasePlace(t.Context(), "k", driver.Successor(tok)); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := holder.ReleaseGrant(t.Context(), "k", holderTok, 1); err != nil || !res.Held {
+		t.Fatalf("release: %+v, %v", res, err)
+	}
+	waitHeard(t, heard, "k "+driver.Handoff{Token: tok, Fence: 2}.Next())
+	if msgs := heard.all(); slices.Contains(msgs, "k "+driver.Handoff{Token: tok, Fence: 2, Successor: true}.Next()) {
+		t.Errorf("the handoff announced a successor: %q", msgs)
+	}
+	if got := queueOf(t, rdb, "k"); len(got) != 0 {
+		t.Errorf("queue after the handoff: %q; want no successor of a token given up", got)
+	}
 }

@@ -26,11 +26,12 @@ end
 -- exclusive entries whose request accepts a direct handoff; see handOff;
 -- byte 1 + token → "limit owner" for such shared entries (a reader's limit
 -- is 0); NUL + token → the id of the client's handoff channel, from
--- clients that have one; and byte 2 + token → the time to live in ms of
--- the entry's successor, or "0", for exclusive entries of clients that
--- keep their place, see queueSuccessor). Shared entries keep their owner under their own
--- field so that a release of a client before them, which knows only
--- exclusive handoffs, takes them for entries that accept none.
+-- clients that have one; and byte 2 + token → the entry's QueueTTL in ms
+-- when its client keeps its place, so that a release that hands it the
+-- lock queues its successor, else "0": see queueSuccessor). Shared entries
+-- keep their owner under their own field so that a release of a client
+-- before them, which knows only exclusive handoffs, takes them for entries
+-- that accept none.
 
 -- fitQueue gives the queue's keys the expiry of its latest entry, or
 -- deletes them when it is empty. (PEXPIREAT of a missing QO does nothing.)
@@ -69,9 +70,8 @@ local function dropEntry(Q, QE, QO, token, tail)
 end
 
 -- headOf reads the fair queue's head, the head's owner, handoff channel
--- id, shared entry ("limit owner") and successor's time to live (HMGET of
--- QO) and its entry's expiry
--- (ms), and, for a head with an owner, QE's last two entries with their
+-- id, shared entry ("limit owner") and kept place's QueueTTL (HMGET of QO)
+-- and its entry's expiry (ms), and, for a head with an owner, QE's last two entries with their
 -- expiries (for dropEntry: the head's is read there when it is one of
 -- them). Nothing else is read for a head that is token.
 local function headOf(Q, QE, QO, token)
@@ -153,25 +153,32 @@ end
 
 -- queueSuccessor puts the successor of head, which a release has just
 -- granted the lock to, at the tail of the queue, when head's client keeps
--- its place there (o, head's fields read by headOf, says so): the
--- successor's entry has head's owner and handoff channel, and head's
--- entry's expiry exp, so that a client that stopped asking (it died)
--- keeps no place past the entry of its last request, however many times
--- the lock comes round to its successors. It reports whether it queued
--- one. The client's next waiter on the lock takes the successor's token,
--- so that a hand-over between two waiters of one client costs it no
--- request to join the queue again.
-local function queueSuccessor(Q, QE, QO, head, o, exp)
+-- its place there (o, head's fields read by headOf, holds head's QueueTTL
+-- in its fourth field, else "0"): the successor's entry has head's owner
+-- and handoff channel, and head's entry's expiry exp, so that a client
+-- that stopped asking (it died) keeps no place past the entry of its last
+-- request, however many times the lock comes round to its successors. It
+-- reports whether the successor is queued. The client's next waiter on the
+-- lock takes the successor's token, so that a hand-over between two
+-- waiters of one client costs it no request to join the queue again.
+--
+-- A successor whose token the client gave up already (a clean-up that
+-- found it holding nothing recorded it in the late-request record X,
+-- which exists when xLive) is not queued: nobody would take it. One that
+-- a request of its own queued (the client went on with the token after a
+-- request of head's whose answer it lost) keeps that request's entry,
+-- expiry and owner, which the client counts on.
+local function queueSuccessor(Q, QE, QO, X, xLive, head, o, exp)
   local qttl = tonumber(o[4] or '0') or 0
   if qttl <= 0 then
     return false
   end
   local succ = successor(head)
+  if xLive and (tonumber(redis.call('ZSCORE', X, 't' .. succ)) or 0) > now() then
+    return false
+  end
   if redis.call('ZADD', QE, 'NX', int(exp), succ) == 0 then
-    -- Queued by a request of its own (its client went on with the token
-    -- after a request of head's whose answer it lost): that request's
-    -- entry, expiry and owner stand, which the client counts on.
-    return true
+    return tonumber(redis.call('ZSCORE', QE, succ)) > now()
   end
   local last = redis.call('ZRANGE', Q, '-1', '-1', 'WITHSCORES')
   redis.call('ZADD', Q, 'NX', int((tonumber(last[2]) or 0) + 1), succ)
@@ -180,15 +187,20 @@ local function queueSuccessor(Q, QE, QO, head, o, exp)
   else
     redis.call('HSET', QO, succ, o[1], '\2' .. succ, o[4])
   end
-  -- The keys outlive the entry as acquire.lua's stretchQueue leaves them;
+  -- The keys outlive the entry as acquire.lua's stretchQueue leaves them:
   -- head's drop fitted them to the entry before it when head's was the
-  -- latest.
+  -- latest, or deleted them with the last entry; QO also when head's
+  -- fields were its last (entries that take no handoff have none), so it
+  -- is looked at on its own.
   local at = exp + math.floor(qttl / 4)
-  if now() + redis.call('PTTL', QE) < at then
-    at = int(at)
-    redis.call('PEXPIREAT', QE, at)
-    redis.call('PEXPIREAT', Q, at)
-    redis.call('PEXPIREAT', QO, at)
+  local p = redis.call('PTTL', QE)
+  if p < 0 or now() + p < at then
+    redis.call('PEXPIREAT', QE, int(at))
+    redis.call('PEXPIREAT', Q, int(at))
+  end
+  p = redis.call('PTTL', QO)
+  if p < 0 or now() + p < at then
+    redis.call('PEXPIREAT', QO, int(at))
   end
   return true
 end

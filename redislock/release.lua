@@ -48,8 +48,9 @@
 -- direct handoff and the lock lets it in, the release grants it the lock
 -- (handOff in common.lua; a shared head, and the shared entries behind it
 -- that the lock lets in, get shared holds) and announces each grant:
--- "next:" followed by the head, a NUL byte and the fence, on the head's
--- client's handoff channel NS:{K}:ho:ID:rel when its entry names one (see
+-- "next:" followed by the head, a NUL byte and the fence (and a NUL byte
+-- and "s" when it queued the head's successor: queueSuccessor), on the
+-- head's client's handoff channel NS:{K}:ho:ID:rel when its entry names one (see
 -- acquire.lua's ARGV[13]), and, for an exclusive grant, on NS:{K}:ho:rel
 -- too, for the clients observing the lock (driver.HandoffWatcher), else on
 -- the release channel (publishGrants in queue.lua).
@@ -200,7 +201,7 @@ if waiting == 2 and ARGV[3] ~= '' and #members(rids) == 0 and ARGV[8] ~= '1' the
     local fence = grantHead(L, F, head, o[1], exp)
     if redis.call('ZREM', Q, head, token) == 1 then
       dropEntry(Q, QE, QO, head, tail) -- token had no entry
-      local succ = queueSuccessor(Q, QE, QO, head, o, exp)
+      local succ = queueSuccessor(Q, QE, QO, X, not fresh, head, o, exp)
       publishGrants({{head, fence, o[2], nil, succ}}, nil, ARGV[3], ARGV[2])
       return 0
     end
@@ -223,7 +224,7 @@ end
 if both then
   -- token had a queue entry too (see handOff).
   dropBoth(Q, QE, QO, both[1], token, both[2])
-  local succ = queueSuccessor(Q, QE, QO, both[1], both[4], both[5])
+  local succ = queueSuccessor(Q, QE, QO, X, not fresh, both[1], both[4], both[5])
   publishGrants({{both[1], both[3], both[4][2], nil, succ}}, nil, ARGV[3], ARGV[2])
   return 0
 end
