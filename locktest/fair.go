@@ -333,9 +333,10 @@ func testFairTryLockYields(t *testing.T, s *Store) {
 }
 
 // testGivenUpLeavesAtOnce checks that a wait that ends has left the queue,
-// or withdrawn its writer intent, by the time Lock returns: the next
-// request sees the lock as free as it is, not blocked by a waiter that has
-// gone. A reentrant fair handle's token may hold the lock again later, so it
+// or withdrawn its writer intent, by the time Lock returns, or soon after
+// on a store slow to answer (see afterCleanUp): the next request sees the
+// lock as free as it is, not blocked by a waiter that has gone until its
+// place lapses. A reentrant fair handle's token may hold the lock again later, so it
 // cannot be released; its queue entry must go all the same.
 func testGivenUpLeavesAtOnce(t *testing.T, s *Store) {
 	cases := []struct {
@@ -377,7 +378,7 @@ func testGivenUpLeavesAtOnce(t *testing.T, s *Store) {
 			if tc.rw {
 				// A reader is let in at once: the writer that gave up no
 				// longer waits.
-				l, err := probeC.RWMutex(name).TryRLock(t.Context())
+				l, err := afterCleanUp(probeC.RWMutex(name).TryRLock)
 				if err != nil {
 					t.Fatalf("%s, round %d: TryRLock after the writer gave up = %v", tc.name, round, err)
 				}
@@ -387,12 +388,28 @@ func testGivenUpLeavesAtOnce(t *testing.T, s *Store) {
 			}
 			unlock(t, holder)
 			// The lock is free and nobody waits: a fair TryLock gets it.
-			l, err := probeC.Mutex(name, dlock.Fair()).TryLock(t.Context())
+			l, err := afterCleanUp(probeC.Mutex(name, dlock.Fair()).TryLock)
 			if err != nil {
 				t.Fatalf("%s, round %d: fair TryLock of the free lock after the waiter gave up = %v", tc.name, round, err)
 			}
 			unlock(t, l)
 		}
 		noLeftovers(t, s, name)
+	}
+}
+
+// afterCleanUp tries try, a TryLock, until it succeeds or 2s pass, and
+// returns its last outcome. A wait that gives up has its clean-up answered
+// before Lock returns when the store answers within settleWait (250ms), and
+// goes on in the background otherwise (a loaded machine): either way it
+// lands well before a place left behind would lapse (the QueueTTL, 5s).
+func afterCleanUp(try func(context.Context) (*dlock.Lease, error)) (*dlock.Lease, error) {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		l, err := try(context.Background())
+		if err == nil || time.Now().After(deadline) {
+			return l, err
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
