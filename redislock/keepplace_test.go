@@ -360,13 +360,16 @@ func TestSuccessorEntryKeepsItsOwnRequestsExpiry(t *testing.T) {
 }
 
 // loseAnswer runs one EVALSHA of the acquire script, the n-th the hook
-// sees that asks to keep the Client's place (ARGV[16] "1"), and then reports its answer lost (io.EOF, a transient error), after
-// calling landed: the request ran, its outcome is unknown to the client.
+// sees that asks to keep the Client's place (ARGV[16] "1"), and delay
+// after it ran calls landed with the request's token and reports its
+// answer lost (io.EOF, a transient error): the request ran, its outcome is
+// unknown to the client.
 type loseAnswer struct {
 	sha    string
 	seen   *atomic.Int64
 	n      int64
-	landed func()
+	delay  time.Duration
+	landed func(token string)
 }
 
 func (a loseAnswer) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -383,7 +386,9 @@ func (a loseAnswer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if err := next(ctx, cmd); err != nil {
 			return err
 		}
-		a.landed()
+		nk, _ := strconv.Atoi(fmt.Sprint(args[2]))
+		time.Sleep(a.delay)
+		a.landed(fmt.Sprint(args[3+nk]))
 		cmd.SetErr(io.EOF)
 		return io.EOF
 	}
@@ -415,7 +420,7 @@ func TestUnansweredKeepPlaceRequestLeavesNoPlaceBehind(t *testing.T) {
 	// queues it; the second, its first refresh, asks to keep the place
 	// (another waiter of the Client waits by then). Its answer is lost
 	// after the holder's release handed its token the lock.
-	hooked.AddHook(loseAnswer{sha: redislock.AcquireScriptHash(), seen: &seen, n: 1, landed: func() {
+	hooked.AddHook(loseAnswer{sha: redislock.AcquireScriptHash(), seen: &seen, n: 1, landed: func(string) {
 		if err := held.Unlock(context.Background()); err != nil {
 			t.Error(err)
 		}
@@ -498,6 +503,37 @@ func TestReleasePlaceOfAClaimedGrantTakesTheSuccessorOut(t *testing.T) {
 // have handed the request's token the lock, and queued its successor,
 // which no waiter of the Client will claim.
 func TestCancelledKeepPlaceRequestLeavesNoPlaceBehind(t *testing.T) {
+	givenUpPlaceLeavesNothing(t, false, 1)
+}
+
+// A wait that gives up after a release handed its token the lock, and
+// queued the token's successor, leaves nothing that nobody claims, on the
+// bare Backend and through a wrapper of it that forwards its capabilities
+// (chaos.Observe, as the chaos tests run redislock): a Client keeps places
+// only where its clean-up can take the successor with it
+// (driver.PlaceReleaser).
+func TestGivenUpPlaceBehindAWrapperLeavesNothing(t *testing.T) {
+	for _, wrapped := range []bool{false, true} {
+		name := "bare"
+		if wrapped {
+			name = "chaos.Observe"
+		}
+		t.Run(name, func(t *testing.T) {
+			// The second request that keeps the place (the first,
+			// answered, made the wait's token keep it).
+			givenUpPlaceLeavesNothing(t, wrapped, 2)
+		})
+	}
+}
+
+// givenUpPlaceLeavesNothing runs two waiters of one Client (its backend
+// wrapped in chaos.Observe when wrapped) on a fair lock that another
+// Client holds. The n-th request that keeps the place runs, the holder's
+// release then hands its token the lock, and the first waiter gives up
+// before it reads the answer; the second gives up too. Another Client's
+// Lock must then get the lock at once, not when the entry lapses.
+func givenUpPlaceLeavesNothing(t *testing.T, wrapped bool, n int64) {
+	t.Helper()
 	_, rdb, srv := setup(t)
 	other := dlock.New(redislock.New(srv.Client(t)))
 	defer other.Close()
@@ -510,14 +546,18 @@ func TestCancelledKeepPlaceRequestLeavesNoPlaceBehind(t *testing.T) {
 	released := make(chan time.Time, 1)
 	hooked := srv.Client(t)
 	var seen atomic.Int64
-	hooked.AddHook(loseAnswer{sha: redislock.AcquireScriptHash(), seen: &seen, n: 1, landed: func() {
+	hooked.AddHook(loseAnswer{sha: redislock.AcquireScriptHash(), seen: &seen, n: n, landed: func(string) {
 		if err := held.Unlock(context.Background()); err != nil {
 			t.Error(err)
 		}
 		released <- time.Now()
 		cancel1() // the first waiter gives up, its request's answer unread
 	}})
-	c := dlock.New(redislock.New(hooked))
+	var b driver.Backend = redislock.New(hooked)
+	if wrapped {
+		b = chaos.Observe(b, chaos.NewRecorder(), "c")
+	}
+	c := dlock.New(b)
 	defer c.Close()
 	m := c.Mutex("k", dlock.Fair(), dlock.WithTTL(3*time.Second))
 	first := make(chan error, 1)
@@ -554,86 +594,6 @@ func TestCancelledKeepPlaceRequestLeavesNoPlaceBehind(t *testing.T) {
 	defer l.Unlock(t.Context())
 	if d := time.Since(at); d > 2*time.Second {
 		t.Errorf("another Client got the lock %v after the release, with nobody else waiting; want well under the entry's 3s (queue %q)", d, queueOf(t, rdb, "k"))
-	}
-}
-
-// A wait that gives up after a release handed its token the lock, and
-// queued the token's successor, leaves nothing that nobody claims, on the
-// bare Backend and through a wrapper of it that forwards its capabilities
-// (chaos.Observe, as the chaos tests run redislock): a Client keeps places
-// only where its clean-up can take the successor with it
-// (driver.PlaceReleaser).
-func TestGivenUpPlaceBehindAWrapperLeavesNothing(t *testing.T) {
-	for _, wrapped := range []bool{false, true} {
-		name := "bare"
-		if wrapped {
-			name = "chaos.Observe"
-		}
-		t.Run(name, func(t *testing.T) {
-			_, rdb, srv := setup(t)
-			other := dlock.New(redislock.New(srv.Client(t)))
-			defer other.Close()
-			held, err := other.Mutex("k", dlock.Fair()).Lock(t.Context())
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx1, cancel1 := context.WithCancel(t.Context())
-			defer cancel1()
-			released := make(chan time.Time, 1)
-			hooked := srv.Client(t)
-			var seen atomic.Int64
-			// The second request that keeps the place (the first, answered,
-			// made the wait's token keep it) runs, the holder's release hands
-			// its token the lock, and the wait gives up before it reads the
-			// answer.
-			hooked.AddHook(loseAnswer{sha: redislock.AcquireScriptHash(), seen: &seen, n: 2, landed: func() {
-				if err := held.Unlock(context.Background()); err != nil {
-					t.Error(err)
-				}
-				released <- time.Now()
-				cancel1()
-			}})
-			var b driver.Backend = redislock.New(hooked)
-			if wrapped {
-				b = chaos.Observe(b, chaos.NewRecorder(), "c")
-			}
-			c := dlock.New(b)
-			defer c.Close()
-			m := c.Mutex("k", dlock.Fair(), dlock.WithTTL(3*time.Second))
-			first := make(chan error, 1)
-			go func() {
-				_, err := m.Lock(ctx1)
-				first <- err
-			}()
-			time.Sleep(100 * time.Millisecond)
-			ctx2, cancel2 := context.WithCancel(t.Context())
-			second := make(chan error, 1)
-			go func() {
-				l, err := m.Lock(ctx2)
-				if err == nil {
-					// The first waiter's clean-up left the lock free in
-					// time for this one: it lets it go.
-					err = l.Unlock(t.Context())
-				}
-				second <- err
-			}()
-			if err := <-first; err == nil {
-				t.Fatal("the first waiter got the lock; want it to give up")
-			}
-			at := <-released
-			cancel2()
-			<-second
-			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-			defer cancel()
-			l, err := other.Mutex("k", dlock.Fair()).Lock(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Unlock(t.Context())
-			if d := time.Since(at); d > 2*time.Second {
-				t.Errorf("another Client got the lock %v after the release, with nobody else waiting; want well under the entry's 3s (queue %q)", d, queueOf(t, rdb, "k"))
-			}
-		})
 	}
 }
 
@@ -697,7 +657,7 @@ func TestRetokenedPlaceHandedLeaseOutlivesNoStoreHold(t *testing.T) {
 	// The second request that keeps the place (the first, answered, made
 	// the wait's token keep it) runs, and its answer is lost 2.2s later.
 	lost := make(chan time.Time, 1)
-	hooked.AddHook(loseAnswerAt{sha: redislock.AcquireScriptHash(), seen: &seen, n: 2, delay: 2200 * time.Millisecond,
+	hooked.AddHook(loseAnswer{sha: redislock.AcquireScriptHash(), seen: &seen, n: 2, delay: 2200 * time.Millisecond,
 		landed: func(tok string) { lostTok.Store(tok); lost <- time.Now() }})
 	held, goOn := make(chan struct{}), make(chan struct{})
 	hooked.AddHook(holdRelease{acquireSHA: redislock.AcquireScriptHash(), token: func() string { return lostTok.Load().(string) },
@@ -763,42 +723,6 @@ func TestRetokenedPlaceHandedLeaseOutlivesNoStoreHold(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	_ = l.Unlock(t.Context())
-}
-
-// loseAnswerAt is loseAnswer, with the answer's loss reported delay after
-// the request ran, and landed told the request's token.
-type loseAnswerAt struct {
-	sha    string
-	seen   *atomic.Int64
-	n      int64
-	delay  time.Duration
-	landed func(token string)
-}
-
-func (a loseAnswerAt) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (a loseAnswerAt) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		if len(args) < 2 || cmd.Name() != "evalsha" || args[1] != a.sha {
-			return next(ctx, cmd)
-		}
-		if args[len(args)-1] != "1" || a.seen.Add(1) != a.n {
-			return next(ctx, cmd)
-		}
-		if err := next(ctx, cmd); err != nil {
-			return err
-		}
-		nk, _ := strconv.Atoi(fmt.Sprint(args[2]))
-		time.Sleep(a.delay)
-		a.landed(fmt.Sprint(args[3+nk]))
-		cmd.SetErr(io.EOF)
-		return io.EOF
-	}
-}
-
-func (a loseAnswerAt) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 // A successor whose token its client gave up before the release that would
