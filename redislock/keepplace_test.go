@@ -271,10 +271,12 @@ func TestGivenUpPlacesLeaveNothing(t *testing.T) {
 	waitFree(t, redislock.New(srv.Client(t)), "k")
 }
 
-// acquireCounter counts the EVALSHA calls of the acquire script.
+// acquireCounter counts the EVALSHA calls of the acquire script; with
+// keepOnly, those that ask to keep the Client's place (ARGV[16] "1").
 type acquireCounter struct {
-	sha string
-	n   *atomic.Int64
+	sha      string
+	n        *atomic.Int64
+	keepOnly bool
 }
 
 func (a acquireCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -296,7 +298,7 @@ func (a acquireCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 }
 
 func (a acquireCounter) count(cmd redis.Cmder) {
-	if args := cmd.Args(); len(args) > 1 && cmd.Name() == "evalsha" && args[1] == a.sha {
+	if args := cmd.Args(); len(args) > 1 && cmd.Name() == "evalsha" && args[1] == a.sha && (!a.keepOnly || args[len(args)-1] == "1") {
 		a.n.Add(1)
 	}
 }
@@ -753,4 +755,75 @@ func TestGivenUpSuccessorIsNotQueued(t *testing.T) {
 	if got := queueOf(t, rdb, "k"); len(got) != 0 {
 		t.Errorf("queue after the handoff: %q; want no successor of a token given up", got)
 	}
+}
+
+// Writers and readers of one Client on a fair RWMutex share the Client's
+// group for the name, where the writers keep the Client's place and pass
+// it on, and readers take turns between them. With a writer and a reader
+// of another Client beside them, no reader shares the lock with a writer,
+// no two writers hold it at once, every call gets the lock, and the lock
+// ends free with an empty queue.
+func TestFairRWMutexWritersKeepPlacesBesideReaders(t *testing.T) {
+	_, _, srv := setup(t)
+	rdb := srv.Client(t)
+	var kept atomic.Int64
+	rdb.AddHook(acquireCounter{sha: redislock.AcquireScriptHash(), n: &kept, keepOnly: true})
+	c := dlock.New(redislock.New(rdb))
+	defer c.Close()
+	other := dlock.New(redislock.New(srv.Client(t)))
+	defer other.Close()
+	var writers, readers atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	run := func(cl *dlock.Client, write bool, rounds int) {
+		defer wg.Done()
+		rw := cl.RWMutex("k", dlock.Fair())
+		for range rounds {
+			lock := rw.RLock
+			if write {
+				lock = rw.Lock
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			l, err := lock(ctx)
+			cancel()
+			if err != nil {
+				errs <- err
+				return
+			}
+			if write {
+				if n := writers.Add(1); n != 1 || readers.Load() != 0 {
+					errs <- fmt.Errorf("a writer holds the lock beside %d writers and %d readers", n-1, readers.Load())
+				}
+				time.Sleep(200 * time.Microsecond)
+				writers.Add(-1)
+			} else {
+				readers.Add(1)
+				if n := writers.Load(); n != 0 {
+					errs <- fmt.Errorf("a reader holds the lock beside %d writers", n)
+				}
+				time.Sleep(200 * time.Microsecond)
+				readers.Add(-1)
+			}
+			if err := l.Unlock(t.Context()); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}
+	for i := range 5 {
+		wg.Add(1)
+		go run(c, i < 3, 20) // three writers and two readers of one Client
+	}
+	wg.Add(2)
+	go run(other, true, 20)
+	go run(other, false, 20)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if kept.Load() == 0 {
+		t.Error("no writer's request asked to keep the Client's place: the run proves nothing")
+	}
+	waitFree(t, redislock.New(srv.Client(t)), "k")
 }
