@@ -167,7 +167,7 @@ func (h *handle) tryOnce(ctx context.Context) (*Lease, time.Time, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, time.Time{}, errors.Join(&NotObtainedError{Name: h.name}, err)
 	}
-	l, res, sent, err := h.try(ctx, h.tokenFor(), false, h.opts.fair, false, false, false, false)
+	l, res, sent, err := h.try(ctx, h.tokenFor(), attemptKind{fair: h.opts.fair})
 	if err != nil || l != nil {
 		return l, sent, h.tryErr(ctx, err)
 	}
@@ -218,23 +218,36 @@ func (h *handle) notObtained(res driver.AcquireResult) *NotObtainedError {
 	}
 }
 
-// try makes one acquire attempt with token; wait tells the store that the
-// caller waits (it may queue the token or record a writer intent), fair that
-// the request respects the name's queue (and, with wait, joins it), claim
-// (with wait, for a handle with claim) that a starving plain waiter claims
-// the next grant (see starve.go). It returns a lease when the lock was
-// obtained, the store's answer when it was not, or an error when the store
-// failed; then what the attempt may have written is removed. A refusal
+// attemptKind says how try sends its request.
+type attemptKind struct {
+	// wait tells the store that the caller waits (it may queue the token or
+	// record a writer intent); fair that the request respects the name's
+	// queue (and, with wait, joins it); claim (with wait, for a handle with
+	// claim) that a starving plain waiter claims the next grant (see
+	// starve.go); place (with wait and fair, for a handle with keepPlace)
+	// that the Client keeps its place in the queue for its next waiter
+	// (see waiter.passPlace).
+	wait, fair, claim, place bool
+	// keep: the caller passes its writer intent on (see handle.handOver),
+	// and does the clean-ups itself (see try).
+	keep bool
+	// ride: a waiting attempt made while the Client holds the key waits
+	// for the Client's release of the key to carry it (see rides).
+	ride bool
+}
+
+// try makes one acquire attempt with token, as k says. It returns a lease
+// when the lock was obtained, the store's answer when it was not, or an
+// error when the store failed; then what the attempt may have written is
+// removed. A refusal
 // that is a conflict of kinds (driver.AcquireResult.Conflict) is returned
 // as a *ConflictError. sent is when the request went out. A grant that came
 // too late to be used is given back and, for a waiting caller, answered as
 // a refusal that carries the grant's Fence (refusals carry none). With
-// keep (a waiter that passes its writer intent on, see handle.handOver),
-// neither a transient error's clean-up nor a late grant's give-back is
-// done here: the caller does them. With ride, a waiting attempt
-// made while the Client holds the key waits for the Client's release of
-// the key to carry it (see rides).
-func (h *handle) try(ctx context.Context, token string, wait, fair, claim, place, keep, ride bool) (_ *Lease, _ driver.AcquireResult, sent time.Time, _ error) {
+// k.keep, neither a transient error's clean-up nor a late grant's
+// give-back is done here: the caller does them.
+func (h *handle) try(ctx context.Context, token string, k attemptKind) (_ *Lease, _ driver.AcquireResult, sent time.Time, _ error) {
+	wait, fair, keep := k.wait, k.fair, k.keep
 	if h.drains {
 		// From the look for a grant to join to the lease made: see
 		// reentryLock.
@@ -265,8 +278,8 @@ func (h *handle) try(ctx context.Context, token string, wait, fair, claim, place
 	if wait {
 		req.QueueTTL = h.qttl
 		req.Handoff = fair && h.handoff
-		req.KeepPlace = req.Handoff && place && h.keepPlace
-		if claim && !fair && h.claim {
+		req.KeepPlace = req.Handoff && k.place && h.keepPlace
+		if k.claim && !fair && h.claim {
 			// The claim lives claimTTL; a writer intent the request records
 			// or keeps (readers keep the lock) lives the handle's qttl, so
 			// that a slow statement does not let new readers past it.
@@ -289,7 +302,7 @@ func (h *handle) try(ctx context.Context, token string, wait, fair, claim, place
 	}
 	// A handle that drains holds its reentry lock here, which its own
 	// Unlock needs: it never parks (see rides).
-	res, sent, rd, err := h.send(ctx, req, sent, ride && joined == nil && !h.drains)
+	res, sent, rd, err := h.send(ctx, req, sent, k.ride && joined == nil && !h.drains)
 	if rd != nil {
 		defer close(rd.ack) // the lease, if any, is made by then
 	}

@@ -66,7 +66,7 @@ func (h *handle) lockWait(ctx context.Context) (*Lease, *waiter, time.Time, erro
 	// waiter whose turn it is in its group (see handle.wait): a fair first try
 	// joins the queue only when the Client has no waiter on the name yet.
 	queue := !fair || own || !h.hub.waiting(h.key)
-	l, res, sent, err := h.try(ctx, token, queue, fair, false, false, false, true)
+	l, res, sent, err := h.try(ctx, token, attemptKind{wait: queue, fair: fair, ride: true})
 	var slow *NotObtainedError
 	if errors.As(err, &slow) && slow.Slow > 0 && ctx.Err() == nil {
 		// A first try that did not queue (the Client has a waiter on the

@@ -334,7 +334,8 @@ func (w *waiter) attempt(ctx context.Context, fair, keep bool) (*Lease, driver.A
 	}
 	w.attempts++
 	w.placeSent = fair && w.h.keepPlace && w.h.hub.crowded(w.g)
-	return w.h.try(ctx, w.token, true, fair, w.queue == nil && w.claiming(), w.placeSent, keep, !w.last.Queued && w.prior == "")
+	return w.h.try(ctx, w.token, attemptKind{wait: true, fair: fair, claim: w.queue == nil && w.claiming(),
+		place: w.placeSent, keep: keep, ride: !w.last.Queued && w.prior == ""})
 }
 
 // fairNext reports whether the waiter's next request is a fair one: in the

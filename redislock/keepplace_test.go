@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -165,31 +166,11 @@ func TestFairHandOverWithinAClientJoinsNoQueue(t *testing.T) {
 	defer c.Close()
 	m := c.Mutex("k", dlock.Fair())
 	const workers, rounds = 4, 25
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
+	var turns []turnTaker
 	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range rounds {
-				l, err := m.Lock(t.Context())
-				if err != nil {
-					errs <- err
-					return
-				}
-				time.Sleep(200 * time.Microsecond)
-				if err := l.Unlock(t.Context()); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
+		turns = append(turns, turnTaker{lock: m.Lock})
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	takeTurns(t, rounds, turns...)
 	// Each Lock that found the Client waiting on the name already joins its
 	// group without a request; only a Lock that found nobody waiting (the
 	// first, and any that came when the others were all between Unlock and
@@ -773,57 +754,126 @@ func TestFairRWMutexWritersKeepPlacesBesideReaders(t *testing.T) {
 	other := dlock.New(redislock.New(srv.Client(t)))
 	defer other.Close()
 	var writers, readers atomic.Int64
+	writer := func(rw *dlock.RWMutex) turnTaker {
+		return turnTaker{lock: rw.Lock, inside: func() error {
+			defer writers.Add(-1)
+			if n := writers.Add(1); n != 1 || readers.Load() != 0 {
+				return fmt.Errorf("a writer holds the lock beside %d writers and %d readers", n-1, readers.Load())
+			}
+			time.Sleep(200 * time.Microsecond)
+			return nil
+		}}
+	}
+	reader := func(rw *dlock.RWMutex) turnTaker {
+		return turnTaker{lock: rw.RLock, inside: func() error {
+			readers.Add(1)
+			defer readers.Add(-1)
+			if n := writers.Load(); n != 0 {
+				return fmt.Errorf("a reader holds the lock beside %d writers", n)
+			}
+			time.Sleep(200 * time.Microsecond)
+			return nil
+		}}
+	}
+	mine, theirs := c.RWMutex("k", dlock.Fair()), other.RWMutex("k", dlock.Fair())
+	// Three writers and two readers of one Client, a writer and a reader of
+	// another.
+	takeTurns(t, 20, writer(mine), writer(mine), writer(mine), reader(mine), reader(mine), writer(theirs), reader(theirs))
+	if kept.Load() == 0 {
+		t.Error("no writer's request asked to keep the Client's place: the run proves nothing")
+	}
+	waitFree(t, redislock.New(srv.Client(t)), "k")
+}
+
+// turnTaker is a goroutine of takeTurns: its lock, and what it does while
+// it holds the lock (nil: a 200µs critical section).
+type turnTaker struct {
+	lock   func(context.Context) (*dlock.Lease, error)
+	inside func() error
+}
+
+// takeTurns runs each taker in a goroutine of its own, rounds times: lock
+// (within 20s), its critical section, unlock. A failed call ends that
+// goroutine; every error fails the test once all have ended.
+func takeTurns(t *testing.T, rounds int, takers ...turnTaker) {
+	t.Helper()
 	var wg sync.WaitGroup
-	errs := make(chan error, 16)
-	run := func(cl *dlock.Client, write bool, rounds int) {
-		defer wg.Done()
-		rw := cl.RWMutex("k", dlock.Fair())
-		for range rounds {
-			lock := rw.RLock
-			if write {
-				lock = rw.Lock
-			}
-			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-			l, err := lock(ctx)
-			cancel()
-			if err != nil {
-				errs <- err
-				return
-			}
-			if write {
-				if n := writers.Add(1); n != 1 || readers.Load() != 0 {
-					errs <- fmt.Errorf("a writer holds the lock beside %d writers and %d readers", n-1, readers.Load())
-				}
-				time.Sleep(200 * time.Microsecond)
-				writers.Add(-1)
-			} else {
-				readers.Add(1)
-				if n := writers.Load(); n != 0 {
-					errs <- fmt.Errorf("a reader holds the lock beside %d writers", n)
-				}
-				time.Sleep(200 * time.Microsecond)
-				readers.Add(-1)
-			}
-			if err := l.Unlock(t.Context()); err != nil {
-				errs <- err
-				return
-			}
-		}
-	}
-	for i := range 5 {
+	errs := make(chan error, 2*len(takers)*rounds)
+	for _, tk := range takers {
 		wg.Add(1)
-		go run(c, i < 3, 20) // three writers and two readers of one Client
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+				l, err := tk.lock(ctx)
+				cancel()
+				if err != nil {
+					errs <- err
+					return
+				}
+				if tk.inside == nil {
+					time.Sleep(200 * time.Microsecond)
+				} else if err := tk.inside(); err != nil {
+					errs <- err
+				}
+				if err := l.Unlock(t.Context()); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
 	}
-	wg.Add(2)
-	go run(other, true, 20)
-	go run(other, false, 20)
 	wg.Wait()
 	close(errs)
 	for err := range errs {
 		t.Error(err)
 	}
-	if kept.Load() == 0 {
-		t.Error("no writer's request asked to keep the Client's place: the run proves nothing")
+}
+
+// A place passed from goroutine to goroutine of one Client without a
+// request of theirs is still refreshed a third of its QueueTTL after the
+// request that last set its expiry, by the goroutine that holds it: the
+// successor's entry inherits its predecessor's expiry, and a goroutine
+// that counted from its own turn, as it does for a place of its own
+// making, would leave it until a handoff came too late to be trusted
+// (about three quarters of the QueueTTL). Over a run longer than that,
+// every entry the queue holds has more than half its QueueTTL left.
+func TestKeptPlaceIsRefreshedAlongAChain(t *testing.T) {
+	t.Parallel() // seconds of hand-overs
+	_, rdb, srv := setup(t)
+	c := dlock.New(redislock.New(srv.Client(t)))
+	defer c.Close()
+	const qttl = 5 * time.Second // refreshed every 1.67s
+	m := c.Mutex("k", dlock.Fair(), dlock.WithTTL(6*time.Second))
+	stop := make(chan struct{})
+	sampled := make(chan time.Duration, 1)
+	go func() {
+		least := time.Duration(math.MaxInt64)
+		defer func() { sampled <- least }()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			entries, err := rdb.ZRangeWithScores(context.Background(), "dlock:{k}:qe", 0, -1).Result()
+			if err != nil {
+				continue
+			}
+			now, err := rdb.Time(context.Background()).Result()
+			if err != nil {
+				continue
+			}
+			for _, e := range entries {
+				least = min(least, time.UnixMilli(int64(e.Score)).Sub(now))
+			}
+		}
+	}()
+	hold := turnTaker{lock: m.Lock, inside: func() error { time.Sleep(30 * time.Millisecond); return nil }}
+	takeTurns(t, 55, hold, hold, hold) // about 5s of hand-overs
+	close(stop)
+	if least := <-sampled; least < qttl/2 {
+		t.Errorf("an entry of the chain had %v left; want more than half its QueueTTL (%v): the place was not refreshed in time", least, qttl)
 	}
 	waitFree(t, redislock.New(srv.Client(t)), "k")
 }
