@@ -30,9 +30,11 @@ type handle struct {
 	mode    driver.Mode
 	limit   int // a semaphore's permits; 0 otherwise
 
-	// starve: a plain Mutex on a store with fair queues, whose waits join
-	// the queue when they starve and whose requests respect a queue the
-	// Client has seen (see starve.go).
+	// starve: a plain Mutex on a store with fair queues, or a plain
+	// RWMutex or Semaphore on one that also reports shared requests that
+	// overtook its queue (driver.CapOvertookShared), whose waits join the
+	// queue when they starve and whose requests respect a queue the Client
+	// has seen (see starve.go).
 	starve bool
 	// handoff: the handle's queued requests let a release grant it the
 	// lock directly (driver.CapHandoff; see lockwait.go): a handle whose
@@ -118,8 +120,9 @@ func (h *handle) init(c *Client, kind, name string, mode driver.Mode, limit int,
 	// they overtook a queue, the owners that overtake it would not learn of
 	// it; and where a fair acquire costs several statements (SQL), queueing
 	// would halve a hot lock's throughput.
-	h.starve = h.err == nil && kind == "Mutex" && c.backend != nil && !h.opts.fair && h.token == "" &&
-		c.need(driver.CapFair) == nil && c.need(driver.CapOvertook) == nil && h.hub.notifier != nil
+	h.starve = h.err == nil && c.backend != nil && !h.opts.fair && h.token == "" &&
+		c.need(driver.CapFair) == nil && c.need(driver.CapOvertook) == nil && h.hub.notifier != nil &&
+		(kind == "Mutex" || c.need(driver.CapFairShared) == nil && c.need(driver.CapOvertookShared) == nil)
 	h.typ = typeOf(kind, mode == driver.Shared)
 	h.drains = h.opts.reentrant && h.opts.ownerID == ""
 	h.handoff = h.err == nil && c.backend != nil && (h.opts.fair || h.starve) && h.token == "" &&

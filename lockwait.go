@@ -489,7 +489,7 @@ func (w *waiter) queueDelay(attempt int, res driver.AcquireResult) time.Duration
 	// may (see attempt).
 	switch {
 	case !h.starve:
-	case res.Holder == "" && res.HolderTTL == 0 && res.Shared == 0:
+	case res.Holder == "" && res.HolderTTL == 0 && (res.Shared == 0 || h.mode == driver.Shared):
 		if w.promisedSince.IsZero() {
 			w.promisedSince = time.Now()
 		}

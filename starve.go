@@ -18,7 +18,12 @@ import (
 // queue says so (driver.AcquireResult.Overtook); every plain Mutex of a
 // Client that heard or saw either within queueLiveFor queues too, the owner
 // that just released included. The name is then served in arrival order
-// until its queue is empty and the announcements stop.
+// until its queue is empty and the announcements stop. A plain RWMutex
+// (its readers and writers) and a plain Semaphore do the same on a store
+// that reports the shared requests that overtook the queue too
+// (driver.CapOvertookShared): else a Client whose plain readers or permits
+// went before the queue would never learn of it, and the queued waiters
+// would wait behind every such Client's requests.
 //
 // Where the store hands the lock to the queue's head itself
 // (driver.CapHandoff), a plain waiter in the queue accepts that handoff as
@@ -120,9 +125,9 @@ func (h *handle) fairNow() bool {
 // starving reports whether a plain waiter of h that started at start, and
 // was last refused with last, should join the queue. A writer that waits
 // for readers keeps its writer intent instead, which already holds new
-// readers back.
+// readers back; a reader or permit queues whatever refused it.
 func (h *handle) starving(start time.Time, last driver.AcquireResult) bool {
-	return h.starve && last.Shared == 0 && !last.Queued &&
+	return h.starve && (h.mode == driver.Shared || last.Shared == 0) && !last.Queued &&
 		(time.Since(start) >= starveAfter || h.hub.queueLive(h.key))
 }
 

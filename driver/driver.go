@@ -330,6 +330,12 @@ const (
 	// CapKeepPlace: AcquireRequest.KeepPlace, a handing release's
 	// successor entry for the head's client.
 	CapKeepPlace
+	// CapOvertookShared: AcquireResult.Overtook, and QueueLive where the
+	// backend reports it, for shared requests too (semaphore permits and
+	// readers). With it, CapFairShared and CapOvertook (and a Notifier) the
+	// client lets the starving waiters of a plain RWMutex or Semaphore join
+	// the fair queue, as a plain Mutex's do.
+	CapOvertookShared
 )
 
 // String returns the capability's name.
@@ -353,6 +359,8 @@ func (c Capability) String() string {
 		return "fair read-write locks and semaphores"
 	case CapKeepPlace:
 		return "kept queue places"
+	case CapOvertookShared:
+		return "overtake reports of shared requests"
 	}
 	return "Capability(" + strconv.Itoa(int(c)) + ")"
 }
@@ -434,11 +442,13 @@ type AcquireResult struct {
 	// its next requests for the name fair, so that an owner that locks again
 	// right after releasing cannot starve them. A backend that cannot tell
 	// without more work than the grant itself may leave it false, and then
-	// does not claim CapOvertook.
+	// does not claim CapOvertook; one that reports it for shared grants
+	// too claims CapOvertookShared.
 	Overtook bool
-	// QueueLive reports, for a refusal of an exclusive request with Wait
-	// and without Fair, that the lock's fair queue had a live entry: the
-	// client then joins the queue at once, as after an Overtook grant. A
+	// QueueLive reports, for a refusal of an exclusive request (and, with
+	// CapOvertookShared, a shared one) with Wait and without Fair, that the
+	// lock's fair queue had a live entry: the client then joins the queue
+	// at once, as after an Overtook grant. A
 	// backend whose handoffs are announced to the head's client alone sets
 	// it, as the other clients no longer hear that the name has a queue;
 	// one that cannot tell cheaply may leave it false. It may be true for a

@@ -29,10 +29,12 @@
 -- holder pttl} or {0, holder owner, holder pttl, live shared holds,
 -- 1 when a writer intent refused it, position in the queue, 1 when queued}
 -- or, for a request that accepts a handoff, the same followed by the fence
--- counter; with ARGV[13], a refusal of an exclusive request that waits has
--- nine: the fence counter (0 for a request that accepts no handoff) and 1
--- when the lock has a live fair queue (which a plain waiter then joins:
--- it no longer hears the handoffs to other clients); for a shared request
+-- counter; with ARGV[13], a refusal of an exclusive request that waits, or
+-- of a shared one without fair that waits, has nine: the fence counter (0
+-- for a request that accepts no handoff) and 1 when the lock has a live
+-- fair queue (which a plain waiter then joins: it no longer hears the
+-- handoffs to other clients); a new shared hold is {1, fence, 1, overtook};
+-- for a shared request
 -- whose limit is not the one of the live shared holds (a conflict), {2, an
 -- owner of those holds, its pttl, live shared holds, their limit}.
 --
@@ -274,6 +276,11 @@ if shared then
     if fair then
       return refuse(holder, pttl, n, false, nil, byIntent)
     end
+    if hid ~= nil and wait then
+      -- As refuse answers a plain exclusive request that waits: whether
+      -- the lock has a live fair queue, which a starving waiter joins.
+      return {0, holder, pttl, n, byIntent or 0, 0, 0, 0, hasQ and 1 or 0}
+    end
     return {0, holder, pttl, n, byIntent or 0, 0, 0}
   end
   if hasL then
@@ -321,11 +328,14 @@ if shared then
     local _, _, holder = holdDetails(redis.call('HGET', SI, first[1]))
     return refuseShared(holder, tonumber(first[2]) - now(), n)
   end
-  if fair and hasQ then
+  if hasQ then
     pruneQueue(Q, QE, QO)
     local head = redis.call('ZRANGE', Q, '0', '0')[1]
     if head and head ~= token then
-      return refuseShared('', -2, n) -- a live entry of another goes first
+      if fair then
+        return refuseShared('', -2, n) -- a live entry of another goes first
+      end
+      overtook = 1
     end
   end
   local fence = redis.call('INCR', F)
@@ -346,7 +356,7 @@ if shared then
       redis.pcall(ARGV[15], ARGV[14], 'next:' .. next)
     end
   end
-  return {1, fence, 1}
+  return {1, fence, 1, overtook}
 end
 
 -- One read of the hash: the lock-delay, the token's holds, the ids of the

@@ -319,7 +319,8 @@ func parseConflict(reply []any) (driver.AcquireResult, error) {
 // driver.CapFair and driver.CapFairShared: read-write locks, semaphores
 // and fair locks of every kind are kept in
 // keys next to the lock's hash (see the package documentation); and for
-// driver.CapOvertook: a grant says when it went before a fair queue; for
+// driver.CapOvertook and driver.CapOvertookShared: a grant, exclusive or
+// shared, says when it went before a fair queue; for
 // driver.CapLockDelay: the lock-delay is kept in the lock's hash; and for
 // driver.CapHandoff and driver.CapKeepPlace, unless WithReplicaAck is
 // given: a release grants the lock to the fair queue's head, names the
@@ -327,7 +328,7 @@ func parseConflict(reply []any) (driver.AcquireResult, error) {
 // head's client keeps its place.
 func (b *Backend) Supports(c driver.Capability) bool {
 	switch c {
-	case driver.CapShared, driver.CapSemaphore, driver.CapFair, driver.CapFairShared, driver.CapOvertook, driver.CapLockDelay:
+	case driver.CapShared, driver.CapSemaphore, driver.CapFair, driver.CapFairShared, driver.CapOvertook, driver.CapOvertookShared, driver.CapLockDelay:
 		return true
 	case driver.CapHandoff, driver.CapKeepPlace:
 		// A release's grant is not acknowledged by replicas: with

@@ -765,3 +765,120 @@ func TestReleaseHandsAtMostHandBatchReaders(t *testing.T) {
 		t.Errorf("%d readers hold after the 101st came in, want %d (it hands the last a hold)", n, queued)
 	}
 }
+
+// plainWorker is one worker of contend: a Client of its own, the Lock of a
+// plain handle made on it by mk, and what it was granted.
+type plainWorker struct {
+	name           string
+	mk             func(c *dlock.Client) func(context.Context) (*dlock.Lease, error)
+	grants, handed int
+}
+
+// contend runs the workers on one redis-server for d, each locking,
+// holding for 200µs of busy work and locking again at once, and counts
+// each worker's grants and those a release handed it (Event.Handoff).
+func contend(t *testing.T, srv *testserver.Redis, d time.Duration, workers []*plainWorker) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		var handed atomic.Int64
+		c := dlock.New(redislock.New(srv.Client(t)), dlock.WithObserver(dlock.ObserverFunc(func(e dlock.Event) {
+			if e.Kind == dlock.EventLockGranted && !e.TryLock && e.Handoff {
+				handed.Add(1)
+			}
+		})))
+		t.Cleanup(func() { _ = c.Close() })
+		lock := w.mk(c)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { w.handed = int(handed.Load()) }()
+			for ctx.Err() == nil {
+				l, err := lock(ctx)
+				if err != nil {
+					if ctx.Err() == nil {
+						t.Errorf("%s: %v", w.name, err)
+					}
+					return
+				}
+				for end := time.Now().Add(200 * time.Microsecond); time.Now().Before(end); {
+				}
+				if err := l.Unlock(context.Background()); err != nil {
+					t.Errorf("%s: Unlock: %v", w.name, err)
+					return
+				}
+				w.grants++
+			}
+		}()
+	}
+	wg.Wait()
+	for _, w := range workers {
+		t.Logf("%s: %d grants, %d of them handed over", w.name, w.grants, w.handed)
+	}
+}
+
+// A plain Semaphore's waiters that starve join the fair queue, as a plain
+// Mutex's do, and are handed permits by the releases: without it every
+// release woke all the waiting Clients, which raced for the permit.
+func TestPlainSemaphoreWaitersAreHandedPermits(t *testing.T) {
+	_, _, srv := setup(t)
+	var workers []*plainWorker
+	for i := range 5 {
+		workers = append(workers, &plainWorker{name: fmt.Sprintf("worker %d", i), mk: func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+			return c.Semaphore("s", 2).Acquire
+		}})
+	}
+	contend(t, srv, 1500*time.Millisecond, workers)
+	total, handed := 0, 0
+	for _, w := range workers {
+		total, handed = total+w.grants, handed+w.handed
+	}
+	if total < 40*len(workers) {
+		t.Fatalf("only %d grants; want at least %d to judge them", total, 40*len(workers))
+	}
+	if handed < total/4 {
+		t.Errorf("%d of %d grants handed over; want at least a quarter: the starving waiters did not queue", handed, total)
+	}
+	for _, w := range workers {
+		if w.grants < total/len(workers)/3 {
+			t.Errorf("%s got %d of %d grants; want at least a third of an even share", w.name, w.grants, total)
+		}
+	}
+}
+
+// A plain RWMutex's readers and writers that starve join the fair queue
+// and take turns in arrival order, each handed its turn by a release:
+// without it the writers, whose releases woke every waiting Client, took
+// several times the readers' share.
+func TestPlainRWMutexWaitersTakeTurns(t *testing.T) {
+	_, _, srv := setup(t)
+	var workers []*plainWorker
+	for i := range 2 {
+		workers = append(workers, &plainWorker{name: fmt.Sprintf("writer %d", i), mk: func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+			return c.RWMutex("rw").Lock
+		}})
+	}
+	for i := range 4 {
+		workers = append(workers, &plainWorker{name: fmt.Sprintf("reader %d", i), mk: func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+			return c.RWMutex("rw").RLock
+		}})
+	}
+	contend(t, srv, 1500*time.Millisecond, workers)
+	total := 0
+	for _, w := range workers {
+		total += w.grants
+	}
+	if total < 40*len(workers) {
+		t.Fatalf("only %d grants; want at least %d to judge them", total, 40*len(workers))
+	}
+	for _, w := range workers {
+		if w.grants < total/len(workers)/2 {
+			t.Errorf("%s got %d of %d grants; want at least half an even share", w.name, w.grants, total)
+		}
+		if w.handed == 0 {
+			t.Errorf("%s was never handed the lock: its waits did not queue", w.name)
+		}
+	}
+}

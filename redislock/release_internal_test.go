@@ -520,6 +520,40 @@ func matchReferenceIn(t *testing.T, dir, name string, script *redis.Script, with
 	}
 }
 
+// pruneQueueScript drops the expired entries of the fair queue KEYS[1]
+// (arrival numbers), KEYS[2] (expiries), KEYS[3] (owners), as
+// pruneQueue in common.lua does.
+var pruneQueueScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
+  redis.call('ZREM', KEYS[1], m)
+  redis.call('ZREM', KEYS[2], m)
+  redis.call('HDEL', KEYS[3], m, '\0' .. m, '\1' .. m, '\2' .. m)
+end
+return 0`)
+
+// withoutQueueNews returns the answer got of acquire.lua to a shared
+// request as the reference answered it (ref): a new shared hold is
+// answered with whether it went before a live queue, and a refusal of a
+// request without fair that waits with the fence counter (0) and whether
+// the lock has a live queue (driver.CapOvertookShared), which the
+// reference scripts left out. Those extra elements must be 0 or 1 (the counter 0).
+func withoutQueueNews(t *testing.T, got, ref any) any {
+	t.Helper()
+	g, ok1 := got.([]any)
+	r, ok2 := ref.([]any)
+	if !ok1 || !ok2 || len(g) <= len(r) || !(len(r) == 3 && len(g) == 4 || len(r) == 7 && len(g) == 9) {
+		return got
+	}
+	for i, v := range g[len(r):] {
+		if n, ok := v.(int64); !ok || n < 0 || n > 1 || (len(r) == 7 && i == 0 && n != 0) {
+			t.Errorf("answer %v: element %d = %v, want 0 or 1 (the counter 0)", g, len(r)+i, v)
+		}
+	}
+	return g[:len(r)]
+}
+
 // TestAcquireMatchesPreHandoff runs acquire.lua and its version before the
 // numbers were passed to redis.call as strings (in testdata/prehandoff,
 // with that version's common.lua) on release.lua's generated states with
@@ -572,6 +606,14 @@ func TestAcquireMatchesPreHandoff(t *testing.T) {
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			t.Fatal(err)
+		}
+		if argv[5] == "1" && argv[7] != "1" {
+			// A plain shared request: the script prunes the queue to tell
+			// whether a new hold went before a live entry, which the
+			// reference did not look at; both run on a pruned queue.
+			if err := pruneQueueScript.Run(ctx, rdb, []string{prefix + ":q", prefix + ":qe", prefix + ":qo"}).Err(); err != nil {
+				t.Fatal(err)
+			}
 		}
 		keys := []string{prefix, prefix + ":fence", prefix + ":s", prefix + ":si", prefix + ":w", prefix + ":q", prefix + ":qe", prefix + ":qo", prefix + ":late"}
 		args := append(slices.Clone(argv), prefix+":rel", "PUBLISH")
@@ -634,6 +676,9 @@ func TestAcquireMatchesPreHandoff(t *testing.T) {
 		}
 		if newErr != "" {
 			newErr = "error"
+		}
+		if argv[5] == "1" {
+			newRes = withoutQueueNews(t, newRes, refRes)
 		}
 		if !same(refRes, newRes) || refErr != newErr || !slices.Equal(refMsgs, newMsgs) {
 			t.Errorf("state %d %q args %q: answer %v %s %q, want %v %s %q", i, s.cmds, argv, newRes, newErr, newMsgs, refRes, refErr, refMsgs)

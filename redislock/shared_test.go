@@ -42,6 +42,7 @@ var sharedCases = []struct {
 	{"WriterIntentKeptBehindWriter", testWriterIntentKeptBehindWriter},
 	{"FairOrder", testFairOrder},
 	{"FairTryLockYieldsAndRecordsNothing", testFairTryLockYieldsAndRecordsNothing},
+	{"PlainSharedRequestSeesLiveQueue", testPlainSharedRequestSeesLiveQueue},
 	{"FairEntryLapses", testFairEntryLapses},
 	{"ReleaseRemovesQueueEntryAndIntent", testReleaseRemovesQueueEntryAndIntent},
 	{"ReleaseNamesNext", testReleaseNamesNext},
@@ -479,6 +480,51 @@ func testFairTryLockYieldsAndRecordsNothing(t *testing.T, e sharedEnv) {
 	refused(t, e.b, fairReq("f", newToken(t), "try", false))
 	if existsAny(t, e.rdb, lockKey("f")+":q") {
 		t.Error("a fair TryLock was queued")
+	}
+}
+
+// A shared request without Fair is told of a live fair queue as an
+// exclusive one is (driver.CapOvertookShared): a waiting one that is
+// refused with QueueLive, a granted one with Overtook, so that a plain
+// Semaphore's or reader's starving waiters join the queue and its Client's
+// next requests respect it.
+func testPlainSharedRequestSeesLiveQueue(t *testing.T, e sharedEnv) {
+	holder := newToken(t)
+	mustAcquire(t, e.b, sharedReq("q", holder, "holder", 1))
+	plain := sharedReq("q", newToken(t), "plain", 1)
+	plain.Wait, plain.QueueTTL = true, 3*time.Second
+	if res := refused(t, e.b2, plain); res.QueueLive || res.Queued {
+		t.Errorf("plain waiter, no queue: %+v; want refused, not queued, QueueLive false", res)
+	}
+	fair := sharedReq("q", newToken(t), "fair", 1)
+	fair.Fair, fair.Wait, fair.QueueTTL = true, true, 3*time.Second
+	if res := refused(t, e.b, fair); !res.Queued || res.QueueLive {
+		t.Errorf("fair waiter: %+v; want queued, QueueLive false", res)
+	}
+	if res := refused(t, e.b2, plain); !res.QueueLive || res.Queued || res.Holder != "holder" {
+		t.Errorf("plain waiter behind a queue: %+v; want refused by the holder with QueueLive, not queued", res)
+	}
+	try := sharedReq("q", newToken(t), "try", 1)
+	if res := refused(t, e.b2, try); res.QueueLive {
+		t.Errorf("plain TryLock behind a queue: %+v; want QueueLive false (only waiters queue)", res)
+	}
+	release(t, e.b, "q", holder)
+	// Free, but promised to the fair waiter: a plain grant goes before it,
+	// and says so.
+	if res := mustAcquire(t, e.b2, plain); !res.Overtook {
+		t.Errorf("plain grant before a live queue: %+v; want Overtook", res)
+	}
+	release(t, e.b2, "q", plain.Token)
+	if res := mustAcquire(t, e.b, fair); res.Overtook {
+		t.Errorf("the head's own grant: %+v; want no Overtook", res)
+	}
+	release(t, e.b, "q", fair.Token)
+	if res := mustAcquire(t, e.b2, plain); res.Overtook {
+		t.Errorf("plain grant with no queue: %+v; want no Overtook", res)
+	}
+	release(t, e.b2, "q", plain.Token)
+	if got := e.keys(t, "q"); !slices.Equal(got, []string{lockKey("q") + ":fence"}) {
+		t.Errorf("keys after the last release = %v, want the fence counter", got)
 	}
 }
 
@@ -1017,7 +1063,7 @@ func TestReleaseQuietlyShared(t *testing.T) {
 
 func TestCapabilities(t *testing.T) {
 	b := redislock.New(nil) // no I/O
-	for _, c := range []driver.Capability{driver.CapShared, driver.CapSemaphore, driver.CapFair, driver.CapFairShared} {
+	for _, c := range []driver.Capability{driver.CapShared, driver.CapSemaphore, driver.CapFair, driver.CapFairShared, driver.CapOvertookShared} {
 		if !b.Supports(c) {
 			t.Errorf("Supports(%v) = false", c)
 		}
