@@ -882,3 +882,132 @@ func TestPlainRWMutexWaitersTakeTurns(t *testing.T) {
 		}
 	}
 }
+
+// A request without Fair that finds a shared hold a release handed its
+// token (a plain waiter in the queue that fell back on a plain request
+// after promisedGrace: waiter.fairNext) claims it, and the hold gets the
+// request's TTL, as an exclusive handed grant does: the client trusts the
+// grant for the request's TTL, where the handed hold lived only as long as
+// the token's queue entry.
+func TestPlainClaimOfHandedHoldGetsItsTTL(t *testing.T) {
+	b, rdb, _ := setup(t)
+	holder := sharedReq("s", newToken(t), "holder", 1)
+	mustAcquire(t, b, holder)
+	waiter := sharedReq("s", newToken(t), "waiter", 1)
+	waiter.Fair, waiter.Wait, waiter.Handoff, waiter.QueueTTL = true, true, true, 3*time.Second
+	refused(t, b, waiter)
+	release(t, b, "s", holder.Token) // hands waiter a hold that lives with its entry
+	plain := waiter
+	plain.Fair, plain.Handoff = false, false
+	mustAcquire(t, b, plain)
+	exp, err := rdb.ZScore(t.Context(), lockKey("s")+":s", waiter.Token).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := time.Until(time.UnixMilli(int64(exp))); left < plain.TTL-2*time.Second {
+		t.Errorf("the claimed hold expires in %v; want the request's TTL (%v)", left, plain.TTL)
+	}
+}
+
+// beforeAcquire runs fn once, before the first acquire request that match
+// accepts (given the request's script arguments, ARGV[1] first) goes out.
+type beforeAcquire struct {
+	once  *sync.Once
+	match func(argv []any) bool
+	fn    func()
+}
+
+func (h beforeAcquire) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h beforeAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.check(cmd.Args())
+		return next(ctx, cmd)
+	}
+}
+
+func (h beforeAcquire) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			h.check(cmd.Args())
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h beforeAcquire) check(args []any) {
+	const argv = 3 + 9 // "evalsha", sha, 9, the keys
+	if len(args) > argv+9 && args[0] == "evalsha" && args[1] == redislock.AcquireScriptHash() && h.match(args[argv:]) {
+		h.once.Do(h.fn)
+	}
+}
+
+// A plain Semaphore waiter in the queue, behind a head that does not come,
+// falls back on a plain request after promisedGrace; when the head comes
+// meanwhile and its grant hands the waiter a permit, that request claims
+// it. The lease must not outlive the permit on the store: it lived as
+// long as the waiter's queue entry (3 s), the lease was trusted for the
+// TTL, and another Client could take the permit in between.
+func TestPlainSemaphoreLeaseDoesNotOutliveHandedPermit(t *testing.T) {
+	b, rdb, srv := setup(t)
+	ctx := t.Context()
+	h1, h2 := sharedReq("s", newToken(t), "h1", 2), sharedReq("s", newToken(t), "h2", 2)
+	mustAcquire(t, b, h1)
+	mustAcquire(t, b, h2)
+	// The head takes no handoff: a release leaves it the lock to ask for.
+	head := sharedReq("s", newToken(t), "head", 2)
+	head.Fair, head.Wait, head.QueueTTL = true, true, 5*time.Second
+	refused(t, b, head)
+
+	hooked := srv.Client(t)
+	var queued atomic.Bool
+	hooked.AddHook(beforeAcquire{once: new(sync.Once), match: func(argv []any) bool {
+		if argv[7] == "1" { // ARGV[8], fair: the waiter queued
+			queued.Store(true)
+			return false
+		}
+		return queued.Load() && argv[5] == "1" && argv[8] == "1" // a plain shared request that waits
+	}, fn: func() {
+		// The head comes: its grant hands the waiter behind it a permit
+		// before the waiter's plain request lands.
+		if res, err := b.Acquire(ctx, head); err != nil || !res.Acquired {
+			t.Errorf("head: %+v, %v", res, err)
+		}
+	}})
+	c := dlock.New(redislock.New(hooked))
+	defer c.Close()
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		l, err := c.Semaphore("s", 2).Acquire(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	for zcard(t, rdb, lockKey("s")+":q") < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	release(t, b, "s", h1.Token)
+	release(t, b, "s", h2.Token)
+	l := <-got
+	if l == nil {
+		t.FailNow()
+	}
+	defer l.Unlock(context.Background())
+	holds, err := rdb.ZRangeWithScores(ctx, lockKey("s")+":s", 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(holds) != 2 {
+		t.Fatalf("holds %v; want the head's and the waiter's", holds)
+	}
+	for _, z := range holds {
+		if z.Member == head.Token {
+			continue
+		}
+		if exp := time.UnixMilli(int64(z.Score)); l.Deadline().After(exp) {
+			t.Errorf("the lease is trusted until %v after its permit expires on the store (in %v)",
+				l.Deadline().Sub(exp).Round(time.Millisecond), time.Until(exp).Round(time.Millisecond))
+		}
+	}
+}
