@@ -295,13 +295,16 @@ if shared then
   if mine then
     -- This request's own hold (pruned above if it expired): it was resent,
     -- or a release handed it to the token (handOff), and this request
-    -- claims it: it gets the request's TTL.
+    -- claims it: it gets the request's TTL, whether the request is fair or
+    -- not (a plain waiter in the queue may claim it with a plain request:
+    -- waiter.fairNext), as the client trusts the grant for that TTL; a
+    -- handed hold lives only as long as the token's queue entry.
     local fence = holdDetails(redis.call('HGET', SI, token))
+    if tonumber(mine) < now() + ttl then
+      redis.call('ZADD', S, int(now() + ttl), token)
+      fit(S, SI)
+    end
     if fair then
-      if tonumber(mine) < now() + ttl then
-        redis.call('ZADD', S, int(now() + ttl), token)
-        fit(S, SI)
-      end
       forget()
     end
     return {1, fence, 1}

@@ -533,6 +533,23 @@ for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
 end
 return 0`)
 
+// claimHoldScript gives the live shared hold of ARGV[1] in KEYS[1] (expiries)
+// and KEYS[2] (details), if any, an expiry of now + ARGV[2] ms when it
+// expires sooner, and the two keys the expiry of the latest hold, as
+// acquire.lua does for a request that claims its token's hold.
+var claimHoldScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local exp = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
+if not exp or exp <= now or exp >= now + tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], string.format('%d', now + tonumber(ARGV[2])), ARGV[1])
+local last = redis.call('ZRANGE', KEYS[1], '-1', '-1', 'WITHSCORES')
+redis.call('PEXPIREAT', KEYS[1], last[2])
+redis.call('PEXPIREAT', KEYS[2], last[2])
+return 1`)
+
 // withoutQueueNews returns the answer got of acquire.lua to a shared
 // request as the reference answered it (ref): a new shared hold is
 // answered with whether it went before a live queue, and a refusal of a
@@ -612,6 +629,12 @@ func TestAcquireMatchesPreHandoff(t *testing.T) {
 			// whether a new hold went before a live entry, which the
 			// reference did not look at; both run on a pruned queue.
 			if err := pruneQueueScript.Run(ctx, rdb, []string{prefix + ":q", prefix + ":qe", prefix + ":qo"}).Err(); err != nil {
+				t.Fatal(err)
+			}
+			// It gives a live hold of the token that it claims the
+			// request's TTL, as the reference did for a fair request
+			// only; both run with the hold so extended.
+			if err := claimHoldScript.Run(ctx, rdb, []string{prefix + ":s", prefix + ":si"}, argv[0], argv[2]).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
