@@ -489,7 +489,11 @@ func (w *waiter) queueDelay(attempt int, res driver.AcquireResult) time.Duration
 	// may (see attempt).
 	switch {
 	case !h.starve:
-	case res.Holder == "" && res.HolderTTL == 0 && (res.Shared == 0 || h.mode == driver.Shared):
+	case res.Holder == "" && res.HolderTTL == 0 && (res.Shared == 0 || h.limit > 0):
+		// Free but promised to the head: for a permit, whatever permits are
+		// held (some are free); for a reader or writer, only with no reader
+		// in (a reader behind a writer that waits for readers is not
+		// promised anything).
 		if w.promisedSince.IsZero() {
 			w.promisedSince = time.Now()
 		}

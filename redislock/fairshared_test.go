@@ -1011,3 +1011,45 @@ func TestPlainSemaphoreLeaseDoesNotOutliveHandedPermit(t *testing.T) {
 		}
 	}
 }
+
+// A plain reader queued behind a writer that waits for the readers in is
+// refused with nobody named (the writer has the lock's next turn, and no
+// reader may pass it), but the lock is not free: the reader sleeps until a
+// release or its queue refresh, and does not poll as it would for a lock
+// promised to a head that does not come (as a permit does, some permits
+// being free).
+func TestQueuedReaderBehindWaitingWriterDoesNotPoll(t *testing.T) {
+	b, _, srv := setup(t)
+	c := dlock.New(redislock.New(srv.Client(t)))
+	defer c.Close()
+	reader, err := c.RWMutex("rw").RLock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	writer := startWaiter(t, srv, b, "rw", 1, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+		return c.RWMutex("rw", dlock.Fair()).Lock
+	})
+	queued := startWaiter(t, srv, b, "rw", 2, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+		return c.RWMutex("rw").RLock
+	})
+	before := queued.b.acquires.Load()
+	time.Sleep(1500 * time.Millisecond)
+	if n := queued.b.acquires.Load() - before; n > 5 {
+		t.Errorf("the queued reader sent %d requests in 1.5s while a reader held the lock and the writer ahead of it waited; want at most 5 (its queue refreshes)", n)
+	}
+	if err := reader.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	w := <-writer.out
+	if w == nil {
+		t.FailNow()
+	}
+	if err := w.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-queued.out; r != nil {
+		if err := r.Unlock(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
