@@ -250,9 +250,13 @@ func serverStat(b *testing.B, rdb *redis.Client, section, pattern string) float6
 // server in turns, blocks of 500 cycles each, and reports each one's median
 // µs per cycle over the blocks and its ratio to raw. Taking turns keeps a
 // busy machine's ups and downs out of the ratios, which separate runs of
-// the benchmarks above do not.
+// the benchmarks above do not. On a machine whose idle cores sleep, the
+// wake-up on each round trip hides most of the difference; keep the cores
+// awake with busy loops at the lowest priority to see it (see
+// docs/PERFORMANCE.md):
 //
 //	go test -run XXX -bench UncontendedInterleaved -benchtime 30000x ./redislock/
+//	for i in 1 2; do nice -n 19 sh -c 'while :; do :; done' & done  # then kill %1 %2
 func BenchmarkUncontendedInterleaved(b *testing.B) {
 	srv := testserver.StartRedis(b)
 	ctx := context.Background()
