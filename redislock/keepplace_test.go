@@ -174,10 +174,12 @@ func TestFairHandOverWithinAClientJoinsNoQueue(t *testing.T) {
 	// Each Lock that found the Client waiting on the name already joins its
 	// group without a request; only a Lock that found nobody waiting (the
 	// first, and any that came when the others were all between Unlock and
-	// Lock) sends one. Before, each hand-over cost the next waiter a join.
+	// Lock) sends one. How many find nobody depends on the scheduling (3 to
+	// 30 of 100 seen, the most on a loaded machine); a hand-over that
+	// joined the queue would cost a request each, more than the grants.
 	grants := int64(workers * rounds)
-	if n := acquires.Load(); n > grants/4 {
-		t.Errorf("%d acquire requests for %d grants; want at most a quarter as many: hand-overs within the Client joined the queue", n, grants)
+	if n := acquires.Load(); n > grants/2 {
+		t.Errorf("%d acquire requests for %d grants; want at most half as many: hand-overs within the Client joined the queue", n, grants)
 	}
 	waitFree(t, redislock.New(rdb), "k")
 }
