@@ -58,7 +58,8 @@
 // that has lasted a millisecond joins the store's fair queue where the store
 // has one (redislock, etcdlock, memlock), and so do the Client's other Lock
 // calls on that name while the queue lives, so that an owner that unlocks
-// and locks again cannot starve the others (as in Go's sync.Mutex). WithWait
+// and locks again cannot starve the others (as in Go's sync.Mutex); on
+// redislock a plain RWMutex's and Semaphore's waits do the same. WithWait
 // bounds a wait independently of the TTL; a cancelled wait returns promptly with
 // errors.Join(*NotObtainedError, ctx.Err()), having removed what it left on
 // the store (a queue entry, a writer intent) unless the store took longer

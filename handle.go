@@ -32,9 +32,11 @@ type handle struct {
 
 	// starve: a plain Mutex on a store with fair queues, or a plain
 	// RWMutex or Semaphore on one that also reports shared requests that
-	// overtook its queue (driver.CapOvertookShared), whose waits join the
-	// queue when they starve and whose requests respect a queue the Client
-	// has seen (see starve.go).
+	// overtook its queue (driver.CapOvertookShared) and hands the lock to
+	// the queue (driver.CapHandoff: without it a queue lets readers in one
+	// at a time, each asking in turn), whose waits join the queue when they
+	// starve and whose requests respect a queue the Client has seen (see
+	// starve.go).
 	starve bool
 	// handoff: the handle's queued requests let a release grant it the
 	// lock directly (driver.CapHandoff; see lockwait.go): a handle whose
@@ -122,7 +124,8 @@ func (h *handle) init(c *Client, kind, name string, mode driver.Mode, limit int,
 	// would halve a hot lock's throughput.
 	h.starve = h.err == nil && c.backend != nil && !h.opts.fair && h.token == "" &&
 		c.need(driver.CapFair) == nil && c.need(driver.CapOvertook) == nil && h.hub.notifier != nil &&
-		(kind == "Mutex" || c.need(driver.CapFairShared) == nil && c.need(driver.CapOvertookShared) == nil)
+		(kind == "Mutex" || c.need(driver.CapFairShared) == nil && c.need(driver.CapOvertookShared) == nil &&
+			c.need(driver.CapHandoff) == nil)
 	h.typ = typeOf(kind, mode == driver.Shared)
 	h.drains = h.opts.reentrant && h.opts.ownerID == ""
 	h.handoff = h.err == nil && c.backend != nil && (h.opts.fair || h.starve) && h.token == "" &&

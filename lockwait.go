@@ -489,11 +489,10 @@ func (w *waiter) queueDelay(attempt int, res driver.AcquireResult) time.Duration
 	// may (see attempt).
 	switch {
 	case !h.starve:
-	case res.Holder == "" && res.HolderTTL == 0 && (res.Shared == 0 || h.limit > 0):
-		// Free but promised to the head: for a permit, whatever permits are
-		// held (some are free); for a reader or writer, only with no reader
-		// in (a reader behind a writer that waits for readers is not
-		// promised anything).
+	case res.Holder == "" && res.HolderTTL == 0 && !res.WriterWaiting && (res.Shared == 0 || h.mode == driver.Shared):
+		// Free but promised to the head: for a reader or permit, whatever
+		// shared holds are in, unless a queued writer waits for them to go
+		// (its intent stands: the refusal says a writer waits).
 		if w.promisedSince.IsZero() {
 			w.promisedSince = time.Now()
 		}

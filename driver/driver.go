@@ -332,9 +332,10 @@ const (
 	CapKeepPlace
 	// CapOvertookShared: AcquireResult.Overtook, and QueueLive where the
 	// backend reports it, for shared requests too (semaphore permits and
-	// readers). With it, CapFairShared and CapOvertook (and a Notifier) the
-	// client lets the starving waiters of a plain RWMutex or Semaphore join
-	// the fair queue, as a plain Mutex's do.
+	// readers). With it, CapFair, CapFairShared, CapOvertook and
+	// CapHandoff (and a Notifier) the client lets the starving waiters of a
+	// plain RWMutex or Semaphore join the fair queue, as a plain Mutex's
+	// do.
 	CapOvertookShared
 )
 
@@ -408,7 +409,10 @@ type AcquireResult struct {
 	// there are none or the store cannot tell.
 	Shared int
 	// WriterWaiting reports, when a Shared request was refused, that it was
-	// refused because of another token's live writer intent; and, for an
+	// refused because of another token's live writer intent (on a store
+	// with CapOvertookShared, also when a Fair request was refused behind
+	// the queue's head while a queued writer's intent stands: Holder then
+	// empty, the lock not promised to the request); and, for an
 	// Exclusive request on a store with CapClaim, that another token's
 	// live claim or intent kept a free lock for that token (see
 	// AcquireRequest.Claim).
@@ -436,7 +440,7 @@ type AcquireResult struct {
 	// HeldLimit is, with Conflict, the Limit of the live shared holds (0:
 	// readers).
 	HeldLimit int
-	// Overtook reports, for an exclusive grant to a request without Fair,
+	// Overtook reports, for a grant to a request without Fair,
 	// that the lock's fair queue had a live entry of another token: the
 	// grant went before waiters queued for the lock. The client then makes
 	// its next requests for the name fair, so that an owner that locks again

@@ -336,7 +336,11 @@ if shared then
     local head = redis.call('ZRANGE', Q, '0', '0')[1]
     if head and head ~= token then
       if fair then
-        return refuseShared('', -2, n) -- a live entry of another goes first
+        -- A live entry of another goes first: the lock is free for this
+        -- request but promised to the head, unless a queued writer's
+        -- intent stands (it waits for the holds to go; the refusal says
+        -- so, and the waiter does not take the lock as promised).
+        return refuseShared('', -2, n, writer[1] and writer[1] ~= token and 1 or 0)
       end
       overtook = 1
     end

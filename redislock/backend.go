@@ -249,10 +249,10 @@ func flag(v bool) any {
 // parseAcquire reads acquire.lua's reply: {1, fence, holds} or {1, fence,
 // holds, overtook} for a grant, {0, owner, pttl} or {0, owner, pttl,
 // shared, writer waiting, position, queued} for a refusal, the latter
-// followed by the fence counter for a request that accepts a handoff, or
-// for a waiting exclusive request by the counter (or 0) and whether a fair
-// queue is live, and
-// {2, owner, pttl, shared, limit} for a conflict (see parseConflict).
+// followed by the fence counter for a request that accepts a handoff, or,
+// for a waiting exclusive request or a waiting shared one without fair,
+// by the counter (or 0) and whether a fair queue is live, and {2, owner,
+// pttl, shared, limit} for a conflict (see parseConflict).
 func parseAcquire(reply []any) (driver.AcquireResult, error) {
 	if len(reply) == 5 {
 		return parseConflict(reply)

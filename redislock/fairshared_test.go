@@ -1012,44 +1012,61 @@ func TestPlainSemaphoreLeaseDoesNotOutliveHandedPermit(t *testing.T) {
 	}
 }
 
-// A plain reader queued behind a writer that waits for the readers in is
-// refused with nobody named (the writer has the lock's next turn, and no
-// reader may pass it), but the lock is not free: the reader sleeps until a
-// release or its queue refresh, and does not poll as it would for a lock
-// promised to a head that does not come (as a permit does, some permits
-// being free).
-func TestQueuedReaderBehindWaitingWriterDoesNotPoll(t *testing.T) {
-	b, _, srv := setup(t)
-	c := dlock.New(redislock.New(srv.Client(t)))
-	defer c.Close()
-	reader, err := c.RWMutex("rw").RLock(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	writer := startWaiter(t, srv, b, "rw", 1, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
-		return c.RWMutex("rw", dlock.Fair()).Lock
-	})
-	queued := startWaiter(t, srv, b, "rw", 2, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
-		return c.RWMutex("rw").RLock
-	})
-	before := queued.b.acquires.Load()
-	time.Sleep(1500 * time.Millisecond)
-	if n := queued.b.acquires.Load() - before; n > 5 {
-		t.Errorf("the queued reader sent %d requests in 1.5s while a reader held the lock and the writer ahead of it waited; want at most 5 (its queue refreshes)", n)
-	}
-	if err := reader.Unlock(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	w := <-writer.out
-	if w == nil {
-		t.FailNow()
-	}
-	if err := w.Unlock(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if r := <-queued.out; r != nil {
-		if err := r.Unlock(t.Context()); err != nil {
-			t.Fatal(err)
-		}
+// A plain reader or permit queued behind a writer that waits for the
+// shared holds to go is refused with nobody named (the writer has the
+// lock's next turn, and nothing may pass it) and told that a writer waits:
+// the lock is not free for it, and it sleeps until a release or its queue
+// refresh rather than poll as it would for a lock promised to a head that
+// does not come.
+func TestQueuedSharedWaiterBehindWaitingWriterDoesNotPoll(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		holder, queued func(c *dlock.Client) func(context.Context) (*dlock.Lease, error)
+		writer         func(c *dlock.Client) func(context.Context) (*dlock.Lease, error)
+	}{
+		{"reader",
+			func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) { return c.RWMutex("n").RLock },
+			func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) { return c.RWMutex("n").RLock },
+			func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+				return c.RWMutex("n", dlock.Fair()).Lock
+			}},
+		{"permit",
+			func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) { return c.Semaphore("n", 3).Acquire },
+			func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) { return c.Semaphore("n", 3).Acquire },
+			func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+				return c.Mutex("n", dlock.Fair()).Lock
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, _, srv := setup(t)
+			c := dlock.New(redislock.New(srv.Client(t)))
+			defer c.Close()
+			held, err := tc.holder(c)(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			writer := startWaiter(t, srv, b, "n", 1, tc.writer)
+			queued := startWaiter(t, srv, b, "n", 2, tc.queued)
+			before := queued.b.acquires.Load()
+			time.Sleep(1500 * time.Millisecond)
+			if n := queued.b.acquires.Load() - before; n > 5 {
+				t.Errorf("the queued %s sent %d requests in 1.5s while the lock was held and the writer ahead of it waited; want at most 5 (its queue refreshes)", tc.name, n)
+			}
+			if err := held.Unlock(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			w := <-writer.out
+			if w == nil {
+				t.FailNow()
+			}
+			if err := w.Unlock(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if l := <-queued.out; l != nil {
+				if err := l.Unlock(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
 	}
 }
