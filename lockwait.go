@@ -491,8 +491,8 @@ func (w *waiter) queueDelay(attempt int, res driver.AcquireResult) time.Duration
 	case !h.starve:
 	case res.Holder == "" && res.HolderTTL == 0 && !res.WriterWaiting && (res.Shared == 0 || h.mode == driver.Shared):
 		// Free but promised to the head: for a reader or permit, whatever
-		// shared holds are in, unless a queued writer waits for them to go
-		// (its intent stands: the refusal says a writer waits).
+		// shared holds are in. (A queued writer that waits for them to go
+		// is named by the refusal, with WriterWaiting.)
 		if w.promisedSince.IsZero() {
 			w.promisedSince = time.Now()
 		}

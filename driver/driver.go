@@ -410,9 +410,8 @@ type AcquireResult struct {
 	Shared int
 	// WriterWaiting reports, when a Shared request was refused, that it was
 	// refused because of another token's live writer intent (on a store
-	// with CapOvertookShared, also when a Fair request was refused behind
-	// the queue's head while a queued writer's intent stands: Holder then
-	// empty, the lock not promised to the request); and, for an
+	// with CapOvertookShared, also a queued writer's that a Fair request
+	// waits behind); and, for an
 	// Exclusive request on a store with CapClaim, that another token's
 	// live claim or intent kept a free lock for that token (see
 	// AcquireRequest.Claim).

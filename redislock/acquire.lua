@@ -336,11 +336,15 @@ if shared then
     local head = redis.call('ZRANGE', Q, '0', '0')[1]
     if head and head ~= token then
       if fair then
+        if writer[1] and writer[1] ~= token then
+          -- A queued writer's intent stands: the writer goes first, once
+          -- the holds go, as a plain intent refuses (the waiter must not
+          -- take the lock as promised to a head that does not come).
+          return refuseShared(writer[2] or '', redis.call('PTTL', W), n, 1)
+        end
         -- A live entry of another goes first: the lock is free for this
-        -- request but promised to the head, unless a queued writer's
-        -- intent stands (it waits for the holds to go; the refusal says
-        -- so, and the waiter does not take the lock as promised).
-        return refuseShared('', -2, n, writer[1] and writer[1] ~= token and 1 or 0)
+        -- request, but promised to the head.
+        return refuseShared('', -2, n)
       end
       overtook = 1
     end

@@ -466,8 +466,8 @@ func TestRunFairShared(t *testing.T) {
 	waitStderr(t, w.proc, `"book": 2 readers hold it`)
 	waitStderr(t, w.proc, "1st in the queue")
 	late := hold(t, e, dir, "late", false, "run", "--fair", "--shared", "--wait", "60s", "book")
-	waitStderr(t, late.proc, `"book": 2 readers hold it`)
-	waitStderr(t, late.proc, "and others are queued ahead (a fair lock goes to them first); 2nd in the queue")
+	waitStderr(t, late.proc, `"book": a writer is waiting (owner `)
+	waitStderr(t, late.proc, "and readers let it go first; 2nd in the queue")
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("the store:\n%s\nthe writer's stderr:\n%s\nthe late reader's stderr:\n%s",
