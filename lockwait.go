@@ -489,10 +489,10 @@ func (w *waiter) queueDelay(attempt int, res driver.AcquireResult) time.Duration
 	// may (see attempt).
 	switch {
 	case !h.starve:
-	case res.Holder == "" && res.HolderTTL == 0 && !res.WriterWaiting && (res.Shared == 0 || h.mode == driver.Shared):
+	case res.Holder == "" && res.HolderTTL == 0 && (res.Shared == 0 || h.mode == driver.Shared):
 		// Free but promised to the head: for a reader or permit, whatever
 		// shared holds are in. (A queued writer that waits for them to go
-		// is named by the refusal, with WriterWaiting.)
+		// is named by the refusal, as its intent's holder.)
 		if w.promisedSince.IsZero() {
 			w.promisedSince = time.Now()
 		}

@@ -21,9 +21,11 @@ import (
 // until its queue is empty and the announcements stop. A plain RWMutex
 // (its readers and writers) and a plain Semaphore do the same on a store
 // that reports the shared requests that overtook the queue too
-// (driver.CapOvertookShared): else a Client whose plain readers or permits
-// went before the queue would never learn of it, and the queued waiters
-// would wait behind every such Client's requests.
+// (driver.CapOvertookShared), else a Client whose plain readers or permits
+// went before the queue would never learn of it and the queued waiters
+// would wait behind every such Client's requests, and whose releases hand
+// the lock over (driver.CapHandoff), else queued readers would come in one
+// at a time, each asking in turn.
 //
 // Where the store hands the lock to the queue's head itself
 // (driver.CapHandoff), a plain waiter in the queue accepts that handoff as
