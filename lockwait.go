@@ -470,11 +470,13 @@ func (w *waiter) queueDelay(attempt int, res driver.AcquireResult) time.Duration
 	}
 	if !notified && h.opts.retry == nil && res.Position > 0 {
 		// Polling: only the head can be let in, and every poll of the
-		// waiters behind it is in vain until it is their turn. The head
-		// polls at pollPace; the others at the schedule's first pace, the
-		// slower the further back they are.
+		// waiters further back is in vain until it is their turn. The head
+		// polls at pollPace, and so does the waiter behind it: the head's
+		// grant makes it the head, and a short hold leaves it the lock
+		// before a slower poll would learn that. The others poll at the
+		// schedule's first pace, the slower the further back they are.
 		pace := time.Duration(res.Position) * max(retry.Delay(1), time.Millisecond)
-		if res.Position == 1 {
+		if res.Position <= 2 {
 			pace = w.pollPace(time.Now(), res, retry.Delay(1))
 		}
 		d = min(d, pace)
