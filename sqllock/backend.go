@@ -280,18 +280,37 @@ func (b *Backend) acquirePolled(ctx context.Context, req driver.AcquireRequest) 
 		// waited for a while after ctx ends: it changed nothing, and an
 		// error would leave the caller an outcome it must take as unknown.
 		type peeked struct {
-			res     driver.AcquireResult
-			decided bool
+			res           driver.AcquireResult
+			decided, free bool
 		}
 		p, err := inFlight(ctx, func(ctx context.Context) (peeked, error) {
-			res, decided, err := retryBusy3(ctx, b.dialect, func() (driver.AcquireResult, bool, error) { return b.tx.fairFirst(ctx, req) })
-			return peeked{res, decided}, err
+			return retryBusy(ctx, b.dialect, func() (p peeked, err error) {
+				p.res, p.decided, p.free, err = b.tx.fairFirst(ctx, req)
+				return p, err
+			})
 		})
 		if err != nil || p.decided {
 			return p.res, err
 		}
 		if err := ctx.Err(); err != nil {
 			return driver.AcquireResult{}, err // no writes once the caller gave up
+		}
+		if p.free && b.dialect == MySQL {
+			// The head of a polled queue finding the lock free: two
+			// statements, where the transaction takes six (txs.takeHead).
+			type taken struct {
+				res driver.AcquireResult
+				ok  bool
+			}
+			tk, err := inFlight(ctx, func(ctx context.Context) (taken, error) {
+				return retryBusy(ctx, b.dialect, func() (tk taken, err error) {
+					tk.res, tk.ok, err = b.tx.takeHead(ctx, req)
+					return tk, err
+				})
+			})
+			if err != nil || tk.ok {
+				return tk.res, err
+			}
 		}
 	}
 	return b.acquireWritten(ctx, req)

@@ -96,7 +96,14 @@ func testRoundTrips(t *testing.T, newDB newDatabase) {
 	}
 	release(t, b, k, qs.Token)
 	count("fair release (exclusive)", 1, func() { release(t, b, k, f.Token) })
-	count("fair acquire, the head", 0, func() { mustAcquire(t, b, q) })
+	// On MySQL the head, whose poll finds the lock free, takes it with an
+	// UPDATE and the deletion of its entry after that read, not the
+	// transaction's six statements.
+	head := int64(0)
+	if db.dialect == sqllock.MySQL {
+		head = 3
+	}
+	count("fair acquire, the head", head, func() { mustAcquire(t, b, q) })
 	q2 := waiting(fair(writeReq(k, "q2", time.Minute)), 5*time.Second)
 	refused(t, b, q2)
 	count("release of a queued waiter", 0, func() { release(t, b, k, q2.Token) })

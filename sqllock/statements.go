@@ -201,6 +201,27 @@ VALUES ($1, $2, $3, $4, $5, {now}, {plus:$6})
 WHERE name = $1`
 	tplReenter = `UPDATE {t} SET holds = holds + 1, expires_at = {max}(expires_at, {plus:$2}) WHERE name = $1`
 
+	// tplTakeHead is tplGrant for token $2 (owner $3, TTL $4) as the fair
+	// queue's head, on MySQL (txs.takeHead): it matches only where
+	// acquireFair would grant, and then some: the lock not held, shared_until
+	// past (no shared hold live), no live entry of another token whose
+	// clean-up is not recorded ahead of the token's live one (of any live
+	// one when the token has none; $5 is larger than every seq), no
+	// clean-up record of the token, and no expired entry, which the
+	// transaction deletes as it grants (by primary key: see txn.prune).
+	// LAST_INSERT_ID is the new fence, 0 when nothing matched.
+	tplTakeHead = `UPDATE {t} SET
+  intent_owner = CASE WHEN intent_token = $2 OR intent_until <= {now} THEN NULL ELSE intent_owner END,
+  intent_token = CASE WHEN intent_token = $2 OR intent_until <= {now} THEN NULL ELSE intent_token END,
+  fence = LAST_INSERT_ID(fence + 1), holds = 1, acquired_at = {now}, owner = $3, expires_at = {plus:$4}, token = $2
+WHERE name = $1 AND (token IS NULL OR expires_at <= {now})
+  AND (shared_until IS NULL OR shared_until <= {now})
+  AND NOT EXISTS (SELECT 1 FROM {g} WHERE name = $1 AND token = $2 AND expires_at > {now})
+  AND NOT EXISTS (SELECT 1 FROM {q} WHERE name = $1 AND expires_at <= {now})
+  AND NOT EXISTS (SELECT 1 FROM {q} o LEFT JOIN {g} g ON g.name = o.name AND g.token = o.token AND g.expires_at > {now}
+     WHERE o.name = $1 AND o.token <> $2 AND o.expires_at > {now} AND g.token IS NULL
+       AND o.seq < COALESCE((SELECT seq FROM {q} WHERE name = $1 AND token = $2 AND expires_at > {now}), $5))`
+
 	// tplSetIntent records token $2's writer intent, for QueueTTL $4.
 	tplSetIntent = `UPDATE {t} SET intent_token = $2, intent_owner = $3, intent_until = {plus:$4} WHERE name = $1`
 

@@ -250,8 +250,10 @@ func (t *txs) acquireFair(ctx context.Context, req driver.AcquireRequest) (drive
 // release needs, for several round trips. The read writes nothing, so one
 // that lands late, or that a release overtakes, is harmless: it answers
 // what a poll a moment earlier would have. decided is false when the
-// transaction must run.
-func (t *txs) fairFirst(ctx context.Context, req driver.AcquireRequest) (res driver.AcquireResult, decided bool, err error) {
+// transaction must run; free says, then, that the read found the lock free
+// with no live entry ahead of the token's fresh one and nothing else in
+// play, so that the request may take it as the queue's head (takeHead).
+func (t *txs) fairFirst(ctx context.Context, req driver.AcquireRequest) (res driver.AcquireResult, decided, free bool, err error) {
 	var holder, intent sql.NullString
 	var owner string
 	var heldLeft, sharedLeft, intentLeft, myLeft sql.NullInt64
@@ -260,29 +262,65 @@ func (t *txs) fairFirst(ctx context.Context, req driver.AcquireRequest) (res dri
 		&holder, &owner, &heldLeft, &sharedLeft, &intent, &intentLeft, &myLeft, &ahead)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return res, false, nil
+		return res, false, false, nil
 	case err != nil:
-		return res, false, err
+		return res, false, false, err
 	}
 	held := holder.Valid && heldLeft.Int64 > 0
 	switch {
 	case sharedLeft.Int64 > 0: // shared holds may be live
-		return res, false, nil
+		return res, false, false, nil
 	case intent.Valid && intent.String == req.Token && intentLeft.Int64 > 0:
-		return res, false, nil
+		return res, false, false, nil
 	case !myLeft.Valid || myLeft.Int64 <= t.x.units(req.QueueTTL)/2:
-		return res, false, nil
+		return res, false, false, nil
 	case req.Reentrant && held && holder.String == req.Token:
-		return res, false, nil
+		return res, false, false, nil
 	case !held && ahead == 0:
-		return res, false, nil // may be the token's
+		return res, false, true, nil // may be the token's
 	}
 	if held {
 		res.Holder, res.HolderTTL = owner, t.x.duration(heldLeft.Int64)
 	}
 	res.Queued = true
 	res.Position = int(ahead) + 1
-	return res, true, nil
+	return res, true, false, nil
+}
+
+// takeHead grants a Fair exclusive request the lock in two statements, on
+// MySQL, where the queue's head polls (fairFirst found the lock free and no
+// live entry ahead of the token's): tplTakeHead, one UPDATE that grants
+// only where acquireFair's transaction would (the lock not held, no shared
+// hold possibly live, no live entry of another token ahead of the token's,
+// and no clean-up record of the token) and when no expired entry waits to
+// be deleted, and then the deletion of the token's entry. ok is false when
+// the UPDATE matched nothing (the lock was taken meanwhile, or the state is
+// one that the transaction decides or tidies), and the caller runs that
+// transaction.
+//
+// The transaction takes six statements, among them MariaDB's slowest
+// read, while the name's row is locked and the released lock waits for
+// its head; this takes two. The UPDATE's subqueries read with locks, after
+// the row's lock: they see what committed before it, as the transaction's
+// read does. A request that lands after the token's clean-up is refused
+// by the clean-up's record. Between the two statements the holder's entry
+// is still queued, ahead of everyone, which changes nothing while it
+// holds; should the deletion fail, the error makes the caller clean up,
+// and the clean-up's transaction (release with record) deletes the entry
+// with the grant, so that no entry outlives its grant to hold the queue up.
+func (t *txs) takeHead(ctx context.Context, req driver.AcquireRequest) (res driver.AcquireResult, ok bool, err error) {
+	r, err := t.db.ExecContext(ctx, t.takeHeadSQL.query, t.takeHeadSQL.args(req.Key, req.Token, req.Owner, t.x.units(req.TTL), int64(maxSeq))...)
+	if err != nil {
+		return res, false, err
+	}
+	fence, err := r.LastInsertId()
+	if err != nil || fence == 0 {
+		return res, false, err
+	}
+	if _, err := t.db.ExecContext(ctx, t.dequeue.query, t.dequeue.args(req.Key, req.Token)...); err != nil {
+		return res, false, err
+	}
+	return driver.AcquireResult{Acquired: true, Fence: uint64(fence), Holds: 1}, true, nil
 }
 
 // refused completes an exclusive request that the upsert refused (on
