@@ -80,7 +80,22 @@ const (
 	pollersMax   = 4096
 	pollersIdle  = time.Minute
 	pollersSweep = time.Second
+	// busyFor is how long after a request on a key was queued a first
+	// request on it goes to the transaction at once (see busy).
+	busyFor = time.Second
 )
+
+// busy reports whether a fair request on key was answered with a queue
+// place within busyFor: a first request there would only be queued, and
+// the UPDATE that takes a lock nobody waits for (acquirePolled) would be a
+// statement more. (The mark is kept as the waiter of token "", which no
+// request has.)
+func (p *pollers) busy(key string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	at, ok := p.m[pollerKey{key, ""}]
+	return ok && time.Since(at) < busyFor
+}
 
 // waiting reports whether token is a waiter on key that was answered with
 // a queue place.
@@ -116,6 +131,7 @@ func (p *pollers) answered(req driver.AcquireRequest, res driver.AcquireResult, 
 		}
 	}
 	p.m[k] = now
+	p.m[pollerKey{req.Key, ""}] = now
 }
 
 // forget drops token's record on key: it released or withdrew.
@@ -298,22 +314,35 @@ func (b *Backend) acquirePolled(ctx context.Context, req driver.AcquireRequest) 
 		if p.free && b.dialect == MySQL {
 			// The head of a polled queue finding the lock free: two
 			// statements, where the transaction takes six (txs.takeHead).
-			type taken struct {
-				res driver.AcquireResult
-				ok  bool
+			if res, ok, err := b.takeHead(ctx, req, false); err != nil || ok {
+				return res, err
 			}
-			tk, err := inFlight(ctx, func(ctx context.Context) (taken, error) {
-				return retryBusy(ctx, b.dialect, func() (tk taken, err error) {
-					tk.res, tk.ok, err = b.tx.takeHead(ctx, req)
-					return tk, err
-				})
-			})
-			if err != nil || tk.ok {
-				return tk.res, err
-			}
+		}
+	} else if b.dialect == MySQL && !b.polls.busy(req.Key) {
+		// A first request on a name where this Backend has queued nobody
+		// of late: one UPDATE takes a free lock that nobody waits for;
+		// else the transaction queues the request.
+		if res, ok, err := b.takeHead(ctx, req, true); err != nil || ok {
+			return res, err
 		}
 	}
 	return b.acquireWritten(ctx, req)
+}
+
+// takeHead runs txs.takeHead as Acquire runs its statements: through
+// deadlocks, and for a while after ctx ends (acquireInFlight).
+func (b *Backend) takeHead(ctx context.Context, req driver.AcquireRequest, first bool) (driver.AcquireResult, bool, error) {
+	type taken struct {
+		res driver.AcquireResult
+		ok  bool
+	}
+	tk, err := inFlight(ctx, func(ctx context.Context) (taken, error) {
+		return retryBusy(ctx, b.dialect, func() (tk taken, err error) {
+			tk.res, tk.ok, err = b.tx.takeHead(ctx, req, first)
+			return tk, err
+		})
+	})
+	return tk.res, tk.ok, err
 }
 
 // acquireWritten is acquire by the statements that may write.

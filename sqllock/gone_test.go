@@ -424,77 +424,89 @@ func TestQueuePassesOverEntryOfWaiterThatGaveUp(t *testing.T) {
 	}
 }
 
-// TestLateHeadTakeAfterCleanupGrantsNothing: on MySQL the head of a polled
-// fair queue that finds the lock free takes it with one UPDATE (and then
-// deletes its entry). That UPDATE, held until the poll's context ended and
-// the waiter's clean-up ran, then let through, grants nothing: the
-// clean-up's record refuses it, and the lock is free for the next comer.
+// TestLateHeadTakeAfterCleanupGrantsNothing: on MySQL a fair request takes
+// a free lock with one UPDATE when nobody waits ahead of it: the head of a
+// polled queue whose poll finds the lock free (it then deletes its entry),
+// and a first request on a name this Backend has not queued on of late.
+// That UPDATE, held until the request's context ended and the waiter's
+// clean-up ran, then let through, grants nothing: the clean-up's record
+// refuses it, and the lock is free for the next comer.
 func TestLateHeadTakeAfterCleanupGrantsNothing(t *testing.T) {
-	e := mariadbLate(t)
-	h := newHolder("")
-	var letOnce sync.Once
-	let := func() { letOnce.Do(func() { close(h.let) }) }
-	late := sqllock.New(e.open(t, h), e.dialect)
-	t.Cleanup(let) // run first: the pool's Close waits for the held connection
-	other := newLateClient(t, e, e.open(t, nil))
-	ctx := t.Context()
-	fair := []dlock.Option{dlock.Fair(), dlock.WithTTL(30 * time.Second)}
-
-	held, err := other.Mutex("f", fair...).TryLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := dldriver.AcquireRequest{Key: "f", Token: "late", Owner: "late", TTL: time.Minute,
-		Fair: true, Wait: true, QueueTTL: time.Minute}
-	if res, err := late.Acquire(ctx, req); err != nil || !res.Queued || res.Position != 1 {
-		t.Fatalf("fair request behind a holder = %+v, %v; want queued first", res, err)
-	}
-	if err := held.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	h.arm("LAST_INSERT_ID(fence + 1)") // tplTakeHead's text
-	pollCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	polled := make(chan error, 1)
-	go func() {
-		res, err := late.Acquire(pollCtx, req)
-		if err == nil && res.Acquired {
-			err = errors.New("granted")
+	for _, queued := range []bool{true, false} {
+		name := "first request"
+		if queued {
+			name = "queue's head"
 		}
-		polled <- err
-	}()
-	select {
-	case <-h.held:
-	case err := <-polled:
-		t.Fatalf("the head's poll of a free lock ended (%v) without its UPDATE", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the head's UPDATE was never written")
+		t.Run(name, func(t *testing.T) {
+			e := mariadbLate(t)
+			h := newHolder("")
+			var letOnce sync.Once
+			let := func() { letOnce.Do(func() { close(h.let) }) }
+			late := sqllock.New(e.open(t, h), e.dialect)
+			t.Cleanup(let) // run first: the pool's Close waits for the held connection
+			other := newLateClient(t, e, e.open(t, nil))
+			ctx := t.Context()
+			fair := []dlock.Option{dlock.Fair(), dlock.WithTTL(30 * time.Second)}
+
+			held, err := other.Mutex("f", fair...).TryLock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := dldriver.AcquireRequest{Key: "f", Token: "late", Owner: "late", TTL: time.Minute,
+				Fair: true, Wait: true, QueueTTL: time.Minute}
+			if queued {
+				if res, err := late.Acquire(ctx, req); err != nil || !res.Queued || res.Position != 1 {
+					t.Fatalf("fair request behind a holder = %+v, %v; want queued first", res, err)
+				}
+			}
+			if err := held.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			h.arm("LAST_INSERT_ID(fence + 1)") // tplTakeHead's text
+			reqCtx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			answered := make(chan error, 1)
+			go func() {
+				res, err := late.Acquire(reqCtx, req)
+				if err == nil && res.Acquired {
+					err = errors.New("granted")
+				}
+				answered <- err
+			}()
+			select {
+			case <-h.held:
+			case err := <-answered:
+				t.Fatalf("the request for a free lock ended (%v) without its UPDATE", err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the request's UPDATE was never written")
+			}
+			cancel()
+			select {
+			case err := <-answered:
+				if err == nil {
+					t.Fatal("the request with its UPDATE held: answered without an error, want an unknown outcome")
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the request did not return after its context ended")
+			}
+			// The clean-up a Client sends after an attempt of unknown outcome.
+			if _, err := late.Release(ctx, "f", "late"); err != nil {
+				t.Fatal(err)
+			}
+			let()
+			select {
+			case <-h.ran:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the held UPDATE was never answered")
+			}
+			l, err := other.Mutex("f", fair...).TryLock(ctx)
+			if err != nil {
+				t.Fatalf("fair TryLock after the late UPDATE landed: %v; want the lock free", err)
+			}
+			_ = l.Unlock(ctx)
+		})
 	}
-	cancel()
-	select {
-	case err := <-polled:
-		if err == nil {
-			t.Fatal("the poll with its UPDATE held: answered without an error, want an unknown outcome")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the poll did not return after its context ended")
-	}
-	// The clean-up a Client sends after an attempt of unknown outcome.
-	if _, err := late.Release(ctx, "f", "late"); err != nil {
-		t.Fatal(err)
-	}
-	let()
-	select {
-	case <-h.ran:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the held UPDATE was never answered")
-	}
-	l, err := other.Mutex("f", fair...).TryLock(ctx)
-	if err != nil {
-		t.Fatalf("fair TryLock after the late UPDATE landed: %v; want the lock free", err)
-	}
-	_ = l.Unlock(ctx)
 }
 
 // TestPruneOfExpiredRecordsSparesOneWrittenAgain: on MySQL a clean-up

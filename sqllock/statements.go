@@ -222,6 +222,12 @@ WHERE name = $1 AND (token IS NULL OR expires_at <= {now})
      WHERE o.name = $1 AND o.token <> $2 AND o.expires_at > {now} AND g.token IS NULL
        AND o.seq < COALESCE((SELECT seq FROM {q} WHERE name = $1 AND token = $2 AND expires_at > {now}), $5))`
 
+	// tplTakeFirst is tplTakeHead for a first request of token $2, which
+	// has no queue entry to delete after the grant: it matches only when
+	// the token has none.
+	tplTakeFirst = tplTakeHead + `
+  AND NOT EXISTS (SELECT 1 FROM {q} WHERE name = $1 AND token = $2)`
+
 	// tplSetIntent records token $2's writer intent, for QueueTTL $4.
 	tplSetIntent = `UPDATE {t} SET intent_token = $2, intent_owner = $3, intent_until = {plus:$4} WHERE name = $1`
 

@@ -59,7 +59,7 @@ type txs struct {
 	expiredShared, expiredQueue, allShared                                  stmt // MySQL: the tokens to delete
 	hasMore, holder, intent, claim, unclaim, inspect, list                  stmt
 	moveIntent                                                              stmt // Backend.MoveIntent
-	takeHeadSQL                                                             stmt // MySQL: txs.takeHead
+	takeHeadSQL, takeFirstSQL                                               stmt // MySQL: txs.takeHead
 	reader, insertReader                                                    stmt // MySQL and SQLite
 	dropHolder                                                              stmt // BreakIf
 	gone, ungone, dropHold, expiredGone                                     stmt // clean-up records (see goneTTL)
@@ -120,6 +120,7 @@ func newTxs(db *sql.DB, d Dialect, names tableNames) *txs {
 	t.requeue = x.stmt(tplRequeue)
 	t.dequeue = x.stmt(tplDequeue)
 	t.takeHeadSQL = x.stmt(tplTakeHead)
+	t.takeFirstSQL = x.stmt(tplTakeFirst)
 	t.pruneShared = x.stmt(`DELETE FROM {s} WHERE name = $1 AND token <> $2 AND expires_at <= {now}`)
 	t.pruneQueue = x.stmt(`DELETE FROM {q} WHERE name = $1 AND token <> $2 AND expires_at <= {now}`)
 	t.clearShared = x.stmt(`DELETE FROM {s} WHERE name = $1`)

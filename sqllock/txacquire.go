@@ -308,8 +308,16 @@ func (t *txs) fairFirst(ctx context.Context, req driver.AcquireRequest) (res dri
 // holds; should the deletion fail, the error makes the caller clean up,
 // and the clean-up's transaction (release with record) deletes the entry
 // with the grant, so that no entry outlives its grant to hold the queue up.
-func (t *txs) takeHead(ctx context.Context, req driver.AcquireRequest) (res driver.AcquireResult, ok bool, err error) {
-	r, err := t.db.ExecContext(ctx, t.takeHeadSQL.query, t.takeHeadSQL.args(req.Key, req.Token, req.Owner, t.x.units(req.TTL), int64(maxSeq))...)
+//
+// With first (a request of a token that this Backend has not queued) it
+// is tplTakeFirst: one UPDATE, which matches only when the token has no
+// entry, so that there is none to delete.
+func (t *txs) takeHead(ctx context.Context, req driver.AcquireRequest, first bool) (res driver.AcquireResult, ok bool, err error) {
+	st := t.takeHeadSQL
+	if first {
+		st = t.takeFirstSQL
+	}
+	r, err := t.db.ExecContext(ctx, st.query, st.args(req.Key, req.Token, req.Owner, t.x.units(req.TTL), int64(maxSeq))...)
 	if err != nil {
 		return res, false, err
 	}
@@ -317,8 +325,10 @@ func (t *txs) takeHead(ctx context.Context, req driver.AcquireRequest) (res driv
 	if err != nil || fence == 0 {
 		return res, false, err
 	}
-	if _, err := t.db.ExecContext(ctx, t.dequeue.query, t.dequeue.args(req.Key, req.Token)...); err != nil {
-		return res, false, err
+	if !first {
+		if _, err := t.db.ExecContext(ctx, t.dequeue.query, t.dequeue.args(req.Key, req.Token)...); err != nil {
+			return res, false, err
+		}
 	}
 	return driver.AcquireResult{Acquired: true, Fence: uint64(fence), Holds: 1}, true, nil
 }
