@@ -65,7 +65,7 @@ type timeoutFlag struct{ *waitFlag }
 func (t timeoutFlag) Set(s string) error {
 	if plainNumber.MatchString(s) {
 		secs, err := strconv.ParseFloat(s, 64)
-		if err != nil || secs > (math.MaxInt64/time.Second).Seconds() {
+		if err != nil || secs > float64(math.MaxInt64/time.Second) {
 			return errors.New(`want a number of seconds, a duration such as 30s or 5m, or "forever"`)
 		}
 		t.d = time.Duration(secs * float64(time.Second))
