@@ -113,12 +113,11 @@ Flags:
                              longest first, then the longest queue
   --prefix PREFIX            only the locks whose names start with PREFIX
   --once                     print the table once, even on a terminal
-
+` + backendFlagsHelp + `
 Exit status: 0; 64 for bad flags or URL; 69 when the store cannot be reached
 (at the start; later errors are shown and retried); 74 when the terminal
 cannot be written.
-
-` + backendFlagsHelp
+`
 
 // writeErrs is a writer that remembers its first write error, to tell a
 // failed write from a failed store call.
