@@ -26,7 +26,7 @@ type topOptions struct {
 func topCommand(a *app, fs *pflag.FlagSet) runner {
 	o := &topOptions{}
 	durationVar(fs, &o.interval, "interval", time.Second, "time between two samples of the store")
-	fs.StringVar(&o.order, "sort", "hold", "hold: the lock held longest first; wait: the longest-waiting queue first")
+	fs.StringVar(&o.order, "sort", "hold", "hold (the lock held longest first, the default) or wait (the longest-waiting queue first)")
 	fs.StringVar(&o.prefix, "prefix", "", "only the locks whose names start with PREFIX")
 	fs.BoolVar(&o.once, "once", false, "print the table once, even on a terminal")
 	return func(ctx context.Context, args []string, _ int) error { return cmdTop(ctx, a, o, args) }
