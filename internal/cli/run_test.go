@@ -133,6 +133,25 @@ func TestRunCommandNotFound(t *testing.T) {
 	expect(t, e.run("run", "x", "--", "true"), 0)
 }
 
+// TestRunCommandThatCannotStartSaysWhy: a command that exists but cannot
+// start is not "command not found": a script whose #! interpreter is
+// missing (a Windows line end makes "/bin/sh\r") names it, a path to no
+// file says so, and a directory is called one; with the shell's statuses.
+func TestRunCommandThatCannotStartSaysWhy(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sqliteURL(t))
+	dir := t.TempDir()
+	crlf := filepath.Join(dir, "crlf.sh")
+	if err := os.WriteFile(crlf, []byte("#!/bin/sh\r\necho hi\r\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, e.run("run", "x", "--", crlf), 127, `cannot run "`+crlf+`": its #! line names the interpreter "/bin/sh\r", which was not found`)
+	missing := filepath.Join(dir, "missing.sh")
+	expect(t, e.run("run", "x", "--", missing), 127, `cannot run "`+missing+`": no such file`)
+	expect(t, e.run("run", "x", "--", dir), 126, `cannot run "`+dir+`": is a directory`)
+	expect(t, e.run("run", "x", "--", "true"), 0)
+}
+
 // TestRunForwardsSignals sends SIGTERM to dlock run: its command's trap
 // sees it, and dlock exits with the command's status and releases the lock.
 func TestRunForwardsSignals(t *testing.T) {
