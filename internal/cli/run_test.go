@@ -460,6 +460,26 @@ func TestRunEnvDefaults(t *testing.T) {
 	expect(t, newEnv(t, url, "DLOCK_WAIT=soon").run("run", "x", "--", "true"), 64, `DLOCK_WAIT="soon": want a duration`)
 }
 
+// TestRunTTLFromTheEnvironmentIsNamedAsSuch: a TTL that DLOCK_TTL gave and
+// dlock run refuses (too short, or too short for --kill-grace) is called
+// DLOCK_TTL in the message, not a --ttl the command line does not have.
+func TestRunTTLFromTheEnvironmentIsNamedAsSuch(t *testing.T) {
+	t.Parallel()
+	url := sqliteURL(t)
+	for _, c := range []struct {
+		vars []string
+		args []string
+		want string
+	}{
+		{[]string{"DLOCK_TTL=100ms"}, nil, "DLOCK_TTL=100ms is too short for dlock run"},
+		{[]string{"DLOCK_TTL=2s"}, []string{"--kill-grace", "900ms"}, "--kill-grace 900ms does not fit in half of DLOCK_TTL=2s"},
+		{[]string{"DLOCK_TTL=2s"}, []string{"--ttl", "100ms"}, "--ttl 100ms is too short for dlock run"},
+	} {
+		r := newEnv(t, url, c.vars...).run(append(append([]string{"run"}, c.args...), "x", "--", "true")...)
+		expect(t, r, 64, c.want)
+	}
+}
+
 // TestRunWaitAnnouncesNewHolder: a waiter says who holds the lock, and again
 // when the holder changes; then it gets the lock.
 func TestRunWaitAnnouncesNewHolder(t *testing.T) {
