@@ -72,7 +72,7 @@ func benchFlags(fs *pflag.FlagSet, o *benchOptions, l *benchLists) {
 	fs.StringVar(&l.subjects, "subjects", strings.Join(benchSubjects, ","), "comma list of dlock, dlock-fair, dlock-pair, dlock-fair-pair, raw")
 	fs.StringVar(&l.workloads, "workloads", strings.Join(benchDefaultWorkloads, ","), "comma list of "+strings.Join(benchWorkloads, ", "))
 	fs.StringVar(&l.cs, "cs", "0,100us,1ms,10ms", "critical sections of hot, a comma list of durations")
-	fs.IntVar(&o.workers, "workers", 8, "workers of hot and keys")
+	fs.IntVar(&o.workers, "workers", 8, "workers of hot, keys, rw and sem")
 	fs.IntVar(&o.names, "names", 64, "lock names of keys")
 	fs.IntVar(&o.writers, "writers", 2, "workers of rw that write; the others read")
 	fs.IntVar(&o.permits, "permits", 3, "permits of sem's semaphore")

@@ -394,5 +394,5 @@ func (a *app) openFor(ctx context.Context, check func(be driver.Backend, where s
 	if err != nil {
 		return nil, err
 	}
-	return connectHooked(ctx, b, a.connectTimeout, connectHooks{readOnly: a.readOnly, check: check})
+	return connectHooked(ctx, b, a.connectTimeout, connectHooks{readOnly: a.readOnly, check: check, log: a.libLogger()})
 }

@@ -9,6 +9,7 @@ import (
 	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -80,6 +81,9 @@ type connectHooks struct {
 	// store is reached: what it refuses (a kind of lock the store does not
 	// have) is refused whether or not the store answers.
 	check func(be driver.Backend, where string) error
+	// log, when not nil, takes the warnings of the Redis and Redlock
+	// backends (app.libLogger); slog.Default otherwise.
+	log *slog.Logger
 }
 
 // Close closes the store's client or database handle.
@@ -181,11 +185,14 @@ func connectHooked(ctx context.Context, b *backendURL, timeout time.Duration, ho
 		if b.allowEviction {
 			opts = append(opts, redislock.WithEvictionAllowed())
 		}
+		if hooks.log != nil {
+			opts = append(opts, redislock.WithLogger(hooks.log))
+		}
 		rb := redislock.New(rdb, opts...)
 		s.backend, s.inspector = rb, rb
 	case kindRedlock:
 		var err error
-		if s, ping, err = connectRedlock(b, timeout, hooks.redis); err != nil {
+		if s, ping, err = connectRedlock(b, timeout, hooks.redis, hooks.log); err != nil {
 			return nil, err
 		}
 	case kindEtcd:
@@ -299,7 +306,7 @@ func newRedisClient(b *backendURL, timeout time.Duration, noRetries bool) redis.
 // connectRedlock opens one client per node of a redlock:// URL, with hook
 // when not nil. Its ping succeeds once a quorum of nodes answers, as Redlock
 // itself would.
-func connectRedlock(b *backendURL, timeout time.Duration, hook redis.Hook) (*store, func(context.Context) error, error) {
+func connectRedlock(b *backendURL, timeout time.Duration, hook redis.Hook, log *slog.Logger) (*store, func(context.Context) error, error) {
 	clients := make([]redis.UniversalClient, len(b.redlock.nodes))
 	for i, o := range b.redlock.nodes {
 		clients[i] = newRedisClient(&backendURL{redis: o}, timeout, false)
@@ -323,6 +330,9 @@ func connectRedlock(b *backendURL, timeout time.Duration, hook redis.Hook) (*sto
 	}
 	if b.allowEviction {
 		opts = append(opts, redlock.WithEvictionAllowed())
+	}
+	if log != nil {
+		opts = append(opts, redlock.WithLogger(log))
 	}
 	rl, err := redlock.New(clients, opts...)
 	if err != nil {

@@ -76,6 +76,11 @@ func classifyConnect(err error) (cause string, code int) {
 		strings.Contains(msg, "etcdserver: user name is empty"):
 		if i := strings.Index(msg, "NOAUTH"); i > 0 && !strings.Contains(msg, "WRONGPASS") {
 			msg = msg[i:] + "; give the password in DLOCK_PASSWORD or a --password-file"
+		} else if i := strings.Index(msg, "NOPERM"); i > 0 {
+			// Redis's reply, without the library's layers ("dlock:
+			// acquire NAME: redis ADDR: "), which repeat the lock and
+			// the store that dlock's message names already.
+			msg = msg[i:]
 		}
 		return msg, exitNoPerm
 	case strings.Contains(msg, "DB index is out of range"):

@@ -167,11 +167,10 @@ Flags:
   --allow-release            offer a button that force-releases the grant
                              shown (not a newer one), for the holder of the
                              token printed on stderr
-
+` + backendFlagsHelp + `
 Exit status: 0 after SIGINT, SIGTERM or SIGHUP; 64 for bad flags, URL, a
 non-loopback --listen without --listen-any, or --allow-release on a store
-without BreakIf; 69 when the store cannot be
-reached at the start or --listen cannot be bound (later store errors are
-shown on the page, and dlock_dash_up is 0).
-
-` + backendFlagsHelp
+that cannot break a lock on condition of its grant (Redlock); 69 when the
+store cannot be reached at the start or --listen cannot be bound (later
+store errors are shown on the page, and dlock_dash_up is 0).
+`

@@ -271,3 +271,39 @@ func TestRunStoreErrorSaysEachLayerOnce(t *testing.T) {
 		t.Errorf("stderr names the library's layers:\n%s", r.stderr)
 	}
 }
+
+// TestRunRedisACLRefusalSaysEachLayerOnce: a Redis user whose ACL refuses
+// dlock's script or keys is refused rights (77), said in Redis's words with
+// the lock's name, dlock's prefix and the store's address each once,
+// without the library's layers repeating them.
+func TestRunRedisACLRefusalSaysEachLayerOnce(t *testing.T) {
+	t.Parallel()
+	rdb := testserver.StartRedis(t)
+	for user, rules := range map[string][]string{
+		"nokeys":   {"~other:*", "&*", "+@all"},
+		"noscript": {"~dlock:*", "&dlock:*", "+@all", "-evalsha", "-eval"},
+	} {
+		args := append([]any{"ACL", "SETUSER", user, "on", ">pw"}, toAny(rules)...)
+		if err := rdb.Client(t).Do(t.Context(), args...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		t.Run(user, func(t *testing.T) {
+			r := newEnv(t, "redis://"+user+"@"+rdb.Addr()+"/0", "DLOCK_PASSWORD=pw").run("run", "x", "--", "true")
+			expect(t, r, 77, `dlock: lock "x": redis at `+rdb.Addr()+` (db 0): NOPERM `)
+			oneLine(t, r)
+			for _, once := range []string{`"x"`, "dlock:", rdb.Addr()} {
+				if n := strings.Count(r.stderr, once); n != 1 {
+					t.Errorf("stderr has %q %d times, want once:\n%s", once, n, r.stderr)
+				}
+			}
+		})
+	}
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}

@@ -94,3 +94,19 @@ func TestCLIPageDocumentsEveryFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpListsGlobalFlagsWithTheCommandsFlags: in each command's full help
+// the global flags (--backend ...) follow the command's own under "Flags:",
+// before the exit status, not after it with no heading.
+func TestHelpListsGlobalFlagsWithTheCommandsFlags(t *testing.T) {
+	for cmd, h := range helps {
+		at := strings.Index(h, "\n  --backend URL")
+		if at < 0 {
+			continue
+		}
+		flags, exit := strings.Index(h, "\nFlags:\n"), strings.Index(h, "\nExit status")
+		if flags < 0 || flags > at || (exit >= 0 && exit < at) || strings.HasSuffix(h[:at], "\n") {
+			t.Errorf("dlock help %s: --backend is not in its Flags: list, before Exit status", cmd)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -83,3 +84,52 @@ func (j *jsonLines) failure(msg, usage string, code int) {
 	}
 	j.record(slog.LevelError, msg, attrs...)
 }
+
+// libLogger is the logger of the store's library (redislock's warning of a
+// maxmemory-policy it cannot read): its warnings are dlock's own messages
+// ("dlock: warning: MSG (KEY=VALUE, ...)" on stderr, or WARN records with
+// --log-format json), not lines of Go's default logger in another format.
+func (a *app) libLogger() *slog.Logger {
+	return slog.New(&msgHandler{w: a.msgs()})
+}
+
+// msgHandler writes records of level Warn and above as dlock's message
+// lines on w, one Write each.
+type msgHandler struct {
+	w     io.Writer
+	attrs []slog.Attr
+}
+
+func (h *msgHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+
+func (h *msgHandler) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString("dlock: warning: ")
+	b.WriteString(oneLine(r.Message))
+	attrs := append([]slog.Attr(nil), h.attrs...)
+	r.Attrs(func(at slog.Attr) bool {
+		attrs = append(attrs, at)
+		return true
+	})
+	for i, at := range attrs {
+		if i == 0 {
+			b.WriteString(" (")
+		} else {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s=%s", at.Key, oneLine(at.Value.String()))
+	}
+	if len(attrs) > 0 {
+		b.WriteString(")")
+	}
+	b.WriteString("\n")
+	_, err := io.WriteString(h.w, b.String())
+	return err
+}
+
+func (h *msgHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &msgHandler{w: h.w, attrs: append(append([]slog.Attr(nil), h.attrs...), attrs...)}
+}
+
+// WithGroup keeps the attributes unqualified: the messages are for people.
+func (h *msgHandler) WithGroup(string) slog.Handler { return h }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/dlock-go/dlock/internal/test/testserver"
 )
 
 // TestLogFormatJSON: with --log-format json every message of dlock's own
@@ -49,5 +51,32 @@ func TestLogFormatJSON(t *testing.T) {
 	r = e.run("--log-format", "yaml", "ls")
 	if r.code != 64 || !strings.Contains(r.stderr, `--log-format "yaml": want text or json`) {
 		t.Errorf("bad format: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// TestLogFormatCoversTheStoresWarnings: a warning of the store's library
+// (a Redis whose maxmemory-policy the user may not read, as on managed
+// services) is one of dlock's messages: "dlock: warning: ..." in text, a
+// WARN record with --log-format json, not a line of Go's default logger.
+func TestLogFormatCoversTheStoresWarnings(t *testing.T) {
+	t.Parallel()
+	rdb := testserver.StartRedis(t)
+	if err := rdb.Client(t).Do(t.Context(), "ACL", "SETUSER", "app", "on", ">pw", "~dlock:*", "&dlock:*", "+@all", "-config").Err(); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, "redis://app@"+rdb.Addr()+"/0", "DLOCK_PASSWORD=pw")
+
+	r := e.run("run", "x", "--", "true")
+	expect(t, r, 0, "dlock: warning: redislock: cannot read Redis's maxmemory-policy")
+	oneLine(t, r)
+
+	r = e.run("--log-format", "json", "run", "x", "--", "true")
+	expect(t, r, 0)
+	var rec map[string]any
+	if err := json.Unmarshal([]byte(strings.TrimSpace(r.stderr)), &rec); err != nil {
+		t.Fatalf("stderr %q: want one JSON record (%v)", r.stderr, err)
+	}
+	if msg, _ := rec["msg"].(string); rec["level"] != "WARN" || !strings.Contains(msg, "maxmemory-policy") {
+		t.Errorf("record %v", rec)
 	}
 }

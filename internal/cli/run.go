@@ -65,7 +65,7 @@ type timeoutFlag struct{ *waitFlag }
 func (t timeoutFlag) Set(s string) error {
 	if plainNumber.MatchString(s) {
 		secs, err := strconv.ParseFloat(s, 64)
-		if err != nil || secs > (math.MaxInt64/time.Second).Seconds() {
+		if err != nil || secs > float64(math.MaxInt64/time.Second) {
 			return errors.New(`want a number of seconds, a duration such as 30s or 5m, or "forever"`)
 		}
 		t.d = time.Duration(secs * float64(time.Second))
@@ -288,24 +288,25 @@ func (o *runOptions) parse(a *app, fs *pflag.FlagSet, wait *waitFlag, args []str
 		return err
 	}
 	graceSet := fs.Changed("kill-grace")
+	ttl := ttlSource(fs)
 	if fit := o.ttl/2 - killReserve; !graceSet && o.killGrace > fit {
 		// The default grace does not fit a short TTL: shorten it, down to
 		// minKillGrace, rather than refuse the TTL.
 		if fit < minKillGrace {
-			return usageErr("run", "--ttl %v is too short for dlock run: it stops the command %v plus a --kill-grace of at least %v "+
-				"before the lease could expire, which must be at most half the TTL; give at least --ttl %v",
-				o.ttl, killReserve, minKillGrace, 2*(killReserve+minKillGrace))
+			return usageErr("run", "%s%v is too short for dlock run: it stops the command %v plus a --kill-grace of at least %v "+
+				"before the lease could expire, which must be at most half the TTL; give at least %s%v",
+				ttl, o.ttl, killReserve, minKillGrace, ttl, 2*(killReserve+minKillGrace))
 		}
 		o.killGrace = fit
 	}
 	if o.ttl > longTTL {
-		fmt.Fprintf(a.msgs(), "dlock: warning: --ttl %s: if dlock dies or loses the store, the lock stays taken that long; "+
-			"a TTL of seconds or minutes is renewed for as long as the command runs\n", fmtDuration(o.ttl))
+		fmt.Fprintf(a.msgs(), "dlock: warning: %s%s: if dlock dies or loses the store, the lock stays taken that long; "+
+			"a TTL of seconds or minutes is renewed for as long as the command runs\n", ttl, fmtDuration(o.ttl))
 	}
 	if margin := o.killGrace + killReserve; margin > o.ttl/2 {
-		return usageErr("run", "--kill-grace %v does not fit in half of --ttl %v: dlock stops the command %v (the grace plus %v) "+
-			"before the lease could expire, which must be at most half the TTL; raise --ttl to at least %v or lower --kill-grace",
-			o.killGrace, o.ttl, margin, killReserve, 2*margin)
+		return usageErr("run", "--kill-grace %v does not fit in half of %s%v: dlock stops the command %v (the grace plus %v) "+
+			"before the lease could expire, which must be at most half the TTL; raise %s to at least %v or lower --kill-grace",
+			o.killGrace, ttl, o.ttl, margin, killReserve, strings.TrimRight(ttl, " ="), 2*margin)
 	}
 	return nil
 }
@@ -356,6 +357,15 @@ const (
 	envTTL  = "DLOCK_TTL"
 	envWait = "DLOCK_WAIT"
 )
+
+// ttlSource is how the messages about the TTL name it, before its value:
+// "DLOCK_TTL=" when that variable gave it, else "--ttl ".
+func ttlSource(fs *pflag.FlagSet) string {
+	if !fs.Changed("ttl") && os.Getenv(envTTL) != "" {
+		return envTTL + "="
+	}
+	return "--ttl "
+}
 
 // envDefaults applies DLOCK_TTL and DLOCK_WAIT to --ttl and --wait when the
 // command line does not give them.

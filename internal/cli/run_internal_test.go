@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/memlock"
@@ -40,5 +41,26 @@ func TestRunHoldingLostBeforeStart(t *testing.T) {
 	}
 	if _, err := os.Stat(ran); err == nil {
 		t.Error("the command ran on a lost lease")
+	}
+}
+
+// TestTimeoutFlagTakesBareSecondsOfAnySize: --timeout takes flock's bare
+// seconds however many there are (a minute, an hour), not only up to nine,
+// and refuses only a number too large for a duration.
+func TestTimeoutFlagTakesBareSecondsOfAnySize(t *testing.T) {
+	for s, want := range map[string]time.Duration{
+		"0.5":  500 * time.Millisecond,
+		"9":    9 * time.Second,
+		"10":   10 * time.Second,
+		"60":   time.Minute,
+		"3600": time.Hour,
+	} {
+		w := &waitFlag{}
+		if err := (timeoutFlag{w}).Set(s); err != nil || w.d != want {
+			t.Errorf("--timeout %s: %v, %v; want %v", s, w.d, err, want)
+		}
+	}
+	if err := (timeoutFlag{&waitFlag{}}).Set("99999999999"); err == nil {
+		t.Error("--timeout 99999999999 (over 290 years) accepted")
 	}
 }

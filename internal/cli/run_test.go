@@ -133,6 +133,25 @@ func TestRunCommandNotFound(t *testing.T) {
 	expect(t, e.run("run", "x", "--", "true"), 0)
 }
 
+// TestRunCommandThatCannotStartSaysWhy: a command that exists but cannot
+// start is not "command not found": a script whose #! interpreter is
+// missing (a Windows line end makes "/bin/sh\r") names it, a path to no
+// file says so, and a directory is called one; with the shell's statuses.
+func TestRunCommandThatCannotStartSaysWhy(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sqliteURL(t))
+	dir := t.TempDir()
+	crlf := filepath.Join(dir, "crlf.sh")
+	if err := os.WriteFile(crlf, []byte("#!/bin/sh\r\necho hi\r\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, e.run("run", "x", "--", crlf), 127, `cannot run "`+crlf+`": its #! line names the interpreter "/bin/sh\r", which was not found`)
+	missing := filepath.Join(dir, "missing.sh")
+	expect(t, e.run("run", "x", "--", missing), 127, `cannot run "`+missing+`": no such file`)
+	expect(t, e.run("run", "x", "--", dir), 126, `cannot run "`+dir+`": is a directory`)
+	expect(t, e.run("run", "x", "--", "true"), 0)
+}
+
 // TestRunForwardsSignals sends SIGTERM to dlock run: its command's trap
 // sees it, and dlock exits with the command's status and releases the lock.
 func TestRunForwardsSignals(t *testing.T) {
@@ -439,6 +458,26 @@ func TestRunEnvDefaults(t *testing.T) {
 	expect(t, e.run("run", "--wait", "0", "busy", "--", "true"), 75, "not waiting (--wait 0)")
 	expect(t, newEnv(t, url, "DLOCK_TTL=30").run("run", "x", "--", "true"), 64, `DLOCK_TTL="30": 30 has no unit`)
 	expect(t, newEnv(t, url, "DLOCK_WAIT=soon").run("run", "x", "--", "true"), 64, `DLOCK_WAIT="soon": want a duration`)
+}
+
+// TestRunTTLFromTheEnvironmentIsNamedAsSuch: a TTL that DLOCK_TTL gave and
+// dlock run refuses (too short, or too short for --kill-grace) is called
+// DLOCK_TTL in the message, not a --ttl the command line does not have.
+func TestRunTTLFromTheEnvironmentIsNamedAsSuch(t *testing.T) {
+	t.Parallel()
+	url := sqliteURL(t)
+	for _, c := range []struct {
+		vars []string
+		args []string
+		want string
+	}{
+		{[]string{"DLOCK_TTL=100ms"}, nil, "DLOCK_TTL=100ms is too short for dlock run"},
+		{[]string{"DLOCK_TTL=2s"}, []string{"--kill-grace", "900ms"}, "--kill-grace 900ms does not fit in half of DLOCK_TTL=2s"},
+		{[]string{"DLOCK_TTL=2s"}, []string{"--ttl", "100ms"}, "--ttl 100ms is too short for dlock run"},
+	} {
+		r := newEnv(t, url, c.vars...).run(append(append([]string{"run"}, c.args...), "x", "--", "true")...)
+		expect(t, r, 64, c.want)
+	}
 }
 
 // TestRunWaitAnnouncesNewHolder: a waiter says who holds the lock, and again

@@ -56,19 +56,22 @@ func printFlagLines(w io.Writer, fs *pflag.FlagSet) {
 			spelled = "-" + f.Shorthand + ", --" + f.Name
 		}
 		varname, usage := pflag.UnquoteUsage(f)
-		if v, ok := globalValueNames[f.Name]; ok {
-			varname = v
-		}
-		if varname != "" {
+		if v, ok := valueNames[f.Name]; ok {
+			spelled += " " + v
+		} else if varname != "" {
 			spelled += " " + flagValueName(varname)
 		}
 		fmt.Fprintf(w, "  %-*s %s\n", shortFlagWidth-2, spelled, firstClause(usage))
 	})
 }
 
-// globalValueNames name the values of dlock's global flags as its usage
-// line does.
-var globalValueNames = map[string]string{"backend": "URL", "password-file": "PATH", "log-format": "text|json"}
+// valueNames name the values of the flags whose type says too little
+// (a string) as the full help and the usage lines do.
+var valueNames = map[string]string{
+	"backend": "URL", "password-file": "PATH", "log-format": "text|json",
+	"sort": "hold|wait", "prefix": "PREFIX", "listen": "HOST:PORT",
+	"charts": "DIR", "cs": "LIST", "subjects": "LIST", "workloads": "LIST",
+}
 
 // flagValueName is the placeholder of a flag's value in the short help.
 func flagValueName(varname string) string {
@@ -77,8 +80,6 @@ func flagValueName(varname string) string {
 		return "N"
 	case "string":
 		return "TEXT"
-	case "text|json":
-		return varname
 	}
 	return strings.ToUpper(varname)
 }

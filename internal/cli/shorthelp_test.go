@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -25,5 +26,36 @@ func TestShortHelpFitsOnAScreen(t *testing.T) {
 	}
 	if r := e.run("help", "run"); !strings.Contains(r.stdout, "Exit status") {
 		t.Errorf("dlock help run lost the full help:\n%s", r.stdout)
+	}
+}
+
+// TestShortHelpNamesValuesAsTheFullHelpDoes: each flag of a command's
+// -h names its value as 'dlock help COMMAND' does (--sort hold|wait, not
+// --sort TEXT), and a flag that takes one of a few words names them all.
+func TestShortHelpNamesValuesAsTheFullHelpDoes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sqliteURL(t))
+	fullLine := regexp.MustCompile(`^  (?:-[a-zA-Z], )?(--[a-z-]+)(?: ([^ ]+))?`)
+	shortLine := regexp.MustCompile(`^  (?:-[a-zA-Z], |    )(--[a-z-]+)(?: ([^ ]+))?`)
+	for _, cmd := range []string{"run", "ls", "inspect", "release", "bench", "top", "dash"} {
+		full := map[string]string{}
+		for _, line := range strings.Split(e.run("help", cmd).stdout, "\n") {
+			if m := fullLine.FindStringSubmatch(line); m != nil {
+				full[m[1]] = m[2]
+			}
+		}
+		short := e.run(cmd, "-h").stdout
+		for _, line := range strings.Split(short, "\n") {
+			m := shortLine.FindStringSubmatch(line)
+			if m == nil {
+				continue
+			}
+			if want, ok := full[m[1]]; ok && m[2] != want {
+				t.Errorf("dlock %s -h: %s %s; dlock help %s has %s %s", cmd, m[1], m[2], cmd, m[1], want)
+			}
+		}
+	}
+	if r := e.run("top", "-h"); !strings.Contains(r.stdout, "--sort hold|wait") || !strings.Contains(r.stdout, "wait") {
+		t.Errorf("dlock top -h does not name both orders of --sort:\n%s", r.stdout)
 	}
 }

@@ -487,14 +487,56 @@ outer:
 }
 
 // startErr is the error of a command that could not be started, with the
-// shell's exit codes.
+// shell's exit codes. A file that exists but is missing what it needs to
+// start (the interpreter of its #! line: "/bin/sh\r" after a Windows line
+// end) is not "command not found", nor a directory "permission denied".
 func startErr(name string, err error) *exitError {
 	var pe *os.PathError
 	switch {
 	case errors.Is(err, exec.ErrNotFound), errors.Is(err, os.ErrNotExist):
-		return fail(exitNotFound, "cannot run %q: command not found", name)
+		path := name
+		if !strings.Contains(name, "/") {
+			p, lerr := exec.LookPath(name)
+			if lerr != nil {
+				return fail(exitNotFound, "cannot run %q: command not found", name)
+			}
+			path = p
+		}
+		if _, serr := os.Stat(path); serr != nil {
+			return fail(exitNotFound, "cannot run %q: no such file", name)
+		}
+		if interp, ok := shebang(path); ok {
+			return fail(exitNotFound, "cannot run %q: its #! line names the interpreter %q, which was not found", name, interp)
+		}
+		return fail(exitNotFound, "cannot run %q: a file it needs to start (its loader or a library) was not found", name)
 	case errors.As(err, &pe):
+		if fi, serr := os.Stat(name); serr == nil && fi.IsDir() {
+			return fail(exitCannotExecute, "cannot run %q: is a directory", name)
+		}
 		return fail(exitCannotExecute, "cannot run %q: %v", name, pe.Err)
 	}
 	return fail(exitCannotExecute, "cannot run %q: %v", name, err)
+}
+
+// shebang returns the interpreter the #! line of the file at path names,
+// as the kernel reads it: up to the first blank or line end, so that a
+// carriage return stays part of it.
+func shebang(path string) (string, bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	buf := make([]byte, 256)
+	n, _ := f.Read(buf)
+	line, ok := strings.CutPrefix(string(buf[:n]), "#!")
+	if !ok {
+		return "", false
+	}
+	line, _, _ = strings.Cut(line, "\n")
+	fields := strings.FieldsFunc(line, func(r rune) bool { return r == ' ' || r == '\t' })
+	if len(fields) == 0 {
+		return "", false
+	}
+	return fields[0], true
 }

@@ -26,7 +26,7 @@ type topOptions struct {
 func topCommand(a *app, fs *pflag.FlagSet) runner {
 	o := &topOptions{}
 	durationVar(fs, &o.interval, "interval", time.Second, "time between two samples of the store")
-	fs.StringVar(&o.order, "sort", "hold", "hold: the lock held longest first; wait: the longest-waiting queue first")
+	fs.StringVar(&o.order, "sort", "hold", "hold (the lock held longest first, the default) or wait (the longest-waiting queue first)")
 	fs.StringVar(&o.prefix, "prefix", "", "only the locks whose names start with PREFIX")
 	fs.BoolVar(&o.once, "once", false, "print the table once, even on a terminal")
 	return func(ctx context.Context, args []string, _ int) error { return cmdTop(ctx, a, o, args) }
@@ -113,12 +113,11 @@ Flags:
                              longest first, then the longest queue
   --prefix PREFIX            only the locks whose names start with PREFIX
   --once                     print the table once, even on a terminal
-
+` + backendFlagsHelp + `
 Exit status: 0; 64 for bad flags or URL; 69 when the store cannot be reached
 (at the start; later errors are shown and retried); 74 when the terminal
 cannot be written.
-
-` + backendFlagsHelp
+`
 
 // writeErrs is a writer that remembers its first write error, to tell a
 // failed write from a failed store call.
