@@ -478,6 +478,16 @@ func (b *Backend) release(ctx context.Context, key, token string, fence uint64) 
 		// the clean-up of a request still on its way: it records the
 		// token (see goneTTL).
 		record := fence == 0 && b.recordsGone()
+		if err == nil && res.Held && fence == 0 && b.dialect == MySQL && b.peekFair {
+			// A clean-up of a hold that a fair request's UPDATE took as
+			// the queue's head (txs.takeHead), whose deletion of the
+			// token's entry did not run or was not answered: the entry
+			// goes with the hold, else it would stay ahead of every
+			// waiter until it expired.
+			if _, err := b.db.ExecContext(ctx, b.tx.dequeue.query, b.tx.dequeue.args(key, token)...); err != nil {
+				return res, err
+			}
+		}
 		if err != nil || res.Held || (!more && !record) {
 			return res, err
 		}

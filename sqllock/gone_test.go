@@ -509,6 +509,73 @@ func TestLateHeadTakeAfterCleanupGrantsNothing(t *testing.T) {
 	}
 }
 
+// TestCleanupOfHeadTakeWithoutItsDeletionLeavesNoEntry: the head of a
+// polled fair queue on MySQL takes a free lock with an UPDATE, then deletes
+// its entry. When that deletion is held until the request's context ended,
+// the caller's clean-up (a Release without a fence, which finds the hold)
+// takes the entry out with the hold: a fair TryLock then finds nobody
+// queued.
+func TestCleanupOfHeadTakeWithoutItsDeletionLeavesNoEntry(t *testing.T) {
+	e := mariadbLate(t)
+	h := newHolder("")
+	var letOnce sync.Once
+	let := func() { letOnce.Do(func() { close(h.let) }) }
+	late := sqllock.New(e.open(t, h), e.dialect)
+	t.Cleanup(let) // run first: the pool's Close waits for the held connection
+	other := newLateClient(t, e, e.open(t, nil))
+	ctx := t.Context()
+	fair := []dlock.Option{dlock.Fair(), dlock.WithTTL(30 * time.Second)}
+
+	held, err := other.Mutex("f", fair...).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := dldriver.AcquireRequest{Key: "f", Token: "late", Owner: "late", TTL: time.Minute,
+		Fair: true, Wait: true, QueueTTL: time.Minute}
+	if res, err := late.Acquire(ctx, req); err != nil || !res.Queued || res.Position != 1 {
+		t.Fatalf("fair request behind a holder = %+v, %v; want queued first", res, err)
+	}
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	h.arm("DELETE FROM `dlock_locks_queue` WHERE name = 'f' AND token = 'late'")
+	reqCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	answered := make(chan error, 1)
+	go func() {
+		_, err := late.Acquire(reqCtx, req)
+		answered <- err
+	}()
+	select {
+	case <-h.held:
+	case err := <-answered:
+		t.Fatalf("the head's take of a free lock ended (%v) without deleting its entry", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the deletion of the head's entry was never written")
+	}
+	cancel()
+	select {
+	case err := <-answered:
+		if err == nil {
+			t.Fatal("the take with its deletion held: answered without an error, want an unknown outcome")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request did not return after its context ended")
+	}
+	if _, err := late.Release(ctx, "f", "late"); err != nil {
+		t.Fatal(err)
+	}
+	// The held deletion has not reached the server: what the clean-up
+	// left is all there is.
+	l, err := other.Mutex("f", fair...).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("fair TryLock after the clean-up: %v; want the lock free with nobody queued", err)
+	}
+	_ = l.Unlock(ctx)
+	let()
+}
+
 // TestPruneOfExpiredRecordsSparesOneWrittenAgain: on MySQL a clean-up
 // prunes the name's expired records by reading their tokens, then deleting
 // them: a record that another clean-up wrote again in between is live, and

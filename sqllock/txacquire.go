@@ -305,9 +305,13 @@ func (t *txs) fairFirst(ctx context.Context, req driver.AcquireRequest) (res dri
 // read does. A request that lands after the token's clean-up is refused
 // by the clean-up's record. Between the two statements the holder's entry
 // is still queued, ahead of everyone, which changes nothing while it
-// holds; should the deletion fail, the error makes the caller clean up,
-// and the clean-up's transaction (release with record) deletes the entry
-// with the grant, so that no entry outlives its grant to hold the queue up.
+// holds. Should the deletion fail or go unanswered, or the UPDATE's answer
+// be lost, the error makes the caller clean up, and on MySQL a clean-up
+// Release (no fence) that finds the token's hold deletes its entry too
+// (Backend.release), so that no entry outlives its grant to hold the
+// queue up. A client that dies between the two leaves an entry that
+// expires with its last refresh, no later than the grant where QueueTTL is
+// at most the TTL (the dlock client's default).
 //
 // With first (a request of a token that this Backend has not queued) it
 // is tplTakeFirst: one UPDATE, which matches only when the token has no
