@@ -1086,7 +1086,14 @@ type validChecker struct {
 	mu      sync.Mutex
 	limit   int
 	held    map[*dlock.Lease]bool
+	dead    map[*dlock.Lease]bool // leases of killed Clients: held on the store until their deadline
 	overlap []string
+}
+
+func (c *validChecker) markDead(l *dlock.Lease) {
+	c.mu.Lock()
+	c.dead[l] = true
+	c.mu.Unlock()
 }
 
 func (c *validChecker) granted(l *dlock.Lease, writer bool, who string) {
@@ -1096,7 +1103,7 @@ func (c *validChecker) granted(l *dlock.Lease, writer bool, who string) {
 	c.held[l] = writer
 	var readers, writers int
 	for h, w := range c.held {
-		if h.Err() != nil || !now.Before(h.Deadline()) {
+		if h.Err() != nil && !c.dead[h] || !now.Before(h.Deadline()) {
 			continue
 		}
 		if w {
@@ -1128,14 +1135,15 @@ type waitStat struct {
 }
 
 // runMixed runs the roles on name for d: each locks with a random wait
-// bound, holds for up to 3 ms and unlocks; every 300 ms one worker's
+// bound, holds for up to 3 ms and unlocks; one worker's
 // Client dies (its go-redis client is closed under it, whatever it is
-// doing) and the worker goes on with a new one. It reports the forbidden
+// doing) and the worker goes on with a new one (every killEvery; never
+// when 0). It reports the forbidden
 // overlaps, then checks that the store is left with nothing but the fence
 // counter once the entries' times to live have run out.
-func runMixed(t *testing.T, srv *testserver.Redis, name string, limit int, d time.Duration, roles []mixedRole) []waitStat {
+func runMixed(t *testing.T, srv *testserver.Redis, name string, limit int, d, killEvery time.Duration, roles []mixedRole) []waitStat {
 	t.Helper()
-	check := &validChecker{limit: limit, held: map[*dlock.Lease]bool{}}
+	check := &validChecker{limit: limit, held: map[*dlock.Lease]bool{}, dead: map[*dlock.Lease]bool{}}
 	ctx, cancel := context.WithTimeout(t.Context(), d)
 	defer cancel()
 	type proc struct {
@@ -1190,7 +1198,8 @@ func runMixed(t *testing.T, srv *testserver.Redis, name string, limit int, d tim
 				check.granted(l, r.writer, r.name)
 				time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
 				if p.dead.Load() {
-					continue // dead with the lease: it stays counted until its deadline
+					check.markDead(l) // dead with the lease: it stays counted until its deadline
+					continue
 				}
 				check.released(l)
 				_ = l.Unlock(context.Background())
@@ -1200,8 +1209,8 @@ func runMixed(t *testing.T, srv *testserver.Redis, name string, limit int, d tim
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for ctx.Err() == nil {
-			time.Sleep(300 * time.Millisecond)
+		for killEvery > 0 && ctx.Err() == nil {
+			time.Sleep(killEvery)
 			i := rand.IntN(len(roles))
 			mu.Lock()
 			p := procs[i]
@@ -1214,9 +1223,7 @@ func runMixed(t *testing.T, srv *testserver.Redis, name string, limit int, d tim
 	}()
 	wg.Wait()
 	for _, p := range all {
-		if !p.dead.Load() {
-			_ = p.c.Close()
-		}
+		_ = p.c.Close() // a dead one's releases fail at once; its goroutines end
 		_ = p.rdb.Close()
 	}
 	if len(check.overlap) > 0 {
@@ -1282,10 +1289,12 @@ func TestMixedPlainAndFairRWMutexKeepsExclusion(t *testing.T) {
 			mixedRole{fmt.Sprintf("reader %db", i), false, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) { return mk(c).RLock }},
 		)
 	}
-	stats := runMixed(t, srv, "mix-rw", 0, 6*time.Second, roles)
-	reportWaits(t, stats)
-	if left := storeLeftovers(t, rdb, "mix-rw", 12*time.Second); len(left) > 0 {
-		t.Errorf("left on the store: %v", left)
+	for _, kill := range []time.Duration{0, 300 * time.Millisecond} {
+		stats := runMixed(t, srv, "mix-rw", 0, 6*time.Second, kill, roles)
+		reportWaits(t, stats)
+		if left := storeLeftovers(t, rdb, "mix-rw", 12*time.Second); len(left) > 0 {
+			t.Errorf("left on the store: %v", left)
+		}
 	}
 }
 
@@ -1303,10 +1312,12 @@ func TestMixedPlainAndFairSemaphoreKeepsLimit(t *testing.T) {
 					}})
 				}
 			}
-			stats := runMixed(t, srv, name, limit, 6*time.Second, roles)
-			reportWaits(t, stats)
-			if left := storeLeftovers(t, rdb, name, 12*time.Second); len(left) > 0 {
-				t.Errorf("left on the store: %v", left)
+			for _, kill := range []time.Duration{0, 300 * time.Millisecond} {
+				stats := runMixed(t, srv, name, limit, 6*time.Second, kill, roles)
+				reportWaits(t, stats)
+				if left := storeLeftovers(t, rdb, name, 12*time.Second); len(left) > 0 {
+					t.Errorf("left on the store: %v", left)
+				}
 			}
 		})
 	}
@@ -1518,6 +1529,142 @@ func TestQueuedReaderDoesNotPassQueuedWriterHead(t *testing.T) {
 				t.Fatal(res.err)
 			} else {
 				_ = res.l.Unlock(t.Context())
+			}
+		})
+	}
+}
+
+// A Client closed while its waiter (a permit, or a reader) heads the
+// queue, as a release hands that waiter the lock, gives the grant back (or
+// leaves the queue before the handoff): the waiter behind (a permit, or a
+// writer) gets it at once, not when the closed Client's entry lapses. Run
+// with the close and the release at random offsets.
+func TestClosedHeadClientGivesHandedGrantBack(t *testing.T) {
+	type mk func(p *proc, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error)
+	sem := func(p *proc, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error) {
+		return p.c.Semaphore("n", 1, opts...).Acquire
+	}
+	rd := func(p *proc, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error) {
+		return p.c.RWMutex("n", opts...).RLock
+	}
+	wr := func(p *proc, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error) {
+		return p.c.RWMutex("n", opts...).Lock
+	}
+	for _, tc := range []struct {
+		name               string
+		holder, head, back mk
+	}{{"permit", sem, sem, sem}, {"reader", wr, rd, wr}} {
+		for _, fair := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s fair=%v", tc.name, fair), func(t *testing.T) {
+				srv := testserver.StartRedis(t)
+				inner := redislock.New(srv.Client(t))
+				rdb := srv.Client(t)
+				var opts []dlock.Option
+				if fair {
+					opts = append(opts, dlock.Fair())
+				}
+				var slow []time.Duration
+				for i := range 12 {
+					holder, head, back := newProc(t, srv), newProc(t, srv), newProc(t, srv)
+					held, err := tc.holder(holder)(t.Context())
+					if err != nil {
+						t.Fatal(err)
+					}
+					headGot := start(t, tc.head(head, opts...))
+					queuedAt(t, inner, "n", 1)
+					got := start(t, tc.back(back, opts...))
+					queuedAt(t, inner, "n", 2)
+					var wg sync.WaitGroup
+					wg.Add(2)
+					go func() {
+						defer wg.Done()
+						time.Sleep(time.Duration(rand.IntN(4000)) * time.Microsecond)
+						_ = head.c.Close()
+					}()
+					go func() {
+						defer wg.Done()
+						time.Sleep(time.Duration(rand.IntN(4000)) * time.Microsecond)
+						_ = held.Unlock(t.Context())
+					}()
+					wg.Wait()
+					freed := time.Now()
+					hr := <-headGot
+					select {
+					case r := <-got:
+						if r.err != nil {
+							t.Fatal(r.err)
+						}
+						if d := r.at.Sub(freed); d > 500*time.Millisecond {
+							slow = append(slow, d)
+							t.Logf("run %d: the waiter behind got in %v after the close (head's Lock: %v)", i, d.Round(time.Millisecond), hr.err)
+						}
+						_ = r.l.Unlock(t.Context())
+					case <-time.After(6 * time.Second):
+						info, _, _ := inner.Inspect(t.Context(), "n")
+						t.Fatalf("run %d: the waiter behind still waits 6s after the close: %+v", i, info)
+					}
+					if left := storeLeftovers(t, rdb, "n", 6*time.Second); len(left) > 0 {
+						t.Errorf("run %d: left on the store: %v", i, left)
+					}
+				}
+				if len(slow) > 0 {
+					t.Errorf("%d of 12 waiters behind a closed head waited over 500ms: %v", len(slow), slow)
+				}
+			})
+		}
+	}
+}
+
+// A plain reader or permit behind a plain writer that waits for the holds
+// with its intent (it does not queue) and whose Client dies gets in once
+// the intent lapses (three times the safety margin: 3 s), with few requests.
+func TestSharedWaiterBehindDeadPlainWriterIntentGetsIn(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		shared func(p *proc) func(context.Context) (*dlock.Lease, error)
+		writer func(p *proc) func(context.Context) (*dlock.Lease, error)
+	}{
+		{"reader", func(p *proc) func(context.Context) (*dlock.Lease, error) { return p.c.RWMutex("n").RLock },
+			func(p *proc) func(context.Context) (*dlock.Lease, error) { return p.c.RWMutex("n").Lock }},
+		{"permit", func(p *proc) func(context.Context) (*dlock.Lease, error) { return p.c.Semaphore("n", 2).Acquire },
+			func(p *proc) func(context.Context) (*dlock.Lease, error) { return p.c.Mutex("n").Lock }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := testserver.StartRedis(t)
+			inner := redislock.New(srv.Client(t))
+			holder, writer, back := newProc(t, srv), newProc(t, srv), newProc(t, srv)
+			if _, err := tc.shared(holder)(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			_ = start(t, tc.writer(writer))
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				if info, _, _ := inner.Inspect(t.Context(), "n"); info.WriterWaiting {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("no writer intent")
+				}
+			}
+			got := start(t, tc.shared(back))
+			time.Sleep(300 * time.Millisecond)
+			writer.kill()
+			died := time.Now()
+			n0 := back.b.acquires.Load()
+			select {
+			case r := <-got:
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				t.Logf("in %v after the writer's death, %d requests", r.at.Sub(died).Round(time.Millisecond), back.b.acquires.Load()-n0)
+				if d := r.at.Sub(died); d > 4*time.Second {
+					t.Errorf("got in %v after the writer's death; want within its intent's 3 s", d)
+				}
+				if n := back.b.acquires.Load() - n0; n > 10 {
+					t.Errorf("%d requests while the dead writer's intent lapsed", n)
+				}
+			case <-time.After(8 * time.Second):
+				info, _, _ := inner.Inspect(t.Context(), "n")
+				t.Fatalf("still waits 8s after the writer's death: %+v", info)
 			}
 		})
 	}

@@ -610,3 +610,40 @@ func TestRunKindsNeedCapability(t *testing.T) {
 	}
 	expect(t, e.run("run", "k", "--", "true"), 0) // a plain lock works
 }
+
+// TestRunPlainSharedBehindQueuedWriterNamesIt: a plain --shared or
+// --semaphore run that waits behind a --fair writer, which waits for the
+// holds to go, says that the writer waits and names it, from its first
+// message to the last, as the run starves and joins the queue behind the
+// writer; and it gets in after the writer.
+func TestRunPlainSharedBehindQueuedWriterNamesIt(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, who string }{{"--shared", "readers"}, {"--semaphore=2", "permit holders"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			u, rdb := redisURL(t)
+			dir := t.TempDir()
+			e := newEnv(t, u, "DIR="+dir)
+			h := hold(t, e, dir, "h", true, "run", tc.name, "book")
+			w := hold(t, e, dir, "w", false, "run", "--fair", "--wait", "60s", "book")
+			waitStderr(t, w.proc, "1st in the queue")
+			late := hold(t, e, dir, "late", false, "run", tc.name, "--wait", "60s", "book")
+			waitStderr(t, late.proc, `"book": a writer is waiting (owner `)
+			time.Sleep(1500 * time.Millisecond) // it starves and queues behind the writer meanwhile
+			for _, line := range strings.Split(late.proc.stderrSoFar(), "\n") {
+				if strings.Contains(line, `"book"`) && (!strings.Contains(line, "a writer is waiting (owner ") ||
+					!strings.Contains(line, w.pid) || !strings.Contains(line, tc.who+" let it go first")) {
+					t.Errorf("the waiting reader's message %q does not name the waiting writer (%s)", line, w.pid)
+				}
+			}
+			h.let(t)
+			w.running(t)
+			if late.isRunning() {
+				t.Fatal("the late run runs beside the writer")
+			}
+			w.let(t)
+			late.running(t)
+			late.let(t)
+			leftFree(t, e, rdb, "book")
+		})
+	}
+}
