@@ -1463,12 +1463,30 @@ func TestQueuedSharedWaiterBehindDeadHeadGetsIn(t *testing.T) {
 // lock promised to a head that does not come, poll every 20 ms and pass
 // the writer with a plain request after 100 ms.
 func TestQueuedReaderDoesNotPassQueuedWriterHead(t *testing.T) {
-	for _, death := range []string{"cancelled", "dead"} {
-		t.Run(death, func(t *testing.T) {
+	for _, tc := range []struct {
+		death  string
+		shared func(c *dlock.Client) func(context.Context) (*dlock.Lease, error)
+		writer func(c *dlock.Client) func(context.Context) (*dlock.Lease, error)
+	}{
+		{"cancelled", func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) { return c.RWMutex("n").RLock },
+			func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+				return c.RWMutex("n", dlock.Fair()).Lock
+			}},
+		{"dead", func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) { return c.RWMutex("n").RLock },
+			func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+				return c.RWMutex("n", dlock.Fair()).Lock
+			}},
+		{"dead, permits", func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) { return c.Semaphore("n", 3).Acquire },
+			func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+				return c.Mutex("n", dlock.Fair()).Lock
+			}},
+	} {
+		death := strings.Split(tc.death, ",")[0]
+		t.Run(tc.death, func(t *testing.T) {
 			srv := testserver.StartRedis(t)
 			inner := redislock.New(srv.Client(t))
 			holder, w1, w2, r := newProc(t, srv), newProc(t, srv), newProc(t, srv), newProc(t, srv)
-			held, err := holder.c.RWMutex("n").RLock(t.Context())
+			held, err := tc.shared(holder.c)(t.Context())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1476,7 +1494,7 @@ func TestQueuedReaderDoesNotPassQueuedWriterHead(t *testing.T) {
 			defer cancel1()
 			first := make(chan error, 1)
 			go func() {
-				l, err := w1.c.RWMutex("n", dlock.Fair()).Lock(ctx1)
+				l, err := tc.writer(w1.c)(ctx1)
 				if l != nil {
 					_ = l.Unlock(context.Background())
 				}
@@ -1486,9 +1504,9 @@ func TestQueuedReaderDoesNotPassQueuedWriterHead(t *testing.T) {
 			// Out of step with the first writer's queue refreshes, so that
 			// the second's do not renew its intent as the first's lapses.
 			time.Sleep(800 * time.Millisecond)
-			second := start(t, w2.c.RWMutex("n", dlock.Fair()).Lock)
+			second := start(t, tc.writer(w2.c))
 			queuedAt(t, inner, "n", 2)
-			reader := start(t, r.c.RWMutex("n").RLock)
+			reader := start(t, tc.shared(r.c))
 			queuedAt(t, inner, "n", 3)
 			time.Sleep(100 * time.Millisecond)
 			left := time.Now()
