@@ -1151,6 +1151,9 @@ func runMixed(t *testing.T, srv *testserver.Redis, name string, limit int, d, ki
 		c    *dlock.Client
 		b    *countingBackend
 		dead atomic.Bool
+		// closed: Client.Close was called on it (every other kill); the
+		// worker goes on with a new Client.
+		closed atomic.Bool
 	}
 	newProc := func() *proc {
 		p := &proc{rdb: redis.NewClient(&redis.Options{Addr: srv.Addr()})}
@@ -1178,7 +1181,7 @@ func runMixed(t *testing.T, srv *testserver.Redis, name string, limit int, d, ki
 				mu.Lock()
 				p := procs[i]
 				mu.Unlock()
-				if p.dead.Load() {
+				if p.dead.Load() || p.closed.Load() {
 					np := newProc()
 					mu.Lock()
 					procs[i], all = np, append(all, np)
@@ -1215,7 +1218,13 @@ func runMixed(t *testing.T, srv *testserver.Redis, name string, limit int, d, ki
 			mu.Lock()
 			p := procs[i]
 			mu.Unlock()
-			if p.dead.CompareAndSwap(false, true) {
+			if kills.Load()%2 == 1 {
+				// Closed mid-wait or mid-hold: its waits end, its leases go.
+				if p.closed.CompareAndSwap(false, true) {
+					kills.Add(1)
+					go p.c.Close()
+				}
+			} else if p.dead.CompareAndSwap(false, true) {
 				kills.Add(1)
 				_ = p.rdb.Close()
 			}
@@ -1229,7 +1238,7 @@ func runMixed(t *testing.T, srv *testserver.Redis, name string, limit int, d, ki
 	if len(check.overlap) > 0 {
 		t.Errorf("%d forbidden overlaps on %s, the first: %v", len(check.overlap), name, check.overlap[:min(5, len(check.overlap))])
 	}
-	t.Logf("%s: %d Lock calls, %d Clients killed", name, len(stats), kills.Load())
+	t.Logf("%s: %d Lock calls, %d Clients killed or closed", name, len(stats), kills.Load())
 	return stats
 }
 
