@@ -1696,3 +1696,45 @@ func TestSharedWaiterBehindDeadPlainWriterIntentGetsIn(t *testing.T) {
 		})
 	}
 }
+
+// A release that hands the queue's readers their holds and stops at a
+// queued writer (which queued behind an exclusive holder, so has no writer
+// intent) leaves that writer the next turn: a new plain reader of another
+// Client must not come in beside the handed readers until the writer has
+// had it.
+func TestWriterHeadAfterHandedReadersKeepsNewReadersOut(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	inner := redislock.New(srv.Client(t))
+	x, r1, w, n := newProc(t, srv), newProc(t, srv), newProc(t, srv), newProc(t, srv)
+	held, err := x.c.RWMutex("n").Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := start(t, r1.c.RWMutex("n").RLock)
+	queuedAt(t, inner, "n", 1)
+	writer := start(t, w.c.RWMutex("n").Lock)
+	queuedAt(t, inner, "n", 2)
+	time.Sleep(200 * time.Millisecond)
+	if err := held.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	rr := <-reader
+	if rr.err != nil {
+		t.Fatal(rr.err)
+	}
+	info, _, _ := inner.Inspect(t.Context(), "n")
+	t.Logf("after the release: %+v", info)
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if l, err := n.c.RWMutex("n").RLock(ctx); err == nil {
+		info, _, _ := inner.Inspect(t.Context(), "n")
+		t.Errorf("a new plain reader came in beside the handed reader, before the queued writer: %+v", info)
+		_ = l.Unlock(t.Context())
+	}
+	_ = rr.l.Unlock(t.Context())
+	if wr := <-writer; wr.err != nil {
+		t.Fatal(wr.err)
+	} else {
+		_ = wr.l.Unlock(t.Context())
+	}
+}
