@@ -342,8 +342,19 @@ if shared then
           -- take the lock as promised to a head that does not come).
           return refuseShared(writer[2] or '', redis.call('PTTL', W), n, 1)
         end
+        if n > 0 then
+          local w = redis.call('HGET', QO, head)
+          if w then
+            -- The head is a writer that waits for the shared holds to go
+            -- and has no intent yet (another's stood, or lapsed, at its
+            -- last request): it goes first, as its intent would refuse,
+            -- and is named until its entry lapses.
+            return refuseShared(w, tonumber(redis.call('ZSCORE', QE, head)) - now(), n, 1)
+          end
+        end
         -- A live entry of another goes first: the lock is free for this
-        -- request, but promised to the head.
+        -- request, but promised to the head (one whose kind the queue does
+        -- not keep, an entry that takes no handoff, is taken for free).
         return refuseShared('', -2, n)
       end
       overtook = 1

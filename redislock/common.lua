@@ -297,6 +297,15 @@ local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token, noW, hasL, pre)
       fit(S, SI)
       return given, head
     end
+    if head and exp and exp > now() and o[1] and not o[3] and (noW or redis.call('EXISTS', W) == 0) then
+      -- The next head is a writer that now waits for the holds just
+      -- handed, with no writer intent when it queued behind an exclusive
+      -- grant (which records none): it gets the intent its next request
+      -- would record, for as long as its entry lives, so that plain
+      -- readers do not come in before it meanwhile.
+      redis.call('HSET', W, 't', head, 'o', o[1])
+      redis.call('PEXPIREAT', W, int(exp))
+    end
     if not head or not exp or exp <= now() or not o[3] then
       break
     end

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1068,5 +1069,672 @@ func TestQueuedSharedWaiterBehindWaitingWriterDoesNotPoll(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// mixedRole is one worker of runMixed: how it locks, on a Client of its own.
+type mixedRole struct {
+	name   string
+	writer bool
+	mk     func(c *dlock.Client) func(context.Context) (*dlock.Lease, error)
+}
+
+// validChecker is holdChecker counting a lease as held while its Client
+// trusts it (before its Deadline, Err nil): a dead Client's lease counts
+// until then.
+type validChecker struct {
+	mu      sync.Mutex
+	limit   int
+	held    map[*dlock.Lease]bool
+	dead    map[*dlock.Lease]bool // leases of killed Clients: held on the store until their deadline
+	overlap []string
+}
+
+func (c *validChecker) markDead(l *dlock.Lease) {
+	c.mu.Lock()
+	c.dead[l] = true
+	c.mu.Unlock()
+}
+
+func (c *validChecker) granted(l *dlock.Lease, writer bool, who string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	c.held[l] = writer
+	var readers, writers int
+	for h, w := range c.held {
+		if h.Err() != nil && !c.dead[h] || !now.Before(h.Deadline()) {
+			continue
+		}
+		if w {
+			writers++
+		} else {
+			readers++
+		}
+	}
+	switch {
+	case c.limit > 0 && readers > c.limit:
+		c.overlap = append(c.overlap, fmt.Sprintf("%s: %d permits of %d held", who, readers, c.limit))
+	case c.limit == 0 && (writers > 1 || writers == 1 && readers > 0):
+		c.overlap = append(c.overlap, fmt.Sprintf("%s: %d writers beside %d readers", who, writers, readers))
+	}
+}
+
+func (c *validChecker) released(l *dlock.Lease) {
+	c.mu.Lock()
+	delete(c.held, l)
+	c.mu.Unlock()
+}
+
+// waitStat is one Lock call's wait: how long, how many acquire requests.
+type waitStat struct {
+	who      string
+	d        time.Duration
+	requests int64
+	ok       bool
+}
+
+// runMixed runs the roles on name for d: each locks with a random wait
+// bound, holds for up to 3 ms and unlocks; one worker's
+// Client dies (its go-redis client is closed under it, whatever it is
+// doing) and the worker goes on with a new one (every killEvery; never
+// when 0). It reports the forbidden
+// overlaps, then checks that the store is left with nothing but the fence
+// counter once the entries' times to live have run out.
+func runMixed(t *testing.T, srv *testserver.Redis, name string, limit int, d, killEvery time.Duration, roles []mixedRole) []waitStat {
+	t.Helper()
+	check := &validChecker{limit: limit, held: map[*dlock.Lease]bool{}, dead: map[*dlock.Lease]bool{}}
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	defer cancel()
+	type proc struct {
+		rdb  *redis.Client
+		c    *dlock.Client
+		b    *countingBackend
+		dead atomic.Bool
+		// closed: Client.Close was called on it (every other kill); the
+		// worker goes on with a new Client.
+		closed atomic.Bool
+	}
+	newProc := func() *proc {
+		p := &proc{rdb: redis.NewClient(&redis.Options{Addr: srv.Addr()})}
+		p.b = &countingBackend{Backend: redislock.New(p.rdb)}
+		p.c = dlock.New(p.b)
+		return p
+	}
+	var (
+		mu    sync.Mutex
+		procs = make([]*proc, len(roles))
+		stats []waitStat
+		all   []*proc
+		kills atomic.Int64
+	)
+	for i := range roles {
+		procs[i] = newProc()
+		all = append(all, procs[i])
+	}
+	var wg sync.WaitGroup
+	for i, r := range roles {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				mu.Lock()
+				p := procs[i]
+				mu.Unlock()
+				if p.dead.Load() || p.closed.Load() {
+					np := newProc()
+					mu.Lock()
+					procs[i], all = np, append(all, np)
+					mu.Unlock()
+					continue
+				}
+				lctx, lcancel := context.WithTimeout(ctx, time.Duration(5+rand.IntN(1500))*time.Millisecond)
+				before, start := p.b.acquires.Load(), time.Now()
+				l, err := r.mk(p.c)(lctx)
+				lcancel()
+				mu.Lock()
+				stats = append(stats, waitStat{r.name, time.Since(start), p.b.acquires.Load() - before, err == nil})
+				mu.Unlock()
+				if err != nil {
+					continue
+				}
+				check.granted(l, r.writer, r.name)
+				time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
+				if p.dead.Load() {
+					check.markDead(l) // dead with the lease: it stays counted until its deadline
+					continue
+				}
+				check.released(l)
+				_ = l.Unlock(context.Background())
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for killEvery > 0 && ctx.Err() == nil {
+			time.Sleep(killEvery)
+			i := rand.IntN(len(roles))
+			mu.Lock()
+			p := procs[i]
+			mu.Unlock()
+			if kills.Load()%2 == 1 {
+				// Closed mid-wait or mid-hold: its waits end, its leases go.
+				if p.closed.CompareAndSwap(false, true) {
+					kills.Add(1)
+					go p.c.Close()
+				}
+			} else if p.dead.CompareAndSwap(false, true) {
+				kills.Add(1)
+				_ = p.rdb.Close()
+			}
+		}
+	}()
+	wg.Wait()
+	for _, p := range all {
+		_ = p.c.Close() // a dead one's releases fail at once; its goroutines end
+		_ = p.rdb.Close()
+	}
+	if len(check.overlap) > 0 {
+		t.Errorf("%d forbidden overlaps on %s, the first: %v", len(check.overlap), name, check.overlap[:min(5, len(check.overlap))])
+	}
+	t.Logf("%s: %d Lock calls, %d Clients killed or closed", name, len(stats), kills.Load())
+	return stats
+}
+
+// storeLeftovers waits up to within for the lock's keys (but its fence
+// counter) to go, and returns those left with their times to live.
+func storeLeftovers(t *testing.T, rdb *redis.Client, name string, within time.Duration) []string {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		keys, err := rdb.Keys(t.Context(), lockKey(name)+"*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var left []string
+		for _, k := range keys {
+			if strings.HasSuffix(k, ":fence") || strings.HasSuffix(k, ":r") || strings.HasSuffix(k, ":late") {
+				continue // kept on purpose: the fence counter, recent releases (15 s), late requests (5 s)
+			}
+			left = append(left, fmt.Sprintf("%s (pttl %v)", k, rdb.PTTL(t.Context(), k).Val()))
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func reportWaits(t *testing.T, stats []waitStat) {
+	t.Helper()
+	sort.Slice(stats, func(i, j int) bool { return stats[i].requests > stats[j].requests })
+	for _, s := range stats[:min(5, len(stats))] {
+		t.Logf("busiest wait: %s %v ok=%v, %d requests", s.who, s.d.Round(time.Millisecond), s.ok, s.requests)
+	}
+	var long []waitStat
+	for _, s := range stats {
+		if s.d > 500*time.Millisecond && float64(s.requests)/s.d.Seconds() > 25 {
+			long = append(long, s)
+		}
+	}
+	if len(long) > 0 {
+		t.Logf("%d waits over 500ms at more than 25 requests/s, e.g. %+v", len(long), long[0])
+	}
+}
+
+func TestMixedPlainAndFairRWMutexKeepsExclusion(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	rdb := srv.Client(t)
+	short := dlock.WithTTL(time.Second)
+	rw := func(opts ...dlock.Option) func(c *dlock.Client) *dlock.RWMutex {
+		return func(c *dlock.Client) *dlock.RWMutex { return c.RWMutex("mix-rw", opts...) }
+	}
+	var roles []mixedRole
+	for i, mk := range []func(c *dlock.Client) *dlock.RWMutex{rw(), rw(short), rw(dlock.Fair()), rw(dlock.Fair(), short)} {
+		roles = append(roles,
+			mixedRole{fmt.Sprintf("writer %d", i), true, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) { return mk(c).Lock }},
+			mixedRole{fmt.Sprintf("reader %d", i), false, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) { return mk(c).RLock }},
+			mixedRole{fmt.Sprintf("reader %db", i), false, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) { return mk(c).RLock }},
+		)
+	}
+	for _, kill := range []time.Duration{0, 300 * time.Millisecond} {
+		stats := runMixed(t, srv, "mix-rw", 0, 6*time.Second, kill, roles)
+		reportWaits(t, stats)
+		if left := storeLeftovers(t, rdb, "mix-rw", 12*time.Second); len(left) > 0 {
+			t.Errorf("left on the store: %v", left)
+		}
+	}
+}
+
+func TestMixedPlainAndFairSemaphoreKeepsLimit(t *testing.T) {
+	for _, limit := range []int{2, 3} {
+		t.Run(fmt.Sprint(limit), func(t *testing.T) {
+			srv := testserver.StartRedis(t)
+			rdb := srv.Client(t)
+			name := fmt.Sprintf("mix-sem%d", limit)
+			var roles []mixedRole
+			for i, opts := range [][]dlock.Option{nil, {dlock.WithTTL(time.Second)}, {dlock.Fair()}, {dlock.Fair(), dlock.WithTTL(time.Second)}} {
+				for j := range 2 {
+					roles = append(roles, mixedRole{fmt.Sprintf("permit %d.%d", i, j), false, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+						return c.Semaphore(name, limit, opts...).Acquire
+					}})
+				}
+			}
+			for _, kill := range []time.Duration{0, 300 * time.Millisecond} {
+				stats := runMixed(t, srv, name, limit, 6*time.Second, kill, roles)
+				reportWaits(t, stats)
+				if left := storeLeftovers(t, rdb, name, 12*time.Second); len(left) > 0 {
+					t.Errorf("left on the store: %v", left)
+				}
+			}
+		})
+	}
+}
+
+// proc is a Client over a go-redis client of its own, as a process has;
+// kill closes the go-redis client under it, as the process's death would
+// (nothing it holds or left on the store is cleaned up).
+type proc struct {
+	rdb *redis.Client
+	b   *countingBackend
+	c   *dlock.Client
+}
+
+func newProc(t *testing.T, srv *testserver.Redis) *proc {
+	t.Helper()
+	p := &proc{rdb: redis.NewClient(&redis.Options{Addr: srv.Addr()})}
+	p.b = &countingBackend{Backend: redislock.New(p.rdb)}
+	p.c = dlock.New(p.b)
+	t.Cleanup(func() { _ = p.c.Close(); _ = p.rdb.Close() })
+	return p
+}
+
+func (p *proc) kill() { _ = p.rdb.Close() }
+
+type lockResult struct {
+	l   *dlock.Lease
+	err error
+	at  time.Time
+}
+
+// start runs lock in the background with a 30 s bound.
+func start(t *testing.T, lock func(context.Context) (*dlock.Lease, error)) chan lockResult {
+	out := make(chan lockResult, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		l, err := lock(ctx)
+		out <- lockResult{l, err, time.Now()}
+	}()
+	return out
+}
+
+// queuedAt waits until the name's queue holds n entries.
+func queuedAt(t *testing.T, inner *redislock.Backend, name string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		info, _, err := inner.Inspect(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Queued >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d queued, want %d", name, info.Queued, n)
+		}
+	}
+}
+
+// A waiter queued behind a head whose Client died gets in once the dead
+// head's entry (or the grant a release handed it) lapses, and does not
+// poll meanwhile.
+func TestQueuedSharedWaiterBehindDeadHeadGetsIn(t *testing.T) {
+	rw := func(opts ...dlock.Option) func(p *proc) func(context.Context) (*dlock.Lease, error) {
+		return func(p *proc) func(context.Context) (*dlock.Lease, error) { return p.c.RWMutex("n", opts...).Lock }
+	}
+	rd := func(opts ...dlock.Option) func(p *proc) func(context.Context) (*dlock.Lease, error) {
+		return func(p *proc) func(context.Context) (*dlock.Lease, error) { return p.c.RWMutex("n", opts...).RLock }
+	}
+	sem := func(n int, opts ...dlock.Option) func(p *proc) func(context.Context) (*dlock.Lease, error) {
+		return func(p *proc) func(context.Context) (*dlock.Lease, error) {
+			return p.c.Semaphore("n", n, opts...).Acquire
+		}
+	}
+	mu := func(opts ...dlock.Option) func(p *proc) func(context.Context) (*dlock.Lease, error) {
+		return func(p *proc) func(context.Context) (*dlock.Lease, error) { return p.c.Mutex("n", opts...).Lock }
+	}
+	for _, tc := range []struct {
+		name               string
+		holder, head, back func(p *proc) func(context.Context) (*dlock.Lease, error)
+		hold               time.Duration // how long the holder holds after the head died
+		within             time.Duration // the waiter behind gets in within this of the head's death
+	}{
+		{"reader behind dead fair writer, released at once", rd(), rw(dlock.Fair()), rd(), 100 * time.Millisecond, 6 * time.Second},
+		{"reader behind dead fair writer, held on", rd(), rw(dlock.Fair()), rd(), 20 * time.Second, 6 * time.Second},
+		{"reader behind dead fair 1s writer, held on", rd(), rw(dlock.Fair(), dlock.WithTTL(time.Second)), rd(), 20 * time.Second, 2 * time.Second},
+		{"fair reader behind dead fair writer, held on", rd(), rw(dlock.Fair()), rd(dlock.Fair()), 20 * time.Second, 6 * time.Second},
+		{"permit behind dead fair writer, released at once", sem(1), mu(dlock.Fair()), sem(1), 100 * time.Millisecond, 6 * time.Second},
+		{"permit behind dead fair writer, held on", sem(2), mu(dlock.Fair()), sem(2), 20 * time.Second, 6 * time.Second},
+		{"permit behind dead plain permit, released at once", sem(1), sem(1), sem(1), 100 * time.Millisecond, 4 * time.Second},
+		{"reader behind dead plain reader, writer held", rw(), rd(), rd(), 100 * time.Millisecond, 4 * time.Second},
+		{"writer behind dead plain reader, writer held", rw(), rd(), rw(), 100 * time.Millisecond, 4 * time.Second},
+		{"reader behind dead plain writer, writer held", rw(), rw(), rd(), 100 * time.Millisecond, 4 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := testserver.StartRedis(t)
+			inner := redislock.New(srv.Client(t))
+			holder, head, back := newProc(t, srv), newProc(t, srv), newProc(t, srv)
+			held, err := tc.holder(holder)(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = start(t, tc.head(head))
+			queuedAt(t, inner, "n", 1)
+			got := start(t, tc.back(back))
+			queuedAt(t, inner, "n", 2)
+			time.Sleep(50 * time.Millisecond)
+			info, _, _ := inner.Inspect(t.Context(), "n")
+			t.Logf("before the death: %+v", info)
+			head.kill()
+			died := time.Now()
+			n0 := back.b.acquires.Load()
+			select {
+			case r := <-got:
+				t.Logf("got in %v after the head's death (before the release)", r.at.Sub(died))
+			case <-time.After(tc.hold):
+				_ = held.Unlock(t.Context())
+				select {
+				case r := <-got:
+					t.Logf("got in %v after the head's death, err %v", r.at.Sub(died), r.err)
+					if r.at.Sub(died) > tc.within {
+						t.Errorf("the waiter behind the dead head got in %v after its death; want within %v", r.at.Sub(died), tc.within)
+					}
+				case <-time.After(tc.within):
+					info, _, _ := inner.Inspect(t.Context(), "n")
+					t.Errorf("the waiter behind the dead head still waits %v after its death: %+v", time.Since(died), info)
+				}
+			}
+			n := back.b.acquires.Load() - n0
+			t.Logf("%d requests of the waiter behind in %v", n, time.Since(died).Round(time.Millisecond))
+			if per := float64(n) / time.Since(died).Seconds(); per > 10 {
+				t.Errorf("the waiter behind sent %d requests in %v (%.0f/s)", n, time.Since(died).Round(time.Millisecond), per)
+			}
+		})
+	}
+}
+
+// A plain reader queued behind two queued writers keeps its place when the
+// first writer leaves (its wait cancelled, or its Client dead and its
+// entry and intent lapsed): the second writer, now the head, has no writer
+// intent until its next request, and the reader must not take that for a
+// lock promised to a head that does not come, poll every 20 ms and pass
+// the writer with a plain request after 100 ms.
+func TestQueuedReaderDoesNotPassQueuedWriterHead(t *testing.T) {
+	for _, tc := range []struct {
+		death  string
+		shared func(c *dlock.Client) func(context.Context) (*dlock.Lease, error)
+		writer func(c *dlock.Client) func(context.Context) (*dlock.Lease, error)
+	}{
+		{"cancelled", func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) { return c.RWMutex("n").RLock },
+			func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+				return c.RWMutex("n", dlock.Fair()).Lock
+			}},
+		{"dead", func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) { return c.RWMutex("n").RLock },
+			func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+				return c.RWMutex("n", dlock.Fair()).Lock
+			}},
+		{"dead, permits", func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) { return c.Semaphore("n", 3).Acquire },
+			func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+				return c.Mutex("n", dlock.Fair()).Lock
+			}},
+	} {
+		death := strings.Split(tc.death, ",")[0]
+		t.Run(tc.death, func(t *testing.T) {
+			srv := testserver.StartRedis(t)
+			inner := redislock.New(srv.Client(t))
+			holder, w1, w2, r := newProc(t, srv), newProc(t, srv), newProc(t, srv), newProc(t, srv)
+			held, err := tc.shared(holder.c)(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx1, cancel1 := context.WithCancel(t.Context())
+			defer cancel1()
+			first := make(chan error, 1)
+			go func() {
+				l, err := tc.writer(w1.c)(ctx1)
+				if l != nil {
+					_ = l.Unlock(context.Background())
+				}
+				first <- err
+			}()
+			queuedAt(t, inner, "n", 1)
+			// Out of step with the first writer's queue refreshes, so that
+			// the second's do not renew its intent as the first's lapses.
+			time.Sleep(800 * time.Millisecond)
+			second := start(t, tc.writer(w2.c))
+			queuedAt(t, inner, "n", 2)
+			reader := start(t, tc.shared(r.c))
+			queuedAt(t, inner, "n", 3)
+			time.Sleep(100 * time.Millisecond)
+			left := time.Now()
+			if death == "cancelled" {
+				cancel1()
+				<-first
+			} else {
+				w1.kill()
+				// Its entry and intent lapse within the queue TTL (5 s).
+				for {
+					info, _, _ := inner.Inspect(t.Context(), "n")
+					if info.Queued == 2 && !info.WriterWaiting {
+						break
+					}
+					if time.Since(left) > 7*time.Second {
+						t.Fatalf("the dead writer's entry is still there: %+v", info)
+					}
+					time.Sleep(2 * time.Millisecond)
+				}
+				left = time.Now()
+			}
+			info, _, _ := inner.Inspect(t.Context(), "n")
+			t.Logf("after the first writer left: %+v", info)
+			n0 := r.b.acquires.Load()
+			select {
+			case res := <-reader:
+				info, _, _ := inner.Inspect(t.Context(), "n")
+				t.Errorf("the reader queued behind the waiting writer got in %v after the first writer left (err %v), before the writer: %+v; %d requests",
+					res.at.Sub(left).Round(time.Millisecond), res.err, info, r.b.acquires.Load()-n0)
+				if res.l != nil {
+					_ = res.l.Unlock(t.Context())
+				}
+			case <-time.After(time.Second):
+				t.Logf("%d requests of the reader in 1s", r.b.acquires.Load()-n0)
+			}
+			_ = held.Unlock(t.Context())
+			if res := <-second; res.err != nil {
+				t.Fatal(res.err)
+			} else {
+				_ = res.l.Unlock(t.Context())
+			}
+		})
+	}
+}
+
+// A Client closed while its waiter (a permit, or a reader) heads the
+// queue, as a release hands that waiter the lock, gives the grant back (or
+// leaves the queue before the handoff): the waiter behind (a permit, or a
+// writer) gets it at once, not when the closed Client's entry lapses. Run
+// with the close and the release at random offsets.
+func TestClosedHeadClientGivesHandedGrantBack(t *testing.T) {
+	type mk func(p *proc, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error)
+	sem := func(p *proc, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error) {
+		return p.c.Semaphore("n", 1, opts...).Acquire
+	}
+	rd := func(p *proc, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error) {
+		return p.c.RWMutex("n", opts...).RLock
+	}
+	wr := func(p *proc, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error) {
+		return p.c.RWMutex("n", opts...).Lock
+	}
+	for _, tc := range []struct {
+		name               string
+		holder, head, back mk
+	}{{"permit", sem, sem, sem}, {"reader", wr, rd, wr}} {
+		for _, fair := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s fair=%v", tc.name, fair), func(t *testing.T) {
+				srv := testserver.StartRedis(t)
+				inner := redislock.New(srv.Client(t))
+				rdb := srv.Client(t)
+				var opts []dlock.Option
+				if fair {
+					opts = append(opts, dlock.Fair())
+				}
+				var slow []time.Duration
+				for i := range 12 {
+					holder, head, back := newProc(t, srv), newProc(t, srv), newProc(t, srv)
+					held, err := tc.holder(holder)(t.Context())
+					if err != nil {
+						t.Fatal(err)
+					}
+					headGot := start(t, tc.head(head, opts...))
+					queuedAt(t, inner, "n", 1)
+					got := start(t, tc.back(back, opts...))
+					queuedAt(t, inner, "n", 2)
+					var wg sync.WaitGroup
+					wg.Add(2)
+					go func() {
+						defer wg.Done()
+						time.Sleep(time.Duration(rand.IntN(4000)) * time.Microsecond)
+						_ = head.c.Close()
+					}()
+					go func() {
+						defer wg.Done()
+						time.Sleep(time.Duration(rand.IntN(4000)) * time.Microsecond)
+						_ = held.Unlock(t.Context())
+					}()
+					wg.Wait()
+					freed := time.Now()
+					hr := <-headGot
+					select {
+					case r := <-got:
+						if r.err != nil {
+							t.Fatal(r.err)
+						}
+						if d := r.at.Sub(freed); d > 500*time.Millisecond {
+							slow = append(slow, d)
+							t.Logf("run %d: the waiter behind got in %v after the close (head's Lock: %v)", i, d.Round(time.Millisecond), hr.err)
+						}
+						_ = r.l.Unlock(t.Context())
+					case <-time.After(6 * time.Second):
+						info, _, _ := inner.Inspect(t.Context(), "n")
+						t.Fatalf("run %d: the waiter behind still waits 6s after the close: %+v", i, info)
+					}
+					if left := storeLeftovers(t, rdb, "n", 6*time.Second); len(left) > 0 {
+						t.Errorf("run %d: left on the store: %v", i, left)
+					}
+				}
+				if len(slow) > 0 {
+					t.Errorf("%d of 12 waiters behind a closed head waited over 500ms: %v", len(slow), slow)
+				}
+			})
+		}
+	}
+}
+
+// A plain reader or permit behind a plain writer that waits for the holds
+// with its intent (it does not queue) and whose Client dies gets in once
+// the intent lapses (three times the safety margin: 3 s), with few requests.
+func TestSharedWaiterBehindDeadPlainWriterIntentGetsIn(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		shared func(p *proc) func(context.Context) (*dlock.Lease, error)
+		writer func(p *proc) func(context.Context) (*dlock.Lease, error)
+	}{
+		{"reader", func(p *proc) func(context.Context) (*dlock.Lease, error) { return p.c.RWMutex("n").RLock },
+			func(p *proc) func(context.Context) (*dlock.Lease, error) { return p.c.RWMutex("n").Lock }},
+		{"permit", func(p *proc) func(context.Context) (*dlock.Lease, error) { return p.c.Semaphore("n", 2).Acquire },
+			func(p *proc) func(context.Context) (*dlock.Lease, error) { return p.c.Mutex("n").Lock }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := testserver.StartRedis(t)
+			inner := redislock.New(srv.Client(t))
+			holder, writer, back := newProc(t, srv), newProc(t, srv), newProc(t, srv)
+			if _, err := tc.shared(holder)(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			_ = start(t, tc.writer(writer))
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				if info, _, _ := inner.Inspect(t.Context(), "n"); info.WriterWaiting {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("no writer intent")
+				}
+			}
+			got := start(t, tc.shared(back))
+			time.Sleep(300 * time.Millisecond)
+			writer.kill()
+			died := time.Now()
+			n0 := back.b.acquires.Load()
+			select {
+			case r := <-got:
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				t.Logf("in %v after the writer's death, %d requests", r.at.Sub(died).Round(time.Millisecond), back.b.acquires.Load()-n0)
+				if d := r.at.Sub(died); d > 4*time.Second {
+					t.Errorf("got in %v after the writer's death; want within its intent's 3 s", d)
+				}
+				if n := back.b.acquires.Load() - n0; n > 10 {
+					t.Errorf("%d requests while the dead writer's intent lapsed", n)
+				}
+			case <-time.After(8 * time.Second):
+				info, _, _ := inner.Inspect(t.Context(), "n")
+				t.Fatalf("still waits 8s after the writer's death: %+v", info)
+			}
+		})
+	}
+}
+
+// A release that hands the queue's readers their holds and stops at a
+// queued writer (which queued behind an exclusive holder, so has no writer
+// intent) leaves that writer the next turn: a new plain reader of another
+// Client must not come in beside the handed readers until the writer has
+// had it.
+func TestWriterHeadAfterHandedReadersKeepsNewReadersOut(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	inner := redislock.New(srv.Client(t))
+	x, r1, w, n := newProc(t, srv), newProc(t, srv), newProc(t, srv), newProc(t, srv)
+	held, err := x.c.RWMutex("n").Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := start(t, r1.c.RWMutex("n").RLock)
+	queuedAt(t, inner, "n", 1)
+	writer := start(t, w.c.RWMutex("n").Lock)
+	queuedAt(t, inner, "n", 2)
+	time.Sleep(200 * time.Millisecond)
+	if err := held.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	rr := <-reader
+	if rr.err != nil {
+		t.Fatal(rr.err)
+	}
+	info, _, _ := inner.Inspect(t.Context(), "n")
+	t.Logf("after the release: %+v", info)
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if l, err := n.c.RWMutex("n").RLock(ctx); err == nil {
+		info, _, _ := inner.Inspect(t.Context(), "n")
+		t.Errorf("a new plain reader came in beside the handed reader, before the queued writer: %+v", info)
+		_ = l.Unlock(t.Context())
+	}
+	_ = rr.l.Unlock(t.Context())
+	if wr := <-writer; wr.err != nil {
+		t.Fatal(wr.err)
+	} else {
+		_ = wr.l.Unlock(t.Context())
 	}
 }

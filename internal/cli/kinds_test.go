@@ -610,3 +610,89 @@ func TestRunKindsNeedCapability(t *testing.T) {
 	}
 	expect(t, e.run("run", "k", "--", "true"), 0) // a plain lock works
 }
+
+// TestRunPlainSharedBehindQueuedWriterNamesIt: a plain --shared or
+// --semaphore run that waits behind a --fair writer, which waits for the
+// holds to go, says that the writer waits and names it, from its first
+// message to the last, as the run starves and joins the queue behind the
+// writer; and it gets in after the writer.
+func TestRunPlainSharedBehindQueuedWriterNamesIt(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, who string }{{"--shared", "readers"}, {"--semaphore=2", "permit holders"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			u, rdb := redisURL(t)
+			dir := t.TempDir()
+			e := newEnv(t, u, "DIR="+dir)
+			h := hold(t, e, dir, "h", true, "run", tc.name, "book")
+			w := hold(t, e, dir, "w", false, "run", "--fair", "--wait", "60s", "book")
+			waitStderr(t, w.proc, "1st in the queue")
+			late := hold(t, e, dir, "late", false, "run", tc.name, "--wait", "60s", "book")
+			waitStderr(t, late.proc, `"book": a writer is waiting (owner `)
+			time.Sleep(1500 * time.Millisecond) // it starves and queues behind the writer meanwhile
+			for _, line := range strings.Split(late.proc.stderrSoFar(), "\n") {
+				if strings.Contains(line, `"book"`) && (!strings.Contains(line, "a writer is waiting (owner ") ||
+					!strings.Contains(line, w.pid) || !strings.Contains(line, tc.who+" let it go first")) {
+					t.Errorf("the waiting reader's message %q does not name the waiting writer (%s)", line, w.pid)
+				}
+			}
+			h.let(t)
+			w.running(t)
+			if late.isRunning() {
+				t.Fatal("the late run runs beside the writer")
+			}
+			w.let(t)
+			late.running(t)
+			late.let(t)
+			leftFree(t, e, rdb, "book")
+		})
+	}
+}
+
+// TestRunSharedBehindKilledWriterWaitsForTheNext: a plain --shared run
+// queued behind two --fair writers whose first is killed waits for the
+// second, and names it, once the first's entry and intent lapse: the
+// second heads the queue with no intent until its next queue refresh, and
+// the reader must not pass it.
+func TestRunSharedBehindKilledWriterWaitsForTheNext(t *testing.T) {
+	t.Parallel()
+	u, rdb := redisURL(t)
+	dir := t.TempDir()
+	e := newEnv(t, u, "DIR="+dir)
+	h := hold(t, e, dir, "h", true, "run", "--shared", "book")
+	w1 := hold(t, e, dir, "w1", false, "run", "--fair", "--wait", "60s", "book")
+	waitStderr(t, w1.proc, "1st in the queue")
+	time.Sleep(800 * time.Millisecond) // out of step with the first writer's queue refreshes
+	w2 := hold(t, e, dir, "w2", false, "run", "--fair", "--wait", "60s", "book")
+	waitStderr(t, w2.proc, "2nd in the queue")
+	late := hold(t, e, dir, "late", false, "run", "--shared", "--wait", "60s", "book")
+	waitStderr(t, late.proc, `"book": a writer is waiting (owner `)
+	if err := w1.proc.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the store:\n%s\nthe second writer's stderr:\n%s\nthe late reader's stderr:\n%s",
+				e.run("inspect", "book").stdout, w2.proc.stderrSoFar(), late.proc.stderrSoFar())
+		}
+	})
+	for time.Since(killed) < 7*time.Second {
+		if late.isRunning() {
+			t.Fatalf("the reader runs %v after the first writer was killed, before the second writer", time.Since(killed).Round(time.Millisecond))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	lines := strings.Split(strings.TrimSpace(late.proc.stderrSoFar()), "\n")
+	if last := lines[len(lines)-1]; !strings.Contains(last, "a writer is waiting (owner ") || !strings.Contains(last, w2.pid) {
+		t.Errorf("the reader's last message %q does not name the second writer (%s)", last, w2.pid)
+	}
+	h.let(t)
+	w2.running(t)
+	if late.isRunning() {
+		t.Fatal("the reader runs beside the writer")
+	}
+	w2.let(t)
+	late.running(t)
+	late.let(t)
+	leftFree(t, e, rdb, "book")
+}
