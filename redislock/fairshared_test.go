@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -13,11 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/test/testserver"
 	"github.com/dlock-go/dlock/redislock"
-	"github.com/redis/go-redis/v9"
 )
 
 // countingBackend counts the acquire requests its Client sends.
@@ -1283,6 +1285,9 @@ func reportWaits(t *testing.T, stats []waitStat) {
 	}
 }
 
+// mixedFor is how long each run of the mixed plain-and-fair tests lasts.
+var mixedFor = flag.Duration("mixed.duration", 2*time.Second, "how long each mixed plain-and-fair run of TestMixedPlainAndFair* lasts")
+
 func TestMixedPlainAndFairRWMutexKeepsExclusion(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	rdb := srv.Client(t)
@@ -1299,7 +1304,7 @@ func TestMixedPlainAndFairRWMutexKeepsExclusion(t *testing.T) {
 		)
 	}
 	for _, kill := range []time.Duration{0, 300 * time.Millisecond} {
-		stats := runMixed(t, srv, "mix-rw", 0, 6*time.Second, kill, roles)
+		stats := runMixed(t, srv, "mix-rw", 0, *mixedFor, kill, roles)
 		reportWaits(t, stats)
 		if left := storeLeftovers(t, rdb, "mix-rw", 12*time.Second); len(left) > 0 {
 			t.Errorf("left on the store: %v", left)
@@ -1310,6 +1315,7 @@ func TestMixedPlainAndFairRWMutexKeepsExclusion(t *testing.T) {
 func TestMixedPlainAndFairSemaphoreKeepsLimit(t *testing.T) {
 	for _, limit := range []int{2, 3} {
 		t.Run(fmt.Sprint(limit), func(t *testing.T) {
+			t.Parallel() // a server each
 			srv := testserver.StartRedis(t)
 			rdb := srv.Client(t)
 			name := fmt.Sprintf("mix-sem%d", limit)
@@ -1322,7 +1328,7 @@ func TestMixedPlainAndFairSemaphoreKeepsLimit(t *testing.T) {
 				}
 			}
 			for _, kill := range []time.Duration{0, 300 * time.Millisecond} {
-				stats := runMixed(t, srv, name, limit, 6*time.Second, kill, roles)
+				stats := runMixed(t, srv, name, limit, *mixedFor, kill, roles)
 				reportWaits(t, stats)
 				if left := storeLeftovers(t, rdb, name, 12*time.Second); len(left) > 0 {
 					t.Errorf("left on the store: %v", left)
@@ -1411,18 +1417,19 @@ func TestQueuedSharedWaiterBehindDeadHeadGetsIn(t *testing.T) {
 		hold               time.Duration // how long the holder holds after the head died
 		within             time.Duration // the waiter behind gets in within this of the head's death
 	}{
-		{"reader behind dead fair writer, released at once", rd(), rw(dlock.Fair()), rd(), 100 * time.Millisecond, 6 * time.Second},
-		{"reader behind dead fair writer, held on", rd(), rw(dlock.Fair()), rd(), 20 * time.Second, 6 * time.Second},
-		{"reader behind dead fair 1s writer, held on", rd(), rw(dlock.Fair(), dlock.WithTTL(time.Second)), rd(), 20 * time.Second, 2 * time.Second},
-		{"fair reader behind dead fair writer, held on", rd(), rw(dlock.Fair()), rd(dlock.Fair()), 20 * time.Second, 6 * time.Second},
-		{"permit behind dead fair writer, released at once", sem(1), mu(dlock.Fair()), sem(1), 100 * time.Millisecond, 6 * time.Second},
-		{"permit behind dead fair writer, held on", sem(2), mu(dlock.Fair()), sem(2), 20 * time.Second, 6 * time.Second},
-		{"permit behind dead plain permit, released at once", sem(1), sem(1), sem(1), 100 * time.Millisecond, 4 * time.Second},
-		{"reader behind dead plain reader, writer held", rw(), rd(), rd(), 100 * time.Millisecond, 4 * time.Second},
-		{"writer behind dead plain reader, writer held", rw(), rd(), rw(), 100 * time.Millisecond, 4 * time.Second},
-		{"reader behind dead plain writer, writer held", rw(), rw(), rd(), 100 * time.Millisecond, 4 * time.Second},
+		{"reader behind dead fair writer, released at once", rd(), rw(dlock.Fair()), rd(), 100 * time.Millisecond, 10 * time.Second},
+		{"reader behind dead fair writer, held on", rd(), rw(dlock.Fair()), rd(), 20 * time.Second, 10 * time.Second},
+		{"reader behind dead fair 1s writer, held on", rd(), rw(dlock.Fair(), dlock.WithTTL(time.Second)), rd(), 20 * time.Second, 5 * time.Second},
+		{"fair reader behind dead fair writer, held on", rd(), rw(dlock.Fair()), rd(dlock.Fair()), 20 * time.Second, 10 * time.Second},
+		{"permit behind dead fair writer, released at once", sem(1), mu(dlock.Fair()), sem(1), 100 * time.Millisecond, 10 * time.Second},
+		{"permit behind dead fair writer, held on", sem(2), mu(dlock.Fair()), sem(2), 20 * time.Second, 10 * time.Second},
+		{"permit behind dead plain permit, released at once", sem(1), sem(1), sem(1), 100 * time.Millisecond, 8 * time.Second},
+		{"reader behind dead plain reader, writer held", rw(), rd(), rd(), 100 * time.Millisecond, 8 * time.Second},
+		{"writer behind dead plain reader, writer held", rw(), rd(), rw(), 100 * time.Millisecond, 8 * time.Second},
+		{"reader behind dead plain writer, writer held", rw(), rw(), rd(), 100 * time.Millisecond, 8 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // a server each; the bounds leave room for a loaded machine
 			srv := testserver.StartRedis(t)
 			inner := redislock.New(srv.Client(t))
 			holder, head, back := newProc(t, srv), newProc(t, srv), newProc(t, srv)
