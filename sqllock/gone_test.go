@@ -438,73 +438,19 @@ func TestLateHeadTakeAfterCleanupGrantsNothing(t *testing.T) {
 			name = "queue's head"
 		}
 		t.Run(name, func(t *testing.T) {
-			e := mariadbLate(t)
-			h := newHolder("")
-			var letOnce sync.Once
-			let := func() { letOnce.Do(func() { close(h.let) }) }
-			late := sqllock.New(e.open(t, h), e.dialect)
-			t.Cleanup(let) // run first: the pool's Close waits for the held connection
-			other := newLateClient(t, e, e.open(t, nil))
-			ctx := t.Context()
-			fair := []dlock.Option{dlock.Fair(), dlock.WithTTL(30 * time.Second)}
-
-			held, err := other.Mutex("f", fair...).TryLock(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			req := dldriver.AcquireRequest{Key: "f", Token: "late", Owner: "late", TTL: time.Minute,
-				Fair: true, Wait: true, QueueTTL: time.Minute}
-			if queued {
-				if res, err := late.Acquire(ctx, req); err != nil || !res.Queued || res.Position != 1 {
-					t.Fatalf("fair request behind a holder = %+v, %v; want queued first", res, err)
-				}
-			}
-			if err := held.Unlock(ctx); err != nil {
-				t.Fatal(err)
-			}
-
-			h.arm("LAST_INSERT_ID(fence + 1)") // tplTakeHead's text
-			reqCtx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			answered := make(chan error, 1)
-			go func() {
-				res, err := late.Acquire(reqCtx, req)
-				if err == nil && res.Acquired {
-					err = errors.New("granted")
-				}
-				answered <- err
-			}()
-			select {
-			case <-h.held:
-			case err := <-answered:
-				t.Fatalf("the request for a free lock ended (%v) without its UPDATE", err)
-			case <-time.After(10 * time.Second):
-				t.Fatal("the request's UPDATE was never written")
-			}
-			cancel()
-			select {
-			case err := <-answered:
-				if err == nil {
-					t.Fatal("the request with its UPDATE held: answered without an error, want an unknown outcome")
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("the request did not return after its context ended")
-			}
+			f := newFreeFairLock(t, queued)
+			f.cutOff(t, "LAST_INSERT_ID(fence + 1)") // tplTakeHead's text
 			// The clean-up a Client sends after an attempt of unknown outcome.
-			if _, err := late.Release(ctx, "f", "late"); err != nil {
+			if _, err := f.late.Release(t.Context(), "f", "late"); err != nil {
 				t.Fatal(err)
 			}
-			let()
+			f.let()
 			select {
-			case <-h.ran:
+			case <-f.h.ran:
 			case <-time.After(20 * time.Second):
 				t.Fatal("the held UPDATE was never answered")
 			}
-			l, err := other.Mutex("f", fair...).TryLock(ctx)
-			if err != nil {
-				t.Fatalf("fair TryLock after the late UPDATE landed: %v; want the lock free", err)
-			}
-			_ = l.Unlock(ctx)
+			f.wantFree(t, "after the late UPDATE landed")
 		})
 	}
 }
@@ -516,64 +462,96 @@ func TestLateHeadTakeAfterCleanupGrantsNothing(t *testing.T) {
 // takes the entry out with the hold: a fair TryLock then finds nobody
 // queued.
 func TestCleanupOfHeadTakeWithoutItsDeletionLeavesNoEntry(t *testing.T) {
-	e := mariadbLate(t)
-	h := newHolder("")
-	var letOnce sync.Once
-	let := func() { letOnce.Do(func() { close(h.let) }) }
-	late := sqllock.New(e.open(t, h), e.dialect)
-	t.Cleanup(let) // run first: the pool's Close waits for the held connection
-	other := newLateClient(t, e, e.open(t, nil))
-	ctx := t.Context()
-	fair := []dlock.Option{dlock.Fair(), dlock.WithTTL(30 * time.Second)}
+	f := newFreeFairLock(t, true)
+	f.cutOff(t, "DELETE FROM `dlock_locks_queue` WHERE name = 'f' AND token = 'late'")
+	if _, err := f.late.Release(t.Context(), "f", "late"); err != nil {
+		t.Fatal(err)
+	}
+	// The held deletion has not reached the server: what the clean-up
+	// left is all there is.
+	f.wantFree(t, "after the clean-up")
+	f.let()
+}
 
-	held, err := other.Mutex("f", fair...).TryLock(ctx)
+// freeFairLock is a free fair lock "f" on MariaDB, and the Backend of a
+// waiter "late" whose writes a holder can hold: queued at the head before
+// the lock was freed, or not yet asking.
+type freeFairLock struct {
+	h     *holder
+	let   func()
+	late  *sqllock.Backend
+	other *dlock.Client
+	req   dldriver.AcquireRequest
+}
+
+func newFreeFairLock(t *testing.T, queued bool) *freeFairLock {
+	t.Helper()
+	e := mariadbLate(t)
+	f := &freeFairLock{h: newHolder("")}
+	var letOnce sync.Once
+	f.let = func() { letOnce.Do(func() { close(f.h.let) }) }
+	f.late = sqllock.New(e.open(t, f.h), e.dialect)
+	t.Cleanup(f.let) // run first: the pool's Close waits for the held connection
+	f.other = newLateClient(t, e, e.open(t, nil))
+	held, err := f.other.Mutex("f", dlock.Fair(), dlock.WithTTL(30*time.Second)).TryLock(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := dldriver.AcquireRequest{Key: "f", Token: "late", Owner: "late", TTL: time.Minute,
+	f.req = dldriver.AcquireRequest{Key: "f", Token: "late", Owner: "late", TTL: time.Minute,
 		Fair: true, Wait: true, QueueTTL: time.Minute}
-	if res, err := late.Acquire(ctx, req); err != nil || !res.Queued || res.Position != 1 {
-		t.Fatalf("fair request behind a holder = %+v, %v; want queued first", res, err)
+	if queued {
+		if res, err := f.late.Acquire(t.Context(), f.req); err != nil || !res.Queued || res.Position != 1 {
+			t.Fatalf("fair request behind a holder = %+v, %v; want queued first", res, err)
+		}
 	}
-	if err := held.Unlock(ctx); err != nil {
+	if err := held.Unlock(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+	return f
+}
 
-	h.arm("DELETE FROM `dlock_locks_queue` WHERE name = 'f' AND token = 'late'")
-	reqCtx, cancel := context.WithCancel(ctx)
+// cutOff sends the waiter's request for the free lock with the write that
+// contains match held, ends the request's context, and checks that the
+// request answers with an error (an unknown outcome).
+func (f *freeFairLock) cutOff(t *testing.T, match string) {
+	t.Helper()
+	f.h.arm(match)
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	answered := make(chan error, 1)
 	go func() {
-		_, err := late.Acquire(reqCtx, req)
+		res, err := f.late.Acquire(ctx, f.req)
+		if err == nil && res.Acquired {
+			err = errors.New("granted")
+		}
 		answered <- err
 	}()
 	select {
-	case <-h.held:
+	case <-f.h.held:
 	case err := <-answered:
-		t.Fatalf("the head's take of a free lock ended (%v) without deleting its entry", err)
+		t.Fatalf("the request for a free lock ended (%v) without writing %q", err, match)
 	case <-time.After(10 * time.Second):
-		t.Fatal("the deletion of the head's entry was never written")
+		t.Fatalf("the request never wrote %q", match)
 	}
 	cancel()
 	select {
 	case err := <-answered:
 		if err == nil {
-			t.Fatal("the take with its deletion held: answered without an error, want an unknown outcome")
+			t.Fatal("the request with a write held: answered without an error, want an unknown outcome")
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the request did not return after its context ended")
 	}
-	if _, err := late.Release(ctx, "f", "late"); err != nil {
-		t.Fatal(err)
-	}
-	// The held deletion has not reached the server: what the clean-up
-	// left is all there is.
-	l, err := other.Mutex("f", fair...).TryLock(ctx)
+}
+
+// wantFree checks that a fair TryLock of another Client gets the lock.
+func (f *freeFairLock) wantFree(t *testing.T, when string) {
+	t.Helper()
+	l, err := f.other.Mutex("f", dlock.Fair(), dlock.WithTTL(30*time.Second)).TryLock(t.Context())
 	if err != nil {
-		t.Fatalf("fair TryLock after the clean-up: %v; want the lock free with nobody queued", err)
+		t.Fatalf("fair TryLock %s: %v; want the lock free with nobody queued", when, err)
 	}
-	_ = l.Unlock(ctx)
-	let()
+	_ = l.Unlock(t.Context())
 }
 
 // TestPruneOfExpiredRecordsSparesOneWrittenAgain: on MySQL a clean-up
