@@ -210,23 +210,30 @@ WHERE name = $1`
 	// clean-up record of the token, and no expired entry, which the
 	// transaction deletes as it grants (by primary key: see txn.prune).
 	// LAST_INSERT_ID is the new fence, 0 when nothing matched.
-	tplTakeHead = `UPDATE {t} SET
+	//
+	// The subqueries name the row (m.name), not $1: correlated, they run
+	// after the UPDATE has locked the row. MariaDB reads an uncorrelated
+	// lookup by primary key as a constant table while it optimizes the
+	// statement, under REPEATABLE READ with shared next-key locks, before
+	// it locks the row; a transaction that holds the row and inserts in
+	// that gap (an entry, a record) then deadlocks with the UPDATE.
+	tplTakeHead = `UPDATE {t} m SET
   intent_owner = CASE WHEN intent_token = $2 OR intent_until <= {now} THEN NULL ELSE intent_owner END,
   intent_token = CASE WHEN intent_token = $2 OR intent_until <= {now} THEN NULL ELSE intent_token END,
   fence = LAST_INSERT_ID(fence + 1), holds = 1, acquired_at = {now}, owner = $3, expires_at = {plus:$4}, token = $2
-WHERE name = $1 AND (token IS NULL OR expires_at <= {now})
+WHERE m.name = $1 AND (token IS NULL OR expires_at <= {now})
   AND (shared_until IS NULL OR shared_until <= {now})
-  AND NOT EXISTS (SELECT 1 FROM {g} WHERE name = $1 AND token = $2 AND expires_at > {now})
-  AND NOT EXISTS (SELECT 1 FROM {q} WHERE name = $1 AND expires_at <= {now})
+  AND NOT EXISTS (SELECT 1 FROM {g} WHERE name = m.name AND token = $2 AND expires_at > {now})
+  AND NOT EXISTS (SELECT 1 FROM {q} WHERE name = m.name AND expires_at <= {now})
   AND NOT EXISTS (SELECT 1 FROM {q} o LEFT JOIN {g} g ON g.name = o.name AND g.token = o.token AND g.expires_at > {now}
-     WHERE o.name = $1 AND o.token <> $2 AND o.expires_at > {now} AND g.token IS NULL
-       AND o.seq < COALESCE((SELECT seq FROM {q} WHERE name = $1 AND token = $2 AND expires_at > {now}), $5))`
+     WHERE o.name = m.name AND o.token <> $2 AND o.expires_at > {now} AND g.token IS NULL
+       AND o.seq < COALESCE((SELECT seq FROM {q} WHERE name = m.name AND token = $2 AND expires_at > {now}), $5))`
 
 	// tplTakeFirst is tplTakeHead for a first request of token $2, which
 	// has no queue entry to delete after the grant: it matches only when
 	// the token has none.
 	tplTakeFirst = tplTakeHead + `
-  AND NOT EXISTS (SELECT 1 FROM {q} WHERE name = $1 AND token = $2)`
+  AND NOT EXISTS (SELECT 1 FROM {q} WHERE name = m.name AND token = $2)`
 
 	// tplSetIntent records token $2's writer intent, for QueueTTL $4.
 	tplSetIntent = `UPDATE {t} SET intent_token = $2, intent_owner = $3, intent_until = {plus:$4} WHERE name = $1`
