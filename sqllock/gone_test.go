@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -618,5 +619,151 @@ func TestPruneOfExpiredRecordsSparesOneWrittenAgain(t *testing.T) {
 	}
 	if res.Queued {
 		t.Fatalf("fair request of a token withdrawn just before = %+v; want not queued (its record lives)", res)
+	}
+}
+
+// TestHeadTakeWhoseDequeueIsLostLeavesNothing: on MySQL the head of a
+// polled fair queue takes a free lock with an UPDATE and then deletes its
+// entry; until then the entry stays queued, ahead of everyone. A fair Lock
+// whose context ends with that DELETE held gives up with an unknown
+// outcome, and the Client's clean-up must then leave the lock and the
+// queue free at once: the next comer is not held up by the entry. A
+// waiter whose process died there instead (no clean-up) holds the next
+// comer up no longer than its lease's TTL and its entry's QueueTTL. Either
+// way nothing is left.
+func TestHeadTakeWhoseDequeueIsLostLeavesNothing(t *testing.T) {
+	for _, cleanup := range []bool{true, false} {
+		name := "process died"
+		if cleanup {
+			name = "client gave up"
+		}
+		t.Run(name, func(t *testing.T) {
+			e := mariadbLate(t)
+			h := newHolder("")
+			var letOnce sync.Once
+			let := func() { letOnce.Do(func() { close(h.let) }) }
+			latePool := e.open(t, h)
+			late := sqllock.New(latePool, e.dialect)
+			t.Cleanup(let)
+			plain := e.open(t, nil)
+			other := newLateClient(t, e, plain)
+			ctx := t.Context()
+			const ttl = 2 * time.Second
+			fair := []dlock.Option{dlock.Fair(), dlock.WithTTL(ttl)}
+
+			held, err := other.Mutex("f", fair...).TryLock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reqCtx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			answered := make(chan error, 1)
+			if cleanup {
+				// A Client's fair Lock, queued behind the holder.
+				lateClient := dlock.New(late)
+				t.Cleanup(func() { _ = lateClient.Close() })
+				go func() {
+					l, err := lateClient.Mutex("f", fair...).Lock(reqCtx)
+					if err == nil {
+						err = fmt.Errorf("granted fence %d", l.Fence())
+					}
+					answered <- err
+				}()
+				waitFor(t, plain, "SELECT COUNT(*) FROM dlock_locks_queue WHERE name = 'f'")
+			} else {
+				req := dldriver.AcquireRequest{Key: "f", Token: "late", Owner: "late", TTL: ttl,
+					Fair: true, Wait: true, QueueTTL: ttl}
+				if res, err := late.Acquire(ctx, req); err != nil || !res.Queued || res.Position != 1 {
+					t.Fatalf("fair request behind a holder = %+v, %v; want queued first", res, err)
+				}
+				go func() { // polls, as a waiting Client does
+					for {
+						res, err := late.Acquire(reqCtx, req)
+						if err == nil && res.Acquired {
+							err = fmt.Errorf("answered %+v", res)
+						}
+						if err != nil {
+							answered <- err
+							return
+						}
+						time.Sleep(20 * time.Millisecond)
+					}
+				}()
+			}
+			h.arm("DELETE FROM `dlock_locks_queue` WHERE name") // tplDequeue, after the take
+			if err := held.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-h.held:
+			case err := <-answered:
+				t.Fatalf("the head's request ended (%v) without deleting its entry", err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the head's DELETE was never written")
+			}
+			var fence int64
+			if err := plain.QueryRowContext(ctx, "SELECT fence FROM dlock_locks WHERE name = 'f' AND token IS NOT NULL").Scan(&fence); err != nil {
+				t.Fatalf("holder with the DELETE held: %v; want the head's grant", err)
+			}
+			cancel()
+			select {
+			case err := <-answered:
+				t.Logf("the head's request: %v", err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the request did not return after its context ended")
+			}
+			start := time.Now()
+			if cleanup {
+				var lockToken, entry sql.NullString
+				if err := plain.QueryRowContext(ctx, `SELECT m.token, q.token FROM dlock_locks m
+LEFT JOIN dlock_locks_queue q ON q.name = m.name AND q.expires_at > UTC_TIMESTAMP(6) WHERE m.name = 'f'`).Scan(&lockToken, &entry); err != nil {
+					t.Fatal(err)
+				}
+				if lockToken.Valid || entry.Valid {
+					t.Errorf("after the Client gave up: the lock's token %v, a live entry of %v; want neither", lockToken, entry)
+				}
+			}
+			// The next comer: a fair Lock from another client.
+			lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
+			defer lcancel()
+			l, err := other.Mutex("f", fair...).Lock(lctx)
+			if err != nil {
+				t.Fatalf("fair Lock after the head's DELETE was lost: %v after %v", err, time.Since(start))
+			}
+			waited := time.Since(start)
+			bound := 500 * time.Millisecond
+			if !cleanup {
+				bound = ttl + time.Second // the stale lease and entry lapse
+			}
+			if waited > bound {
+				t.Errorf("fair Lock after the head's DELETE was lost waited %v, want at most %v", waited, bound)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var n int
+			if err := plain.QueryRowContext(ctx, `SELECT
+  (SELECT COUNT(*) FROM dlock_locks WHERE token IS NOT NULL AND expires_at > UTC_TIMESTAMP(6)) +
+  (SELECT COUNT(*) FROM dlock_locks_queue WHERE expires_at > UTC_TIMESTAMP(6))`).Scan(&n); err != nil || n != 0 {
+				t.Errorf("left after the next comer's Unlock: %d live rows (%v), want none", n, err)
+			}
+		})
+	}
+}
+
+// waitFor polls query, a count, until it is above 0.
+func waitFor(t *testing.T, db *sql.DB, query string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var n int
+		if err := db.QueryRowContext(t.Context(), query).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s stayed 0", query)
+		}
 	}
 }
