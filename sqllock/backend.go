@@ -463,6 +463,7 @@ func (b *Backend) release(ctx context.Context, key, token string, fence uint64) 
 	if err := b.check(ctx, key, token); err != nil {
 		return driver.ReleaseResult{}, b.opError(ctx, err)
 	}
+	queued := b.polls.waiting(key, token)
 	b.polls.forget(key, token)
 	var head *string
 	res, err := retryGated(ctx, b, fence > 0, func() (driver.ReleaseResult, error) {
@@ -478,21 +479,21 @@ func (b *Backend) release(ctx context.Context, key, token string, fence uint64) 
 		// the clean-up of a request still on its way: it records the
 		// token (see goneTTL).
 		record := fence == 0 && b.recordsGone()
-		if err == nil && res.Held && fence == 0 && b.dialect == MySQL && b.peekFair {
-			// A clean-up of a hold that a fair request's UPDATE took as
-			// the queue's head (txs.takeHead), whose deletion of the
-			// token's entry did not run or was not answered: the entry
-			// goes with the hold, else it would stay ahead of every
-			// waiter until it expired.
-			if _, err := b.db.ExecContext(ctx, b.tx.dequeue.query, b.tx.dequeue.args(key, token)...); err != nil {
-				return res, err
-			}
-		}
 		if err != nil || res.Held || (!more && !record) {
 			return res, err
 		}
 		return b.tx.release(ctx, key, token, false, record)
 	})
+	if err == nil && res.Held && fence == 0 && queued && b.dialect == MySQL {
+		// A clean-up (no fence) that found the hold of a token this
+		// Backend answered with a queue place, and saw granted by no
+		// answer: a fair head's take (txs.takeHead) whose deletion of the
+		// token's entry did not run or was not answered. That entry,
+		// still live, would stay ahead of every waiter until it expired;
+		// deleting it is what the deletion did. Other releases without a
+		// fence (a plain Release of a hold) keep their one statement.
+		err = b.tx.dropEntry(ctx, key, token)
+	}
 	if err != nil {
 		return driver.ReleaseResult{}, b.opError(ctx, err)
 	}

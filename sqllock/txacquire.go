@@ -307,8 +307,9 @@ func (t *txs) fairFirst(ctx context.Context, req driver.AcquireRequest) (res dri
 // is still queued, ahead of everyone, which changes nothing while it
 // holds. Should the deletion fail or go unanswered, or the UPDATE's answer
 // be lost, the error makes the caller clean up, and on MySQL a clean-up
-// Release (no fence) that finds the token's hold deletes its entry too
-// (Backend.release), so that no entry outlives its grant to hold the
+// Release (no fence) that finds the hold of a token that the Backend
+// answered with a queue place, and with no grant since, deletes its entry
+// too (Backend.release), so that no entry outlives its grant to hold the
 // queue up. A client that dies between the two leaves an entry that
 // expires with its last refresh, no later than the grant where QueueTTL is
 // at most the TTL (the dlock client's default).
@@ -335,6 +336,13 @@ func (t *txs) takeHead(ctx context.Context, req driver.AcquireRequest, first boo
 		}
 	}
 	return driver.AcquireResult{Acquired: true, Fence: uint64(fence), Holds: 1}, true, nil
+}
+
+// dropEntry deletes token's queue entry on key, if any, in one statement
+// (on MySQL, after a clean-up found the token's hold: see takeHead).
+func (t *txs) dropEntry(ctx context.Context, key, token string) error {
+	_, err := t.db.ExecContext(ctx, t.dequeue.query, t.dequeue.args(key, token)...)
+	return err
 }
 
 // refused completes an exclusive request that the upsert refused (on
