@@ -767,3 +767,91 @@ func waitFor(t *testing.T, db *sql.DB, query string) {
 		}
 	}
 }
+
+// TestFairTakeWaitingForTheRowSeesCleanupRecord: on MySQL a fair request's
+// UPDATE (tplTakeHead, tplTakeFirst) that waits for the name's row, which
+// another transaction holds, reads the queue and the clean-up records only
+// once it has the row, as the fair transaction does: the token's clean-up
+// record, written meanwhile, refuses it, and the record's INSERT does not
+// wait for the UPDATE. Under READ COMMITTED too: the docs say the
+// isolation level does not matter on MySQL.
+func TestFairTakeWaitingForTheRowSeesCleanupRecord(t *testing.T) {
+	srv := testserver.StartMariaDB(t)
+	srv.CreateDatabase(t, "app")
+	for _, iso := range []string{"REPEATABLE-READ", "READ-COMMITTED"} {
+		for _, queued := range []bool{false, true} {
+			key := "first request"
+			if queued {
+				key = "queue's head"
+			}
+			t.Run(iso+"/"+key, func(t *testing.T) {
+				cfg, _ := mysql.ParseDSN(srv.DSN("app"))
+				cfg.InterpolateParams = true
+				cfg.Params = map[string]string{"tx_isolation": "'" + iso + "'"}
+				db, err := sql.Open("mysql", cfg.FormatDSN())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer db.Close()
+				ctx := t.Context()
+				b := sqllock.New(db, sqllock.MySQL)
+				fair := func(token string) dldriver.AcquireRequest {
+					return dldriver.AcquireRequest{Key: key + iso, Token: token, Owner: token, TTL: time.Minute,
+						Fair: true, Wait: true, QueueTTL: time.Minute}
+				}
+				if res, err := b.Acquire(ctx, fair("h")); err != nil || !res.Acquired {
+					t.Fatalf("first fair request on a free name = %+v, %v", res, err)
+				}
+				late := sqllock.New(db, sqllock.MySQL)
+				if queued {
+					if res, err := late.Acquire(ctx, fair("late")); err != nil || !res.Queued {
+						t.Fatalf("fair request behind a holder = %+v, %v; want queued", res, err)
+					}
+				}
+				if _, err := b.Release(ctx, key+iso, "h"); err != nil {
+					t.Fatal(err)
+				}
+				// Another transaction holds the free name's row.
+				tx, err := db.BeginTx(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tx.Rollback()
+				var s string
+				if err := tx.QueryRowContext(ctx, "SELECT name FROM dlock_locks WHERE name = ? FOR UPDATE", key+iso).Scan(&s); err != nil {
+					t.Fatal(err)
+				}
+				type answer struct {
+					res dldriver.AcquireResult
+					err error
+				}
+				answered := make(chan answer, 1)
+				go func() {
+					res, err := late.Acquire(ctx, fair("late"))
+					answered <- answer{res, err}
+				}()
+				waitFor(t, db, `SELECT COUNT(*) FROM information_schema.processlist WHERE info LIKE '%LAST_INSERT_ID(fence + 1)%'`)
+				time.Sleep(100 * time.Millisecond)
+				// The clean-up's record (tplGone's row), as its first statement writes it.
+				rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				_, err = db.ExecContext(rctx, `INSERT INTO dlock_locks_gone (name, token, grants, expires_at)
+VALUES (?, 'late', 1, UTC_TIMESTAMP(6) + INTERVAL 5 SECOND)`, key+iso)
+				cancel()
+				if err != nil {
+					t.Errorf("the clean-up's record, with the request's UPDATE waiting for the row: %v", err)
+				}
+				if err := tx.Commit(); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case a := <-answered:
+					if a.err == nil && a.res.Acquired {
+						t.Errorf("request whose clean-up record was written while its UPDATE waited for the row: granted fence %d, want nothing", a.res.Fence)
+					}
+				case <-time.After(time.Minute):
+					t.Fatal("the request did not return")
+				}
+			})
+		}
+	}
+}
