@@ -300,9 +300,11 @@ func (t *txs) fairFirst(ctx context.Context, req driver.AcquireRequest) (res dri
 //
 // The transaction takes six statements, among them MariaDB's slowest
 // read, while the name's row is locked and the released lock waits for
-// its head; this takes two. The UPDATE's subqueries read with locks, after
-// the row's lock: they see what committed before it, as the transaction's
-// read does. A request that lands after the token's clean-up is refused
+// its head; this takes two. The UPDATE's subqueries are correlated to the
+// row it locks (tplTakeHead), so that they run, with locks, after the
+// row's lock: they see what committed before it, as the transaction's read
+// does, and lock no gap before it that a transaction holding the row
+// would insert into. A request that lands after the token's clean-up is refused
 // by the clean-up's record. Between the two statements the holder's entry
 // is still queued, ahead of everyone, which changes nothing while it
 // holds. Should the deletion fail or go unanswered, or the UPDATE's answer
