@@ -282,6 +282,14 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		b.polls.answered(req, res, err)
 		return res, err
 	}
+	if req.Fair && !req.Wait && req.Mode == driver.Exclusive && b.dialect == MySQL && !b.polls.busy(req.Key) {
+		// A fair TryLock, as a first request of a Lock (acquirePolled):
+		// one UPDATE takes a free lock that nobody waits for; else the
+		// transaction answers, and records nothing.
+		if res, ok, err := b.takeHead(ctx, req, true); err != nil || ok {
+			return res, err
+		}
+	}
 	return b.acquireWritten(ctx, req)
 }
 

@@ -428,18 +428,23 @@ func TestQueuePassesOverEntryOfWaiterThatGaveUp(t *testing.T) {
 // TestLateHeadTakeAfterCleanupGrantsNothing: on MySQL a fair request takes
 // a free lock with one UPDATE when nobody waits ahead of it: the head of a
 // polled queue whose poll finds the lock free (it then deletes its entry),
-// and a first request on a name this Backend has not queued on of late.
+// and a first request (or a TryLock) on a name this Backend has not queued
+// on of late.
 // That UPDATE, held until the request's context ended and the waiter's
 // clean-up ran, then let through, grants nothing: the clean-up's record
 // refuses it, and the lock is free for the next comer.
 func TestLateHeadTakeAfterCleanupGrantsNothing(t *testing.T) {
-	for _, queued := range []bool{true, false} {
-		name := "first request"
-		if queued {
-			name = "queue's head"
-		}
-		t.Run(name, func(t *testing.T) {
-			f := newFreeFairLock(t, queued)
+	for _, tc := range []struct {
+		name         string
+		queued, wait bool
+	}{
+		{"queue's head", true, true},
+		{"first request", false, true},
+		{"TryLock", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFreeFairLock(t, tc.queued)
+			f.req.Wait = tc.wait
 			f.cutOff(t, "LAST_INSERT_ID(fence + 1)") // tplTakeHead's text
 			// The clean-up a Client sends after an attempt of unknown outcome.
 			if _, err := f.late.Release(t.Context(), "f", "late"); err != nil {

@@ -121,6 +121,9 @@ func testRoundTrips(t *testing.T, newDB newDatabase) {
 	fw := waiting(fair(writeReq(k, "fw", time.Minute)), 5*time.Second)
 	count("fair acquire with Wait, a free name nobody waits for", free, func() { mustAcquire(t, b, fw) })
 	release(t, b, k, fw.Token)
+	ft := fair(writeReq(k, "ft", time.Minute))
+	count("fair acquire without Wait (TryLock), a free name nobody waits for", free, func() { mustAcquire(t, b, ft) })
+	release(t, b, k, ft.Token)
 
 	// Batches, inspection.
 	ex, sh := writeReq(key(), "e", time.Minute), readReq(key(), "s", time.Minute, 0)
