@@ -282,15 +282,20 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		b.polls.answered(req, res, err)
 		return res, err
 	}
-	if req.Fair && !req.Wait && req.Mode == driver.Exclusive && b.dialect == MySQL && !b.polls.busy(req.Key) {
-		// A fair TryLock, as a first request of a Lock (acquirePolled):
-		// one UPDATE takes a free lock that nobody waits for; else the
-		// transaction answers, and records nothing.
+	if req.Fair && req.Mode == driver.Exclusive && (b.dialect == MySQL || b.dialect == PostgreSQL) && !b.polls.busy(req.Key) {
+		// A fair TryLock, or a fair request where waiters are woken
+		// (NewPostgres), as a first request of a Lock (acquirePolled): one
+		// UPDATE takes a free lock that nobody waits for; else the
+		// transaction answers.
 		if res, ok, err := b.takeHead(ctx, req, true); err != nil || ok {
 			return res, err
 		}
 	}
-	return b.acquireWritten(ctx, req)
+	res, err := b.acquireWritten(ctx, req)
+	if req.Fair && req.Wait && req.Mode == driver.Exclusive {
+		b.polls.answered(req, res, err) // marks the name busy (see pollers.busy)
+	}
+	return res, err
 }
 
 // acquirePolled is acquire for an exclusive fair request with Wait where
@@ -326,7 +331,7 @@ func (b *Backend) acquirePolled(ctx context.Context, req driver.AcquireRequest) 
 				return res, err
 			}
 		}
-	} else if b.dialect == MySQL && !b.polls.busy(req.Key) {
+	} else if (b.dialect == MySQL || b.dialect == PostgreSQL) && !b.polls.busy(req.Key) {
 		// A first request on a name where this Backend has queued nobody
 		// of late: one UPDATE takes a free lock that nobody waits for;
 		// else the transaction queues the request.

@@ -479,6 +479,90 @@ func TestCleanupOfHeadTakeWithoutItsDeletionLeavesNoEntry(t *testing.T) {
 	f.let()
 }
 
+// TestFairFirstRequestAfterWaitingForTheRowQueuesBehind: on PostgreSQL a
+// fair request's first UPDATE reads the queue in its statement's snapshot.
+// One that waited for the name's row while another request's transaction
+// queued it behind a holder whose lease then ran out must not take the
+// lock past that waiter, whose entry its snapshot does not show: the row
+// it locked is not the version its snapshot read ({fresh}), so it goes on
+// to the transaction, which queues it second.
+func TestFairFirstRequestAfterWaitingForTheRowQueuesBehind(t *testing.T) {
+	e := postgresLate(t)
+	h := newHolder("")
+	var letOnce sync.Once
+	let := func() { letOnce.Do(func() { close(h.let) }) }
+	queuer := sqllock.New(e.open(t, h), e.dialect)
+	t.Cleanup(let) // run first: the pool's Close waits for the held connection
+	first := sqllock.NewPostgres(e.open(t, nil))
+	admin := e.open(t, nil)
+	holder := sqllock.NewPostgres(e.open(t, nil))
+	ctx := t.Context()
+
+	const lease = time.Second
+	granted := time.Now()
+	if res, err := holder.Acquire(ctx, dldriver.AcquireRequest{Key: "f", Token: "holder", Owner: "holder", TTL: lease}); err != nil || !res.Acquired {
+		t.Fatalf("the holder's acquire: %+v, %v", res, err)
+	}
+	req := func(token string) dldriver.AcquireRequest {
+		return dldriver.AcquireRequest{Key: "f", Token: token, Owner: token, TTL: time.Minute,
+			Fair: true, Wait: true, QueueTTL: time.Minute}
+	}
+
+	// The queuer's transaction holds the row, its entry written, its
+	// COMMIT held.
+	h.arm("Q\x00\x00\x00\x0bcommit\x00") // the simple protocol's COMMIT
+	type answer struct {
+		res dldriver.AcquireResult
+		err error
+	}
+	queued := make(chan answer, 1)
+	go func() {
+		res, err := queuer.Acquire(ctx, req("queuer"))
+		queued <- answer{res, err}
+	}()
+	select {
+	case <-h.held:
+	case a := <-queued:
+		t.Fatalf("the queuer answered %+v, %v before its COMMIT", a.res, a.err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the queuer's COMMIT was never written")
+	}
+	// The holder's lease runs out; then the first request waits for the
+	// row (its statement's time, by which it takes the lock as free, is
+	// when it starts).
+	time.Sleep(time.Until(granted.Add(lease + 200*time.Millisecond)))
+	got := make(chan answer, 1)
+	go func() {
+		res, err := first.Acquire(ctx, req("first"))
+		got <- answer{res, err}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := admin.QueryRowContext(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first request never waited for the row")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	let()
+	if a := <-queued; a.err != nil || !a.res.Queued || a.res.Position != 1 {
+		t.Fatalf("the queuer: %+v, %v; want queued first", a.res, a.err)
+	}
+	a := <-got
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	if a.res.Acquired || !a.res.Queued || a.res.Position != 2 {
+		t.Fatalf("the first request behind the queued waiter: %+v; want queued second", a.res)
+	}
+}
+
 // freeFairLock is a free fair lock "f" on MariaDB, and the Backend of a
 // waiter "late" whose writes a holder can hold: queued at the head before
 // the lock was freed, or not yet asking.

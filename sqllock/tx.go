@@ -59,7 +59,7 @@ type txs struct {
 	expiredShared, expiredQueue, allShared                                  stmt // MySQL: the tokens to delete
 	hasMore, holder, intent, claim, unclaim, inspect, list                  stmt
 	moveIntent                                                              stmt // Backend.MoveIntent
-	takeHeadSQL, takeFirstSQL                                               stmt // MySQL: txs.takeHead
+	takeHeadSQL, takeFirstSQL                                               stmt // MySQL (PostgreSQL: the first): txs.takeHead
 	reader, insertReader                                                    stmt // MySQL and SQLite
 	dropHolder                                                              stmt // BreakIf
 	gone, ungone, dropHold, expiredGone                                     stmt // clean-up records (see goneTTL)
@@ -121,6 +121,10 @@ func newTxs(db *sql.DB, d Dialect, names tableNames) *txs {
 	t.dequeue = x.stmt(tplDequeue)
 	t.takeHeadSQL = x.stmt(tplTakeHead)
 	t.takeFirstSQL = x.stmt(tplTakeFirst)
+	if t.d == PostgreSQL {
+		t.takeFirstSQL = x.stmt(strings.Replace(tplTakeFirst, "fence = LAST_INSERT_ID(fence + 1)", "fence = fence + 1", 1) +
+			"{fresh:m.}\nRETURNING fence")
+	}
 	t.pruneShared = x.stmt(`DELETE FROM {s} WHERE name = $1 AND token <> $2 AND expires_at <= {now}`)
 	t.pruneQueue = x.stmt(`DELETE FROM {q} WHERE name = $1 AND token <> $2 AND expires_at <= {now}`)
 	t.clearShared = x.stmt(`DELETE FROM {s} WHERE name = $1`)

@@ -319,18 +319,38 @@ func (t *txs) fairFirst(ctx context.Context, req driver.AcquireRequest) (res dri
 // With first (a request of a token that this Backend has not queued) it
 // is tplTakeFirst: one UPDATE, which matches only when the token has no
 // entry, so that there is none to delete.
+//
+// On PostgreSQL only the first request's UPDATE is sent, and it returns the
+// fence. Its subqueries read the statement's snapshot, taken before it
+// waited for the row, if it did: it matches only when the row it locked
+// is the version that snapshot read ({fresh}), so that no transaction that
+// held the row (a request queueing, shared holds coming) committed in
+// between unseen; else the transaction decides. A clean-up record written
+// before the clean-up locks the row may still be missed: the clean-up's
+// transaction then finds the grant under the row's lock and drops it, as
+// it does for the plain acquire (see goneTTL).
 func (t *txs) takeHead(ctx context.Context, req driver.AcquireRequest, first bool) (res driver.AcquireResult, ok bool, err error) {
 	st := t.takeHeadSQL
 	if first {
 		st = t.takeFirstSQL
 	}
-	r, err := t.db.ExecContext(ctx, st.query, st.args(req.Key, req.Token, req.Owner, t.x.units(req.TTL), int64(maxSeq))...)
-	if err != nil {
-		return res, false, err
-	}
-	fence, err := r.LastInsertId()
-	if err != nil || fence == 0 {
-		return res, false, err
+	args := st.args(req.Key, req.Token, req.Owner, t.x.units(req.TTL), int64(maxSeq))
+	var fence int64
+	if t.d == PostgreSQL {
+		switch err := t.db.QueryRowContext(ctx, st.query, args...).Scan(&fence); {
+		case errors.Is(err, sql.ErrNoRows):
+			return res, false, nil
+		case err != nil:
+			return res, false, err
+		}
+	} else {
+		r, err := t.db.ExecContext(ctx, st.query, args...)
+		if err != nil {
+			return res, false, err
+		}
+		if fence, err = r.LastInsertId(); err != nil || fence == 0 {
+			return res, false, err
+		}
 	}
 	if !first {
 		if _, err := t.db.ExecContext(ctx, t.dequeue.query, t.dequeue.args(req.Key, req.Token)...); err != nil {
