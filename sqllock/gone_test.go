@@ -461,6 +461,42 @@ func TestLateHeadTakeAfterCleanupGrantsNothing(t *testing.T) {
 	}
 }
 
+// TestLateFirstTakeAfterCleanupGrantsNothingPostgres: on PostgreSQL a fair
+// first request (a Lock's first attempt, polled or woken, or a TryLock) on
+// a free name nobody waits for is one UPDATE (tplTakeFirst with RETURNING
+// fence). That UPDATE, held until the request's context ended and the
+// waiter's clean-up ran, then let through, grants nothing: the clean-up's
+// record refuses it, and the lock is free for the next comer.
+func TestLateFirstTakeAfterCleanupGrantsNothingPostgres(t *testing.T) {
+	e := postgresLate(t)
+	for _, tc := range []struct {
+		name        string
+		woken, wait bool
+	}{
+		{"first request polled", false, true},
+		{"first request woken", true, true},
+		{"TryLock", false, false},
+		{"TryLock woken", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFreeFairLockOn(t, e, tc.woken, false)
+			f.req.Token = "late " + tc.name // one database: a token of its own
+			f.req.Wait = tc.wait
+			f.cutOff(t, "fence = fence + 1, holds = 1") // tplTakeFirst's text on PostgreSQL
+			if _, err := f.late.Release(t.Context(), "f", f.req.Token); err != nil {
+				t.Fatal(err)
+			}
+			f.let()
+			select {
+			case <-f.h.ran:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the held UPDATE was never answered")
+			}
+			f.wantFree(t, "after the late UPDATE landed")
+		})
+	}
+}
+
 // TestCleanupOfHeadTakeWithoutItsDeletionLeavesNoEntry: the head of a
 // polled fair queue on MySQL takes a free lock with an UPDATE, then deletes
 // its entry. When that deletion is held until the request's context ended,
@@ -563,24 +599,35 @@ func TestFairFirstRequestAfterWaitingForTheRowQueuesBehind(t *testing.T) {
 	}
 }
 
-// freeFairLock is a free fair lock "f" on MariaDB, and the Backend of a
-// waiter "late" whose writes a holder can hold: queued at the head before
-// the lock was freed, or not yet asking.
+// freeFairLock is a free fair lock "f" on MariaDB (or the engine given to
+// newFreeFairLockOn), and the Backend of a waiter "late" whose writes a
+// holder can hold: queued at the head before the lock was freed, or not yet
+// asking.
 type freeFairLock struct {
 	h     *holder
 	let   func()
-	late  *sqllock.Backend
+	late  dldriver.Backend
 	other *dlock.Client
 	req   dldriver.AcquireRequest
 }
 
 func newFreeFairLock(t *testing.T, queued bool) *freeFairLock {
 	t.Helper()
-	e := mariadbLate(t)
+	return newFreeFairLockOn(t, mariadbLate(t), false, queued)
+}
+
+// newFreeFairLockOn is newFreeFairLock on engine e; with woken (PostgreSQL)
+// the waiter's Backend is NewPostgres's, else New's (waiters poll).
+func newFreeFairLockOn(t *testing.T, e lateEngine, woken, queued bool) *freeFairLock {
+	t.Helper()
 	f := &freeFairLock{h: newHolder("")}
 	var letOnce sync.Once
 	f.let = func() { letOnce.Do(func() { close(f.h.let) }) }
-	f.late = sqllock.New(e.open(t, f.h), e.dialect)
+	if woken {
+		f.late = sqllock.NewPostgres(e.open(t, f.h))
+	} else {
+		f.late = sqllock.New(e.open(t, f.h), e.dialect)
+	}
 	t.Cleanup(f.let) // run first: the pool's Close waits for the held connection
 	f.other = newLateClient(t, e, e.open(t, nil))
 	held, err := f.other.Mutex("f", dlock.Fair(), dlock.WithTTL(30*time.Second)).TryLock(t.Context())
