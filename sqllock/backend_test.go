@@ -5,11 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	mrand "math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/sqllock"
 )
@@ -561,5 +563,336 @@ func testFairPollAnsweredAfterCtxEnds(t *testing.T, newDB newDatabase) {
 	<-done
 	if err != nil || !res.Queued || res.Position != 1 || res.Holder != "h" {
 		t.Fatalf("the waiter's poll, its context ended on the way = %+v, %v; want queued first behind h", res, err)
+	}
+}
+
+// TestMixedStressOnOneNameKeepsOneHolderPostgres has several Clients, each
+// with a pool of its own (woken or polling Backends), race on one name with
+// fair Locks and TryLocks (whose first request is the one-UPDATE take on
+// PostgreSQL), plain Mutexes, RWMutex readers and a Semaphore, with 1 s
+// TTLs and contexts cancelled at random. A hold counts while it is surely
+// live: it ended before its request's start plus the TTL (no renewal
+// needed). No two such holds overlap unless both are shared; an exclusive
+// grant's fence is above that of every exclusive hold that ended before its
+// request began; and after the Clients close, nothing is held or queued.
+func TestMixedStressOnOneNameKeepsOneHolderPostgres(t *testing.T) {
+	e := postgresLate(t)
+	const (
+		ttl     = time.Second
+		clients = 6
+		workers = 3 // per Client
+	)
+	run := 12 * time.Second
+	if testing.Short() {
+		run = 3 * time.Second
+	}
+	cs := make([]*dlock.Client, clients)
+	for i := range cs {
+		db := e.open(t, nil)
+		var b driver.Backend = sqllock.New(db, e.dialect)
+		if i%2 == 0 {
+			b = sqllock.NewPostgres(db)
+		}
+		cs[i] = dlock.New(b)
+	}
+	closed := false
+	closeAll := func() {
+		if closed {
+			return
+		}
+		closed = true
+		for _, c := range cs {
+			_ = c.Close()
+		}
+	}
+	t.Cleanup(closeAll)
+
+	type hold struct {
+		id         int
+		exclusive  bool
+		fence      uint64
+		start, got time.Time
+		what       string
+	}
+	var (
+		mu        sync.Mutex
+		active    = map[int]*hold{}
+		ended     []*hold // exclusive holds that ended while surely live
+		nextID    int
+		grants    = map[string]int{}
+		failures  = map[string]int{}
+		violation []string
+	)
+	enter := func(h *hold) {
+		mu.Lock()
+		defer mu.Unlock()
+		nextID++
+		h.id = nextID
+		now := time.Now()
+		if !now.Before(h.start.Add(ttl)) {
+			return
+		}
+		for _, o := range active {
+			if !now.Before(o.start.Add(ttl)) {
+				continue // no longer surely live
+			}
+			if h.exclusive || o.exclusive {
+				violation = append(violation, fmt.Sprintf("%s (fence %d, sent %v) granted at %v while %s (fence %d, sent %v, granted %v) holds",
+					h.what, h.fence, h.start.Format("05.000"), h.got.Format("05.000"), o.what, o.fence, o.start.Format("05.000"), o.got.Format("05.000")))
+			}
+		}
+		if h.exclusive {
+			for _, o := range ended {
+				if !o.got.After(h.start) && o.fence >= h.fence {
+					violation = append(violation, fmt.Sprintf("%s: fence %d not above %d of %s, which ended before it was sent", h.what, h.fence, o.fence, o.what))
+				}
+			}
+		}
+		active[h.id] = h
+		grants[h.what]++
+	}
+	leave := func(h *hold) {
+		mu.Lock()
+		defer mu.Unlock()
+		if h.id == 0 {
+			return
+		}
+		delete(active, h.id)
+		if time.Since(h.start) >= ttl {
+			// No longer surely live: a renewal may have failed. Forget
+			// the overlaps it may have had (checked at entry only).
+			return
+		}
+		if h.exclusive {
+			h.got = time.Now() // its end: every later request comes after it
+			ended = append(ended, h)
+		}
+	}
+
+	stop := time.Now().Add(run)
+	var wg sync.WaitGroup
+	for ci, c := range cs {
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := mrand.New(mrand.NewPCG(uint64(ci), uint64(w)))
+				for time.Now().Before(stop) {
+					kind := rng.IntN(8)
+					ctx, cancel := context.WithTimeout(t.Context(), time.Duration(rng.IntN(800)+50)*time.Millisecond)
+					var l *dlock.Lease
+					var err error
+					h := &hold{exclusive: true, start: time.Now()}
+					opts := []dlock.Option{dlock.WithTTL(ttl), dlock.WithWait(time.Duration(rng.IntN(600)) * time.Millisecond)}
+					switch kind {
+					case 0, 1:
+						h.what = "fair Lock"
+						l, err = c.Mutex("k", append(opts, dlock.Fair())...).Lock(ctx)
+					case 2, 3:
+						h.what = "fair TryLock"
+						l, err = c.Mutex("k", append(opts, dlock.Fair())...).TryLock(ctx)
+					case 4:
+						h.what = "Mutex Lock"
+						l, err = c.Mutex("k", opts...).Lock(ctx)
+					case 5:
+						h.what = "Mutex TryLock"
+						l, err = c.Mutex("k", opts...).TryLock(ctx)
+					case 6:
+						h.what, h.exclusive = "RLock", false
+						l, err = c.RWMutex("k", opts...).RLock(ctx)
+					case 7:
+						h.what, h.exclusive = "Semaphore", false
+						l, err = c.Semaphore("k", 2, opts...).Acquire(ctx)
+					}
+					if err != nil {
+						mu.Lock()
+						failures[h.what]++
+						mu.Unlock()
+						cancel()
+						continue
+					}
+					h.got, h.fence = time.Now(), l.Fence()
+					if time.Since(h.start) < ttl-200*time.Millisecond {
+						enter(h)
+						time.Sleep(time.Duration(rng.IntN(30)) * time.Millisecond)
+						leave(h)
+					}
+					uctx := context.Background()
+					if rng.IntN(4) == 0 {
+						uctx = ctx // sometimes the caller's, which may have ended
+					}
+					_ = l.Unlock(uctx)
+					cancel()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	closeAll()
+	t.Logf("grants %v, failures %v", grants, failures)
+	for i, v := range violation {
+		if i == 20 {
+			t.Errorf("... %d more", len(violation)-20)
+			break
+		}
+		t.Error(v)
+	}
+
+	// Nothing is left held, queued, claimed or intended (live).
+	db := e.open(t, nil)
+	var held, shared, queued, marks int
+	if err := db.QueryRowContext(t.Context(), `SELECT
+  (SELECT count(*) FROM dlock_locks WHERE token IS NOT NULL AND expires_at > now()),
+  (SELECT count(*) FROM dlock_locks_shared WHERE expires_at > now()),
+  (SELECT count(*) FROM dlock_locks_queue WHERE expires_at > now()),
+  (SELECT count(*) FROM dlock_locks WHERE (intent_token IS NOT NULL AND intent_until > now()) OR (claim_token IS NOT NULL AND claim_until > now()))`).Scan(&held, &shared, &queued, &marks); err != nil {
+		t.Fatal(err)
+	}
+	if held+shared+queued+marks > 0 {
+		t.Errorf("after every Client closed: %d exclusive holds, %d shared holds, %d queue entries, %d intents or claims live", held, shared, queued, marks)
+		var row string
+		if err := db.QueryRowContext(t.Context(), `SELECT row_to_json(m)::text || ' now ' || now()::text || ' gone ' ||
+  COALESCE((SELECT json_agg(g)::text FROM dlock_locks_gone g), '')  FROM dlock_locks m`).Scan(&row); err != nil {
+			t.Fatal(err)
+		}
+		t.Log(row)
+	}
+}
+
+// TestFairGrantsNeverPassALiveWaiterPostgres has several Clients race on
+// one name with fair Locks and TryLocks (on PostgreSQL a first request is
+// the one-UPDATE take; the others go through the transaction), RWMutex
+// readers and a Semaphore, with 1 s TTLs and contexts cancelled at random.
+// A trigger on the name's row checks every grant of the one-UPDATE take
+// as it is made, with the latest committed state: no live queue entry of
+// another token, whose clean-up is not recorded, is there (the grantee has
+// none). Only fair requests take the name exclusively, so every grant must
+// keep that order.
+func TestFairGrantsNeverPassALiveWaiterPostgres(t *testing.T) {
+	e := postgresLate(t)
+	const (
+		ttl     = time.Second
+		clients = 10
+		workers = 1 // per Client: few waiters, so that the take meets a free name
+	)
+	run := 12 * time.Second
+	if testing.Short() {
+		run = 3 * time.Second
+	}
+	admin := e.open(t, nil)
+	if err := sqllock.New(admin, e.dialect).CreateTable(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`CREATE TABLE passed (at timestamptz, token text, fence bigint, waiter text, seq bigint, left_us bigint, own bigint, query text)`,
+		`CREATE TABLE takes (at timestamptz)`,
+		`CREATE FUNCTION check_fifo() RETURNS trigger LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+  IF current_query() NOT LIKE '%fence = fence + 1, holds = 1%' THEN
+    RETURN NULL; -- the transaction's grant, which deletes the grantee's entry in the same statement
+  END IF;
+  INSERT INTO takes VALUES (clock_timestamp());
+  INSERT INTO passed
+  SELECT clock_timestamp(), NEW.token, NEW.fence, o.token, o.seq,
+    (extract(epoch FROM o.expires_at - clock_timestamp()) * 1000000)::bigint,
+    (SELECT seq FROM dlock_locks_queue WHERE name = NEW.name AND token = NEW.token),
+    regexp_replace(left(current_query(), 90), '\s+', ' ', 'g')
+  FROM dlock_locks_queue o
+  WHERE o.name = NEW.name AND o.token <> NEW.token
+    AND o.expires_at > clock_timestamp() + interval '100 milliseconds'
+    AND NOT EXISTS (SELECT FROM dlock_locks_gone g WHERE g.name = o.name AND g.token = o.token)
+    AND o.seq < COALESCE((SELECT seq FROM dlock_locks_queue WHERE name = NEW.name AND token = NEW.token), 9223372036854775807);
+  RETURN NULL;
+END $$`,
+		`CREATE TRIGGER check_fifo AFTER UPDATE ON dlock_locks FOR EACH ROW
+  WHEN (NEW.token IS NOT NULL AND NEW.token IS DISTINCT FROM OLD.token) EXECUTE FUNCTION check_fifo()`,
+	} {
+		if _, err := admin.ExecContext(t.Context(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	cs := make([]*dlock.Client, clients)
+	for i := range cs {
+		db := e.open(t, nil)
+		var b driver.Backend = sqllock.New(db, e.dialect)
+		if i%2 == 0 {
+			b = sqllock.NewPostgres(db)
+		}
+		cs[i] = dlock.New(b)
+	}
+	defer func() {
+		for _, c := range cs {
+			_ = c.Close()
+		}
+	}()
+	stop := time.Now().Add(run)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	grants := map[string]int{}
+	for ci, c := range cs {
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := mrand.New(mrand.NewPCG(uint64(ci), uint64(w)+100))
+				for time.Now().Before(stop) {
+					ctx, cancel := context.WithTimeout(t.Context(), time.Duration(rng.IntN(800)+50)*time.Millisecond)
+					opts := []dlock.Option{dlock.WithTTL(ttl), dlock.WithWait(time.Duration(rng.IntN(600)) * time.Millisecond)}
+					var l *dlock.Lease
+					var err error
+					what := ""
+					time.Sleep(time.Duration(rng.IntN(100)) * time.Millisecond)
+					switch rng.IntN(10) {
+					case 0, 1, 2:
+						what = "fair Lock"
+						l, err = c.Mutex("k", append(opts, dlock.Fair())...).Lock(ctx)
+					case 3, 4, 5, 6:
+						what = "fair TryLock"
+						l, err = c.Mutex("k", append(opts, dlock.Fair())...).TryLock(ctx)
+					case 7, 8:
+						what = "RLock"
+						l, err = c.RWMutex("k", opts...).RLock(ctx)
+					case 9:
+						what = "Semaphore"
+						l, err = c.Semaphore("k", 2, opts...).Acquire(ctx)
+					}
+					if err == nil {
+						mu.Lock()
+						grants[what]++
+						mu.Unlock()
+						time.Sleep(time.Duration(rng.IntN(30)) * time.Millisecond)
+						_ = l.Unlock(context.Background())
+					}
+					cancel()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	var takes int
+	if err := admin.QueryRowContext(t.Context(), `SELECT count(*) FROM takes`).Scan(&takes); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("grants %v, of which %d by the one-UPDATE take", grants, takes)
+	if takes == 0 {
+		t.Log("no grant by the one-UPDATE take: its order went unchecked")
+	}
+	rows, err := admin.QueryContext(t.Context(), `SELECT at::text, token, fence, waiter, seq, left_us, COALESCE(own, -1), query FROM passed ORDER BY at`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var at, token, waiter string
+		var fence, seq, left, own int64
+		var query string
+		if err := rows.Scan(&at, &token, &fence, &waiter, &seq, &left, &own, &query); err != nil {
+			t.Fatal(err)
+		}
+		t.Errorf("at %s %s (its entry's seq %d; -1: none) was granted (fence %d) past the live waiter %s (seq %d, %d µs left) by %q", at, token, own, fence, waiter, seq, left, query)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
 }

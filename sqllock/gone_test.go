@@ -461,6 +461,42 @@ func TestLateHeadTakeAfterCleanupGrantsNothing(t *testing.T) {
 	}
 }
 
+// TestLateFirstTakeAfterCleanupGrantsNothingPostgres: on PostgreSQL a fair
+// first request (a Lock's first attempt, polled or woken, or a TryLock) on
+// a free name nobody waits for is one UPDATE (tplTakeFirst with RETURNING
+// fence). That UPDATE, held until the request's context ended and the
+// waiter's clean-up ran, then let through, grants nothing: the clean-up's
+// record refuses it, and the lock is free for the next comer.
+func TestLateFirstTakeAfterCleanupGrantsNothingPostgres(t *testing.T) {
+	e := postgresLate(t)
+	for _, tc := range []struct {
+		name        string
+		woken, wait bool
+	}{
+		{"first request polled", false, true},
+		{"first request woken", true, true},
+		{"TryLock", false, false},
+		{"TryLock woken", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFreeFairLockOn(t, e, tc.woken, false)
+			f.req.Token = "late " + tc.name // one database: a token of its own
+			f.req.Wait = tc.wait
+			f.cutOff(t, "fence = fence + 1, holds = 1") // tplTakeFirst's text on PostgreSQL
+			if _, err := f.late.Release(t.Context(), "f", f.req.Token); err != nil {
+				t.Fatal(err)
+			}
+			f.let()
+			select {
+			case <-f.h.ran:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the held UPDATE was never answered")
+			}
+			f.wantFree(t, "after the late UPDATE landed")
+		})
+	}
+}
+
 // TestCleanupOfHeadTakeWithoutItsDeletionLeavesNoEntry: the head of a
 // polled fair queue on MySQL takes a free lock with an UPDATE, then deletes
 // its entry. When that deletion is held until the request's context ended,
@@ -563,24 +599,35 @@ func TestFairFirstRequestAfterWaitingForTheRowQueuesBehind(t *testing.T) {
 	}
 }
 
-// freeFairLock is a free fair lock "f" on MariaDB, and the Backend of a
-// waiter "late" whose writes a holder can hold: queued at the head before
-// the lock was freed, or not yet asking.
+// freeFairLock is a free fair lock "f" on MariaDB (or the engine given to
+// newFreeFairLockOn), and the Backend of a waiter "late" whose writes a
+// holder can hold: queued at the head before the lock was freed, or not yet
+// asking.
 type freeFairLock struct {
 	h     *holder
 	let   func()
-	late  *sqllock.Backend
+	late  dldriver.Backend
 	other *dlock.Client
 	req   dldriver.AcquireRequest
 }
 
 func newFreeFairLock(t *testing.T, queued bool) *freeFairLock {
 	t.Helper()
-	e := mariadbLate(t)
+	return newFreeFairLockOn(t, mariadbLate(t), false, queued)
+}
+
+// newFreeFairLockOn is newFreeFairLock on engine e; with woken (PostgreSQL)
+// the waiter's Backend is NewPostgres's, else New's (waiters poll).
+func newFreeFairLockOn(t *testing.T, e lateEngine, woken, queued bool) *freeFairLock {
+	t.Helper()
 	f := &freeFairLock{h: newHolder("")}
 	var letOnce sync.Once
 	f.let = func() { letOnce.Do(func() { close(f.h.let) }) }
-	f.late = sqllock.New(e.open(t, f.h), e.dialect)
+	if woken {
+		f.late = sqllock.NewPostgres(e.open(t, f.h))
+	} else {
+		f.late = sqllock.New(e.open(t, f.h), e.dialect)
+	}
 	t.Cleanup(f.let) // run first: the pool's Close waits for the held connection
 	f.other = newLateClient(t, e, e.open(t, nil))
 	held, err := f.other.Mutex("f", dlock.Fair(), dlock.WithTTL(30*time.Second)).TryLock(t.Context())
@@ -943,4 +990,98 @@ VALUES (?, 'late', 1, UTC_TIMESTAMP(6) + INTERVAL 5 SECOND)`, key+iso)
 			})
 		}
 	}
+}
+
+// TestCleanupDropsFirstTakeThatMissedItsRecordPostgres: on PostgreSQL the
+// one-UPDATE take of a fair first request reads the clean-up records in
+// its statement's snapshot. When it waits for the name's row behind a
+// transaction that only locks it (SELECT ... FOR UPDATE, as a release's
+// transaction that finds nothing does), a clean-up of its token can write
+// its record meanwhile: the row is the version the snapshot read, so the
+// take may grant. The clean-up's transaction, which locks the row after
+// it, must then find the grant and drop it: the name ends free.
+func TestCleanupDropsFirstTakeThatMissedItsRecordPostgres(t *testing.T) {
+	e := postgresLate(t)
+	ctx := t.Context()
+	late := sqllock.New(e.open(t, nil), e.dialect)
+	cleaner := sqllock.New(e.open(t, nil), e.dialect)
+	admin := e.open(t, nil)
+	other := newLateClient(t, e, e.open(t, nil))
+
+	// The name's row exists, free.
+	l, err := other.Mutex("k", dlock.Fair()).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	waiting := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var got int
+			if err := admin.QueryRowContext(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()").Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if got >= n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d statements wait for a lock, want %d", got, n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	locker, err := admin.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = locker.Rollback() }()
+	if _, err := locker.ExecContext(ctx, "SELECT name FROM dlock_locks WHERE name = 'k' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		res dldriver.AcquireResult
+		err error
+	}
+	took := make(chan answer, 1)
+	go func() {
+		res, err := late.Acquire(ctx, dldriver.AcquireRequest{Key: "k", Token: "late", Owner: "late", TTL: time.Minute, Fair: true})
+		took <- answer{res, err}
+	}()
+	waiting(1) // the take, its snapshot taken
+	type released struct {
+		res dldriver.ReleaseResult
+		err error
+	}
+	cleaned := make(chan released, 1)
+	go func() {
+		res, err := cleaner.Release(ctx, "k", "late")
+		cleaned <- released{res, err}
+	}()
+	waiting(2) // the clean-up's transaction, its record written
+	var records int
+	if err := admin.QueryRowContext(ctx, "SELECT count(*) FROM dlock_locks_gone WHERE name = 'k' AND token = 'late'").Scan(&records); err != nil || records != 1 {
+		t.Fatalf("the clean-up's record: %d, %v; want written before its transaction waits", records, err)
+	}
+	if err := locker.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	a := <-took
+	c := <-cleaned
+	t.Logf("the take: %+v, %v; the clean-up: %+v, %v", a.res, a.err, c.res, c.err)
+	if a.err != nil || c.err != nil {
+		t.Fatal(a.err, c.err)
+	}
+	if a.res.Acquired && !c.res.Held {
+		t.Errorf("the take granted (fence %d) and the clean-up after it found no hold", a.res.Fence)
+	}
+	l, err = other.Mutex("k", dlock.Fair(), dlock.WithTTL(10*time.Second)).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("fair TryLock after the clean-up: %v; want the lock free", err)
+	}
+	_ = l.Unlock(ctx)
 }
