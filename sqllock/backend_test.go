@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	mrand "math/rand/v2"
 	"strings"
@@ -575,6 +576,10 @@ func testFairPollAnsweredAfterCtxEnds(t *testing.T, newDB newDatabase) {
 // needed). No two such holds overlap unless both are shared; an exclusive
 // grant's fence is above that of every exclusive hold that ended before its
 // request began; and after the Clients close, nothing is held or queued.
+// stressFor is how long each stress run of the PostgreSQL one-name tests
+// lasts.
+var stressFor = flag.Duration("stress.duration", 4*time.Second, "how long each run of TestMixedStressOnOneName* and TestFairGrantsNeverPassALiveWaiter* lasts")
+
 func TestMixedStressOnOneNameKeepsOneHolderPostgres(t *testing.T) {
 	e := postgresLate(t)
 	const (
@@ -582,10 +587,7 @@ func TestMixedStressOnOneNameKeepsOneHolderPostgres(t *testing.T) {
 		clients = 6
 		workers = 3 // per Client
 	)
-	run := 12 * time.Second
-	if testing.Short() {
-		run = 3 * time.Second
-	}
+	run := *stressFor
 	cs := make([]*dlock.Client, clients)
 	for i := range cs {
 		db := e.open(t, nil)
@@ -775,10 +777,7 @@ func TestFairGrantsNeverPassALiveWaiterPostgres(t *testing.T) {
 		clients = 10
 		workers = 1 // per Client: few waiters, so that the take meets a free name
 	)
-	run := 12 * time.Second
-	if testing.Short() {
-		run = 3 * time.Second
-	}
+	run := *stressFor
 	admin := e.open(t, nil)
 	if err := sqllock.New(admin, e.dialect).CreateTable(t.Context()); err != nil {
 		t.Fatal(err)
