@@ -226,15 +226,17 @@ func testIntentKeptBehindWriter(t *testing.T, newDB newDatabase) {
 	b := newDB(t).backend(t)
 	r := readReq("rw", "reader", time.Minute, 0)
 	mustAcquire(t, b, r)
-	w1 := waiting(writeReq("rw", "w1", time.Minute), 600*time.Millisecond)
+	// The intent lives 2 s from each request: room for a loaded machine
+	// between the requests below, which keep it for twice that.
+	w1 := waiting(writeReq("rw", "w1", time.Minute), 2*time.Second)
 	if res := refused(t, b, w1); !res.Queued {
 		t.Fatalf("no intent: %+v", res)
 	}
 	release(t, b, "rw", r.Token)
 	w2 := writeReq("rw", "w2", time.Minute)
 	mustAcquire(t, b, w2) // another writer overtakes
-	for i := range 6 {    // 1.2s: twice the intent's TTL
-		time.Sleep(200 * time.Millisecond)
+	for i := range 10 {   // 4s: twice the intent's TTL
+		time.Sleep(400 * time.Millisecond)
 		if res := refused(t, b, w1); !res.Queued || res.Holder != "w2" {
 			t.Fatalf("retry %d: the waiting writer lost its intent behind another writer: %+v", i, res)
 		}
@@ -264,7 +266,10 @@ func testFairIntentKeptBehindWriter(t *testing.T, newDB newDatabase) {
 	release(t, b, "f", h.Token)
 	r := readReq("f", "reader", time.Minute, 0)
 	mustAcquire(t, b, r) // readers ignore the queue
-	f1 := waiting(fair(writeReq("f", "f1", time.Minute)), 600*time.Millisecond)
+	// f1's entry and intent live 2 s from each of its requests: room for a
+	// loaded machine between the requests below, which keep them for
+	// twice that.
+	f1 := waiting(fair(writeReq("f", "f1", time.Minute)), 2*time.Second)
 	if res := refused(t, b, f1); !res.Queued || res.Position != 2 {
 		t.Fatalf("f1 behind the reader = %+v, want queued second", res)
 	}
@@ -273,8 +278,8 @@ func testFairIntentKeptBehindWriter(t *testing.T, newDB newDatabase) {
 	}
 	release(t, b, "f", r.Token)
 	mustAcquire(t, b, f0)
-	for i := range 6 { // 1.2s: twice f1's QueueTTL
-		time.Sleep(200 * time.Millisecond)
+	for i := range 10 { // 4s: twice f1's QueueTTL
+		time.Sleep(400 * time.Millisecond)
 		if res := refused(t, b, f1); !res.Queued || res.Position != 1 || res.Holder != "f0" {
 			t.Fatalf("retry %d: f1 behind f0 = %+v, want queued first", i, res)
 		}
