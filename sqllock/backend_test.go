@@ -580,15 +580,11 @@ func testFairPollAnsweredAfterCtxEnds(t *testing.T, newDB newDatabase) {
 // lasts.
 var stressFor = flag.Duration("stress.duration", 4*time.Second, "how long each run of TestMixedStressOnOneName* and TestFairGrantsNeverPassALiveWaiter* lasts")
 
-func TestMixedStressOnOneNameKeepsOneHolderPostgres(t *testing.T) {
-	e := postgresLate(t)
-	const (
-		ttl     = time.Second
-		clients = 6
-		workers = 3 // per Client
-	)
-	run := *stressFor
-	cs := make([]*dlock.Client, clients)
+// mixedClients returns n Clients on e, each with a pool of its own, half
+// of them woken (NewPostgres) and half polling (New).
+func mixedClients(t *testing.T, e lateEngine, n int) []*dlock.Client {
+	t.Helper()
+	cs := make([]*dlock.Client, n)
 	for i := range cs {
 		db := e.open(t, nil)
 		var b driver.Backend = sqllock.New(db, e.dialect)
@@ -597,6 +593,18 @@ func TestMixedStressOnOneNameKeepsOneHolderPostgres(t *testing.T) {
 		}
 		cs[i] = dlock.New(b)
 	}
+	return cs
+}
+
+func TestMixedStressOnOneNameKeepsOneHolderPostgres(t *testing.T) {
+	e := postgresLate(t)
+	const (
+		ttl     = time.Second
+		clients = 6
+		workers = 3 // per Client
+	)
+	run := *stressFor
+	cs := mixedClients(t, e, clients)
 	closed := false
 	closeAll := func() {
 		if closed {
@@ -811,15 +819,7 @@ END $$`,
 		}
 	}
 
-	cs := make([]*dlock.Client, clients)
-	for i := range cs {
-		db := e.open(t, nil)
-		var b driver.Backend = sqllock.New(db, e.dialect)
-		if i%2 == 0 {
-			b = sqllock.NewPostgres(db)
-		}
-		cs[i] = dlock.New(b)
-	}
+	cs := mixedClients(t, e, clients)
 	defer func() {
 		for _, c := range cs {
 			_ = c.Close()

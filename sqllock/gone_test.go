@@ -446,17 +446,7 @@ func TestLateHeadTakeAfterCleanupGrantsNothing(t *testing.T) {
 			f := newFreeFairLock(t, tc.queued)
 			f.req.Wait = tc.wait
 			f.cutOff(t, "LAST_INSERT_ID(fence + 1)") // tplTakeHead's text
-			// The clean-up a Client sends after an attempt of unknown outcome.
-			if _, err := f.late.Release(t.Context(), "f", "late"); err != nil {
-				t.Fatal(err)
-			}
-			f.let()
-			select {
-			case <-f.h.ran:
-			case <-time.After(20 * time.Second):
-				t.Fatal("the held UPDATE was never answered")
-			}
-			f.wantFree(t, "after the late UPDATE landed")
+			f.cleanUpThenLand(t)
 		})
 	}
 }
@@ -483,16 +473,7 @@ func TestLateFirstTakeAfterCleanupGrantsNothingPostgres(t *testing.T) {
 			f.req.Token = "late " + tc.name // one database: a token of its own
 			f.req.Wait = tc.wait
 			f.cutOff(t, "fence = fence + 1, holds = 1") // tplTakeFirst's text on PostgreSQL
-			if _, err := f.late.Release(t.Context(), "f", f.req.Token); err != nil {
-				t.Fatal(err)
-			}
-			f.let()
-			select {
-			case <-f.h.ran:
-			case <-time.After(20 * time.Second):
-				t.Fatal("the held UPDATE was never answered")
-			}
-			f.wantFree(t, "after the late UPDATE landed")
+			f.cleanUpThenLand(t)
 		})
 	}
 }
@@ -679,6 +660,23 @@ func (f *freeFairLock) cutOff(t *testing.T, match string) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the request did not return after its context ended")
 	}
+}
+
+// cleanUpThenLand sends the clean-up a Client sends after an attempt of
+// unknown outcome, then lets the held write land, and checks that the lock
+// is free after it.
+func (f *freeFairLock) cleanUpThenLand(t *testing.T) {
+	t.Helper()
+	if _, err := f.late.Release(t.Context(), "f", f.req.Token); err != nil {
+		t.Fatal(err)
+	}
+	f.let()
+	select {
+	case <-f.h.ran:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the held write was never answered")
+	}
+	f.wantFree(t, "after the late write landed")
 }
 
 // wantFree checks that a fair TryLock of another Client gets the lock.
