@@ -277,19 +277,20 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			return res, err
 		}
 	}
+	if req.Fair && req.Mode == driver.Exclusive && (b.dialect == MySQL || b.dialect == PostgreSQL) &&
+		!b.polls.waiting(req.Key, req.Token) && !b.polls.busy(req.Key) {
+		// A first request (a Lock's first attempt, or a TryLock) on a name
+		// where this Backend has queued nobody of late: one UPDATE takes a
+		// free lock that nobody waits for; else the statements below
+		// answer.
+		if res, ok, err := b.takeHead(ctx, req, true); err != nil || ok {
+			return res, err
+		}
+	}
 	if req.Fair && req.Wait && req.Mode == driver.Exclusive && b.peekFair {
 		res, err := b.acquirePolled(ctx, req)
 		b.polls.answered(req, res, err)
 		return res, err
-	}
-	if req.Fair && req.Mode == driver.Exclusive && (b.dialect == MySQL || b.dialect == PostgreSQL) && !b.polls.busy(req.Key) {
-		// A fair TryLock, or a fair request where waiters are woken
-		// (NewPostgres), as a first request of a Lock (acquirePolled): one
-		// UPDATE takes a free lock that nobody waits for; else the
-		// transaction answers.
-		if res, ok, err := b.takeHead(ctx, req, true); err != nil || ok {
-			return res, err
-		}
 	}
 	res, err := b.acquireWritten(ctx, req)
 	if req.Fair && req.Wait && req.Mode == driver.Exclusive {
@@ -301,8 +302,10 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 // acquirePolled is acquire for an exclusive fair request with Wait where
 // waiters poll: the request of a waiter that this Backend has answered with
 // a queue place reads first (txs.fairFirst), and goes on to the
-// transaction only when the read cannot answer it; a first request, which
-// would find no entry of its token, goes to the transaction at once.
+// transaction only when the read cannot answer it (on MySQL, a head that
+// finds the lock free takes it with txs.takeHead first); a first request,
+// which would find no entry of its token, goes to the transaction at once
+// (acquire has tried the one-UPDATE take where it may).
 func (b *Backend) acquirePolled(ctx context.Context, req driver.AcquireRequest) (driver.AcquireResult, error) {
 	if b.polls.waiting(req.Key, req.Token) {
 		// Like the transaction's (acquireInFlight), the read's answer is
@@ -330,13 +333,6 @@ func (b *Backend) acquirePolled(ctx context.Context, req driver.AcquireRequest) 
 			if res, ok, err := b.takeHead(ctx, req, false); err != nil || ok {
 				return res, err
 			}
-		}
-	} else if (b.dialect == MySQL || b.dialect == PostgreSQL) && !b.polls.busy(req.Key) {
-		// A first request on a name where this Backend has queued nobody
-		// of late: one UPDATE takes a free lock that nobody waits for;
-		// else the transaction queues the request.
-		if res, ok, err := b.takeHead(ctx, req, true); err != nil || ok {
-			return res, err
 		}
 	}
 	return b.acquireWritten(ctx, req)

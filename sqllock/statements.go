@@ -220,7 +220,7 @@ WHERE name = $1`
 	tplTakeHead = `UPDATE {t} m SET
   intent_owner = CASE WHEN intent_token = $2 OR intent_until <= {now} THEN NULL ELSE intent_owner END,
   intent_token = CASE WHEN intent_token = $2 OR intent_until <= {now} THEN NULL ELSE intent_token END,
-  fence = LAST_INSERT_ID(fence + 1), holds = 1, acquired_at = {now}, owner = $3, expires_at = {plus:$4}, token = $2
+  fence = {nextfence}, holds = 1, acquired_at = {now}, owner = $3, expires_at = {plus:$4}, token = $2
 WHERE m.name = $1 AND (token IS NULL OR expires_at <= {now})
   AND (shared_until IS NULL OR shared_until <= {now})
   AND NOT EXISTS (SELECT 1 FROM {g} WHERE name = m.name AND token = $2 AND expires_at > {now})

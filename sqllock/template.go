@@ -27,6 +27,8 @@ import (
 //	{upsert:COLS}    the start of an upsert's update on conflict over COLS
 //	{new:C}          in an upsert's update, the value the insert wanted for C
 //	{forupdate}      FOR UPDATE, where the engine locks rows that way
+//	{nextfence}      the fence after the row's, which MySQL also hands back
+//	                 through LAST_INSERT_ID (see mysql)
 //	{matched}        on MySQL, an assignment that makes LAST_INSERT_ID tell
 //	                 whether an UPDATE matched (see mysql)
 //	{prefix:C}       C starts with $1, byte for byte
@@ -167,6 +169,11 @@ func (x *dialectSQL) marker(name, arg string) string {
 			return "VALUES(" + arg + ")"
 		}
 		return "excluded." + arg
+	case "nextfence":
+		if x.d == MySQL {
+			return "LAST_INSERT_ID(fence + 1)"
+		}
+		return "fence + 1"
 	case "matched":
 		if x.d == MySQL {
 			return ", fence = LAST_INSERT_ID(fence)"

@@ -122,8 +122,7 @@ func newTxs(db *sql.DB, d Dialect, names tableNames) *txs {
 	t.takeHeadSQL = x.stmt(tplTakeHead)
 	t.takeFirstSQL = x.stmt(tplTakeFirst)
 	if t.d == PostgreSQL {
-		t.takeFirstSQL = x.stmt(strings.Replace(tplTakeFirst, "fence = LAST_INSERT_ID(fence + 1)", "fence = fence + 1", 1) +
-			"{fresh:m.}\nRETURNING fence")
+		t.takeFirstSQL = x.stmt(tplTakeFirst + "{fresh:m.}\nRETURNING fence")
 	}
 	t.pruneShared = x.stmt(`DELETE FROM {s} WHERE name = $1 AND token <> $2 AND expires_at <= {now}`)
 	t.pruneQueue = x.stmt(`DELETE FROM {q} WHERE name = $1 AND token <> $2 AND expires_at <= {now}`)
