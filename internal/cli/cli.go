@@ -379,6 +379,15 @@ func (a *app) backendURL() (*backendURL, error) {
 			return nil, passwordErr(pwSource, err)
 		}
 	}
+	switch user, sentinel := b.redisUserWithoutPassword(); {
+	case sentinel:
+		return nil, fail(exitUsage, "%s %q names the sentinels' user %q (sentinel_username) but no sentinel_password; "+
+			"Redis signs a user in only with a password (any, for a user with nopass)", source, redact(raw), user)
+	case user != "":
+		return nil, fail(exitUsage, "%s %q names the Redis user %q but no password, and Redis signs a user in only with one "+
+			"(any, for a user with nopass): give it in %s or a --password-file; without it dlock would connect as the default user",
+			source, redact(raw), user, envPassword)
+	}
 	return b, nil
 }
 

@@ -256,7 +256,13 @@ func connectHooked(ctx context.Context, b *backendURL, timeout time.Duration, ho
 		var ne net.Error
 		timedOut := pctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 		if timedOut && ctx.Err() == nil {
-			return nil, fail(exitUnavailable, "no answer from %s within %v (--connect-timeout)", s.where, timeout)
+			hint := ""
+			if b.redis != nil && b.redis.TLSConfig != nil {
+				// A server without TLS waits for the end of a line that the
+				// TLS handshake never sends: no error, only silence.
+				hint = "; the URL asks for TLS (rediss://): is the server's port a TLS one?"
+			}
+			return nil, fail(exitUnavailable, "no answer from %s within %v (--connect-timeout)%s", s.where, timeout, hint)
 		}
 		return nil, s.connectErr(err)
 	}

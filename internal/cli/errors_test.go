@@ -307,3 +307,21 @@ func toAny(ss []string) []any {
 	}
 	return out
 }
+
+// TestTLSURLAgainstPlainRedisNamesTLS: a Redis without TLS never answers a
+// TLS handshake (it waits for the end of a line), so a rediss:// URL for a
+// plain port times out; the message says that the URL asks for TLS. A
+// plain URL that times out says nothing of TLS.
+func TestTLSURLAgainstPlainRedisNamesTLS(t *testing.T) {
+	t.Parallel()
+	_, srv := redisURL(t)
+	r := newEnv(t, "rediss://"+srv.Addr()+"/0").run("--connect-timeout", "500ms", "run", "x", "--", "true")
+	expect(t, r, 69, "within 500ms (--connect-timeout); the URL asks for TLS (rediss://): is the server's port a TLS one?")
+	oneLine(t, r)
+	hole := strconv.Itoa(blackHole(t))
+	r = newEnv(t, "redis://127.0.0.1:"+hole+"/0").run("--connect-timeout", "500ms", "run", "x", "--", "true")
+	expect(t, r, 69, "within 500ms (--connect-timeout)")
+	if strings.Contains(r.stderr, "TLS") {
+		t.Errorf("a plain URL's timeout speaks of TLS:\n%s", r.stderr)
+	}
+}

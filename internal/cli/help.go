@@ -77,7 +77,9 @@ that risk.
 Keep passwords out of the URL: a --backend URL stands on the command line,
 where ps shows it to every user of the machine for as long as dlock runs. Give
 the user in the URL (redis://app@h:6379/0) and the password in DLOCK_PASSWORD
-or a file named by --password-file (readable by you alone). dlock run hands
+or a file named by --password-file (readable by you alone); a Redis user
+without a password is refused, since Redis would take the connection for its
+default user's (a user with nopass takes any password). dlock run hands
 the command neither DLOCK_PASSWORD nor a DLOCK_BACKEND that holds a password.
 Percent-encode '/', '?', '#' and '@' in passwords (%%2F, %%3F, %%23, %%40).
 

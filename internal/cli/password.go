@@ -85,6 +85,39 @@ func (b *backendURL) setPassword(pw string) error {
 	return nil
 }
 
+// redisUserWithoutPassword returns the user that a Redis URL names without
+// a password once every source of one was applied, or "", and whether it
+// is the sentinels' user (sentinel_username). go-redis sends AUTH only with
+// a password, so that user would be ignored: the connection would be the
+// default user's, with its rights, or refused.
+func (b *backendURL) redisUserWithoutPassword() (string, bool) {
+	check := func(user, pw string) string {
+		if user != "" && pw == "" {
+			return user
+		}
+		return ""
+	}
+	switch {
+	case b.redis != nil:
+		return check(b.redis.Username, b.redis.Password), false
+	case b.failover != nil:
+		if u := check(b.failover.Username, b.failover.Password); u != "" {
+			return u, false
+		}
+		u := check(b.failover.SentinelUsername, b.failover.SentinelPassword)
+		return u, u != ""
+	case b.cluster != nil:
+		return check(b.cluster.Username, b.cluster.Password), false
+	case b.redlock != nil:
+		for _, o := range b.redlock.nodes {
+			if u := check(o.Username, o.Password); u != "" {
+				return u, false
+			}
+		}
+	}
+	return "", false
+}
+
 // withoutCredentials returns env without the variables that carry the
 // store's credentials: DLOCK_PASSWORD, and DLOCK_BACKEND when its URL holds a
 // password. A command run under a lock has no business with them.

@@ -113,3 +113,32 @@ func TestPasswordExposureWarned(t *testing.T) {
 		t.Errorf("want one warning, without the password:\n%s", r.stderr)
 	}
 }
+
+// TestRedisUserWithoutPasswordRefused: go-redis signs a user in only with a
+// password, so a Redis URL that names a user and no password would connect
+// as the default user: dlock refuses it with exit 64 before connecting, and
+// takes the password from DLOCK_PASSWORD or --password-file as for any URL.
+func TestRedisUserWithoutPasswordRefused(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ url, want string }{
+		{"redis://bob@127.0.0.1:1/0", `names the Redis user "bob" but no password`},
+		{"rediss://bob@127.0.0.1:1/0", `names the Redis user "bob" but no password`},
+		{"redis+cluster://bob@127.0.0.1:1,127.0.0.1:2", `names the Redis user "bob" but no password`},
+		{"redis+sentinel://bob@127.0.0.1:1/main", `names the Redis user "bob" but no password`},
+		{"redis+sentinel://127.0.0.1:1/main?sentinel_username=sam", `names the sentinels' user "sam" (sentinel_username) but no sentinel_password`},
+		{"redlock://bob@127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", `names the Redis user "bob" but no password`},
+	} {
+		r := newEnv(t, tc.url).run("run", "a", "--", "true")
+		expect(t, r, 64, tc.want)
+		// With a password from the environment the URL is used: nothing
+		// listens there, so the connection fails (exit 69), past the check.
+		r = newEnv(t, tc.url, "DLOCK_PASSWORD=pw").run("--connect-timeout", "2s", "run", "a", "--", "true")
+		if strings.Contains(tc.url, "sentinel_username") {
+			expect(t, r, 64, "no sentinel_password")
+			continue
+		}
+		if r.code != 69 || strings.Contains(r.stderr, "no password") {
+			t.Errorf("%s with DLOCK_PASSWORD: exit %d, want 69 (no server):\n%s", tc.url, r.code, r.stderr)
+		}
+	}
+}

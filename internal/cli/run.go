@@ -289,6 +289,9 @@ func (o *runOptions) parse(a *app, fs *pflag.FlagSet, wait *waitFlag, args []str
 	}
 	graceSet := fs.Changed("kill-grace")
 	ttl := ttlSource(fs)
+	if o.ttl <= 0 {
+		return usageErr("run", "%s%v is not a time to live: give a positive duration, such as %s10s", ttl, o.ttl, ttl)
+	}
 	if fit := o.ttl/2 - killReserve; !graceSet && o.killGrace > fit {
 		// The default grace does not fit a short TTL: shorten it, down to
 		// minKillGrace, rather than refuse the TTL.

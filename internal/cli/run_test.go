@@ -472,6 +472,7 @@ func TestRunTTLFromTheEnvironmentIsNamedAsSuch(t *testing.T) {
 		want string
 	}{
 		{[]string{"DLOCK_TTL=100ms"}, nil, "DLOCK_TTL=100ms is too short for dlock run"},
+		{[]string{"DLOCK_TTL=-1m"}, nil, "DLOCK_TTL=-1m0s is not a time to live: give a positive duration, such as DLOCK_TTL=10s"},
 		{[]string{"DLOCK_TTL=2s"}, []string{"--kill-grace", "900ms"}, "--kill-grace 900ms does not fit in half of DLOCK_TTL=2s"},
 		{[]string{"DLOCK_TTL=2s"}, []string{"--ttl", "100ms"}, "--ttl 100ms is too short for dlock run"},
 	} {
@@ -708,6 +709,8 @@ func TestRunUsageErrors(t *testing.T) {
 		{[]string{"run", "--kill-grace", "5s", "x", "--", "true"}, "--kill-grace 5s does not fit in half of --ttl 10s"},
 		{[]string{"run", "--ttl", "1s", "--kill-grace", "2s", "x", "--", "true"}, "--kill-grace 2s does not fit in half of --ttl 1s"},
 		{[]string{"run", "--ttl", "600ms", "x", "--", "true"}, "--ttl 600ms is too short for dlock run"},
+		{[]string{"run", "--ttl", "-5s", "x", "--", "true"}, "--ttl -5s is not a time to live: give a positive duration, such as --ttl 10s"},
+		{[]string{"run", "--ttl", "0s", "x", "--", "true"}, "--ttl 0s is not a time to live"},
 		{[]string{"run", "--tll", "1s", "x", "--", "true"}, "unknown flag --tll; did you mean --ttl?"},
 		{[]string{"run", "--fair=maybe", "x", "--", "true"}, `--fair "maybe": want true or false, or no value`},
 		{[]string{"run", "--metadata", strings.Repeat("m", 600), "x", "--", "true"}, "metadata"},
