@@ -286,11 +286,31 @@ if shared then
   if hasL then
     return refuseShared(redis.call('HGET', L, 'owner') or '', redis.call('PTTL', L), 0)
   end
-  local n, mine = 0, nil
+  local limit = tonumber(ARGV[7]) or 0
+  -- n live holds; mine, the token's own hold's expiry; first and last, the
+  -- holds that expire first and last ({member, expiry}), once read. With a
+  -- small limit (a semaphore's permits) one ZRANGE of up to limit + 1
+  -- holds, after the prune, reads all of them when they are no more than
+  -- the limit: the count, the token's hold and both ends, where ZCARD,
+  -- ZSCORE and two ZRANGEs would read them one by one.
+  local n, mine, first, last = 0, nil, nil, nil
   if hasS then
     prune(S, SI, 'HDEL')
-    n = redis.call('ZCARD', S)
-    mine = redis.call('ZSCORE', S, token)
+    local all = limit > 0 and limit <= smallLimit and redis.call('ZRANGE', S, '0', int(limit), 'WITHSCORES')
+    if all and #all <= 2 * limit then
+      n = #all / 2
+      for i = 1, #all, 2 do
+        if all[i] == token then
+          mine = all[i + 1]
+        end
+      end
+      if n > 0 then
+        first, last = {all[1], all[2]}, {all[#all - 1], all[#all]}
+      end
+    else
+      n = redis.call('ZCARD', S)
+      mine = redis.call('ZSCORE', S, token)
+    end
   end
   if mine then
     -- This request's own hold (pruned above if it expired): it was resent,
@@ -309,12 +329,23 @@ if shared then
     end
     return {1, fence, 1}
   end
-  local limit = tonumber(ARGV[7]) or 0
+  -- The details of the first hold, when the request is at the limit and
+  -- the holds were read (HMGET with the last's; see below).
+  local firstDetails
   if n > 0 then
     -- The live holds bind the name's kind and limit (readers: 0): a
     -- request of another is refused whatever else holds the lock.
-    local last = redis.call('ZRANGE', S, '-1', '-1', 'WITHSCORES')
-    local _, held, holder = holdDetails(redis.call('HGET', SI, last[1]))
+    local lastDetails
+    if not last then
+      last = redis.call('ZRANGE', S, '-1', '-1', 'WITHSCORES')
+      lastDetails = redis.call('HGET', SI, last[1])
+    elseif n >= limit then
+      local d = redis.call('HMGET', SI, last[1], first[1])
+      lastDetails, firstDetails = d[1], d[2]
+    else
+      lastDetails = redis.call('HGET', SI, last[1])
+    end
+    local _, held, holder = holdDetails(lastDetails)
     if held ~= limit then
       return {2, holder, tonumber(last[2]) - now(), n, held}
     end
@@ -327,8 +358,11 @@ if shared then
   end
   if limit > 0 and n >= limit then
     -- At the limit: wait for the hold that expires first.
-    local first = redis.call('ZRANGE', S, '0', '0', 'WITHSCORES')
-    local _, _, holder = holdDetails(redis.call('HGET', SI, first[1]))
+    if not first then
+      first = redis.call('ZRANGE', S, '0', '0', 'WITHSCORES')
+      firstDetails = redis.call('HGET', SI, first[1])
+    end
+    local _, _, holder = holdDetails(firstDetails)
     return refuseShared(holder, tonumber(first[2]) - now(), n)
   end
   if hasQ then

@@ -149,6 +149,11 @@ end
 -- handBatch is the most shared holds one release hands over.
 local handBatch = 100
 
+-- smallLimit is the most live shared holds that a script reads as a whole
+-- (their count, ends and members in one command) rather than count them
+-- and read their ends one by one: semaphores' permits, a few readers.
+local smallLimit = 16
+
 -- handOff grants the lock to the live head of the fair queue when the
 -- head's request accepts a direct handoff (it has an owner in QO) and the
 -- lock lets it in: an exclusive head when the lock is free of exclusive
@@ -229,14 +234,34 @@ local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token, noW, hasL, pre)
   if not o[1] and not o[3] then
     return {}, head
   end
-  local n, held = 0, -1 -- the live shared holds and their limit
+  -- The live shared holds, their limit, and the latest expiry among them
+  -- and the holds handed below, for S and SI to expire with (as fit would
+  -- read it: the holds that expired are earlier still).
+  local n, held, latest = 0, -1, 0
   if not freed then
-    n = redis.call('ZCOUNT', S, string.format('(%d', now()), '+inf')
-    if n > 0 then
-      local last = redis.call('ZRANGE', S, '-1', '-1')
-      local _
-      _, held = holdDetails(redis.call('HGET', SI, last[1]))
+    local since = string.format('(%d', now())
+    local live = redis.call('ZRANGEBYSCORE', S, since, '+inf', 'WITHSCORES', 'LIMIT', '0', int(smallLimit + 1))
+    local last
+    if #live <= 2 * smallLimit then
+      n = #live / 2
+      last = live[#live - 1]
+      latest = tonumber(live[#live]) or 0
+    else
+      n = redis.call('ZCOUNT', S, since, '+inf')
+      local l = redis.call('ZRANGE', S, '-1', '-1', 'WITHSCORES')
+      last, latest = l[1], tonumber(l[2])
     end
+    if n > 0 then
+      local _
+      _, held = holdDetails(redis.call('HGET', SI, last))
+    end
+  end
+  -- fitHolds gives S and SI the expiry of their latest hold, after the
+  -- grants below (which made S non-empty).
+  local function fitHolds()
+    local at = int(latest)
+    redis.call('PEXPIREAT', S, at)
+    redis.call('PEXPIREAT', SI, at)
   end
   if o[1] then
     if n > 0 then
@@ -279,6 +304,7 @@ local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token, noW, hasL, pre)
     end
     local fence = redis.call('INCR', F)
     redis.call('ZADD', S, int(exp), head)
+    latest = math.max(latest, exp)
     redis.call('HSET', SI, head, string.format('%d %d ', fence, limit) .. owner)
     unqueue(Q, QE, QO, head, tail)
     n, held = n + 1, limit
@@ -294,7 +320,7 @@ local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token, noW, hasL, pre)
     if head and exp and exp > now() and not o[1] and not o[3] then
       -- A live entry that takes no handoff (WithReplicaAck): it is named
       -- as the next, as it would be with no grant made, to ask.
-      fit(S, SI)
+      fitHolds()
       return given, head
     end
     if head and exp and exp > now() and o[1] and not o[3] and (noW or redis.call('EXISTS', W) == 0) then
@@ -310,12 +336,12 @@ local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token, noW, hasL, pre)
       break
     end
     if #given >= handBatch then
-      fit(S, SI)
+      fitHolds()
       return given, head
     end
   end
   if #given > 0 then
-    fit(S, SI)
+    fitHolds()
   end
   return given
 end

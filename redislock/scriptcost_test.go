@@ -293,8 +293,8 @@ func TestScriptPathsCommandCounts(t *testing.T) {
 	acquire(fairShared("fsem", "p1", 2), true)
 	acquire(fairShared("fsem", "p2", 2), true)
 	acquire(fairShared("fsem", "p3", 2), false)
-	c.count("fair permit joins a queue, no late-request record", 18, func() { acquire(fairShared("fsem", "p4", 2), false) })
-	c.count("release of a permit, handed to the head of a queue of two, no late-request record", 26, func() {
+	c.count("fair permit joins a queue, no late-request record", 14, func() { acquire(fairShared("fsem", "p4", 2), false) })
+	c.count("release of a permit, handed to the head of a queue of two, no late-request record", 24, func() {
 		if _, err := b.Release(ctx, "fsem", "p1"); err != nil {
 			t.Fatal(err)
 		}
@@ -312,7 +312,7 @@ func TestScriptPathsCommandCounts(t *testing.T) {
 			readers = append(readers, key+"r"+strconv.Itoa(i))
 			acquire(fairShared(key, readers[i], 0), false)
 		}
-		want := map[int]uint64{1: 23, 3: 44}[n]
+		want := map[int]uint64{1: 22, 3: 43}[n]
 		path := map[int]string{1: "the queued reader", 3: "the three queued readers"}[n]
 		c.count("writer's release, handed to "+path+", no late-request record", want, func() {
 			releaseBy(b, key, first.Token, res.Fence)
@@ -342,7 +342,7 @@ func TestScriptPathsCommandCounts(t *testing.T) {
 	bw := fair("bw")
 	bw.Key = "frwb"
 	acquire(bw, false)
-	c.count("reader's release, another reader left and a writer at the head (announces nothing), no late-request record", 20, func() {
+	c.count("reader's release, another reader left and a writer at the head (announces nothing), no late-request record", 19, func() {
 		if _, err := b.Release(ctx, "frwb", "b1"); err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ package redislock_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -1141,6 +1142,74 @@ func (n *nextNotifications) expectNone(t *testing.T, key string) {
 			}
 		case <-timer.C:
 			return
+		}
+	}
+}
+
+// TestSharedHoldsReadWholeOrCounted: a request or release reads a name's
+// live shared holds in one command while they are few (smallLimit in
+// common.lua: 16), and counts them otherwise; on both sides of that line
+// a Semaphore grants up to its limit and no more, names the hold that
+// expires first when at the limit, hands a released permit to the
+// queue's head, refuses another kind with the count of the holds, and
+// keeps the holds' keys until their latest hold expires.
+func TestSharedHoldsReadWholeOrCounted(t *testing.T) {
+	b, rdb, _ := setup(t)
+	ctx := t.Context()
+	// expiresWithLatest checks that key's holds keys expire when their
+	// latest hold does.
+	expiresWithLatest := func(key string) {
+		t.Helper()
+		for _, k := range []string{"dlock:{" + key + "}:s", "dlock:{" + key + "}:si"} {
+			latest := rdb.ZRangeWithScores(ctx, "dlock:{"+key+"}:s", -1, -1).Val()
+			at, err := rdb.PExpireTime(ctx, k).Result()
+			if err != nil || len(latest) != 1 {
+				t.Fatalf("%s: PEXPIRETIME %v, %v; latest hold %v", k, at, err, latest)
+			}
+			if want := time.Duration(latest[0].Score) * time.Millisecond; at != want {
+				t.Errorf("%s expires at %v, want %v (its latest hold's expiry)", k, at, want)
+			}
+		}
+	}
+	for _, limit := range []int{3, 16, 17, 20} {
+		key := fmt.Sprintf("sem%d", limit)
+		permit := func(i int) driver.AcquireRequest {
+			tok := fmt.Sprintf("p%02d", i)
+			return driver.AcquireRequest{Key: key, Token: tok, Owner: "owner-" + tok, TTL: 10 * time.Second,
+				Mode: driver.Shared, Limit: limit, Fair: true, Wait: true, QueueTTL: 20 * time.Second, Handoff: true}
+		}
+		for i := range limit {
+			if res := acquire(t, b, permit(i)); !res.Acquired {
+				t.Fatalf("limit %d: permit %d refused: %+v", limit, i, res)
+			}
+			time.Sleep(time.Millisecond) // each later hold expires later
+		}
+		res := acquire(t, b, permit(limit))
+		if res.Acquired || !res.Queued || res.Shared != limit || res.Holder != "owner-p00" {
+			t.Fatalf("limit %d: the request past the limit: %+v; want queued, %d holds, held by owner-p00 (expires first)", limit, res, limit)
+		}
+		expiresWithLatest(key)
+		if _, err := b.Release(ctx, key, "p01"); err != nil {
+			t.Fatal(err)
+		}
+		holds := rdb.ZRange(ctx, "dlock:{"+key+"}:s", 0, -1).Val()
+		if len(holds) != limit || !slices.Contains(holds, permit(limit).Token) || slices.Contains(holds, "p01") {
+			t.Fatalf("limit %d: after a release the holds are %v; want %d, the queue's head among them", limit, holds, limit)
+		}
+		expiresWithLatest(key)
+		if res := acquire(t, b, permit(limit+1)); res.Acquired || res.Shared != limit {
+			t.Fatalf("limit %d: a request after the handoff: %+v; want refused by %d holds", limit, res, limit)
+		}
+	}
+	// Another kind: readers refuse a Semaphore, with their count.
+	for _, readers := range []int{1, 5, 17} {
+		key := fmt.Sprintf("rw%d", readers)
+		for i := range readers {
+			mustAcquire(t, b, driver.AcquireRequest{Key: key, Token: fmt.Sprintf("r%d", i), Owner: "reader", TTL: 10 * time.Second, Mode: driver.Shared})
+		}
+		res := acquire(t, b, driver.AcquireRequest{Key: key, Token: "s", Owner: "s", TTL: 10 * time.Second, Mode: driver.Shared, Limit: 2})
+		if res.Acquired || !res.Conflict || res.Shared != readers || res.HeldLimit != 0 || res.Holder != "reader" {
+			t.Errorf("%d readers: a Semaphore(2) request got %+v; want a conflict with %d holds of limit 0", readers, res, readers)
 		}
 	}
 }
