@@ -69,6 +69,13 @@ type Counter interface {
 	Count(ctx context.Context) (map[string]uint64, error)
 }
 
+// CPUMeter is implemented by a Counter that also reads the CPU time the
+// store's servers have used (Redis: INFO cpu, user and system time summed
+// over the servers; their other clients' work counts too).
+type CPUMeter interface {
+	CPU(ctx context.Context) (time.Duration, error)
+}
+
 // Workload is what the workers do.
 type Workload struct {
 	// Name labels the workload's rows; Run derives one when empty.
@@ -204,6 +211,15 @@ type Result struct {
 	// read-only forms) among Ops, per grant: the calls whose cost Redis's
 	// one thread pays whole.
 	ScriptsPerCycle float64 `json:"script_calls_per_cycle,omitempty"`
+	// StoreCPUPerCycle is the CPU time the store's servers used per grant
+	// (0 when the Counter is no CPUMeter: Redis is the one that says).
+	// ClientCPUPerCycle is this process's CPU time per grant: the workers'
+	// clients, their critical sections (busy loops, CS each) and the
+	// bench's own bookkeeping (0 where the platform does not say). Where
+	// clients and servers share the machine's cores, a subject that needs
+	// more of them per grant than another is slower for that alone.
+	StoreCPUPerCycle  time.Duration `json:"store_cpu_per_cycle_ns,omitempty"`
+	ClientCPUPerCycle time.Duration `json:"client_cpu_per_cycle_ns,omitempty"`
 	// WaitCurve is Wait's distribution: the wait at quantiles 1 − 10^(−k/8),
 	// k = 0, 1, …, as far as the grants reach, then the longest (Q 1).
 	WaitCurve []Quantile `json:"wait_curve,omitempty"`
@@ -316,6 +332,15 @@ func Run(ctx context.Context, s Subject, w Workload, progress Progress) (Result,
 			return res, fmt.Errorf("bench: %s: count store operations: %w", s.Name, err)
 		}
 	}
+	meter, _ := s.Counter.(CPUMeter)
+	var storeCPUBefore time.Duration
+	if meter != nil {
+		var err error
+		if storeCPUBefore, err = meter.CPU(ctx); err != nil {
+			return res, fmt.Errorf("bench: %s: read the store's CPU time: %w", s.Name, err)
+		}
+	}
+	clientCPUBefore, clientCPUKnown := processCPU()
 
 	var tripsBefore int64
 	if s.Trips != nil {
@@ -413,6 +438,7 @@ wait:
 		}
 	}
 	res.Elapsed = time.Since(start)
+	clientCPUAfter, _ := processCPU()
 
 	if s.Counter != nil {
 		after, err := s.Counter.Count(ctx)
@@ -430,6 +456,17 @@ wait:
 		}
 		res.OpsPerCycle = total / n
 		res.ScriptsPerCycle = ScriptCalls(res.Ops)
+	}
+	perGrant := func(d time.Duration) time.Duration { return d / time.Duration(max(grants.Load(), 1)) }
+	if meter != nil {
+		after, err := meter.CPU(ctx)
+		if err != nil {
+			return res, fmt.Errorf("bench: %s: read the store's CPU time: %w", s.Name, err)
+		}
+		res.StoreCPUPerCycle = perGrant(after - storeCPUBefore)
+	}
+	if clientCPUKnown {
+		res.ClientCPUPerCycle = perGrant(clientCPUAfter - clientCPUBefore)
 	}
 	if s.Trips != nil {
 		res.TripsPerCycle = float64(s.Trips.Load()-tripsBefore) / float64(max(grants.Load(), 1))

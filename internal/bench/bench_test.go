@@ -79,6 +79,12 @@ func TestRunRedis(t *testing.T) {
 		if r.OpsPerCycle == 0 {
 			t.Errorf("%s %s: no store commands counted", r.Subject, r.Workload)
 		}
+		// Each grant takes CPU on both sides: the server runs at least one
+		// command, the workers at least make a request.
+		if r.StoreCPUPerCycle <= 0 || r.ClientCPUPerCycle <= 0 {
+			t.Errorf("%s %s: CPU per grant %v on the client, %v on the store; want both counted",
+				r.Subject, r.Workload, r.ClientCPUPerCycle, r.StoreCPUPerCycle)
+		}
 		// One worker: dlock's acquire and release are a script each, raw's
 		// release alone is one.
 		want := 2.0
@@ -169,5 +175,17 @@ func TestParseCommandStats(t *testing.T) {
 	got := parseCommandStats("# Commandstats\r\ncmdstat_set:calls=12,usec=3,usec_per_call=0.25\r\ncmdstat_info:calls=4,usec=1\r\ncmdstat_evalsha:calls=7,usec=9\r\nnoise\r\n")
 	if len(got) != 2 || got["set"] != 12 || got["evalsha"] != 7 {
 		t.Errorf("parseCommandStats = %v, want set 12, evalsha 7 (info left out)", got)
+	}
+}
+
+func TestParseCPU(t *testing.T) {
+	got, err := parseCPU("# CPU\r\nused_cpu_sys:1.500000\r\nused_cpu_user:0.250000\r\nused_cpu_sys_children:9.000000\r\nused_cpu_user_children:9.000000\r\n")
+	if want := 1750 * time.Millisecond; err != nil || got != want {
+		t.Errorf("parseCPU = %v, %v; want %v (system and user, without the children's)", got, err, want)
+	}
+	for _, bad := range []string{"# CPU\r\nused_cpu_sys:1.5\r\n", "used_cpu_sys:x\r\nused_cpu_user:1\r\n"} {
+		if got, err := parseCPU(bad); err == nil {
+			t.Errorf("parseCPU(%q) = %v, want an error", bad, got)
+		}
 	}
 }

@@ -2,9 +2,11 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -63,9 +65,12 @@ func (rc RedisCounter) Count(ctx context.Context) (map[string]uint64, error) {
 	for _, rdb := range rc {
 		var infos []string
 		if cc, ok := rdb.(*redis.ClusterClient); ok {
+			var mu sync.Mutex // ForEachShard calls fn on the shards at once
 			err := cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
 				s, err := c.Info(ctx, "commandstats").Result()
+				mu.Lock()
 				infos = append(infos, s)
+				mu.Unlock()
 				return err
 			})
 			if err != nil {
@@ -83,6 +88,59 @@ func (rc RedisCounter) Count(ctx context.Context) (map[string]uint64, error) {
 				total[k] += v
 			}
 		}
+	}
+	return total, nil
+}
+
+// CPU implements CPUMeter: the CPU time, user and system, that the servers
+// report in INFO cpu, summed (a Cluster's every shard).
+func (rc RedisCounter) CPU(ctx context.Context) (time.Duration, error) {
+	var total time.Duration
+	read := func(ctx context.Context, c redis.UniversalClient) error {
+		s, err := c.Info(ctx, "cpu").Result()
+		if err != nil {
+			return err
+		}
+		d, err := parseCPU(s)
+		total += d
+		return err
+	}
+	for _, rdb := range rc {
+		if cc, ok := rdb.(*redis.ClusterClient); ok {
+			var mu sync.Mutex // ForEachShard calls fn on the shards at once
+			err := cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
+				mu.Lock()
+				defer mu.Unlock()
+				return read(ctx, c)
+			})
+			if err != nil {
+				return 0, err
+			}
+		} else if err := read(ctx, rdb); err != nil {
+			return 0, err
+		}
+	}
+	return total, nil
+}
+
+// parseCPU reads used_cpu_sys and used_cpu_user (seconds) of INFO cpu.
+func parseCPU(s string) (time.Duration, error) {
+	var total time.Duration
+	found := 0
+	for _, line := range strings.Split(s, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (k != "used_cpu_sys" && k != "used_cpu_user") {
+			continue
+		}
+		sec, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return 0, fmt.Errorf("INFO cpu: %s: %w", k, err)
+		}
+		total += time.Duration(sec * float64(time.Second))
+		found++
+	}
+	if found != 2 {
+		return 0, errors.New("INFO cpu: no used_cpu_sys and used_cpu_user")
 	}
 	return total, nil
 }

@@ -82,7 +82,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "subject\tworkload\tgrants/s\twait p50\tp99\tp99.9\tblocked p99\tblocked\thandoff p50\tp99\thandoffs\tjain\ttrips/cycle\tops/cycle\tscripts/cycle\terrors\t")
+	fmt.Fprintln(tw, "subject\tworkload\tgrants/s\twait p50\tp99\tp99.9\tblocked p99\tblocked\thandoff p50\tp99\thandoffs\tjain\ttrips/cycle\tops/cycle\tscripts/cycle\tclient cpu\tstore cpu\terrors\t")
 	for _, x := range r.Results {
 		ops, scripts := "-", "-"
 		if x.Ops != nil {
@@ -100,9 +100,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if x.Blocked.N > 0 {
 			bl = us(x.Blocked.P99)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%.3f\t%s\t%s\t%s\t%d\t\n",
+		ccpu, scpu := "-", "-"
+		if x.ClientCPUPerCycle > 0 {
+			ccpu = us(x.ClientCPUPerCycle)
+		}
+		if x.StoreCPUPerCycle > 0 {
+			scpu = us(x.StoreCPUPerCycle)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%.3f\t%s\t%s\t%s\t%s\t%s\t%d\t\n",
 			x.Subject, x.Workload, x.Throughput, us(x.Wait.P50), us(x.Wait.P99), us(x.Wait.P999),
-			bl, x.Blocked.N, ho, ho99, x.Handoff.N, x.Jain, trips, ops, scripts, x.Errors)
+			bl, x.Blocked.N, ho, ho99, x.Handoff.N, x.Jain, trips, ops, scripts, ccpu, scpu, x.Errors)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -110,7 +117,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintln(w, "\nwait and handoff in µs; blocked = waits during which another worker was granted the name;")
 	fmt.Fprintln(w, "handoff = release returned → a different, already waiting worker's acquire returned;")
 	fmt.Fprintln(w, "trips = the client's round trips to the store; ops = commands or statements the store served (Redis counts those scripts run);")
-	fmt.Fprintln(w, "scripts = the script calls among ops (EVAL, EVALSHA, FCALL)")
+	fmt.Fprintln(w, "scripts = the script calls among ops (EVAL, EVALSHA, FCALL);")
+	fmt.Fprintln(w, "client cpu, store cpu = CPU time per grant in µs: of this process (the workers' clients and critical sections)")
+	fmt.Fprintln(w, "and of the store's servers (Redis: INFO cpu); where they share the cores, CPU per grant bounds grants/s")
 	kinds := map[string]bool{}
 	for _, x := range r.Results {
 		kinds[x.Params.Kind] = true

@@ -230,7 +230,10 @@ grants over the workers (1 when equal); the client's round trips per grant
 (Redis); the commands the store served per grant (Redis, from INFO
 commandstats, counting other clients' commands too, and the commands
 scripts run) and the script calls among them, or the statements the workers
-sent (SQL); and the errors. Compare numbers of one run only: a shared
+sent (SQL); the CPU time per grant, in µs, of dlock's own process (the
+workers' clients and critical sections) and of the store's servers (Redis,
+from INFO cpu): where they share the cores, that bounds the grants per
+second; and the errors. Compare numbers of one run only: a shared
 or busy machine makes them vary from one run to the next.
 
 The runs lock names under dlock-bench/ on the store. Interrupting dlock
