@@ -118,7 +118,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintln(w, "handoff = release returned → a different, already waiting worker's acquire returned;")
 	fmt.Fprintln(w, "trips = the client's round trips to the store; ops = commands or statements the store served (Redis counts those scripts run);")
 	fmt.Fprintln(w, "scripts = the script calls among ops (EVAL, EVALSHA, FCALL);")
-	fmt.Fprintln(w, "client cpu, store cpu = CPU time per grant in µs: of this process (the workers' clients and critical sections)")
+	fmt.Fprintln(w, "client cpu, store cpu = CPU time per grant in µs: of this process (the workers' clients and critical sections, and SQLite's work)")
 	fmt.Fprintln(w, "and of the store's servers (Redis: INFO cpu); where they share the cores, CPU per grant bounds grants/s")
 	kinds := map[string]bool{}
 	for _, x := range r.Results {

@@ -231,8 +231,8 @@ grants over the workers (1 when equal); the client's round trips per grant
 commandstats, counting other clients' commands too, and the commands
 scripts run) and the script calls among them, or the statements the workers
 sent (SQL); the CPU time per grant, in µs, of dlock's own process (the
-workers' clients and critical sections) and of the store's servers (Redis,
-from INFO cpu): where they share the cores, that bounds the grants per
+workers' clients and critical sections, and SQLite's work, which runs in
+it) and of the store's servers (Redis, from INFO cpu): where they share the cores, that bounds the grants per
 second; and the errors. Compare numbers of one run only: a shared
 or busy machine makes them vary from one run to the next.
 
