@@ -61,8 +61,34 @@ func printFlagLines(w io.Writer, fs *pflag.FlagSet) {
 		} else if varname != "" {
 			spelled += " " + flagValueName(varname)
 		}
-		fmt.Fprintf(w, "  %-*s %s\n", shortFlagWidth-2, spelled, firstClause(usage))
+		fmt.Fprintf(w, "  %-*s %s\n", shortFlagWidth-2, spelled, withDefault(firstClause(usage), usage, f.DefValue))
 	})
+}
+
+// withDefault returns short, a flag's usage cut to its first clause, with
+// the flag's default after it, when it has one that short does not say:
+// the usage's own "(default ...)" when short enough to fit (an environment
+// variable's name may come first), else defValue unless it is a zero value.
+func withDefault(short, usage, defValue string) string {
+	if strings.Contains(short, "default") {
+		return short
+	}
+	if i := strings.Index(usage, "(default"); i >= 0 {
+		note, _, _ := strings.Cut(usage[i:], ")")
+		note, _, _ = strings.Cut(note, "; ")
+		if len(note) <= 40 {
+			return short + " " + note + ")"
+		}
+		return short
+	}
+	switch defValue {
+	case "", "0", "0s", "false", "[]":
+		return short
+	}
+	if len(defValue) > 24 {
+		return short // a long list: the full help says it in words
+	}
+	return short + " (default " + defValue + ")"
 }
 
 // valueNames name the values of the flags whose type says too little

@@ -59,3 +59,38 @@ func TestShortHelpNamesValuesAsTheFullHelpDoes(t *testing.T) {
 		t.Errorf("dlock top -h does not name both orders of --sort:\n%s", r.stdout)
 	}
 }
+
+// TestShortHelpGivesDefaults: a flag's line in -h ends with its default
+// when it has one, and says none for a flag without.
+func TestShortHelpGivesDefaults(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sqliteURL(t))
+	line := func(out, flag string) string {
+		for l := range strings.SplitSeq(out, "\n") {
+			if strings.Contains(l, flag+" ") {
+				return l
+			}
+		}
+		t.Fatalf("no line for %s in:\n%s", flag, out)
+		return ""
+	}
+	run := e.run("run", "-h").stdout
+	bench := e.run("bench", "-h").stdout
+	for _, c := range []struct{ out, flag, want string }{
+		{run, "--ttl", "(default $DLOCK_TTL, else 10s)"},
+		{run, "--wait", "(default $DLOCK_WAIT, else 0)"},
+		{run, "--conflict-exit-code", "(default 75)"},
+		{run, "--kill-grace", "(default 2s)"},
+		{bench, "--duration", "(default 2s)"},
+		{bench, "--workers", "(default 8)"},
+		{bench, "--cs", "(default 0,100us,1ms,10ms)"},
+		{run, "--metadata", ""},
+		{run, "--fair", ""},
+		{run, "--lock-delay", ""},
+	} {
+		l := line(c.out, c.flag)
+		if c.want == "" && strings.Contains(l, "default") || c.want != "" && !strings.HasSuffix(l, " "+c.want) {
+			t.Errorf("%s: %q; want it to end with %q", c.flag, l, c.want)
+		}
+	}
+}
