@@ -1751,3 +1751,50 @@ func TestWriterHeadAfterHandedReadersKeepsNewReadersOut(t *testing.T) {
 		_ = wr.l.Unlock(t.Context())
 	}
 }
+
+// TestHandedHoldsKeysExpireWithLatestHold: a release that hands permits
+// gives the holds' keys the expiry of the latest hold, whether that is a
+// live hold that stays (it expires after the handed ones) or a handed one,
+// with a hold that expired and was never pruned still in the zset (a
+// release does not prune it); the handed hold expires with its queue entry.
+func TestHandedHoldsKeysExpireWithLatestHold(t *testing.T) {
+	b, rdb, _ := setup(t)
+	ctx := t.Context()
+	for _, staysLatest := range []bool{true, false} {
+		key := fmt.Sprintf("handed-latest-%v", staysLatest)
+		s, si, qe := "dlock:{"+key+"}:s", "dlock:{"+key+"}:si", "dlock:{"+key+"}:qe"
+		permit := func(tok string, ttl time.Duration) driver.AcquireRequest {
+			return driver.AcquireRequest{Key: key, Token: tok, Owner: "owner-" + tok, TTL: ttl,
+				Mode: driver.Shared, Limit: 3, Fair: true, Wait: true, QueueTTL: 20 * time.Second, Handoff: true}
+		}
+		stays := 5 * time.Second
+		if staysLatest {
+			stays = time.Minute
+		}
+		mustAcquire(t, b, permit("short", 200*time.Millisecond))
+		mustAcquire(t, b, permit("stays", stays))
+		mustAcquire(t, b, permit("goes", 10*time.Second))
+		if res := acquire(t, b, permit("queued", 10*time.Second)); res.Acquired || !res.Queued {
+			t.Fatalf("%s: the fourth permit request: %+v; want queued", key, res)
+		}
+		entry := rdb.ZScore(ctx, qe, "queued").Val()
+		time.Sleep(300 * time.Millisecond) // "short" expires, unpruned
+		if _, err := b.Release(ctx, key, "goes"); err != nil {
+			t.Fatal(err)
+		}
+		holds := rdb.ZRangeWithScores(ctx, s, 0, -1).Val()
+		scores := map[string]float64{}
+		for _, z := range holds {
+			scores[z.Member.(string)] = z.Score
+		}
+		if len(holds) != 3 || scores["short"] == 0 || scores["queued"] != entry {
+			t.Fatalf("%s: holds %v after the release; want the expired one kept and the head's handed, expiring with its entry (%v)", key, holds, entry)
+		}
+		want := time.Duration(max(scores["stays"], scores["queued"])) * time.Millisecond
+		for _, k := range []string{s, si} {
+			if at := rdb.PExpireTime(ctx, k).Val(); at != want {
+				t.Errorf("%s expires at %v, want %v (the latest hold's expiry)", k, at, want)
+			}
+		}
+	}
+}

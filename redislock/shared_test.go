@@ -1213,3 +1213,47 @@ func TestSharedHoldsReadWholeOrCounted(t *testing.T) {
 		}
 	}
 }
+
+// TestSemaphoreHoldsPastRequestLimit: a permit request that finds more live
+// holds than its limit (the holds of a larger limit: the Semaphore's limit
+// was changed, or they are another Semaphore's) counts them all: it is
+// refused as a conflict with their count, their limit and the owner of the
+// hold that expires last, except for the request that finds its own hold
+// among them, which gets it back; a request of their limit at it is refused
+// with their count, naming the hold that expires first.
+func TestSemaphoreHoldsPastRequestLimit(t *testing.T) {
+	b, rdb, _ := setup(t)
+	ctx := t.Context()
+	const key = "resized"
+	permit := func(tok string, limit int) driver.AcquireRequest {
+		return driver.AcquireRequest{Key: key, Token: tok, Owner: "owner-" + tok, TTL: 10 * time.Second,
+			Mode: driver.Shared, Limit: limit, Fair: true, Wait: true, QueueTTL: 20 * time.Second, Handoff: true}
+	}
+	fences := map[string]uint64{}
+	for i := range 5 {
+		tok := fmt.Sprintf("p%d", i)
+		fences[tok] = mustAcquire(t, b, permit(tok, 5)).Fence
+		time.Sleep(2 * time.Millisecond) // each later hold expires later
+	}
+	for _, limit := range []int{1, 2, 3, 4} {
+		res := acquire(t, b, permit(fmt.Sprintf("n%d", limit), limit))
+		if res.Acquired || !res.Conflict || res.Shared != 5 || res.HeldLimit != 5 || res.Holder != "owner-p4" {
+			t.Errorf("Semaphore(%d) beside 5 holds of Semaphore(5): %+v; want a conflict with 5 holds of limit 5, held by owner-p4", limit, res)
+		}
+		for _, tok := range []string{"p0", "p2", "p4"} {
+			// Its own hold: a resent request, or a claim of a handed hold.
+			if res := acquire(t, b, permit(tok, limit)); !res.Acquired || res.Fence != fences[tok] {
+				t.Errorf("Semaphore(%d) request of %s, which holds a permit: %+v; want its hold back (fence %d)", limit, tok, res, fences[tok])
+			}
+		}
+	}
+	res := acquire(t, b, permit("late", 5))
+	if res.Acquired || res.Conflict || res.Shared != 5 || res.Holder != "owner-p1" {
+		// p0, p2 and p4 were given the request's TTL again above: p1
+		// expires first.
+		t.Errorf("Semaphore(5) request at its limit: %+v; want refused by 5 holds, held by owner-p1", res)
+	}
+	if n := rdb.ZCard(ctx, "dlock:{"+key+"}:s").Val(); n != 5 {
+		t.Errorf("%d holds, want 5", n)
+	}
+}
