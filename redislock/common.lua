@@ -257,8 +257,15 @@ local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token, noW, hasL, pre)
     end
   end
   -- fitHolds gives S and SI the expiry of their latest hold, after the
-  -- grants below (which made S non-empty).
+  -- grants below (which made S non-empty): latest, unless a grant moved a
+  -- hold that S had already (its token's own, whose old expiry latest may
+  -- be), when fit reads it.
+  local moved = false
   local function fitHolds()
+    if moved then
+      fit(S, SI)
+      return
+    end
     local at = int(latest)
     redis.call('PEXPIREAT', S, at)
     redis.call('PEXPIREAT', SI, at)
@@ -303,7 +310,9 @@ local function handOff(L, F, S, SI, W, Q, QE, QO, freed, token, noW, hasL, pre)
       break
     end
     local fence = redis.call('INCR', F)
-    redis.call('ZADD', S, int(exp), head)
+    if redis.call('ZADD', S, int(exp), head) == 0 then
+      moved = true
+    end
     latest = math.max(latest, exp)
     redis.call('HSET', SI, head, string.format('%d %d ', fence, limit) .. owner)
     unqueue(Q, QE, QO, head, tail)
