@@ -302,6 +302,13 @@ func TestScriptPathsCommandCounts(t *testing.T) {
 	if !sharedHeld("fsem", "p3") || sharedHeld("fsem", "p4") {
 		t.Error("the permit was not handed to the queue's head alone")
 	}
+	// More holds than one command reads whole (smallLimit, 16): they are
+	// counted, and their ends read, one by one.
+	for i := range 17 {
+		acquire(fairShared("fsem17", "b"+strconv.Itoa(i), 17), true)
+	}
+	acquire(fairShared("fsem17", "w1", 17), false)
+	c.count("fair permit joins a queue past 16 holds, no late-request record", 18, func() { acquire(fairShared("fsem17", "w2", 17), false) })
 	for _, n := range []int{1, 3} {
 		key := "frw" + strconv.Itoa(n)
 		first := fair("x" + strconv.Itoa(n))

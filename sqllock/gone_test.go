@@ -496,6 +496,12 @@ func TestCleanupOfHeadTakeWithoutItsDeletionLeavesNoEntry(t *testing.T) {
 	f.let()
 }
 
+// answer is what an Acquire that a test runs in a goroutine returned.
+type answer struct {
+	res dldriver.AcquireResult
+	err error
+}
+
 // TestFairFirstRequestAfterWaitingForTheRowQueuesBehind: on PostgreSQL a
 // fair request's first UPDATE reads the queue in its statement's snapshot.
 // One that waited for the name's row while another request's transaction
@@ -528,10 +534,6 @@ func TestFairFirstRequestAfterWaitingForTheRowQueuesBehind(t *testing.T) {
 	// The queuer's transaction holds the row, its entry written, its
 	// COMMIT held.
 	h.arm("Q\x00\x00\x00\x0bcommit\x00") // the simple protocol's COMMIT
-	type answer struct {
-		res dldriver.AcquireResult
-		err error
-	}
 	queued := make(chan answer, 1)
 	go func() {
 		res, err := queuer.Acquire(ctx, req("queuer"))
@@ -955,10 +957,6 @@ func TestFairTakeWaitingForTheRowSeesCleanupRecord(t *testing.T) {
 				if err := tx.QueryRowContext(ctx, "SELECT name FROM dlock_locks WHERE name = ? FOR UPDATE", key+iso).Scan(&s); err != nil {
 					t.Fatal(err)
 				}
-				type answer struct {
-					res dldriver.AcquireResult
-					err error
-				}
 				answered := make(chan answer, 1)
 				go func() {
 					res, err := late.Acquire(ctx, fair("late"))
@@ -1040,10 +1038,6 @@ func TestCleanupDropsFirstTakeThatMissedItsRecordPostgres(t *testing.T) {
 	defer func() { _ = locker.Rollback() }()
 	if _, err := locker.ExecContext(ctx, "SELECT name FROM dlock_locks WHERE name = 'k' FOR UPDATE"); err != nil {
 		t.Fatal(err)
-	}
-	type answer struct {
-		res dldriver.AcquireResult
-		err error
 	}
 	took := make(chan answer, 1)
 	go func() {

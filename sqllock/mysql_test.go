@@ -116,10 +116,6 @@ func TestFairTakeOfFreeNameDoesNotDeadlockWithQueueingTransaction(t *testing.T) 
 		return driver.AcquireRequest{Key: "f", Token: token, Owner: token, TTL: time.Minute,
 			Fair: true, Wait: true, QueueTTL: time.Minute}
 	}
-	type answer struct {
-		res driver.AcquireResult
-		err error
-	}
 	h.arm("INSERT INTO `dlock_locks_queue`") // tplEnqueue, with the row locked
 	joined := make(chan answer, 1)
 	go func() {

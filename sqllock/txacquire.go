@@ -353,15 +353,16 @@ func (t *txs) takeHead(ctx context.Context, req driver.AcquireRequest, first boo
 		}
 	}
 	if !first {
-		if _, err := t.db.ExecContext(ctx, t.dequeue.query, t.dequeue.args(req.Key, req.Token)...); err != nil {
+		if err := t.dropEntry(ctx, req.Key, req.Token); err != nil {
 			return res, false, err
 		}
 	}
 	return driver.AcquireResult{Acquired: true, Fence: uint64(fence), Holds: 1}, true, nil
 }
 
-// dropEntry deletes token's queue entry on key, if any, in one statement
-// (on MySQL, after a clean-up found the token's hold: see takeHead).
+// dropEntry deletes token's queue entry on key, if any, in one statement:
+// the head's take's second (takeHead), and, on MySQL, a clean-up's that
+// found the token's hold (see takeHead).
 func (t *txs) dropEntry(ctx context.Context, key, token string) error {
 	_, err := t.db.ExecContext(ctx, t.dequeue.query, t.dequeue.args(key, token)...)
 	return err
