@@ -59,15 +59,15 @@ func (h tripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 // out). Other clients of the same servers are counted too.
 type RedisCounter []redis.UniversalClient
 
-// Count implements Counter.
-func (rc RedisCounter) Count(ctx context.Context) (map[string]uint64, error) {
-	total := map[string]uint64{}
+// info returns the INFO section of every server: each client's, and each
+// shard's of a Cluster.
+func (rc RedisCounter) info(ctx context.Context, section string) ([]string, error) {
+	var infos []string
 	for _, rdb := range rc {
-		var infos []string
 		if cc, ok := rdb.(*redis.ClusterClient); ok {
 			var mu sync.Mutex // ForEachShard calls fn on the shards at once
 			err := cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
-				s, err := c.Info(ctx, "commandstats").Result()
+				s, err := c.Info(ctx, section).Result()
 				mu.Lock()
 				infos = append(infos, s)
 				mu.Unlock()
@@ -76,17 +76,27 @@ func (rc RedisCounter) Count(ctx context.Context) (map[string]uint64, error) {
 			if err != nil {
 				return nil, err
 			}
-		} else {
-			s, err := rdb.Info(ctx, "commandstats").Result()
-			if err != nil {
-				return nil, err
-			}
-			infos = append(infos, s)
+			continue
 		}
-		for _, s := range infos {
-			for k, v := range parseCommandStats(s) {
-				total[k] += v
-			}
+		s, err := rdb.Info(ctx, section).Result()
+		if err != nil {
+			return nil, err
+		}
+		infos = append(infos, s)
+	}
+	return infos, nil
+}
+
+// Count implements Counter.
+func (rc RedisCounter) Count(ctx context.Context) (map[string]uint64, error) {
+	infos, err := rc.info(ctx, "commandstats")
+	if err != nil {
+		return nil, err
+	}
+	total := map[string]uint64{}
+	for _, s := range infos {
+		for k, v := range parseCommandStats(s) {
+			total[k] += v
 		}
 	}
 	return total, nil
@@ -95,30 +105,17 @@ func (rc RedisCounter) Count(ctx context.Context) (map[string]uint64, error) {
 // CPU implements CPUMeter: the CPU time, user and system, that the servers
 // report in INFO cpu, summed (a Cluster's every shard).
 func (rc RedisCounter) CPU(ctx context.Context) (time.Duration, error) {
-	var total time.Duration
-	read := func(ctx context.Context, c redis.UniversalClient) error {
-		s, err := c.Info(ctx, "cpu").Result()
-		if err != nil {
-			return err
-		}
-		d, err := parseCPU(s)
-		total += d
-		return err
+	infos, err := rc.info(ctx, "cpu")
+	if err != nil {
+		return 0, err
 	}
-	for _, rdb := range rc {
-		if cc, ok := rdb.(*redis.ClusterClient); ok {
-			var mu sync.Mutex // ForEachShard calls fn on the shards at once
-			err := cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
-				mu.Lock()
-				defer mu.Unlock()
-				return read(ctx, c)
-			})
-			if err != nil {
-				return 0, err
-			}
-		} else if err := read(ctx, rdb); err != nil {
+	var total time.Duration
+	for _, s := range infos {
+		d, err := parseCPU(s)
+		if err != nil {
 			return 0, err
 		}
+		total += d
 	}
 	return total, nil
 }
